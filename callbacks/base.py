@@ -1,0 +1,43 @@
+"""The interface every logging sink implements."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+class CallBack:
+    """A logging sink: ``cb(data, tag, step, force=False)``, ``reset()``, ``close()``.
+
+    Subclasses open their writer lazily on the first write, so a callback can be pickled
+    (or cloudpickled to a worker process) until then; a pickled copy never carries an open
+    file and opens its own on its first write.
+    """
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        """Log the scalars of ``data`` as ``{key}/{tag}`` at ``step``.
+
+        Args:
+            data: metric name to a number (Python or numpy scalar).
+            tag: the group the values belong to, for example ``run_0`` or ``agents/run_0``.
+            step: the x value of the point (env step or episode index).
+            force: write at once, bypassing any averaging or buffering.
+        """
+
+    def reset(self) -> None:
+        """Drop values averaged but not yet written (called when a run starts)."""
+
+    def close(self) -> None:
+        """Write everything buffered and release files. The callback may be used again."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for name in self._unpicklable:
+            state[name] = None
+        return state
+
+    _unpicklable: tuple[str, ...] = ()
+
+
+def scalar_name(key: str, tag: str) -> str:
+    """Name under which ``key`` logged with ``tag`` appears: ``ep_return/run_0``."""
+    return f"{key}/{tag}" if tag else key

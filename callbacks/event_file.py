@@ -1,0 +1,117 @@
+"""A fast writer of TensorBoard event files holding scalars.
+
+TensorBoard's own writer builds a protobuf per value and checksums it in pure Python
+(about 80 microseconds per scalar on the reference machine, more than a CartPole step).
+Scalars need only three small messages, so this module encodes them directly:
+
+    Event    { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+    Summary  { repeated Value value = 1; }
+    Value    { string tag = 1; float simple_value = 2; }
+
+and frames each event as a TFRecord (length, masked CRC32C of the length, payload, masked
+CRC32C of the payload) using the C implementation of the ``crc32c`` package. Files are
+read by TensorBoard and by ``tensorboard.backend.event_processing`` like any other.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Iterable
+
+import crc32c
+
+_FILE_COUNTER = itertools.count()
+_PACK_DOUBLE = struct.Struct("<d").pack
+_PACK_FLOAT = struct.Struct("<f").pack
+_PACK_U64 = struct.Struct("<Q").pack
+_PACK_U32 = struct.Struct("<I").pack
+_CRC_MASK_DELTA = 0xA282EAD8
+
+
+def _varint(value: int) -> bytes:
+    if value < 0:
+        value += 1 << 64  # protobuf encodes negative int64 as ten-byte two's complement
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _masked_crc(data: bytes) -> bytes:
+    crc = crc32c.crc32c(data)
+    return _PACK_U32((((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF)
+
+
+def _record(payload: bytes) -> bytes:
+    header = _PACK_U64(len(payload))
+    return header + _masked_crc(header) + payload + _masked_crc(payload)
+
+
+def encode_value(tag: str) -> bytes:
+    """Return the bytes of a ``Value`` with ``tag``, to be followed by a packed float."""
+    name = tag.encode("utf-8")
+    return b"\x0a" + _varint(len(name)) + name + b"\x15"
+
+
+def encode_scalars(prefixes: Iterable[bytes], values: Iterable[float], step: int, wall_time: float) -> bytes:
+    """Encode one event holding several scalars as a framed TFRecord.
+
+    Args:
+        prefixes: the output of :func:`encode_value` for each scalar's tag.
+        values: the scalar values, in the same order.
+        step: the global step of the event.
+        wall_time: seconds since the epoch.
+    """
+    summary = b"".join(
+        b"\x0a" + _varint(len(prefix) + 4) + prefix + _PACK_FLOAT(value)
+        for prefix, value in zip(prefixes, values)
+    )
+    event = b"\x09" + _PACK_DOUBLE(wall_time) + b"\x10" + _varint(step) + b"\x2a" + _varint(len(summary)) + summary
+    return _record(event)
+
+
+class EventFileWriter:
+    """Appends scalar events to one new event file in ``log_dir``, buffered in memory.
+
+    The buffer is written to the file when it exceeds ``buffer_bytes``, on :meth:`flush`
+    and on :meth:`close`. Each process gets its own file (host, pid and a counter are in
+    the name), so several workers can log into the same directory.
+    """
+
+    def __init__(self, log_dir: str | os.PathLike, buffer_bytes: int = 1 << 16) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_COUNTER)}"
+        self.path = self.log_dir / name
+        self._file = open(self.path, "xb")
+        self._buffer = bytearray()
+        self._buffer_bytes = buffer_bytes
+        version = b"brain.Event:2"
+        self._file.write(_record(b"\x09" + _PACK_DOUBLE(time.time()) + b"\x1a" + _varint(len(version)) + version))
+        self._file.flush()
+
+    def write(self, record: bytes) -> None:
+        """Buffer one framed record (from :func:`encode_scalars`)."""
+        self._buffer += record
+        if len(self._buffer) >= self._buffer_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffer to the file and flush it to the operating system."""
+        if self._buffer:
+            self._file.write(self._buffer)
+            self._buffer.clear()
+        self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if not self._file.closed:
+            self.flush()
+            self._file.close()

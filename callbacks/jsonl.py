@@ -1,0 +1,80 @@
+"""A callback writing one JSON object per line."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Mapping
+
+import numpy as np
+
+from callbacks.base import CallBack
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class JsonlCallback(CallBack):
+    """Appends ``{"tag", "step", "values", "wall_time"}`` objects, one per line, to ``log_path``.
+
+    Lines are buffered and written ``flush_every`` calls at a time (at once when
+    ``force=True``) with a single ``write`` on a file opened with ``O_APPEND``, so several
+    processes can share one file and no line is ever torn.
+
+    Args:
+        log_path: the ``.jsonl`` file; its directory is created on the first write.
+        flush_every: number of calls buffered before they are written.
+    """
+
+    _unpicklable = ("_fd",)
+
+    def __init__(self, log_path: str | os.PathLike, flush_every: int = 100) -> None:
+        if not isinstance(flush_every, int) or flush_every < 1:
+            raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
+        self.log_path = os.fspath(log_path)
+        self.flush_every = flush_every
+        self._fd: int | None = None
+        self._lines: list[str] = []
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_lines"] = []
+        return state
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        values = {key: _jsonable(value) for key, value in data.items()}
+        record = {"tag": tag, "step": int(step), "values": values, "wall_time": time.time()}
+        self._lines.append(json.dumps(record))
+        if force or len(self._lines) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered lines."""
+        if not self._lines:
+            return
+        if self._fd is None:
+            directory = os.path.dirname(self.log_path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        payload = ("\n".join(self._lines) + "\n").encode("utf-8")
+        self._lines.clear()
+        view = memoryview(payload)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __repr__(self) -> str:
+        return f"JsonlCallback(log_path={self.log_path!r}, flush_every={self.flush_every})"

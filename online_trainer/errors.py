@@ -1,0 +1,37 @@
+"""Errors the trainer raises besides the built-in ValueError, TypeError and FileExistsError."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class RunFailure:
+    """How one run failed: its index, seed, exception and the end of its traceback."""
+
+    def __init__(self, run_idx: int, seed: int, exception: str, traceback: str) -> None:
+        self.run_idx, self.seed, self.exception, self.traceback = run_idx, seed, exception, traceback
+
+    def tail(self, lines: int = 6) -> str:
+        """The last ``lines`` lines of the traceback."""
+        return "\n".join(self.traceback.rstrip().splitlines()[-lines:])
+
+    def __repr__(self) -> str:
+        return f"RunFailure(run_idx={self.run_idx}, seed={self.seed}, exception={self.exception!r})"
+
+
+class RunsFailedError(RuntimeError):
+    """One or more runs of a ``multi_run`` raised; the other runs completed.
+
+    Attributes:
+        failures: one :class:`RunFailure` per failed run.
+        results: the records of every run that completed, ``None`` for the failed ones.
+    """
+
+    def __init__(self, failures: Sequence[RunFailure], results: list | None = None) -> None:
+        self.failures = list(failures)
+        self.results = results
+        parts = [f"{len(self.failures)} run(s) failed; the records of each up to its failure are on disk."]
+        for failure in self.failures:
+            indented = "\n".join("    " + line for line in failure.tail().splitlines())
+            parts.append(f"  run {failure.run_idx} (seed {failure.seed}): {failure.exception}\n{indented}")
+        super().__init__("\n".join(parts))

@@ -1,0 +1,128 @@
+"""The one act -> step -> update loop, shared by the episode and the step budget."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from online_trainer.episodes import EpisodeTracker
+from online_trainer.factories import accepts_valid, final_observations
+
+INFINITY = float("inf")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """When a run stops: after ``num_episodes`` finished episodes or ``total_steps`` env steps.
+
+    Exactly one is set. Env steps count real transitions of all sub-envs together; a step
+    budget may be overshot by less than ``num_envs`` steps, because sub-envs step together.
+    """
+
+    num_episodes: int | None = None
+    total_steps: int | None = None
+
+    @property
+    def max_episodes(self) -> float:
+        return INFINITY if self.num_episodes is None else self.num_episodes
+
+    @property
+    def max_steps(self) -> float:
+        return INFINITY if self.total_steps is None else self.total_steps
+
+    @property
+    def unit(self) -> str:
+        """``episodes`` or ``steps``: what the budget counts."""
+        return "episodes" if self.num_episodes is not None else "steps"
+
+    @property
+    def total(self) -> int:
+        return self.num_episodes if self.num_episodes is not None else self.total_steps
+
+
+class StepLogger:
+    """The ``call_back`` handed to ``agent.update``: logs a dict under ``agents/run_{i}``."""
+
+    __slots__ = ("callback", "tag", "step")
+
+    def __init__(self, callback: Any, tag: str) -> None:
+        self.callback, self.tag, self.step = callback, tag, 0
+
+    def __call__(self, data: dict[str, Any]) -> None:
+        self.callback(data, self.tag, self.step)
+
+
+class LoopEvents(Protocol):
+    """What the loop tells the rest of the run."""
+
+    def on_episode(self, record: dict[str, Any]) -> None:
+        """An episode ended."""
+
+    def on_step_event(self, global_step: int) -> float:
+        """``global_step`` reached the threshold last returned; return the next one."""
+
+
+def run_loop(
+    env: VectorEnv,
+    agent: Any,
+    obs: Any,
+    tracker: EpisodeTracker,
+    events: LoopEvents,
+    budget: Budget,
+    agent_seed: int,
+    train: bool,
+    step_logger: StepLogger | None,
+) -> tuple[int, int]:
+    """Run until the budget is spent; return ``(global_step, episodes)``.
+
+    ``events.on_step_event`` is called whenever the env-step count reaches the threshold it
+    returned last (progress ticks, step checkpoints, the step budget), so the per-step cost
+    of all of them is one comparison.
+    """
+    act, step = agent.act, env.step
+    update = agent.update if train else None
+    pass_valid = update is not None and accepts_valid(update)
+    log = getattr(agent, "log", None)
+    render = tracker.frames is not None
+    mode = tracker.mode
+    same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
+    observe, valid, done = tracker.observe, tracker.valid, tracker.done
+    max_steps, max_episodes = budget.max_steps, budget.max_episodes
+    global_step = episodes = 0
+    next_event = events.on_step_event(0)
+    while True:
+        actions = act(obs)
+        next_obs, reward, terminated, truncated, info = step(actions)
+        global_step += observe(obs, actions, reward, terminated, truncated)
+        ended = done.any()
+        if update is not None:
+            seen = final_observations(next_obs, info) if same_step and ended else next_obs
+            if step_logger is not None:
+                step_logger.step = global_step
+            if pass_valid:
+                update(seen, reward, terminated, truncated, call_back=step_logger, valid=valid)
+            else:
+                update(seen, reward, terminated, truncated, call_back=step_logger)
+        if log is not None:
+            tracker.add_logs(log())
+        if render:
+            tracker.add_frames(env.render())
+        if ended:
+            for i in np.flatnonzero(done):
+                episodes += 1
+                events.on_episode(tracker.finish(int(i), episodes, global_step, agent_seed))
+                if episodes >= max_episodes:
+                    return global_step, episodes
+            if disabled:
+                next_obs, _ = env.reset(options={"reset_mask": done.copy()})
+                if render:
+                    tracker.add_frames(env.render(), after_reset=done)
+        tracker.end_step(ended)
+        obs = next_obs
+        if global_step >= next_event:
+            if global_step >= max_steps:
+                return global_step, episodes
+            next_event = events.on_step_event(global_step)

@@ -1,0 +1,199 @@
+"""One run: build env and agent, seed them, drive the loop, and persist what it produced."""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from callbacks import EmptyCallBack
+from online_trainer import storage
+from online_trainer.episodes import EpisodeTracker
+from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
+from online_trainer.loop import INFINITY, Budget, StepLogger, run_loop
+from online_trainer.progress import NoProgress, Progress, RunProgress
+
+logger = logging.getLogger(__name__)
+
+FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
+PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one run needs; it travels to worker processes with cloudpickle."""
+
+    run_idx: int
+    seed: int
+    env_factory: EnvFactory
+    agent_factory: AgentFactory
+    budget: Budget
+    callback: Any
+    train: bool = True
+    tuning_hp: dict[str, Any] | None = None
+    exp_dir: str | None = None
+    dump_metrics: bool = True
+    checkpoint_freq: int | None = None
+    dump_transitions: bool = False
+    keep_records: bool = True
+    metrics_flush_every: int = 10
+
+
+@dataclass
+class RunResult:
+    """What a run hands back: its records (unless kept out of memory) and its counts."""
+
+    run_idx: int
+    seed: int
+    records: list[dict[str, Any]] | None
+    episodes: int = 0
+    global_step: int = 0
+    wall_time: float = 0.0
+    status: str = "finished"
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RunEvents:
+    """Handles every finished episode and step threshold of one run."""
+
+    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress) -> None:
+        self.spec, self.agent, self.progress = spec, agent, progress
+        self.callback = spec.callback
+        self.tag = f"run_{spec.run_idx}"
+        self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
+        self.stream = None
+        if spec.exp_dir is not None and spec.dump_metrics:
+            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), spec.metrics_flush_every)
+        budget = spec.budget
+        self.by_episode = budget.num_episodes is not None
+        self.checkpoint_freq = spec.checkpoint_freq
+        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
+        self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
+        self.next_tick = self.progress_stride
+        self.shown_steps = 0
+        self.best_return = -INFINITY
+        self.best_state: Any = None
+        self.episodes = 0
+
+    def on_episode(self, record: dict[str, Any]) -> None:
+        self.episodes = index = record["episode_index"]
+        ep_return = record["ep_return"]
+        x = index if self.by_episode else record["global_step"]
+        self.callback({"ep_return": ep_return, "ep_length": record["ep_length"]}, self.tag, x, force=True)
+        if self.stream is not None:
+            self.stream.append(record)
+        if self.records is not None:
+            self.records.append(record)
+        if self.checkpoint_freq is not None:
+            if ep_return > self.best_return:
+                self.best_return = ep_return
+                self.best_state = _state_copy(self.agent)
+            if self.by_episode and index % self.checkpoint_freq == 0:
+                self._save(f"E{index}")
+        if self.by_episode:
+            self.progress.advance(1)
+        self.progress.episode_end(ep_return)
+
+    def on_step_event(self, global_step: int) -> float:
+        while global_step >= self.next_checkpoint:
+            self._save(f"S{int(self.next_checkpoint)}")
+            self.next_checkpoint += self.checkpoint_freq
+        if global_step >= self.next_tick:
+            self.progress.advance(global_step - self.shown_steps)
+            self.shown_steps = global_step
+            self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
+        return min(self.next_tick, self.next_checkpoint, self.spec.budget.max_steps)
+
+    def _save(self, label: str) -> None:
+        if hasattr(self.agent, "save"):
+            self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
+
+    def finish(self, completed: bool, global_step: int) -> None:
+        """Flush the stream, and write the last and best checkpoints of a completed run."""
+        if not self.by_episode and global_step > self.shown_steps:
+            self.progress.advance(global_step - self.shown_steps)
+        if self.stream is not None:
+            self.stream.close()
+        if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
+            self._save("Last")
+            if self.best_state is not None:
+                buffer = io.BytesIO()
+                torch.save(self.best_state, buffer)
+                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), buffer.getvalue())
+
+
+def _state_copy(agent: Any) -> Any:
+    save = getattr(agent, "save", None)
+    return copy.deepcopy(save()) if save is not None else None
+
+
+def prepare_agent(spec: RunSpec, env: Any) -> Any:
+    """Build the run's agent and call the optional protocol methods in order."""
+    agent = spec.agent_factory(env)
+    check_agent(agent, spec.agent_factory.source)
+    _call_if_present(agent, "reset", spec.seed)
+    _call_if_present(agent, "set_num_env", env.num_envs)
+    if spec.tuning_hp:
+        if not hasattr(agent, "set_hp"):
+            raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given but the agent {agent!r} has no set_hp method.")
+        agent.set_hp(dict(spec.tuning_hp))
+    _call_if_present(agent, "train" if spec.train else "eval")
+    return agent
+
+
+def _call_if_present(agent: Any, name: str, *args: Any) -> None:
+    method = getattr(agent, name, None)
+    if callable(method):
+        method(*args)
+
+
+def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Run one seed to the end of its budget.
+
+    The metrics stream is flushed on every exit path (normal end, exception,
+    KeyboardInterrupt); the exception then propagates.
+    """
+    progress = progress or NoProgress()
+    start = time.perf_counter()
+    env = spec.env_factory()
+    events = None
+    bar = None
+    try:
+        agent = prepare_agent(spec, env)
+        mode = autoreset_mode(env)
+        render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render)
+        callback = spec.callback
+        callback.reset()
+        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, f"agents/run_{spec.run_idx}")
+        bar = progress.open_run(spec.run_idx, spec.budget.total, spec.budget.unit)
+        events = RunEvents(spec, agent, bar)
+        obs, _ = env.reset(seed=spec.seed)
+        if render:
+            tracker.add_frames(env.render())
+        global_step, episodes = run_loop(env, agent, obs, tracker, events, spec.budget, spec.seed, spec.train, step_logger)
+        events.finish(True, global_step)
+    except BaseException:
+        if events is not None:
+            events.finish(False, 0)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        spec.env_factory.release(env)
+    return RunResult(
+        run_idx=spec.run_idx,
+        seed=spec.seed,
+        records=events.records,
+        episodes=episodes,
+        global_step=global_step,
+        wall_time=time.perf_counter() - start,
+    )

@@ -1,0 +1,289 @@
+"""The experiment directory: file names, metric streams, manifest, args, config and loaders.
+
+Layout::
+
+    exp_dir/
+      args.yaml  config.py            what produced the experiment
+      manifest.json                   seeds, budget and how every run ended
+      metrics_run{i}.pkl              appended pickle chunks, each a list of episode records
+      all_metrics.pkl                 list of runs (lists of records), written at the end
+      Run{i}_E{n}* / Run{i}_S{n}*     periodic checkpoints (episode / step budget)
+      Run{i}_Last*  Run{i}_Best_agent.t
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import logging
+import os
+import pickle
+import shutil
+import types
+import warnings
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator, Mapping
+
+import yaml
+
+logger = logging.getLogger(__name__)
+
+ARGS_FILE = "args.yaml"
+CONFIG_FILE = "config.py"
+MANIFEST_FILE = "manifest.json"
+ALL_METRICS_FILE = "all_metrics.pkl"
+HYPERPARAMETERS_FILE = "hyperparameters.yaml"
+# Files that belong to one multi_run: an earlier experiment is recognised by them and
+# ``overwrite=True`` removes them.
+EXPERIMENT_PATTERNS = (
+    MANIFEST_FILE,
+    ALL_METRICS_FILE,
+    "metrics_run*.pkl",
+    "Run*_E*",
+    "Run*_S*",
+    "Run*_Last*",
+    "Run*_Best_agent.t",
+    "events.out.tfevents.*",
+)
+
+
+class TruncatedMetricsWarning(RuntimeWarning):
+    """A metrics stream ends in an incomplete chunk (its run was killed while writing)."""
+
+
+def metrics_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the metrics stream of run ``run_idx``."""
+    return Path(exp_dir) / f"metrics_run{run_idx}.pkl"
+
+
+def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Path:
+    """Path prefix handed to ``agent.save``: ``Run{i}_{label}`` (``E10``, ``S5000``, ``Last``)."""
+    return Path(exp_dir) / f"Run{run_idx}_{label}"
+
+
+def best_agent_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the torch-saved state of the agent at its best episode."""
+    return Path(exp_dir) / f"Run{run_idx}_Best_agent.t"
+
+
+def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
+    """Files in ``exp_dir`` written by an earlier ``multi_run``."""
+    found: set[Path] = set()
+    for pattern in EXPERIMENT_PATTERNS:
+        found.update(Path(p) for p in glob.glob(os.path.join(glob.escape(os.fspath(exp_dir)), pattern)))
+    return sorted(found)
+
+
+def remove_experiment_files(exp_dir: str | os.PathLike) -> None:
+    """Remove the outputs of an earlier ``multi_run`` (``overwrite=True``)."""
+    files = existing_experiment_files(exp_dir)
+    for path in files:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    if files:
+        logger.info("overwrite=True: removed %d files of an earlier experiment in %s", len(files), exp_dir)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path`` and swap it in."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- metric streams
+
+
+class MetricsStream:
+    """Appends episode records to ``metrics_run{i}.pkl`` as pickled chunks.
+
+    Records are buffered and written as one chunk every ``flush_every`` records and on
+    :meth:`close`; every chunk is flushed to the operating system, so a run killed at any
+    moment leaves every earlier chunk readable. The file is created exclusively: an
+    existing stream is never replaced.
+    """
+
+    def __init__(self, path: str | os.PathLike, flush_every: int = 10) -> None:
+        self.path = Path(path)
+        self.flush_every = flush_every
+        self._buffer: list[dict[str, Any]] = []
+        self._file: BinaryIO = open(self.path, "xb")
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Buffer one episode record, writing a chunk when ``flush_every`` are buffered."""
+        self._buffer.append(record)
+        if len(self._buffer) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered records as one chunk."""
+        if self._buffer:
+            pickle.dump(self._buffer, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+            self._file.flush()
+            self._buffer = []
+
+    def close(self) -> None:
+        """Write what is buffered and close the file."""
+        if not self._file.closed:
+            self.flush()
+            self._file.close()
+
+
+def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:
+    """Yield the chunks of a metrics stream; a truncated last chunk ends it with a warning."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No metrics stream at {path}: was the run started with dump_metrics=True?")
+    with open(path, "rb") as f:
+        while True:
+            start = f.tell()
+            try:
+                chunk = pickle.load(f)
+            except EOFError:
+                if f.tell() != start or f.read(1):
+                    _warn_truncated(path, start)
+                return
+            except (pickle.UnpicklingError, ValueError, AttributeError, IndexError, TypeError) as exc:
+                _warn_truncated(path, start, exc)
+                return
+            yield chunk
+
+
+def _warn_truncated(path: Path, offset: int, exc: Exception | None = None) -> None:
+    detail = f" ({type(exc).__name__}: {exc})" if exc else ""
+    warnings.warn(
+        f"{path} ends in an incomplete chunk at byte {offset}{detail}: its run was probably killed "
+        "while writing; the complete chunks before it were loaded.",
+        TruncatedMetricsWarning,
+        stacklevel=3,
+    )
+
+
+# ---------------------------------------------------------------- manifest, args, config
+
+
+def read_manifest(exp_dir: str | os.PathLike) -> dict[str, Any]:
+    """Return the manifest of an experiment (seeds, budget, status of each run)."""
+    path = Path(exp_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No experiment manifest at {path}: is {exp_dir} an experiment directory?")
+    return json.loads(path.read_text())
+
+
+def write_manifest(exp_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Atomically replace the manifest of ``exp_dir``."""
+    write_atomic(Path(exp_dir) / MANIFEST_FILE, json.dumps(manifest, indent=2, default=str).encode())
+
+
+class _ArgsDumper(yaml.SafeDumper):
+    """Safe YAML that keeps tuples tuples, so ``load_args`` returns an equal Namespace."""
+
+
+class _ArgsLoader(yaml.SafeLoader):
+    pass
+
+
+_ArgsDumper.add_representer(tuple, lambda d, v: d.represent_sequence("tag:yaml.org,2002:python/tuple", v))
+_ArgsLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda l, n: tuple(l.construct_sequence(n)))
+
+
+def dump_args(args: argparse.Namespace | Mapping[str, Any]) -> str:
+    """Serialise ``args`` to YAML; raise ValueError naming a value YAML cannot hold."""
+    values = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
+    try:
+        return yaml.dump(values, Dumper=_ArgsDumper, sort_keys=True)
+    except yaml.representer.RepresenterError as exc:
+        bad = next((k for k, v in values.items() if _not_yaml(v)), "?")
+        raise ValueError(
+            f"args[{bad!r}]={values.get(bad)!r} cannot be written to {ARGS_FILE}: use numbers, strings, "
+            "bools, None, lists, tuples or dicts of those."
+        ) from exc
+
+
+def _not_yaml(value: Any) -> bool:
+    try:
+        yaml.dump(value, Dumper=_ArgsDumper)
+    except yaml.representer.RepresenterError:
+        return True
+    return False
+
+
+def write_text_once(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` unless the same text is there; different text is an error."""
+    if path.exists():
+        if path.read_text() == text:
+            return
+        raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
+    path.write_text(text)
+
+
+def load_args(exp_dir: str | os.PathLike) -> argparse.Namespace:
+    """Return the ``args`` given to the trainer of ``exp_dir`` as an ``argparse.Namespace``."""
+    path = Path(exp_dir) / ARGS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No {ARGS_FILE} at {path}: the trainer was not given args.")
+    return argparse.Namespace(**(yaml.load(path.read_text(), Loader=_ArgsLoader) or {}))
+
+
+def load_config(exp_dir: str | os.PathLike) -> types.ModuleType:
+    """Import and return the ``config.py`` copied into ``exp_dir``."""
+    path = Path(exp_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No {CONFIG_FILE} at {path}: the trainer was not given a config.")
+    spec = importlib.util.spec_from_file_location(f"online_trainer_config_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def _require_dir(exp_dir: str | os.PathLike) -> Path:
+    path = Path(exp_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"Experiment directory {path} does not exist.")
+    return path
+
+
+def run_indices(exp_dir: str | os.PathLike) -> list[int]:
+    """Indices of the runs of ``exp_dir`` that have a metrics stream, in order."""
+    path = _require_dir(exp_dir)
+    indices = []
+    for stream in path.glob("metrics_run*.pkl"):
+        suffix = stream.stem[len("metrics_run"):]
+        if suffix.isdigit():
+            indices.append(int(suffix))
+    return sorted(indices)
+
+
+def load_run_metrics(exp_dir: str | os.PathLike, run_idx: int) -> list[dict[str, Any]]:
+    """Return the episode records of run ``run_idx``, read from its metrics stream."""
+    _require_dir(exp_dir)
+    return [record for chunk in iter_metrics_chunks(metrics_path(exp_dir, run_idx)) for record in chunk]
+
+
+def load_all_run_metrics(exp_dir: str | os.PathLike) -> list[list[dict[str, Any]]]:
+    """Return the records of every run, ``[run][episode]``, read from the metrics streams."""
+    indices = run_indices(exp_dir)
+    if not indices:
+        raise FileNotFoundError(f"No metrics_run*.pkl in {exp_dir}: was it run with dump_metrics=True?")
+    return [load_run_metrics(exp_dir, i) for i in indices]
+
+
+def load_transitions(exp_dir: str | os.PathLike) -> list[list[list[tuple]]]:
+    """Return ``[run][episode]`` lists of ``(obs, action, reward, terminated, truncated)``."""
+    return [[record["transitions"] for record in run] for run in load_all_run_metrics(exp_dir)]
+
+
+def load_agent_logs(exp_dir: str | os.PathLike) -> list[list[dict[str, Any] | None]]:
+    """Return ``[run][episode]`` agent logs (dicts of arrays, or None)."""
+    return [[record["agent_logs"] for record in run] for run in load_all_run_metrics(exp_dir)]
