@@ -1,0 +1,33 @@
+"""Reference agents that follow the agent protocol of :mod:`online_trainer.protocol`.
+
+Each agent is built from the env it will act in, so a lambda is an agent factory::
+
+    from agents import DQNAgent
+    agent_factory = lambda env: DQNAgent(env, lr=1e-3)
+
+:data:`AGENTS` maps short names (as used in configs) to the classes.
+"""
+
+from agents._dqn import DQNAgent, DQNConfig
+from agents._ppo import PPOAgent, PPOConfig
+from agents._q_learning import QLearningAgent, QLearningConfig
+from agents._random import RandomAgent
+
+AGENTS: dict[str, type] = {
+    "dqn": DQNAgent,
+    "ppo": PPOAgent,
+    "q_learning": QLearningAgent,
+    "random": RandomAgent,
+}
+"""Agent classes by name."""
+
+__all__ = [
+    "AGENTS",
+    "DQNAgent",
+    "DQNConfig",
+    "PPOAgent",
+    "PPOConfig",
+    "QLearningAgent",
+    "QLearningConfig",
+    "RandomAgent",
+]

@@ -33,7 +33,12 @@ _PACK_U32 = struct.Struct("<I").pack
 _CRC_MASK_DELTA = 0xA282EAD8
 
 
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
+
+
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64  # protobuf encodes negative int64 as ten-byte two's complement
     out = bytearray()
@@ -54,27 +59,47 @@ def _record(payload: bytes) -> bytes:
     return header + _masked_crc(header) + payload + _masked_crc(payload)
 
 
-def encode_value(tag: str) -> bytes:
-    """Return the bytes of a ``Value`` with ``tag``, to be followed by a packed float."""
+def _value_head(tag: str) -> bytes:
+    """``Value`` field key, length and tag, to be followed by the packed float."""
     name = tag.encode("utf-8")
-    return b"\x0a" + _varint(len(name)) + name + b"\x15"
+    value = b"\x0a" + _varint(len(name)) + name + b"\x15"
+    return b"\x0a" + _varint(len(value) + 4) + value
 
 
-def encode_scalars(prefixes: Iterable[bytes], values: Iterable[float], step: int, wall_time: float) -> bytes:
-    """Encode one event holding several scalars as a framed TFRecord.
+class ScalarEncoder:
+    """Encodes events of scalars as framed TFRecords, caching the bytes that never change.
 
-    Args:
-        prefixes: the output of :func:`encode_value` for each scalar's tag.
-        values: the scalar values, in the same order.
-        step: the global step of the event.
-        wall_time: seconds since the epoch.
+    For a given tag name and set of keys, everything but the wall time, the step and the
+    float values is constant; it is built once and reused.
     """
-    summary = b"".join(
-        b"\x0a" + _varint(len(prefix) + 4) + prefix + _PACK_FLOAT(value)
-        for prefix, value in zip(prefixes, values)
-    )
-    event = b"\x09" + _PACK_DOUBLE(wall_time) + b"\x10" + _varint(step) + b"\x2a" + _varint(len(summary)) + summary
-    return _record(event)
+
+    def __init__(self) -> None:
+        self._layouts: dict[tuple[str, ...], tuple[bytes, ...]] = {}
+        self._header_crcs: dict[int, bytes] = {}
+
+    def encode(self, names: tuple[str, ...], values, step: int, wall_time: float) -> bytes:
+        """One event at ``step`` holding ``values[k]`` under ``names[k]``."""
+        layout = self._layouts.get(names)
+        if layout is None:
+            heads = [_value_head(name) for name in names]
+            size = sum(len(h) + 4 for h in heads)
+            heads[0] = b"\x2a" + _varint(size) + heads[0]
+            layout = self._layouts[names] = tuple(heads)
+        if len(layout) == 1:
+            (value,) = values
+            payload = b"".join((b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step), layout[0], _PACK_FLOAT(value)))
+        else:
+            parts = [b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step)]
+            for head, value in zip(layout, values):
+                parts.append(head)
+                parts.append(_PACK_FLOAT(value))
+            payload = b"".join(parts)
+        size = len(payload)
+        header_crc = self._header_crcs.get(size)
+        if header_crc is None:
+            header_crc = self._header_crcs[size] = _PACK_U64(size) + _masked_crc(_PACK_U64(size))
+        crc = crc32c.crc32c(payload)
+        return header_crc + payload + _PACK_U32((((crc >> 15) | (crc << 17)) + _CRC_MASK_DELTA) & 0xFFFFFFFF)
 
 
 class EventFileWriter:
@@ -98,7 +123,7 @@ class EventFileWriter:
         self._file.flush()
 
     def write(self, record: bytes) -> None:
-        """Buffer one framed record (from :func:`encode_scalars`)."""
+        """Buffer one framed record (from :meth:`ScalarEncoder.encode`)."""
         self._buffer += record
         if len(self._buffer) >= self._buffer_bytes:
             self.flush()

@@ -7,7 +7,7 @@ import time
 from typing import Any, Mapping
 
 from callbacks.base import CallBack, scalar_name
-from callbacks.event_file import EventFileWriter, encode_scalars, encode_value
+from callbacks.event_file import EventFileWriter, ScalarEncoder
 
 
 class TBCallBack(CallBack):
@@ -35,7 +35,8 @@ class TBCallBack(CallBack):
         self.flush_every = flush_every
         self.max_delay = max_delay
         self._writer: EventFileWriter | None = None
-        self._prefixes: dict[tuple[str, str], bytes] = {}
+        self._names: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._encoder = ScalarEncoder()
         self._pending: dict[str, tuple[dict[str, float], list[int]]] = {}
         self._last_flush = 0.0
 
@@ -59,15 +60,12 @@ class TBCallBack(CallBack):
         writer = self._writer
         if writer is None:
             writer = self._writer = EventFileWriter(self.log_dir)
-        prefixes = self._prefixes
-        keys = []
-        for key in data:
-            prefix = prefixes.get((key, tag))
-            if prefix is None:
-                prefix = prefixes[(key, tag)] = encode_value(scalar_name(key, tag))
-            keys.append(prefix)
+        keys = tuple(data)
+        names = self._names.get((tag, keys))
+        if names is None:
+            names = self._names[(tag, keys)] = tuple(scalar_name(key, tag) for key in keys)
         now = time.time()
-        writer.write(encode_scalars(keys, data.values(), int(step), now))
+        writer.write(self._encoder.encode(names, data.values(), step, now))
         if force and now - self._last_flush > self.max_delay:
             writer.flush()
             self._last_flush = now

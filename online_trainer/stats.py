@@ -282,7 +282,7 @@ def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "fi
         if strata_cols:
             row["num_strata"] = len(parts)
         if ci is not None and len(sub) < 2:
-            logger.warning("Group %s has %d run: its confidence intervals are NaN.", keys or "(all)", len(sub))
+            logger.warning("Group %s has a single run: its confidence intervals are NaN.", keys or "(all)")
         rows.append(row)
     return pd.DataFrame(rows)
 

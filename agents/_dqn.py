@@ -1,0 +1,272 @@
+"""Deep Q-Network (optionally Double DQN) for Discrete action spaces."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from agents._base import AgentBase, as_valid, require
+from agents._networks import ACTIVATIONS, ObsEncoder, mlp, resolve_device
+from agents._replay import ReplayBuffer
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DQNConfig:
+    """Hyperparameters of :class:`DQNAgent`. Step counts are real env transitions."""
+
+    lr: float = 2.5e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    buffer_size: int = 100_000
+    """Replay buffer capacity."""
+    batch_size: int = 64
+    """Transitions per gradient step."""
+    learning_starts: int = 1000
+    """Transitions collected before the first gradient step."""
+    train_freq: int = 4
+    """Transitions between two training rounds."""
+    gradient_steps: int = 1
+    """Gradient steps per training round."""
+    target_update_interval: int = 1000
+    """Transitions between two target-network updates."""
+    tau: float = 1.0
+    """Target update ``target = tau * online + (1 - tau) * target`` (1.0: hard copy)."""
+    epsilon_start: float = 1.0
+    """Exploration rate at step 0."""
+    epsilon_end: float = 0.05
+    """Exploration rate after ``exploration_steps``."""
+    exploration_steps: int = 10_000
+    """Transitions over which epsilon falls linearly from start to end."""
+    double_dqn: bool = True
+    """Pick the next action with the online network and evaluate it with the target one."""
+    max_grad_norm: float | None = 10.0
+    """Clip the global gradient norm to this value (None: no clipping)."""
+    loss: str = "huber"
+    """TD loss: ``"huber"`` (smooth L1) or ``"mse"``."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the hidden layers of the Q-network."""
+    activation: str = "relu"
+    """Hidden activation: ``"relu"`` or ``"tanh"``."""
+    log_interval: int = 100
+    """Gradient steps between two ``call_back`` reports of loss and Q-values."""
+    save_buffer: bool = True
+    """Include the replay buffer's transitions in :meth:`DQNAgent.save` (counters always are)."""
+    log_step_values: bool = False
+    """When True, :meth:`DQNAgent.log` returns per-sub-env ``q`` and ``epsilon`` each step."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
+        require(self.lr > 0, "lr", self.lr, "> 0")
+        require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
+        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "target_update_interval",
+                     "log_interval"):
+            require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
+        for name in ("learning_starts", "exploration_steps"):
+            require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
+        require(0 < self.tau <= 1, "tau", self.tau, "in (0, 1]")
+        require(0 <= self.epsilon_start <= 1, "epsilon_start", self.epsilon_start, "in [0, 1]")
+        require(0 <= self.epsilon_end <= 1, "epsilon_end", self.epsilon_end, "in [0, 1]")
+        require(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm,
+                "> 0 or None")
+        require(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
+        require(all(h >= 1 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes, "positive widths")
+        require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {sorted(ACTIVATIONS)}")
+
+
+class DQNAgent(AgentBase):
+    """DQN with a replay buffer, a target network and a linear epsilon schedule.
+
+    Every ``train_freq`` real transitions (once ``learning_starts`` are collected) it takes
+    ``gradient_steps`` gradient steps on batches drawn from the replay buffer. The target
+    is ``r + gamma * Q_target(s', a*)`` with ``a*`` from the online network (Double DQN)
+    or the target network; it bootstraps on truncation (``next_obs`` is the true final
+    observation) but not on termination. Entries with ``valid`` False never reach the
+    buffer or the step counters. Every ``log_interval`` gradient steps ``call_back``
+    receives the mean ``loss``, ``q_mean``, the current ``epsilon`` and ``gradient_steps``.
+
+    ``save(path)`` writes ``path + ".pt"``, loadable with ``torch.load(..., weights_only=True)``:
+    networks, optimiser, counters, generators and (``save_buffer``) the buffer.
+
+    Args:
+        env: gymnasium ``VectorEnv`` (or ``Env``) with a ``Discrete`` action space and a
+            ``Box``, ``Discrete`` (one-hot encoded) or ``MultiBinary`` observation space.
+        device: torch device of the networks (``"cpu"`` or ``"cuda"``).
+        seed: seed used until :meth:`reset` is called.
+        **hyperparameters: fields of :class:`DQNConfig`.
+    """
+
+    Config = DQNConfig
+    STRUCTURAL = frozenset({"hidden_sizes", "activation", "buffer_size"})
+
+    def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
+                 **hyperparameters: Any) -> None:
+        self.device = resolve_device(device)
+        super().__init__(env, seed=seed, **hyperparameters)
+
+    def _check_spaces(self) -> None:
+        if not isinstance(self.action_space, gym.spaces.Discrete):
+            raise ValueError(f"DQNAgent needs a Discrete action space but got action_space={self.action_space}.")
+        self.encoder = ObsEncoder(self.observation_space)
+        self._n_actions = int(self.action_space.n)
+        self._act_start = int(self.action_space.start)
+
+    def _build(self) -> None:
+        cfg = self.config
+        sizes = (self.encoder.dim, *cfg.hidden_sizes, self._n_actions)
+        self.q_net = mlp(sizes, cfg.activation, self.torch_gen).to(self.device)
+        self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr)
+        space = self.observation_space
+        self.buffer = ReplayBuffer(cfg.buffer_size, space.shape, space.dtype)
+        self.gradient_steps_done = 0
+        self._loss_sum = self._q_sum = 0.0
+        self._n_logged = 0
+        self._resize(self.num_envs)
+
+    def _resize(self, num_envs: int) -> None:
+        self._pending: tuple[np.ndarray, np.ndarray] | None = None
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _apply_config(self, changed: set[str]) -> None:
+        if "lr" in changed:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.config.lr
+
+    @property
+    def epsilon(self) -> float:
+        """Current exploration rate (linear in the number of real transitions seen)."""
+        cfg = self.config
+        frac = 1.0 if cfg.exploration_steps == 0 else min(1.0, self.steps / cfg.exploration_steps)
+        return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
+
+    def _features(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(self.encoder(obs), device=self.device)
+
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Epsilon-greedy actions in training mode, greedy ones after :meth:`eval`."""
+        with torch.no_grad():
+            q = self.q_net(self._features(obs)).cpu().numpy()
+        actions = q.argmax(axis=1)
+        if self.training:
+            n = q.shape[0]
+            explore = self.np_rng.random(n) < self.epsilon
+            actions = np.where(explore, self.np_rng.integers(self._n_actions, size=n), actions)
+            self._pending = (np.array(obs, copy=True), actions)
+            if self.config.log_step_values:
+                self._last = (q[np.arange(n), actions], np.ones(n, dtype=bool))
+        return actions + self._act_start
+
+    def update(
+        self,
+        next_obs: np.ndarray,
+        reward: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray,
+        call_back: Callable[[dict[str, Any]], None] | None = None,
+        valid: np.ndarray | None = None,
+    ) -> None:
+        """Store the real transitions of this step, then train and update the target on schedule.
+
+        Raises:
+            RuntimeError: when called in training mode without a preceding :meth:`act`.
+        """
+        if not self.training:
+            return
+        if self._pending is None:
+            raise RuntimeError("DQNAgent.update() was called without a preceding act().")
+        real = as_valid(valid, self.num_envs)
+        obs, actions = self._pending
+        self._pending = None
+        if self._last is not None:
+            self._last = (self._last[0], real)
+        n_real = int(np.count_nonzero(real))
+        if n_real == 0:
+            return
+        self.buffer.add(obs[real], actions[real], np.asarray(reward)[real], np.asarray(next_obs)[real],
+                        np.asarray(terminated, dtype=bool)[real])
+        cfg = self.config
+        before, self.steps = self.steps, self.steps + n_real
+        if self.steps >= cfg.learning_starts and len(self.buffer) >= cfg.batch_size:
+            rounds = self.steps // cfg.train_freq - before // cfg.train_freq
+            if rounds:
+                self._train(rounds * cfg.gradient_steps, call_back)
+        if self.steps // cfg.target_update_interval > before // cfg.target_update_interval:
+            self._update_target()
+
+    def _train(self, n_steps: int, call_back: Callable[[dict[str, Any]], None] | None) -> None:
+        cfg = self.config
+        loss_fn = nn.functional.smooth_l1_loss if cfg.loss == "huber" else nn.functional.mse_loss
+        for _ in range(n_steps):
+            batch = self.buffer.sample(self.np_rng, cfg.batch_size)
+            obs, next_obs = self._features(batch["obs"]), self._features(batch["next_obs"])
+            actions = torch.as_tensor(batch["actions"], device=self.device)
+            rewards = torch.as_tensor(batch["rewards"], device=self.device)
+            not_terminal = torch.as_tensor(~batch["terminated"], device=self.device, dtype=torch.float32)
+            with torch.no_grad():
+                next_q = self.target_net(next_obs)
+                if cfg.double_dqn:
+                    best = self.q_net(next_obs).argmax(dim=1, keepdim=True)
+                else:
+                    best = next_q.argmax(dim=1, keepdim=True)
+                target = rewards + cfg.gamma * not_terminal * next_q.gather(1, best).squeeze(1)
+            q = self.q_net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+            loss = loss_fn(q, target)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.max_grad_norm is not None:
+                nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            self.gradient_steps_done += 1
+            if call_back is not None:
+                self._loss_sum += loss.item()
+                self._q_sum += q.detach().mean().item()
+                self._n_logged += 1
+                if self.gradient_steps_done % cfg.log_interval == 0:
+                    call_back({
+                        "loss": self._loss_sum / self._n_logged,
+                        "q_mean": self._q_sum / self._n_logged,
+                        "epsilon": self.epsilon,
+                        "gradient_steps": self.gradient_steps_done,
+                    })
+                    self._loss_sum = self._q_sum = 0.0
+                    self._n_logged = 0
+
+    def _update_target(self) -> None:
+        tau = self.config.tau
+        if tau == 1.0:
+            self.target_net.load_state_dict(self.q_net.state_dict())
+            return
+        with torch.no_grad():
+            for target, online in zip(self.target_net.parameters(), self.q_net.parameters()):
+                target.lerp_(online, tau)
+
+    def log(self) -> list[dict[str, np.ndarray] | None] | None:
+        """Per-sub-env ``q`` (of the action taken) and ``epsilon`` (``log_step_values`` only)."""
+        if self._last is None:
+            return None
+        q, real = self._last
+        eps = np.array([self.epsilon])
+        return [{"q": q[i : i + 1], "epsilon": eps} if real[i] else None for i in range(len(q))]
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "q_net": self.q_net.state_dict(),
+            "target_net": self.target_net.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
+            "gradient_steps": self.gradient_steps_done,
+        }
+
+    def _load_state(self, state: dict[str, Any]) -> None:
+        self.q_net.load_state_dict(state["q_net"])
+        self.target_net.load_state_dict(state["target_net"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.buffer.load_state_dict(state["buffer"])
+        self.gradient_steps_done = int(state["gradient_steps"])

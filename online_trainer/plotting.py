@@ -1,0 +1,218 @@
+"""Figures fit for a paper draft: learning curves and final performance with bootstrap CIs.
+
+The functions build a :class:`matplotlib.figure.Figure` directly (or draw into the ``ax``
+they are given) and never touch ``pyplot``'s state or the global backend: a figure is
+not registered with ``pyplot``, so it does not leak memory in loops and is not shown
+twice in notebooks (it is displayed once, as the value of the cell). Save one with
+``fig.savefig("curves.pdf")``.
+
+The statistics come from :mod:`online_trainer.stats`: see there for the IQM definition,
+the percentile stratified bootstrap and the grid of the learning curves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Union
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+
+from online_trainer.stats import (
+    GroupBy,
+    Seed,
+    _group_and_strata,
+    _groups,
+    _stat_fn,
+    curves,
+    final_performance,
+    summarize,
+)
+
+logger = logging.getLogger(__name__)
+
+Data = Union[pd.DataFrame, str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+__all__ = ["plot_final_performance", "plot_learning_curves"]
+
+X_LABELS = {"global_step": "Environment steps", "episode_index": "Episodes", "wall_time": "Wall-clock time (s)"}
+STAT_LABELS = {"iqm": "IQM", "mean": "mean", "median": "median"}
+# Okabe & Ito's palette, distinguishable with every common colour-vision deficiency.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
+
+
+def _load(data: Data) -> pd.DataFrame:
+    """The episode table: ``data`` itself, or the experiment directories it names, loaded."""
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, (str, os.PathLike)) or (
+        isinstance(data, Sequence) and data and all(isinstance(d, (str, os.PathLike)) for d in data)
+    ):
+        from online_trainer.dataframes import load_episodes
+
+        return load_episodes(data)
+    raise TypeError(
+        "data must be a DataFrame of episodes, an experiment directory or a list of them, "
+        f"got {type(data).__name__}: {data!r:.80}."
+    )
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.get_figure(), ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _style(ax: Axes) -> None:
+    """No top/right spines, a light grid behind the data, readable tick labels."""
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(True, color="0.85", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=9, length=3)
+
+
+def _label(keys: dict, num_runs: int) -> str:
+    """``"lr=0.001 (5 runs)"``; an experiment is named by its label alone."""
+    name = ", ".join(str(v) if k == "experiment" else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in keys.items())
+    runs = f"{num_runs} run{'' if num_runs == 1 else 's'}"
+    return f"{name} ({runs})" if name else runs
+
+
+def _rows_of(df: pd.DataFrame, keys: dict) -> pd.DataFrame:
+    """The rows of ``df`` in the group ``keys`` (a NaN key matches NaN)."""
+    mask = np.ones(len(df), dtype=bool)
+    for col, value in keys.items():
+        mask &= (df[col] == value).to_numpy() | (df[col].isna().to_numpy() & pd.isna(value))
+    return df[mask]
+
+
+def _stat_text(stat: str, ci: float | None) -> str:
+    return STAT_LABELS[stat] if ci is None else f"{STAT_LABELS[stat]}, {ci * 100:g}% CI"
+
+
+def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm", ci: float | None = 0.95,
+                         group_by: GroupBy = None, num_points: int = 100, grid: Sequence[float] | None = None,
+                         smooth: int | None = None, ax: Axes | None = None, title: str | None = None,
+                         n_resamples: int = 2_000, seed: Seed = 0) -> Figure:
+    """One line per group, the statistic across runs, with a shaded pointwise CI band.
+
+    Args:
+        data: Episode table (see :mod:`online_trainer.stats`), or an experiment directory
+            or a list of them, loaded with :func:`online_trainer.storage.load_episodes`.
+        x: The x column: ``"global_step"`` (environment steps), ``"episode_index"`` or any
+            numeric column.
+        stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
+        ci: Confidence level of the band; ``None`` draws no band.
+        group_by: Columns that separate configurations; by default ``experiment`` when
+            present. ``[]`` pools every run into one curve.
+        num_points: Number of points of each curve's grid.
+        grid: Explicit x values shared by every curve.
+        smooth: Trailing moving average over this many episodes of each run, before the
+            runs are aggregated.
+        ax: Axes to draw into; by default a new figure is made.
+        title: Title of the axes.
+        n_resamples: Number of bootstrap resamples.
+        seed: Seed of the bootstrap (the same seed draws the same band).
+
+    Returns:
+        The figure (the one holding ``ax`` when given).
+
+    Raises:
+        ValueError: ``x`` or a ``group_by`` column is not in the data, or an argument is
+            invalid (see :func:`online_trainer.stats.curves`).
+    """
+    _stat_fn(stat)
+    table = curves(_load(data), x, num_points=num_points, grid=grid, group_by=group_by, stat=stat, ci=ci,
+                   smooth=smooth, n_resamples=n_resamples, seed=seed)
+    group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs")]
+    fig, ax = _axes(ax, (5.5, 3.6))
+    lines = []
+    for i, (keys, curve) in enumerate(_groups(table, group_cols)):
+        color = COLORS[i % len(COLORS)]
+        (line,) = ax.plot(curve[x], curve["value"], color=color, linewidth=1.8, zorder=3,
+                          label=_label(keys, int(curve["num_runs"].max())))
+        if ci is not None:
+            ax.fill_between(curve[x], curve["lo"], curve["hi"], color=color, alpha=0.2, linewidth=0, zorder=2)
+        last = curve["value"].dropna()
+        lines.append((last.iloc[-1] if len(last) else -np.inf, i, line))
+    ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
+    ax.set_ylabel(f"Episode return ({_stat_text(stat, ci)})", fontsize=10)
+    if x == "global_step":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    low, high = table[x].min(), table[x].max()
+    ax.set_xlim(0 if 0 <= low <= 0.05 * high else low, high)
+    _style(ax)
+    # Legend entries top to bottom in the order of the curves' last values.
+    handles = [line for *_, line in sorted(lines, key=lambda t: (-t[0], t[1]))]
+    ax.legend(handles=handles, frameon=False, fontsize=9)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig
+
+
+def plot_final_performance(data: Data, *, stat: str = "iqm", last_k: int | None = None,
+                           after_step: float | None = None, group_by: GroupBy = None, strata: GroupBy = None,
+                           ci: float | None = 0.95, show_runs: bool = True, ax: Axes | None = None,
+                           title: str | None = None, n_resamples: int = 10_000, seed: Seed = 0) -> Figure:
+    """One row per group: the statistic of the runs' final returns with its CI.
+
+    The final return of a run is the mean return of its last ``last_k`` episodes, or of
+    the episodes that ended after ``after_step`` (see
+    :func:`online_trainer.stats.final_performance`).
+
+    Args:
+        data: Episode table, or an experiment directory or a list of them.
+        stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
+        last_k: Episodes averaged per run (10 when neither this nor ``after_step`` is set).
+        after_step: Average the episodes that ended after this step instead.
+        group_by: Columns that separate configurations (default: ``experiment``).
+        strata: Columns of strata resampled independently (see
+            :func:`online_trainer.stats.aggregate`).
+        ci: Confidence level of the intervals; ``None`` draws none.
+        show_runs: Draw each run's final return as a faint dot.
+        ax: Axes to draw into; by default a new figure is made.
+        title: Title of the axes.
+        n_resamples: Number of bootstrap resamples.
+        seed: Seed of the bootstrap.
+
+    Returns:
+        The figure (the one holding ``ax`` when given).
+    """
+    _stat_fn(stat)
+    df = _load(data)
+    group_cols, strata_cols = _group_and_strata(df, group_by, strata)
+    summary = summarize(df, last_k, after_step, group_by=group_cols, strata=strata_cols or None, ci=ci,
+                        n_resamples=n_resamples, seed=seed)
+    finals = final_performance(df, last_k, after_step, group_by=group_cols + strata_cols)
+    fig, ax = _axes(ax, (5.0, 1.0 + 0.45 * len(summary)))
+    rng = np.random.default_rng(0)
+    labels = []
+    for i, (keys, row) in enumerate(_groups(summary, group_cols)):
+        color, y = COLORS[i % len(COLORS)], len(summary) - 1 - i
+        if show_runs:
+            values = _rows_of(finals, keys)["final_return"].dropna()
+            ax.scatter(values, y + rng.uniform(-0.15, 0.15, len(values)), s=10, color=color, alpha=0.35,
+                       linewidths=0)
+        est, lo, hi = row[stat].iloc[0], row[f"{stat}_lo"].iloc[0], row[f"{stat}_hi"].iloc[0]
+        if ci is not None and np.isfinite(lo):
+            ax.plot([lo, hi], [y, y], color=color, linewidth=5, alpha=0.45, solid_capstyle="butt")
+        ax.plot([est], [y], marker="o", markersize=6, color=color, markeredgecolor="white", linestyle="none")
+        labels.append((y, _label(keys, int(row["num_runs"].iloc[0]))))
+    ax.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize=9)
+    ax.set_ylim(-0.6, len(summary) - 0.4)
+    window = f"after step {after_step:,g}" if after_step is not None else f"of the last {last_k or 10} episodes"
+    ax.set_xlabel(f"Return {window} ({_stat_text(stat, ci)})", fontsize=10)
+    _style(ax)
+    ax.grid(False, axis="y")
+    ax.spines["left"].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig

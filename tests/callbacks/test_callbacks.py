@@ -1,0 +1,149 @@
+"""The logging sinks: what reaches disk, averaging, pickling before the first write."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import pickle
+
+import cloudpickle
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+import callbacks
+from callbacks import BasicCallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from callbacks.event_file import ScalarEncoder
+
+
+def read_scalars(log_dir):
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def test_public_names():
+    assert callbacks.__all__ == sorted(callbacks.__all__)
+    assert {"TBCallBack", "BasicCallBack", "JsonlCallback", "EmptyCallBack"} <= set(callbacks.__all__)
+
+
+@pytest.mark.parametrize("names, values, step", [(("loss/run_0",), [0.5], 300), (("a/t", "b/t"), [1.0, -2.0], 5), (("x",), [3.0], 2**40)])
+def test_encoded_record_matches_tensorboard_checksum_and_proto(names, values, step):
+    from tensorboard.compat.proto import event_pb2
+
+    record = ScalarEncoder().encode(names, values, step, 12.5)
+    length = int.from_bytes(record[:8], "little")
+    payload = record[12:12 + length]
+    assert record[8:12] == masked_crc32c(record[:8]).to_bytes(4, "little")
+    assert record[12 + length:] == masked_crc32c(payload).to_bytes(4, "little")
+    event = event_pb2.Event.FromString(payload)
+    assert event.step == step and event.wall_time == 12.5
+    assert [(v.tag, v.simple_value) for v in event.summary.value] == list(zip(names, values))
+
+
+def test_tb_writes_every_call_with_flush_every_1(tmp_path):
+    cb = TBCallBack(tmp_path)
+    for step in range(5):
+        cb({"loss": step * 0.5, "q": -step}, "agents/run_0", step)
+    cb({"ep_return": 9.0}, "run_1", 3, force=True)
+    cb.close()
+    scalars = read_scalars(tmp_path)
+    assert scalars["loss/agents/run_0"] == [(s, s * 0.5) for s in range(5)]
+    assert scalars["q/agents/run_0"] == [(s, -s) for s in range(5)]
+    assert scalars["ep_return/run_1"] == [(3, 9.0)]
+
+
+def test_tb_averages_per_tag_and_force_bypasses(tmp_path):
+    cb = TBCallBack(tmp_path, flush_every=4)
+    for step in range(1, 10):
+        cb({"loss": float(step)}, "agents/run_0", step)
+        cb({"loss": 100.0}, "agents/run_1", step)
+    cb({"ep_return": 1.5}, "run_0", 7, force=True)
+    cb.close()
+    scalars = read_scalars(tmp_path)
+    # means of 1..4 and 5..8 written at the 4th and 8th call; the 9th is still pending
+    assert scalars["loss/agents/run_0"] == [(4, 2.5), (8, 6.5)]
+    assert scalars["loss/agents/run_1"] == [(4, 100.0), (8, 100.0)]
+    assert scalars["ep_return/run_0"] == [(7, 1.5)]
+
+
+def test_tb_reset_drops_pending_values(tmp_path):
+    cb = TBCallBack(tmp_path, flush_every=2)
+    cb({"loss": 10.0}, "a", 1)
+    cb.reset()
+    cb({"loss": 1.0}, "a", 2)
+    cb({"loss": 3.0}, "a", 3)
+    cb.close()
+    assert read_scalars(tmp_path)["loss/a"] == [(3, 2.0)]
+
+
+def test_basic_callback_writes_through(tmp_path):
+    cb = BasicCallBack(tmp_path)
+    cb({"x": 1.0}, "t", 1)
+    assert read_scalars(tmp_path)["x/t"] == [(1, 1.0)]  # on disk before close
+    cb.close()
+
+
+def test_callbacks_pickle_before_first_write_and_copies_open_their_own_file(tmp_path):
+    cb = TBCallBack(tmp_path)
+    copy = pickle.loads(pickle.dumps(cb))
+    cb({"x": 1.0}, "t", 1)
+    copy({"x": 2.0}, "t", 2)
+    cb.close()
+    copy.close()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert sorted(read_scalars(tmp_path)["x/t"]) == [(1, 1.0), (2, 2.0)]
+    jsonl = JsonlCallback(tmp_path / "log.jsonl")
+    jsonl({"x": 1}, "t", 1)
+    assert pickle.loads(cloudpickle.dumps(jsonl))._lines == []
+
+
+def test_tb_rejects_bad_flush_every(tmp_path):
+    with pytest.raises(ValueError, match=r"flush_every must be a positive int, but got flush_every=0"):
+        TBCallBack(tmp_path, flush_every=0)
+
+
+def test_jsonl_lines(tmp_path):
+    path = tmp_path / "sub" / "log.jsonl"
+    cb = JsonlCallback(path, flush_every=3)
+    cb({"loss": np.float32(0.5), "n": np.int64(3), "v": np.arange(2)}, "agents/run_0", 10)
+    cb({"ep_return": 1.0}, "run_0", 11)
+    assert not path.exists()  # buffered
+    cb({"ep_return": 2.0}, "run_0", 12, force=True)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [10, 11, 12]
+    assert lines[0]["tag"] == "agents/run_0" and lines[0]["values"] == {"loss": 0.5, "n": 3, "v": [0, 1]}
+    assert isinstance(lines[0]["wall_time"], float)
+    cb({"x": 1.0}, "t", 13)
+    cb.close()
+    assert len(path.read_text().splitlines()) == 4
+
+
+def _write_lines(path, worker):
+    cb = JsonlCallback(path, flush_every=7)
+    for step in range(500):
+        cb({"value": "x" * (step % 50), "worker": worker}, f"w{worker}", step)
+    cb.close()
+
+
+def test_jsonl_from_several_processes_has_no_torn_lines(tmp_path):
+    path = tmp_path / "log.jsonl"
+    context = multiprocessing.get_context("spawn")
+    procs = [context.Process(target=_write_lines, args=(path, w)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 1500
+    for worker in range(3):
+        assert [line["step"] for line in lines if line["tag"] == f"w{worker}"] == list(range(500))
+
+
+def test_empty_callback_does_nothing(tmp_path):
+    cb = EmptyCallBack()
+    cb({"x": 1}, "t", 1, force=True)
+    cb.reset()
+    cb.close()
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,145 @@
+"""Shared test fixtures: an env whose episode lengths are known, and a recording agent."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+
+def scheduled_length(seed: int, episode: int) -> int:
+    """Length of episode ``episode`` (0-based) of a CountingEnv reset with ``seed``."""
+    return 2 + (seed + episode) % 4
+
+
+class CountingEnv(gym.Env):
+    """Episodes of known length: episode k after ``reset(seed=s)`` lasts ``2 + (s + k) % 4`` steps.
+
+    The observation is the number of steps taken in the episode, the reward of step t (1-based)
+    is t, so an episode of length L returns L(L+1)/2. With ``truncate_at`` the episode is
+    truncated (instead of terminated) when it would be longer than that.
+    """
+
+    metadata = {"render_modes": ["rgb_array", "ansi", "rgb_array_list", "human"], "render_fps": 30}
+
+    def __init__(self, truncate_at: int | None = None, render_mode: str | None = None) -> None:
+        self.observation_space = spaces.Box(0, 100, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.truncate_at = truncate_at
+        self.render_mode = render_mode
+        self._seed = 0
+        self._episode = -1
+        self._t = 0
+        self._frames: list = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self._seed, self._episode = seed, -1
+        self._episode += 1
+        self._t = 0
+        self._length = scheduled_length(self._seed, self._episode)
+        if self.render_mode == "rgb_array_list":
+            self._frames = [self._frame()]
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action):
+        assert self._t < self._length, "stepped a finished episode"
+        self._t += 1
+        ended = self._t >= self._length
+        truncated = bool(self.truncate_at is not None and self._t >= self.truncate_at and not ended)
+        if self.render_mode == "rgb_array_list":
+            self._frames.append(self._frame())
+        return np.array([self._t], dtype=np.float32), float(self._t), ended, truncated, {}
+
+    def _frame(self):
+        return np.full((2, 2, 3), self._t, dtype=np.uint8)
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return self._frame()
+        if self.render_mode == "ansi":
+            return f"t={self._t}"
+        if self.render_mode == "rgb_array_list":
+            frames, self._frames = self._frames, []
+            return frames
+        return None
+
+
+def make_counting_vec(num_envs=2, mode="NextStep", vectorization="sync", truncate_at=None, render_mode=None):
+    """A factory of a vector env of CountingEnvs."""
+    def factory():
+        fns = [lambda: CountingEnv(truncate_at, render_mode) for _ in range(num_envs)]
+        cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
+        return cls(fns, autoreset_mode=gym.vector.AutoresetMode(mode))
+    return factory
+
+
+class RecordingAgent:
+    """Acts 0 and records what the trainer calls, checking the reset-step convention."""
+
+    def __init__(self, env=None, log_every_step=False):
+        self.calls: list[tuple] = []
+        self.real = 0
+        self.updates = 0
+        self.mode = "train"
+        self.hp: dict = {}
+        self.num_envs = None
+        self.seed = None
+        self.log_every_step = log_every_step
+        self.final_obs_ok = True
+
+    def reset(self, seed):
+        self.calls.append(("reset", seed))
+        self.seed = seed
+
+    def set_num_env(self, n):
+        self.calls.append(("set_num_env", n))
+        self.num_envs = n
+
+    def set_hp(self, hp):
+        unknown = set(hp) - {"lr", "gamma"}
+        if unknown:
+            raise ValueError(f"unknown hyperparameters {sorted(unknown)}")
+        self.calls.append(("set_hp", dict(hp)))
+        self.hp.update(hp)
+
+    def train(self):
+        self.calls.append(("train",))
+        self.mode = "train"
+
+    def eval(self):
+        self.calls.append(("eval",))
+        self.mode = "eval"
+
+    def act(self, obs):
+        return np.zeros(len(obs), dtype=np.int64)
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None, valid=None):
+        self.updates += 1
+        self.real += int(np.count_nonzero(valid))
+        done = (terminated | truncated) & valid
+        # the observation an episode ended on is its length: never the reset observation
+        if np.any(next_obs[done, 0] == 0):
+            self.final_obs_ok = False
+        if call_back is not None:
+            call_back({"loss": float(self.updates)})
+
+    def log(self):
+        if not self.log_every_step:
+            return None
+        return [{"t": np.array([self.updates])} for _ in range(self.num_envs)]
+
+    def save(self, path=None):
+        state = {"updates": self.updates, "seed": self.seed}
+        if path is None:
+            return state
+        with open(path + ".txt", "w") as f:
+            f.write(repr(state))
+        return state
+
+
+@pytest.fixture
+def counting_vec():
+    return make_counting_vec

@@ -1,0 +1,138 @@
+"""Bad input is refused before any env step and before exp_dir is touched, with a clear message."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from online_trainer import OnlineTrainer
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+class CountingFactory:
+    """An env factory that counts the envs it builds and the steps they take."""
+
+    def __init__(self):
+        self.steps = 0
+        self.built = 0
+
+    def __call__(self):
+        self.built += 1
+        env = make_counting_vec(1)()
+        original = env.step
+
+        def step(actions):
+            self.steps += 1
+            return original(actions)
+
+        env.step = step
+        return env
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"num_episodes": 5, "total_steps": 10}, r"exactly one of num_episodes and total_steps.*num_episodes=5, total_steps=10"),
+        ({}, r"num_episodes=None, total_steps=None"),
+        ({"num_episodes": 0}, r"num_episodes=0, total_steps=None"),
+        ({"total_steps": 2.5}, r"total_steps=2.5"),
+        ({"num_episodes": True}, r"num_episodes=True"),
+        ({"num_episodes": 3, "num_workers": 0}, r"num_workers must be a positive int, but got num_workers=0"),
+        ({"num_episodes": 3, "seed_offset": -1}, r"seed_offset=-1"),
+        ({"num_episodes": 3, "checkpoint_freq": 0}, r"checkpoint_freq=0"),
+        ({"num_episodes": 3, "tuning_hp": ["lr"]}, r"tuning_hp=\['lr'\]"),
+    ],
+)
+def test_bad_budget_and_options(tmp_path, kwargs, message):
+    factory = CountingFactory()
+    exp = tmp_path / "exp"
+    with pytest.raises(ValueError, match=message):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=exp).multi_run(2, **kwargs)
+    assert factory.steps == 0 and not exp.exists()
+
+
+@pytest.mark.parametrize("num_runs", [0, -2, 1.5, None])
+def test_non_positive_num_runs(num_runs):
+    with pytest.raises(ValueError, match=rf"num_runs must be a positive int, but got num_runs={num_runs}"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(num_runs, num_episodes=1)
+
+
+@pytest.mark.parametrize("option", [{"dump_metrics": True}, {"checkpoint_freq": 5}])
+def test_disk_options_without_exp_dir(option):
+    factory = CountingFactory()
+    name, value = next(iter(option.items()))
+    with pytest.raises(ValueError, match=rf"{name}={value} writes into the experiment directory, but exp_dir is None"):
+        OnlineTrainer(factory, RecordingAgent).multi_run(1, num_episodes=1, **option)
+    assert factory.steps == 0
+
+
+def test_missing_config_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"config='.*nope.py' does not exist"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp", config=tmp_path / "nope.py")
+    assert not (tmp_path / "exp").exists()
+
+
+def test_agent_missing_methods_listed(tmp_path):
+    class NoUpdate:
+        def act(self, obs):
+            return np.zeros(len(obs), dtype=np.int64)
+
+    factory = CountingFactory()
+    with pytest.raises(TypeError, match=r"lacks the required method\(s\) update"):
+        OnlineTrainer(factory, lambda env: NoUpdate(), exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
+    with pytest.raises(TypeError, match=r"which lacks: act, update"):
+        OnlineTrainer(factory, object())
+    assert factory.steps == 0 and not (tmp_path / "exp").exists()
+
+
+def test_env_factory_returning_something_else(tmp_path):
+    def bad_env():
+        return "CartPole-v1"
+
+    with pytest.raises(TypeError, match=r"env factory .*bad_env returned 'CartPole-v1' of type str, which is neither"):
+        OnlineTrainer(bad_env, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
+    assert not (tmp_path / "exp").exists()
+    with pytest.raises(TypeError, match=r"env must be a gymnasium Env, a VectorEnv or a zero-argument factory"):
+        OnlineTrainer(42, RecordingAgent)
+
+
+def test_unknown_hyperparameter_is_raised_by_the_probe(tmp_path):
+    factory = CountingFactory()
+    with pytest.raises(ValueError, match=r"unknown hyperparameters \['momentum'\]"):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, tuning_hp={"momentum": 0.9})
+    assert factory.steps == 0 and not (tmp_path / "exp").exists()
+
+
+def test_existing_experiment_is_not_replaced(tmp_path):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    factory = CountingFactory()
+    with pytest.raises(FileExistsError, match=r"already holds an earlier experiment \(.*manifest.json.*\): pass overwrite=True"):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2)
+    assert factory.steps == 0
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_different_args_in_reused_dir_refused(tmp_path):
+    (tmp_path / "args.yaml").write_text("lr: 1\n")
+    with pytest.raises(FileExistsError, match=r"args.yaml already exists with other content"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 2}).multi_run(1, num_episodes=1)
+    assert (tmp_path / "args.yaml").read_text() == "lr: 1\n"
+
+
+def test_keep_records_false_needs_disk():
+    with pytest.raises(ValueError, match=r"keep_records=False needs dump_metrics=True"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, keep_records=False)
+
+
+def test_checkpoint_needs_save(tmp_path):
+    class NoSave:
+        def act(self, obs):
+            return np.zeros(len(obs), dtype=np.int64)
+
+        def update(self, *a, **k):
+            pass
+
+    with pytest.raises(TypeError, match=r"checkpoint_freq=3 needs agent.save"):
+        OnlineTrainer(make_counting_vec(1), NoSave(), exp_dir=tmp_path / "e").multi_run(1, num_episodes=1, checkpoint_freq=3)
+    assert not (tmp_path / "e").exists()

@@ -1,0 +1,298 @@
+"""Tests of online_trainer.stats: values computed by hand on small fixed data."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from online_trainer.stats import STATISTICS, aggregate, curves, final_performance, iqm, summarize
+
+
+def episodes(returns: dict, steps: dict | None = None, **columns) -> pd.DataFrame:
+    """An episode table: ``returns[run]`` lists the returns of a run, ``steps[run]`` its global steps.
+
+    Without ``steps``, episode ``e`` (1-based) ends at step ``100 * e``. Extra keyword
+    arguments become constant columns (e.g. ``experiment="a"``, ``lr=0.1``).
+    """
+    rows = []
+    for run, rets in returns.items():
+        xs = steps[run] if steps else [100 * (e + 1) for e in range(len(rets))]
+        for e, (ret, step) in enumerate(zip(rets, xs)):
+            rows.append({"run": run, "seed": 10 + run, "episode_index": e + 1, "global_step": step,
+                         "ep_return": float(ret), "ep_length": 5, "wall_time": 0.1 * e, **columns})
+    return pd.DataFrame(rows)
+
+
+def final_values(values: list[float], **columns) -> pd.DataFrame:
+    """A table of one final return per run, as final_performance returns."""
+    return pd.DataFrame({"run": range(len(values)), "final_return": values, **columns})
+
+
+# ----------------------------------------------------------------------------- final_performance
+def test_final_performance_last_k_by_hand():
+    df = episodes({0: range(1, 13), 1: [4, 6]})
+    out = final_performance(df, last_k=3)
+    assert list(out.columns) == ["run", "seed", "final_return", "num_episodes"]
+    assert out["final_return"].tolist() == [11.0, 5.0]  # mean(10, 11, 12); a short run uses all it has
+    assert out["num_episodes"].tolist() == [3, 2]
+    assert out["seed"].tolist() == [10, 11]
+
+
+def test_final_performance_defaults_to_last_10_episodes():
+    df = episodes({0: range(1, 21)})
+    assert final_performance(df)["final_return"].item() == np.mean(range(11, 21))
+
+
+def test_final_performance_uses_episode_order_not_row_order():
+    df = episodes({0: [1, 2, 3, 4]}).iloc[::-1]
+    assert final_performance(df, last_k=2)["final_return"].item() == 3.5
+
+
+def test_final_performance_after_step(caplog):
+    df = episodes({0: range(1, 13), 1: [1, 2]})  # run 0 ends at step 1200, run 1 at step 200
+    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+        out = final_performance(df, after_step=950)
+    assert out["final_return"].iloc[0] == 11.0  # episodes ending at 1000, 1100, 1200
+    assert np.isnan(out["final_return"].iloc[1])
+    assert out["num_episodes"].tolist() == [3, 0]
+    assert "1 run(s) have no episode that ended after step 950" in caplog.text
+
+
+def test_final_performance_groups_by_experiment_by_default_and_keeps_runs_apart():
+    df = pd.concat([episodes({0: [1, 2], 1: [3, 4]}, experiment="a", lr=0.1),
+                    episodes({0: [10, 20]}, experiment="b", lr=0.1)])
+    out = final_performance(df, last_k=1)
+    assert list(out.columns[:2]) == ["experiment", "run"]
+    assert out["final_return"].tolist() == [2.0, 4.0, 20.0]
+    by_lr = final_performance(df, last_k=1, group_by="lr")  # run 0 of a and run 0 of b stay two runs
+    assert list(by_lr.columns[:3]) == ["lr", "experiment", "run"]
+    assert len(by_lr) == 3
+    assert len(final_performance(df, last_k=1, group_by=[])) == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"last_k": 3, "after_step": 100}, "either last_k or after_step, not both; got last_k=3, after_step=100"),
+        ({"last_k": 0}, "last_k must be an int >= 1, got last_k=0"),
+        ({"last_k": 2.5}, "last_k=2.5"),
+        ({"group_by": "algo"}, r"group_by='algo' names column\(s\) \['algo'\]"),
+    ],
+)
+def test_final_performance_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        final_performance(episodes({0: [1, 2]}), **kwargs)
+
+
+def test_final_performance_missing_column_and_empty_data():
+    with pytest.raises(ValueError, match=r"no column\(s\) \['ep_return'\]"):
+        final_performance(episodes({0: [1]}).drop(columns="ep_return"))
+    with pytest.raises(ValueError, match="empty"):
+        final_performance(episodes({0: [1]}).iloc[:0])
+    with pytest.raises(TypeError, match="DataFrame"):
+        final_performance([1, 2, 3])
+
+
+def test_group_by_a_column_that_changes_within_a_run_is_refused():
+    df = episodes({0: [1, 2]})
+    df["lr"] = [0.1, 0.2]
+    with pytest.raises(ValueError, match=r"\['lr'\] change value within a run"):
+        final_performance(df, group_by="lr")
+
+
+# ----------------------------------------------------------------------------- aggregate
+def test_iqm_matches_the_rliable_definition_by_hand():
+    assert iqm(range(1, 9)) == pytest.approx((3 + 4 + 5 + 6) / 4)
+    # n=10: int(0.25 * 10) = 2 values dropped at each end, not 2.5.
+    assert iqm([0, 0, 0, 1, 2, 3, 4, 100, 100, 100]) == pytest.approx((0 + 1 + 2 + 3 + 4 + 100) / 6)
+    assert iqm([7.0]) == 7.0
+    assert set(STATISTICS) == {"mean", "median", "iqm"}
+
+
+def test_aggregate_point_estimates_by_hand():
+    out = aggregate(final_values([1, 2, 3, 4, 5, 6, 7, 100]), ci=None)
+    row = out.iloc[0]
+    assert row["mean"] == pytest.approx(128 / 8)
+    assert row["median"] == pytest.approx(4.5)
+    assert row["iqm"] == pytest.approx(4.5)
+    assert row["num_runs"] == 8
+    assert np.isnan(row["iqm_lo"]) and np.isnan(row["iqm_hi"])
+
+
+def test_aggregate_columns_and_groups():
+    df = pd.concat([final_values([1, 2, 3], experiment="a"), final_values([4, 5, 6, 7], experiment="b")])
+    out = aggregate(df)
+    assert list(out.columns) == ["experiment", "mean", "mean_lo", "mean_hi", "median", "median_lo",
+                                 "median_hi", "iqm", "iqm_lo", "iqm_hi", "num_runs"]
+    assert out["experiment"].tolist() == ["a", "b"]
+    assert out["mean"].tolist() == [2.0, 5.5]
+    assert out["num_runs"].tolist() == [3, 4]
+
+
+def test_aggregate_ci_contains_estimate_and_shrinks_with_more_runs():
+    rng = np.random.default_rng(0)
+    few = aggregate(final_values(rng.normal(10, 2, 5)), seed=1).iloc[0]
+    many = aggregate(final_values(rng.normal(10, 2, 200)), seed=1).iloc[0]
+    for row in (few, many):
+        for stat in ("mean", "median", "iqm"):
+            assert row[f"{stat}_lo"] <= row[stat] <= row[f"{stat}_hi"]
+    for stat in ("mean", "median", "iqm"):
+        assert many[f"{stat}_hi"] - many[f"{stat}_lo"] < few[f"{stat}_hi"] - few[f"{stat}_lo"]
+
+
+def test_aggregate_is_deterministic_with_a_seed():
+    data = final_values(np.random.default_rng(0).normal(size=8))
+    pd.testing.assert_frame_equal(aggregate(data, seed=7), aggregate(data, seed=7))
+    generator_result = aggregate(data, seed=np.random.default_rng(7))
+    pd.testing.assert_frame_equal(aggregate(data, seed=7), generator_result)
+    assert not aggregate(data, seed=7, n_resamples=500).equals(aggregate(data, seed=8, n_resamples=500))
+
+
+def test_aggregate_single_run_and_identical_values(caplog):
+    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+        out = aggregate({"one": [3.0], "same": [2.0, 2.0, 2.0]})
+    one, same = out.set_index("group").loc["one"], out.set_index("group").loc["same"]
+    assert one["iqm"] == 3.0 and one["num_runs"] == 1
+    assert np.isnan(one["iqm_lo"]) and np.isnan(one["iqm_hi"])
+    assert (same["mean_lo"], same["mean"], same["mean_hi"]) == (2.0, 2.0, 2.0)
+    assert (same["iqm_lo"], same["iqm_hi"]) == (2.0, 2.0)
+    assert "single run" in caplog.text
+
+
+def test_aggregate_leaves_out_nan_runs(caplog):
+    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+        out = aggregate(final_values([1.0, np.nan, 3.0]), ci=None)
+    assert out["mean"].item() == 2.0 and out["num_runs"].item() == 2
+    assert "Leaving out 1 run(s)" in caplog.text
+
+
+def test_stratified_bootstrap_resamples_within_strata():
+    # Task A always scores 0, task B always 10: every stratified resample holds four of
+    # each, so the mean is 5 in every resample. Pooling the strata gives a wide interval.
+    data = final_values([0, 0, 0, 0, 10, 10, 10, 10], task=list("AAAABBBB"))
+    stratified = aggregate(data, group_by=[], strata="task").iloc[0]
+    assert (stratified["mean_lo"], stratified["mean"], stratified["mean_hi"]) == (5.0, 5.0, 5.0)
+    assert stratified["num_strata"] == 2 and stratified["num_runs"] == 8
+    pooled = aggregate(data, group_by=[]).iloc[0]
+    assert pooled["mean_lo"] < 5.0 < pooled["mean_hi"]
+
+
+def test_stratified_bootstrap_keeps_a_single_run_stratum():
+    data = final_values([0, 1, 2, 3], task=list("ABBB"))
+    row = aggregate(data, group_by=[], strata="task", seed=0).iloc[0]
+    assert row["mean"] == 1.5
+    # The stratum of one run contributes 0 to every resample: the mean is at least 0/4 + 3/4.
+    assert 0.75 <= row["mean_lo"] < row["mean_hi"] <= 2.25
+
+
+def test_aggregate_errors():
+    with pytest.raises(ValueError, match=r"no column\(s\) \['final_return'\].*summarize"):
+        aggregate(episodes({0: [1, 2]}))
+    with pytest.raises(ValueError, match="must not share columns"):
+        aggregate(final_values([1, 2], task=["A", "B"]), group_by="task", strata="task")
+    with pytest.raises(ValueError, match="ci=1.5"):
+        aggregate(final_values([1, 2]), ci=1.5)
+    with pytest.raises(ValueError, match="n_resamples=0"):
+        aggregate(final_values([1, 2]), n_resamples=0)
+
+
+def test_summarize_is_final_performance_then_aggregate():
+    df = pd.concat([episodes({r: np.arange(12) * (r + 1) for r in range(4)}, experiment="a"),
+                    episodes({r: np.arange(12) - r for r in range(3)}, experiment="b")])
+    expected = aggregate(final_performance(df, last_k=4), seed=3)
+    pd.testing.assert_frame_equal(summarize(df, last_k=4, seed=3), expected)
+
+
+def test_summarize_with_experiments_as_strata():
+    df = pd.concat([episodes({0: [1], 1: [3]}, experiment="a"), episodes({0: [10], 1: [20]}, experiment="b")])
+    row = summarize(df, strata="experiment", ci=None)
+    assert "experiment" not in row.columns
+    assert row["mean"].item() == pytest.approx(34 / 4) and row["num_strata"].item() == 2
+
+
+# ----------------------------------------------------------------------------- curves
+def two_runs() -> pd.DataFrame:
+    # run 0: y = x - 10 on x in [10, 30]; run 1: y = x - 15 on x in [15, 35]
+    return episodes({0: [0, 10, 20], 1: [0, 10, 20]}, steps={0: [10, 20, 30], 1: [15, 25, 35]})
+
+
+def test_curves_interpolates_onto_the_common_range_by_hand():
+    out = curves(two_runs(), num_points=4, stat="mean", ci=None)
+    assert list(out.columns) == ["global_step", "value", "lo", "hi", "num_runs"]
+    assert out["global_step"].tolist() == [15, 20, 25, 30]  # latest first x .. earliest last x
+    # run 0 at 15, 20, 25, 30: 5, 10, 15, 20; run 1: 0, 5, 10, 15
+    assert out["value"].tolist() == [2.5, 7.5, 12.5, 17.5]
+    assert out["num_runs"].tolist() == [2, 2, 2, 2]
+
+
+def test_curves_explicit_grid_never_extrapolates():
+    out = curves(two_runs(), grid=[10, 12.5, 20, 35, 40], stat="mean")
+    np.testing.assert_allclose(out["value"], [0.0, 2.5, 7.5, 20.0, np.nan])
+    assert out["num_runs"].tolist() == [1, 1, 2, 1, 0]
+    assert out["lo"].isna().tolist() == [True, True, False, True, True]  # one run: no interval
+
+
+def test_curves_average_episodes_that_end_at_the_same_step():
+    df = episodes({0: [0, 4, 10], 1: [1, 1, 1]}, steps={0: [0, 10, 20], 1: [0, 10, 20]})
+    df.loc[1, "global_step"] = 0  # run 0: returns 0 and 4 both at step 0, 10 at step 20
+    out = curves(df[df["run"] == 0], grid=[0, 10, 20], stat="mean", ci=None)
+    assert out["value"].tolist() == [2.0, 6.0, 10.0]
+
+
+def test_curves_smooth_is_a_trailing_moving_average():
+    df = episodes({0: [0, 10, 20, 30]})
+    out = curves(df, x="episode_index", num_points=4, smooth=2, ci=None)
+    assert out["episode_index"].tolist() == [1, 2, 3, 4]
+    assert out["value"].tolist() == [0.0, 5.0, 15.0, 25.0]
+
+
+def test_curves_groups_ci_and_determinism():
+    rng = np.random.default_rng(0)
+    df = pd.concat([
+        episodes({r: rng.normal(0, 1, 30) + np.arange(30) for r in range(6)}, experiment="a"),
+        episodes({r: rng.normal(5, 1, 30) for r in range(5)}, experiment="b"),
+    ])
+    out = curves(df, num_points=20, seed=1)
+    assert out["experiment"].tolist() == ["a"] * 20 + ["b"] * 20
+    assert out.groupby("experiment")["num_runs"].max().tolist() == [6, 5]
+    assert (out["lo"] <= out["value"]).all() and (out["value"] <= out["hi"]).all()
+    assert (out["hi"] > out["lo"]).all()
+    pd.testing.assert_frame_equal(out, curves(df, num_points=20, seed=1))
+    iqm_at_first = iqm(df[df["episode_index"] == 1].groupby("experiment")["ep_return"].apply(list).loc["a"])
+    assert out["value"].iloc[0] == pytest.approx(iqm_at_first)
+
+
+def test_curves_are_fast():
+    rng = np.random.default_rng(0)
+    df = episodes({r: rng.normal(0, 1, 500) for r in range(10)})
+    curves(df, num_points=10)  # warm up imports
+    start = time.perf_counter()
+    out = curves(df, num_points=100)
+    assert time.perf_counter() - start < 1.0
+    assert len(out) == 100
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"x": "nope"}, r"x='nope' is not a column of the data; available columns: \['run'"),
+        ({"stat": "max"}, r"stat must be one of \['iqm', 'mean', 'median'\], got stat='max'"),
+        ({"ci": 95}, "ci=95"),
+        ({"num_points": 1}, "num_points=1"),
+        ({"smooth": 0}, "smooth=0"),
+        ({"grid": [3, 2, 1]}, "grid must be a non-empty 1-D array of finite increasing values"),
+    ],
+)
+def test_curves_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        curves(two_runs(), **kwargs)
+
+
+def test_curves_refuses_a_non_numeric_x():
+    df = two_runs().assign(label="x")
+    with pytest.raises(ValueError, match="x='label' must be a numeric column"):
+        curves(df, x="label")

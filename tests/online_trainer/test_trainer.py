@@ -1,0 +1,209 @@
+"""OnlineTrainer.multi_run end to end: records, seeds, agent calls, files on disk, loaders."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from callbacks import EmptyCallBack, JsonlCallback
+from online_trainer import (
+    OnlineTrainer,
+    load_agent_logs,
+    load_all_run_metrics,
+    load_args,
+    load_config,
+    load_run_metrics,
+    load_transitions,
+)
+from online_trainer.seeding import SEED_STRIDE
+from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
+
+RECORD_KEYS = {"ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
+               "agent_logs", "global_step", "wall_time"}
+
+
+def collecting(created, **kwargs):
+    def factory(env):
+        agent = RecordingAgent(**kwargs)
+        created.append(agent)
+        return agent
+    return factory
+
+
+def test_records_have_every_field_and_runs_get_distinct_seeds(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "exp")
+    runs = trainer.multi_run(3, num_episodes=5, seed_offset=100, progress=False)
+    assert len(runs) == 3 and all(len(r) == 5 for r in runs)
+    assert set(runs[0][0]) == RECORD_KEYS
+    assert isinstance(runs[0][0]["actions"], np.ndarray)
+    assert [r[0]["agent_seed"] for r in runs] == [100, 100 + SEED_STRIDE, 100 + 2 * SEED_STRIDE]
+    manifest = json.loads((tmp_path / "exp" / "manifest.json").read_text())
+    assert manifest["seeds"] == [100, 100 + SEED_STRIDE, 100 + 2 * SEED_STRIDE]
+    assert [r["status"] for r in manifest["runs"]] == ["finished"] * 3
+    assert manifest["num_envs"] == 2 and manifest["autoreset_mode"] == "NEXT_STEP"
+
+
+def test_same_seed_offset_repeats_and_random_seed_is_recorded(tmp_path):
+    env = lambda: gym.make_vec("CartPole-v1", num_envs=2)
+
+    class Random:
+        def __init__(self, env):
+            self.space = env.action_space
+
+        def reset(self, seed):
+            self.space.seed(seed)
+
+        def act(self, obs):
+            return self.space.sample()
+
+        def update(self, *args, **kwargs):
+            pass
+
+    first = OnlineTrainer(env, Random).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
+    again = OnlineTrainer(env, Random).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
+    strip = lambda runs: [[(r["ep_return"], r["global_step"], r["actions"].tolist()) for r in run] for run in runs]
+    assert strip(first) == strip(again)
+    assert strip(first)[0] != strip(first)[1]
+    drawn = OnlineTrainer(env, Random, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
+    seed = json.loads((tmp_path / "manifest.json").read_text())["base_seed"]
+    assert drawn[0][0]["agent_seed"] == seed
+    replay = OnlineTrainer(env, Random).multi_run(2, num_episodes=3, seed_offset=seed, progress=False)
+    assert strip(replay) == strip(drawn)
+
+
+def test_agent_protocol_calls_in_order_and_agent_metrics_logged(tmp_path):
+    created = []
+    trainer = OnlineTrainer(make_counting_vec(3), collecting(created), exp_dir=tmp_path)
+    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl", flush_every=5)
+    trainer.multi_run(1, num_episodes=4, seed_offset=7, tuning_hp={"lr": 0.5}, progress=False)
+    agent = created[1]
+    assert agent.calls == [("reset", 7), ("set_num_env", 3), ("set_hp", {"lr": 0.5}), ("train",)]
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    tags = {line["tag"] for line in lines}
+    assert tags == {"run_0", "agents/run_0"}
+    episodes = [line for line in lines if line["tag"] == "run_0"]
+    assert [line["step"] for line in episodes] == [1, 2, 3, 4]
+    assert set(episodes[0]["values"]) == {"ep_return", "ep_length"}
+    agent_lines = [line for line in lines if line["tag"] == "agents/run_0"]
+    assert len(agent_lines) == agent.updates
+    assert agent_lines[-1]["values"] == {"loss": float(agent.updates)}
+
+
+def test_eval_mode_never_updates():
+    created = []
+    OnlineTrainer(make_counting_vec(2), collecting(created), train=False).multi_run(1, num_episodes=3, progress=False)
+    assert created[1].updates == 0 and created[1].mode == "eval" and ("eval",) in created[1].calls
+
+
+def test_agent_instance_is_copied_for_every_run():
+    prototype = RecordingAgent()
+    OnlineTrainer(make_counting_vec(1), prototype).multi_run(2, num_episodes=2, progress=False)
+    assert prototype.updates == 0 and prototype.calls == []
+
+
+def test_single_env_is_wrapped():
+    (records,) = OnlineTrainer(CountingEnv(), RecordingAgent).multi_run(1, num_episodes=3, seed_offset=0, progress=False)
+    assert [r["ep_length"] for r in records] == [2, 3, 4]
+
+
+def test_files_on_disk_and_loaders(tmp_path):
+    config = tmp_path / "my_config.py"
+    config.write_text("LR = 0.25\n")
+    args = argparse.Namespace(lr=0.25, layers=(64, 64), name="x", tags=["a"])
+    exp = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(2), collecting([], log_every_step=True), exp_dir=exp, config=config, args=args)
+    runs = trainer.multi_run(2, num_episodes=4, seed_offset=0, dump_transitions=True, progress=False)
+    assert load_args(exp) == args
+    assert load_config(exp).LR == 0.25
+    assert _same(load_run_metrics(exp, 1), runs[1])
+    assert _same(pickle.loads((exp / "all_metrics.pkl").read_bytes())[0], runs[0])
+    loaded = load_all_run_metrics(exp)
+    assert [len(r) for r in loaded] == [4, 4]
+    transitions = load_transitions(exp)
+    assert [len(t) for t in transitions[0]] == [r["ep_length"] for r in runs[0]]
+    obs, action, reward, terminated, truncated = transitions[0][0][-1]
+    assert terminated and not truncated and reward == runs[0][0]["ep_length"]
+    logs = load_agent_logs(exp)
+    assert logs[0][0]["t"].shape[0] >= runs[0][0]["ep_length"]
+    assert OnlineTrainer.load_args is not None and OnlineTrainer.load_all_run_metrics(exp)[0][0]["ep_return"] == runs[0][0]["ep_return"]
+    assert list(exp.glob("events.out.tfevents.*"))
+
+
+def _same(a, b):
+    return [(r["ep_return"], r["ep_length"], r["global_step"]) for r in a] == [(r["ep_return"], r["ep_length"], r["global_step"]) for r in b]
+
+
+def test_checkpoints_episode_mode(tmp_path):
+    created = []
+    trainer = OnlineTrainer(make_counting_vec(1), collecting(created), exp_dir=tmp_path)
+    runs = trainer.multi_run(1, num_episodes=6, seed_offset=0, checkpoint_freq=2, progress=False)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    for n in (2, 4, 6):
+        assert f"Run0_E{n}.txt" in names
+    assert "Run0_Last.txt" in names
+    best = torch.load(tmp_path / "Run0_Best_agent.t", weights_only=True)
+    best_index = int(np.argmax([r["ep_return"] for r in runs[0]]))
+    # the state saved at the end of the best episode: the agent had made as many updates as steps so far
+    assert best["updates"] == runs[0][best_index]["global_step"] + best_index
+
+
+def test_checkpoints_step_mode(tmp_path):
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=50, seed_offset=0, checkpoint_freq=20, progress=False)
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"Run0_S20.txt", "Run0_S40.txt", "Run0_Last.txt", "Run0_Best_agent.t"} <= names
+    assert "Run0_S60.txt" not in names
+
+
+def test_keep_records_false_returns_none_and_keeps_disk(tmp_path):
+    runs = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, num_episodes=30, seed_offset=0, keep_records=False, progress=False)
+    assert runs == [None, None]
+    assert [len(r) for r in load_all_run_metrics(tmp_path)] == [30, 30]
+    assert not (tmp_path / "all_metrics.pkl").exists()
+
+
+def test_exception_mid_run_leaves_flushed_stream(tmp_path):
+    class Exploding(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            if self.updates == 60:
+                raise RuntimeError("boom at update 60")
+
+    from online_trainer import RunsFailedError
+    trainer = OnlineTrainer(make_counting_vec(1), Exploding, exp_dir=tmp_path)
+    trainer.call_back = EmptyCallBack()
+    with pytest.raises(RunsFailedError, match="boom at update 60") as info:
+        trainer.multi_run(1, num_episodes=1000, seed_offset=0, metrics_flush_every=7, progress=False)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    records = load_run_metrics(tmp_path, 0)
+    # lengths 2,3,4,5,... plus a reset step each: the 60th update falls in episode 14, so 13 ended
+    assert [r["episode_index"] for r in records] == list(range(1, 14))
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "failed"
+
+
+def test_keyboard_interrupt_flushes_and_propagates(tmp_path):
+    class Interrupting(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            if self.updates == 40:
+                raise KeyboardInterrupt
+
+    trainer = OnlineTrainer(make_counting_vec(1), Interrupting, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, num_episodes=1000, seed_offset=0, metrics_flush_every=100, progress=False)
+    assert len(load_run_metrics(tmp_path, 0)) > 5
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["interrupted", "interrupted"]
+
+
+def test_overwrite_replaces_earlier_experiment(tmp_path):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(2, num_episodes=2, progress=False)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, overwrite=True, progress=False)
+    assert [len(r) for r in load_all_run_metrics(tmp_path)] == [3]

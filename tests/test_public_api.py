@@ -1,0 +1,15 @@
+"""The public names are what users type."""
+
+import online_trainer
+
+
+def test_exports_are_sorted_and_importable():
+    assert online_trainer.__all__ == sorted(online_trainer.__all__)
+    for name in online_trainer.__all__:
+        assert hasattr(online_trainer, name), name
+
+
+def test_core_names():
+    expected = {"OnlineTrainer", "load_run_metrics", "load_all_run_metrics", "load_transitions",
+                "load_agent_logs", "load_args", "load_config"}
+    assert expected <= set(online_trainer.__all__)
