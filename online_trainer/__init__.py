@@ -3,9 +3,10 @@
 ``OnlineTrainer(env, agent, exp_dir=...).multi_run(num_runs, num_episodes=... | total_steps=...)``
 """
 
-from online_trainer.dataframes import load_episodes
+import importlib
+from typing import Any
+
 from online_trainer.errors import RunFailure, RunsFailedError
-from online_trainer.plotting import plot_final_performance, plot_learning_curves
 from online_trainer.protocol import Agent
 from online_trainer.storage import (
     TruncatedMetricsWarning,
@@ -16,8 +17,30 @@ from online_trainer.storage import (
     load_run_metrics,
     load_transitions,
 )
-from online_trainer.stats import aggregate, curves, final_performance, iqm, summarize
 from online_trainer.trainer import OnlineTrainer
+
+# Analysis pulls in pandas, scipy and matplotlib: imported on first use, so that worker
+# processes, which import this package to run, start quickly.
+_LAZY = {
+    "aggregate": "online_trainer.stats",
+    "curves": "online_trainer.stats",
+    "final_performance": "online_trainer.stats",
+    "iqm": "online_trainer.stats",
+    "load_episodes": "online_trainer.dataframes",
+    "plot_final_performance": "online_trainer.plotting",
+    "plot_learning_curves": "online_trainer.plotting",
+    "summarize": "online_trainer.stats",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'online_trainer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "Agent",

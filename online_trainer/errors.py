@@ -32,6 +32,8 @@ class RunsFailedError(RuntimeError):
         self.results = results
         parts = [f"{len(self.failures)} run(s) failed; the records of each up to its failure are on disk."]
         for failure in self.failures:
-            indented = "\n".join("    " + line for line in failure.tail().splitlines())
-            parts.append(f"  run {failure.run_idx} (seed {failure.seed}): {failure.exception}\n{indented}")
+            line = f"  run {failure.run_idx} (seed {failure.seed}): {failure.exception}"
+            if failure.traceback.strip() != failure.exception:
+                line += "\n" + "\n".join("    " + text for text in failure.tail().splitlines())
+            parts.append(line)
         super().__init__("\n".join(parts))

@@ -1,8 +1,15 @@
-"""Progress display: one tqdm bar per run (``tqdm.auto``, so notebooks render it)."""
+"""Progress display: the parent process owns it; runs report to it directly or over a queue.
+
+The display has one overall bar (budget units of all runs together) and one bar per active
+run, showing the last episode return. Bars of finished runs are removed, so the display
+stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as widgets in
+Jupyter and as text in a terminal; only the parent writes, so lines never interleave.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -14,7 +21,7 @@ class RunProgress(Protocol):
         """Count ``amount`` more episodes (episode budget) or env steps (step budget)."""
 
     def episode_end(self, ep_return: float) -> None:
-        """Show the return of the episode that just ended."""
+        """Note the return of the episode that just ended."""
 
     def close(self) -> None:
         """The run ended."""
@@ -42,25 +49,143 @@ class NoProgress:
     def close(self) -> None:
         pass
 
+    def run_finished(self, run_idx: int, failed: bool) -> None:
+        pass
 
-class TqdmRunProgress:
-    """A tqdm bar for one run, showing the last episode return."""
+    def handle(self, message: tuple) -> None:
+        pass
 
-    def __init__(self, run_idx: int, total: int, unit: str, position: int | None = None, leave: bool = True) -> None:
-        self.bar = tqdm(total=total, unit=unit, desc=f"run {run_idx}", position=position, leave=leave, dynamic_ncols=True)
+    def close_all(self) -> None:
+        pass
+
+
+class ProgressDisplay:
+    """The parent's display: an overall bar plus a bar per active run.
+
+    Args:
+        num_runs: runs in the experiment.
+        total: budget of one run, in ``unit``.
+        unit: ``episodes`` or ``steps``.
+    """
+
+    def __init__(self, num_runs: int, total: int, unit: str) -> None:
+        self.num_runs, self.total, self.unit = num_runs, total, unit
+        self.overall = tqdm(total=num_runs * total, unit=unit, desc="all runs", position=0, dynamic_ncols=True)
+        self.bars: dict[int, Any] = {}
+        self.positions: dict[int, int] = {}
+        self.done = self.failed = 0
+        self._refresh_overall()
+
+    def open_run(self, run_idx: int, total: int, unit: str) -> "DirectRunProgress":
+        """Show run ``run_idx`` (in-process runs report through the returned object)."""
+        self._start(run_idx)
+        return DirectRunProgress(self, run_idx)
+
+    def _start(self, run_idx: int) -> None:
+        if run_idx in self.bars:
+            return
+        taken = set(self.positions.values())
+        position = next(p for p in range(1, len(taken) + 2) if p not in taken)
+        self.positions[run_idx] = position
+        self.bars[run_idx] = tqdm(total=self.total, unit=self.unit, desc=f"run {run_idx}", position=position,
+                                  leave=False, dynamic_ncols=True)
+
+    def advance(self, run_idx: int, amount: int, last_return: float | None) -> None:
+        """Move run ``run_idx`` forward by ``amount`` and show its last return."""
+        bar = self.bars.get(run_idx)
+        if bar is None:
+            return
+        if last_return is not None:
+            bar.set_postfix_str(f"return={last_return:.4g}", refresh=False)
+        if amount:
+            bar.update(amount)
+            self.overall.update(amount)
+        else:
+            bar.refresh()
+
+    def run_finished(self, run_idx: int, failed: bool) -> None:
+        """Remove run ``run_idx``'s bar and count it on the overall bar."""
+        bar = self.bars.pop(run_idx, None)
+        self.positions.pop(run_idx, None)
+        if bar is not None:
+            if not failed and bar.n < bar.total:
+                self.overall.update(bar.total - bar.n)  # step budgets may end a few steps early on the bar
+            bar.close()
+        self.done += 1
+        self.failed += failed
+        self._refresh_overall()
+
+    def _refresh_overall(self) -> None:
+        failed = f", {self.failed} failed" if self.failed else ""
+        self.overall.set_postfix_str(f"{self.done}/{self.num_runs} runs done{failed}")
+
+    def handle(self, message: tuple) -> None:
+        """Apply a message sent by :class:`QueueRunProgress` from a worker."""
+        kind, run_idx, *payload = message
+        if kind == "start":
+            self._start(run_idx)
+        elif kind == "progress":
+            self.advance(run_idx, *payload)
+
+    def close_all(self) -> None:
+        """Close every bar."""
+        for bar in self.bars.values():
+            bar.close()
+        self.bars.clear()
+        self.overall.close()
+
+
+class DirectRunProgress:
+    """A run in this process reporting straight to the display."""
+
+    def __init__(self, display: ProgressDisplay, run_idx: int) -> None:
+        self.display, self.run_idx = display, run_idx
+        self.last_return: float | None = None
 
     def advance(self, amount: int) -> None:
-        self.bar.update(amount)
+        self.display.advance(self.run_idx, amount, self.last_return)
 
     def episode_end(self, ep_return: float) -> None:
-        self.bar.set_postfix_str(f"return={ep_return:.4g}", refresh=False)
+        self.last_return = ep_return
 
     def close(self) -> None:
-        self.bar.close()
+        if self.last_return is not None:
+            self.display.advance(self.run_idx, 0, self.last_return)
 
 
-class TqdmProgress:
-    """One bar per run, in the process that runs it."""
+class QueueProgress:
+    """Worker side: runs report over ``queue`` to the parent's :class:`ProgressDisplay`."""
 
-    def open_run(self, run_idx: int, total: int, unit: str) -> TqdmRunProgress:
-        return TqdmRunProgress(run_idx, total, unit)
+    def __init__(self, queue: Any, interval: float = 0.2) -> None:
+        self.queue, self.interval = queue, interval
+
+    def open_run(self, run_idx: int, total: int, unit: str) -> "QueueRunProgress":
+        self.queue.put(("start", run_idx))
+        return QueueRunProgress(self.queue, run_idx, self.interval)
+
+
+class QueueRunProgress:
+    """Sends a run's progress at most every ``interval`` seconds."""
+
+    def __init__(self, queue: Any, run_idx: int, interval: float) -> None:
+        self.queue, self.run_idx, self.interval = queue, run_idx, interval
+        self.pending = 0
+        self.last_return: float | None = None
+        self.last_sent = 0.0
+
+    def advance(self, amount: int) -> None:
+        self.pending += amount
+        now = time.monotonic()
+        if now - self.last_sent >= self.interval:
+            self._send(now)
+
+    def episode_end(self, ep_return: float) -> None:
+        self.last_return = ep_return
+
+    def _send(self, now: float) -> None:
+        self.queue.put(("progress", self.run_idx, self.pending, self.last_return))
+        self.pending = 0
+        self.last_sent = now
+
+    def close(self) -> None:
+        self._send(time.monotonic())

@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from callbacks import EmptyCallBack
 from online_trainer import storage
 from online_trainer.episodes import EpisodeTracker
@@ -125,6 +123,8 @@ class RunEvents:
         if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
             self._save("Last")
             if self.best_state is not None:
+                import torch
+
                 buffer = io.BytesIO()
                 torch.save(self.best_state, buffer)
                 storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), buffer.getvalue())

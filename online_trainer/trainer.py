@@ -5,20 +5,22 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
+import multiprocessing
 import os
 import pickle
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Mapping
-
-import torch
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
 from online_trainer.errors import RunFailure, RunsFailedError
 from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
-from online_trainer.progress import NoProgress, TqdmProgress
+from online_trainer.progress import NoProgress, ProgressDisplay
+from online_trainer.ray_backend import RayExecutor
 from online_trainer.run import RunResult, RunSpec
+from online_trainer.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,10 @@ class OnlineTrainer:
         overwrite: bool = False,
         progress: bool = True,
         start_method: str = "spawn",
+        torch_threads: int = 1,
+        backend: str = "local",
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
         metrics_flush_every: int = 10,
     ) -> list[list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
@@ -104,13 +110,21 @@ class OnlineTrainer:
                 steps (step budget), plus ``Run{i}_Last`` and ``Run{i}_Best_agent.t``.
             dump_transitions: keep ``(obs, action, reward, terminated, truncated)`` per step in
                 the records (slow and large: for debugging and offline datasets).
-            num_workers: number of worker processes; 1 runs here.
+            num_workers: runs going at once: worker processes (``backend="local"``; 1 runs
+                in this process) or Ray tasks in flight (``backend="ray"``).
             tuning_hp: hyperparameters given to every agent through ``set_hp``.
             keep_records: False keeps records out of memory (they are on disk): memory stays
                 flat and ``None`` stands for each run in the result.
             overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
-            progress: show a progress bar per run.
-            start_method: multiprocessing start method of the workers.
+            progress: show an overall bar and a bar per active run.
+            start_method: multiprocessing start method of the worker processes.
+            torch_threads: torch threads in each worker process or Ray task, so that workers
+                do not fight over cores (runs in this process keep the current setting).
+            backend: ``"local"`` (this process or worker processes) or ``"ray"`` (Ray tasks,
+                on a local Ray or the cluster at ``ray_address``/``RAY_ADDRESS``; the
+                experiment directory must be on a filesystem all nodes share).
+            ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
+            ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
             metrics_flush_every: records per chunk of the metrics streams.
 
         Returns:
@@ -123,6 +137,14 @@ class OnlineTrainer:
         budget = validation.budget(num_episodes, total_steps)
         num_runs = validation.positive_int("num_runs", num_runs)
         num_workers = validation.positive_int("num_workers", num_workers, "Use 1 to run in this process.")
+        torch_threads = validation.positive_int("torch_threads", torch_threads)
+        if backend not in executors.BACKENDS:
+            raise ValueError(f"backend must be one of {executors.BACKENDS}, but got backend={backend!r}.")
+        if ray_resources is not None and backend != "ray":
+            raise ValueError(f"ray_resources={ray_resources!r} applies to backend='ray' only, but got backend={backend!r}.")
+        if start_method not in multiprocessing.get_all_start_methods():
+            raise ValueError(f"start_method must be one of {multiprocessing.get_all_start_methods()}, but got "
+                             f"start_method={start_method!r}.")
         seed_offset = validation.seed_offset(seed_offset)
         checkpoint_freq = validation.optional_positive_int("checkpoint_freq", checkpoint_freq)
         metrics_flush_every = validation.positive_int("metrics_flush_every", metrics_flush_every)
@@ -132,6 +154,12 @@ class OnlineTrainer:
         if not keep_records and not dump_metrics:
             raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
         probe = self._probe(tuning_hp, checkpoint_freq)
+        in_workers = backend == "ray" or num_workers > 1
+        if in_workers:
+            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+                                       "trainer.call_back": self.call_back, "tuning_hp": tuning_hp})
+        probe["torch_threads"] = torch_threads if in_workers else _current_torch_threads()
+        probe["backend"] = backend
         if self.exp_dir is not None:
             self._prepare_exp_dir(overwrite)
 
@@ -168,12 +196,14 @@ class OnlineTrainer:
             if self.exp_dir is not None:
                 storage.write_manifest(self.exp_dir, manifest)
 
-        display = TqdmProgress() if progress else NoProgress()
+        display = ProgressDisplay(num_runs, budget.total, budget.unit) if progress else NoProgress()
         try:
-            if num_workers == 1:
-                executors.run_serial(specs, display, on_result)
+            if backend == "ray":
+                RayExecutor(ray_address, ray_resources, num_workers, torch_threads).run(specs, display, on_result)
+            elif num_workers > 1:
+                WorkerPool(num_workers, start_method, torch_threads).run(specs, display, on_result)
             else:
-                executors.run_processes(specs, num_workers, display, on_result, start_method)
+                executors.run_serial(specs, display, on_result)
         except BaseException:
             for entry in manifest["runs"]:
                 if entry["status"] == "pending":
@@ -182,6 +212,7 @@ class OnlineTrainer:
                 storage.write_manifest(self.exp_dir, manifest)
             raise
         finally:
+            display.close_all()
             self.call_back.close()
         return self._collect(specs, results, dump_metrics, keep_records)
 
@@ -242,7 +273,6 @@ class OnlineTrainer:
             "train": self.train,
             "tuning_hp": tuning_hp,
             "num_workers": num_workers,
-            "torch_threads": torch.get_num_threads(),
             **probe,
             "runs": [{"run": s.run_idx, "seed": s.seed, "status": "pending"} for s in specs],
         }
@@ -271,3 +301,9 @@ class OnlineTrainer:
     load_agent_logs = staticmethod(storage.load_agent_logs)
     load_args = staticmethod(storage.load_args)
     load_config = staticmethod(storage.load_config)
+
+
+def _current_torch_threads() -> int | None:
+    """Threads torch uses in this process (None when torch is not imported: it was not used)."""
+    torch = sys.modules.get("torch")
+    return torch.get_num_threads() if torch is not None else None

@@ -1,0 +1,8 @@
+"""``python -m online_trainer``: the ``online-trainer`` command."""
+
+import sys
+
+from online_trainer.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""``online-trainer run``: build the env and agent of a config and run every seed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from online_trainer import storage
+from online_trainer.cli_report import final_table
+from online_trainer.dataframes import load_episodes
+from online_trainer.errors import RunsFailedError
+from online_trainer.experiment_config import (
+    CALLBACKS,
+    JSONL_FILE,
+    AgentConfig,
+    ConfigError,
+    EnvConfig,
+    ExperimentConfig,
+    dump_yaml,
+    load_experiment_config,
+)
+from online_trainer.trainer import OnlineTrainer
+
+CONFIG_YAML = "config.yaml"
+"""The resolved config (overrides applied, defaults filled in) in the experiment directory."""
+
+
+class AgentBuilder:
+    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``AGENTS[name](env, **hyperparameters)``."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.name = config.name
+        self.hyperparameters = dict(config.hyperparameters)
+
+    def __call__(self, env: Any) -> Any:
+        from agents import AGENTS
+
+        return AGENTS[self.name](env, **self.hyperparameters)
+
+    def __repr__(self) -> str:
+        return f"AgentBuilder({self.name!r}, {self.hyperparameters!r})"
+
+
+def env_factory(config: EnvConfig) -> Any:
+    """A picklable zero-argument factory of the vector env that ``config`` describes.
+
+    Raises:
+        ConfigError: when ``envs.make_env`` rejects the settings.
+    """
+    from envs import make_env
+
+    try:
+        return make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization, **config.kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"env: {exc}") from exc
+
+
+def check_buildable(make_env: Any, make_agent: AgentBuilder) -> None:
+    """Build the env and an agent once, so bad env kwargs or hyperparameter values fail before any run.
+
+    Raises:
+        ConfigError: naming the section whose settings the env or agent rejected.
+    """
+    try:
+        env = make_env()
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env.kwargs: could not build the env {make_env!r}: {exc}") from exc
+    try:
+        make_agent(env)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"agent.hyperparameters: could not build agent {make_agent.name!r} on "
+                          f"{make_env!r}: {exc}") from exc
+    finally:
+        env.close()
+
+
+def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
+    """The experiment directory, after checking that running would replace nothing silently.
+
+    Raises:
+        ConfigError: ``exp_dir`` is a file, or holds an earlier experiment (or another
+            config) and ``overwrite`` is false.
+    """
+    exp_dir = Path(config.exp_dir)
+    if exp_dir.exists() and not exp_dir.is_dir():
+        raise ConfigError(f"exp_dir={config.exp_dir!r} exists and is not a directory: set exp_dir=<another path>.")
+    if config.overwrite or not exp_dir.is_dir():
+        return exp_dir
+    earlier = [p.name for p in storage.existing_experiment_files(exp_dir)]
+    old_config = exp_dir / CONFIG_YAML
+    if not earlier and old_config.is_file() and old_config.read_text() != text:
+        earlier = [CONFIG_YAML + " of another config"]
+    if earlier:
+        names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+        raise ConfigError(f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
+                          "to replace it, or exp_dir=<another path>.")
+    return exp_dir
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Use ``num_threads`` torch threads here and in worker processes started meanwhile."""
+    if num_threads is None:
+        yield
+        return
+    import torch
+
+    old_threads, old_env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(num_threads)  # read by torch in spawned workers
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        if old_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old_env
+
+
+def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
+    header = [f"# Resolved by `online-trainer run` from {source}"]
+    if overrides:
+        header.append(f"# with overrides: {' '.join(overrides)}")
+    return "\n".join(header) + "\n" + dump_yaml(config.to_dict())
+
+
+def _describe(config: ExperimentConfig) -> str:
+    budget = (f"{config.num_episodes} episodes" if config.num_episodes is not None
+              else f"{config.total_steps} env steps")
+    workers = f", {config.num_workers} workers" if config.num_workers > 1 else ""
+    return (f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
+            f"(x{config.env.num_envs}), {budget} each{workers}")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the experiment of ``args.config`` with ``args.overrides``; print the final table.
+
+    Returns:
+        0 when every run completed, 1 when some failed (their error is printed).
+
+    Raises:
+        ConfigError: for any problem with the config, before anything runs.
+    """
+    config = load_experiment_config(args.config, args.overrides)
+    text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
+    exp_dir = check_exp_dir(config, text)
+    make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
+    with torch_threads(config.torch_threads):
+        check_buildable(make_env, make_agent)
+        try:
+            trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
+                                    args=config.to_dict())
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+        trainer.call_back = CALLBACKS[config.callback](exp_dir)
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        if config.overwrite:
+            (exp_dir / JSONL_FILE).unlink(missing_ok=True)  # appended to, and unknown to storage's patterns
+        storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
+        print(f"Running {_describe(config)} into {exp_dir}", flush=True)
+        status = 0
+        try:
+            trainer.multi_run(config.num_runs, num_episodes=config.num_episodes, total_steps=config.total_steps,
+                              seed_offset=config.seed_offset, checkpoint_freq=config.checkpoint_freq,
+                              num_workers=config.num_workers, overwrite=config.overwrite,
+                              progress=not args.no_progress)
+        except RunsFailedError as exc:
+            print(f"online-trainer: {exc}", file=sys.stderr)
+            status = 1
+        except (TypeError, ValueError, FileExistsError) as exc:  # multi_run checks its input before any step
+            raise ConfigError(str(exc)) from exc
+    print()
+    print(final_table(load_episodes(exp_dir), config.last_k))
+    print(f"\nExperiment directory: {exp_dir}")
+    print(f"Plot it with: online-trainer report {exp_dir}")
+    return status

@@ -1,0 +1,158 @@
+"""Runs in worker processes: a small pool that survives crashes and stops cleanly on Ctrl-C.
+
+The parent puts cloudpickled :class:`RunSpec` s on a task queue; each worker takes one at a
+time, runs it and sends ``("begin" | "start" | "progress" | "result", run_idx, ...)``
+messages back on one event queue, which the parent drains to drive the progress display
+and collect results. A worker that dies (killed, out of memory, segfault) fails only the
+run it had, and a new worker takes its place. On KeyboardInterrupt (or any error in the
+parent) every worker gets SIGINT, so each run flushes its metrics; stragglers are
+terminated after ``grace`` seconds and no process is left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import queue as queue_module
+import signal
+import sys
+from typing import Any, Sequence
+
+import cloudpickle
+
+from online_trainer.executors import ResultHandler, failed_result
+from online_trainer.progress import NoProgress, ProgressDisplay, QueueProgress
+from online_trainer.run import RunSpec, execute_run
+
+logger = logging.getLogger(__name__)
+
+
+def limit_torch_threads(torch_threads: int) -> None:
+    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(torch_threads)
+
+
+def _worker_main(tasks: Any, events: Any, torch_threads: int) -> None:
+    limit_torch_threads(torch_threads)
+    progress = QueueProgress(events)
+    try:
+        while True:
+            payload = tasks.get()
+            if payload is None:
+                return
+            spec: RunSpec = cloudpickle.loads(payload)
+            events.put(("begin", spec.run_idx, os.getpid()))
+            try:
+                result = execute_run(spec, progress)
+            except Exception as exc:
+                result = failed_result(spec, exc)
+            finally:
+                spec.callback.close()
+            events.put(("result", spec.run_idx, result))
+    except KeyboardInterrupt:
+        return  # execute_run flushed the run's metrics on its way out
+
+
+class WorkerPool:
+    """Runs specs in ``num_workers`` processes started with ``start_method``."""
+
+    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0) -> None:
+        self.context = multiprocessing.get_context(start_method)
+        self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
+        self.tasks = self.context.Queue()
+        self.events = self.context.Queue()
+        self.processes: list[Any] = []
+        self.running: dict[int, int] = {}  # pid -> run index
+
+    def _spawn(self) -> None:
+        process = self.context.Process(target=_worker_main, args=(self.tasks, self.events, self.torch_threads))
+        process.start()
+        self.processes.append(process)
+
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
+        """Run every spec; return when all have a result."""
+        by_index = {spec.run_idx: spec for spec in specs}
+        for spec in specs:
+            self.tasks.put(cloudpickle.dumps(spec))
+        for _ in range(min(self.num_workers, len(specs))):
+            self.tasks.put(None)
+            self._spawn()
+        pending = set(by_index)
+        try:
+            while pending:
+                try:
+                    message = self.events.get(timeout=0.2)
+                except queue_module.Empty:
+                    self._replace_dead_workers(by_index, pending, display, on_result)
+                    continue
+                kind, run_idx, *payload = message
+                if kind == "begin":
+                    self.running[payload[0]] = run_idx
+                elif kind == "result":
+                    result = payload[0]
+                    pending.discard(run_idx)
+                    self.running = {pid: idx for pid, idx in self.running.items() if idx != run_idx}
+                    display.run_finished(run_idx, result.status == "failed")
+                    on_result(result)
+                else:
+                    display.handle(message)
+            for process in self.processes:
+                process.join(self.grace)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self._close_queues()
+
+    def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
+        for process in list(self.processes):
+            if process.is_alive() or process.exitcode == 0 or process.pid not in self.running:
+                continue
+            self.processes.remove(process)
+            run_idx = self.running.pop(process.pid, None)
+            if run_idx is None or run_idx not in pending:
+                continue
+            logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, run_idx)
+            result = failed_result(by_index[run_idx], f"WorkerDied: the worker process exited with code {process.exitcode}")
+            pending.discard(run_idx)
+            display.run_finished(run_idx, True)
+            on_result(result)
+            if len(pending) > len(self.running):
+                self._spawn()  # takes the dead worker's unused stop sentinel with it
+        if pending and not any(p.is_alive() for p in self.processes):
+            codes = sorted({p.exitcode for p in self.processes})
+            reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
+                      f"start_method='{self.context.get_start_method()}' workers import the main script again: "
+                      "put the script's code under `if __name__ == '__main__':`.")
+            for run_idx in sorted(pending):
+                display.run_finished(run_idx, True)
+                on_result(failed_result(by_index[run_idx], reason))
+            pending.clear()
+
+    def stop(self) -> None:
+        """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
+        alive = [p for p in self.processes if p.is_alive()]
+        for process in alive:
+            try:
+                os.kill(process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        for process in alive:
+            process.join(self.grace)
+        for process in alive:
+            if process.is_alive():
+                logger.warning("worker %d did not stop within %.0f s; terminating it", process.pid, self.grace)
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+
+    def _close_queues(self) -> None:
+        for q in (self.tasks, self.events):
+            q.cancel_join_thread()
+            q.close()
