@@ -29,7 +29,7 @@ def _num(value: float) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
 
 
-def _ci(row: pd.Series, stat: str) -> str:
+def _ci(row: dict, stat: str) -> str:
     lo, hi = row[f"{stat}_lo"], row[f"{stat}_hi"]
     return "n/a" if math.isnan(lo) else f"[{_num(lo)}, {_num(hi)}]"
 
@@ -65,13 +65,13 @@ def final_table(df: pd.DataFrame, last_k: int) -> str:
     lead = ["experiment"] if several else []
     lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
     rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
-             str(r["env_steps"]), _num(r["final_return"])] for _, r in runs.iterrows()]
+             str(r["env_steps"]), _num(r["final_return"])] for r in runs.to_dict("records")]
     lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return"], rows,
                      [False] * len(lead) + [True] * 5)
     lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals:"]
     rows = [[*(str(r[c]) for c in lead), str(r["num_runs"]), *(part for stat, _ in STATS
                                                                  for part in (_num(r[stat]), _ci(r, stat)))]
-            for _, r in summary.iterrows()]
+            for r in summary.to_dict("records")]
     headers = [*lead, "runs", *(part for _, label in STATS for part in (label, f"{CI:.0%} CI"))]
     lines += _render(headers, rows, [False] * len(lead) + [True] * 7)
     return "\n".join(lines)
@@ -118,7 +118,7 @@ def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves
         f"| experiment | runs | {labels} | final return per run |",
         "|---|---:|" + "---:|" * len(STATS) + "---|",
     ]
-    for _, row in summary.iterrows():
+    for row in summary.to_dict("records"):
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         per_run = ", ".join(_num(v) for v in runs.loc[runs["experiment"] == row["experiment"], "final_return"])
         lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")

@@ -176,7 +176,8 @@ class ExperimentConfig:
                 _check_positive(name, getattr(self, name))
         if (self.num_episodes is None) == (self.total_steps is None):
             raise ConfigError("give exactly one budget, num_episodes or total_steps, but got "
-                              f"num_episodes={self.num_episodes!r}, total_steps={self.total_steps!r}.")
+                              f"num_episodes={_yaml_value(self.num_episodes)}, "
+                              f"total_steps={_yaml_value(self.total_steps)}.")
         if self.seed_offset is not None and self.seed_offset < 0:
             raise ConfigError(f"seed_offset must be a non-negative int or null, but got seed_offset={self.seed_offset}.")
         _check_choice("callback", self.callback, tuple(CALLBACKS))
@@ -191,9 +192,14 @@ class ExperimentConfig:
 # ------------------------------------------------------------------------- checks
 
 
-def _did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any]) -> str:
+def _did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any], prefix: str = "") -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` (difflib), or an empty string."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
+
+
+def _yaml_value(value: Any) -> str:
+    return "null" if value is None else repr(value)
 
 
 def _check_positive(name: str, value: int) -> None:
@@ -204,7 +210,7 @@ def _check_positive(name: str, value: int) -> None:
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}"
-                          f"{_did_you_mean(value, choices)}")
+                          f"{_did_you_mean(value, choices)}.")
 
 
 def _check_env_id(env_id: str) -> None:
@@ -274,7 +280,8 @@ def _check_types(obj: Any, prefix: str) -> None:
         if not _matches(value, hint):
             hint_text = ""
             if isinstance(value, float) and value.is_integer() and _matches(1, hint):
-                hint_text = f" (write {int(value)} or {int(value):_}, without a decimal point or exponent)"
+                written = f"{int(value)} or {int(value):_}" if abs(value) >= 10_000 else f"{int(value)}"
+                hint_text = f" (write {written}, without a decimal point or exponent)"
             raise ConfigError(f"{prefix}{field.name}={value!r} has the wrong type: expected {_type_name(hint)}, "
                               f"got {type(value).__name__}{hint_text}.")
 
@@ -304,7 +311,7 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
 
 def _unknown_key(prefix: str, key: Any, names: Sequence[str]) -> ConfigError:
     section = f"of {prefix.rstrip('.')}" if prefix else "at the top level"
-    return ConfigError(f"unknown key {prefix}{key}{_did_you_mean(str(key), names)}; valid keys {section}: "
+    return ConfigError(f"unknown key {prefix + str(key)!r}{_did_you_mean(str(key), names, prefix)}; valid keys {section}: "
                        f"{', '.join(names)}.")
 
 

@@ -36,7 +36,7 @@ def limit_torch_threads(torch_threads: int) -> None:
         torch.set_num_threads(torch_threads)
 
 
-def _worker_main(tasks: Any, events: Any, torch_threads: int) -> None:
+def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: int) -> None:
     limit_torch_threads(torch_threads)
     progress = QueueProgress(events)
     try:
@@ -45,7 +45,7 @@ def _worker_main(tasks: Any, events: Any, torch_threads: int) -> None:
             if payload is None:
                 return
             spec: RunSpec = cloudpickle.loads(payload)
-            events.put(("begin", spec.run_idx, os.getpid()))
+            slots[slot] = spec.run_idx  # shared memory: the parent sees it even if this process dies at once
             try:
                 result = execute_run(spec, progress)
             except Exception as exc:
@@ -53,6 +53,7 @@ def _worker_main(tasks: Any, events: Any, torch_threads: int) -> None:
             finally:
                 spec.callback.close()
             events.put(("result", spec.run_idx, result))
+            slots[slot] = -1
     except KeyboardInterrupt:
         return  # execute_run flushed the run's metrics on its way out
 
@@ -65,22 +66,24 @@ class WorkerPool:
         self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
         self.tasks = self.context.Queue()
         self.events = self.context.Queue()
-        self.processes: list[Any] = []
-        self.running: dict[int, int] = {}  # pid -> run index
+        self.slots = self.context.Array("q", [-1] * num_workers, lock=False)  # run index of each worker
+        self.processes: dict[int, Any] = {}  # slot -> process
 
-    def _spawn(self) -> None:
-        process = self.context.Process(target=_worker_main, args=(self.tasks, self.events, self.torch_threads))
+    def _spawn(self, slot: int) -> None:
+        self.slots[slot] = -1
+        args = (self.tasks, self.events, self.slots, slot, self.torch_threads)
+        process = self.context.Process(target=_worker_main, args=args, name=f"online_trainer-worker-{slot}")
         process.start()
-        self.processes.append(process)
+        self.processes[slot] = process
 
     def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
         """Run every spec; return when all have a result."""
         by_index = {spec.run_idx: spec for spec in specs}
         for spec in specs:
             self.tasks.put(cloudpickle.dumps(spec))
-        for _ in range(min(self.num_workers, len(specs))):
+        for slot in range(min(self.num_workers, len(specs))):
             self.tasks.put(None)
-            self._spawn()
+            self._spawn(slot)
         pending = set(by_index)
         try:
             while pending:
@@ -90,17 +93,14 @@ class WorkerPool:
                     self._replace_dead_workers(by_index, pending, display, on_result)
                     continue
                 kind, run_idx, *payload = message
-                if kind == "begin":
-                    self.running[payload[0]] = run_idx
-                elif kind == "result":
+                if kind == "result":
                     result = payload[0]
                     pending.discard(run_idx)
-                    self.running = {pid: idx for pid, idx in self.running.items() if idx != run_idx}
                     display.run_finished(run_idx, result.status == "failed")
                     on_result(result)
                 else:
                     display.handle(message)
-            for process in self.processes:
+            for process in self.processes.values():
                 process.join(self.grace)
         except BaseException:
             self.stop()
@@ -109,22 +109,19 @@ class WorkerPool:
             self._close_queues()
 
     def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
-        for process in list(self.processes):
-            if process.is_alive() or process.exitcode == 0 or process.pid not in self.running:
-                continue
-            self.processes.remove(process)
-            run_idx = self.running.pop(process.pid, None)
-            if run_idx is None or run_idx not in pending:
+        for slot, process in list(self.processes.items()):
+            run_idx = self.slots[slot]
+            if process.is_alive() or run_idx not in pending:
                 continue
             logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, run_idx)
             result = failed_result(by_index[run_idx], f"WorkerDied: the worker process exited with code {process.exitcode}")
             pending.discard(run_idx)
             display.run_finished(run_idx, True)
             on_result(result)
-            if len(pending) > len(self.running):
-                self._spawn()  # takes the dead worker's unused stop sentinel with it
-        if pending and not any(p.is_alive() for p in self.processes):
-            codes = sorted({p.exitcode for p in self.processes})
+            if pending:
+                self._spawn(slot)  # takes the dead worker's unused stop sentinel
+        if pending and not any(p.is_alive() for p in self.processes.values()):
+            codes = sorted({p.exitcode for p in self.processes.values()})
             reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
                       f"start_method='{self.context.get_start_method()}' workers import the main script again: "
                       "put the script's code under `if __name__ == '__main__':`.")
@@ -135,7 +132,7 @@ class WorkerPool:
 
     def stop(self) -> None:
         """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
-        alive = [p for p in self.processes if p.is_alive()]
+        alive = [p for p in self.processes.values() if p.is_alive()]
         for process in alive:
             try:
                 os.kill(process.pid, signal.SIGINT)

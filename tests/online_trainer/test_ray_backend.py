@@ -1,0 +1,59 @@
+"""The Ray backend on a local Ray instance: same records as serial, failures isolated, progress."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import cloudpickle
+import pytest
+
+from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
+from tests.conftest import RecordingAgent, make_counting_vec
+from tests.online_trainer.test_workers import FailsOnThirdRun, strip
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray():
+    # Ray workers do not share the test's sys.path: ship the test helpers by value.
+    for name in ("tests.conftest", "tests.online_trainer.test_workers"):
+        cloudpickle.register_pickle_by_value(sys.modules[name])
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    yield
+    ray.shutdown()
+    for name in ("tests.conftest", "tests.online_trainer.test_workers"):
+        cloudpickle.unregister_pickle_by_value(sys.modules[name])
+
+
+def test_ray_gives_the_same_records_as_serial(tmp_path):
+    serial = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(3, num_episodes=6, seed_offset=4, progress=False)
+    on_ray = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, num_episodes=6, seed_offset=4, backend="ray", num_workers=2, ray_resources={"num_cpus": 1}, progress=False)
+    assert strip(on_ray) == strip(serial)
+    assert strip([load_run_metrics(tmp_path, i) for i in range(3)]) == strip(serial)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["backend"] == "ray" and [r["status"] for r in manifest["runs"]] == ["finished"] * 3
+    assert not (tmp_path / ".ray_shared_fs_check").exists()
+
+
+def test_ray_isolates_a_failing_run(tmp_path):
+    with pytest.raises(RunsFailedError, match=r"run 2 \(seed 20000\): ValueError: diverged on purpose") as info:
+        OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path).multi_run(
+            4, num_episodes=8, seed_offset=0, backend="ray", num_workers=2, metrics_flush_every=1, progress=False)
+    assert [len(r) if r is not None else None for r in info.value.results] == [8, 8, None, 8]
+    assert len(load_run_metrics(tmp_path, 2)) >= 1
+
+
+def test_ray_progress_reaches_the_driver(capsys):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=30, backend="ray", num_workers=2)
+    err = capsys.readouterr().err
+    assert "2/2 runs done" in err and "60/60" in err
+
+
+def test_ray_options_are_checked():
+    with pytest.raises(ValueError, match=r"backend must be one of \('local', 'ray'\), but got backend='dask'"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, backend="dask")
+    with pytest.raises(ValueError, match=r"ray_resources=\{'num_cpus': 1\} applies to backend='ray' only"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, ray_resources={"num_cpus": 1})

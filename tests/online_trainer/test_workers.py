@@ -1,0 +1,185 @@
+"""Runs in worker processes: same records as serial, failures isolated, clean Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+
+from callbacks import JsonlCallback
+from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
+from online_trainer.seeding import run_seed
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+def strip(runs):
+    return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]
+
+
+def test_two_workers_give_the_same_records_as_one(tmp_path):
+    def env():  # a local function and a lambda agent factory: both travel with cloudpickle
+        return gym.make_vec("CartPole-v1", num_envs=2)
+
+    class NotebookAgent:  # defined here, as in a notebook cell
+        def __init__(self, env):
+            self.space = env.action_space
+
+        def reset(self, seed):
+            self.space.seed(seed)
+
+        def act(self, obs):
+            return self.space.sample()
+
+        def update(self, *args, **kwargs):
+            pass
+
+    serial = OnlineTrainer(env, lambda e: NotebookAgent(e), exp_dir=tmp_path / "serial").multi_run(
+        4, num_episodes=15, seed_offset=2, progress=False)
+    parallel = OnlineTrainer(env, lambda e: NotebookAgent(e), exp_dir=tmp_path / "parallel").multi_run(
+        4, num_episodes=15, seed_offset=2, num_workers=2, progress=False)
+    assert strip(serial) == strip(parallel)
+    assert strip([load_run_metrics(tmp_path / "parallel", i) for i in range(4)]) == strip(serial)
+    manifest = json.loads((tmp_path / "parallel" / "manifest.json").read_text())
+    assert manifest["torch_threads"] == 1 and manifest["num_workers"] == 2
+    assert [r["status"] for r in manifest["runs"]] == ["finished"] * 4
+
+
+class ThreadCountAgent(RecordingAgent):
+    def log(self):
+        import torch
+
+        return [{"threads": np.array([torch.get_num_threads()])}] * self.num_envs
+
+
+@pytest.mark.parametrize("torch_threads", [1, 2])
+def test_workers_limit_torch_threads(torch_threads):
+    runs = OnlineTrainer(make_counting_vec(1), ThreadCountAgent).multi_run(
+        2, num_episodes=2, num_workers=2, torch_threads=torch_threads, progress=False)
+    assert {int(t) for run in runs for r in run for t in r["agent_logs"]["threads"]} == {torch_threads}
+
+
+def test_unpicklable_factory_fails_before_any_run(tmp_path):
+    lock = threading.Lock()
+
+    def env_with_lock():
+        assert lock
+        return make_counting_vec(1)()
+
+    with pytest.raises(TypeError, match=r"env=<function .*env_with_lock.*> cannot be sent to worker processes .*lock"):
+        OnlineTrainer(env_with_lock, RecordingAgent, exp_dir=tmp_path / "e").multi_run(2, num_episodes=1, num_workers=2)
+    assert not (tmp_path / "e").exists()
+    # the same objects are fine in this process
+    OnlineTrainer(env_with_lock, RecordingAgent).multi_run(1, num_episodes=1, progress=False)
+
+
+class FailsOnThirdRun(RecordingAgent):
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        if self.seed == run_seed(0, 2) and self.updates == 10:
+            raise ValueError("diverged on purpose")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_one_failing_run_leaves_the_others_complete(tmp_path, num_workers):
+    trainer = OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError) as info:
+        trainer.multi_run(4, num_episodes=8, seed_offset=0, num_workers=num_workers, metrics_flush_every=1, progress=False)
+    message = str(info.value)
+    assert "1 run(s) failed" in message
+    assert f"run 2 (seed {run_seed(0, 2)}): ValueError: diverged on purpose" in message
+    assert "in update" in message  # the end of the traceback
+    assert [f.run_idx for f in info.value.failures] == [2]
+    results = info.value.results
+    assert [len(r) if r is not None else None for r in results] == [8, 8, None, 8]
+    assert [len(load_run_metrics(tmp_path, i)) for i in (0, 1, 3)] == [8, 8, 8]
+    assert len(load_run_metrics(tmp_path, 2)) >= 1  # the episodes before the failure
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished", "failed", "finished"]
+
+
+class DiesOnSecondRun(RecordingAgent):
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        if self.seed == run_seed(0, 1) and self.updates == 5:
+            os._exit(3)  # a segfault or the OOM killer, as the parent sees it
+
+
+def test_a_dying_worker_fails_only_its_run(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), DiesOnSecondRun, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError, match=r"run 1 \(seed 10000\): WorkerDied: the worker process exited with code 3"):
+        trainer.multi_run(4, num_episodes=5, seed_offset=0, num_workers=2, progress=False)
+    assert [len(load_run_metrics(tmp_path, i)) for i in (0, 2, 3)] == [5, 5, 5]
+
+
+def test_jsonl_from_several_workers_is_complete(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl", flush_every=3)
+    runs = trainer.multi_run(4, num_episodes=10, seed_offset=0, num_workers=2, progress=False)
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    for i, run in enumerate(runs):
+        episodes = [line for line in lines if line["tag"] == f"run_{i}"]
+        assert [line["values"]["ep_return"] for line in episodes] == [r["ep_return"] for r in run]
+        updates = [line for line in lines if line["tag"] == f"agents/run_{i}"]
+        assert [line["values"]["loss"] for line in updates] == list(range(1, len(updates) + 1))
+
+
+def test_progress_display_in_the_parent(tmp_path, capsys):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(3, num_episodes=20, num_workers=2)
+    err = capsys.readouterr().err
+    assert "all runs" in err and "3/3 runs done" in err and "run 2" in err
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Slow(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            time.sleep(0.002)
+
+    if __name__ == "__main__":
+        OnlineTrainer(make_counting_vec(1), Slow, exp_dir=sys.argv[1]).multi_run(
+            2, num_episodes=100000, seed_offset=0, num_workers=2, metrics_flush_every=5, progress=False)
+""")
+
+
+def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    exp = tmp_path / "exp"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.Popen([sys.executable, str(script), str(exp)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline and not all((exp / f"metrics_run{i}.pkl").exists() and
+                                                 (exp / f"metrics_run{i}.pkl").stat().st_size for i in range(2)):
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1]
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGINT)  # as a notebook interrupt: the parent only
+    start = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 10
+    assert "KeyboardInterrupt" in err
+    time.sleep(0.5)
+    alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every chunk complete: the runs flushed on their way out
+        assert all(len(load_run_metrics(exp, i)) >= 5 for i in range(2))
+    statuses = [r["status"] for r in json.loads((exp / "manifest.json").read_text())["runs"]]
+    assert statuses == ["interrupted", "interrupted"]
