@@ -21,7 +21,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import Iterable
+
 
 import crc32c
 

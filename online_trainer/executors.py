@@ -8,7 +8,9 @@ the others go on), reports progress to the parent's display and hands each resul
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import cloudpickle
@@ -32,7 +34,8 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     extra: dict[str, Any] = {"exception": summary}
     if keep_exception:
         extra["exception_object"] = exc
-    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, status="failed", error=error, extra=extra)
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, status="failed", error=error,
+                     extra=extra)
 
 
 def check_picklable(objects: Mapping[str, Any]) -> None:
@@ -56,5 +59,70 @@ def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, 
         except Exception as exc:  # isolated: reported with the others at the end
             logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
-        display.run_finished(spec.run_idx, result.status == "failed")
+        display.run_finished(spec.key, result.status == "failed")
         on_result(result)
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """How runs execute; validated by :meth:`check`.
+
+    Attributes:
+        num_workers: runs going at once (worker processes, or Ray tasks in flight); 1 runs here.
+        backend: ``"local"`` or ``"ray"``.
+        start_method: multiprocessing start method of the worker processes.
+        torch_threads: torch threads per worker process or Ray task.
+        ray_address: Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray).
+        ray_resources: Ray task options per run.
+        progress: show the progress display.
+    """
+
+    num_workers: int = 1
+    backend: str = "local"
+    start_method: str = "spawn"
+    torch_threads: int = 1
+    ray_address: str | None = None
+    ray_resources: Mapping[str, Any] | None = None
+    progress: bool = True
+
+    def check(self) -> "ExecutionOptions":
+        """Raise ValueError naming the first bad option."""
+        from online_trainer import validation
+
+        validation.positive_int("num_workers", self.num_workers, "Use 1 to run in this process.")
+        validation.positive_int("torch_threads", self.torch_threads)
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, but got backend={self.backend!r}.")
+        if self.ray_resources is not None and self.backend != "ray":
+            raise ValueError(f"ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, but got "
+                             f"backend={self.backend!r}.")
+        methods = multiprocessing.get_all_start_methods()
+        if self.start_method not in methods:
+            raise ValueError(f"start_method must be one of {methods}, but got start_method={self.start_method!r}.")
+        return self
+
+    @property
+    def in_workers(self) -> bool:
+        """Whether runs leave this process (so what they need must be picklable)."""
+        return self.backend == "ray" or self.num_workers > 1
+
+
+def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler) -> None:
+    """Run ``specs`` as ``options`` say, with one progress display for all of them."""
+    from online_trainer.ray_backend import RayExecutor
+    from online_trainer.workers import WorkerPool
+
+    if not specs:
+        return
+    budget = specs[0].budget
+    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress else NoProgress()
+    try:
+        if options.backend == "ray":
+            executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
+            executor.run(specs, display, on_result)
+        elif options.num_workers > 1:
+            WorkerPool(options.num_workers, options.start_method, options.torch_threads).run(specs, display, on_result)
+        else:
+            run_serial(specs, display, on_result)
+    finally:
+        display.close_all()

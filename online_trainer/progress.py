@@ -30,14 +30,14 @@ class RunProgress(Protocol):
 class Progress(Protocol):
     """Opens a :class:`RunProgress` per run."""
 
-    def open_run(self, run_idx: int, total: int, unit: str) -> RunProgress:
-        """Start the display of run ``run_idx`` whose budget is ``total`` ``unit``."""
+    def open_run(self, key: int, name: str, total: int, unit: str) -> RunProgress:
+        """Start the display of the run known as ``key``, shown as ``name``, whose budget is ``total`` ``unit``."""
 
 
 class NoProgress:
     """Displays nothing."""
 
-    def open_run(self, run_idx: int, total: int, unit: str) -> "NoProgress":
+    def open_run(self, key: int, name: str, total: int, unit: str) -> "NoProgress":
         return self
 
     def advance(self, amount: int) -> None:
@@ -49,7 +49,7 @@ class NoProgress:
     def close(self) -> None:
         pass
 
-    def run_finished(self, run_idx: int, failed: bool) -> None:
+    def run_finished(self, key: int, failed: bool) -> None:
         pass
 
     def handle(self, message: tuple) -> None:
@@ -76,23 +76,23 @@ class ProgressDisplay:
         self.done = self.failed = 0
         self._refresh_overall()
 
-    def open_run(self, run_idx: int, total: int, unit: str) -> "DirectRunProgress":
-        """Show run ``run_idx`` (in-process runs report through the returned object)."""
-        self._start(run_idx)
-        return DirectRunProgress(self, run_idx)
+    def open_run(self, key: int, name: str, total: int, unit: str) -> "DirectRunProgress":
+        """Show a run (in-process runs report through the returned object)."""
+        self._start(key, name)
+        return DirectRunProgress(self, key)
 
-    def _start(self, run_idx: int) -> None:
-        if run_idx in self.bars:
+    def _start(self, key: int, name: str) -> None:
+        if key in self.bars:
             return
         taken = set(self.positions.values())
         position = next(p for p in range(1, len(taken) + 2) if p not in taken)
-        self.positions[run_idx] = position
-        self.bars[run_idx] = tqdm(total=self.total, unit=self.unit, desc=f"run {run_idx}", position=position,
-                                  leave=False, dynamic_ncols=True)
+        self.positions[key] = position
+        self.bars[key] = tqdm(total=self.total, unit=self.unit, desc=name, position=position, leave=False,
+                              dynamic_ncols=True)
 
-    def advance(self, run_idx: int, amount: int, last_return: float | None) -> None:
-        """Move run ``run_idx`` forward by ``amount`` and show its last return."""
-        bar = self.bars.get(run_idx)
+    def advance(self, key: int, amount: int, last_return: float | None) -> None:
+        """Move run ``key`` forward by ``amount`` and show its last return."""
+        bar = self.bars.get(key)
         if bar is None:
             return
         if last_return is not None:
@@ -103,10 +103,10 @@ class ProgressDisplay:
         else:
             bar.refresh()
 
-    def run_finished(self, run_idx: int, failed: bool) -> None:
-        """Remove run ``run_idx``'s bar and count it on the overall bar."""
-        bar = self.bars.pop(run_idx, None)
-        self.positions.pop(run_idx, None)
+    def run_finished(self, key: int, failed: bool) -> None:
+        """Remove run ``key``'s bar and count it on the overall bar."""
+        bar = self.bars.pop(key, None)
+        self.positions.pop(key, None)
         if bar is not None:
             if not failed and bar.n < bar.total:
                 self.overall.update(bar.total - bar.n)  # step budgets may end a few steps early on the bar
@@ -121,11 +121,11 @@ class ProgressDisplay:
 
     def handle(self, message: tuple) -> None:
         """Apply a message sent by :class:`QueueRunProgress` from a worker."""
-        kind, run_idx, *payload = message
+        kind, key, *payload = message
         if kind == "start":
-            self._start(run_idx)
+            self._start(key, *payload)
         elif kind == "progress":
-            self.advance(run_idx, *payload)
+            self.advance(key, *payload)
 
     def close_all(self) -> None:
         """Close every bar."""
@@ -138,19 +138,19 @@ class ProgressDisplay:
 class DirectRunProgress:
     """A run in this process reporting straight to the display."""
 
-    def __init__(self, display: ProgressDisplay, run_idx: int) -> None:
-        self.display, self.run_idx = display, run_idx
+    def __init__(self, display: ProgressDisplay, key: int) -> None:
+        self.display, self.key = display, key
         self.last_return: float | None = None
 
     def advance(self, amount: int) -> None:
-        self.display.advance(self.run_idx, amount, self.last_return)
+        self.display.advance(self.key, amount, self.last_return)
 
     def episode_end(self, ep_return: float) -> None:
         self.last_return = ep_return
 
     def close(self) -> None:
         if self.last_return is not None:
-            self.display.advance(self.run_idx, 0, self.last_return)
+            self.display.advance(self.key, 0, self.last_return)
 
 
 class QueueProgress:
@@ -159,16 +159,16 @@ class QueueProgress:
     def __init__(self, queue: Any, interval: float = 0.2) -> None:
         self.queue, self.interval = queue, interval
 
-    def open_run(self, run_idx: int, total: int, unit: str) -> "QueueRunProgress":
-        self.queue.put(("start", run_idx))
-        return QueueRunProgress(self.queue, run_idx, self.interval)
+    def open_run(self, key: int, name: str, total: int, unit: str) -> "QueueRunProgress":
+        self.queue.put(("start", key, name))
+        return QueueRunProgress(self.queue, key, self.interval)
 
 
 class QueueRunProgress:
     """Sends a run's progress at most every ``interval`` seconds."""
 
-    def __init__(self, queue: Any, run_idx: int, interval: float) -> None:
-        self.queue, self.run_idx, self.interval = queue, run_idx, interval
+    def __init__(self, queue: Any, key: int, interval: float) -> None:
+        self.queue, self.key, self.interval = queue, key, interval
         self.pending = 0
         self.last_return: float | None = None
         self.last_sent = 0.0
@@ -183,7 +183,7 @@ class QueueRunProgress:
         self.last_return = ep_return
 
     def _send(self, now: float) -> None:
-        self.queue.put(("progress", self.run_idx, self.pending, self.last_return))
+        self.queue.put(("progress", self.key, self.pending, self.last_return))
         self.pending = 0
         self.last_sent = now
 

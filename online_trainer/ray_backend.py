@@ -113,7 +113,7 @@ class RayExecutor:
                     except Exception as exc:  # the task's worker died, or Ray failed it
                         result = failed_result(spec, exc)
                     self._drain(queue, display)
-                    display.run_finished(spec.run_idx, result.status == "failed")
+                    display.run_finished(spec.key, result.status == "failed")
                     on_result(result)
         except BaseException:
             self._cancel(list(in_flight))

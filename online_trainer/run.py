@@ -8,7 +8,6 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from callbacks import EmptyCallBack
@@ -42,6 +41,19 @@ class RunSpec:
     dump_transitions: bool = False
     keep_records: bool = True
     metrics_flush_every: int = 10
+    task_id: int = -1
+    """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
+    label: str = ""
+    """Name on the progress display; empty: ``run {run_idx}``."""
+
+    @property
+    def key(self) -> int:
+        """The id executors and the progress display know this run by."""
+        return self.run_idx if self.task_id < 0 else self.task_id
+
+    @property
+    def name(self) -> str:
+        return self.label or f"run {self.run_idx}"
 
 
 @dataclass
@@ -51,6 +63,7 @@ class RunResult:
     run_idx: int
     seed: int
     records: list[dict[str, Any]] | None
+    key: int = -1
     episodes: int = 0
     global_step: int = 0
     wall_time: float = 0.0
@@ -174,7 +187,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         callback = spec.callback
         callback.reset()
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, f"agents/run_{spec.run_idx}")
-        bar = progress.open_run(spec.run_idx, spec.budget.total, spec.budget.unit)
+        bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = RunEvents(spec, agent, bar)
         obs, _ = env.reset(seed=spec.seed)
         if render:
@@ -193,6 +206,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         run_idx=spec.run_idx,
         seed=spec.seed,
         records=events.records,
+        key=spec.key,
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start,

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
-import multiprocessing
 import os
-import pickle
 import shutil
 import sys
 from pathlib import Path
@@ -15,12 +12,11 @@ from typing import Any, Mapping
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
-from online_trainer.errors import RunFailure, RunsFailedError
+from online_trainer.errors import RunsFailedError
+from online_trainer.executors import ExecutionOptions
+from online_trainer.experiment import Experiment
 from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
-from online_trainer.progress import NoProgress, ProgressDisplay
-from online_trainer.ray_backend import RayExecutor
-from online_trainer.run import RunResult, RunSpec
-from online_trainer.workers import WorkerPool
+from online_trainer.run import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -136,105 +132,101 @@ class OnlineTrainer:
         """
         budget = validation.budget(num_episodes, total_steps)
         num_runs = validation.positive_int("num_runs", num_runs)
-        num_workers = validation.positive_int("num_workers", num_workers, "Use 1 to run in this process.")
-        torch_threads = validation.positive_int("torch_threads", torch_threads)
-        if backend not in executors.BACKENDS:
-            raise ValueError(f"backend must be one of {executors.BACKENDS}, but got backend={backend!r}.")
-        if ray_resources is not None and backend != "ray":
-            raise ValueError(f"ray_resources={ray_resources!r} applies to backend='ray' only, but got backend={backend!r}.")
-        if start_method not in multiprocessing.get_all_start_methods():
-            raise ValueError(f"start_method must be one of {multiprocessing.get_all_start_methods()}, but got "
-                             f"start_method={start_method!r}.")
+        execution = ExecutionOptions(num_workers, backend, start_method, torch_threads, ray_address, ray_resources,
+                                     progress).check()
         seed_offset = validation.seed_offset(seed_offset)
+        tuning_hp = validation.tuning_hp(tuning_hp)
+        options = self._run_options(budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
+                                    metrics_flush_every)
+        probe = self._probe([tuning_hp], checkpoint_freq, execution)
+        if self.exp_dir is not None:
+            self._prepare_exp_dir(overwrite)
+        base_seed = self._base_seed(seed_offset)
+        manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**probe, "tuning_hp": tuning_hp})
+        specs = [self._spec(i, seed, options, tuning_hp, self.exp_dir) for i, seed in enumerate(manifest["seeds"])]
+        experiment = Experiment(self.exp_dir, manifest, specs)
+        self._execute([experiment], execution)
+        runs = experiment.runs(keep_records)
+        failures = experiment.failures()
+        if failures:
+            raise RunsFailedError(failures, runs) from experiment.first_exception()
+        if self.exp_dir is not None and options["dump_metrics"] and keep_records:
+            experiment.write_all_metrics(runs)
+        return runs
+
+    def _run_options(self, budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
+                     metrics_flush_every) -> dict[str, Any]:
+        """Validate the options every run of a call shares; return them as RunSpec fields."""
         checkpoint_freq = validation.optional_positive_int("checkpoint_freq", checkpoint_freq)
         metrics_flush_every = validation.positive_int("metrics_flush_every", metrics_flush_every)
-        tuning_hp = validation.tuning_hp(tuning_hp)
         validation.needs_exp_dir(self.exp_dir, dump_metrics=dump_metrics, checkpoint_freq=checkpoint_freq)
         dump_metrics = self.exp_dir is not None if dump_metrics is None else bool(dump_metrics)
         if not keep_records and not dump_metrics:
             raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
-        probe = self._probe(tuning_hp, checkpoint_freq)
-        in_workers = backend == "ray" or num_workers > 1
-        if in_workers:
-            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                       "trainer.call_back": self.call_back, "tuning_hp": tuning_hp})
-        probe["torch_threads"] = torch_threads if in_workers else _current_torch_threads()
-        probe["backend"] = backend
-        if self.exp_dir is not None:
-            self._prepare_exp_dir(overwrite)
+        return {"budget": budget, "train": self.train, "dump_metrics": dump_metrics, "checkpoint_freq": checkpoint_freq,
+                "dump_transitions": bool(dump_transitions), "keep_records": bool(keep_records),
+                "metrics_flush_every": metrics_flush_every, "callback": self.call_back}
 
-        base_seed = seed_offset if seed_offset is not None else seeding.draw_base_seed()
-        if seed_offset is None:
-            logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", base_seed, base_seed)
-        specs = [
-            RunSpec(
-                run_idx=i,
-                seed=seeding.run_seed(base_seed, i),
-                env_factory=self.env_factory,
-                agent_factory=self.agent_factory,
-                budget=budget,
-                callback=self.call_back,
-                train=self.train,
-                tuning_hp=tuning_hp,
-                exp_dir=None if self.exp_dir is None else os.fspath(self.exp_dir),
-                dump_metrics=dump_metrics,
-                checkpoint_freq=checkpoint_freq,
-                dump_transitions=dump_transitions,
-                keep_records=keep_records,
-                metrics_flush_every=metrics_flush_every,
-            )
-            for i in range(num_runs)
-        ]
-        manifest = self._manifest(specs, seed_offset, base_seed, budget, probe, num_workers, tuning_hp)
-        results: dict[int, RunResult] = {}
+    def _spec(self, run_idx: int, seed: int, options: dict[str, Any], tuning_hp: dict[str, Any] | None,
+              exp_dir: Path | None, task_id: int = -1, label: str = "") -> RunSpec:
+        return RunSpec(run_idx=run_idx, seed=seed, env_factory=self.env_factory, agent_factory=self.agent_factory,
+                       tuning_hp=tuning_hp, exp_dir=None if exp_dir is None else os.fspath(exp_dir), task_id=task_id,
+                       label=label, **options)
 
-        def on_result(result: RunResult) -> None:
-            results[result.run_idx] = result
-            entry = manifest["runs"][result.run_idx]
-            entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                         wall_time=round(result.wall_time, 3), error=result.error)
-            if self.exp_dir is not None:
-                storage.write_manifest(self.exp_dir, manifest)
+    @staticmethod
+    def _base_seed(seed_offset: int | None) -> int:
+        if seed_offset is not None:
+            return seed_offset
+        base_seed = seeding.draw_base_seed()
+        logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", base_seed, base_seed)
+        return base_seed
 
-        display = ProgressDisplay(num_runs, budget.total, budget.unit) if progress else NoProgress()
+    def _execute(self, experiments: list[Experiment], execution: ExecutionOptions) -> None:
+        """Run the specs of every experiment together; route each result to its experiment."""
+        owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
+        specs = [spec for experiment in experiments for spec in experiment.specs]
         try:
-            if backend == "ray":
-                RayExecutor(ray_address, ray_resources, num_workers, torch_threads).run(specs, display, on_result)
-            elif num_workers > 1:
-                WorkerPool(num_workers, start_method, torch_threads).run(specs, display, on_result)
-            else:
-                executors.run_serial(specs, display, on_result)
+            executors.execute(specs, execution, lambda result: owners[result.key].on_result(result))
         except BaseException:
-            for entry in manifest["runs"]:
-                if entry["status"] == "pending":
-                    entry["status"] = "interrupted"
-            if self.exp_dir is not None:
-                storage.write_manifest(self.exp_dir, manifest)
+            for experiment in experiments:
+                experiment.mark_interrupted()
             raise
         finally:
-            display.close_all()
             self.call_back.close()
-        return self._collect(specs, results, dump_metrics, keep_records)
 
-    def _probe(self, tuning_hp: dict[str, Any] | None, checkpoint_freq: int | None) -> dict[str, Any]:
-        """Build one env and agent to check them before any run starts."""
+    def _probe(self, hp_sets: list[dict[str, Any] | None], checkpoint_freq: int | None,
+               execution: ExecutionOptions) -> dict[str, Any]:
+        """Build one env and agent to check them, and each set of hyperparameters, before any run starts."""
         env = self.env_factory()
         try:
             agent = self.agent_factory(env)
             check_agent(agent, self.agent_factory.source)
-            if tuning_hp is not None:
+            for hp in hp_sets:
+                if hp is None:
+                    continue
                 if not callable(getattr(agent, "set_hp", None)):
-                    raise TypeError(f"tuning_hp={tuning_hp!r} was given, but the agent {agent!r} has no set_hp method.")
-                agent.set_hp(dict(tuning_hp))
+                    raise TypeError(f"tuning_hp={hp!r} was given, but the agent {agent!r} has no set_hp method.")
+                agent.set_hp(dict(hp))
             if checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
                 raise TypeError(
                     f"checkpoint_freq={checkpoint_freq} needs agent.save(path=None), which the agent {agent!r} lacks."
                 )
             if env.num_envs > seeding.SEED_STRIDE:
                 raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds.")
-            return {"num_envs": env.num_envs, "autoreset_mode": autoreset_mode(env).name}
+            num_envs, mode = env.num_envs, autoreset_mode(env).name
         finally:
             self.env_factory.release(env)
+        if execution.in_workers:
+            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+                                       "trainer.call_back": self.call_back})
+        return {
+            "num_envs": num_envs,
+            "autoreset_mode": mode,
+            "train": self.train,
+            "backend": execution.backend,
+            "num_workers": execution.num_workers,
+            "torch_threads": execution.torch_threads if execution.in_workers else _current_torch_threads(),
+        }
 
     def _prepare_exp_dir(self, overwrite: bool) -> None:
         earlier = storage.existing_experiment_files(self.exp_dir) if self.exp_dir.is_dir() else []
@@ -259,41 +251,6 @@ class OnlineTrainer:
                 shutil.copyfile(self.config, self.exp_dir / storage.CONFIG_FILE)
         if self.args_yaml is not None:
             storage.write_text_once(self.exp_dir / storage.ARGS_FILE, self.args_yaml)
-
-    def _manifest(self, specs, seed_offset, base_seed, budget, probe, num_workers, tuning_hp) -> dict[str, Any]:
-        manifest = {
-            "format": 1,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "num_runs": len(specs),
-            "seed_offset": seed_offset,
-            "base_seed": base_seed,
-            "seed_stride": seeding.SEED_STRIDE,
-            "seeds": [spec.seed for spec in specs],
-            "budget": {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps},
-            "train": self.train,
-            "tuning_hp": tuning_hp,
-            "num_workers": num_workers,
-            **probe,
-            "runs": [{"run": s.run_idx, "seed": s.seed, "status": "pending"} for s in specs],
-        }
-        if self.exp_dir is not None:
-            storage.write_manifest(self.exp_dir, manifest)
-        return manifest
-
-    def _collect(self, specs, results, dump_metrics, keep_records) -> list[list[dict[str, Any]] | None]:
-        failures = [
-            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
-            for r in sorted(results.values(), key=lambda r: r.run_idx)
-            if r.status == "failed"
-        ]
-        runs = [results[s.run_idx].records if s.run_idx in results else None for s in specs]
-        if self.exp_dir is not None and dump_metrics and keep_records and not failures:
-            storage.write_atomic(self.exp_dir / storage.ALL_METRICS_FILE, pickle.dumps(runs, pickle.HIGHEST_PROTOCOL))
-        if failures:
-            error = RunsFailedError(failures, runs)
-            first = next((r.extra.get("exception_object") for r in results.values() if r.status == "failed"), None)
-            raise error from first
-        return runs
 
     load_run_metrics = staticmethod(storage.load_run_metrics)
     load_all_run_metrics = staticmethod(storage.load_all_run_metrics)

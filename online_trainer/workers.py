@@ -1,7 +1,7 @@
 """Runs in worker processes: a small pool that survives crashes and stops cleanly on Ctrl-C.
 
 The parent puts cloudpickled :class:`RunSpec` s on a task queue; each worker takes one at a
-time, runs it and sends ``("begin" | "start" | "progress" | "result", run_idx, ...)``
+time, runs it and sends ``("begin" | "start" | "progress" | "result", key, ...)``
 messages back on one event queue, which the parent drains to drive the progress display
 and collect results. A worker that dies (killed, out of memory, segfault) fails only the
 run it had, and a new worker takes its place. On KeyboardInterrupt (or any error in the
@@ -45,14 +45,14 @@ def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: 
             if payload is None:
                 return
             spec: RunSpec = cloudpickle.loads(payload)
-            slots[slot] = spec.run_idx  # shared memory: the parent sees it even if this process dies at once
+            slots[slot] = spec.key  # shared memory: the parent sees it even if this process dies at once
             try:
                 result = execute_run(spec, progress)
             except Exception as exc:
                 result = failed_result(spec, exc)
             finally:
                 spec.callback.close()
-            events.put(("result", spec.run_idx, result))
+            events.put(("result", spec.key, result))
             slots[slot] = -1
     except KeyboardInterrupt:
         return  # execute_run flushed the run's metrics on its way out
@@ -66,7 +66,7 @@ class WorkerPool:
         self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
         self.tasks = self.context.Queue()
         self.events = self.context.Queue()
-        self.slots = self.context.Array("q", [-1] * num_workers, lock=False)  # run index of each worker
+        self.slots = self.context.Array("q", [-1] * num_workers, lock=False)  # key of each worker's run
         self.processes: dict[int, Any] = {}  # slot -> process
 
     def _spawn(self, slot: int) -> None:
@@ -78,7 +78,7 @@ class WorkerPool:
 
     def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
         """Run every spec; return when all have a result."""
-        by_index = {spec.run_idx: spec for spec in specs}
+        by_index = {spec.key: spec for spec in specs}
         for spec in specs:
             self.tasks.put(cloudpickle.dumps(spec))
         for slot in range(min(self.num_workers, len(specs))):
@@ -92,11 +92,11 @@ class WorkerPool:
                 except queue_module.Empty:
                     self._replace_dead_workers(by_index, pending, display, on_result)
                     continue
-                kind, run_idx, *payload = message
+                kind, key, *payload = message
                 if kind == "result":
                     result = payload[0]
-                    pending.discard(run_idx)
-                    display.run_finished(run_idx, result.status == "failed")
+                    pending.discard(key)
+                    display.run_finished(key, result.status == "failed")
                     on_result(result)
                 else:
                     display.handle(message)
@@ -110,13 +110,13 @@ class WorkerPool:
 
     def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
         for slot, process in list(self.processes.items()):
-            run_idx = self.slots[slot]
-            if process.is_alive() or run_idx not in pending:
+            key = self.slots[slot]
+            if process.is_alive() or key not in pending:
                 continue
-            logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, run_idx)
-            result = failed_result(by_index[run_idx], f"WorkerDied: the worker process exited with code {process.exitcode}")
-            pending.discard(run_idx)
-            display.run_finished(run_idx, True)
+            logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, key)
+            result = failed_result(by_index[key], f"WorkerDied: the worker process exited with code {process.exitcode}")
+            pending.discard(key)
+            display.run_finished(key, True)
             on_result(result)
             if pending:
                 self._spawn(slot)  # takes the dead worker's unused stop sentinel
@@ -125,9 +125,9 @@ class WorkerPool:
             reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
                       f"start_method='{self.context.get_start_method()}' workers import the main script again: "
                       "put the script's code under `if __name__ == '__main__':`.")
-            for run_idx in sorted(pending):
-                display.run_finished(run_idx, True)
-                on_result(failed_result(by_index[run_idx], reason))
+            for key in sorted(pending):
+                display.run_finished(key, True)
+                on_result(failed_result(by_index[key], reason))
             pending.clear()
 
     def stop(self) -> None:

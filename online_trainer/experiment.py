@@ -1,0 +1,110 @@
+"""One experiment's runs: their manifest, their results as they arrive, and the outcome."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from online_trainer import seeding, storage
+from online_trainer.errors import RunFailure
+from online_trainer.run import RunResult, RunSpec
+
+
+class Experiment:
+    """The runs of one experiment directory (or of none), and how each ended.
+
+    The manifest (``manifest.json``) lists every run with its seed and status
+    (``pending``, ``finished``, ``failed`` or ``interrupted``); it is rewritten atomically
+    each time a run ends, so a sweep can tell which runs to do again.
+
+    Args:
+        exp_dir: the directory, or None to keep everything in memory.
+        manifest: the manifest; its ``runs`` entries are updated in place.
+        specs: the runs to execute now (runs already finished are not among them).
+    """
+
+    def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
+        self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
+        self.results: dict[int, RunResult] = {}
+        self._write()
+
+    @staticmethod
+    def new_manifest(num_runs: int, seed_offset: int | None, base_seed: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """A manifest whose runs are all pending."""
+        seeds = [seeding.run_seed(base_seed, i) for i in range(num_runs)]
+        return {
+            "format": 1,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "num_runs": num_runs,
+            "seed_offset": seed_offset,
+            "base_seed": base_seed,
+            "seed_stride": seeding.SEED_STRIDE,
+            "seeds": seeds,
+            **fields,
+            "runs": [{"run": i, "seed": seed, "status": "pending"} for i, seed in enumerate(seeds)],
+        }
+
+    def _write(self) -> None:
+        if self.exp_dir is not None:
+            storage.write_manifest(self.exp_dir, self.manifest)
+
+    def on_result(self, result: RunResult) -> None:
+        """Record how a run ended."""
+        self.results[result.run_idx] = result
+        entry = self.manifest["runs"][result.run_idx]
+        entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
+                     wall_time=round(result.wall_time, 3), error=result.error)
+        self._write()
+
+    def mark_interrupted(self) -> None:
+        """Mark the runs that did not end as interrupted (Ctrl-C, or an error in the parent)."""
+        for spec in self.specs:
+            if spec.run_idx not in self.results:
+                self.manifest["runs"][spec.run_idx]["status"] = "interrupted"
+        self._write()
+
+    def failures(self) -> list[RunFailure]:
+        """The runs that failed, in order."""
+        return [
+            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
+            for r in sorted(self.results.values(), key=lambda r: r.run_idx)
+            if r.status == "failed"
+        ]
+
+    def first_exception(self) -> BaseException | None:
+        """The exception object of the first failed run, when it ran in this process."""
+        return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
+
+    def runs(self, keep_records: bool) -> list[list[dict[str, Any]] | None]:
+        """Records per run: from memory for runs done now, from disk for runs done before."""
+        runs: list[list[dict[str, Any]] | None] = []
+        for entry in self.manifest["runs"]:
+            result = self.results.get(entry["run"])
+            if result is not None or not keep_records:
+                runs.append(result.records if result is not None else None)
+            elif entry["status"] == "finished" and self.exp_dir is not None:
+                runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
+            else:
+                runs.append(None)
+        return runs
+
+    def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
+        """Write ``all_metrics.pkl`` (the list of runs) atomically."""
+        if self.exp_dir is not None:
+            storage.write_atomic(self.exp_dir / storage.ALL_METRICS_FILE, pickle.dumps(runs, pickle.HIGHEST_PROTOCOL))
+
+
+def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
+    """Runs of an earlier manifest to do (again): all but those finished with their stream on disk."""
+    todo = []
+    for entry in manifest["runs"]:
+        if entry["status"] == "finished" and storage.metrics_path(exp_dir, entry["run"]).is_file():
+            continue
+        todo.append(entry["run"])
+        stream = storage.metrics_path(exp_dir, entry["run"])
+        if stream.exists():
+            os.remove(stream)  # the partial stream of a run that will run again from the start
+    return todo
