@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                                description="Print each run's final return and the mean, median and IQM "
                                            "across runs with 95%% bootstrap CIs.")
     show.add_argument("exp_dir", metavar="EXP_DIR", help="experiment directory, or a sweep of them")
-    show.add_argument("--last-k", type=_positive_int, default=None,
+    show.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                       help="episodes averaged per run (default: last_k of EXP_DIR/config.yaml, else 10)")
     show.set_defaults(handler=show_command)
 
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="output directory (default: EXP_DIR, or the common parent of several)")
     report.add_argument("--x", choices=("global_step", "episode_index"), default="global_step",
                         help="x axis of the learning curves (default: global_step)")
-    report.add_argument("--last-k", type=_positive_int, default=None,
+    report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
     report.set_defaults(handler=report_command)
     return parser

@@ -303,7 +303,14 @@ def _build(cls: type, data: Any, prefix: str) -> Any:
     missing = [f.name for f in dataclasses.fields(cls) if f.name not in data
                and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
-        raise ConfigError(f"missing key {prefix}{missing[0]!r} in {where}: {_field_doc(cls, missing[0])}")
+        name, hint = missing[0], hints[missing[0]]
+        if dataclasses.is_dataclass(hint):
+            required = [f.name for f in dataclasses.fields(hint) if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING]
+            raise ConfigError(f"missing section {prefix + name!r} in {where}: a mapping with keys "
+                              f"{', '.join(f.name for f in dataclasses.fields(hint))} (required: "
+                              f"{', '.join(required)}).")
+        raise ConfigError(f"missing key {prefix + name!r} in {where}: {_field_doc(cls, name)}")
     kwargs = {key: _build(hints[key], value, f"{prefix}{key}.") if dataclasses.is_dataclass(hints[key]) else value
               for key, value in data.items()}
     return cls(**kwargs)
@@ -322,7 +329,7 @@ def _field_doc(cls: type, name: str) -> str:
     except (OSError, TypeError):
         return ""
     match = re.search(rf"^\s+{name}:[^\n]*\n\s+\"\"\"(.*?)\"\"\"", source, re.M | re.S)
-    return match.group(1).strip() if match else ""
+    return match.group(1).strip().replace("``", "") if match else ""
 
 
 # ------------------------------------------------------------------------ overrides
@@ -399,7 +406,8 @@ def load_experiment_config(path: str | os.PathLike, overrides: Sequence[str] = (
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
         raise ConfigError(f"config file {os.fspath(path)!r} {what}.")
     try:
-        data = yaml.load(path.read_text(), Loader=_Loader)
+        with open(path, encoding="utf-8") as stream:
+            data = yaml.load(stream, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from exc
     if data is None:

@@ -45,6 +45,8 @@ class RunSpec:
     """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
     label: str = ""
     """Name on the progress display; empty: ``run {run_idx}``."""
+    tag_prefix: str = ""
+    """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
 
     @property
     def key(self) -> int:
@@ -78,7 +80,7 @@ class RunEvents:
     def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress) -> None:
         self.spec, self.agent, self.progress = spec, agent, progress
         self.callback = spec.callback
-        self.tag = f"run_{spec.run_idx}"
+        self.tag = f"{spec.tag_prefix}run_{spec.run_idx}"
         self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
         self.stream = None
         if spec.exp_dir is not None and spec.dump_metrics:
@@ -186,7 +188,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render)
         callback = spec.callback
         callback.reset()
-        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, f"agents/run_{spec.run_idx}")
+        agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
+        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = RunEvents(spec, agent, bar)
         obs, _ = env.reset(seed=spec.seed)

@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
@@ -17,6 +17,9 @@ from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment
 from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
 from online_trainer.run import RunSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 logger = logging.getLogger(__name__)
 
@@ -168,10 +171,11 @@ class OnlineTrainer:
                 "metrics_flush_every": metrics_flush_every, "callback": self.call_back}
 
     def _spec(self, run_idx: int, seed: int, options: dict[str, Any], tuning_hp: dict[str, Any] | None,
-              exp_dir: Path | None, task_id: int = -1, label: str = "") -> RunSpec:
+              exp_dir: Path | None, **naming: Any) -> RunSpec:
+        """The spec of one run; ``naming`` sets ``task_id``, ``label`` and ``tag_prefix`` in sweeps."""
         return RunSpec(run_idx=run_idx, seed=seed, env_factory=self.env_factory, agent_factory=self.agent_factory,
-                       tuning_hp=tuning_hp, exp_dir=None if exp_dir is None else os.fspath(exp_dir), task_id=task_id,
-                       label=label, **options)
+                       tuning_hp=tuning_hp, exp_dir=None if exp_dir is None else os.fspath(exp_dir), **naming,
+                       **options)
 
     @staticmethod
     def _base_seed(seed_offset: int | None) -> int:
@@ -251,6 +255,61 @@ class OnlineTrainer:
                 shutil.copyfile(self.config, self.exp_dir / storage.CONFIG_FILE)
         if self.args_yaml is not None:
             storage.write_text_once(self.exp_dir / storage.ARGS_FILE, self.args_yaml)
+
+    def sweep(
+        self,
+        configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
+        num_runs: int,
+        num_episodes: int | None = None,
+        total_steps: int | None = None,
+        seed_offset: int | None = None,
+        metric: str = "iqm",
+        last_k: int = 10,
+        checkpoint_freq: int | None = None,
+        num_workers: int = 1,
+        backend: str = "local",
+        progress: bool = True,
+        start_method: str = "spawn",
+        torch_threads: int = 1,
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
+    ) -> "pd.DataFrame":
+        """Run every configuration over ``num_runs`` seeds and rank the configurations.
+
+        Each configuration gets its own experiment directory under ``exp_dir`` (named after
+        its hyperparameters, which are also written to its ``hyperparameters.yaml``) and
+        receives them through ``agent.set_hp``. All (configuration x seed) runs share one
+        pool of ``num_workers``. Every configuration runs the same seeds. Calling the sweep
+        again runs only what is missing: runs that finished are kept, new configurations and
+        seeds are added.
+
+        Args:
+            configurations: a grid ``{"lr": [1e-3, 1e-4], "gamma": [0.9, 0.99]}`` (every
+                combination) or a list of hyperparameter dicts.
+            num_runs: seeds per configuration.
+            num_episodes: episode budget of each run (exactly one budget).
+            total_steps: env-step budget of each run.
+            seed_offset: base seed shared by all configurations; None draws one, recorded in
+                ``exp_dir/sweep.json`` and reused when the sweep is called again.
+            metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
+            last_k: a run's final return is the mean return of its last ``last_k`` episodes.
+            checkpoint_freq, num_workers, backend, progress, start_method, torch_threads,
+                ray_address, ray_resources: as in :meth:`multi_run`.
+
+        Returns:
+            One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
+            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``. It is
+            also written to ``exp_dir/sweep_results.csv``.
+
+        Raises:
+            RunsFailedError: some runs failed (after the ranking of the others is written).
+        """
+        from online_trainer.sweep import run_sweep
+
+        execution = ExecutionOptions(num_workers, backend, start_method, torch_threads, ray_address, ray_resources,
+                                     progress)
+        return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
+                         checkpoint_freq, execution)
 
     load_run_metrics = staticmethod(storage.load_run_metrics)
     load_all_run_metrics = staticmethod(storage.load_all_run_metrics)

@@ -1,0 +1,177 @@
+"""Tests of the ``online-trainer`` command: ``cli.main`` in-process on tiny Corridor-v0 configs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from online_trainer import cli
+from online_trainer.experiment_config import ConfigError, load_experiment_config, parse_override
+
+TINY = """\
+env:
+  id: Corridor-v0
+  num_envs: 2
+agent:
+  name: q_learning
+  hyperparameters:
+    lr: 0.5
+num_runs: 2
+num_episodes: 6
+callback: empty
+"""
+
+
+def write_config(directory: Path, text: str = TINY, name: str = "tiny.yaml") -> Path:
+    path = directory / name
+    path.write_text(text)
+    return path
+
+
+def run(*argv: str) -> int:
+    return cli.main(["run", *argv, "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory) -> Path:
+    """One finished experiment (2 runs of 6 episodes, last_k 3), shared by the read-only tests."""
+    root = tmp_path_factory.mktemp("cli")
+    exp_dir = root / "sweep" / "lr_0.5"
+    assert run(str(write_config(root)), f"exp_dir={exp_dir}", "last_k=3") == 0
+    return exp_dir
+
+
+def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path, TINY.replace("callback: empty", "callback: jsonl"))
+    assert run(str(config)) == 0
+    exp_dir = tmp_path / "runs" / "tiny"  # default: runs/<config file stem>
+    for name in ("config.yaml", "args.yaml", "manifest.json", "metrics_run0.pkl", "metrics_run1.pkl",
+                 "all_metrics.pkl", "callback.jsonl"):
+        assert (exp_dir / name).is_file(), name
+    resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
+    assert resolved == yaml.safe_load((exp_dir / "args.yaml").read_text())
+    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {}}
+    assert resolved["exp_dir"] == "runs/tiny" and resolved["last_k"] == 10 and resolved["total_steps"] is None
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    assert manifest["seeds"] == [0, 10000] and [r["status"] for r in manifest["runs"]] == ["finished"] * 2
+    out = capsys.readouterr().out
+    assert "mean return of its last 10 episodes" in out
+    assert "IQM" in out and "95% CI" in out
+    assert f"Experiment directory: {Path('runs', 'tiny')}" in out
+    table = out[out.index("final return"):].splitlines()
+    assert table[1].split()[:3] == ["0", "0", "6"] and table[2].split()[:3] == ["1", "10000", "6"]
+
+
+def test_overrides_are_applied_and_recorded(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    overrides = ["num_runs=3", "env.num_envs=1", "agent.hyperparameters.lr=2.5e-1",
+                 "agent.hyperparameters.epsilon_decay=0.5", f"exp_dir={exp_dir}", "seed_offset=7"]
+    assert run(str(write_config(tmp_path)), *overrides) == 0
+    text = (exp_dir / "config.yaml").read_text()
+    assert "# with overrides: num_runs=3 env.num_envs=1" in text
+    resolved = yaml.safe_load(text)
+    assert resolved["num_runs"] == 3 and resolved["env"]["num_envs"] == 1 and resolved["seed_offset"] == 7
+    assert resolved["agent"]["hyperparameters"] == {"lr": 0.25, "epsilon_decay": 0.5}
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    assert manifest["num_runs"] == 3 and manifest["num_envs"] == 1 and manifest["seeds"][0] == 7
+    assert "across runs" in capsys.readouterr().out.lower()
+
+
+def test_an_earlier_experiment_is_kept_unless_overwrite(tmp_path, capsys):
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    before = (exp_dir / "metrics_run0.pkl").read_bytes()
+    assert run(str(config), f"exp_dir={exp_dir}", "num_runs=1") == 2
+    assert "already holds an experiment" in capsys.readouterr().err
+    assert (exp_dir / "metrics_run0.pkl").read_bytes() == before
+    assert run(str(config), f"exp_dir={exp_dir}", "num_runs=1", "overwrite=true") == 0
+    assert not (exp_dir / "metrics_run1.pkl").exists()
+    assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1
+
+
+def test_show_prints_the_table_with_the_configured_last_k(experiment, capsys):
+    assert cli.main(["show", str(experiment)]) == 0
+    out = capsys.readouterr().out
+    assert "mean return of its last 3 episodes" in out and "IQM" in out and "10000" in out
+    assert cli.main(["show", str(experiment), "--last-k", "2"]) == 0
+    assert "last 2 episodes" in capsys.readouterr().out
+
+
+def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys):
+    other = experiment.parent / "lr_0.1"
+    assert run(str(write_config(tmp_path)), f"exp_dir={other}", "agent.hyperparameters.lr=0.1", "last_k=3") == 0
+    capsys.readouterr()
+    assert cli.main(["report", str(experiment), str(other), "--x", "episode_index"]) == 0
+    sweep = experiment.parent  # the common parent of the two experiments
+    png, md = sweep / "learning_curves.png", sweep / "summary.md"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    summary = md.read_text()
+    assert "last 3 episodes" in summary and "IQM [95% CI]" in summary
+    assert "| lr_0.1 | 2 |" in summary and "| lr_0.5 | 2 |" in summary
+    assert str(png) in capsys.readouterr().out
+    out_dir = tmp_path / "report"  # a sweep directory loads every experiment under it
+    assert cli.main(["report", str(sweep), "--out", str(out_dir), "--last-k", "4"]) == 0
+    assert "last 4 episodes" in (out_dir / "summary.md").read_text()
+    assert (out_dir / "learning_curves.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["num_run=3"], "unknown key 'num_run' (did you mean 'num_runs'?); valid keys at the top level: env, agent, "),
+        (["env.num_env=2"], "unknown key 'env.num_env' (did you mean 'env.num_envs'?)"),
+        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning' has no hyperparameter 'lrr' (did you mean 'lr'?)"),
+        (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
+        (["total_steps=1e3", "num_episodes=null"], "total_steps=1000.0 has the wrong type: expected an int or null"),
+        (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
+        (["env.id=Corridoor-v0"], "unknown env env.id='Corridoor-v0': it is not in gymnasium.registry; close "
+                                  "matches: Corridor-v0"),
+        (["total_steps=100"], "give exactly one budget, num_episodes or total_steps, but got num_episodes=6, "
+                              "total_steps=100."),
+        (["num_episodes=null"], "give exactly one budget"),
+        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty' (did you mean 'tb'?)"),
+        (["agent.hyperparameters.lr=-1"], "agent.hyperparameters: could not build agent 'q_learning'"),
+        (["num_runs"], "override 'num_runs' must look like key=value"),
+    ],
+)
+def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, message):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", *overrides) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("online-trainer: error: ") and message in err
+    assert "Traceback" not in err
+    assert not exp_dir.exists()
+
+
+def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):
+    assert run(str(tmp_path / "nope.yaml")) == 2
+    assert f"online-trainer: error: config file '{tmp_path / 'nope.yaml'}' does not exist." in capsys.readouterr().err
+    assert cli.main(["show", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli.main(["run"]) == 2  # argparse: CONFIG is required
+    assert "the following arguments are required: CONFIG" in capsys.readouterr().err
+
+
+def test_config_schema_parts(tmp_path):
+    assert parse_override("agent.hyperparameters.hidden_sizes=[32, 32]") == (
+        ("agent", "hyperparameters", "hidden_sizes"), [32, 32])
+    assert parse_override("agent.hyperparameters.lr=1e-3")[1] == 0.001
+    with pytest.raises(ConfigError, match=r"cannot set num_runs\.x"):
+        load_experiment_config(write_config(tmp_path), ["num_runs.x=1"])
+    config = load_experiment_config(write_config(tmp_path), ["env={id: Corridor-v0, kwargs: {length: 4}}"])
+    assert config.env.kwargs == {"length": 4} and config.env.num_envs == 1 and config.exp_dir == "runs/tiny"
+
+
+def test_python_dash_m_help():
+    result = subprocess.run([sys.executable, "-m", "online_trainer", "--help"], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: online-trainer")
+    for command in ("run", "show", "report"):
+        assert command in result.stdout

@@ -1,0 +1,124 @@
+"""Sweeps: ranking by aggregate over seeds, resuming, growing the grid, errors, Optuna."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import envs  # noqa: F401  (registers Corridor-v0)
+from agents import QLearningAgent
+from envs import make_env
+from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, optuna_objective
+from online_trainer.sweep import config_name, expand_grid
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+class CountingAgents:
+    """An agent factory that counts the agents it builds."""
+
+    def __init__(self):
+        self.built = 0
+
+    def __call__(self, env):
+        self.built += 1
+        return QLearningAgent(env)
+
+
+def corridor_trainer(exp_dir, factory=None):
+    return OnlineTrainer(make_env("Corridor-v0", num_envs=1), factory or CountingAgents(), exp_dir=exp_dir)
+
+
+def test_expand_grid_and_names():
+    assert expand_grid({"lr": [0.1, 0.2], "gamma": [0.9]}) == [{"lr": 0.1, "gamma": 0.9}, {"lr": 0.2, "gamma": 0.9}]
+    assert expand_grid([{"lr": 0.1}, {"lr": 0.1}, {"lr": 0.3}]) == [{"lr": 0.1}, {"lr": 0.3}]
+    assert config_name({"lr": 0.001, "net": [64, 64]}) == "lr=0.001,net=64-64"
+    assert len(config_name({f"k{i}": "x" * 20 for i in range(10)})) <= 100
+    with pytest.raises(ValueError, match=r"Each grid value must be a non-empty list, but got lr=0.1"):
+        expand_grid({"lr": 0.1})
+
+
+def test_the_known_best_configuration_ranks_first(tmp_path):
+    ranking = corridor_trainer(tmp_path).sweep({"lr": [1e-4, 0.5]}, num_runs=3, num_episodes=60, seed_offset=0,
+                                               progress=False)
+    assert ranking["lr"].tolist() == [0.5, 1e-4]
+    assert ranking["rank"].tolist() == [1, 2]
+    assert ranking["num_runs"].tolist() == [3, 3]
+    assert (ranking["iqm_lo"] <= ranking["iqm"]).all() and (ranking["iqm"] <= ranking["iqm_hi"]).all()
+    assert (tmp_path / "sweep_results.csv").is_file()
+    episodes = load_episodes(tmp_path)
+    assert sorted(episodes["experiment"].unique()) == ["lr=0.0001", "lr=0.5"]
+    assert set(episodes.groupby("experiment")["seed"].unique().map(tuple)) == {(0, 10000, 20000)}  # same seeds
+
+
+def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path):
+    factory = CountingAgents()
+    trainer = corridor_trainer(tmp_path, factory)
+    first = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, seed_offset=3, progress=False)
+    assert factory.built == 1 + 4  # the probe, then 2 configurations x 2 seeds
+    streams = {p: p.read_bytes() for p in tmp_path.glob("*/metrics_run*.pkl")}
+    again = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, progress=False)
+    assert factory.built == 1 + 4 + 1  # only the probe
+    assert again.drop(columns=[c for c in again if c.endswith(("_lo", "_hi"))]).equals(
+        first.drop(columns=[c for c in first if c.endswith(("_lo", "_hi"))]))
+    trainer.sweep({"lr": [0.1, 0.5, 0.9]}, num_runs=3, num_episodes=20, progress=False)
+    assert factory.built == 1 + 4 + 1 + 1 + 2 + 3  # one more seed for the old two, three for the new one
+    assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
+
+
+class FailsForLr(RecordingAgent):
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        if self.hp.get("lr") == 0.2 and self.updates == 3:
+            raise RuntimeError("bad lr")
+
+
+def test_failed_runs_are_reported_and_run_again(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError, match="bad lr"):
+        trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
+    manifest = json.loads((tmp_path / "lr=0.2" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["failed", "failed"]
+    assert (tmp_path / "sweep_results.csv").is_file()  # the ranking of what finished
+    trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, progress=False)  # nothing fails, nothing re-runs
+
+
+def test_sweep_runs_share_one_worker_pool(tmp_path):
+    serial = corridor_trainer(tmp_path / "a").sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1,
+                                                    progress=False)
+    parallel = corridor_trainer(tmp_path / "b").sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1,
+                                                      num_workers=2, progress=False)
+    assert serial.equals(parallel)
+
+
+def test_sweep_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"exp_dir is None"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).sweep({"lr": [0.1]}, num_runs=1, num_episodes=1)
+    with pytest.raises(ValueError, match=r"unknown hyperparameters \['momentum'\]"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "x").sweep(
+            {"lr": [0.1], "momentum": [0.9]}, num_runs=1, num_episodes=1)
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(ValueError, match=r"metric must be one of \('iqm', 'mean', 'median'\), but got metric='max'"):
+        corridor_trainer(tmp_path / "y").sweep({"lr": [0.1]}, num_runs=1, num_episodes=1, metric="max")
+    trainer = corridor_trainer(tmp_path / "z")
+    trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=5, progress=False)
+    with pytest.raises(ValueError, match=r"ran with seed_offset=5, but got seed_offset=6"):
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=6)
+    with pytest.raises(ValueError, match=r"ran with \{'num_episodes': 2, 'total_steps': None\}"):
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=3)
+
+
+def test_optuna_trials_aggregate_seeds(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    trainer = corridor_trainer(tmp_path)
+    objective = optuna_objective(trainer, lambda t: {"lr": t.suggest_float("lr", 1e-4, 0.9, log=True)},
+                                 num_runs=2, num_episodes=30, progress=False)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=3)
+    assert len(study.trials) == 3
+    for trial in study.trials:
+        assert trial.user_attrs["num_runs"] == 2
+        assert trial.user_attrs["ci_low"] <= trial.value <= trial.user_attrs["ci_high"]
+        manifest = json.loads((tmp_path / trial.user_attrs["experiment"] / "manifest.json").read_text())
+        assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
