@@ -1,0 +1,77 @@
+"""Wall time of 4 CPU-bound runs with 1 and 2 worker processes (and every core), and with Ray.
+
+Each run is a DQN agent on CartPole-v1 training every step for ``--steps`` env steps, one
+torch thread per worker. Ray's start-up (``ray.init``) is timed apart and taken out, as it is
+paid once per session. The same seeds give the same records on every backend (checked).
+Targets on a 2-core machine: at least 1.8x with 2 workers; Ray within 10% of the pool.
+
+    python bench/scaling.py [--runs 4] [--steps 4000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+
+from agents import DQNAgent
+from callbacks import EmptyCallBack
+from envs import make_env
+from online_trainer import OnlineTrainer
+
+
+class DQNFactory:
+    """Builds a DQN agent that trains on every step after a short warm-up."""
+
+    def __call__(self, env):
+        return DQNAgent(env, learning_starts=200, train_freq=1, batch_size=64, hidden_sizes=(128, 128))
+
+
+def timed_run(runs: int, steps: int, **options) -> tuple[float, list]:
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=1), DQNFactory(), exp_dir=tmp)
+        trainer.call_back = EmptyCallBack()
+        start = time.perf_counter()
+        records = trainer.multi_run(runs, total_steps=steps, seed_offset=0, progress=False, **options)
+        return time.perf_counter() - start, [[r["ep_return"] for r in run] for run in records]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--no-ray", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    import torch
+
+    torch.set_num_threads(1)  # the serial baseline gets one core, like each worker
+    cores = os.cpu_count() or 1
+    print(f"{args.runs} DQN runs of {args.steps} env steps on a {cores}-core machine")
+    print(f"{'setting':<28} {'wall s':>8} {'speedup':>8}")
+    serial, reference = timed_run(args.runs, args.steps, torch_threads=1)
+    print(f"{'serial (1 process)':<28} {serial:>8.2f} {1.0:>8.2f}")
+    for workers in sorted({2, cores} - {1}):
+        wall, records = timed_run(args.runs, args.steps, num_workers=workers)
+        assert records == reference, "records differ from serial"
+        print(f"{f'{workers} worker processes':<28} {wall:>8.2f} {serial / wall:>8.2f}")
+        if workers == 2:
+            pool_two = wall
+    if args.no_ray:
+        return
+    import ray
+
+    start = time.perf_counter()
+    ray.init(num_cpus=cores, include_dashboard=False, configure_logging=False)
+    startup = time.perf_counter() - start
+    wall, records = timed_run(args.runs, args.steps, num_workers=2, backend="ray")
+    assert records == reference, "records differ from serial"
+    print(f"{'ray, 2 tasks at once':<28} {wall:>8.2f} {serial / wall:>8.2f}   "
+          f"(ray.init {startup:.1f} s not counted; {wall / pool_two:.2f}x the pool's time)")
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
