@@ -209,13 +209,7 @@ class DQNAgent(AgentBase):
             actions = torch.as_tensor(batch["actions"], device=self.device)
             rewards = torch.as_tensor(batch["rewards"], device=self.device)
             not_terminal = torch.as_tensor(~batch["terminated"], device=self.device, dtype=torch.float32)
-            with torch.no_grad():
-                next_q = self.target_net(next_obs)
-                if cfg.double_dqn:
-                    best = self.q_net(next_obs).argmax(dim=1, keepdim=True)
-                else:
-                    best = next_q.argmax(dim=1, keepdim=True)
-                target = rewards + cfg.gamma * not_terminal * next_q.gather(1, best).squeeze(1)
+            target = self.td_targets(rewards, next_obs, not_terminal)
             q = self.q_net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
             loss = loss_fn(q, target)
             self.optimizer.zero_grad(set_to_none=True)
@@ -237,6 +231,14 @@ class DQNAgent(AgentBase):
                     })
                     self._loss_sum = self._q_sum = 0.0
                     self._n_logged = 0
+
+    @torch.no_grad()
+    def td_targets(self, rewards: torch.Tensor, next_obs: torch.Tensor, not_terminal: torch.Tensor) -> torch.Tensor:
+        """``r + gamma * (1 - terminated) * Q_target(s', a*)``; ``a*`` from the online net if ``double_dqn``."""
+        next_q = self.target_net(next_obs)
+        source = self.q_net(next_obs) if self.config.double_dqn else next_q
+        best = source.argmax(dim=1, keepdim=True)
+        return rewards + self.config.gamma * not_terminal * next_q.gather(1, best).squeeze(1)
 
     def _update_target(self) -> None:
         tau = self.config.tau

@@ -207,3 +207,22 @@ def test_overwrite_replaces_earlier_experiment(tmp_path):
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(2, num_episodes=2, progress=False)
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, overwrite=True, progress=False)
     assert [len(r) for r in load_all_run_metrics(tmp_path)] == [3]
+
+
+def _peak_memory(exp_dir, episodes):
+    import tracemalloc
+
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir)
+    trainer.call_back = EmptyCallBack()
+    tracemalloc.start()
+    trainer.multi_run(1, num_episodes=episodes, seed_offset=0, keep_records=False, progress=False)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def test_memory_is_flat_in_episodes_without_records(tmp_path):
+    short = _peak_memory(tmp_path / "short", 300)
+    long = _peak_memory(tmp_path / "long", 6000)
+    assert long < short * 1.5 + 200_000, (short, long)
+    assert len(load_run_metrics(tmp_path / "long", 0)) == 6000
