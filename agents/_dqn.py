@@ -18,7 +18,7 @@ from agents._replay import ReplayBuffer
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DQNConfig:
-    """Hyperparameters of :class:`DQNAgent`. Step counts are real env transitions."""
+    """Hyperparameters of :class:`DQNAgent`. Step counts are real env transitions, summed over sub-envs."""
 
     lr: float = 2.5e-4
     """Adam learning rate."""
@@ -251,7 +251,7 @@ class DQNAgent(AgentBase):
 
     def log(self) -> list[dict[str, np.ndarray] | None] | None:
         """Per-sub-env ``q`` (of the action taken) and ``epsilon`` (``log_step_values`` only)."""
-        if self._last is None:
+        if self._last is None or not self.training or not self.config.log_step_values:
             return None
         q, real = self._last
         eps = np.array([self.epsilon])

@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PPOConfig:
-    """Hyperparameters of :class:`PPOAgent`. Step counts are real env transitions."""
+    """Hyperparameters of :class:`PPOAgent`. Step counts are real env transitions, summed over sub-envs."""
 
     lr: float = 3e-4
     """Adam learning rate (the initial one when ``anneal_lr``)."""
@@ -309,7 +309,7 @@ class PPOAgent(AgentBase):
     # ------------------------------------------------------------ persistence
     def log(self) -> list[dict[str, np.ndarray] | None] | None:
         """Per-sub-env ``value`` and ``log_prob`` of the last step (``log_step_values`` only)."""
-        if self._last is None:
+        if self._last is None or not self.training or not self.config.log_step_values:
             return None
         values, log_probs, real = self._last
         return [{"value": values[i : i + 1], "log_prob": log_probs[i : i + 1]} if real[i] else None

@@ -147,7 +147,7 @@ class QLearningAgent(AgentBase):
 
     def log(self) -> list[dict[str, np.ndarray] | None] | None:
         """Per-sub-env ``q`` and ``td_error`` of the last update (``log_step_values`` only)."""
-        if self._last_log is None:
+        if self._last_log is None or not self.training or not self.config.log_step_values:
             return None
         q, td = self._last_log["q"], self._last_log["td_error"]
         return [

@@ -18,10 +18,10 @@ register_corridor()
 
 __all__ = [
     "CORRIDOR_ID",
+    "CorridorEnv",
     "DEFAULT_LENGTH",
     "MAX_EPISODE_STEPS",
     "VECTORIZATIONS",
-    "CorridorEnv",
     "VectorEnvFactory",
     "make_env",
     "optimal_episode_length",

@@ -15,12 +15,11 @@ this module is the one place that prints.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
 
-from online_trainer.cli_report import report_command, show_command
-from online_trainer.cli_run import run_command
 from online_trainer.experiment_config import ConfigError
 
 PROG = "online-trainer"
@@ -37,6 +36,18 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
     return value
+
+
+def _lazy(module: str, name: str):
+    """A handler that imports its module when called, so ``--help`` does not load pandas and torch."""
+    def handler(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), name)(args)
+    return handler
+
+
+run_command = _lazy("online_trainer.cli_run", "run_command")
+show_command = _lazy("online_trainer.cli_report", "show_command")
+report_command = _lazy("online_trainer.cli_report", "report_command")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,7 +15,6 @@ from online_trainer.dataframes import load_episodes
 from online_trainer.errors import RunsFailedError
 from online_trainer.experiment_config import (
     CALLBACKS,
-    JSONL_FILE,
     AgentConfig,
     ConfigError,
     EnvConfig,
@@ -159,15 +158,14 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from exc
         trainer.call_back = CALLBACKS[config.callback](exp_dir)
         exp_dir.mkdir(parents=True, exist_ok=True)
-        if config.overwrite:
-            (exp_dir / JSONL_FILE).unlink(missing_ok=True)  # appended to, and unknown to storage's patterns
         storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
         print(f"Running {_describe(config)} into {exp_dir}", flush=True)
         status = 0
         try:
             trainer.multi_run(config.num_runs, num_episodes=config.num_episodes, total_steps=config.total_steps,
                               seed_offset=config.seed_offset, checkpoint_freq=config.checkpoint_freq,
-                              num_workers=config.num_workers, overwrite=config.overwrite,
+                              num_workers=config.num_workers, torch_threads=config.torch_threads or 1,
+                              overwrite=config.overwrite,
                               progress=not args.no_progress)
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)

@@ -8,10 +8,19 @@ Jupyter and as text in a terminal; only the parent writes, so lines never interl
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as text_tqdm
+
+
+def _bar(**kwargs: Any) -> Any:
+    """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a second."""
+    if tqdm is text_tqdm and not sys.stderr.isatty():
+        kwargs.setdefault("mininterval", 30.0)
+    return tqdm(dynamic_ncols=True, **kwargs)
 
 
 class RunProgress(Protocol):
@@ -70,7 +79,7 @@ class ProgressDisplay:
 
     def __init__(self, num_runs: int, total: int, unit: str) -> None:
         self.num_runs, self.total, self.unit = num_runs, total, unit
-        self.overall = tqdm(total=num_runs * total, unit=unit, desc="all runs", position=0, dynamic_ncols=True)
+        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs", position=0)
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self.done = self.failed = 0
@@ -87,8 +96,7 @@ class ProgressDisplay:
         taken = set(self.positions.values())
         position = next(p for p in range(1, len(taken) + 2) if p not in taken)
         self.positions[key] = position
-        self.bars[key] = tqdm(total=self.total, unit=self.unit, desc=name, position=position, leave=False,
-                              dynamic_ncols=True)
+        self.bars[key] = _bar(total=self.total, unit=self.unit, desc=name, position=position, leave=False)
 
     def advance(self, key: int, amount: int, last_return: float | None) -> None:
         """Move run ``key`` forward by ``amount`` and show its last return."""
@@ -97,7 +105,8 @@ class ProgressDisplay:
             return
         if last_return is not None:
             bar.set_postfix_str(f"return={last_return:.4g}", refresh=False)
-        if amount:
+        amount = min(amount, bar.total - bar.n)  # a step budget overshoots by less than num_envs steps
+        if amount > 0:
             bar.update(amount)
             self.overall.update(amount)
         else:

@@ -46,6 +46,7 @@ EXPERIMENT_PATTERNS = (
     "Run*_Last*",
     "Run*_Best_agent.t",
     "events.out.tfevents.*",
+    "*.jsonl",
 )
 
 

@@ -47,8 +47,11 @@ def test_content_of_reset_steps_does_not_change_learning(corridor, params):
         rng = np.random.default_rng(0)
         for t in range(40):
             obs = rng.integers(5, size=2)
+            next_obs = np.minimum(obs + 1, 4)
+            if t % 3 == 0:  # what the agent sees and gets at a reset step must not matter
+                obs[1], next_obs[1] = (4, 0) if junk else (0, 4)
             reward = np.array([-1.0, junk if t % 3 == 0 else -1.0])
-            feed(agent, obs, np.minimum(obs + 1, 4), reward, valid=np.array([True, t % 3 != 0]))
+            feed(agent, obs, next_obs, reward, valid=np.array([True, t % 3 != 0]))
         runs.append(params(agent))
     for x, y in zip(*runs):
         np.testing.assert_array_equal(x, y)
