@@ -1,0 +1,155 @@
+"""Learning results of the shipped configs: does each reference agent learn, on every seed?
+
+Each config runs through the command users run (``online-trainer run``), 5 seeds, with a
+checkpoint at the end of each run. Per seed it prints the mean return of the last 10
+training episodes and the greedy return of the final agent (``train=False``, 10 episodes from
+``Run{i}_Last``), plus the wall time of the whole config, and writes the table into
+``bench/README.md`` between the ``learning-results`` markers.
+
+Targets (5 seeds, at least 4 must reach it):
+  Q-learning on CliffWalking-v1, 500 episodes: greedy return -13
+  DQN on CartPole-v1, 150k env steps: last-10 return >= 450
+  PPO on CartPole-v1, 150k env steps: last-10 return >= 450
+  PPO on Pendulum-v1, 300k env steps: last-10 return > -400
+
+    python bench/learning.py [--only cartpole_ppo ...] [--out runs/bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Target:
+    config: str
+    title: str
+    measure: str  # "greedy" or "last10"
+    threshold: float
+    at_least: bool = True  # False: strictly greater
+
+    def reached(self, value: float) -> bool:
+        return value >= self.threshold if self.at_least else value > self.threshold
+
+
+TARGETS = [
+    Target("cliffwalking_q", "Q-learning, CliffWalking-v1, 500 episodes", "greedy", -13),
+    Target("cartpole_dqn", "DQN, CartPole-v1, 150k steps", "last10", 450),
+    Target("cartpole_ppo", "PPO, CartPole-v1, 150k steps", "last10", 450),
+    Target("pendulum_ppo", "PPO, Pendulum-v1, 300k steps", "last10", -400, at_least=False),
+]
+
+
+def run_config(target: Target, out: Path) -> tuple[Path, float]:
+    """Run a config with the CLI; return its experiment directory and wall time."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "configs" / f"{target.config}.yaml").read_text())
+    budget = config.get("num_episodes") or config.get("total_steps")
+    exp_dir = out / target.config
+    command = [sys.executable, "-m", "online_trainer", "run", str(ROOT / "configs" / f"{target.config}.yaml"),
+               f"exp_dir={exp_dir}", "overwrite=true", f"checkpoint_freq={budget}", "--no-progress"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=ROOT)
+    return exp_dir, time.perf_counter() - start
+
+
+class Restored:
+    """An agent restored from a checkpoint after the trainer's ``reset(seed)`` (which re-initialises it)."""
+
+    def __init__(self, agent, checkpoint: str) -> None:
+        self.agent, self.checkpoint = agent, checkpoint
+
+    def reset(self, seed: int) -> None:
+        self.agent.reset(seed)
+        self.agent.load(self.checkpoint)
+
+    def __getattr__(self, name: str):
+        return getattr(self.agent, name)
+
+
+def greedy_returns(exp_dir: Path, episodes: int = 10) -> list[float]:
+    """Mean return of ``episodes`` greedy episodes of each run's final agent."""
+    import yaml
+
+    from online_trainer import OnlineTrainer
+    from online_trainer.cli_run import AgentBuilder, env_factory
+    from online_trainer.experiment_config import AgentConfig, EnvConfig
+
+    config = yaml.safe_load((exp_dir / "config.yaml").read_text())
+    make_env = env_factory(EnvConfig(**config["env"]))
+    build = AgentBuilder(AgentConfig(**config["agent"]))
+    values = []
+    for run_idx in range(config["num_runs"]):
+        checkpoint = str(exp_dir / f"Run{run_idx}_Last")
+
+        def trained(env, checkpoint=checkpoint):
+            return Restored(build(env), checkpoint)
+
+        (records,) = OnlineTrainer(make_env, trained, train=False).multi_run(
+            1, num_episodes=episodes, seed_offset=10_000_000 + run_idx, progress=False)
+        values.append(float(np.mean([r["ep_return"] for r in records])))
+    return values
+
+
+def last10_returns(exp_dir: Path) -> list[float]:
+    from online_trainer import load_episodes
+
+    df = load_episodes(exp_dir)
+    return [float(g["ep_return"].tail(10).mean()) for _, g in df.sort_values("episode_index").groupby("run")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=None, help="config names to run (default: all)")
+    parser.add_argument("--out", default=str(ROOT / "runs" / "bench"), help="where the experiments go")
+    args = parser.parse_args()
+    rows = []
+    for target in TARGETS:
+        if args.only and target.config not in args.only:
+            continue
+        exp_dir, wall = run_config(target, Path(args.out))
+        last10 = last10_returns(exp_dir)
+        greedy = greedy_returns(exp_dir)
+        measured = greedy if target.measure == "greedy" else last10
+        reached = sum(target.reached(v) for v in measured)
+        rows.append((target, last10, greedy, reached, wall))
+        print(f"{target.title}: last-10 {np.round(last10, 1).tolist()} greedy {np.round(greedy, 1).tolist()} "
+              f"-> {reached}/5 seeds reach the target; {wall / 60:.1f} min", flush=True)
+    table = render(rows)
+    print(table)
+    if not args.only:
+        write_readme(table)
+
+
+def render(rows) -> str:
+    lines = ["| config | target | last-10 return per seed | greedy return per seed | seeds at target | wall time |",
+             "|---|---|---|---|---|---|"]
+    for target, last10, greedy, reached, wall in rows:
+        sign = ">=" if target.at_least else ">"
+        lines.append(f"| {target.title} | {target.measure} {sign} {target.threshold:g} | "
+                     f"{', '.join(f'{v:.1f}' for v in last10)} | {', '.join(f'{v:.1f}' for v in greedy)} | "
+                     f"{reached}/5 | {wall / 60:.1f} min |")
+    return "\n".join(lines)
+
+
+def write_readme(table: str) -> None:
+    path = ROOT / "bench" / "README.md"
+    text = path.read_text()
+    block = f"<!-- learning-results -->\n{table}\n<!-- /learning-results -->"
+    text = re.sub(r"<!-- learning-results -->.*<!-- /learning-results -->", lambda _: block, text, flags=re.S)
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Tests of the env factories and toy envs."""
