@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -233,6 +232,7 @@ class OnlineTrainer:
         }
 
     def _prepare_exp_dir(self, overwrite: bool) -> None:
+        """Refuse an earlier experiment (unless ``overwrite``), then write config.py and args.yaml."""
         earlier = storage.existing_experiment_files(self.exp_dir) if self.exp_dir.is_dir() else []
         if earlier and not overwrite:
             names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
@@ -240,21 +240,19 @@ class OnlineTrainer:
                 f"exp_dir={os.fspath(self.exp_dir)!r} already holds an earlier experiment ({names}): pass "
                 "overwrite=True to replace it, or choose another exp_dir."
             )
-        if overwrite:
-            if self.exp_dir.is_dir():
-                storage.remove_experiment_files(self.exp_dir)
-            for name in (storage.CONFIG_FILE, storage.ARGS_FILE):
+        inputs = {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
+                  storage.ARGS_FILE: self.args_yaml}
+        if overwrite and self.exp_dir.is_dir():
+            storage.remove_experiment_files(self.exp_dir)
+            for name in inputs:
                 (self.exp_dir / name).unlink(missing_ok=True)
-        if self.config is not None and (self.exp_dir / storage.CONFIG_FILE).exists():
-            storage.write_text_once(self.exp_dir / storage.CONFIG_FILE, self.config.read_text())
-        if self.args_yaml is not None and (self.exp_dir / storage.ARGS_FILE).exists():
-            storage.write_text_once(self.exp_dir / storage.ARGS_FILE, self.args_yaml)
+        for name, text in inputs.items():  # check both before writing either
+            if text is not None and (self.exp_dir / name).exists():
+                storage.write_text_once(self.exp_dir / name, text)
         self.exp_dir.mkdir(parents=True, exist_ok=True)
-        if self.config is not None:
-            if not (self.exp_dir / storage.CONFIG_FILE).exists():
-                shutil.copyfile(self.config, self.exp_dir / storage.CONFIG_FILE)
-        if self.args_yaml is not None:
-            storage.write_text_once(self.exp_dir / storage.ARGS_FILE, self.args_yaml)
+        for name, text in inputs.items():
+            if text is not None:
+                storage.write_text_once(self.exp_dir / name, text)
 
     def sweep(
         self,
