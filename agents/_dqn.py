@@ -21,7 +21,12 @@ class DQNConfig:
     """Hyperparameters of :class:`DQNAgent`. Step counts are real env transitions, summed over sub-envs."""
 
     lr: float = 2.5e-4
-    """Adam learning rate."""
+    """Adam learning rate (the initial one when ``lr_decay_steps`` > 0)."""
+    lr_end: float = 0.0
+    """Learning rate reached after ``lr_decay_steps`` (used only when ``lr_decay_steps`` > 0)."""
+    lr_decay_steps: int = 0
+    """Transitions over which the learning rate falls linearly from ``lr`` to ``lr_end``,
+    then stays there (0: constant ``lr``)."""
     gamma: float = 0.99
     """Discount factor."""
     buffer_size: int = 100_000
@@ -64,6 +69,8 @@ class DQNConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
         require(self.lr > 0, "lr", self.lr, "> 0")
+        require(self.lr_end >= 0, "lr_end", self.lr_end, ">= 0")
+        require(self.lr_decay_steps >= 0, "lr_decay_steps", self.lr_decay_steps, ">= 0")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "target_update_interval",
                      "log_interval"):
@@ -135,9 +142,22 @@ class DQNAgent(AgentBase):
         self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def _apply_config(self, changed: set[str]) -> None:
-        if "lr" in changed:
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.config.lr
+        if changed & {"lr", "lr_end", "lr_decay_steps"}:
+            self._set_lr()
+
+    @property
+    def learning_rate(self) -> float:
+        """Current learning rate (linear in the number of real transitions seen when ``lr_decay_steps`` > 0)."""
+        cfg = self.config
+        if cfg.lr_decay_steps == 0:
+            return cfg.lr
+        frac = min(1.0, self.steps / cfg.lr_decay_steps)
+        return cfg.lr + frac * (cfg.lr_end - cfg.lr)
+
+    def _set_lr(self) -> None:
+        lr = self.learning_rate
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     @property
     def epsilon(self) -> float:
@@ -202,6 +222,7 @@ class DQNAgent(AgentBase):
 
     def _train(self, n_steps: int, call_back: Callable[[dict[str, Any]], None] | None) -> None:
         cfg = self.config
+        self._set_lr()
         loss_fn = nn.functional.smooth_l1_loss if cfg.loss == "huber" else nn.functional.mse_loss
         for _ in range(n_steps):
             batch = self.buffer.sample(self.np_rng, cfg.batch_size)
@@ -272,3 +293,4 @@ class DQNAgent(AgentBase):
         self.optimizer.load_state_dict(state["optimizer"])
         self.buffer.load_state_dict(state["buffer"])
         self.gradient_steps_done = int(state["gradient_steps"])
+        self._set_lr()

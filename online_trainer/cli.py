@@ -88,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="x axis of the learning curves (default: global_step)")
     report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
+    report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
+                        help="average each run's returns over a trailing window of N episodes before plotting")
     report.set_defaults(handler=report_command)
     return parser
 

@@ -145,7 +145,7 @@ def report_command(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     names = [Path(p).resolve().name for p in paths]
     title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
-    figure = plot_learning_curves(df, x=args.x, title=title)
+    figure = plot_learning_curves(df, x=args.x, title=title, smooth=args.smooth)
     figure.savefig(out / CURVES_FILE, dpi=150)
     (out / SUMMARY_FILE).write_text(summary_markdown(df, last_k, names, CURVES_FILE))
     print(final_table(df, last_k))

@@ -116,7 +116,7 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     assert "| lr_0.1 | 2 |" in summary and "| lr_0.5 | 2 |" in summary
     assert str(png) in capsys.readouterr().out
     out_dir = tmp_path / "report"  # a sweep directory loads every experiment under it
-    assert cli.main(["report", str(sweep), "--out", str(out_dir), "--last-k", "4"]) == 0
+    assert cli.main(["report", str(sweep), "--out", str(out_dir), "--last-k", "4", "--smooth", "3"]) == 0
     assert "last 4 episodes" in (out_dir / "summary.md").read_text()
     assert (out_dir / "learning_curves.png").is_file()
 
