@@ -175,3 +175,56 @@ def test_learns_the_corridor(corridor, loop, greedy):
     returns = loop(env, agent, n_steps=1200)
     assert np.mean(returns[-10:]) > np.mean(returns[:10])
     assert greedy(agent, corridor(1, length=6)) == envs.optimal_return(6)
+
+
+def test_learning_rate_is_constant_by_default(corridor):
+    agent = agent_on(corridor(1), lr=0.01, learning_starts=2, batch_size=2)
+    for _ in range(20):
+        feed(agent, [0], [1], [-1.0])
+    assert agent.learning_rate == 0.01
+    assert agent.optimizer.param_groups[0]["lr"] == 0.01
+
+
+def test_learning_rate_falls_linearly_then_stays(corridor):
+    agent = agent_on(corridor(1), lr=0.01, lr_end=0.002, lr_decay_steps=10, learning_starts=2, batch_size=2)
+    assert agent.learning_rate == pytest.approx(0.01)
+    for _ in range(5):
+        feed(agent, [0], [1], [-1.0])
+    assert agent.learning_rate == pytest.approx(0.006)
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(0.006)
+    for _ in range(10):
+        feed(agent, [0], [1], [-1.0])
+    assert agent.learning_rate == pytest.approx(0.002)
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(0.002)
+
+
+def test_learning_rate_schedule_survives_save_and_load(corridor):
+    env = corridor(1)
+    agent = agent_on(env, lr=0.01, lr_end=0.0, lr_decay_steps=20, learning_starts=2, batch_size=2)
+    for i in range(5):
+        feed(agent, [i % 4], [i % 4 + 1], [-1.0])
+    other = agent_on(env)
+    other.load(agent.save())
+    assert (other.config.lr_end, other.config.lr_decay_steps) == (0.0, 20)
+    assert other.learning_rate == pytest.approx(0.0075)
+    assert other.optimizer.param_groups[0]["lr"] == pytest.approx(0.0075)
+    for i in range(5):
+        feed(other, [i % 4], [i % 4 + 1], [-1.0])
+    assert other.optimizer.param_groups[0]["lr"] == pytest.approx(0.005)
+
+
+def test_learning_rate_schedule_hyperparameters_are_validated(corridor):
+    with pytest.raises(ValueError, match="lr_end must be >= 0"):
+        DQNAgent(corridor(1), lr_end=-1.0)
+    with pytest.raises(ValueError, match="lr_decay_steps must be >= 0"):
+        DQNAgent(corridor(1), lr_decay_steps=-5)
+
+
+def test_set_hp_of_the_lr_schedule_applies_at_once(corridor):
+    agent = agent_on(corridor(1), lr=0.01)
+    agent.set_hp({"lr_decay_steps": 10, "lr_end": 0.0})
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)
+    for _ in range(10):
+        feed(agent, [0], [1], [-1.0])
+    agent.set_hp({"lr": 0.02})
+    assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(0.0)
