@@ -1,7 +1,8 @@
 """Learning results of the shipped configs: does each reference agent learn, on every seed?
 
 Each config runs through the command users run (``online-trainer run``), 5 seeds, with a
-checkpoint at the end of each run. Per seed it prints the mean return of the last 10
+checkpoint at the end of each run. Results are kept in ``<out>/learning_results.json``, so
+configs can be measured in separate calls (``--only``); the table is written once all are in. Per seed it prints the mean return of the last 10
 training episodes and the greedy return of the final agent (``train=False``, 10 episodes from
 ``Run{i}_Last``), plus the wall time of the whole config, and writes the table into
 ``bench/README.md`` between the ``learning-results`` markers.
@@ -18,6 +19,7 @@ Targets (5 seeds, at least 4 must reach it):
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -114,21 +116,26 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None, help="config names to run (default: all)")
     parser.add_argument("--out", default=str(ROOT / "runs" / "bench"), help="where the experiments go")
     args = parser.parse_args()
-    rows = []
+    results_file = Path(args.out) / "learning_results.json"
+    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
     for target in TARGETS:
         if args.only and target.config not in args.only:
             continue
         exp_dir, wall = run_config(target, Path(args.out))
-        last10 = last10_returns(exp_dir)
-        greedy = greedy_returns(exp_dir)
-        measured = greedy if target.measure == "greedy" else last10
-        reached = sum(target.reached(v) for v in measured)
-        rows.append((target, last10, greedy, reached, wall))
-        print(f"{target.title}: last-10 {np.round(last10, 1).tolist()} greedy {np.round(greedy, 1).tolist()} "
-              f"-> {reached}/5 seeds reach the target; {wall / 60:.1f} min", flush=True)
+        last10, greedy = last10_returns(exp_dir), greedy_returns(exp_dir)
+        results[target.config] = {"last10": last10, "greedy": greedy, "wall": wall}
+        results_file.write_text(json.dumps(results, indent=2))
+        print(f"{target.title}: last-10 {np.round(last10, 1).tolist()} greedy {np.round(greedy, 1).tolist()}; "
+              f"{wall / 60:.1f} min", flush=True)
+    rows = []
+    for target in TARGETS:
+        if target.config in results:
+            result = results[target.config]
+            measured = result["greedy"] if target.measure == "greedy" else result["last10"]
+            rows.append((target, result["last10"], result["greedy"], sum(map(target.reached, measured)), result["wall"]))
     table = render(rows)
     print(table)
-    if not args.only:
+    if len(rows) == len(TARGETS):  # every config measured (in this call or earlier ones into --out)
         write_readme(table)
 
 
