@@ -1,7 +1,8 @@
 """Wall time of 4 CPU-bound runs with 1 and 2 worker processes (and every core), and with Ray.
 
-Each run is a DQN agent on CartPole-v1 training every step for ``--steps`` env steps, one
-torch thread per worker. Ray's start-up (``ray.init``) is timed apart and taken out, as it is
+Each run is a DQN agent on CartPole-v1 training every step for ``--steps`` env steps (or,
+with ``--agent ppo``, the PPO agent of ``configs/cartpole_ppo.yaml``), one torch thread per
+worker. Ray's start-up (``ray.init``) is timed apart and taken out, as it is
 paid once per session. The same seeds give the same records on every backend (checked).
 Targets on a 2-core machine: at least 1.8x with 2 workers; Ray within 10% of the pool.
 
@@ -16,22 +17,37 @@ import os
 import tempfile
 import time
 
-from agents import DQNAgent
+from agents import DQNAgent, PPOAgent
 from callbacks import EmptyCallBack
 from envs import make_env
 from online_trainer import OnlineTrainer
 
 
 class DQNFactory:
-    """Builds a DQN agent that trains on every step after a short warm-up."""
+    """Builds a DQN agent that trains on every step after a short warm-up (one env)."""
+
+    num_envs = 1
 
     def __call__(self, env):
         return DQNAgent(env, learning_starts=200, train_freq=1, batch_size=64, hidden_sizes=(128, 128))
 
 
+class PPOFactory:
+    """Builds the PPO agent of configs/cartpole_ppo.yaml (eight envs)."""
+
+    num_envs = 8
+
+    def __call__(self, env):
+        return PPOAgent(env, n_steps=32, n_epochs=10, minibatch_size=256, gamma=0.98, gae_lambda=0.8, lr=5e-4)
+
+
+FACTORIES = {"dqn": DQNFactory, "ppo": PPOFactory}
+FACTORY = DQNFactory()
+
+
 def timed_run(runs: int, steps: int, **options) -> tuple[float, list]:
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=1), DQNFactory(), exp_dir=tmp)
+        trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=FACTORY.num_envs), FACTORY, exp_dir=tmp)
         trainer.call_back = EmptyCallBack()
         start = time.perf_counter()
         records = trainer.multi_run(runs, total_steps=steps, seed_offset=0, progress=False, **options)
@@ -42,14 +58,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--agent", choices=sorted(FACTORIES), default="dqn")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
+    global FACTORY
+    FACTORY = FACTORIES[args.agent]()
     logging.basicConfig(level=logging.WARNING)
     import torch
 
     torch.set_num_threads(1)  # the serial baseline gets one core, like each worker
     cores = os.cpu_count() or 1
-    print(f"{args.runs} DQN runs of {args.steps} env steps on a {cores}-core machine")
+    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine")
     print(f"{'setting':<28} {'wall s':>8} {'speedup':>8}")
     serial, reference = timed_run(args.runs, args.steps, torch_threads=1)
     print(f"{'serial (1 process)':<28} {serial:>8.2f} {1.0:>8.2f}")
