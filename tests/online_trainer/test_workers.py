@@ -183,3 +183,22 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
         assert all(len(load_run_metrics(exp, i)) >= 5 for i in range(2))
     statuses = [r["status"] for r in json.loads((exp / "manifest.json").read_text())["runs"]]
     assert statuses == ["interrupted", "interrupted"]
+
+
+def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
+    """Workers skip the interpreter's slow teardown, but what agents registered with atexit still runs."""
+    marker_dir = tmp_path / "markers"
+    marker_dir.mkdir()
+
+    class AtexitAgent(RecordingAgent):
+        def reset(self, seed):
+            super().reset(seed)
+            import atexit
+
+            atexit.register((marker_dir / f"{seed}.txt").write_text, str(os.getpid()))
+
+    OnlineTrainer(make_counting_vec(1), AtexitAgent).multi_run(2, num_episodes=2, num_workers=2, seed_offset=0,
+                                                               progress=False)
+    markers = {int(m.stem): int(m.read_text()) for m in marker_dir.iterdir()}
+    assert sorted(markers) == [run_seed(0, 0), run_seed(0, 1)]
+    assert os.getpid() not in markers.values()  # written by the workers as they ended
