@@ -48,7 +48,7 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int, token: str | None)
     try:
         if token is not None:
             _check_token(spec.exp_dir, token)
-        return execute_run(spec, QueueProgress(queue))
+        return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
     except Exception as exc:
         return failed_result(spec, exc)
     finally:
@@ -94,7 +94,8 @@ class RayExecutor:
         self._connect()
         from ray.util.queue import Queue
 
-        queue = Queue()
+        # The queue is an actor: a process of its own, started only when progress is shown.
+        queue = None if isinstance(display, NoProgress) else Queue()
         token = self._write_token(specs)
         task = ray.remote(_ray_task).options(max_retries=0, **self.resources)
         waiting = list(specs)
@@ -121,7 +122,8 @@ class RayExecutor:
         finally:
             if token is not None:
                 (Path(specs[0].exp_dir) / TOKEN_FILE).unlink(missing_ok=True)
-            ray.kill(queue.actor)
+            if queue is not None:
+                ray.kill(queue.actor)
 
     @staticmethod
     def _write_token(specs: Sequence[RunSpec]) -> str | None:
@@ -133,6 +135,8 @@ class RayExecutor:
 
     @staticmethod
     def _drain(queue: Any, display: ProgressDisplay | NoProgress) -> None:
+        if queue is None:
+            return
         size = queue.qsize()
         if size:
             for message in queue.get_nowait_batch(size):
