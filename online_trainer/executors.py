@@ -7,16 +7,20 @@ the others go on), reports progress to the parent's display and hands each resul
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
 from online_trainer.progress import NoProgress, ProgressDisplay
 from online_trainer.run import RunResult, RunSpec, execute_run
+
+if TYPE_CHECKING:
+    from online_trainer.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +111,32 @@ class ExecutionOptions:
         return self.backend == "ray" or self.num_workers > 1
 
 
-def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler) -> None:
-    """Run ``specs`` as ``options`` say, with one progress display for all of them."""
+@contextlib.contextmanager
+def early_workers(options: ExecutionOptions, max_runs: int) -> Iterator["WorkerPool | None"]:
+    """Start the worker processes ``options`` ask for (None when runs stay here or go to Ray).
+
+    Enter it before checking the env and agent: the workers' start-up then overlaps the
+    checks. On the way out, workers that never got runs (a check failed) are terminated.
+    """
+    if options.backend != "local" or options.num_workers == 1:
+        yield None
+        return
+    from online_trainer.workers import WorkerPool
+
+    pool = WorkerPool(options.num_workers, options.start_method, options.torch_threads)
+    try:
+        pool.start(max_runs)
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler,
+            pool: "WorkerPool | None" = None) -> None:
+    """Run ``specs`` as ``options`` say, with one progress display for all of them.
+
+    ``pool`` is the one :func:`early_workers` started, if any.
+    """
     from online_trainer.ray_backend import RayExecutor
     from online_trainer.workers import WorkerPool
 
@@ -121,7 +149,8 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
             executor.run(specs, display, on_result)
         elif options.num_workers > 1:
-            WorkerPool(options.num_workers, options.start_method, options.torch_threads).run(specs, display, on_result)
+            pool = pool or WorkerPool(options.num_workers, options.start_method, options.torch_threads)
+            pool.run(specs, display, on_result)
         else:
             run_serial(specs, display, on_result)
     finally:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import yaml
 
-from online_trainer import storage, validation
+from online_trainer import executors, storage, validation
 from online_trainer.errors import RunsFailedError
 from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment, pending_runs
@@ -112,10 +112,25 @@ def run_sweep(
     seed_offset = validation.seed_offset(seed_offset)
     grid = expand_grid(configurations)
     options = trainer._run_options(budget, True, checkpoint_freq, False, True, 10)
-    probe = trainer._probe(grid, checkpoint_freq, execution)
     root = Path(trainer.exp_dir)
-    base_seed = _sweep_seed(root, seed_offset, budget, trainer)
+    with executors.early_workers(execution, len(grid) * num_runs) as pool:
+        probe = trainer._probe(grid, checkpoint_freq, execution)
+        base_seed = _sweep_seed(root, seed_offset, budget, trainer)
+        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, probe, budget, options)
+        trainer._execute(experiments, execution, pool)
 
+    ranking = rank(root, names, metric, last_k)
+    ranking.to_csv(root / RESULTS_FILE, index=False)
+    failures = [f for e in experiments for f in e.failures()]
+    if failures:
+        raise RunsFailedError(failures, None)
+    return ranking
+
+
+def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
+          base_seed: int, probe: dict[str, Any], budget: Any,
+          options: dict[str, Any]) -> tuple[list[Experiment], list[str]]:
+    """One experiment per configuration, holding the specs of the runs still to do, and their names."""
     experiments, names = [], []
     task_id = 0
     for config in grid:
@@ -132,14 +147,7 @@ def run_sweep(
     skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
     logger.info("sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs,
                 task_id, skipped)
-    trainer._execute(experiments, execution)
-
-    ranking = rank(root, names, metric, last_k)
-    ranking.to_csv(root / RESULTS_FILE, index=False)
-    failures = [f for e in experiments for f in e.failures()]
-    if failures:
-        raise RunsFailedError(failures, None)
-    return ranking
+    return experiments, names
 
 
 def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "OnlineTrainer") -> int:

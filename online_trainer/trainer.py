@@ -20,6 +20,8 @@ from online_trainer.run import RunSpec
 if TYPE_CHECKING:
     import pandas as pd
 
+    from online_trainer.workers import WorkerPool
+
 logger = logging.getLogger(__name__)
 
 
@@ -140,14 +142,15 @@ class OnlineTrainer:
         tuning_hp = validation.tuning_hp(tuning_hp)
         options = self._run_options(budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
                                     metrics_flush_every)
-        probe = self._probe([tuning_hp], checkpoint_freq, execution)
-        if self.exp_dir is not None:
-            self._prepare_exp_dir(overwrite)
-        base_seed = self._base_seed(seed_offset)
-        manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**probe, "tuning_hp": tuning_hp})
-        specs = [self._spec(i, seed, options, tuning_hp, self.exp_dir) for i, seed in enumerate(manifest["seeds"])]
-        experiment = Experiment(self.exp_dir, manifest, specs)
-        self._execute([experiment], execution)
+        with executors.early_workers(execution, num_runs) as pool:
+            probe = self._probe([tuning_hp], checkpoint_freq, execution)
+            if self.exp_dir is not None:
+                self._prepare_exp_dir(overwrite)
+            base_seed = self._base_seed(seed_offset)
+            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**probe, "tuning_hp": tuning_hp})
+            specs = [self._spec(i, seed, options, tuning_hp, self.exp_dir) for i, seed in enumerate(manifest["seeds"])]
+            experiment = Experiment(self.exp_dir, manifest, specs)
+            self._execute([experiment], execution, pool)
         runs = experiment.runs(keep_records)
         failures = experiment.failures()
         if failures:
@@ -184,12 +187,13 @@ class OnlineTrainer:
         logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", base_seed, base_seed)
         return base_seed
 
-    def _execute(self, experiments: list[Experiment], execution: ExecutionOptions) -> None:
-        """Run the specs of every experiment together; route each result to its experiment."""
+    def _execute(self, experiments: list[Experiment], execution: ExecutionOptions,
+                 pool: WorkerPool | None = None) -> None:
+        """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment."""
         owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
         specs = [spec for experiment in experiments for spec in experiment.specs]
         try:
-            executors.execute(specs, execution, lambda result: owners[result.key].on_result(result))
+            executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
         except BaseException:
             for experiment in experiments:
                 experiment.mark_interrupted()

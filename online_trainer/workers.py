@@ -92,14 +92,23 @@ class WorkerPool:
         process.start()
         self.processes[slot] = process
 
+    def start(self, count: int) -> None:
+        """Start ``count`` workers (at most ``num_workers``) now; they wait for :meth:`run`.
+
+        Starting them before the checks that precede the runs lets their start-up (a new
+        interpreter importing the main script and torch, 1 to 2 s) overlap those checks.
+        """
+        for slot in range(len(self.processes), min(self.num_workers, count)):
+            self._spawn(slot)
+
     def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
         """Run every spec; return when all have a result."""
         by_index = {spec.key: spec for spec in specs}
         for spec in specs:
             self.tasks.put(cloudpickle.dumps(spec))
-        for slot in range(min(self.num_workers, len(specs))):
+        self.start(len(specs))
+        for _ in self.processes:
             self.tasks.put(None)
-            self._spawn(slot)
         pending = set(by_index)
         try:
             while pending:
@@ -123,6 +132,15 @@ class WorkerPool:
             raise
         finally:
             self._close_queues()
+
+    def shutdown(self) -> None:
+        """Terminate workers that never got to run (the checks before the runs failed)."""
+        idle = [p for p in self.processes.values() if p.is_alive()]
+        for process in idle:
+            process.terminate()  # nothing of a run is in flight: they wait on the task queue or still import
+        for process in idle:
+            process.join(self.grace)
+        self._close_queues()
 
     def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
         for slot, process in list(self.processes.items()):

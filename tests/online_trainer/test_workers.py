@@ -23,6 +23,11 @@ from online_trainer.seeding import run_seed
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
+def worker_processes():
+    """Live worker processes of this test process (not multiprocessing's resource tracker)."""
+    return [c for c in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(c.cmdline())]
+
+
 def strip(runs):
     return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]
 
@@ -79,6 +84,7 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
     with pytest.raises(TypeError, match=r"env=<function .*env_with_lock.*> cannot be sent to worker processes .*lock"):
         OnlineTrainer(env_with_lock, RecordingAgent, exp_dir=tmp_path / "e").multi_run(2, num_episodes=1, num_workers=2)
     assert not (tmp_path / "e").exists()
+    assert worker_processes() == []  # started before the checks, so that they overlap them; stopped with the error
     # the same objects are fine in this process
     OnlineTrainer(env_with_lock, RecordingAgent).multi_run(1, num_episodes=1, progress=False)
 
