@@ -30,6 +30,7 @@ _LAZY = {
     "optuna_objective": "online_trainer.optuna_search",
     "plot_final_performance": "online_trainer.plotting",
     "plot_learning_curves": "online_trainer.plotting",
+    "shutdown_workers": "online_trainer.workers",
     "summarize": "online_trainer.stats",
 }
 
@@ -63,5 +64,6 @@ __all__ = [
     "optuna_objective",
     "plot_final_performance",
     "plot_learning_curves",
+    "shutdown_workers",
     "summarize",
 ]

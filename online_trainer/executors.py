@@ -113,22 +113,19 @@ class ExecutionOptions:
 
 @contextlib.contextmanager
 def early_workers(options: ExecutionOptions, max_runs: int) -> Iterator["WorkerPool | None"]:
-    """Start the worker processes ``options`` ask for (None when runs stay here or go to Ray).
+    """Get the worker processes ``options`` ask for going (None when runs stay here or go to Ray).
 
-    Enter it before checking the env and agent: the workers' start-up then overlaps the
-    checks. On the way out, workers that never got runs (a check failed) are terminated.
+    Enter it before checking the env and agent: the start-up of workers not already warm
+    from an earlier call then overlaps the checks.
     """
     if options.backend != "local" or options.num_workers == 1:
         yield None
         return
-    from online_trainer.workers import WorkerPool
+    from online_trainer.workers import shared_pool
 
-    pool = WorkerPool(options.num_workers, options.start_method, options.torch_threads)
-    try:
-        pool.start(max_runs)
-        yield pool
-    finally:
-        pool.shutdown()
+    pool = shared_pool(options.num_workers, options.start_method, options.torch_threads)
+    pool.start(max_runs)
+    yield pool
 
 
 def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler,
@@ -138,7 +135,7 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
     ``pool`` is the one :func:`early_workers` started, if any.
     """
     from online_trainer.ray_backend import RayExecutor
-    from online_trainer.workers import WorkerPool
+    from online_trainer.workers import shared_pool
 
     if not specs:
         return
@@ -149,7 +146,7 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
             executor.run(specs, display, on_result)
         elif options.num_workers > 1:
-            pool = pool or WorkerPool(options.num_workers, options.start_method, options.torch_threads)
+            pool = pool or shared_pool(options.num_workers, options.start_method, options.torch_threads)
             pool.run(specs, display, on_result)
         else:
             run_serial(specs, display, on_result)

@@ -1,12 +1,21 @@
-"""Runs in worker processes: a small pool that survives crashes and stops cleanly on Ctrl-C.
+"""Runs in worker processes: a small pool that survives crashes, stops cleanly on Ctrl-C and
+stays warm between calls.
 
 The parent puts cloudpickled :class:`RunSpec` s on a task queue; each worker takes one at a
-time, runs it and sends ``("begin" | "start" | "progress" | "result", key, ...)``
-messages back on one event queue, which the parent drains to drive the progress display
-and collect results. A worker that dies (killed, out of memory, segfault) fails only the
-run it had, and a new worker takes its place. On KeyboardInterrupt (or any error in the
-parent) every worker gets SIGINT, so each run flushes its metrics; stragglers are
-terminated after ``grace`` seconds and no process is left behind.
+time, runs it and sends ``("start" | "progress" | "result", key, ...)`` messages back on
+one event queue, which the parent drains to drive the progress display and collect
+results. A worker that dies (killed, out of memory, segfault) fails only the run it had,
+and a new worker takes its place. On KeyboardInterrupt (or any error in the parent) every
+worker gets SIGINT, so each run flushes its metrics; stragglers are terminated after
+``grace`` seconds and no process is left behind.
+
+Starting a worker costs 2 to 3 s with torch (a new interpreter importing torch, then torch's
+lazy ``torch._dynamo`` import at the first optimizer), so ``multi_run`` calls share one pool
+(:func:`shared_pool`) whose workers wait for the next call, like joblib's reusable executor.
+Workers leave after ``idle_timeout`` seconds without work, when the parent exits or dies,
+and at :func:`shutdown_workers`. The pool is started afresh when a source file of a module
+the parent loaded from outside the Python installation (the user's code, an editable
+install) changed since its workers started, so they never run stale code.
 """
 
 from __future__ import annotations
@@ -14,10 +23,13 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before shutdown_workers)
 import os
 import queue as queue_module
 import signal
+import site
 import sys
+import time
 from typing import Any, Sequence
 
 import cloudpickle
@@ -27,6 +39,9 @@ from online_trainer.progress import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.run import RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
+
+IDLE_TIMEOUT = 120.0  # seconds a worker waits for the next call before it exits
+_POLL = 1.0  # seconds between an idle worker's checks of its parent and its idle time
 
 
 def limit_torch_threads(torch_threads: int) -> None:
@@ -38,11 +53,11 @@ def limit_torch_threads(torch_threads: int) -> None:
 
 
 def _exit_without_teardown(events: Any) -> None:
-    """End a worker that has finished its runs, skipping the interpreter's teardown.
+    """End a worker, skipping the interpreter's teardown.
 
-    Tearing down the modules of a process that has loaded torch takes about a second, which
-    every ``multi_run`` call would wait for. Results already put on ``events`` are written
-    to the pipe first, and the ``atexit`` handlers (open writers, logging) still run.
+    Tearing down the modules of a process that has loaded torch takes about a second.
+    Results already put on ``events`` are written to the pipe first, and the ``atexit``
+    handlers (open writers, logging) still run.
     """
     events.close()
     events.join_thread()
@@ -52,15 +67,29 @@ def _exit_without_teardown(events: Any) -> None:
     os._exit(0)
 
 
-def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: int) -> None:
+def _next_task(tasks: Any, events: Any, idle_timeout: float) -> bytes:
+    """The next payload; leaves the process on a stop sentinel, when idle too long, or orphaned."""
+    parent = multiprocessing.parent_process()
+    idle_since = time.monotonic()
+    while True:
+        try:
+            payload = tasks.get(timeout=_POLL)
+        except queue_module.Empty:
+            orphaned = parent is not None and not parent.is_alive()
+            if orphaned or time.monotonic() - idle_since > idle_timeout:
+                _exit_without_teardown(events)
+            continue
+        if payload is None:
+            _exit_without_teardown(events)
+        return payload
+
+
+def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: int, idle_timeout: float) -> None:
     limit_torch_threads(torch_threads)
     progress = QueueProgress(events)
     try:
         while True:
-            payload = tasks.get()
-            if payload is None:
-                _exit_without_teardown(events)
-            spec: RunSpec = cloudpickle.loads(payload)
+            spec: RunSpec = cloudpickle.loads(_next_task(tasks, events, idle_timeout))
             slots[slot] = spec.key  # shared memory: the parent sees it even if this process dies at once
             try:
                 result = execute_run(spec, progress)
@@ -75,11 +104,22 @@ def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: 
 
 
 class WorkerPool:
-    """Runs specs in ``num_workers`` processes started with ``start_method``."""
+    """Runs specs in up to ``num_workers`` processes started with ``start_method``.
 
-    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0) -> None:
+    Workers stay after :meth:`run` for the next one, until :meth:`close`, ``idle_timeout``
+    seconds without work, or the parent's exit. After an interrupted run the pool is
+    ``broken`` (its workers are stopped) and must not be used again.
+    """
+
+    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
+                 idle_timeout: float = IDLE_TIMEOUT) -> None:
         self.context = multiprocessing.get_context(start_method)
         self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
+        self.idle_timeout = idle_timeout
+        self.settings = (num_workers, start_method, torch_threads)
+        self.owner_pid = os.getpid()  # a forked child inherits this object but must not drive it
+        self.started_at = time.time()
+        self.broken = False
         self.tasks = self.context.Queue()
         self.events = self.context.Queue()
         self.slots = self.context.Array("q", [-1] * num_workers, lock=False)  # key of each worker's run
@@ -87,28 +127,28 @@ class WorkerPool:
 
     def _spawn(self, slot: int) -> None:
         self.slots[slot] = -1
-        args = (self.tasks, self.events, self.slots, slot, self.torch_threads)
+        args = (self.tasks, self.events, self.slots, slot, self.torch_threads, self.idle_timeout)
         process = self.context.Process(target=_worker_main, args=args, name=f"online_trainer-worker-{slot}")
         process.start()
         self.processes[slot] = process
 
     def start(self, count: int) -> None:
-        """Start ``count`` workers (at most ``num_workers``) now; they wait for :meth:`run`.
+        """Have ``count`` workers (at most ``num_workers``) alive, starting those missing.
 
-        Starting them before the checks that precede the runs lets their start-up (a new
-        interpreter importing the main script and torch, 1 to 2 s) overlap those checks.
+        Starting them before the checks that precede the runs lets their start-up overlap
+        those checks.
         """
-        for slot in range(len(self.processes), min(self.num_workers, count)):
-            self._spawn(slot)
+        for slot in range(min(self.num_workers, count)):
+            process = self.processes.get(slot)
+            if process is None or not process.is_alive():
+                self._spawn(slot)
 
     def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
         """Run every spec; return when all have a result."""
         by_index = {spec.key: spec for spec in specs}
+        self.start(len(specs))
         for spec in specs:
             self.tasks.put(cloudpickle.dumps(spec))
-        self.start(len(specs))
-        for _ in self.processes:
-            self.tasks.put(None)
         pending = set(by_index)
         try:
             while pending:
@@ -125,35 +165,27 @@ class WorkerPool:
                     on_result(result)
                 else:
                     display.handle(message)
-            for process in self.processes.values():
-                process.join(self.grace)
         except BaseException:
+            self.broken = True
             self.stop()
-            raise
-        finally:
             self._close_queues()
-
-    def shutdown(self) -> None:
-        """Terminate workers that never got to run (the checks before the runs failed)."""
-        idle = [p for p in self.processes.values() if p.is_alive()]
-        for process in idle:
-            process.terminate()  # nothing of a run is in flight: they wait on the task queue or still import
-        for process in idle:
-            process.join(self.grace)
-        self._close_queues()
+            raise
 
     def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
         for slot, process in list(self.processes.items()):
             key = self.slots[slot]
-            if process.is_alive() or key not in pending:
+            if process.is_alive():
                 continue
-            logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, key)
-            result = failed_result(by_index[key], f"WorkerDied: the worker process exited with code {process.exitcode}")
-            pending.discard(key)
-            display.run_finished(key, True)
-            on_result(result)
-            if pending:
-                self._spawn(slot)  # takes the dead worker's unused stop sentinel
+            if key in pending:
+                logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, key)
+                result = failed_result(by_index[key], f"WorkerDied: the worker process exited with code {process.exitcode}")
+                pending.discard(key)
+                display.run_finished(key, True)
+                on_result(result)
+                if pending:
+                    self._spawn(slot)
+            elif process.exitcode == 0 and pending:
+                self._spawn(slot)  # it left, idle, just as this call began
         if pending and not any(p.is_alive() for p in self.processes.values()):
             codes = sorted({p.exitcode for p in self.processes.values()})
             reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
@@ -163,6 +195,7 @@ class WorkerPool:
                 display.run_finished(key, True)
                 on_result(failed_result(by_index[key], reason))
             pending.clear()
+            self.broken = True
 
     def stop(self) -> None:
         """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
@@ -172,9 +205,24 @@ class WorkerPool:
                 os.kill(process.pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
-        for process in alive:
+        self._reap(alive)
+
+    def close(self) -> None:
+        """Let every worker leave (they are idle between runs), then release the queues."""
+        if os.getpid() != self.owner_pid:
+            return
+        alive = [p for p in self.processes.values() if p.is_alive()]
+        if not self.broken:
+            for _ in alive:
+                self.tasks.put(None)
+        self._reap(alive)
+        self._close_queues()
+        self.broken = True
+
+    def _reap(self, processes: list[Any]) -> None:
+        for process in processes:
             process.join(self.grace)
-        for process in alive:
+        for process in processes:
             if process.is_alive():
                 logger.warning("worker %d did not stop within %.0f s; terminating it", process.pid, self.grace)
                 process.terminate()
@@ -187,3 +235,54 @@ class WorkerPool:
         for q in (self.tasks, self.events):
             q.cancel_join_thread()
             q.close()
+
+
+_shared: WorkerPool | None = None
+
+
+def shared_pool(num_workers: int, start_method: str, torch_threads: int) -> WorkerPool:
+    """The pool ``multi_run`` calls share, started afresh when it cannot serve this call."""
+    global _shared
+    pool = _shared
+    if pool is not None and (pool.broken or pool.settings != (num_workers, start_method, torch_threads)
+                             or _code_changed_since(pool.started_at)):
+        pool.close()
+        pool = None
+    if pool is None:
+        pool = _shared = WorkerPool(num_workers, start_method, torch_threads)
+    return pool
+
+
+def shutdown_workers() -> None:
+    """Stop the worker processes kept for the next ``multi_run`` call.
+
+    They also leave by themselves after two idle minutes and when this process exits; call
+    this to free their memory at once.
+    """
+    global _shared
+    if _shared is not None and _shared.owner_pid == os.getpid():
+        _shared.close()
+        _shared = None
+
+
+atexit.register(shutdown_workers)
+
+
+def _installation_dirs() -> tuple[str, ...]:
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def _code_changed_since(timestamp: float) -> bool:
+    """Whether the source of a loaded module outside the Python installation changed after ``timestamp``."""
+    installed = _installation_dirs()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path or os.path.realpath(path).startswith(installed):
+            continue
+        try:
+            if os.stat(path).st_mtime > timestamp:
+                return True
+        except OSError:
+            continue
+    return False

@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 from callbacks import JsonlCallback
-from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
+from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics, shutdown_workers
+from online_trainer.workers import WorkerPool
 from online_trainer.seeding import run_seed
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -84,7 +85,6 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
     with pytest.raises(TypeError, match=r"env=<function .*env_with_lock.*> cannot be sent to worker processes .*lock"):
         OnlineTrainer(env_with_lock, RecordingAgent, exp_dir=tmp_path / "e").multi_run(2, num_episodes=1, num_workers=2)
     assert not (tmp_path / "e").exists()
-    assert worker_processes() == []  # started before the checks, so that they overlap them; stopped with the error
     # the same objects are fine in this process
     OnlineTrainer(env_with_lock, RecordingAgent).multi_run(1, num_episodes=1, progress=False)
 
@@ -205,6 +205,91 @@ def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
 
     OnlineTrainer(make_counting_vec(1), AtexitAgent).multi_run(2, num_episodes=2, num_workers=2, seed_offset=0,
                                                                progress=False)
+    shutdown_workers()  # workers otherwise wait for the next call
     markers = {int(m.stem): int(m.read_text()) for m in marker_dir.iterdir()}
     assert sorted(markers) == [run_seed(0, 0), run_seed(0, 1)]
     assert os.getpid() not in markers.values()  # written by the workers as they ended
+
+
+class PidAgent(RecordingAgent):
+    def log(self):
+        return [{"pid": np.array([os.getpid()])}] * self.num_envs
+
+
+def worker_pids(runs):
+    return {int(p) for run in runs for r in run for p in r["agent_logs"]["pid"]}
+
+
+def test_calls_share_warm_workers_until_shutdown():
+    shutdown_workers()
+    trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
+    first = worker_pids(trainer.multi_run(4, num_episodes=3, num_workers=2, progress=False))
+    live = {p.pid for p in worker_processes()}
+    assert first <= live and len(live) == 2 and os.getpid() not in first
+    second = worker_pids(trainer.multi_run(4, num_episodes=3, num_workers=2, progress=False))
+    assert second <= live  # the same processes: no new interpreter, no second torch import
+    third = worker_pids(trainer.multi_run(2, num_episodes=3, num_workers=2, torch_threads=2, progress=False))
+    assert not third & live  # other settings: a new pool
+    shutdown_workers()
+    assert worker_processes() == []
+
+
+def test_changed_source_restarts_the_workers(tmp_path, monkeypatch):
+    """Warm workers must not run stale code: an edited module of the user's means new workers."""
+    shutdown_workers()
+    module = tmp_path / "my_agent_module.py"
+    module.write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_agent_module  # noqa: F401  (loaded by the user's session, as in a notebook)
+
+    trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
+    first = worker_pids(trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False))
+    later = time.time() + 5
+    os.utime(module, (later, later))
+    second = worker_pids(trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False))
+    assert not first & second
+    assert {p.pid for p in worker_processes()}.isdisjoint(first)  # the stale ones left
+    shutdown_workers()
+
+
+def test_idle_workers_leave_and_are_replaced():
+    pool = WorkerPool(2, idle_timeout=0.5)
+    try:
+        pool.start(2)
+        processes = list(pool.processes.values())
+        deadline = time.monotonic() + 20
+        while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [p.exitcode for p in processes] == [0, 0]
+        pool.start(2)
+        assert all(p.is_alive() for p in pool.processes.values())
+    finally:
+        pool.close()
+    assert all(not p.is_alive() for p in pool.processes.values())
+
+
+ORPHAN_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    if __name__ == "__main__":
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=2, num_workers=2, progress=False)
+        print("done", flush=True)
+        time.sleep(60)
+""")
+
+
+def test_workers_leave_when_their_parent_is_killed(tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(ORPHAN_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    with subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "done"
+            workers = [c for c in psutil.Process(proc.pid).children() if "spawn_main" in " ".join(c.cmdline())]
+            assert len(workers) == 2  # warm, waiting for a next call
+        finally:
+            proc.kill()
+    gone, alive = psutil.wait_procs(workers, timeout=15)
+    assert alive == []
