@@ -112,10 +112,10 @@ class WorkerPool:
     """
 
     def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
-                 idle_timeout: float = IDLE_TIMEOUT) -> None:
+                 idle_timeout: float | None = None) -> None:
         self.context = multiprocessing.get_context(start_method)
         self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
-        self.idle_timeout = idle_timeout
+        self.idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
         self.settings = (num_workers, start_method, torch_threads)
         self.owner_pid = os.getpid()  # a forked child inherits this object but must not drive it
         self.started_at = time.time()

@@ -19,6 +19,7 @@ import pytest
 
 from callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics, shutdown_workers
+from online_trainer import workers
 from online_trainer.workers import WorkerPool
 from online_trainer.seeding import run_seed
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -26,7 +27,14 @@ from tests.conftest import RecordingAgent, make_counting_vec
 
 def worker_processes():
     """Live worker processes of this test process (not multiprocessing's resource tracker)."""
-    return [c for c in psutil.Process().children(recursive=True) if "spawn_main" in " ".join(c.cmdline())]
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # exited, not yet reaped
+    return found
 
 
 def strip(runs):
@@ -266,6 +274,20 @@ def test_idle_workers_leave_and_are_replaced():
     finally:
         pool.close()
     assert all(not p.is_alive() for p in pool.processes.values())
+
+
+def test_a_call_after_the_workers_left_idle_starts_new_ones(monkeypatch):
+    shutdown_workers()
+    monkeypatch.setattr(workers, "IDLE_TIMEOUT", 0.5)
+    trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
+    first = trainer.multi_run(2, num_episodes=3, num_workers=2, seed_offset=0, progress=False)
+    deadline = time.monotonic() + 20
+    while worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert worker_processes() == []
+    second = trainer.multi_run(2, num_episodes=3, num_workers=2, seed_offset=0, progress=False)
+    assert strip(second) == strip(first) and not worker_pids(first) & worker_pids(second)
+    shutdown_workers()
 
 
 ORPHAN_SCRIPT = textwrap.dedent("""
