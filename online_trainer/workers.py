@@ -178,7 +178,8 @@ class WorkerPool:
                 continue
             if key in pending:
                 logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, key)
-                result = failed_result(by_index[key], f"WorkerDied: the worker process exited with code {process.exitcode}")
+                reason = f"WorkerDied: the worker process exited with code {process.exitcode}"
+                result = failed_result(by_index[key], reason)
                 pending.discard(key)
                 display.run_finished(key, True)
                 on_result(result)
