@@ -315,3 +315,44 @@ def test_workers_leave_when_their_parent_is_killed(tmp_path):
             proc.kill()
     gone, alive = psutil.wait_procs(workers, timeout=15)
     assert alive == []
+
+
+class LoadedModulesAgent(RecordingAgent):
+    """Logs whether its worker had torch loaded when the run began."""
+
+    def reset(self, seed):
+        super().reset(seed)
+        self.torch_loaded = "torch" in sys.modules
+
+    def log(self):
+        return [{"torch_loaded": np.array([self.torch_loaded])}] * self.num_envs
+
+
+def test_forkserver_workers_start_with_the_heavy_libraries_loaded(tmp_path):
+    import torch  # noqa: F401  (the parent uses torch, so the forkserver preloads it)
+
+    trainer = OnlineTrainer(make_counting_vec(2), LoadedModulesAgent)
+    serial = trainer.multi_run(3, num_episodes=4, seed_offset=5, progress=False)
+    forked = trainer.multi_run(3, num_episodes=4, seed_offset=5, num_workers=2, start_method="forkserver",
+                               progress=False)
+    assert strip(forked) == strip(serial)
+    assert all(r["agent_logs"]["torch_loaded"].all() for run in forked for r in run)
+    shutdown_workers()
+
+
+def test_forkserver_preloads_installed_libraries_only(tmp_path, monkeypatch):
+    """The user's own modules may be edited between calls: the forkserver must not keep them."""
+    module = tmp_path / "users_library.py"
+    module.write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import users_library  # noqa: F401
+
+    monkeypatch.setattr(workers, "FORKSERVER_PRELOAD", ("numpy", "users_library", "not_imported_here"))
+
+    class Context:
+        def set_forkserver_preload(self, names):
+            self.names = names
+
+    context = Context()
+    workers.preload_forkserver(context)
+    assert context.names == ["__main__", "numpy"]
