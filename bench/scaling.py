@@ -1,15 +1,24 @@
-"""Wall time of 4 CPU-bound runs with 1 and 2 worker processes (and every core), and with Ray.
+"""Wall time of 4 CPU-bound runs in this process, in 2 worker processes (and every core) and on Ray.
 
-Each run is a DQN agent on CartPole-v1 training every step for ``--steps`` env steps (or,
+Each run is a DQN agent on CartPole-v1 training on every step for ``--steps`` env steps (or,
 with ``--agent ppo``, the PPO agent of ``configs/cartpole_ppo.yaml``), one torch thread per
-worker. Settings alternate over ``--repeats`` calls each. The first call of the pool starts
-new worker processes (a new interpreter importing torch: its start-up is counted); later
-calls find them warm, as ``multi_run`` calls in one session do, and the best of those is
-kept, which filters out the noise of a shared machine. Ray runs last, as its own processes
-would take CPU from the pool; its start-up (``ray.init``) is timed apart and taken out, as
-the issue asks, and its first call imports torch in its workers.
-The start-up of new workers is also measured apart, with runs of a single step. The same
-seeds give the same records everywhere (checked).
+process. The speed of a shared machine drifts by 20% or more within a minute, so settings
+are measured in pairs next to each other (serial, then parallel) and each speedup is the
+median over ``--repeats`` pairs, not a ratio of two walls taken minutes apart.
+
+Reported:
+
+- **warm calls**: ``multi_run`` calls after the first, whose worker processes are already
+  running (as every call but the first of a session, and every configuration of a sweep);
+- **first calls**: a call that starts its workers, with spawn (the default), and once with
+  forkserver (the server imports torch once; its workers fork with it loaded);
+- **Ray**: warm and first calls of 2 tasks at a time, paired with serial calls made while
+  Ray runs (its own processes take some CPU); ``ray.init`` is timed apart and not counted;
+- **the ceiling**: the same agent in a bare hand-written loop, ``runs / 2`` runs in each of
+  2 processes, timed inside them, against all runs in this process: the speedup this
+  machine allows for this workload, with no runner at all.
+
+The same seeds give the same records in every setting (checked).
 Targets on a 2-core machine: at least 1.8x with 2 workers; Ray within 10% of the pool.
 
     python bench/scaling.py [--runs 4] [--steps 4000] [--agent dqn|ppo] [--repeats 3] [--no-ray]
@@ -19,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import os
+import statistics
 import tempfile
 import time
 
@@ -48,16 +59,80 @@ class PPOFactory:
 
 
 FACTORIES = {"dqn": DQNFactory, "ppo": PPOFactory}
-FACTORY = DQNFactory()
 
 
-def timed_run(runs: int, steps: int, **options) -> tuple[float, list]:
+def timed_run(factory, runs: int, steps: int, **options) -> tuple[float, list]:
+    """Wall time of one ``multi_run`` call, and the returns of its episodes."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=FACTORY.num_envs), FACTORY, exp_dir=tmp)
+        trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=factory.num_envs), factory, exp_dir=tmp)
         trainer.call_back = EmptyCallBack()
         start = time.perf_counter()
         records = trainer.multi_run(runs, total_steps=steps, seed_offset=0, progress=False, **options)
         return time.perf_counter() - start, [[r["ep_return"] for r in run] for run in records]
+
+
+def bare_runs(factory, runs: int, steps: int) -> float:
+    """Seconds of ``runs`` hand-written act -> step -> update loops of ``steps`` env steps each."""
+    import torch
+
+    torch.set_num_threads(1)
+    agents = [factory(make_env("CartPole-v1", num_envs=factory.num_envs)()) for _ in range(runs)]  # optimizer import out
+    start = time.perf_counter()
+    for seed, agent in enumerate(agents):
+        env = make_env("CartPole-v1", num_envs=factory.num_envs)()
+        agent.reset(seed)
+        obs, _ = env.reset(seed=seed)
+        for _ in range(steps // factory.num_envs):
+            obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+            agent.update(obs, reward, terminated, truncated)
+    return time.perf_counter() - start
+
+
+def _bare_worker(factory, runs: int, steps: int, results) -> None:
+    results.put(bare_runs(factory, runs, steps))
+
+
+def bare_in_processes(factory, runs: int, steps: int, processes: int) -> float:
+    """Seconds until the last of ``processes`` spawned processes ran its share of the bare loops."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    children = [context.Process(target=_bare_worker, args=(factory, runs // processes, steps, results))
+                for _ in range(processes)]
+    for child in children:
+        child.start()
+    walls = [results.get() for _ in children]
+    for child in children:
+        child.join()
+    return max(walls)
+
+
+class Measurements:
+    """Walls and speedups of settings measured in pairs with a serial call."""
+
+    def __init__(self, factory, runs: int, steps: int) -> None:
+        self.factory, self.runs, self.steps = factory, runs, steps
+        self.reference: list | None = None
+        self.walls: dict[str, list[float]] = {}
+        self.speedups: dict[str, list[float]] = {}
+
+    def call(self, **options) -> float:
+        wall, records = timed_run(self.factory, self.runs, self.steps, **options)
+        self.reference = self.reference or records
+        assert records == self.reference, f"{options}: records differ from serial"
+        return wall
+
+    def pair(self, name: str, parallel_wall: float | None = None, **options) -> None:
+        """A serial call, then the ``name`` setting (or its given wall), recorded as a pair."""
+        serial = self.call(torch_threads=1)
+        wall = self.call(**options) if parallel_wall is None else parallel_wall
+        self.walls.setdefault(name, []).append(wall)
+        self.speedups.setdefault(name, []).append(serial / wall)
+        self.walls.setdefault("serial", []).append(serial)
+
+    def row(self, name: str) -> str:
+        walls, speedups = self.walls[name], self.speedups.get(name)
+        speedup = f"{statistics.median(speedups):>8.2f} {min(speedups):>6.2f}-{max(speedups):<6.2f}" if speedups else ""
+        return f"{name:<44} {statistics.median(walls):>7.2f} {len(walls):>3}  {speedup}"
 
 
 def main() -> None:
@@ -65,66 +140,62 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4000)
     parser.add_argument("--agent", choices=sorted(FACTORIES), default="dqn")
-    parser.add_argument("--repeats", type=int, default=3, help="calls per setting (at least 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="pairs per setting")
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
-    if args.repeats < 2:
-        parser.error("--repeats must be at least 2: the first call and the later ones are reported apart")
-    global FACTORY
-    FACTORY = FACTORIES[args.agent]()
     logging.basicConfig(level=logging.WARNING)
+    factory = FACTORIES[args.agent]()
+    cores = os.cpu_count() or 1
     import torch
 
     torch.set_num_threads(1)  # the serial baseline gets one core, like each worker
-    # torch imports torch._dynamo (about 1 s) at the first optimizer it builds; pay that here, so
-    # the serial time does not include it. Workers pay it again: that is part of the pool's cost.
-    FACTORY(make_env("CartPole-v1", num_envs=FACTORY.num_envs)())
-    cores = os.cpu_count() or 1
-    settings = {"serial": {"torch_threads": 1}}
-    settings.update({f"{w} workers": {"num_workers": w} for w in sorted({2, cores} - {1})})
-    first: dict[str, float] = {}
-    later: dict[str, float] = {}
-    reference = None
+    # torch imports torch._dynamo (about 1.5 s) at the first optimizer it builds; pay that here, so
+    # the serial time does not include it. Workers pay it again: that is part of their start-up.
+    factory(make_env("CartPole-v1", num_envs=factory.num_envs)())
+    m = Measurements(factory, args.runs, args.steps)
+    pools = {f"{w} worker processes": w for w in sorted({2, cores} - {1})}
 
-    def measure(names: list[str]) -> None:
-        """Alternate the ``names`` settings over the repeats; keep the first and the best later wall."""
-        nonlocal reference
-        for repeat in range(args.repeats):
-            for name in names:
-                wall, records = timed_run(args.runs, args.steps, **settings[name])
-                reference = reference or records
-                assert records == reference, f"{name}: records differ from serial"
-                if repeat == 0:
-                    first[name] = wall
-                else:
-                    later[name] = min(later.get(name, wall), wall)
+    for name, workers in pools.items():
+        for _ in range(args.repeats):
+            shutdown_workers()
+            m.pair(f"{name}, first call (spawn)", num_workers=workers)
+            m.pair(f"{name}, warm", num_workers=workers)
+    shutdown_workers()
+    # a forkserver starts once per process: its first call can be measured once
+    m.pair("2 worker processes, first call (forkserver)", num_workers=2, start_method="forkserver")
+    shutdown_workers()
+    # what starting workers adds to a call: runs of a single env step, new pool minus serial
+    serial_tiny = timed_run(factory, 2, 1, torch_threads=1)[0]
+    startup = {method: timed_run(factory, 2, 1, num_workers=2, start_method=method)[0] - serial_tiny
+               for method in ("spawn", "forkserver")}
+    shutdown_workers()
+    for _ in range(args.repeats):
+        m.pair("bare loop, runs split over 2 processes", bare_in_processes(factory, args.runs, args.steps, 2))
 
-    measure(list(settings))
-    # what new workers cost a call: the same call with runs of a single env step
-    shutdown_workers()
-    cold_startup = timed_run(2, 1, num_workers=2)[0] - timed_run(2, 1, torch_threads=1)[0]
-    shutdown_workers()
     if not args.no_ray:
-        # Ray last: its own processes (raylet, GCS, idle workers) would otherwise take CPU from the pool
         import ray
 
         start = time.perf_counter()
-        ray.init(num_cpus=cores, include_dashboard=False, configure_logging=False)
-        startup = time.perf_counter() - start
-        settings["ray"] = {"num_workers": 2, "backend": "ray"}
-        measure(["ray"])
-
-    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine; first "
-          f"call (new worker processes), then the best of {args.repeats - 1} later calls (warm workers)")
-    print(f"{'setting':<24} {'first s':>8} {'speedup':>8} {'later s':>8} {'speedup':>8}")
-    for name in settings:
-        print(f"{name:<24} {first[name]:>8.2f} {first['serial'] / first[name]:>8.2f} "
-              f"{later[name]:>8.2f} {later['serial'] / later[name]:>8.2f}")
-    if not args.no_ray:
-        print(f"ray.init: {startup:.1f} s, not counted. Ray / pool: {first['ray'] / first['2 workers']:.2f} on the "
-              f"first call, {later['ray'] / later['2 workers']:.2f} later")
+        ray.init(num_cpus=cores, include_dashboard=False, configure_logging=False, logging_level=logging.ERROR)
+        ray_init = time.perf_counter() - start
+        m.pair("Ray, 2 tasks at a time, first call", num_workers=2, backend="ray")
+        for _ in range(args.repeats):
+            m.pair("Ray, 2 tasks at a time, warm", num_workers=2, backend="ray")
         ray.shutdown()
-    print(f"start-up of new workers: {cold_startup:.2f} s per call (2 runs of 1 step, pool minus serial)")
+
+    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine, one torch "
+          f"thread per process; each setting paired with a serial call, speedup = serial / setting")
+    print(f"{'setting':<44} {'wall s':>7} {'n':>3}  {'speedup':>8} {'range':>13}")
+    print(m.row("serial"))
+    for name in m.speedups:
+        print(m.row(name))
+    if not args.no_ray:
+        ratio = statistics.median(m.speedups["2 worker processes, warm"]) / statistics.median(
+            m.speedups["Ray, 2 tasks at a time, warm"])
+        print(f"Ray / pool, warm: {ratio:.2f} (ratio of their median speedups); ray.init: {ray_init:.1f} s, not counted")
+    print("start-up of new workers per call (2 runs of 1 step, minus serial): "
+          + ", ".join(f"{method} {seconds:.2f} s" for method, seconds in startup.items())
+          + " (forkserver with its server already running)")
 
 
 if __name__ == "__main__":
