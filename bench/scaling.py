@@ -131,7 +131,10 @@ class Measurements:
 
     def row(self, name: str) -> str:
         walls, speedups = self.walls[name], self.speedups.get(name)
-        speedup = f"{statistics.median(speedups):>8.2f} {min(speedups):>6.2f}-{max(speedups):<6.2f}" if speedups else ""
+        if speedups:
+            speedup = f"{statistics.median(speedups):>8.2f} {min(speedups):>6.2f}-{max(speedups):<6.2f}"
+        else:  # serial: the range of its walls shows how much the machine drifted
+            speedup = f"{'':>8} {min(walls):>6.1f}-{max(walls):<6.1f} s"
         return f"{name:<44} {statistics.median(walls):>7.2f} {len(walls):>3}  {speedup}"
 
 
