@@ -117,7 +117,9 @@ class OnlineTrainer:
                 flat and ``None`` stands for each run in the result.
             overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
             progress: show an overall bar and a bar per active run.
-            start_method: multiprocessing start method of the worker processes.
+            start_method: multiprocessing start method of the worker processes; ``"forkserver"``
+                starts new workers in about 0.2 s after the session's first call (the server
+                imports torch once).
             torch_threads: torch threads in each worker process or Ray task, so that workers
                 do not fight over cores (runs in this process keep the current setting).
             backend: ``"local"`` (this process or worker processes) or ``"ray"`` (Ray tasks,
