@@ -252,8 +252,7 @@ def preload_forkserver(context: Any) -> None:
     as by default.
     """
     installed = _installation_dirs()
-    names = [name for name in FORKSERVER_PRELOAD
-             if os.path.realpath(getattr(sys.modules.get(name), "__file__", None) or "/").startswith(installed)]
+    names = [name for name in FORKSERVER_PRELOAD if _is_installed(sys.modules.get(name), installed)]
     context.set_forkserver_preload(["__main__", *names])
 
 
@@ -293,12 +292,18 @@ def _installation_dirs() -> tuple[str, ...]:
     return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
 
 
+def _is_installed(module: Any, installed: tuple[str, ...]) -> bool:
+    """Whether ``module`` (None: not loaded) was loaded from a file under one of the ``installed`` dirs."""
+    path = getattr(module, "__file__", None)
+    return bool(path) and os.path.realpath(path).startswith(installed)
+
+
 def _code_changed_since(timestamp: float) -> bool:
     """Whether the source of a loaded module outside the Python installation changed after ``timestamp``."""
     installed = _installation_dirs()
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if not path or os.path.realpath(path).startswith(installed):
+        if not path or _is_installed(module, installed):
             continue
         try:
             if os.stat(path).st_mtime > timestamp:

@@ -328,7 +328,7 @@ class LoadedModulesAgent(RecordingAgent):
         return [{"torch_loaded": np.array([self.torch_loaded])}] * self.num_envs
 
 
-def test_forkserver_workers_start_with_the_heavy_libraries_loaded(tmp_path):
+def test_forkserver_workers_start_with_the_heavy_libraries_loaded():
     import torch  # noqa: F401  (the parent uses torch, so the forkserver preloads it)
 
     trainer = OnlineTrainer(make_counting_vec(2), LoadedModulesAgent)
