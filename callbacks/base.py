@@ -39,5 +39,11 @@ class CallBack:
 
 
 def scalar_name(key: str, tag: str) -> str:
-    """Name under which ``key`` logged with ``tag`` appears: ``ep_return/run_0``."""
-    return f"{key}/{tag}" if tag else key
+    """Name under which ``key`` logged with ``tag`` appears.
+
+    ``loss`` with ``agents/run_1`` is ``loss/agents/run_1``; a tag that already starts with
+    the key names the scalar itself: ``ep_return`` with ``ep_return/run_1`` is ``ep_return/run_1``.
+    """
+    if not tag or tag == key:
+        return key
+    return tag if tag.startswith(key) and tag[len(key)] == "/" else f"{key}/{tag}"

@@ -9,6 +9,7 @@ class RunFailure:
     """How one run failed: its index, seed, exception and the end of its traceback."""
 
     def __init__(self, run_idx: int, seed: int, exception: str, traceback: str) -> None:
+        """``run_idx`` is the run's number, from 1."""
         self.run_idx, self.seed, self.exception, self.traceback = run_idx, seed, exception, traceback
 
     def tail(self, lines: int = 6) -> str:
@@ -37,3 +38,24 @@ class RunsFailedError(RuntimeError):
                 line += "\n" + "\n".join("    " + text for text in failure.tail().splitlines())
             parts.append(line)
         super().__init__("\n".join(parts))
+
+
+class RunSetupError(Exception):
+    """A run failed before its first env step: building, checking or seeding its env and agent.
+
+    Executors stop every run at the first such error, and ``multi_run`` raises the original
+    exception (``cause``), not one copy of it per run.
+
+    Attributes:
+        run_idx: the run's number (from 1).
+        seed: the run's seed.
+        cause: the exception raised.
+    """
+
+    def __init__(self, run_idx: int, seed: int, cause: BaseException) -> None:
+        super().__init__(run_idx, seed, cause)
+        self.run_idx, self.seed, self.cause = run_idx, seed, cause
+
+    def __str__(self) -> str:
+        return f"run {self.run_idx} (seed {self.seed}) failed before its first env step: " \
+               f"{type(self.cause).__name__}: {self.cause}"

@@ -8,6 +8,7 @@ the others go on), reports progress to the parent's display and hands each resul
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import traceback
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import cloudpickle
 
+from online_trainer.errors import RunSetupError
 from online_trainer.progress import NoProgress, ProgressDisplay
 from online_trainer.run import RunResult, RunSpec, execute_run
 
@@ -29,17 +31,32 @@ BACKENDS = ("local", "ray")
 
 
 def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool = False) -> RunResult:
-    """The result of a run that raised ``exc`` (or died, described by a string)."""
-    if isinstance(exc, BaseException):
-        summary = f"{type(exc).__name__}: {exc}"
-        error = "".join(traceback.format_exception(exc))
+    """The result of a run that raised ``exc`` (or died, described by a string).
+
+    A :class:`RunSetupError` (raised before the run's first env step) gives the status
+    ``setup_failed`` and describes its cause; the cause travels with the result when it can
+    be pickled, so that the parent can raise it.
+    """
+    setup = isinstance(exc, RunSetupError)
+    cause = exc.cause if setup else exc
+    if isinstance(cause, BaseException):
+        summary = f"{type(cause).__name__}: {cause}"
+        error = "".join(traceback.format_exception(cause))
     else:
-        summary = error = exc
+        summary = error = cause
     extra: dict[str, Any] = {"exception": summary}
-    if keep_exception:
-        extra["exception_object"] = exc
-    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, status="failed", error=error,
-                     extra=extra)
+    if keep_exception or (setup and _picklable(cause)):
+        extra["exception_object"] = cause
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key,
+                     status="setup_failed" if setup else "failed", error=error, extra=extra)
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception:
+        return False
+    return True
 
 
 def check_picklable(objects: Mapping[str, Any]) -> None:
@@ -63,7 +80,7 @@ def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, 
         except Exception as exc:  # isolated: reported with the others at the end
             logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
-        display.run_finished(spec.key, result.status == "failed")
+        display.run_finished(spec.key, result.status != "finished")
         on_result(result)
 
 
@@ -104,6 +121,13 @@ class ExecutionOptions:
         if self.start_method not in methods:
             raise ValueError(f"start_method must be one of {methods}, but got start_method={self.start_method!r}.")
         return self
+
+    def capped(self, num_runs: int) -> "ExecutionOptions":
+        """These options with at most ``num_runs`` workers (more would have nothing to do)."""
+        if self.num_workers <= num_runs:
+            return self
+        logger.info("num_workers=%d is more than num_runs=%d: using %d workers", self.num_workers, num_runs, num_runs)
+        return dataclasses.replace(self, num_workers=num_runs)
 
     @property
     def in_workers(self) -> bool:

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from online_trainer import seeding, storage
-from online_trainer.errors import RunFailure
+from online_trainer.errors import RunFailure, RunSetupError
 from online_trainer.run import RunResult, RunSpec
 
 
 class Experiment:
     """The runs of one experiment directory (or of none), and how each ended.
 
-    The manifest (``manifest.json``) lists every run with its seed and status
-    (``pending``, ``finished``, ``failed`` or ``interrupted``); it is rewritten atomically
-    each time a run ends, so a sweep can tell which runs to do again.
+    The manifest (``manifest.json``) lists every run (numbered from 1) with its seed and
+    status (``pending``, ``finished``, ``failed`` or ``interrupted``); it is rewritten
+    atomically each time a run ends, so a sweep can tell which runs to do again.
 
     Args:
         exp_dir: the directory, or None to keep everything in memory.
@@ -29,14 +30,16 @@ class Experiment:
     def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
         self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
         self.results: dict[int, RunResult] = {}
+        self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
+            else set()
         self._write()
 
     @staticmethod
     def new_manifest(num_runs: int, seed_offset: int | None, base_seed: int, fields: dict[str, Any]) -> dict[str, Any]:
         """A manifest whose runs are all pending."""
-        seeds = [seeding.run_seed(base_seed, i) for i in range(num_runs)]
+        seeds = [seeding.run_seed(base_seed, run) for run in range(1, num_runs + 1)]
         return {
-            "format": 1,
+            "format": 2,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "num_runs": num_runs,
             "seed_offset": seed_offset,
@@ -44,7 +47,7 @@ class Experiment:
             "seed_stride": seeding.SEED_STRIDE,
             "seeds": seeds,
             **fields,
-            "runs": [{"run": i, "seed": seed, "status": "pending"} for i, seed in enumerate(seeds)],
+            "runs": [{"run": run, "seed": seed, "status": "pending"} for run, seed in enumerate(seeds, start=1)],
         }
 
     def _write(self) -> None:
@@ -52,9 +55,20 @@ class Experiment:
             storage.write_manifest(self.exp_dir, self.manifest)
 
     def on_result(self, result: RunResult) -> None:
-        """Record how a run ended."""
+        """Record how a run ended.
+
+        Raises:
+            RunSetupError: the run failed before its first env step; every run must stop.
+        """
+        if result.status == "setup_failed":
+            cause = result.extra.get("exception_object")
+            if cause is None:
+                cause = RuntimeError(result.extra.get("exception", "?") + "\n" + (result.error or ""))
+            raise RunSetupError(result.run_idx, result.seed, cause)
         self.results[result.run_idx] = result
-        entry = self.manifest["runs"][result.run_idx]
+        for name, value in result.env_info.items():
+            self.manifest.setdefault(name, value)
+        entry = self.manifest["runs"][result.run_idx - 1]
         entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
                      wall_time=round(result.wall_time, 3), error=result.error)
         self._write()
@@ -63,7 +77,7 @@ class Experiment:
         """Mark the runs that did not end as interrupted (Ctrl-C, or an error in the parent)."""
         for spec in self.specs:
             if spec.run_idx not in self.results:
-                self.manifest["runs"][spec.run_idx]["status"] = "interrupted"
+                self.manifest["runs"][spec.run_idx - 1]["status"] = "interrupted"
         self._write()
 
     def failures(self) -> list[RunFailure]:
@@ -90,6 +104,29 @@ class Experiment:
             else:
                 runs.append(None)
         return runs
+
+    def discard(self, created: Sequence[Path] = ()) -> None:
+        """Remove the files this call wrote, and ``created`` (files, or a directory left empty).
+
+        Used when a run fails before its first env step: nothing was learned, and the user's
+        next call, after the fix, must not find an earlier experiment in the way. Files that
+        were there before this call (a sweep's finished runs) are kept.
+        """
+        if self.exp_dir is None:
+            return
+        for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
+            if path.is_file():
+                path.unlink(missing_ok=True)
+        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir():
+                with contextlib.suppress(OSError):
+                    path.rmdir()  # only when empty
+            else:
+                path.unlink(missing_ok=True)
+
+    def agents(self) -> list[Any]:
+        """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
+        return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
         """Write ``all_metrics.pkl`` (the list of runs) atomically."""

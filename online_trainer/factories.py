@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import copy
+import copy as _copy
 import inspect
 import logging
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import iterate
 
 from online_trainer.protocol import missing_methods
 
@@ -17,13 +19,14 @@ logger = logging.getLogger(__name__)
 
 
 class EnvFactory:
-    """A zero-argument callable returning a fresh :class:`VectorEnv` for every run.
+    """A zero-argument callable returning the :class:`VectorEnv` of a run.
 
-    Accepts a ``VectorEnv``, a single ``gymnasium.Env`` (wrapped into a
-    ``SyncVectorEnv`` of one), or a zero-argument factory of either. An env *instance* is
-    deep-copied for every run where it can be, so runs never share state; a vector env
-    that cannot be copied (``AsyncVectorEnv``) is reused and re-seeded, and cannot be sent
-    to worker processes: pass a factory such as ``envs.make_env(...)`` instead.
+    Accepts a ``VectorEnv``, a single ``gymnasium.Env`` (wrapped into a ``SyncVectorEnv``
+    of one), or a zero-argument factory of either. A factory is called once per run. An
+    env *instance* is used in place, by every run of this process in turn (each run resets
+    it with its own seed) and left open for the user; sent to worker processes it travels
+    as a copy, which an env holding processes or sockets (``AsyncVectorEnv``) cannot do:
+    pass a factory such as ``envs.make_env(...)`` instead.
     """
 
     def __init__(self, env: Any) -> None:
@@ -36,27 +39,32 @@ class EnvFactory:
                 f"env must be a gymnasium Env, a VectorEnv or a zero-argument factory of one, but got "
                 f"env={env!r} of type {type(env).__name__}."
             )
+        self._wrapped: VectorEnv | None = None
 
     @property
     def source(self) -> Any:
         """What the user passed."""
         return self._instance if self._instance is not None else self._factory
 
+    @property
+    def is_instance(self) -> bool:
+        """Whether the user passed an env instance (used in place) rather than a factory."""
+        return self._instance is not None
+
     def __call__(self) -> VectorEnv:
         if self._factory is not None:
-            built = self._factory()
-            return as_vector_env(built, source=self._factory)
-        try:
-            env = copy.deepcopy(self._instance)
-        except Exception:  # an env holding processes, sockets or windows cannot be copied
-            logger.debug("Could not deep-copy %r; reusing the instance", self._instance)
-            env = self._instance
-        return as_vector_env(env, source=self._instance)
+            return as_vector_env(self._factory(), source=self._factory)
+        if self._wrapped is None:
+            self._wrapped = as_vector_env(self._instance, source=self._instance)
+        return self._wrapped
 
     def release(self, env: VectorEnv) -> None:
-        """Close an env this factory built, unless it is the user's instance being reused."""
-        if env is not self._instance:
+        """Close an env a factory built; the user's instance stays open."""
+        if self._factory is not None:
             env.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_wrapped": None}
 
 
 def as_vector_env(env: Any, source: Any = None) -> VectorEnv:
@@ -78,10 +86,11 @@ def autoreset_mode(env: VectorEnv) -> AutoresetMode:
 
 
 class AgentFactory:
-    """A callable ``factory(env) -> agent`` giving a fresh agent for every run.
+    """A callable ``factory(env) -> agent`` giving the agent of a run.
 
-    Accepts an agent instance (deep-copied for every run, so the object passed in is never
-    trained) or a factory ``agent_factory(env) -> agent``.
+    Accepts an agent instance or a factory ``agent_factory(env) -> agent`` (called once per
+    run). An instance is used in place, unless the caller asks for a copy (several runs in
+    one process each start from the instance as it was given).
     """
 
     def __init__(self, agent: Any) -> None:
@@ -101,10 +110,28 @@ class AgentFactory:
         """What the user passed."""
         return self._instance if self._instance is not None else self._factory
 
-    def __call__(self, env: VectorEnv) -> Any:
-        if self._instance is not None:
-            return copy.deepcopy(self._instance)
-        return self._factory(env)
+    @property
+    def is_instance(self) -> bool:
+        """Whether the user passed an agent instance rather than a factory."""
+        return self._instance is not None
+
+    def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
+        """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.
+
+        Raises:
+            TypeError: the instance cannot be deep-copied.
+        """
+        if self._factory is not None:
+            return self._factory(env)
+        if not copy:
+            return self._instance
+        try:
+            return _copy.deepcopy(self._instance)
+        except Exception as exc:
+            raise TypeError(
+                f"The agent {self._instance!r} cannot be copied for each run ({type(exc).__name__}: {exc}): pass a "
+                "factory, agent=lambda env: MyAgent(env), so that each run builds its own."
+            ) from exc
 
 
 def check_agent(agent: Any, source: Any = None) -> None:
@@ -141,3 +168,37 @@ def final_observations(next_obs: np.ndarray, info: dict[str, Any]) -> np.ndarray
     for i in np.flatnonzero(mask):
         out[i] = info["final_obs"][i]
     return out
+
+
+def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
+    """Check the first actions of a run against the env's action space, before ``env.step``.
+
+    Raises:
+        ValueError: not one action per sub-env, or actions of the wrong shape or range.
+        TypeError: float actions for an integer space (Discrete, MultiDiscrete, MultiBinary).
+    """
+    space, num_envs = env.single_action_space, env.num_envs
+    who = f"The agent {type(agent).__name__}'s act(obs)"
+    if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        try:
+            count = sum(1 for _ in iterate(env.action_space, actions))
+        except Exception as exc:
+            raise ValueError(f"{who} returned {actions!r}, which is not a batch of {num_envs} actions of "
+                             f"{space}: {type(exc).__name__}: {exc}") from exc
+        if count != num_envs:
+            raise ValueError(f"{who} returned {count} actions, but the env has num_envs={num_envs}: return one "
+                             "action per sub-env.")
+        return
+    batch = np.asarray(actions)
+    expected = (num_envs, *space.shape)
+    if batch.shape != expected:
+        got = batch.shape[0] if batch.ndim else "a scalar, not a batch of"
+        raise ValueError(f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "
+                         f"num_envs={num_envs} needs shape {expected}: return one action per sub-env.")
+    if isinstance(space, spaces.Box):
+        return
+    if not np.issubdtype(batch.dtype, np.integer):
+        raise TypeError(f"{who} returned actions of dtype {batch.dtype} for the integer action space {space}: "
+                        f"return integers, e.g. np.asarray(actions, dtype=np.int64).")
+    if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
+        raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")

@@ -69,6 +69,7 @@ def run_loop(
     env: VectorEnv,
     agent: Any,
     obs: Any,
+    actions: Any,
     tracker: EpisodeTracker,
     events: LoopEvents,
     budget: Budget,
@@ -77,6 +78,8 @@ def run_loop(
     step_logger: StepLogger | None,
 ) -> tuple[int, int]:
     """Run until the budget is spent; return ``(global_step, episodes)``.
+
+    ``actions`` are the agent's actions for ``obs`` (the run checked them before its first step).
 
     ``events.on_step_event`` is called whenever the env-step count reaches the threshold it
     returned last (progress ticks, step checkpoints, the step budget), so the per-step cost
@@ -94,7 +97,6 @@ def run_loop(
     global_step = episodes = 0
     next_event = events.on_step_event(0)
     while True:
-        actions = act(obs)
         next_obs, reward, terminated, truncated, info = step(actions)
         global_step += observe(obs, actions, reward, terminated, truncated)
         ended = done.any()
@@ -126,3 +128,4 @@ def run_loop(
             if global_step >= max_steps:
                 return global_step, episodes
             next_event = events.on_step_event(global_step)
+        actions = act(obs)

@@ -41,6 +41,7 @@ def _import_ray() -> Any:
 
 
 def _ray_task(payload: bytes, queue: Any, torch_threads: int, token: str | None) -> RunResult:
+    """Run one spec in a Ray worker; ``token`` is the content of every spec's token file."""
     from online_trainer.workers import limit_torch_threads
 
     limit_torch_threads(torch_threads)
@@ -62,6 +63,11 @@ def _check_token(exp_dir: str, token: str) -> None:
             f"exp_dir={exp_dir!r} is not the driver's directory on Ray node {socket.gethostname()}: put the "
             "experiment directory on a filesystem every node mounts at the same path."
         )
+
+
+def _exp_dirs(specs: Sequence[RunSpec]) -> list[Path]:
+    """The distinct experiment directories of ``specs`` (none when records stay in memory)."""
+    return [Path(d) for d in dict.fromkeys(spec.exp_dir for spec in specs if spec.exp_dir is not None)]
 
 
 class RayExecutor:
@@ -121,16 +127,20 @@ class RayExecutor:
             raise
         finally:
             if token is not None:
-                (Path(specs[0].exp_dir) / TOKEN_FILE).unlink(missing_ok=True)
+                for exp_dir in _exp_dirs(specs):
+                    (exp_dir / TOKEN_FILE).unlink(missing_ok=True)
             if queue is not None:
                 ray.kill(queue.actor)
 
     @staticmethod
     def _write_token(specs: Sequence[RunSpec]) -> str | None:
-        if not specs or specs[0].exp_dir is None:
+        """Write one token into the experiment directory of every spec (a sweep has several)."""
+        exp_dirs = _exp_dirs(specs)
+        if not exp_dirs:
             return None
         token = uuid.uuid4().hex
-        (Path(specs[0].exp_dir) / TOKEN_FILE).write_text(token)
+        for exp_dir in exp_dirs:
+            (exp_dir / TOKEN_FILE).write_text(token)
         return token
 
     @staticmethod

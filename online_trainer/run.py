@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from callbacks import EmptyCallBack
-from online_trainer import storage
+from online_trainer import seeding, storage
 from online_trainer.episodes import EpisodeTracker
-from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
+from online_trainer.errors import RunSetupError
+from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.loop import INFINITY, Budget, StepLogger, run_loop
 from online_trainer.progress import NoProgress, Progress, RunProgress
 
@@ -28,12 +29,17 @@ class RunSpec:
     """Everything one run needs; it travels to worker processes with cloudpickle."""
 
     run_idx: int
+    """The run's number, from 1 (``metrics_run1.pkl``, ``Run1_Last``, ``ep_return/run_1``)."""
     seed: int
     env_factory: EnvFactory
     agent_factory: AgentFactory
     budget: Budget
     callback: Any
     train: bool = True
+    copy_agent: bool = False
+    """Run on a deep copy of the agent instance the user passed (several runs in one process)."""
+    keep_agent: bool = True
+    """Hand the run's final agent back in :attr:`RunResult.agent`."""
     tuning_hp: dict[str, Any] | None = None
     exp_dir: str | None = None
     dump_metrics: bool = True
@@ -70,7 +76,12 @@ class RunResult:
     global_step: int = 0
     wall_time: float = 0.0
     status: str = "finished"
+    """``finished``, ``failed``, or ``setup_failed`` (raised before its first env step)."""
     error: str | None = None
+    agent: Any = None
+    """The run's agent after its last step (when the spec says ``keep_agent``)."""
+    env_info: dict[str, Any] = field(default_factory=dict)
+    """``num_envs`` and ``autoreset_mode`` of the run's env, for the manifest."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -80,7 +91,8 @@ class RunEvents:
     def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress) -> None:
         self.spec, self.agent, self.progress = spec, agent, progress
         self.callback = spec.callback
-        self.tag = f"{spec.tag_prefix}run_{spec.run_idx}"
+        self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
+        self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
         self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
         self.stream = None
         if spec.exp_dir is not None and spec.dump_metrics:
@@ -99,8 +111,10 @@ class RunEvents:
     def on_episode(self, record: dict[str, Any]) -> None:
         self.episodes = index = record["episode_index"]
         ep_return = record["ep_return"]
-        x = index if self.by_episode else record["global_step"]
-        self.callback({"ep_return": ep_return, "ep_length": record["ep_length"]}, self.tag, x, force=True)
+        # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
+        # episode (episodes of several sub-envs can end on the same env step).
+        self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
+        self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
         if self.stream is not None:
             self.stream.append(record)
         if self.records is not None:
@@ -151,14 +165,24 @@ def _state_copy(agent: Any) -> Any:
 
 
 def prepare_agent(spec: RunSpec, env: Any) -> Any:
-    """Build the run's agent and call the optional protocol methods in order."""
-    agent = spec.agent_factory(env)
+    """Build the run's agent, check it, and call the optional protocol methods in order.
+
+    When training: ``reset(seed)``, ``set_num_env(n)``, ``set_hp(tuning_hp)``, ``train()``.
+    With ``train=False`` the agent is used as given: ``set_num_env(n)``, ``set_hp`` when
+    hyperparameters were given, then ``eval()``; never ``reset``.
+    """
+    agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source)
-    _call_if_present(agent, "reset", spec.seed)
+    if spec.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
+        raise TypeError(f"checkpoint_freq={spec.checkpoint_freq} needs agent.save(path=None), which the agent "
+                        f"{agent!r} lacks: add it, or drop checkpoint_freq.")
+    if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
+        raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
+                        "add set_hp(dict), or drop tuning_hp.")
+    if spec.train:
+        _call_if_present(agent, "reset", spec.seed)
     _call_if_present(agent, "set_num_env", env.num_envs)
     if spec.tuning_hp:
-        if not hasattr(agent, "set_hp"):
-            raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given but the agent {agent!r} has no set_hp method.")
         agent.set_hp(dict(spec.tuning_hp))
     _call_if_present(agent, "train" if spec.train else "eval")
     return agent
@@ -170,20 +194,35 @@ def _call_if_present(agent: Any, name: str, *args: Any) -> None:
         method(*args)
 
 
+def _check_env(env: Any) -> None:
+    if env.num_envs > seeding.SEED_STRIDE:
+        raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
+                         f"at most {seeding.SEED_STRIDE} sub-envs.")
+
+
 def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     """Run one seed to the end of its budget.
 
-    The metrics stream is flushed on every exit path (normal end, exception,
+    The env factory and the agent factory are called once each. Everything before the
+    first env step (building, checking and seeding the env and agent, the first actions)
+    raises :class:`RunSetupError`, so that executors can stop every run at the first
+    such error. The metrics stream is flushed on every exit path (normal end, exception,
     KeyboardInterrupt); the exception then propagates.
     """
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = spec.env_factory()
-    events = None
-    bar = None
+    env = events = bar = None
     try:
-        agent = prepare_agent(spec, env)
-        mode = autoreset_mode(env)
+        try:
+            env = spec.env_factory()
+            _check_env(env)
+            agent = prepare_agent(spec, env)
+            mode = autoreset_mode(env)
+            obs, _ = env.reset(seed=spec.seed)
+            first_actions = agent.act(obs)
+            check_actions(first_actions, env, agent)
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
         tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render)
         callback = spec.callback
@@ -192,10 +231,10 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = RunEvents(spec, agent, bar)
-        obs, _ = env.reset(seed=spec.seed)
         if render:
             tracker.add_frames(env.render())
-        global_step, episodes = run_loop(env, agent, obs, tracker, events, spec.budget, spec.seed, spec.train, step_logger)
+        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.seed,
+                                         spec.train, step_logger)
         events.finish(True, global_step)
     except BaseException:
         if events is not None:
@@ -204,7 +243,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     finally:
         if bar is not None:
             bar.close()
-        spec.env_factory.release(env)
+        if env is not None:
+            spec.env_factory.release(env)
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
@@ -213,4 +253,6 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start,
+        agent=agent if spec.keep_agent else None,
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
     )

@@ -15,5 +15,5 @@ def draw_base_seed() -> int:
 
 
 def run_seed(base_seed: int, run_idx: int) -> int:
-    """The seed of run ``run_idx``: ``base_seed + run_idx * SEED_STRIDE``."""
-    return base_seed + run_idx * SEED_STRIDE
+    """The seed of run ``run_idx`` (numbered from 1): ``base_seed + (run_idx - 1) * SEED_STRIDE``."""
+    return base_seed + (run_idx - 1) * SEED_STRIDE

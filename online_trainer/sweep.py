@@ -108,15 +108,17 @@ def run_sweep(
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
-    execution.check()
     seed_offset = validation.seed_offset(seed_offset)
     grid = expand_grid(configurations)
-    options = trainer._run_options(budget, True, checkpoint_freq, False, True, 10)
+    execution = execution.check().capped(len(grid) * num_runs)
+    options = trainer._run_options(budget, True, checkpoint_freq, False, True, 10, keep_agents=False)
+    options["copy_agent"] = trainer._copies_agent(len(grid) * num_runs, execution)
+    trainer._check_travel(execution)
     root = Path(trainer.exp_dir)
     with executors.early_workers(execution, len(grid) * num_runs) as pool:
-        probe = trainer._probe(grid, checkpoint_freq, execution)
         base_seed = _sweep_seed(root, seed_offset, budget, trainer)
-        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, probe, budget, options)
+        fields = trainer._manifest_fields(execution)
+        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, fields, budget, options)
         trainer._execute(experiments, execution, pool)
 
     ranking = rank(root, names, metric, last_k)
@@ -128,7 +130,7 @@ def run_sweep(
 
 
 def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
-          base_seed: int, probe: dict[str, Any], budget: Any,
+          base_seed: int, fields: dict[str, Any], budget: Any,
           options: dict[str, Any]) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names."""
     experiments, names = [], []
@@ -137,10 +139,10 @@ def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_
         name = config_name(config)
         names.append(name)
         exp_dir = root / name
-        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, base_seed, probe, budget)
+        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, base_seed, fields, budget)
         specs = []
         for run_idx in todo:
-            specs.append(trainer._spec(run_idx, manifest["seeds"][run_idx], options, config, exp_dir, task_id=task_id,
+            specs.append(trainer._spec(run_idx, manifest["seeds"][run_idx - 1], options, config, exp_dir, task_id=task_id,
                                        label=f"{name} run {run_idx}", tag_prefix=f"{name}/"))
             task_id += 1
         experiments.append(Experiment(exp_dir, manifest, specs))
@@ -170,7 +172,7 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "Onli
 
 
 def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, base_seed: int,
-            probe: dict[str, Any], budget: Any) -> tuple[dict[str, Any], list[int]]:
+            fields: dict[str, Any], budget: Any) -> tuple[dict[str, Any], list[int]]:
     """The manifest of a configuration's experiment and the runs still to do."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
@@ -184,8 +186,8 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
         return manifest, todo
     exp_dir.mkdir(parents=True, exist_ok=True)
     storage.write_text_once(exp_dir / storage.HYPERPARAMETERS_FILE, yaml.safe_dump(config, sort_keys=False))
-    manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**probe, "tuning_hp": config})
-    return manifest, list(range(num_runs))
+    manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**fields, "tuning_hp": config})
+    return manifest, list(range(1, num_runs + 1))
 
 
 def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> "pd.DataFrame":

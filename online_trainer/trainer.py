@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
-from online_trainer.errors import RunsFailedError
+from online_trainer.errors import RunSetupError, RunsFailedError
 from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment
-from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_agent
+from online_trainer.factories import AgentFactory, EnvFactory
 from online_trainer.run import RunSpec
 
 if TYPE_CHECKING:
@@ -30,18 +30,28 @@ class OnlineTrainer:
 
     Args:
         env: a gymnasium ``VectorEnv``, a single ``Env`` (wrapped into a vector env of one),
-            or a zero-argument factory returning either. Every run gets a fresh env.
+            or a zero-argument factory returning either, called once per run. An env instance
+            is used in place (each run resets it with its own seed); with worker processes
+            it travels as a copy, so pass a factory for envs that cannot (``AsyncVectorEnv``).
         agent: an agent following the protocol of :mod:`online_trainer.protocol`, or a
-            factory ``agent_factory(env) -> agent``. Every run gets a fresh agent.
+            factory ``agent_factory(env) -> agent``, called once per run. An instance is
+            trained in place when it is the only run in this process (``num_runs=1``, no
+            workers), as in the original OnlineTrainer; otherwise every run starts from a
+            copy of it and the instance stays as given. Either way :attr:`agents` holds
+            each run's final agent.
         exp_dir: experiment directory for metrics, checkpoints and logs (created if
             missing). None keeps everything in memory.
-        train: False calls the agent's ``eval()`` and never calls ``update``.
+        train: True calls ``reset(seed)`` and ``train()`` on each run's agent and ``update``
+            at every step. False uses the agent as given: ``eval()``, never ``reset`` nor
+            ``update`` (to evaluate a trained agent or a loaded checkpoint).
         config: path of a ``.py`` file, copied to ``exp_dir/config.py``.
         args: an ``argparse.Namespace`` (or a dict), written to ``exp_dir/args.yaml``.
 
     Attributes:
-        call_back: the logging callback; ``TBCallBack(log_dir=exp_dir, flush_every=1)``
-            by default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
+        call_back: the logging callback; ``TBCallBack(log_dir=exp_dir, flush_every=1)`` by
+            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
+        agents: after :meth:`multi_run`, the final agent of each run (``agents[0]`` is run 1;
+            None for a failed run, or with ``keep_agents=False``).
     """
 
     def __init__(
@@ -72,6 +82,23 @@ class OnlineTrainer:
                 raise TypeError(f"args must be an argparse.Namespace or a dict, but got args={args!r}.")
             self.args_yaml = storage.dump_args(args)
         self.call_back = EmptyCallBack() if self.exp_dir is None else TBCallBack(log_dir=self.exp_dir, flush_every=1)
+        self.agents: list[Any] = []
+
+    @property
+    def call_back(self) -> Any:
+        """The logging callback every run writes to (see :mod:`callbacks`)."""
+        return self._call_back
+
+    @call_back.setter
+    def call_back(self, value: Any) -> None:
+        missing = [name for name in ("__call__", "reset", "close") if not callable(getattr(value, name, None))]
+        if missing or isinstance(value, type):
+            raise TypeError(
+                f"trainer.call_back must be a callback object (callable, with reset() and close()), but got "
+                f"{value!r}: use e.g. callbacks.TBCallBack(log_dir=exp_dir), callbacks.JsonlCallback(path) or "
+                "callbacks.EmptyCallBack()."
+            )
+        self._call_back = value
 
     def multi_run(
         self,
@@ -85,6 +112,7 @@ class OnlineTrainer:
         num_workers: int = 1,
         tuning_hp: dict[str, Any] | None = None,
         keep_records: bool = True,
+        keep_agents: bool = True,
         overwrite: bool = False,
         progress: bool = True,
         start_method: str = "spawn",
@@ -115,6 +143,8 @@ class OnlineTrainer:
             tuning_hp: hyperparameters given to every agent through ``set_hp``.
             keep_records: False keeps records out of memory (they are on disk): memory stays
                 flat and ``None`` stands for each run in the result.
+            keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
+                sent back to this process); False for agents too big to keep (large replay buffers).
             overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
             progress: show an overall bar and a bar per active run.
             start_method: multiprocessing start method of the worker processes; ``"forkserver"``
@@ -139,20 +169,23 @@ class OnlineTrainer:
         budget = validation.budget(num_episodes, total_steps)
         num_runs = validation.positive_int("num_runs", num_runs)
         execution = ExecutionOptions(num_workers, backend, start_method, torch_threads, ray_address, ray_resources,
-                                     progress).check()
+                                     progress).check().capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         options = self._run_options(budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
-                                    metrics_flush_every)
+                                    metrics_flush_every, keep_agents)
+        options["copy_agent"] = self._copies_agent(num_runs, execution)
+        self._check_travel(execution)
         with executors.early_workers(execution, num_runs) as pool:
-            probe = self._probe([tuning_hp], checkpoint_freq, execution)
-            if self.exp_dir is not None:
-                self._prepare_exp_dir(overwrite)
+            created = self._prepare_exp_dir(overwrite) if self.exp_dir is not None else []
             base_seed = self._base_seed(seed_offset)
-            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**probe, "tuning_hp": tuning_hp})
-            specs = [self._spec(i, seed, options, tuning_hp, self.exp_dir) for i, seed in enumerate(manifest["seeds"])]
+            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed,
+                                               {**self._manifest_fields(execution), "tuning_hp": tuning_hp})
+            specs = [self._spec(run, seed, options, tuning_hp, self.exp_dir)
+                     for run, seed in enumerate(manifest["seeds"], start=1)]
             experiment = Experiment(self.exp_dir, manifest, specs)
-            self._execute([experiment], execution, pool)
+            self._execute([experiment], execution, pool, created)
+        self.agents = experiment.agents()
         runs = experiment.runs(keep_records)
         failures = experiment.failures()
         if failures:
@@ -161,8 +194,32 @@ class OnlineTrainer:
             experiment.write_all_metrics(runs)
         return runs
 
+    def _copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
+        """Whether each run takes a copy of the agent instance (several runs in this process)."""
+        if not self.agent_factory.is_instance or execution.in_workers or num_runs == 1:
+            return False
+        if self.train:
+            logger.warning("The agent instance you passed is copied for each of the %d runs and stays as it was: "
+                           "the trained agents are trainer.agents after multi_run.", num_runs)
+        return True
+
+    def _check_travel(self, execution: ExecutionOptions) -> None:
+        """Check, without calling anything, that what runs need can be sent to worker processes."""
+        if execution.in_workers:
+            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+                                       "trainer.call_back": self.call_back})
+
+    def _manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
+        """How the runs are executed, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
+        return {
+            "train": self.train,
+            "backend": execution.backend,
+            "num_workers": execution.num_workers,
+            "torch_threads": execution.torch_threads if execution.in_workers else _current_torch_threads(),
+        }
+
     def _run_options(self, budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
-                     metrics_flush_every) -> dict[str, Any]:
+                     metrics_flush_every, keep_agents=True) -> dict[str, Any]:
         """Validate the options every run of a call shares; return them as RunSpec fields."""
         checkpoint_freq = validation.optional_positive_int("checkpoint_freq", checkpoint_freq)
         metrics_flush_every = validation.positive_int("metrics_flush_every", metrics_flush_every)
@@ -172,7 +229,8 @@ class OnlineTrainer:
             raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
         return {"budget": budget, "train": self.train, "dump_metrics": dump_metrics, "checkpoint_freq": checkpoint_freq,
                 "dump_transitions": bool(dump_transitions), "keep_records": bool(keep_records),
-                "metrics_flush_every": metrics_flush_every, "callback": self.call_back}
+                "metrics_flush_every": metrics_flush_every, "callback": self.call_back,
+                "keep_agent": bool(keep_agents)}
 
     def _spec(self, run_idx: int, seed: int, options: dict[str, Any], tuning_hp: dict[str, Any] | None,
               exp_dir: Path | None, **naming: Any) -> RunSpec:
@@ -190,12 +248,24 @@ class OnlineTrainer:
         return base_seed
 
     def _execute(self, experiments: list[Experiment], execution: ExecutionOptions,
-                 pool: WorkerPool | None = None) -> None:
-        """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment."""
+                 pool: WorkerPool | None = None, created: Sequence[Path] = ()) -> None:
+        """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
+
+        A run that fails before its first env step stops every run: the files of this call
+        (``created`` and the experiments' outputs) are removed, as nothing was learned, and
+        the run's own exception is raised.
+        """
         owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
         specs = [spec for experiment in experiments for spec in experiment.specs]
         try:
             executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
+        except RunSetupError as error:
+            self.call_back.close()
+            for experiment in experiments:
+                experiment.discard(created)
+            _add_note(error.cause, f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
+                                   "every run was stopped and nothing was kept on disk)")
+            raise error.cause from None
         except BaseException:
             for experiment in experiments:
                 experiment.mark_interrupted()
@@ -203,42 +273,12 @@ class OnlineTrainer:
         finally:
             self.call_back.close()
 
-    def _probe(self, hp_sets: list[dict[str, Any] | None], checkpoint_freq: int | None,
-               execution: ExecutionOptions) -> dict[str, Any]:
-        """Build one env and agent to check them, and each set of hyperparameters, before any run starts."""
-        env = self.env_factory()
-        try:
-            agent = self.agent_factory(env)
-            check_agent(agent, self.agent_factory.source)
-            for hp in hp_sets:
-                if hp is None:
-                    continue
-                if not callable(getattr(agent, "set_hp", None)):
-                    raise TypeError(f"tuning_hp={hp!r} was given, but the agent {agent!r} has no set_hp method.")
-                agent.set_hp(dict(hp))
-            if checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
-                raise TypeError(
-                    f"checkpoint_freq={checkpoint_freq} needs agent.save(path=None), which the agent {agent!r} lacks."
-                )
-            if env.num_envs > seeding.SEED_STRIDE:
-                raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds.")
-            num_envs, mode = env.num_envs, autoreset_mode(env).name
-        finally:
-            self.env_factory.release(env)
-        if execution.in_workers:
-            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                       "trainer.call_back": self.call_back})
-        return {
-            "num_envs": num_envs,
-            "autoreset_mode": mode,
-            "train": self.train,
-            "backend": execution.backend,
-            "num_workers": execution.num_workers,
-            "torch_threads": execution.torch_threads if execution.in_workers else _current_torch_threads(),
-        }
+    def _prepare_exp_dir(self, overwrite: bool) -> list[Path]:
+        """Refuse an earlier experiment (unless ``overwrite``), then write config.py and args.yaml.
 
-    def _prepare_exp_dir(self, overwrite: bool) -> None:
-        """Refuse an earlier experiment (unless ``overwrite``), then write config.py and args.yaml."""
+        Returns:
+            What this call created (the directory itself, or the files it wrote there).
+        """
         earlier = storage.existing_experiment_files(self.exp_dir) if self.exp_dir.is_dir() else []
         if earlier and not overwrite:
             names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
@@ -255,10 +295,13 @@ class OnlineTrainer:
         for name, text in inputs.items():  # check both before writing either
             if text is not None and (self.exp_dir / name).exists():
                 storage.write_text_once(self.exp_dir / name, text)
+        created = [] if self.exp_dir.is_dir() else [self.exp_dir]
         self.exp_dir.mkdir(parents=True, exist_ok=True)
         for name, text in inputs.items():
-            if text is not None:
+            if text is not None and not (self.exp_dir / name).exists():
                 storage.write_text_once(self.exp_dir / name, text)
+                created.append(self.exp_dir / name)
+        return created
 
     def sweep(
         self,
@@ -321,6 +364,11 @@ class OnlineTrainer:
     load_agent_logs = staticmethod(storage.load_agent_logs)
     load_args = staticmethod(storage.load_args)
     load_config = staticmethod(storage.load_config)
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(note)
 
 
 def _current_torch_threads() -> int | None:
