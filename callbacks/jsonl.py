@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Any, Mapping
@@ -20,12 +21,34 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN and infinite float replaced by None (JSON ``null``), in lists and dicts too."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    """Strict JSON: NaN and infinities, which ``json`` would write as ``NaN`` and ``Infinity``, become ``null``."""
+    try:
+        return json.dumps(record, allow_nan=False)
+    except ValueError:  # a non-finite float somewhere: the rare path
+        return json.dumps(_finite(record), allow_nan=False)
+
+
 class JsonlCallback(CallBack):
     """Appends ``{"tag", "step", "values", "wall_time"}`` objects, one per line, to ``log_path``.
 
     Lines are buffered and written ``flush_every`` calls at a time (at once when
     ``force=True``) with a single ``write`` on a file opened with ``O_APPEND``, so several
-    processes can share one file and no line is ever torn.
+    processes can share one file and no line is ever torn. Every line is strict JSON:
+    NaN and infinite values are written as ``null`` (Python's ``json`` would write
+    ``NaN`` and ``Infinity``, which strict parsers reject); ``pandas.read_json`` reads
+    them back as NaN.
 
     Args:
         log_path: the ``.jsonl`` file; its directory is created on the first write.
@@ -50,7 +73,7 @@ class JsonlCallback(CallBack):
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         values = {key: _jsonable(value) for key, value in data.items()}
         record = {"tag": tag, "step": int(step), "values": values, "wall_time": time.time()}
-        self._lines.append(json.dumps(record))
+        self._lines.append(_dumps(record))
         if force or len(self._lines) >= self.flush_every:
             self.flush()
 

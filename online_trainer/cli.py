@@ -3,8 +3,9 @@
 ::
 
     online-trainer run CONFIG.yaml [key=value ...]      run every seed of an experiment
-    online-trainer show EXP_DIR [--last-k K]            its final-performance table
+    online-trainer show EXP_DIR [--last-k K] [--include-unfinished]   its final-performance table
     online-trainer report EXP_DIR [EXP_DIR ...]         learning curves (PNG) and a summary (Markdown)
+        [--ylim LOW HIGH] [--yscale symlog] [--common-range] [--include-unfinished]
 
 The config schema is :class:`online_trainer.experiment_config.ExperimentConfig`. Errors in
 the user's input are printed as ``online-trainer: error: ...`` with exit status 2, before
@@ -75,12 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("exp_dir", metavar="EXP_DIR", help="experiment directory, or a sweep of them")
     show.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                       help="episodes averaged per run (default: last_k of EXP_DIR/config.yaml, else 10)")
+    show.add_argument("--include-unfinished", action="store_true",
+                      help="include failed, interrupted and pending runs in the statistics (listed, but left "
+                           "out, by default)")
     show.set_defaults(handler=show_command)
 
     report = commands.add_parser(
         "report", help="write learning curves (PNG) and a final-performance summary (Markdown)",
         description="Plot the learning curves (IQM across runs, 95%% CI) of the experiments and write a "
-                    "Markdown table of their final performance; existing report files are replaced.")
+                    "Markdown table of their final performance; existing report files are replaced. Curves cover "
+                    "the whole range some run covers (thin where fewer runs have data; never extrapolated). Runs "
+                    "that did not finish are listed but left out unless --include-unfinished.")
     report.add_argument("exp_dirs", metavar="EXP_DIR", nargs="+", help="experiment directories, or sweeps of them")
     report.add_argument("--out", metavar="DIR", default=None,
                         help="output directory (default: EXP_DIR, or the common parent of several)")
@@ -90,6 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
     report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
                         help="average each run's returns over a trailing window of N episodes before plotting")
+    report.add_argument("--common-range", action="store_true",
+                        help="cut each curve to the x range every run of it covers (default: the whole range "
+                             "some run covers)")
+    report.add_argument("--ylim", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
+                        help="y axis limits (default: the full range, cut with a note when early returns are "
+                             "extreme next to the last half of training)")
+    report.add_argument("--yscale", choices=("auto", "linear", "symlog"), default="auto",
+                        help="y axis scale; symlog shows extreme early returns and the converged ones together "
+                             "(default auto: linear, unless the default y range would hide over half the curve)")
+    report.add_argument("--include-unfinished", action="store_true",
+                        help="include failed, interrupted and pending runs in the curves and statistics")
     report.set_defaults(handler=report_command)
     return parser
 

@@ -1,28 +1,39 @@
-"""``online-trainer show`` and ``report``: final-performance tables and learning curves of experiments on disk."""
+"""``online-trainer show`` and ``report``: final-performance tables and learning curves of experiments on disk.
+
+Runs that did not finish (failed, interrupted, pending) are listed with their status but
+left out of the statistics and the curves unless ``--include-unfinished`` is given; runs
+without a finished episode are listed and counted. Repeated log messages are shown once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-from online_trainer.dataframes import experiment_dirs, load_episodes
+from online_trainer.dataframes import evaluation_files, experiment_dirs, load_episodes
 from online_trainer.experiment_config import ConfigError
-from online_trainer.plotting import plot_learning_curves
-from online_trainer.stats import aggregate, final_performance
+from online_trainer.plotting import STAT_LABELS, plot_learning_curves
+from online_trainer.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
+from online_trainer.stats import final_performance, summarize
 
 CI = 0.95
 """Confidence level of every interval the CLI prints."""
 DEFAULT_LAST_K = 10
 CURVES_FILE = "learning_curves.png"
 SUMMARY_FILE = "summary.md"
+CURVE_STAT = "iqm"
 STATS = (("mean", "mean"), ("median", "median"), ("iqm", "IQM"))
 """Columns of :func:`online_trainer.stats.aggregate` shown, with their labels."""
+Results = tuple[pd.DataFrame, "pd.DataFrame | None", pd.DataFrame]
+"""What :func:`final_results` returns: every run, the statistics (None when every run was left out), the runs left out."""
 
 
 def _num(value: float) -> str:
@@ -44,36 +55,102 @@ def _render(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequen
     return lines
 
 
-def _run_columns(df: pd.DataFrame) -> list[str]:
-    return (["experiment"] if "experiment" in df.columns else []) + ["run"]
+class _Once(logging.Filter):
+    """Lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
 
 
-def final_results(df: pd.DataFrame, last_k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per run (with its episodes and env steps) and per experiment, the final return and its statistics."""
-    final = final_performance(df, last_k=last_k)
-    sizes = df.groupby(_run_columns(df)).agg(episodes=("episode_index", "size"), env_steps=("global_step", "max"))
-    runs = final.merge(sizes.reset_index(), on=_run_columns(df), how="left")
-    return runs, aggregate(final, ci=CI)
+@contextlib.contextmanager
+def _each_message_once() -> Iterator[None]:
+    """Drop repeated log messages (the table and the curves each note the runs they leave out)."""
+    filters = [(handler, _Once()) for handler in logging.getLogger().handlers]  # one per handler
+    for handler, once in filters:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler, once in filters:
+            handler.removeFilter(once)
 
 
-def final_table(df: pd.DataFrame, last_k: int) -> str:
-    """The text table of ``run`` and ``show``: each seed's final return, then mean, median and IQM with CIs."""
+def final_results(df: pd.DataFrame, last_k: int,
+                  include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Every run with its final return, the statistics across the analysed runs, and the runs left out.
+
+    Returns:
+        ``runs``: one row per run, runs left out and runs without episodes included, with
+        ``episodes``, ``env_steps``, ``final_return``, ``status`` (when known) and
+        ``left_out`` (bool); ``summary``: the table of :func:`online_trainer.stats.summarize`;
+        ``excluded``: the runs left out (see :func:`online_trainer.selection.select_runs`).
+    """
+    kept, excluded = select_runs(df, include_unfinished, log=False)
+    summary = summarize(df, last_k=last_k, ci=CI, include_unfinished=include_unfinished) if len(kept) else None
+    runs = final_performance(df, last_k=last_k, include_unfinished=True)
+    ident = ident_columns(df)
+    sizes = df.groupby(ident).agg(episodes=("episode_index", "size"), env_steps=("global_step", "max"))
+    runs = runs.merge(sizes.reset_index(), on=ident, how="left")
+    runs["episodes"] = runs["episodes"].fillna(0).astype(int)
+    gone = {_ident_key(r, ident) for r in excluded.to_dict("records")}
+    runs["left_out"] = [_ident_key(r, ident) in gone for r in runs.to_dict("records")]
+    errors = {_ident_key(r, ident): r.get("error") for r in df.attrs.get("runs") or []}
+    runs["error"] = [errors.get(_ident_key(r, ident)) for r in runs.to_dict("records")]
+    return runs, summary, excluded
+
+
+def _ident_key(row: dict, ident: list[str]) -> tuple:
+    return tuple(str(row.get(c)) for c in ident)
+
+
+def _status_cell(row: dict) -> str:
+    status = str(row.get(STATUS_COLUMN, ""))
+    return f"{status}, left out" if row["left_out"] else status
+
+
+def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
+                results: Results | None = None) -> str:
+    """The text table of ``run`` and ``show``: each run's final return, then mean, median and IQM with CIs.
+
+    ``results`` are those of :func:`final_results` when already computed.
+    """
     if df.empty:
         return "No episode has finished yet: there is no final return to show."
-    runs, summary = final_results(df, last_k)
-    several = "experiment" in runs.columns
-    lead = ["experiment"] if several else []
+    runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
+    lead = ["experiment"] if "experiment" in runs.columns else []
+    status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
     lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
     rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
-             str(r["env_steps"]), _num(r["final_return"])] for r in runs.to_dict("records")]
-    lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return"], rows,
-                     [False] * len(lead) + [True] * 5)
+             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _num(r["final_return"]),
+             *([_status_cell(r)] if status else [])] for r in runs.to_dict("records")]
+    lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return", *status], rows,
+                     [False] * len(lead) + [True] * 5 + [False] * len(status))
+    if summary is None:
+        return "\n".join(lines + ["", f"Every run was left out: {describe_runs(excluded)} did not finish. "
+                                       "Pass --include-unfinished to analyse them anyway."])
     lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals:"]
-    rows = [[*(str(r[c]) for c in lead), str(r["num_runs"]), *(part for stat, _ in STATS
-                                                                 for part in (_num(r[stat]), _ci(r, stat)))]
+    counts = [(c, label) for c, label in (("num_missing", "no return"), ("num_excluded", "left out"))
+              if summary[c].any()]
+    rows = [[*(str(r[c]) for c in lead), str(r["num_runs"]), *(str(r[c]) for c, _ in counts),
+             *(part for stat, _ in STATS for part in (_num(r[stat]), _ci(r, stat)))]
             for r in summary.to_dict("records")]
-    headers = [*lead, "runs", *(part for _, label in STATS for part in (label, f"{CI:.0%} CI"))]
-    lines += _render(headers, rows, [False] * len(lead) + [True] * 7)
+    headers = [*lead, "runs", *(label for _, label in counts),
+               *(part for _, label in STATS for part in (label, f"{CI:.0%} CI"))]
+    lines += _render(headers, rows, [False] * len(lead) + [True] * (7 + len(counts)))
+    if len(excluded):
+        lines += ["", f"Left out (did not finish): {describe_runs(excluded)}. "
+                      "Pass --include-unfinished to include them."]
+    no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
+    if len(no_return):
+        lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
     return "\n".join(lines)
 
 
@@ -100,13 +177,30 @@ def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
 def show_command(args: argparse.Namespace) -> int:
     """Print the final-performance table of the experiment (or sweep) in ``args.exp_dir``."""
     last_k = args.last_k or configured_last_k([args.exp_dir])
-    print(final_table(load_episodes(args.exp_dir), last_k))
+    with _each_message_once():
+        print(final_table(load_episodes(args.exp_dir), last_k, args.include_unfinished))
     return 0
 
 
-def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves_file: str | None) -> str:
-    """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs."""
-    runs, summary = final_results(df, last_k)
+def _cell(value: object) -> str:
+    """A Markdown table cell: one line, no pipes."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "").replace("|", "\\|")
+
+
+def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves_file: str | None,
+                     include_unfinished: bool = False, curves_caption: str = "",
+                     exp_dirs: Sequence[Path] = (), results: Results | None = None) -> str:
+    """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs, and the runs left out.
+
+    ``results`` are those of :func:`final_results` when already computed.
+    """
+    runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
+    if summary is None:
+        raise ConfigError(f"every run was left out: {describe_runs(excluded)} did not finish; "
+                          "pass --include-unfinished to report them anyway.")
+    runs, summary = runs.copy(), summary.copy()
     if "experiment" not in summary.columns:
         summary.insert(0, "experiment", names[0])
         runs.insert(0, "experiment", names[0])
@@ -114,17 +208,54 @@ def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves
     lines = [
         "# Final performance", "",
         f"Final return of a run: the mean return of its last {last_k} episodes. Across runs: mean, median and "
-        f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs.", "",
-        f"| experiment | runs | {labels} | final return per run |",
-        "|---|---:|" + "---:|" * len(STATS) + "---|",
+        f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
+        "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "
+        "`left out` the runs that did not finish.", "",
+        f"| experiment | runs | no return | left out | {labels} | final return per run |",
+        "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
     ]
     for row in summary.to_dict("records"):
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
-        per_run = ", ".join(_num(v) for v in runs.loc[runs["experiment"] == row["experiment"], "final_return"])
-        lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")
+        mine = runs[(runs["experiment"] == row["experiment"]) & ~runs["left_out"]]
+        per_run = ", ".join(_num(v) for v in mine["final_return"])
+        lines.append(f"| {row['experiment']} | {row['num_runs']} | {row['num_missing']} | {row['num_excluded']} "
+                     f"| {cells} | {per_run} |")
+    if len(excluded):
+        lines += ["", "## Runs left out", "",
+                  "These runs did not finish; they are in neither the statistics nor the learning curves "
+                  "(`online-trainer report --include-unfinished` includes them).", "",
+                  "| experiment | run | seed | status | episodes | error |", "|---|---:|---:|---|---:|---|"]
+        for r in runs[runs["left_out"]].to_dict("records"):
+            lines.append(f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
+                         f"| {r['episodes']} | {_cell(r['error'])} |")
+    no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
+    if len(no_return):
+        lines += ["", "## Runs without a final return", "",
+                  "No finished episode with a finite return; counted under `no return`: "
+                  f"{describe_runs(no_return)}."]
+    lines += _evaluation_section(exp_dirs)
     if curves_file:
-        lines += ["", "## Learning curves", "", f"![Learning curves (IQM, {CI:.0%} CI)]({curves_file})"]
-    return "\n".join(lines) + "\n"
+        lines += ["", "## Learning curves", "", f"![Learning curves]({curves_file})", "", curves_caption]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _evaluation_section(exp_dirs: Sequence[Path]) -> list[str]:
+    """Hook for evaluation results: say that ``eval_run*.pkl`` exist (their format is not settled, so not read)."""
+    found = {d: evaluation_files(d) for d in exp_dirs}
+    found = {d: files for d, files in found.items() if files}
+    if not found:
+        return []
+    listed = ", ".join(f"{d.name} ({len(files)})" for d, files in found.items())
+    return ["", "## Evaluation", "", f"Evaluation streams (eval_run*.pkl) exist for: {listed}. "
+            "This version does not summarise them yet."]
+
+
+def _caption(args: argparse.Namespace) -> str:
+    smooth = f"; each run smoothed by a trailing mean of {args.smooth} episodes" if args.smooth else ""
+    span = ("the range every run covers" if args.common_range else
+            "the whole range some run covers; thin stretches stand on fewer runs than the legend counts")
+    return (f"{STAT_LABELS[CURVE_STAT]} across runs with a pointwise {CI:.0%} bootstrap band{smooth}; "
+            f"x: {span}; runs are never extrapolated.")
 
 
 def default_out_dir(paths: Sequence[str | os.PathLike]) -> Path:
@@ -137,18 +268,30 @@ def default_out_dir(paths: Sequence[str | os.PathLike]) -> Path:
 def report_command(args: argparse.Namespace) -> int:
     """Write the learning curves (PNG) and the final-performance summary (Markdown) of the experiments."""
     paths = list(args.exp_dirs)
+    if args.ylim and not (math.isfinite(args.ylim[0]) and math.isfinite(args.ylim[1]) and args.ylim[0] < args.ylim[1]):
+        raise ConfigError(f"--ylim {args.ylim[0]:g} {args.ylim[1]:g}: give two finite numbers, LOW below HIGH.")
     last_k = args.last_k or configured_last_k(paths)
-    df = load_episodes(paths)
-    if df.empty:
-        raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")
-    out = Path(args.out) if args.out else default_out_dir(paths)
-    out.mkdir(parents=True, exist_ok=True)
-    names = [Path(p).resolve().name for p in paths]
-    title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
-    figure = plot_learning_curves(df, x=args.x, title=title, smooth=args.smooth)
-    figure.savefig(out / CURVES_FILE, dpi=150)
-    (out / SUMMARY_FILE).write_text(summary_markdown(df, last_k, names, CURVES_FILE))
-    print(final_table(df, last_k))
+    with _each_message_once():
+        df = load_episodes(paths)
+        if df.empty:
+            raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")
+        results = final_results(df, last_k, args.include_unfinished)
+        if results[1] is None:
+            raise ConfigError(f"every run was left out: {describe_runs(results[2])} did not finish; "
+                              "pass --include-unfinished to report them anyway.")
+        out = Path(args.out) if args.out else default_out_dir(paths)
+        out.mkdir(parents=True, exist_ok=True)
+        names = [Path(p).resolve().name for p in paths]
+        title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
+        figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
+                                      span="common" if args.common_range else "all",
+                                      ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
+                                      include_unfinished=args.include_unfinished)
+        figure.savefig(out / CURVES_FILE, dpi=150)
+        dirs = [d for p in paths for d in experiment_dirs(p)]
+        (out / SUMMARY_FILE).write_text(summary_markdown(df, last_k, names, CURVES_FILE, args.include_unfinished,
+                                                         _caption(args), dirs, results))
+        print(final_table(df, last_k, args.include_unfinished, results))
     print(f"\nWrote {out / CURVES_FILE}")
     print(f"Wrote {out / SUMMARY_FILE}")
     return 0

@@ -1,17 +1,33 @@
-"""Experiments as pandas DataFrames: one row per episode."""
+"""Experiments as pandas DataFrames: one row per episode, or one row per run.
+
+Reads the experiment directories this package writes (``manifest.json`` plus
+``metrics_run{i}.pkl``) and those of the original OnlineTrainer (``metrics_run{i}.pkl``
+only, runs numbered from 1, each file a sequence of pickled lists of episode dicts).
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import numpy as np
 import pandas as pd
 import yaml
 
 from online_trainer import storage
+from online_trainer.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
 
-EPISODE_COLUMNS = ["run", "seed", "episode_index", "global_step", "ep_return", "ep_length", "wall_time"]
+logger = logging.getLogger(__name__)
+
+EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
+                   "wall_time"]
+RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "error"]
+#: Status of the runs of an experiment without a manifest: how they ended is not known.
+UNKNOWN_STATUS = "unknown"
+#: Evaluation streams, written by a future version of the runner.
+EVAL_PATTERN = "eval_run*.pkl"
 
 
 def experiment_dirs(path: str | os.PathLike) -> list[Path]:
@@ -43,32 +59,109 @@ def hyperparameters(exp_dir: str | os.PathLike) -> dict[str, Any]:
     return values
 
 
-def _episode_rows(exp_dir: Path) -> pd.DataFrame:
-    seeds: dict[int, int] = {}
-    if (exp_dir / storage.MANIFEST_FILE).is_file():
-        seeds = {entry["run"]: entry["seed"] for entry in storage.read_manifest(exp_dir)["runs"]}
+def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
+    """The evaluation streams (``eval_run{i}.pkl``) of an experiment, sorted.
+
+    The hook for evaluation results: their record format is not settled yet, so the
+    analysis lists them (``online-trainer report`` says they exist) but does not read them.
+    """
+    return sorted(Path(exp_dir).glob(EVAL_PATTERN))
+
+
+def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
+    """The manifest's entries by their ``run`` number (never by their position)."""
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        return {}
+    entries = {}
+    for entry in storage.read_manifest(exp_dir).get("runs", []):
+        if isinstance(entry, dict) and isinstance(entry.get("run"), int):
+            entries[entry["run"]] = entry
+        else:
+            logger.warning("%s: manifest entry %r has no run number; ignored.", exp_dir, entry)
+    return entries
+
+
+def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """Episode columns and run records of one experiment directory."""
+    manifest = _manifest_runs(exp_dir)
+    legacy = not (exp_dir / storage.MANIFEST_FILE).is_file()
+    on_disk = set(storage.run_indices(exp_dir))
+    unlisted = sorted(on_disk - set(manifest)) if not legacy else []
+    if unlisted:
+        logger.warning("%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",
+                       exp_dir, ",".join(map(str, unlisted)), UNKNOWN_STATUS)
     columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS}
-    for run_idx in storage.run_indices(exp_dir):
-        for chunk in storage.iter_metrics_chunks(storage.metrics_path(exp_dir, run_idx)):
-            for record in chunk:
-                columns["run"].append(run_idx)
-                columns["seed"].append(seeds.get(run_idx, record.get("agent_seed")))
-                for name in EPISODE_COLUMNS[2:]:
-                    columns[name].append(record[name])
+    runs, filled = [], set()
+    for run in sorted(set(manifest) | on_disk):
+        entry = manifest.get(run, {})
+        status = normalize_status(entry.get("status", UNKNOWN_STATUS))
+        records = storage.load_run_metrics(exp_dir, run) if run in on_disk else []
+        lengths = np.cumsum([float(r.get("ep_length", np.nan)) for r in records])
+        seed = entry.get("seed", records[0].get("agent_seed") if records else None)
+        for position, record in enumerate(records, start=1):
+            columns["run"].append(run)
+            columns["seed"].append(seed)
+            columns[STATUS_COLUMN].append(status)
+            for name, fallback in (("episode_index", position), ("global_step", lengths[position - 1]),
+                                   ("wall_time", np.nan)):
+                if name not in record:
+                    filled.add(name)
+                columns[name].append(record.get(name, fallback))
+            columns["ep_return"].append(record.get("ep_return", np.nan))
+            columns["ep_length"].append(record.get("ep_length", np.nan))
+        last = columns["global_step"][-1] if records else entry.get("global_step", 0)
+        runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
+                     "last_step": last, "error": entry.get("error")})
+    if filled:
+        logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
+                    "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
+    return columns, runs
+
+
+def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(columns)
-    return frame.astype({"run": "int64", "episode_index": "int64", "global_step": "int64", "ep_length": "int64",
-                         "ep_return": "float64", "wall_time": "float64"})
+    types = {"run": "int64", "ep_return": "float64", "wall_time": "float64", STATUS_COLUMN: "object"}
+    for name in ("episode_index", "global_step", "ep_length"):
+        values = pd.to_numeric(frame[name], errors="coerce")
+        whole = values.notna().all() and bool((values == values.round()).all())
+        types[name] = "int64" if whole else "float64"
+    seeds = pd.to_numeric(frame["seed"], errors="coerce")
+    types["seed"] = "int64" if seeds.notna().all() else "Int64"
+    frame["seed"] = seeds
+    return frame.astype(types)
 
 
-def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
-    """Load experiments as one DataFrame with a row per episode.
+def _load(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    dirs = [d for path in given for d in experiment_dirs(path)]
+    if not dirs:
+        raise FileNotFoundError("load_episodes was given no experiment directory.")
+    names = _labels(dirs)
+    episode_frames, run_frames = [], []
+    for exp_dir, name in zip(dirs, names):
+        columns, runs = _read_experiment(exp_dir)
+        frame, run_frame = _episode_frame(columns), pd.DataFrame(runs, columns=RUN_COLUMNS)
+        for key, value in hyperparameters(exp_dir).items():
+            for table in (frame, run_frame):
+                table[key] = [value] * len(table) if isinstance(value, (list, tuple, dict)) else value
+        if len(dirs) > 1:
+            frame.insert(0, "experiment", name)
+            run_frame.insert(0, "experiment", name)
+        episode_frames.append(frame)
+        run_frames.append(run_frame)
+    episodes = pd.concat(episode_frames, ignore_index=True) if len(dirs) > 1 else episode_frames[0]
+    runs = pd.concat(run_frames, ignore_index=True) if len(dirs) > 1 else run_frames[0]
+    return episodes, runs
 
-    Columns: ``run``, ``seed``, ``episode_index``, ``global_step``, ``ep_return``,
-    ``ep_length``, ``wall_time`` and one column per hyperparameter of the run; no frames or
-    transitions. Experiments cut short by a crash load their complete chunks (with a
-    :class:`~online_trainer.storage.TruncatedMetricsWarning`). When several experiments
-    are loaded (several directories, or a sweep directory holding one experiment per
-    configuration) an ``experiment`` column names each by its directory.
+
+def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load experiments as one DataFrame with a row per run, runs without episodes included.
+
+    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status``
+    (``finished``, ``failed``, ``interrupted``, ``pending``, ``stopped_early``, or
+    ``unknown`` for an experiment without a manifest), ``num_episodes`` (episodes on
+    disk), ``last_step`` (``global_step`` of its last episode), ``error`` (the end of the
+    traceback of a failed run) and one column per hyperparameter.
 
     Args:
         exp_dirs: an experiment directory, a sweep directory, or a list of either.
@@ -76,20 +169,54 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     Raises:
         FileNotFoundError: a directory is missing or holds no experiment.
     """
-    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
-    dirs = [d for path in given for d in experiment_dirs(path)]
-    if not dirs:
-        raise FileNotFoundError("load_episodes was given no experiment directory.")
-    names = _labels(dirs)
-    frames = []
-    for exp_dir, name in zip(dirs, names):
-        frame = _episode_rows(exp_dir)
-        for key, value in hyperparameters(exp_dir).items():
-            frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
-        if len(dirs) > 1:
-            frame.insert(0, "experiment", name)
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return _load(exp_dirs)[1]
+
+
+def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load experiments as one DataFrame with a row per episode.
+
+    Columns: ``run``, ``seed``, ``status``, ``episode_index``, ``global_step``,
+    ``ep_return``, ``ep_length``, ``wall_time`` and one column per hyperparameter of
+    the run; no frames or transitions. ``status`` is the run's status in the manifest
+    (see :func:`load_runs`); :mod:`online_trainer.stats` and the plots leave out runs
+    that did not finish unless asked. When several experiments are loaded (several
+    directories, or a sweep directory holding one experiment per configuration) an
+    ``experiment`` column names each by its directory.
+
+    Runs are read by the number in each manifest entry (``metrics_run{run}.pkl``).
+    Experiments cut short by a crash load their complete chunks (with a
+    :class:`~online_trainer.storage.TruncatedMetricsWarning`). A run without a finished
+    episode has no row: a warning names it, and ``df.attrs["runs"]`` lists every run
+    (the records of :func:`load_runs`), so that the analysis counts it. Returns are kept
+    as recorded, NaN included; the analysis leaves NaN and infinite returns out with a
+    warning.
+
+    A directory written by the original OnlineTrainer (no ``manifest.json``;
+    ``metrics_run1.pkl``, ``metrics_run2.pkl``, ...) loads too. Its runs have status
+    ``unknown`` (analysed like finished ones: nothing says otherwise) and their seed is
+    the records' ``agent_seed``. Fields its records lack are filled in:
+    ``episode_index`` by position (from 1), ``global_step`` as the running sum of
+    ``ep_length`` (exact for one sub-env only: with several, episodes of the other
+    sub-envs were under way), ``wall_time`` NaN.
+
+    Args:
+        exp_dirs: an experiment directory, a sweep directory, or a list of either.
+
+    Raises:
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    episodes, runs = _load(exp_dirs)
+    empty = runs[runs["num_episodes"] == 0]
+    if len(empty):
+        logger.warning("%d of %d run(s) have no finished episode and no row in the table: %s. "
+                       "df.attrs['runs'] lists them and the analysis counts them.",
+                       len(empty), len(runs), describe_runs(empty))
+    episodes.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs.to_dict("records")]
+    return episodes
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _labels(dirs: list[Path]) -> list[str]:

@@ -3,7 +3,9 @@
 The display has one overall bar (budget units of all runs together) and one bar per active
 run, showing the last episode return. Bars of finished runs are removed, so the display
 stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as widgets in
-Jupyter and as text in a terminal; only the parent writes, so lines never interleave.
+Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
+Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it) the display
+keeps to the overall bar, one line of text, since a notebook cannot move the cursor.
 """
 
 from __future__ import annotations
@@ -19,8 +21,43 @@ from tqdm.std import tqdm as text_tqdm
 def _bar(**kwargs: Any) -> Any:
     """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a second."""
     if tqdm is text_tqdm and not sys.stderr.isatty():
-        kwargs.setdefault("mininterval", 30.0)
+        kwargs.setdefault("mininterval", 1.0 if _text_in_notebook() else 30.0)
     return tqdm(dynamic_ncols=True, **kwargs)
+
+
+def _text_in_notebook() -> bool:
+    """True in a Jupyter kernel where ``tqdm.auto`` fell back to text bars (ipywidgets is not installed).
+
+    Text bars other than the first move the cursor with terminal escape codes, which a
+    notebook prints as garbage; the display then keeps to one line (see :class:`ProgressDisplay`).
+    """
+    if tqdm is not text_tqdm:
+        return False
+    ipython = sys.modules.get("IPython")
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+        return shell is not None and "IPKernelApp" in shell.config
+    except Exception:  # an IPython too old or too odd to ask: assume a terminal
+        return False
+
+
+class _Tally:
+    """Counts a run's progress without drawing it (the one-line display)."""
+
+    def __init__(self, total: int) -> None:
+        self.n, self.total = 0, total
+
+    def update(self, amount: int) -> None:
+        self.n += amount
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class RunProgress(Protocol):
@@ -79,7 +116,10 @@ class ProgressDisplay:
 
     def __init__(self, num_runs: int, total: int, unit: str) -> None:
         self.num_runs, self.total, self.unit = num_runs, total, unit
-        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs", position=0)
+        # In a notebook without ipywidgets only the overall bar is drawn (no escape codes).
+        self.one_line = _text_in_notebook()
+        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs",
+                            **({} if self.one_line else {"position": 0}))
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self.done = self.failed = 0
@@ -96,6 +136,10 @@ class ProgressDisplay:
         taken = set(self.positions.values())
         position = next(p for p in range(1, len(taken) + 2) if p not in taken)
         self.positions[key] = position
+        if self.one_line:
+            self.bars[key] = _Tally(self.total)
+            self._refresh_overall()
+            return
         self.bars[key] = _bar(total=self.total, unit=self.unit, desc=name, position=position, leave=False)
 
     def advance(self, key: int, amount: int, last_return: float | None) -> None:
@@ -126,7 +170,8 @@ class ProgressDisplay:
 
     def _refresh_overall(self) -> None:
         failed = f", {self.failed} failed" if self.failed else ""
-        self.overall.set_postfix_str(f"{self.done}/{self.num_runs} runs done{failed}")
+        running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
+        self.overall.set_postfix_str(f"{self.done}/{self.num_runs} runs done{failed}{running}")
 
     def handle(self, message: tuple) -> None:
         """Apply a message sent by :class:`QueueRunProgress` from a worker."""

@@ -120,6 +120,23 @@ def test_jsonl_lines(tmp_path):
     assert len(path.read_text().splitlines()) == 4
 
 
+def test_jsonl_writes_null_for_nan_and_infinity(tmp_path):
+    path = tmp_path / "log.jsonl"
+    cb = JsonlCallback(path, flush_every=1)
+    cb({"loss": float("nan"), "q": np.float32("inf"), "v": np.array([1.0, -np.inf, np.nan]), "ok": 2.5}, "t", 1)
+    cb({"nested": {"a": [float("-inf"), 1]}}, "t", 2)
+    cb.close()
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+
+    def strict(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+
+    lines = [json.loads(line, parse_constant=strict) for line in text.splitlines()]
+    assert lines[0]["values"] == {"loss": None, "q": None, "v": [1.0, None, None], "ok": 2.5}
+    assert lines[1]["values"] == {"nested": {"a": [None, 1]}}
+
+
 def _write_lines(path, worker):
     cb = JsonlCallback(path, flush_every=7)
     for step in range(500):

@@ -12,6 +12,7 @@ import yaml
 
 from online_trainer import cli
 from online_trainer.experiment_config import ConfigError, load_experiment_config, parse_override
+from tests.online_trainer.test_dataframes import record, write_experiment
 
 TINY = """\
 env:
@@ -119,6 +120,73 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     assert cli.main(["report", str(sweep), "--out", str(out_dir), "--last-k", "4", "--smooth", "3"]) == 0
     assert "last 4 episodes" in (out_dir / "summary.md").read_text()
     assert (out_dir / "learning_curves.png").is_file()
+
+
+@pytest.fixture
+def mixed(tmp_path) -> Path:
+    """A hand-written experiment: 2 finished runs, 1 failed, 1 interrupted before any episode, 1 finished with none."""
+    def returns(values, length=10):
+        return [record(i, v, step=length * i) for i, v in enumerate(values, start=1)]
+
+    return write_experiment(tmp_path / "mixed", {
+        1: ("finished", 11, returns([-50, -20, -10, -12])),
+        2: ("finished", 22, returns([-60, -30, -14, -10, -11, -9], length=20)),  # twice the steps of run 1
+        3: ("failed", 33, returns([-500])),
+        4: ("interrupted", 44, None),
+        5: ("finished", 55, []),
+    })
+
+
+def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplog):
+    with caplog.at_level("WARNING"):
+        assert cli.main(["show", str(mixed), "--last-k", "2"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "final", "return", "status"]
+    assert lines[2].split() == ["1", "11", "4", "40", "-11.00", "finished"]
+    assert lines[4].split() == ["3", "33", "1", "10", "-500.00", "failed,", "left", "out"]
+    assert lines[5].split() == ["4", "44", "0", "-", "n/a", "interrupted,", "left", "out"]
+    assert lines[6].split() == ["5", "55", "0", "-", "n/a", "finished"]
+    stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
+    assert stats[:4] == ["2", "1", "2", "-10.50"]  # runs, no return, left out, mean of -11 and -10
+    assert "Left out (did not finish): run 3 (failed), run 4 (interrupted). Pass --include-unfinished" in captured.out
+    assert "No final return (no finished episode with a finite return): run 5 (finished)." in captured.out
+    assert caplog.text.count("Leaving out 2 run(s) that did not finish") == 1  # logged once
+    assert cli.main(["show", str(mixed), "--last-k", "2", "--include-unfinished"]) == 0
+    out = capsys.readouterr().out
+    stats = out.splitlines()[out.splitlines().index("Across runs, with 95% percentile-bootstrap confidence "
+                                                      "intervals:") + 2].split()
+    assert stats[:3] == ["3", "2", "-173.67"]  # runs 1, 2, 3; runs 4 and 5 have no return
+
+
+def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, capsys):
+    (mixed / "eval_run1.pkl").write_bytes(b"")
+    out_dir = tmp_path / "out"
+    assert cli.main(["report", str(mixed), "--out", str(out_dir), "--last-k", "2", "--ylim", "-100", "0",
+                     "--yscale", "symlog", "--smooth", "2"]) == 0
+    summary = (out_dir / "summary.md").read_text()
+    assert "| mixed | 2 | 1 | 2 | -10.50" in summary
+    assert "## Runs left out" in summary
+    assert "| mixed | 3 | 33 | failed | 1 | RuntimeError: boom |" in summary
+    assert "| mixed | 4 | 44 | interrupted | 0 |  |" in summary
+    assert "## Runs without a final return" in summary and "run 5 (finished)" in summary
+    assert "## Evaluation" in summary and "mixed (1)" in summary
+    assert "trailing mean of 2 episodes" in summary and "x: the whole range some run covers" in summary
+    assert (out_dir / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
+    assert cli.main(["report", str(mixed), "--out", str(out_dir), "--common-range", "--include-unfinished"]) == 0
+    summary = (out_dir / "summary.md").read_text()
+    assert "## Runs left out" not in summary and "x: the range every run covers" in summary
+
+
+def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixed, tmp_path, capsys):
+    assert cli.main(["report", str(mixed), "--ylim", "0", "-1"]) == 2
+    assert "--ylim 0 -1: give two finite numbers, LOW below HIGH" in capsys.readouterr().err
+    failed = write_experiment(tmp_path / "failed", {1: ("failed", 1, [record(1, -3)])})
+    assert cli.main(["report", str(failed)]) == 2
+    err = capsys.readouterr().err
+    assert "every run was left out: run 1 (failed) did not finish; pass --include-unfinished" in err
+    assert cli.main(["report", str(failed), "--include-unfinished"]) == 0
 
 
 @pytest.mark.parametrize(

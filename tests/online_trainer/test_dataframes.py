@@ -1,12 +1,18 @@
-"""load_episodes: one row per episode, hyperparameters as columns, crashed and swept experiments."""
+"""load_episodes: one row per episode, hyperparameters as columns, status, crashed, hand-written and legacy experiments."""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import pickle
 
 import pytest
 
-from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_episodes
+from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_all_run_metrics, load_episodes
+from online_trainer.dataframes import evaluation_files, load_runs
 from online_trainer.seeding import SEED_STRIDE
+from online_trainer.stats import summarize
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -15,14 +21,39 @@ def run(exp_dir, num_runs=2, episodes=5, **kwargs):
         num_runs, num_episodes=episodes, seed_offset=1, progress=False, **kwargs)
 
 
+def record(index, ret, length=10, step=None, **extra):
+    """An episode record as the runner writes it."""
+    return {"ep_return": float(ret), "ep_length": length, "episode_index": index,
+            "global_step": step if step is not None else 10 * index, "wall_time": 0.1 * index, **extra}
+
+
+def write_experiment(exp_dir, runs, manifest_order=None):
+    """A hand-written experiment: ``runs[run] = (status, seed, records)``; ``records`` None writes no stream."""
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    order = manifest_order or sorted(runs)
+    entries = [{"run": r, "seed": runs[r][1], "status": runs[r][0], "episodes": len(runs[r][2] or []),
+                "error": "Traceback ...\nRuntimeError: boom" if runs[r][0] == "failed" else None} for r in order]
+    (exp_dir / "manifest.json").write_text(json.dumps({"format": 2, "num_runs": len(runs), "runs": entries}))
+    for r, (_, _, records) in runs.items():
+        if records is not None:
+            with open(exp_dir / f"metrics_run{r}.pkl", "wb") as f:
+                pickle.dump(records, f)
+    return exp_dir
+
+
 def test_one_experiment(tmp_path):
     runs = run(tmp_path, tuning_hp={"lr": 0.1})
     df = load_episodes(tmp_path)
-    assert list(df.columns) == ["run", "seed", "episode_index", "global_step", "ep_return", "ep_length", "wall_time", "lr"]
+    assert list(df.columns) == ["run", "seed", "status", "episode_index", "global_step", "ep_return", "ep_length",
+                                "wall_time", "lr"]
     assert len(df) == 10
-    assert df["seed"].tolist() == [1] * 5 + [1 + SEED_STRIDE] * 5
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert df.groupby("run")["seed"].first().to_dict() == {e["run"]: e["seed"] for e in manifest["runs"]}
+    assert df["seed"].nunique() == 2 and abs(df["seed"].max() - df["seed"].min()) == SEED_STRIDE
+    assert (df["status"] == "finished").all()
     assert df["ep_return"].tolist() == [r["ep_return"] for rs in runs for r in rs]
     assert (df["lr"] == 0.1).all()
+    assert [r["num_episodes"] for r in df.attrs["runs"]] == [5, 5]
 
 
 def test_several_experiments_get_an_experiment_column(tmp_path):
@@ -36,13 +67,89 @@ def test_several_experiments_get_an_experiment_column(tmp_path):
 
 
 def test_crashed_experiment_loads_complete_chunks(tmp_path):
-    run(tmp_path, num_runs=1, episodes=20, metrics_flush_every=5)
-    path = tmp_path / "metrics_run0.pkl"
+    write_experiment(tmp_path, {1: ("interrupted", 7, None)})
+    with open(tmp_path / "metrics_run1.pkl", "wb") as f:
+        for start in range(0, 20, 5):
+            pickle.dump([record(i, i) for i in range(start + 1, start + 6)], f)
+    path = tmp_path / "metrics_run1.pkl"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 20])  # the last chunk is cut short
     with pytest.warns(TruncatedMetricsWarning):
         df = load_episodes(tmp_path)
     assert df["episode_index"].tolist() == list(range(1, 16))
+    assert (df["status"] == "interrupted").all()
+
+
+def test_runs_are_read_by_their_manifest_number_with_status_and_zero_episode_runs(tmp_path, caplog):
+    runs = {
+        1: ("finished", 100, [record(i, i) for i in range(1, 6)]),
+        2: ("failed", 200, [record(1, -5), record(2, -6)]),
+        3: ("interrupted", 300, None),              # killed before its first flush: no stream
+        5: ("Stopped early", 500, [record(1, 9)]),  # numbers need not be contiguous
+        6: ("pending", 600, []),                     # an empty stream
+    }
+    write_experiment(tmp_path, runs, manifest_order=[5, 3, 1, 6, 2])  # list order is not the run number
+    with caplog.at_level(logging.WARNING):
+        df = load_episodes(tmp_path)
+    assert df.groupby("run")["seed"].first().to_dict() == {1: 100, 2: 200, 5: 500}
+    assert df.groupby("run")["status"].first().to_dict() == {1: "finished", 2: "failed", 5: "stopped_early"}
+    assert df.loc[df["run"] == 2, "ep_return"].tolist() == [-5.0, -6.0]
+    # runs without episodes have no row, are named in a warning and listed in attrs
+    assert "2 of 5 run(s) have no finished episode" in caplog.text
+    assert "run 3 (interrupted)" in caplog.text and "run 6 (pending)" in caplog.text
+    assert [(r["run"], r["status"], r["num_episodes"]) for r in df.attrs["runs"]] == [
+        (1, "finished", 5), (2, "failed", 2), (3, "interrupted", 0), (5, "stopped_early", 1), (6, "pending", 0)]
+    table = load_runs(tmp_path)
+    assert table["run"].tolist() == [1, 2, 3, 5, 6]
+    assert table.loc[table["run"] == 2, "error"].item().endswith("RuntimeError: boom")
+    assert table["last_step"].tolist()[:2] == [50, 20]
+
+
+def test_a_stream_without_manifest_entry_has_status_unknown(tmp_path, caplog):
+    write_experiment(tmp_path, {1: ("finished", 1, [record(1, 1)])})
+    with open(tmp_path / "metrics_run2.pkl", "wb") as f:
+        pickle.dump([record(1, 2)], f)
+    with caplog.at_level(logging.WARNING):
+        df = load_episodes(tmp_path)
+    assert df.groupby("run")["status"].first().to_dict() == {1: "finished", 2: "unknown"}
+    assert "have no manifest entry" in caplog.text
+
+
+def test_original_onlinetrainer_directory_without_manifest(tmp_path):
+    """metrics_run{i}.pkl from 1, appended pickled lists of dicts lacking global_step, wall_time, episode_index."""
+    def legacy(ret, length):
+        return {"ep_return": ret, "ep_length": length, "frames": [], "transitions": [], "actions": None,
+                "agent_seed": 42, "agent_logs": None}
+
+    with open(tmp_path / "metrics_run1.pkl", "wb") as f:
+        pickle.dump([legacy(-10.0, 4), legacy(-8.0, 3)], f)
+        pickle.dump([legacy(-2.0, 5)], f)  # a second chunk appended later
+    with open(tmp_path / "metrics_run2.pkl", "wb") as f:
+        pickle.dump([{"ep_return": 1.0, "ep_length": 7, "agent_seed": 43}], f)
+    df = load_episodes(tmp_path)
+    assert df["run"].tolist() == [1, 1, 1, 2]
+    assert df["episode_index"].tolist() == [1, 2, 3, 1]
+    assert df["global_step"].tolist() == [4, 7, 12, 7]  # running sum of ep_length
+    assert df["global_step"].dtype == "int64"
+    assert all(math.isnan(t) for t in df["wall_time"])
+    assert (df["status"] == "unknown").all()
+    assert df["seed"].tolist() == [42, 42, 42, 43]
+    assert summarize(df, last_k=1, ci=None)["num_runs"].item() == 2  # unknown runs are analysed
+    runs = load_all_run_metrics(tmp_path)  # the plain loaders read it too
+    assert [len(r) for r in runs] == [3, 1] and runs[0][2]["ep_return"] == -2.0
+
+
+def test_nan_returns_are_kept_as_recorded(tmp_path):
+    write_experiment(tmp_path, {1: ("finished", 1, [record(1, 1), record(2, float("nan")), record(3, 3)])})
+    df = load_episodes(tmp_path)
+    assert df["ep_return"].isna().tolist() == [False, True, False]
+
+
+def test_evaluation_files_hook(tmp_path):
+    write_experiment(tmp_path, {1: ("finished", 1, [record(1, 1)])})
+    assert evaluation_files(tmp_path) == []
+    (tmp_path / "eval_run1.pkl").write_bytes(b"")
+    assert [p.name for p in evaluation_files(tmp_path)] == ["eval_run1.pkl"]
 
 
 def test_missing_directory(tmp_path):

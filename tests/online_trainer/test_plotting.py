@@ -36,13 +36,13 @@ def test_learning_curves_figure(tmp_path):
     fig.savefig(path)
     assert path.stat().st_size > 10_000
     ax = fig.axes[0]
-    assert len(ax.get_lines()) == 2
+    # runs end at different steps: each curve is a thin line over its whole range and a thick one where all 4 runs are
+    assert sorted(line.get_linewidth() for line in ax.get_lines()) == [0.9, 0.9, 1.8, 1.8]
     assert len(ax.collections) == 2  # one CI band per group
     assert ax.get_xlabel() == "Environment steps"
     assert ax.get_ylabel() == "Episode return (IQM, 95% CI)"
     assert ax.get_title() == "Toy"
-    assert sorted(legend_texts(fig)) == ["a (4 runs)", "b (4 runs)"]
-    assert legend_texts(fig)[0] == "b (4 runs)"  # the legend lists the best final curve first
+    assert legend_texts(fig) == ["b (4 runs)", "a (4 runs)", "thin: fewer runs have data"]  # best final curve first
     assert not ax.spines["top"].get_visible() and not ax.spines["right"].get_visible()
 
 
@@ -52,20 +52,21 @@ def test_learning_curves_per_episode_mean_without_band_grouped_by_hyperparameter
     assert ax.get_xlabel() == "Episodes"
     assert ax.get_ylabel() == "Episode return (mean)"
     assert len(ax.collections) == 0
+    assert len(ax.get_lines()) == 2  # every run has every episode index: one thick line per group
     assert sorted(legend_texts(fig)) == ["lr=0.001 (4 runs)", "lr=0.01 (4 runs)"]
 
 
 def test_learning_curves_without_groups_and_a_90_percent_band():
-    fig = plot_learning_curves(synthetic(), group_by=[], ci=0.9, stat="median", smooth=5)
+    fig = plot_learning_curves(synthetic(), group_by=[], ci=0.9, stat="median", smooth=5, span="common")
     assert legend_texts(fig) == ["8 runs"]
-    assert fig.axes[0].get_ylabel() == "Episode return (median, 90% CI)"
+    assert fig.axes[0].get_ylabel() == "Episode return, mean of last 5 episodes\n(median, 90% CI across runs)"
 
 
 def test_learning_curves_draw_into_given_axes_and_leave_pyplot_alone():
     before = plt.get_fignums()
     fig = Figure()
     ax = fig.add_subplot()
-    assert plot_learning_curves(synthetic(), ax=ax) is fig
+    assert plot_learning_curves(synthetic(), ax=ax, span="common") is fig
     assert len(ax.get_lines()) == 2
     plot_learning_curves(synthetic())
     assert plt.get_fignums() == before
@@ -91,7 +92,7 @@ def test_learning_curves_from_real_experiment_directories(tmp_path):
     for exp_dir in dirs:
         OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir).multi_run(
             3, num_episodes=12, seed_offset=0, progress=False)
-    fig = plot_learning_curves(dirs)
+    fig = plot_learning_curves(dirs, x="episode_index")
     fig.savefig(tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert len(fig.axes[0].get_lines()) == 2
@@ -108,3 +109,131 @@ def test_final_performance_figure(tmp_path):
     fig = plot_final_performance(synthetic(), after_step=500, stat="mean", ci=None, show_runs=False)
     assert fig.axes[0].get_xlabel() == "Return after step 500 (mean)"
     assert len(fig.axes[0].collections) == 0
+
+
+# ----------------------------------------------------------------------------- experiments of known shape
+def shaped(num_runs=4, num_episodes=30, short=None, statuses=None, early=None, early_length=10) -> pd.DataFrame:
+    """Runs of one experiment whose episode e (1-based) lasts 10 steps and returns e.
+
+    ``short``: run -> its number of episodes; ``statuses``: run -> status; ``early``: the
+    return of the first 3 episodes of every run (extreme values), which last
+    ``early_length`` steps.
+    """
+    rows = []
+    for run in range(1, num_runs + 1):
+        step = 0
+        for e in range(1, (short or {}).get(run, num_episodes) + 1):
+            ret = early if early is not None and e <= 3 else float(e)
+            step += early_length if e <= 3 else 10
+            rows.append({"run": run, "seed": run, "status": (statuses or {}).get(run, "finished"), "episode_index": e,
+                         "global_step": step, "ep_return": ret, "ep_length": 10, "wall_time": 0.1 * e})
+    return pd.DataFrame(rows)
+
+
+def notes(fig: Figure) -> str:
+    return " ".join(" ".join(t.get_text().split()) for t in fig.axes[0].texts)
+
+
+def test_a_short_run_draws_a_thin_line_and_the_count_at_the_end():
+    fig = plot_learning_curves(shaped(short={2: 10}))
+    ax = fig.axes[0]
+    thin, thick = sorted(ax.get_lines(), key=lambda line: line.get_linewidth())
+    assert thin.get_xdata()[-1] == 300  # the whole range: the short run does not clip the curve
+    thick_y = np.asarray(thick.get_ydata(), dtype=float)
+    thick_x = np.asarray(thick.get_xdata(), dtype=float)
+    assert np.isfinite(thick_y[thick_x <= 100]).all() and np.isnan(thick_y[thick_x > 100]).all()
+    assert legend_texts(fig) == ["4 runs", "thin: fewer runs have data"]
+    assert "n=3" in notes(fig)
+
+
+def test_a_failed_run_is_left_out_of_the_legend_and_noted(caplog):
+    df = shaped(short={4: 3}, statuses={4: "failed"})
+    with caplog.at_level("WARNING"):
+        fig = plot_learning_curves(df)
+    assert legend_texts(fig) == ["3 runs"]  # the runs actually drawn, all over the whole range
+    assert fig.axes[0].get_xlim()[1] == 300
+    assert "Left out: 1 run that did not finish (1 failed)." in notes(fig)
+    assert "run 4 (failed)" in caplog.text
+    fig = plot_learning_curves(df, include_unfinished=True)
+    assert legend_texts(fig) == ["4 runs", "thin: fewer runs have data"]
+    assert "Left out" not in notes(fig)
+
+
+def test_runs_without_episodes_are_noted():
+    df = shaped(num_runs=2)
+    df.attrs["runs"] = [{"run": r, "status": "finished", "num_episodes": 30 if r <= 2 else 0} for r in range(1, 5)]
+    fig = plot_learning_curves(df)
+    assert legend_texts(fig) == ["2 runs"]
+    assert "Not drawn: 2 runs without a finished episode." in notes(fig)
+
+
+def test_extreme_early_returns_cut_the_y_axis_with_a_note():
+    df = shaped(early=-120_000.0)  # returns 1..30, but the first three are -120k
+    fig = plot_learning_curves(df, x="episode_index", ci=None)
+    low, high = fig.axes[0].get_ylim()
+    assert -200 < low < 0 and 30 <= high < 100
+    assert "y axis cut to" in notes(fig) and "10% of the curve points lie outside" in notes(fig)
+    full = plot_learning_curves(df, x="episode_index", ci=None, ylim=None)
+    assert full.axes[0].get_ylim()[0] < -100_000
+    fixed = plot_learning_curves(df, x="episode_index", ci=None, ylim=(-50, 50))
+    assert fixed.axes[0].get_ylim() == (-50, 50) and "y axis" not in notes(fixed)
+    symlog = plot_learning_curves(df, x="episode_index", ci=None, yscale="symlog")
+    assert symlog.axes[0].get_yscale() == "symlog" and symlog.axes[0].get_ylim()[0] < -120_000
+    assert "y axis" not in notes(symlog)
+
+
+def test_auto_scale_turns_symlog_when_a_cut_would_hide_most_of_the_curve():
+    # as on CliffWalking: the first 3 episodes are extreme and long, most of the steps
+    df = shaped(early=-120_000.0, early_length=1000)
+    fig = plot_learning_curves(df, ci=None)
+    assert fig.axes[0].get_yscale() == "symlog"
+    assert "y axis symlog (linear within ±10)" in notes(fig)
+    assert "would hide 88% of their points" in notes(fig)  # grid 1000..3270: points up to 3000 are extreme
+    assert plot_learning_curves(df, ci=None, yscale="linear").axes[0].get_yscale() == "linear"
+
+
+def test_ordinary_curves_are_not_cut():
+    fig = plot_learning_curves(synthetic(), ylim="auto")
+    assert fig.axes[0].get_yscale() == "linear" and "y axis" not in notes(fig)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"yscale": "log"}, r"yscale must be one of \('auto', 'linear', 'symlog'\), got yscale='log'"),
+    ({"ylim": (1, 0)}, r"ylim must be finite with low < high, got ylim=\(1, 0\)"),
+    ({"ylim": "tight"}, "ylim must be 'auto', None or a pair"),
+    ({"span": "both"}, "span must be one of"),
+])
+def test_axis_option_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plot_learning_curves(synthetic(), **kwargs)
+
+
+def test_final_performance_draws_the_iqm_not_the_mean():
+    # final returns (last 5 episodes) 0, 0, 0, 0, 0, 0, 0 and 800 for one outlier run: mean 100, IQM 0
+    rows = [{"run": r, "seed": r, "episode_index": e, "global_step": 10 * e, "ep_return": 800.0 if r == 7 else 0.0}
+            for r in range(8) for e in range(1, 6)]
+    df = pd.DataFrame(rows)
+    fig = plot_final_performance(df, stat="iqm", last_k=5, show_runs=False)
+    marker = [line for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
+    assert len(marker) == 1 and marker[0].get_xdata()[0] == pytest.approx(0.0)
+    fig = plot_final_performance(df, stat="mean", last_k=5, show_runs=False)
+    marker = [line for line in fig.axes[0].get_lines() if line.get_marker() == "o"]
+    assert marker[0].get_xdata()[0] == pytest.approx(100.0)
+
+
+def test_final_performance_interval_is_the_statistics_interval():
+    from online_trainer.stats import summarize
+
+    df = synthetic()
+    fig = plot_final_performance(df, stat="median", last_k=5, show_runs=False)
+    summary = summarize(df, last_k=5).set_index("experiment")
+    bars = [line for line in fig.axes[0].get_lines() if line.get_linewidth() == 5]
+    ends = sorted(tuple(line.get_xdata()) for line in bars)
+    expected = sorted((summary.loc[g, "median_lo"], summary.loc[g, "median_hi"]) for g in ("a", "b"))
+    np.testing.assert_allclose(ends, expected)
+
+
+def test_final_performance_notes_left_out_runs():
+    fig = plot_final_performance(shaped(statuses={2: "interrupted"}), last_k=3)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["3 runs"]
+    assert "Left out: 1 run that did not finish (1 interrupted)." in notes(fig)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pandas as pd
@@ -127,7 +126,7 @@ def test_aggregate_columns_and_groups():
     df = pd.concat([final_values([1, 2, 3], experiment="a"), final_values([4, 5, 6, 7], experiment="b")])
     out = aggregate(df)
     assert list(out.columns) == ["experiment", "mean", "mean_lo", "mean_hi", "median", "median_lo",
-                                 "median_hi", "iqm", "iqm_lo", "iqm_hi", "num_runs"]
+                                 "median_hi", "iqm", "iqm_lo", "iqm_hi", "num_runs", "num_missing"]
     assert out["experiment"].tolist() == ["a", "b"]
     assert out["mean"].tolist() == [2.0, 5.5]
     assert out["num_runs"].tolist() == [3, 4]
@@ -147,9 +146,26 @@ def test_aggregate_ci_contains_estimate_and_shrinks_with_more_runs():
 def test_aggregate_is_deterministic_with_a_seed():
     data = final_values(np.random.default_rng(0).normal(size=8))
     pd.testing.assert_frame_equal(aggregate(data, seed=7), aggregate(data, seed=7))
-    generator_result = aggregate(data, seed=np.random.default_rng(7))
-    pd.testing.assert_frame_equal(aggregate(data, seed=7), generator_result)
+    pd.testing.assert_frame_equal(aggregate(data, seed=np.random.default_rng(7)),
+                                  aggregate(data, seed=np.random.default_rng(7)))
     assert not aggregate(data, seed=7, n_resamples=500).equals(aggregate(data, seed=8, n_resamples=500))
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        aggregate(data, seed=-1)
+
+
+def test_a_groups_interval_does_not_depend_on_the_other_groups():
+    rng = np.random.default_rng(0)
+    a = final_values(rng.normal(0, 1, 7), experiment="a")
+    b = final_values(rng.normal(3, 2, 5), experiment="b")
+    c = final_values(rng.normal(9, 1, 6), experiment="0c")  # sorts before a
+    alone = aggregate(a, n_resamples=500).set_index("experiment").loc["a"]
+    together = aggregate(pd.concat([c, b, a]), n_resamples=500).set_index("experiment").loc["a"]
+    pd.testing.assert_series_equal(alone, together)
+    runs_a = episodes({r: rng.normal(0, 1, 9) for r in range(4)}, experiment="a")
+    runs_b = episodes({r: rng.normal(5, 1, 9) for r in range(3)}, experiment="0b")
+    curve_alone = curves(runs_a, n_resamples=200)
+    curve_together = curves(pd.concat([runs_b, runs_a]), n_resamples=200)
+    pd.testing.assert_frame_equal(curve_alone, curve_together[curve_together["experiment"] == "a"].reset_index(drop=True))
 
 
 def test_aggregate_single_run_and_identical_values(caplog):
@@ -166,8 +182,8 @@ def test_aggregate_single_run_and_identical_values(caplog):
 def test_aggregate_leaves_out_nan_runs(caplog):
     with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
         out = aggregate(final_values([1.0, np.nan, 3.0]), ci=None)
-    assert out["mean"].item() == 2.0 and out["num_runs"].item() == 2
-    assert "Leaving out 1 run(s)" in caplog.text
+    assert out["mean"].item() == 2.0 and out["num_runs"].item() == 2 and out["num_missing"].item() == 1
+    assert "Leaving out 1 run(s) whose final_return is NaN or infinite: run 1" in caplog.text
 
 
 def test_stratified_bootstrap_resamples_within_strata():
@@ -203,7 +219,7 @@ def test_aggregate_errors():
 def test_summarize_is_final_performance_then_aggregate():
     df = pd.concat([episodes({r: np.arange(12) * (r + 1) for r in range(4)}, experiment="a"),
                     episodes({r: np.arange(12) - r for r in range(3)}, experiment="b")])
-    expected = aggregate(final_performance(df, last_k=4), seed=3)
+    expected = aggregate(final_performance(df, last_k=4), seed=3).assign(num_excluded=0)
     pd.testing.assert_frame_equal(summarize(df, last_k=4, seed=3), expected)
 
 
@@ -220,13 +236,33 @@ def two_runs() -> pd.DataFrame:
     return episodes({0: [0, 10, 20], 1: [0, 10, 20]}, steps={0: [10, 20, 30], 1: [15, 25, 35]})
 
 
-def test_curves_interpolates_onto_the_common_range_by_hand():
-    out = curves(two_runs(), num_points=4, stat="mean", ci=None)
-    assert list(out.columns) == ["global_step", "value", "lo", "hi", "num_runs"]
+def test_curves_cover_the_whole_range_by_default_by_hand():
+    out = curves(two_runs(), num_points=6, stat="mean", ci=None)
+    assert list(out.columns) == ["global_step", "value", "lo", "hi", "num_runs", "total_runs"]
+    assert out["global_step"].tolist() == [10, 15, 20, 25, 30, 35]  # earliest first x .. latest last x
+    # run 0 at 10..30: 0, 5, 10, 15, 20 and nothing at 35; run 1 nothing at 10, then 0, 5, 10, 15, 20
+    assert out["value"].tolist() == [0.0, 2.5, 7.5, 12.5, 17.5, 20.0]
+    assert out["num_runs"].tolist() == [1, 2, 2, 2, 2, 1]
+    assert out["total_runs"].tolist() == [2] * 6
+    assert out.attrs["span"] == "all"
+
+
+def test_curves_span_common_cuts_to_the_range_every_run_covers():
+    out = curves(two_runs(), num_points=4, stat="mean", ci=None, span="common")
     assert out["global_step"].tolist() == [15, 20, 25, 30]  # latest first x .. earliest last x
     # run 0 at 15, 20, 25, 30: 5, 10, 15, 20; run 1: 0, 5, 10, 15
     assert out["value"].tolist() == [2.5, 7.5, 12.5, 17.5]
     assert out["num_runs"].tolist() == [2, 2, 2, 2]
+
+
+def test_one_short_run_does_not_clip_the_others():
+    # three runs reach step 1000, one stops at step 200: the curve still reaches 1000
+    df = episodes({r: np.arange(10.0) + r for r in range(3)} | {3: [0.0, 1.0]})
+    out = curves(df, num_points=10, stat="mean", ci=None)
+    assert out["global_step"].iloc[-1] == 1000 and out["global_step"].iloc[0] == 100
+    assert out.loc[out["global_step"] <= 200, "num_runs"].tolist() == [4, 4]
+    assert (out.loc[out["global_step"] > 200, "num_runs"] == 3).all()
+    assert out["value"].iloc[-1] == pytest.approx(np.mean([9, 10, 11]))  # never extrapolated
 
 
 def test_curves_explicit_grid_never_extrapolates():
@@ -266,16 +302,6 @@ def test_curves_groups_ci_and_determinism():
     assert out["value"].iloc[0] == pytest.approx(iqm_at_first)
 
 
-def test_curves_are_fast():
-    rng = np.random.default_rng(0)
-    df = episodes({r: rng.normal(0, 1, 500) for r in range(10)})
-    curves(df, num_points=10)  # warm up imports
-    start = time.perf_counter()
-    out = curves(df, num_points=100)
-    assert time.perf_counter() - start < 1.0
-    assert len(out) == 100
-
-
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -285,6 +311,7 @@ def test_curves_are_fast():
         ({"num_points": 1}, "num_points=1"),
         ({"smooth": 0}, "smooth=0"),
         ({"grid": [3, 2, 1]}, "grid must be a non-empty 1-D array of finite increasing values"),
+        ({"span": "union"}, r"span must be one of \('all', 'common'\), got span='union'"),
     ],
 )
 def test_curves_errors(kwargs, match):
@@ -296,3 +323,83 @@ def test_curves_refuses_a_non_numeric_x():
     df = two_runs().assign(label="x")
     with pytest.raises(ValueError, match="x='label' must be a numeric column"):
         curves(df, x="label")
+
+
+# ----------------------------------------------------------------------------- status, runs without episodes, NaN
+def with_status(df: pd.DataFrame, statuses: dict) -> pd.DataFrame:
+    return df.assign(status=df["run"].map(statuses))
+
+
+def test_runs_that_did_not_finish_are_left_out_with_a_warning_naming_them(caplog):
+    df = with_status(episodes({0: [10] * 3, 1: [20] * 3, 2: [-100] * 2, 3: [30] * 3}),
+                     {0: "finished", 1: "finished", 2: "failed", 3: "stopped_early"})
+    with caplog.at_level(logging.WARNING):
+        final = final_performance(df, last_k=2)
+    assert final["run"].tolist() == [0, 1, 3]
+    assert list(final.columns) == ["run", "seed", "status", "final_return", "num_episodes"]
+    assert "Leaving out 1 run(s) that did not finish: run 2 (failed)" in caplog.text
+    assert "include_unfinished=True" in caplog.text
+    assert final_performance(df, last_k=2, include_unfinished=True)["run"].tolist() == [0, 1, 2, 3]
+    summary = summarize(df, last_k=2, ci=None)
+    assert summary["mean"].item() == 20.0
+    assert (summary["num_runs"].item(), summary["num_missing"].item(), summary["num_excluded"].item()) == (3, 0, 1)
+    included = summarize(df, last_k=2, ci=None, include_unfinished=True)
+    assert included["mean"].item() == -10.0 and included["num_excluded"].item() == 0
+    out = curves(df, ci=None, num_points=3)
+    assert out["total_runs"].max() == 3 and out.attrs["excluded"][0]["run"] == 2
+
+
+def test_a_group_whose_every_run_failed_keeps_a_row_and_all_failed_is_an_error():
+    df = pd.concat([with_status(episodes({0: [1, 2], 1: [3, 4]}, experiment="ok"), {0: "finished", 1: "finished"}),
+                    with_status(episodes({0: [5], 1: [6]}, experiment="bad"), {0: "failed", 1: "interrupted"})])
+    summary = summarize(df, last_k=1, ci=None).set_index("experiment")
+    assert summary.loc["ok", "num_runs"] == 2 and summary.loc["ok", "num_excluded"] == 0
+    assert summary.loc["bad", "num_runs"] == 0 and summary.loc["bad", "num_excluded"] == 2
+    assert np.isnan(summary.loc["bad", "iqm"])
+    bad = df[df["experiment"] == "bad"]
+    with pytest.raises(ValueError, match=r"Every run was left out: bad/run 0 \(failed\), bad/run 1 \(interrupted\)"):
+        summarize(bad)
+    with pytest.raises(ValueError, match="Every run was left out"):
+        curves(bad)
+
+
+def test_runs_without_episodes_are_counted_not_dropped(caplog):
+    # 8 runs of which 6 never finished an episode: num_runs 2, and the 6 are reported
+    df = with_status(episodes({1: [1.0, 3.0], 2: [5.0, 7.0]}), {1: "finished", 2: "finished"})
+    df.attrs["runs"] = [{"run": r, "seed": 10 + r, "status": "finished", "num_episodes": 2 if r <= 2 else 0}
+                        for r in range(1, 9)]
+    final = final_performance(df, last_k=1)
+    assert final["run"].tolist() == list(range(1, 9))
+    assert final["num_episodes"].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert final["final_return"].isna().sum() == 6
+    with caplog.at_level(logging.WARNING):
+        summary = summarize(df, last_k=1, ci=None)
+    assert (summary["num_runs"].item(), summary["num_missing"].item()) == (2, 6)
+    assert "Leaving out 6 run(s) whose final_return is NaN" in caplog.text
+    # once rows are removed, the list no longer describes the table and is not used
+    assert len(final_performance(df[df["run"] == 1], last_k=1)) == 1
+
+
+def test_runs_without_episodes_that_did_not_finish_count_as_excluded():
+    df = with_status(episodes({1: [1.0], 2: [3.0]}), {1: "finished", 2: "finished"})
+    df.attrs["runs"] = [{"run": 1, "status": "finished", "num_episodes": 1},
+                        {"run": 2, "status": "finished", "num_episodes": 1},
+                        {"run": 3, "status": "failed", "num_episodes": 0}]
+    summary = summarize(df, last_k=1, ci=None)
+    assert (summary["num_runs"].item(), summary["num_missing"].item(), summary["num_excluded"].item()) == (2, 0, 1)
+    assert final_performance(df, include_unfinished=True)["run"].tolist() == [1, 2, 3]
+
+
+def test_nan_and_infinite_returns_are_left_out_with_a_warning(caplog):
+    df = episodes({0: [0, 10, np.nan, 30], 1: [0, 10, 20, 30], 2: [np.inf, 1, 2, -np.inf]})
+    with caplog.at_level(logging.WARNING):
+        final = final_performance(df, last_k=2)
+    # run 0: the last two finite returns are 10 and 30; run 2: 1 and 2
+    assert final["final_return"].tolist() == [20.0, 25.0, 1.5]
+    assert "Leaving out 3 episode(s) whose ep_return is NaN or infinite (run 0: 1, run 2: 2)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        out = curves(df[df["run"] == 0], grid=[100, 200, 300, 400], stat="mean", ci=None)
+    assert out["value"].tolist() == [0.0, 10.0, 20.0, 30.0]  # interpolated across the NaN, not dropped
+    assert out["num_runs"].tolist() == [1, 1, 1, 1]
+    assert "NaN or infinite" in caplog.text
