@@ -30,27 +30,20 @@ from matplotlib.ticker import EngFormatter
 
 from online_trainer.bootstrap import Seed, stat_fn
 from online_trainer.curves import curves
-from online_trainer.selection import GroupBy, group_and_strata, groups, ident_columns, select_runs
+from online_trainer.selection import GroupBy, group_and_strata, groups, select_runs
 from online_trainer.stats import aggregate, final_performance
+from online_trainer.yaxis import YLim, check_axis_options, late_returns, robust_ylim, set_y_axis
 
 logger = logging.getLogger(__name__)
 
 Data = Union[pd.DataFrame, str, os.PathLike, Sequence[Union[str, os.PathLike]]]
-YLim = Union[Literal["auto"], tuple[float, float], None]
 
 __all__ = ["plot_final_performance", "plot_learning_curves", "robust_ylim"]
 
 X_LABELS = {"global_step": "Environment steps", "episode_index": "Episodes", "wall_time": "Wall-clock time (s)"}
 STAT_LABELS = {"iqm": "IQM", "mean": "mean", "median": "median"}
-YSCALES = ("auto", "linear", "symlog")
-#: With ``yscale="auto"``, a linear axis cut to the end of training may hide at most this
-#: share of the curve points; beyond it the axis is symlog.
-MAX_HIDDEN = 0.5
 # Okabe & Ito's palette, distinguishable with every common colour-vision deficiency.
 COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
-#: ``ylim="auto"`` cuts the y axis when the curves span more than this many times the
-#: scale of their last half (see :func:`robust_ylim`).
-EXTREME_FACTOR = 10.0
 
 
 def _load(data: Data) -> pd.DataFrame:
@@ -123,105 +116,6 @@ def _excluded_note(excluded: Sequence[dict]) -> str | None:
     return f"Left out: {_runs(len(excluded))} that did not finish ({counts})."
 
 
-def robust_ylim(plotted: np.ndarray, late_returns: np.ndarray,
-                factor: float = EXTREME_FACTOR) -> tuple[float, float] | None:
-    """y limits that keep the end of training readable when early values are extreme.
-
-    The *core* is the 5th to 95th percentile of ``late_returns`` (the returns of the
-    last half of each run's episodes); its *scale* is the larger of its width and its
-    largest absolute value. When the plotted values span at most ``factor`` times that
-    scale, nothing is cut (None). Otherwise each side that reaches beyond one scale past
-    the core is cut there: on CliffWalking, early returns of -120k would otherwise
-    flatten a converged -30 to a line at 0.
-
-    Args:
-        plotted: Everything drawn (curve values and CI bounds), any shape, NaN ignored.
-        late_returns: Returns of the last half of each run's episodes.
-        factor: How many times the core's scale the plotted values may span before a cut.
-
-    Returns:
-        ``(low, high)`` limits, or None when the full range is fine.
-    """
-    plotted, late = np.asarray(plotted, dtype=float), np.asarray(late_returns, dtype=float)
-    plotted, late = plotted[np.isfinite(plotted)], late[np.isfinite(late)]
-    if plotted.size == 0 or late.size == 0:
-        return None
-    a, b = np.percentile(late, [5, 95])
-    scale = max(b - a, abs(a), abs(b))
-    low, high = plotted.min(), plotted.max()
-    if scale <= 0 or high - low <= factor * scale:
-        return None
-    low, high = max(low, a - scale), min(high, b + scale)
-    pad = 0.05 * (high - low)
-    return low - pad, high + pad
-
-
-def _late_returns(df: pd.DataFrame, include_unfinished: bool) -> np.ndarray:
-    """The finite returns of the last half of each analysed run's episodes."""
-    data, _ = select_runs(df, include_unfinished, log=False)
-    ident = ident_columns(data)
-    order = data.sort_values([*ident, "episode_index"] if "episode_index" in data else ident, kind="stable")
-    position = order.groupby(ident, dropna=False).cumcount(ascending=False)
-    size = order.groupby(ident, dropna=False)["ep_return"].transform("size")
-    returns = order["ep_return"].to_numpy(dtype=float)[(position < (size + 1) // 2).to_numpy()]
-    return returns[np.isfinite(returns)]
-
-
-def _check_axis_options(ylim: YLim, yscale: str) -> None:
-    if yscale not in YSCALES:
-        raise ValueError(f"yscale must be one of {YSCALES}, got yscale={yscale!r}.")
-    if ylim is None or (isinstance(ylim, str) and ylim == "auto"):
-        return
-    try:
-        low, high = (float(v) for v in ylim)
-    except (TypeError, ValueError):
-        raise ValueError(f"ylim must be 'auto', None or a pair (low, high), got ylim={ylim!r}.") from None
-    if not (np.isfinite(low) and np.isfinite(high) and low < high):
-        raise ValueError(f"ylim must be finite with low < high, got ylim={ylim!r}.")
-
-
-def _symlog(ax: Axes, values: np.ndarray, late: np.ndarray) -> float:
-    """A symlog y axis, linear within the magnitude of the late returns, fitted to ``values``; its linthresh."""
-    magnitude = np.percentile(np.abs(late), 95) if late.size else np.nanmax(np.abs(values))
-    linthresh = 10.0 ** np.floor(np.log10(max(magnitude, 1e-12)))
-    ax.set_yscale("symlog", linthresh=linthresh)
-    finite = values[np.isfinite(values)]
-    if finite.size:
-        transform = ax.yaxis.get_transform()
-        low, high = transform.transform([finite.min(), finite.max()])
-        pad = 0.05 * (high - low) if high > low else 0.5
-        ax.set_ylim(*transform.inverted().transform([low - pad, high + pad]))
-    return linthresh
-
-
-def _set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, yscale: str) -> str | None:
-    """Apply ``ylim`` and ``yscale``; the note to write when the axis hides part of the curves or is symlog by choice."""
-    values = table[["value", "lo", "hi"]].to_numpy(dtype=float)
-    if ylim is not None and ylim != "auto":
-        if yscale == "symlog":
-            _symlog(ax, values, late)
-        ax.set_ylim(*(float(v) for v in ylim))
-        return None
-    if yscale == "symlog":
-        _symlog(ax, values, late)
-        return None
-    if ylim is None:
-        return None
-    limits = robust_ylim(values, late)
-    if limits is None:
-        return None
-    curve = table["value"].to_numpy(dtype=float)
-    hidden = float(np.mean(np.isfinite(curve) & ((curve < limits[0]) | (curve > limits[1]))))
-    if yscale == "auto" and hidden > MAX_HIDDEN:
-        linthresh = _symlog(ax, values, late)
-        return (f"y axis symlog (linear within ±{linthresh:g}): the curves span {np.nanmin(values):.4g} to "
-                f"{np.nanmax(values):.4g}, and a linear axis fitted to the end of training would hide "
-                f"{hidden:.0%} of their points (set yscale or ylim to choose).")
-    ax.set_ylim(*limits)
-    return (f"y axis cut to [{limits[0]:.4g}, {limits[1]:.4g}], the range of the end of training: {hidden:.0%} "
-            "of the curve points lie outside (set ylim, or yscale='symlog', to see them).")
-
-
 def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm", ci: float | None = 0.95,
                          group_by: GroupBy = None, num_points: int = 100, grid: Sequence[float] | None = None,
                          span: Literal["all", "common"] = "all", smooth: int | None = None, ylim: YLim = "auto",
@@ -272,7 +166,7 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
             invalid (see :func:`online_trainer.curves.curves`).
     """
     stat_fn(stat)
-    _check_axis_options(ylim, yscale)
+    check_axis_options(ylim, yscale)
     df = _load(data)
     table = curves(df, x, num_points=num_points, grid=grid, span=span, group_by=group_by, stat=stat, ci=ci,
                    smooth=smooth, n_resamples=n_resamples, seed=seed, include_unfinished=include_unfinished)
@@ -288,8 +182,8 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
     low, high = table[x].min(), table[x].max()
     if high > low:  # else a single x: matplotlib's own margins
         ax.set_xlim(0 if 0 <= low <= 0.05 * high else low, high)
-    late = _late_returns(df, include_unfinished)
-    notes = [_set_y_axis(ax, table, late, ylim, yscale), _excluded_note(table.attrs.get("excluded", [])),
+    late = late_returns(df, include_unfinished)
+    notes = [set_y_axis(ax, table, late, ylim, yscale), _excluded_note(table.attrs.get("excluded", [])),
              f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
              if table.attrs.get("no_episode") else None]
     _style(ax)
