@@ -130,7 +130,7 @@ def mixed(tmp_path) -> Path:
 
     return write_experiment(tmp_path / "mixed", {
         1: ("finished", 11, returns([-50, -20, -10, -12])),
-        2: ("finished", 22, returns([-60, -30, -14, -10, -11, -9], length=20)),  # twice the steps of run 1
+        2: ("finished", 22, returns([-60, -30, -14, -10, -11, -9, float("nan")], length=20)),  # a NaN at the end
         3: ("failed", 33, returns([-500])),
         4: ("interrupted", 44, None),
         5: ("finished", 55, []),
@@ -144,6 +144,7 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     lines = captured.out.splitlines()
     assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "final", "return", "status"]
     assert lines[2].split() == ["1", "11", "4", "40", "-11.00", "finished"]
+    assert lines[3].split() == ["2", "22", "7", "140", "-10.00", "finished"]  # the last two finite returns
     assert lines[4].split() == ["3", "33", "1", "10", "-500.00", "failed,", "left", "out"]
     assert lines[5].split() == ["4", "44", "0", "-", "n/a", "interrupted,", "left", "out"]
     assert lines[6].split() == ["5", "55", "0", "-", "n/a", "finished"]
@@ -152,6 +153,7 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     assert "Left out (did not finish): run 3 (failed), run 4 (interrupted). Pass --include-unfinished" in captured.out
     assert "No final return (no finished episode with a finite return): run 5 (finished)." in captured.out
     assert caplog.text.count("Leaving out 2 run(s) that did not finish") == 1  # logged once
+    assert caplog.text.count("Leaving out 1 episode(s) whose ep_return is NaN or infinite (run 2: 1)") == 1
     assert cli.main(["show", str(mixed), "--last-k", "2", "--include-unfinished"]) == 0
     out = capsys.readouterr().out
     stats = out.splitlines()[out.splitlines().index("Across runs, with 95% percentile-bootstrap confidence "
