@@ -13,6 +13,7 @@ from online_trainer import storage
 from online_trainer.cli_report import final_table
 from online_trainer.dataframes import load_episodes
 from online_trainer.errors import RunsFailedError
+from online_trainer.experiment import remove_created
 from online_trainer.experiment_config import (
     CALLBACKS,
     AgentConfig,
@@ -29,7 +30,11 @@ CONFIG_YAML = "config.yaml"
 
 
 class AgentBuilder:
-    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``AGENTS[name](env, **hyperparameters)``."""
+    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``AGENTS[name](env, **hyperparameters)``.
+
+    Hyperparameters the agent rejects raise :class:`ConfigError` naming the config section;
+    the run that builds the agent raises it before its first env step, which stops every run.
+    """
 
     def __init__(self, config: AgentConfig) -> None:
         self.name = config.name
@@ -38,13 +43,33 @@ class AgentBuilder:
     def __call__(self, env: Any) -> Any:
         from agents import AGENTS
 
-        return AGENTS[self.name](env, **self.hyperparameters)
+        try:
+            return AGENTS[self.name](env, **self.hyperparameters)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"agent.hyperparameters: could not build agent {self.name!r} with "
+                              f"{self.hyperparameters!r}: {exc}") from exc
 
     def __repr__(self) -> str:
         return f"AgentBuilder({self.name!r}, {self.hyperparameters!r})"
 
 
-def env_factory(config: EnvConfig) -> Any:
+class EnvBuilder:
+    """A picklable env factory wrapping ``envs.make_env``'s, whose failures name the config section."""
+
+    def __init__(self, make_env: Any) -> None:
+        self.make_env = make_env
+
+    def __call__(self) -> Any:
+        try:
+            return self.make_env()
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"env.kwargs: could not build the env {self.make_env!r}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return repr(self.make_env)
+
+
+def env_factory(config: EnvConfig) -> EnvBuilder:
     """A picklable zero-argument factory of the vector env that ``config`` describes.
 
     Raises:
@@ -53,28 +78,10 @@ def env_factory(config: EnvConfig) -> Any:
     from envs import make_env
 
     try:
-        return make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization, **config.kwargs)
+        return EnvBuilder(make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization,
+                                   **config.kwargs))
     except ValueError as exc:
         raise ConfigError(f"env: {exc}") from exc
-
-
-def check_buildable(make_env: Any, make_agent: AgentBuilder) -> None:
-    """Build the env and an agent once, so bad env kwargs or hyperparameter values fail before any run.
-
-    Raises:
-        ConfigError: naming the section whose settings the env or agent rejected.
-    """
-    try:
-        env = make_env()
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"env.kwargs: could not build the env {make_env!r}: {exc}") from exc
-    try:
-        make_agent(env)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"agent.hyperparameters: could not build agent {make_agent.name!r} on "
-                          f"{make_env!r}: {exc}") from exc
-    finally:
-        env.close()
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -150,14 +157,16 @@ def run_command(args: argparse.Namespace) -> int:
     exp_dir = check_exp_dir(config, text)
     make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
     with torch_threads(config.torch_threads):
-        check_buildable(make_env, make_agent)
         try:
             trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
                                     args=config.to_dict())
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
         trainer.call_back = CALLBACKS[config.callback](exp_dir)
+        created = [] if exp_dir.is_dir() else [exp_dir]
         exp_dir.mkdir(parents=True, exist_ok=True)
+        if not (exp_dir / CONFIG_YAML).exists():
+            created.append(exp_dir / CONFIG_YAML)
         storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
         print(f"Running {_describe(config)} into {exp_dir}", flush=True)
         status = 0
@@ -170,8 +179,12 @@ def run_command(args: argparse.Namespace) -> int:
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)
             status = 1
-        except (TypeError, ValueError, FileExistsError) as exc:  # multi_run checks its input before any step
-            raise ConfigError(str(exc)) from exc
+        except BaseException as exc:  # multi_run checks its input and each run's setup before any step
+            if not storage.existing_experiment_files(exp_dir):
+                remove_created(created)  # nothing ran: leave no trace for the corrected call
+            if isinstance(exc, (TypeError, ValueError, FileExistsError)):
+                raise ConfigError(str(exc)) from exc
+            raise
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")

@@ -77,8 +77,9 @@ def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, 
     for spec in specs:
         try:
             result = execute_run(spec, display)
-        except Exception as exc:  # isolated: reported with the others at the end
-            logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
+        except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
+            if not isinstance(exc, RunSetupError):
+                logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
         display.run_finished(spec.key, result.status != "finished")
         on_result(result)

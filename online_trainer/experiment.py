@@ -105,8 +105,8 @@ class Experiment:
                 runs.append(None)
         return runs
 
-    def discard(self, created: Sequence[Path] = ()) -> None:
-        """Remove the files this call wrote, and ``created`` (files, or a directory left empty).
+    def discard(self) -> None:
+        """Remove the experiment files this call wrote.
 
         Used when a run fails before its first env step: nothing was learned, and the user's
         next call, after the fix, must not find an earlier experiment in the way. Files that
@@ -116,12 +116,6 @@ class Experiment:
             return
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             if path.is_file():
-                path.unlink(missing_ok=True)
-        for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
-            if path.is_dir():
-                with contextlib.suppress(OSError):
-                    path.rmdir()  # only when empty
-            else:
                 path.unlink(missing_ok=True)
 
     def agents(self) -> list[Any]:
@@ -145,3 +139,13 @@ def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
         if stream.exists():
             os.remove(stream)  # the partial stream of a run that will run again from the start
     return todo
+
+
+def remove_created(created: Sequence[Path]) -> None:
+    """Remove files and (empty) directories a call created, deepest first."""
+    for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir():
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty
+        else:
+            path.unlink(missing_ok=True)

@@ -116,10 +116,12 @@ def run_sweep(
     trainer._check_travel(execution)
     root = Path(trainer.exp_dir)
     with executors.early_workers(execution, len(grid) * num_runs) as pool:
-        base_seed = _sweep_seed(root, seed_offset, budget, trainer)
+        created: list[Path] = []
+        base_seed = _sweep_seed(root, seed_offset, budget, trainer, created)
         fields = trainer._manifest_fields(execution)
-        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, fields, budget, options)
-        trainer._execute(experiments, execution, pool)
+        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, fields, budget, options,
+                                   created)
+        trainer._execute(experiments, execution, pool, created)
 
     ranking = rank(root, names, metric, last_k)
     ranking.to_csv(root / RESULTS_FILE, index=False)
@@ -130,15 +132,20 @@ def run_sweep(
 
 
 def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
-          base_seed: int, fields: dict[str, Any], budget: Any,
-          options: dict[str, Any]) -> tuple[list[Experiment], list[str]]:
-    """One experiment per configuration, holding the specs of the runs still to do, and their names."""
+          base_seed: int, fields: dict[str, Any], budget: Any, options: dict[str, Any],
+          created: list[Path]) -> tuple[list[Experiment], list[str]]:
+    """One experiment per configuration, holding the specs of the runs still to do, and their names.
+
+    Directories and files made here are appended to ``created``.
+    """
     experiments, names = [], []
     task_id = 0
     for config in grid:
         name = config_name(config)
         names.append(name)
         exp_dir = root / name
+        if not exp_dir.exists():
+            created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
         manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, base_seed, fields, budget)
         specs = []
         for run_idx in todo:
@@ -152,8 +159,10 @@ def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_
     return experiments, names
 
 
-def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "OnlineTrainer") -> int:
-    """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now."""
+def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "OnlineTrainer",
+                created: list[Path]) -> int:
+    """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now (and recorded:
+    what this writes is appended to ``created``)."""
     path = root / SWEEP_FILE
     recorded_budget = {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps}
     if path.is_file():
@@ -166,6 +175,7 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "Onli
                              "compares configurations on one budget; use another exp_dir.")
         return recorded["base_seed"]
     base_seed = trainer._base_seed(seed_offset)
+    created += [path] if root.exists() else [root, path]
     root.mkdir(parents=True, exist_ok=True)
     storage.write_atomic(path, json.dumps({"base_seed": base_seed, "budget": recorded_budget}, indent=2).encode())
     return base_seed

@@ -13,7 +13,7 @@ from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
 from online_trainer.errors import RunSetupError, RunsFailedError
 from online_trainer.executors import ExecutionOptions
-from online_trainer.experiment import Experiment
+from online_trainer.experiment import Experiment, remove_created
 from online_trainer.factories import AgentFactory, EnvFactory
 from online_trainer.run import RunSpec
 
@@ -262,7 +262,8 @@ class OnlineTrainer:
         except RunSetupError as error:
             self.call_back.close()
             for experiment in experiments:
-                experiment.discard(created)
+                experiment.discard()
+            remove_created(created)
             _add_note(error.cause, f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
                                    "every run was stopped and nothing was kept on disk)")
             raise error.cause from None

@@ -54,7 +54,8 @@ def test_episode_budget_is_exact(mode, num_envs, truncate_at):
     created = []
     trainer = OnlineTrainer(make_counting_vec(num_envs, mode, truncate_at=truncate_at), _agents_factory(created))
     runs = trainer.multi_run(2, num_episodes=7, seed_offset=5, progress=False)
-    for run_idx, records in enumerate(runs):
+    assert len(created) == 2  # the agent factory is called once per run, by nothing else
+    for run_idx, records in enumerate(runs, start=1):
         seed = run_seed(5, run_idx)
         expected = expected_episodes(seed, num_envs, mode, truncate_at)[:7]
         assert [r["episode_index"] for r in records] == list(range(1, 8))
@@ -63,7 +64,7 @@ def test_episode_budget_is_exact(mode, num_envs, truncate_at):
         assert [r["global_step"] for r in records] == [e[4] for e in expected]
         assert [len(r["actions"]) for r in records] == [e[2] for e in expected]
         assert all(r["agent_seed"] == seed for r in records)
-        agent = created[run_idx + 1]  # created[0] is the probe built to check the agent
+        agent = created[run_idx - 1]
         assert agent.final_obs_ok
         # the agent was told exactly which entries were real: as many as the run's env steps
         last_call = expected[-1][0]
@@ -77,8 +78,8 @@ def test_step_budget_counts_real_transitions(mode, vectorization):
     created = []
     trainer = OnlineTrainer(make_counting_vec(num_envs, mode, vectorization), _agents_factory(created))
     (records,) = trainer.multi_run(1, total_steps=total, seed_offset=11, progress=False)
-    expected = expected_episodes(run_seed(11, 0), num_envs, mode)
-    agent = created[1]
+    expected = expected_episodes(run_seed(11, 1), num_envs, mode)
+    (agent,) = created
     # the run stops at the first env.step call at which the real-transition count reaches the budget
     assert total <= agent.real < total + num_envs
     finished = [e for e in expected if e[4] <= agent.real and e[0] < agent.updates]

@@ -52,7 +52,7 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
     config = write_config(tmp_path, TINY.replace("callback: empty", "callback: jsonl"))
     assert run(str(config)) == 0
     exp_dir = tmp_path / "runs" / "tiny"  # default: runs/<config file stem>
-    for name in ("config.yaml", "args.yaml", "manifest.json", "metrics_run0.pkl", "metrics_run1.pkl",
+    for name in ("config.yaml", "args.yaml", "manifest.json", "metrics_run1.pkl", "metrics_run2.pkl",
                  "all_metrics.pkl", "callback.jsonl"):
         assert (exp_dir / name).is_file(), name
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
@@ -66,7 +66,7 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
     assert "IQM" in out and "95% CI" in out
     assert f"Experiment directory: {Path('runs', 'tiny')}" in out
     table = out[out.index("final return"):].splitlines()
-    assert table[1].split()[:3] == ["0", "0", "6"] and table[2].split()[:3] == ["1", "10000", "6"]
+    assert table[1].split()[:3] == ["1", "0", "6"] and table[2].split()[:3] == ["2", "10000", "6"]
 
 
 def test_overrides_are_applied_and_recorded(tmp_path, capsys):
@@ -87,12 +87,12 @@ def test_overrides_are_applied_and_recorded(tmp_path, capsys):
 def test_an_earlier_experiment_is_kept_unless_overwrite(tmp_path, capsys):
     config, exp_dir = write_config(tmp_path), tmp_path / "exp"
     assert run(str(config), f"exp_dir={exp_dir}") == 0
-    before = (exp_dir / "metrics_run0.pkl").read_bytes()
+    before = (exp_dir / "metrics_run1.pkl").read_bytes()
     assert run(str(config), f"exp_dir={exp_dir}", "num_runs=1") == 2
     assert "already holds an experiment" in capsys.readouterr().err
-    assert (exp_dir / "metrics_run0.pkl").read_bytes() == before
+    assert (exp_dir / "metrics_run1.pkl").read_bytes() == before
     assert run(str(config), f"exp_dir={exp_dir}", "num_runs=1", "overwrite=true") == 0
-    assert not (exp_dir / "metrics_run1.pkl").exists()
+    assert not (exp_dir / "metrics_run2.pkl").exists()
     assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1
 
 

@@ -96,7 +96,7 @@ def test_env_factory_returning_something_else(tmp_path):
         OnlineTrainer(42, RecordingAgent)
 
 
-def test_unknown_hyperparameter_is_raised_by_the_probe(tmp_path):
+def test_unknown_hyperparameter_is_raised_before_the_first_step(tmp_path):
     factory = CountingFactory()
     with pytest.raises(ValueError, match=r"unknown hyperparameters \['momentum'\]"):
         OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, tuning_hp={"momentum": 0.9})
@@ -136,3 +136,74 @@ def test_checkpoint_needs_save(tmp_path):
     with pytest.raises(TypeError, match=r"checkpoint_freq=3 needs agent.save"):
         OnlineTrainer(make_counting_vec(1), NoSave(), exp_dir=tmp_path / "e").multi_run(1, num_episodes=1, checkpoint_freq=3)
     assert not (tmp_path / "e").exists()
+
+
+class RejectsHyperparameters(RecordingAgent):
+    def __init__(self, env=None):
+        raise ValueError("lr=-1 must be positive")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_setup_error_stops_every_run_with_that_error_and_leaves_nothing(tmp_path, num_workers):
+    exp = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=exp)
+    with pytest.raises(ValueError, match=r"^lr=-1 must be positive") as info:
+        trainer.multi_run(4, num_episodes=50, seed_offset=0, num_workers=num_workers, progress=False)
+    assert "before its first env step" in "".join(getattr(info.value, "__notes__", []))
+    assert not exp.exists()  # the corrected call finds nothing in its way
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp).multi_run(2, num_episodes=2, progress=False)
+
+
+def test_a_setup_error_keeps_what_was_there_before(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="lr=-1"):
+        OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=tmp_path, args={"lr": -1}).multi_run(
+            1, num_episodes=1, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+class Acting(RecordingAgent):
+    """Returns what ``make_actions(obs)`` gives."""
+
+    def __init__(self, make_actions):
+        super().__init__()
+        self.make_actions = make_actions
+
+    def act(self, obs):
+        return self.make_actions(obs)
+
+
+@pytest.mark.parametrize(
+    "make_actions, error, message",
+    [
+        (lambda obs: np.zeros(1, dtype=np.int64), ValueError,
+         r"Acting's act\(obs\) returned actions of shape \(1,\) \(1 actions\), but Discrete\(2\) with num_envs=3 "
+         r"needs shape \(3,\)"),
+        (lambda obs: np.zeros(len(obs), dtype=np.float64), TypeError,
+         r"returned actions of dtype float64 for the integer action space Discrete\(2\): return integers"),
+        (lambda obs: np.full(len(obs), 5), ValueError, r"returned \[5, 5, 5\], outside the action space Discrete\(2\)"),
+        (lambda obs: 0, ValueError, r"shape \(\) \(a scalar, not a batch of actions\)"),
+    ],
+)
+def test_first_actions_are_checked_before_the_first_step(tmp_path, make_actions, error, message):
+    factory = CountingFactory()
+    env_factory = lambda: make_counting_vec(3)()
+    with pytest.raises(error, match=message):
+        OnlineTrainer(env_factory, Acting(make_actions), exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1,
+                                                                                            progress=False)
+    assert factory.steps == 0 and not (tmp_path / "exp").exists()
+
+
+def test_call_back_must_be_a_callback(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(TypeError, match=r"trainer.call_back must be a callback object .* but got 'tensorboard'"):
+        trainer.call_back = "tensorboard"
+
+
+def test_more_workers_than_runs_are_capped(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="online_trainer")
+    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=2, num_workers=10**9,
+                                                                         progress=False)
+    assert len(runs) == 1 and "num_workers=1000000000 is more than num_runs=1" in caplog.text

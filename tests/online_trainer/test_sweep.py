@@ -55,14 +55,14 @@ def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path)
     factory = CountingAgents()
     trainer = corridor_trainer(tmp_path, factory)
     first = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, seed_offset=3, progress=False)
-    assert factory.built == 1 + 4  # the probe, then 2 configurations x 2 seeds
+    assert factory.built == 4  # 2 configurations x 2 seeds, once each
     streams = {p: p.read_bytes() for p in tmp_path.glob("*/metrics_run*.pkl")}
     again = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, progress=False)
-    assert factory.built == 1 + 4 + 1  # only the probe
+    assert factory.built == 4  # nothing new to run: no factory call
     assert again.drop(columns=[c for c in again if c.endswith(("_lo", "_hi"))]).equals(
         first.drop(columns=[c for c in first if c.endswith(("_lo", "_hi"))]))
     trainer.sweep({"lr": [0.1, 0.5, 0.9]}, num_runs=3, num_episodes=20, progress=False)
-    assert factory.built == 1 + 4 + 1 + 1 + 2 + 3  # one more seed for the old two, three for the new one
+    assert factory.built == 4 + 2 + 3  # one more seed for the old two, three for the new one
     assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
 
 

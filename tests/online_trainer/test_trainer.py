@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from callbacks import EmptyCallBack, JsonlCallback
+from callbacks import CallBack, EmptyCallBack, JsonlCallback
 from online_trainer import (
     OnlineTrainer,
     load_agent_logs,
@@ -77,34 +77,108 @@ def test_same_seed_offset_repeats_and_random_seed_is_recorded(tmp_path):
     assert strip(replay) == strip(drawn)
 
 
-def test_agent_protocol_calls_in_order_and_agent_metrics_logged(tmp_path):
+def test_agent_protocol_calls_in_order_and_the_seeds_callback_calls(tmp_path):
     created = []
+    calls = []
+
+    class Spy(CallBack):
+        def __call__(self, data, tag, step, force=False):
+            calls.append((dict(data), tag, step, force))
+
     trainer = OnlineTrainer(make_counting_vec(3), collecting(created), exp_dir=tmp_path)
-    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl", flush_every=5)
-    trainer.multi_run(1, num_episodes=4, seed_offset=7, tuning_hp={"lr": 0.5}, progress=False)
-    agent = created[1]
+    trainer.call_back = Spy()
+    runs = trainer.multi_run(1, num_episodes=4, seed_offset=7, tuning_hp={"lr": 0.5}, progress=False)
+    (agent,) = created
     assert agent.calls == [("reset", 7), ("set_num_env", 3), ("set_hp", {"lr": 0.5}), ("train",)]
+    assert trainer.agents == [agent]
+    episodes = [call for call in calls if not call[1].startswith("agents/")]
+    expected = []
+    for record in runs[0]:
+        i = record["episode_index"]
+        expected += [({"ep_return": record["ep_return"]}, "ep_return/run_1", i, True),
+                     ({"ep_length": record["ep_length"]}, "ep_length/run_1", i, True)]
+    assert episodes == expected
+    agent_calls = [call for call in calls if call[1] == "agents/run_1"]
+    assert len(agent_calls) == agent.updates
+    assert agent_calls[-1][0] == {"loss": float(agent.updates)}
+
+
+def test_jsonl_names_follow_the_seed(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl", flush_every=5)
+    trainer.multi_run(2, num_episodes=4, seed_offset=7, progress=False)
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    tags = {line["tag"] for line in lines}
-    assert tags == {"run_0", "agents/run_0"}
-    episodes = [line for line in lines if line["tag"] == "run_0"]
-    assert [line["step"] for line in episodes] == [1, 2, 3, 4]
-    assert set(episodes[0]["values"]) == {"ep_return", "ep_length"}
-    agent_lines = [line for line in lines if line["tag"] == "agents/run_0"]
-    assert len(agent_lines) == agent.updates
-    assert agent_lines[-1]["values"] == {"loss": float(agent.updates)}
+    assert {line["tag"] for line in lines} == {f"{kind}/run_{i}" for kind in ("ep_return", "ep_length", "agents")
+                                               for i in (1, 2)}
+    assert [line["step"] for line in lines if line["tag"] == "ep_return/run_2"] == [1, 2, 3, 4]
 
 
-def test_eval_mode_never_updates():
+def test_factories_are_called_once_per_run(tmp_path):
+    envs_built, agents_built = [], []
+
+    def env_factory():
+        envs_built.append(1)
+        return make_counting_vec(2)()
+
+    trainer = OnlineTrainer(env_factory, collecting(agents_built), exp_dir=tmp_path)
+    trainer.multi_run(3, num_episodes=2, seed_offset=0, checkpoint_freq=1, tuning_hp={"lr": 0.1}, progress=False)
+    assert len(envs_built) == 3 and len(agents_built) == 3
+    assert trainer.agents == agents_built
+
+
+def test_eval_mode_uses_the_agent_as_given():
     created = []
     OnlineTrainer(make_counting_vec(2), collecting(created), train=False).multi_run(1, num_episodes=3, progress=False)
-    assert created[1].updates == 0 and created[1].mode == "eval" and ("eval",) in created[1].calls
+    (agent,) = created
+    assert agent.updates == 0 and agent.mode == "eval"
+    assert agent.calls == [("set_num_env", 2), ("eval",)]  # never reset(seed) nor train()
 
 
-def test_agent_instance_is_copied_for_every_run():
+def test_an_agent_instance_trains_in_place_when_it_is_the_only_run():
+    agent = RecordingAgent()
+    trainer = OnlineTrainer(make_counting_vec(1), agent)
+    trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    assert agent.updates > 0 and agent.calls[0] == ("reset", 0)
+    assert trainer.agents == [agent]
+
+
+def test_an_agent_instance_is_copied_for_several_runs_and_the_trained_copies_are_kept(caplog):
     prototype = RecordingAgent()
-    OnlineTrainer(make_counting_vec(1), prototype).multi_run(2, num_episodes=2, progress=False)
+    trainer = OnlineTrainer(make_counting_vec(1), prototype)
+    trainer.multi_run(2, num_episodes=2, seed_offset=0, progress=False)
     assert prototype.updates == 0 and prototype.calls == []
+    assert "copied for each of the 2 runs" in caplog.text
+    first, second = trainer.agents
+    assert first is not prototype and second is not first
+    assert first.seed == 0 and second.seed == SEED_STRIDE and first.updates > 0 and second.updates > 0
+
+
+def test_keep_agents_false_keeps_none():
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    trainer.multi_run(2, num_episodes=2, seed_offset=0, keep_agents=False, progress=False)
+    assert trainer.agents == [None, None]
+
+
+def test_an_env_instance_is_used_in_place_and_left_open():
+    env = make_counting_vec(2, vectorization="async")()
+    try:
+        runs = OnlineTrainer(env, RecordingAgent).multi_run(2, num_episodes=3, seed_offset=0, progress=False)
+        reference = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(2, num_episodes=3, seed_offset=0,
+                                                                                   progress=False)
+        assert [[r["ep_length"] for r in run] for run in runs] == [[r["ep_length"] for r in run] for run in reference]
+        env.reset(seed=0)  # still open: the user owns it
+    finally:
+        env.close()
+
+
+def test_an_async_env_instance_cannot_go_to_workers_and_says_so():
+    env = make_counting_vec(2, vectorization="async")()
+    try:
+        with pytest.raises(TypeError, match=r"env=.* cannot be sent to worker processes.*Pass a factory"):
+            OnlineTrainer(env, RecordingAgent).multi_run(2, num_episodes=3, num_workers=2, progress=False)
+        env.reset(seed=0)  # the check did not break it
+    finally:
+        env.close()
 
 
 def test_single_env_is_wrapped():
@@ -121,7 +195,7 @@ def test_files_on_disk_and_loaders(tmp_path):
     runs = trainer.multi_run(2, num_episodes=4, seed_offset=0, dump_transitions=True, progress=False)
     assert load_args(exp) == args
     assert load_config(exp).LR == 0.25
-    assert _same(load_run_metrics(exp, 1), runs[1])
+    assert _same(load_run_metrics(exp, 2), runs[1])
     assert _same(pickle.loads((exp / "all_metrics.pkl").read_bytes())[0], runs[0])
     loaded = load_all_run_metrics(exp)
     assert [len(r) for r in loaded] == [4, 4]
@@ -145,9 +219,9 @@ def test_checkpoints_episode_mode(tmp_path):
     runs = trainer.multi_run(1, num_episodes=6, seed_offset=0, checkpoint_freq=2, progress=False)
     names = sorted(p.name for p in tmp_path.iterdir())
     for n in (2, 4, 6):
-        assert f"Run0_E{n}.txt" in names
-    assert "Run0_Last.txt" in names
-    best = torch.load(tmp_path / "Run0_Best_agent.t", weights_only=True)
+        assert f"Run1_E{n}.txt" in names
+    assert "Run1_Last.txt" in names
+    best = torch.load(tmp_path / "Run1_Best_agent.t", weights_only=True)
     best_index = int(np.argmax([r["ep_return"] for r in runs[0]]))
     # the state saved at the end of the best episode: the agent had made as many updates as steps so far
     assert best["updates"] == runs[0][best_index]["global_step"] + best_index
@@ -157,8 +231,8 @@ def test_checkpoints_step_mode(tmp_path):
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
         1, total_steps=50, seed_offset=0, checkpoint_freq=20, progress=False)
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"Run0_S20.txt", "Run0_S40.txt", "Run0_Last.txt", "Run0_Best_agent.t"} <= names
-    assert "Run0_S60.txt" not in names
+    assert {"Run1_S20.txt", "Run1_S40.txt", "Run1_Last.txt", "Run1_Best_agent.t"} <= names
+    assert "Run1_S60.txt" not in names
 
 
 def test_keep_records_false_returns_none_and_keeps_disk(tmp_path):
@@ -182,7 +256,7 @@ def test_exception_mid_run_leaves_flushed_stream(tmp_path):
     with pytest.raises(RunsFailedError, match="boom at update 60") as info:
         trainer.multi_run(1, num_episodes=1000, seed_offset=0, metrics_flush_every=7, progress=False)
     assert isinstance(info.value.__cause__, RuntimeError)
-    records = load_run_metrics(tmp_path, 0)
+    records = load_run_metrics(tmp_path, 1)
     # lengths 2,3,4,5,... plus a reset step each: the 60th update falls in episode 14, so 13 ended
     assert [r["episode_index"] for r in records] == list(range(1, 14))
     assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "failed"
@@ -198,7 +272,7 @@ def test_keyboard_interrupt_flushes_and_propagates(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), Interrupting, exp_dir=tmp_path)
     with pytest.raises(KeyboardInterrupt):
         trainer.multi_run(2, num_episodes=1000, seed_offset=0, metrics_flush_every=100, progress=False)
-    assert len(load_run_metrics(tmp_path, 0)) > 5
+    assert len(load_run_metrics(tmp_path, 1)) > 5
     statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
     assert statuses == ["interrupted", "interrupted"]
 
@@ -225,4 +299,4 @@ def test_memory_is_flat_in_episodes_without_records(tmp_path):
     short = _peak_memory(tmp_path / "short", 300)
     long = _peak_memory(tmp_path / "long", 6000)
     assert long < short * 1.5 + 200_000, (short, long)
-    assert len(load_run_metrics(tmp_path / "long", 0)) == 6000
+    assert len(load_run_metrics(tmp_path / "long", 1)) == 6000
