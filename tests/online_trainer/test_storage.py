@@ -44,3 +44,20 @@ def test_missing_things_raise_file_not_found(tmp_path):
         load_args(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"No config.py at"):
         load_config(tmp_path)
+
+
+def original_record(episode_index, ep_return, ep_length):
+    """An episode record as the original OnlineTrainer wrote it (no global_step, no wall_time)."""
+    return {"ep_return": ep_return, "ep_length": ep_length, "frames": [], "transitions": [], "actions": [0] * ep_length,
+            "agent_seed": 0, "episode_index": episode_index, "agent_logs": None}
+
+
+def test_loaders_read_an_experiment_of_the_original_trainer(tmp_path):
+    # The original appends one pickled list per flush to metrics_run{i}.pkl, runs numbered from 1, no manifest.
+    for run, chunks in {1: [[(1, 10.0, 10), (2, 12.0, 12)], [(3, 9.0, 9)]], 2: [[(1, 30.0, 30)]]}.items():
+        with open(tmp_path / f"metrics_run{run}.pkl", "ab") as f:
+            for chunk in chunks:
+                pickle.dump([original_record(*episode) for episode in chunk], f)
+    first = load_run_metrics(tmp_path, 1)
+    assert [(r["episode_index"], r["ep_return"]) for r in first] == [(1, 10.0), (2, 12.0), (3, 9.0)]
+    assert [[r["ep_length"] for r in run] for run in load_all_run_metrics(tmp_path)] == [[10, 12, 9], [30]]

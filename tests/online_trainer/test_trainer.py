@@ -300,3 +300,17 @@ def test_memory_is_flat_in_episodes_without_records(tmp_path):
     long = _peak_memory(tmp_path / "long", 6000)
     assert long < short * 1.5 + 200_000, (short, long)
     assert len(load_run_metrics(tmp_path / "long", 1)) == 6000
+
+
+def test_tensorboard_keeps_every_episode_of_every_run(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = OnlineTrainer(make_counting_vec(4), RecordingAgent, exp_dir=tmp_path)  # default TBCallBack
+    runs = trainer.multi_run(2, total_steps=200, seed_offset=0, progress=False)
+    accumulator = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    for run, records in enumerate(runs, start=1):
+        assert len({r["global_step"] for r in records}) < len(records)  # several episodes end on one env step
+        returns = accumulator.Scalars(f"ep_return/run_{run}")
+        assert [(e.step, e.value) for e in returns] == [(r["episode_index"], r["ep_return"]) for r in records]
+        assert [e.value for e in accumulator.Scalars(f"ep_length/run_{run}")] == [r["ep_length"] for r in records]
