@@ -129,14 +129,27 @@ class EventFileWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffer to the file and flush it to the operating system."""
-        if self._buffer:
-            self._file.write(self._buffer)
+        """Write the buffer to the file and flush it to the operating system.
+
+        Raises:
+            OSError: naming the event file (a full disk); the buffered events are dropped.
+        """
+        try:
+            if self._buffer:
+                self._file.write(self._buffer)
+            self._file.flush()
+        except OSError as exc:
+            raise type(exc)(exc.errno, f"could not write {self.path}: {exc.strerror or exc}.") from exc
+        finally:
             self._buffer.clear()
-        self._file.flush()
 
     def close(self) -> None:
         """Flush and close the file."""
         if not self._file.closed:
-            self.flush()
-            self._file.close()
+            try:
+                self.flush()
+            finally:
+                try:
+                    self._file.close()
+                except OSError:
+                    pass  # flush already raised, naming the file

@@ -21,11 +21,13 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from online_trainer.errors import ExperimentInUseError
 from online_trainer.experiment_config import ConfigError
 
 PROG = "online-trainer"
 USAGE_ERROR = 2
-USER_ERRORS = (ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError)
+USER_ERRORS = (ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError,
+               ExperimentInUseError)
 """Exceptions that mean the user's input is wrong: reported in one line, exit status 2."""
 
 

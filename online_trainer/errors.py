@@ -59,3 +59,7 @@ class RunSetupError(Exception):
     def __str__(self) -> str:
         return f"run {self.run_idx} (seed {self.seed}) failed before its first env step: " \
                f"{type(self.cause).__name__}: {self.cause}"
+
+
+class ExperimentInUseError(RuntimeError):
+    """Another live call is writing into the experiment directory (it holds its lock)."""

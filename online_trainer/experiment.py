@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import pickle
 from pathlib import Path
@@ -12,6 +13,8 @@ from typing import Any, Sequence
 from online_trainer import seeding, storage
 from online_trainer.errors import RunFailure, RunSetupError
 from online_trainer.run import RunResult, RunSpec
+
+logger = logging.getLogger(__name__)
 
 
 class Experiment:
@@ -78,7 +81,10 @@ class Experiment:
         for spec in self.specs:
             if spec.run_idx not in self.results:
                 self.manifest["runs"][spec.run_idx - 1]["status"] = "interrupted"
-        self._write()
+        try:
+            self._write()
+        except OSError as exc:  # called while another exception propagates: that one is the news
+            logger.error("could not record the interrupted runs in the manifest: %s", exc)
 
     def failures(self) -> list[RunFailure]:
         """The runs that failed, in order."""

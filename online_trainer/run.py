@@ -238,7 +238,10 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         events.finish(True, global_step)
     except BaseException:
         if events is not None:
-            events.finish(False, 0)
+            try:
+                events.finish(False, 0)
+            except Exception as exc:  # the run's own error is the one to report
+                logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
         raise
     finally:
         if bar is not None:

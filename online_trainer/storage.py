@@ -14,6 +14,8 @@ Layout::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import glob
 import importlib.util
 import json
@@ -90,14 +92,29 @@ def remove_experiment_files(exp_dir: str | os.PathLike) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and swap it in."""
+    """Write ``data`` to a temporary file beside ``path`` and swap it in.
+
+    Raises:
+        OSError: naming ``path`` (a full disk, a read-only directory); the temporary file is removed.
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise write_error(exc, path) from exc
+
+
+def write_error(exc: OSError, path: str | os.PathLike) -> OSError:
+    """``exc`` again, saying which file could not be written and what to do."""
+    hint = " Free some space or choose another exp_dir." if exc.errno == errno.ENOSPC else ""
+    return type(exc)(exc.errno, f"could not write {os.fspath(path)}: {exc.strerror or exc}.{hint}")
 
 
 # ---------------------------------------------------------------- metric streams
@@ -125,17 +142,28 @@ class MetricsStream:
             self.flush()
 
     def flush(self) -> None:
-        """Write the buffered records as one chunk."""
+        """Write the buffered records as one chunk.
+
+        Raises:
+            OSError: naming the stream (a full disk); earlier chunks stay readable.
+        """
         if self._buffer:
-            pickle.dump(self._buffer, self._file, protocol=pickle.HIGHEST_PROTOCOL)
-            self._file.flush()
-            self._buffer = []
+            try:
+                pickle.dump(self._buffer, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+                self._file.flush()
+            except OSError as exc:
+                raise write_error(exc, self.path) from exc
+            finally:
+                self._buffer = []
 
     def close(self) -> None:
         """Write what is buffered and close the file."""
         if not self._file.closed:
-            self.flush()
-            self._file.close()
+            try:
+                self.flush()
+            finally:
+                with contextlib.suppress(OSError):  # flush said what failed; a second error would hide it
+                    self._file.close()
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

@@ -30,6 +30,7 @@ from online_trainer import executors, storage, validation
 from online_trainer.errors import RunsFailedError
 from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment, pending_runs
+from online_trainer.lock import LOCK_FILE, ExperimentLock
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,8 +116,8 @@ def run_sweep(
     options["copy_agent"] = trainer._copies_agent(len(grid) * num_runs, execution)
     trainer._check_travel(execution)
     root = Path(trainer.exp_dir)
-    with executors.early_workers(execution, len(grid) * num_runs) as pool:
-        created: list[Path] = []
+    created: list[Path] = [path for path in (root, root / LOCK_FILE) if not path.exists()]
+    with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
         base_seed = _sweep_seed(root, seed_offset, budget, trainer, created)
         fields = trainer._manifest_fields(execution)
         experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, fields, budget, options,
@@ -175,7 +176,7 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "Onli
                              "compares configurations on one budget; use another exp_dir.")
         return recorded["base_seed"]
     base_seed = trainer._base_seed(seed_offset)
-    created += [path] if root.exists() else [root, path]
+    created.append(path)
     root.mkdir(parents=True, exist_ok=True)
     storage.write_atomic(path, json.dumps({"base_seed": base_seed, "budget": recorded_budget}, indent=2).encode())
     return base_seed

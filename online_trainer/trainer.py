@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer import executors, seeding, storage, validation
@@ -15,6 +16,7 @@ from online_trainer.errors import RunSetupError, RunsFailedError
 from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment, remove_created
 from online_trainer.factories import AgentFactory, EnvFactory
+from online_trainer.lock import LOCK_FILE, ExperimentLock
 from online_trainer.run import RunSpec
 
 if TYPE_CHECKING:
@@ -176,8 +178,9 @@ class OnlineTrainer:
                                     metrics_flush_every, keep_agents)
         options["copy_agent"] = self._copies_agent(num_runs, execution)
         self._check_travel(execution)
-        with executors.early_workers(execution, num_runs) as pool:
-            created = self._prepare_exp_dir(overwrite) if self.exp_dir is not None else []
+        with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
+            if self.exp_dir is not None:
+                created += self._prepare_exp_dir(overwrite)
             base_seed = self._base_seed(seed_offset)
             manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed,
                                                {**self._manifest_fields(execution), "tuning_hp": tuning_hp})
@@ -193,6 +196,16 @@ class OnlineTrainer:
         if self.exp_dir is not None and options["dump_metrics"] and keep_records:
             experiment.write_all_metrics(runs)
         return runs
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[list[Path]]:
+        """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
+        if self.exp_dir is None:
+            yield []
+            return
+        created = [path for path in (self.exp_dir, self.exp_dir / LOCK_FILE) if not path.exists()]
+        with ExperimentLock(self.exp_dir):
+            yield created
 
     def _copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
         """Whether each run takes a copy of the agent instance (several runs in this process)."""
@@ -260,7 +273,7 @@ class OnlineTrainer:
         try:
             executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
         except RunSetupError as error:
-            self.call_back.close()
+            _close_quietly(self.call_back)
             for experiment in experiments:
                 experiment.discard()
             remove_created(created)
@@ -270,9 +283,9 @@ class OnlineTrainer:
         except BaseException:
             for experiment in experiments:
                 experiment.mark_interrupted()
+            _close_quietly(self.call_back)
             raise
-        finally:
-            self.call_back.close()
+        self.call_back.close()
 
     def _prepare_exp_dir(self, overwrite: bool) -> list[Path]:
         """Refuse an earlier experiment (unless ``overwrite``), then write config.py and args.yaml.
@@ -296,7 +309,7 @@ class OnlineTrainer:
         for name, text in inputs.items():  # check both before writing either
             if text is not None and (self.exp_dir / name).exists():
                 storage.write_text_once(self.exp_dir / name, text)
-        created = [] if self.exp_dir.is_dir() else [self.exp_dir]
+        created = []
         self.exp_dir.mkdir(parents=True, exist_ok=True)
         for name, text in inputs.items():
             if text is not None and not (self.exp_dir / name).exists():
@@ -365,6 +378,14 @@ class OnlineTrainer:
     load_agent_logs = staticmethod(storage.load_agent_logs)
     load_args = staticmethod(storage.load_args)
     load_config = staticmethod(storage.load_config)
+
+
+def _close_quietly(callback: Any) -> None:
+    """Close ``callback`` while another exception propagates: its own error must not hide that one."""
+    try:
+        callback.close()
+    except Exception as exc:
+        logger.error("could not close the callback %r: %s", callback, exc)
 
 
 def _add_note(exc: BaseException, note: str) -> None:

@@ -1,0 +1,147 @@
+"""One writer per experiment directory, and disk errors that name the file."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from online_trainer import OnlineTrainer, RunsFailedError
+from online_trainer import storage
+from online_trainer.errors import ExperimentInUseError
+from online_trainer.lock import LOCK_FILE, ExperimentLock
+from tests.conftest import RecordingAgent, make_counting_vec
+
+SLOW_WRITER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Slow(RecordingAgent):
+        def update(self, *args, **kwargs):
+            time.sleep(0.01)
+            super().update(*args, **kwargs)
+
+    OnlineTrainer(make_counting_vec(1), Slow, exp_dir={exp_dir!r}).multi_run(
+        2, num_episodes=100000, seed_offset=0, progress=False)
+""")
+
+
+def start_writer(exp_dir):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    process = subprocess.Popen([sys.executable, "-c", SLOW_WRITER.format(root=root, exp_dir=str(exp_dir))])
+    deadline = time.monotonic() + 60
+    while not list(exp_dir.glob("metrics_run*.pkl")):
+        assert process.poll() is None, "the writer exited"
+        assert time.monotonic() < deadline, "the writer never started"
+        time.sleep(0.1)
+    return process
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_second_writer_is_refused_naming_the_owner(tmp_path, overwrite):
+    writer = start_writer(tmp_path)
+    try:
+        manifest = (tmp_path / "manifest.json").read_bytes()
+        with pytest.raises(ExperimentInUseError, match=rf"is being written by another call \(pid {writer.pid} on "):
+            OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+                1, num_episodes=2, overwrite=overwrite, progress=False)
+        assert (tmp_path / "manifest.json").read_bytes() == manifest
+        assert writer.poll() is None
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_the_lock_of_a_killed_writer_is_taken_over_with_a_warning(tmp_path, caplog):
+    writer = start_writer(tmp_path)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == writer.pid
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=2, overwrite=True, progress=False)
+    assert f"taking over the lock of pid {writer.pid}" in caplog.text
+    assert (tmp_path / LOCK_FILE).read_text() == ""  # released at the end
+
+
+def test_the_lock_is_held_during_the_call_and_released_after(tmp_path):
+    seen = []
+
+    class Probe(RecordingAgent):
+        def update(self, *args, **kwargs):
+            if not seen:
+                with pytest.raises(ExperimentInUseError):
+                    ExperimentLock(tmp_path).acquire()
+                seen.append(json.loads((tmp_path / LOCK_FILE).read_text())["pid"])
+            super().update(*args, **kwargs)
+
+    OnlineTrainer(make_counting_vec(1), Probe, exp_dir=tmp_path).multi_run(1, num_episodes=2, progress=False)
+    assert seen == [os.getpid()]
+    with ExperimentLock(tmp_path):
+        pass
+
+
+def test_an_unwritable_exp_dir_is_refused_with_a_fix(tmp_path, monkeypatch):
+    real_open = os.open
+
+    def read_only(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path)):
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(PermissionError, match=r"exp_dir='.*' cannot be written \(Permission denied\): choose a "
+                                              r"directory you can write to"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=1)
+
+
+class FullDisk:
+    """A file object whose writes fail as on a full disk."""
+
+    def __init__(self, real):
+        self.real = real
+        self.closed = False
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+        self.real.close()
+
+
+def test_a_full_disk_names_the_file_and_the_run(tmp_path, monkeypatch):
+    real_init = storage.MetricsStream.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self._file = FullDisk(self._file)
+
+    monkeypatch.setattr(storage.MetricsStream, "__init__", init)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError, match=r"run 1 \(seed 0\): OSError: \[Errno 28\] could not write "
+                                              r".*metrics_run1.pkl: No space left on device. Free some space"):
+        trainer.multi_run(1, num_episodes=20, seed_offset=0, metrics_flush_every=5, progress=False)
+
+
+def test_write_atomic_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match=r"could not write .*manifest.json: No space left on device"):
+        storage.write_manifest(tmp_path, {"runs": []})
+    assert list(tmp_path.iterdir()) == []
