@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 import os
+import types
+import typing
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -45,7 +48,8 @@ def make_config(config_cls: type, hyperparameters: dict[str, Any], owner: str) -
 
 
 def check_keys(config_cls: type, hyperparameters: dict[str, Any], owner: str) -> None:
-    """Raise ValueError naming the keys of ``hyperparameters`` that ``config_cls`` lacks."""
+    """Raise ValueError naming the keys of ``hyperparameters`` that ``config_cls`` lacks, and
+    TypeError naming a value whose type does not match its field's annotation."""
     names = [field.name for field in dataclasses.fields(config_cls)]
     unknown = sorted(set(hyperparameters) - set(names))
     if unknown:
@@ -53,6 +57,40 @@ def check_keys(config_cls: type, hyperparameters: dict[str, Any], owner: str) ->
             f"{owner} got unknown hyperparameter(s) {', '.join(map(repr, unknown))}; "
             f"valid ones are: {', '.join(names)}."
         )
+    hints = typing.get_type_hints(config_cls)
+    for key, value in hyperparameters.items():
+        expected = hints.get(key)
+        if expected is not None and not _has_type(value, expected):
+            raise TypeError(f"{owner} hyperparameter {key} must be of type {_type_name(expected)}, but got "
+                            f"{key}={value!r} of type {type(value).__name__}.")
+
+
+def _has_type(value: Any, expected: Any) -> bool:
+    """Whether ``value`` fits the annotation ``expected`` (an int fits a float; a list fits a tuple)."""
+    options = typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
+    for option in options:
+        origin = typing.get_origin(option) or option
+        if option is type(None):
+            if value is None:
+                return True
+        elif origin is float:
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                return True
+        elif origin is int:
+            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+                return True
+        elif origin is tuple:
+            if isinstance(value, (tuple, list)):
+                return True
+        elif isinstance(origin, type) and isinstance(value, origin):
+            return True
+        elif not isinstance(origin, type):
+            return True  # an annotation this check does not know: the config's own checks apply
+    return False
+
+
+def _type_name(expected: Any) -> str:
+    return getattr(expected, "__name__", None) or str(expected)
 
 
 def require(condition: bool, name: str, value: Any, expected: str) -> None:

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from callbacks import EmptyCallBack
 from online_trainer import seeding, storage
 from online_trainer.episodes import EpisodeTracker
@@ -198,6 +200,22 @@ def _check_env(env: Any) -> None:
     if env.num_envs > seeding.SEED_STRIDE:
         raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
                          f"at most {seeding.SEED_STRIDE} sub-envs.")
+    render_mode = getattr(env, "render_mode", None)
+    supported = env.metadata.get("render_modes") or []
+    if render_mode is not None and supported and render_mode not in supported:
+        raise ValueError(f"render_mode={render_mode!r} is not a render mode of this env, which supports "
+                         f"{list(supported)}: make the env with one of them.")
+
+
+def _warn_if_nan(obs: Any, run_idx: int) -> None:
+    """Log a warning when the first observation of a run holds NaN (the env is probably broken)."""
+    leaves = obs.values() if isinstance(obs, dict) else obs if isinstance(obs, tuple) else (obs,)
+    for leaf in leaves:
+        if isinstance(leaf, (dict, tuple)):
+            _warn_if_nan(leaf, run_idx)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" and np.isnan(leaf).any():
+            logger.warning("run %d: the env's first observation holds NaN; the agent will learn from it", run_idx)
+            return
 
 
 def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
@@ -219,6 +237,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
             obs, _ = env.reset(seed=spec.seed)
+            _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
         except Exception as exc:

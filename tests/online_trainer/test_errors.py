@@ -207,3 +207,36 @@ def test_more_workers_than_runs_are_capped(caplog):
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=2, num_workers=10**9,
                                                                          progress=False)
     assert len(runs) == 1 and "num_workers=1000000000 is more than num_runs=1" in caplog.text
+
+
+def test_a_render_mode_the_env_lacks_is_refused(tmp_path):
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of this env, which supports "
+                                         r"\['rgb_array'\]: make the env with one of them"):
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"), RecordingAgent,
+                      exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, progress=False)
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
+    import gymnasium as gym
+
+    from agents import DQNAgent
+
+    with pytest.raises(TypeError, match=r"DQNAgent hyperparameter lr must be of type float, but got lr='0.001' of "
+                                        r"type str"):
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), DQNAgent).multi_run(
+            1, num_episodes=1, tuning_hp={"lr": "0.001"}, progress=False)
+
+
+def test_nan_in_the_first_observation_is_warned_about(caplog):
+    import gymnasium as gym
+
+    class NanObs(gym.ObservationWrapper):
+        def observation(self, obs):
+            return np.full_like(obs, np.nan)
+
+    OnlineTrainer(lambda: NanObs(gym.make("CartPole-v1")), RecordingAgent).multi_run(1, num_episodes=1,
+                                                                                     progress=False)
+    assert "run 1: the env's first observation holds NaN" in caplog.text
