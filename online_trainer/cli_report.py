@@ -123,7 +123,9 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     ``results`` are those of :func:`final_results` when already computed.
     """
     if df.empty:
-        return "No episode has finished yet: there is no final return to show."
+        records = df.attrs.get("runs") or []
+        listed = f" Runs: {describe_runs(pd.DataFrame(records))}." if records else ""
+        return f"No episode has finished yet: there is no final return to show.{listed}"
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []

@@ -189,6 +189,12 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     err = capsys.readouterr().err
     assert "every run was left out: run 1 (failed) did not finish; pass --include-unfinished" in err
     assert cli.main(["report", str(failed), "--include-unfinished"]) == 0
+    never = write_experiment(tmp_path / "never", {1: ("failed", 1, None), 2: ("interrupted", 2, [])})
+    capsys.readouterr()
+    assert cli.main(["show", str(never)]) == 0
+    assert "No episode has finished yet: there is no final return to show. Runs: run 1 (failed), run 2 " \
+           "(interrupted)." in capsys.readouterr().out
+    assert cli.main(["report", str(never)]) == 2
 
 
 @pytest.mark.parametrize(
