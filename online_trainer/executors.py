@@ -85,30 +85,30 @@ def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, 
         on_result(result)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ExecutionOptions:
-    """How runs execute; validated by :meth:`check`.
+    """How runs execute; validated when built.
 
-    Attributes:
-        num_workers: runs going at once (worker processes, or Ray tasks in flight); 1 runs here.
-        backend: ``"local"`` or ``"ray"``.
-        start_method: multiprocessing start method of the worker processes.
-        torch_threads: torch threads per worker process or Ray task.
-        ray_address: Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray).
-        ray_resources: Ray task options per run.
-        progress: show the progress display.
+    Raises:
+        ValueError: naming the first bad option and its value.
     """
 
     num_workers: int = 1
+    """Runs going at once (worker processes, or Ray tasks in flight); 1 runs them in this process."""
     backend: str = "local"
+    """``"local"`` (this process or worker processes) or ``"ray"``."""
     start_method: str = "spawn"
+    """Multiprocessing start method of the worker processes."""
     torch_threads: int = 1
+    """Torch threads per worker process or Ray task."""
     ray_address: str | None = None
+    """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray)."""
     ray_resources: Mapping[str, Any] | None = None
+    """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
     progress: bool = True
+    """Show the progress display."""
 
-    def check(self) -> "ExecutionOptions":
-        """Raise ValueError naming the first bad option."""
+    def __post_init__(self) -> None:
         from online_trainer import validation
 
         validation.positive_int("num_workers", self.num_workers, "Use 1 to run in this process.")
@@ -121,7 +121,6 @@ class ExecutionOptions:
         methods = multiprocessing.get_all_start_methods()
         if self.start_method not in methods:
             raise ValueError(f"start_method must be one of {methods}, but got start_method={self.start_method!r}.")
-        return self
 
     def capped(self, num_runs: int) -> "ExecutionOptions":
         """These options with at most ``num_runs`` workers (more would have nothing to do)."""

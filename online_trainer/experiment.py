@@ -155,3 +155,42 @@ def remove_created(created: Sequence[Path]) -> None:
                 path.rmdir()  # only when empty
         else:
             path.unlink(missing_ok=True)
+
+
+def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None]) -> list[Path]:
+    """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``), then write ``inputs``.
+
+    Args:
+        exp_dir: the experiment directory (created if missing).
+        overwrite: remove the files of an earlier experiment instead of refusing.
+        inputs: file name -> text of the files that say what produced the experiment
+            (``config.py``, ``args.yaml``; None: not given).
+
+    Returns:
+        The files this call created, so that they can be removed if no run starts.
+
+    Raises:
+        FileExistsError: an earlier experiment is there and ``overwrite`` is false, or an
+            input file is there with other content.
+    """
+    earlier = storage.existing_experiment_files(exp_dir) if exp_dir.is_dir() else []
+    if earlier and not overwrite:
+        names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        raise FileExistsError(
+            f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
+            "overwrite=True to replace it, or choose another exp_dir."
+        )
+    if overwrite and exp_dir.is_dir():
+        storage.remove_experiment_files(exp_dir)
+        for name in inputs:
+            (exp_dir / name).unlink(missing_ok=True)
+    for name, text in inputs.items():  # check every input before writing any
+        if text is not None and (exp_dir / name).exists():
+            storage.write_text_once(exp_dir / name, text)
+    created = []
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in inputs.items():
+        if text is not None and not (exp_dir / name).exists():
+            storage.write_text_once(exp_dir / name, text)
+            created.append(exp_dir / name)
+    return created

@@ -31,6 +31,7 @@ from online_trainer.errors import RunsFailedError
 from online_trainer.executors import ExecutionOptions
 from online_trainer.experiment import Experiment, pending_runs
 from online_trainer.lock import LOCK_FILE, ExperimentLock
+from online_trainer.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -104,25 +105,25 @@ def run_sweep(
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
-    budget = validation.budget(num_episodes, total_steps)
+    options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                         keep_agents=False)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
     seed_offset = validation.seed_offset(seed_offset)
     grid = expand_grid(configurations)
-    execution = execution.check().capped(len(grid) * num_runs)
-    options = trainer._run_options(budget, True, checkpoint_freq, False, True, 10, keep_agents=False)
-    options["copy_agent"] = trainer._copies_agent(len(grid) * num_runs, execution)
-    trainer._check_travel(execution)
+    execution = execution.capped(len(grid) * num_runs)
+    parts = trainer.parts
+    parts.check_travel(execution)
+    copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
     root = Path(trainer.exp_dir)
     created: list[Path] = [path for path in (root, root / LOCK_FILE) if not path.exists()]
     with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
-        base_seed = _sweep_seed(root, seed_offset, budget, trainer, created)
-        fields = trainer._manifest_fields(execution)
-        experiments, names = _plan(trainer, root, grid, num_runs, seed_offset, base_seed, fields, budget, options,
-                                   created)
-        trainer._execute(experiments, execution, pool, created)
+        seed = _sweep_seed(root, seed_offset, options.budget, created)
+        experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
+                                   options, copy_agent, created)
+        execute_experiments(experiments, execution, parts.callback, pool, created)
 
     ranking = rank(root, names, metric, last_k)
     ranking.to_csv(root / RESULTS_FILE, index=False)
@@ -132,8 +133,8 @@ def run_sweep(
     return ranking
 
 
-def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
-          base_seed: int, fields: dict[str, Any], budget: Any, options: dict[str, Any],
+def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
+          seed: int, fields: dict[str, Any], options: RunOptions, copy_agent: bool,
           created: list[Path]) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names.
 
@@ -147,12 +148,11 @@ def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_
         exp_dir = root / name
         if not exp_dir.exists():
             created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
-        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, base_seed, fields, budget)
-        specs = []
-        for run_idx in todo:
-            specs.append(trainer._spec(run_idx, manifest["seeds"][run_idx - 1], options, config, exp_dir, task_id=task_id,
-                                       label=f"{name} run {run_idx}", tag_prefix=f"{name}/"))
-            task_id += 1
+        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed, fields, options.budget)
+        seeds = {run: manifest["seeds"][run - 1] for run in todo}
+        specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
+                          first_task_id=task_id)
+        task_id += len(specs)
         experiments.append(Experiment(exp_dir, manifest, specs))
     skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
     logger.info("sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs,
@@ -160,8 +160,7 @@ def _plan(trainer: "OnlineTrainer", root: Path, grid: list[dict[str, Any]], num_
     return experiments, names
 
 
-def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "OnlineTrainer",
-                created: list[Path]) -> int:
+def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[Path]) -> int:
     """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now (and recorded:
     what this writes is appended to ``created``)."""
     path = root / SWEEP_FILE
@@ -175,20 +174,20 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, trainer: "Onli
             raise ValueError(f"The sweep in {root} ran with {recorded['budget']}, but got {recorded_budget}: a sweep "
                              "compares configurations on one budget; use another exp_dir.")
         return recorded["base_seed"]
-    base_seed = trainer._base_seed(seed_offset)
+    seed = base_seed(seed_offset)
     created.append(path)
     root.mkdir(parents=True, exist_ok=True)
-    storage.write_atomic(path, json.dumps({"base_seed": base_seed, "budget": recorded_budget}, indent=2).encode())
-    return base_seed
+    storage.write_atomic(path, json.dumps({"base_seed": seed, "budget": recorded_budget}, indent=2).encode())
+    return seed
 
 
-def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, base_seed: int,
+def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, seed: int,
             fields: dict[str, Any], budget: Any) -> tuple[dict[str, Any], list[int]]:
     """The manifest of a configuration's experiment and the runs still to do."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
         todo = pending_runs(manifest, exp_dir)
-        extra = Experiment.new_manifest(num_runs, seed_offset, base_seed, {})
+        extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
         for entry in extra["runs"][len(manifest["runs"]):]:
             manifest["runs"].append(entry)
             manifest["seeds"].append(entry["seed"])
@@ -197,7 +196,7 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
         return manifest, todo
     exp_dir.mkdir(parents=True, exist_ok=True)
     storage.write_text_once(exp_dir / storage.HYPERPARAMETERS_FILE, yaml.safe_dump(config, sort_keys=False))
-    manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed, {**fields, "tuning_hp": config})
+    manifest = Experiment.new_manifest(num_runs, seed_offset, seed, {**fields, "tuning_hp": config})
     return manifest, list(range(1, num_runs + 1))
 
 

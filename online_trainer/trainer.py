@@ -6,23 +6,20 @@ import argparse
 import contextlib
 import logging
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from callbacks import EmptyCallBack, TBCallBack
-from online_trainer import executors, seeding, storage, validation
-from online_trainer.errors import RunSetupError, RunsFailedError
+from online_trainer import executors, storage, validation
+from online_trainer.errors import RunsFailedError
 from online_trainer.executors import ExecutionOptions
-from online_trainer.experiment import Experiment, remove_created
+from online_trainer.experiment import Experiment, prepare_exp_dir
 from online_trainer.factories import AgentFactory, EnvFactory
 from online_trainer.lock import LOCK_FILE, ExperimentLock
-from online_trainer.run import RunSpec
+from online_trainer.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from online_trainer.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -168,34 +165,42 @@ class OnlineTrainer:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
             RunsFailedError: some runs raised; the others completed.
         """
-        budget = validation.budget(num_episodes, total_steps)
         num_runs = validation.positive_int("num_runs", num_runs)
-        execution = ExecutionOptions(num_workers, backend, start_method, torch_threads, ray_address, ray_resources,
-                                     progress).check().capped(num_runs)
+        options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
+                             dump_transitions=bool(dump_transitions), keep_records=bool(keep_records),
+                             keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
+                             has_exp_dir=self.exp_dir is not None)
+        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
+                                     torch_threads=torch_threads, ray_address=ray_address,
+                                     ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
-        options = self._run_options(budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
-                                    metrics_flush_every, keep_agents)
-        options["copy_agent"] = self._copies_agent(num_runs, execution)
-        self._check_travel(execution)
+        parts = self.parts
+        parts.check_travel(execution)
+        copy_agent = parts.copies_agent(num_runs, execution)
         with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:
-                created += self._prepare_exp_dir(overwrite)
-            base_seed = self._base_seed(seed_offset)
-            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed,
-                                               {**self._manifest_fields(execution), "tuning_hp": tuning_hp})
-            specs = [self._spec(run, seed, options, tuning_hp, self.exp_dir)
-                     for run, seed in enumerate(manifest["seeds"], start=1)]
+                created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
+            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
+                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp})
+            seeds = dict(enumerate(manifest["seeds"], start=1))
+            specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            self._execute([experiment], execution, pool, created)
+            execute_experiments([experiment], execution, parts.callback, pool, created)
         self.agents = experiment.agents()
         runs = experiment.runs(keep_records)
         failures = experiment.failures()
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
-        if self.exp_dir is not None and options["dump_metrics"] and keep_records:
+        if self.exp_dir is not None and options.dump_metrics and keep_records:
             experiment.write_all_metrics(runs)
         return runs
+
+    @property
+    def parts(self) -> RunnerParts:
+        """What this trainer contributes to every run (for :mod:`online_trainer.planning`)."""
+        return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[list[Path]]:
@@ -207,115 +212,10 @@ class OnlineTrainer:
         with ExperimentLock(self.exp_dir):
             yield created
 
-    def _copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
-        """Whether each run takes a copy of the agent instance (several runs in this process)."""
-        if not self.agent_factory.is_instance or execution.in_workers or num_runs == 1:
-            return False
-        if self.train:
-            logger.warning("The agent instance you passed is copied for each of the %d runs and stays as it was: "
-                           "the trained agents are trainer.agents after multi_run.", num_runs)
-        return True
-
-    def _check_travel(self, execution: ExecutionOptions) -> None:
-        """Check, without calling anything, that what runs need can be sent to worker processes."""
-        if execution.in_workers:
-            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                       "trainer.call_back": self.call_back})
-
-    def _manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
-        """How the runs are executed, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
-        return {
-            "train": self.train,
-            "backend": execution.backend,
-            "num_workers": execution.num_workers,
-            "torch_threads": execution.torch_threads if execution.in_workers else _current_torch_threads(),
-        }
-
-    def _run_options(self, budget, dump_metrics, checkpoint_freq, dump_transitions, keep_records,
-                     metrics_flush_every, keep_agents=True) -> dict[str, Any]:
-        """Validate the options every run of a call shares; return them as RunSpec fields."""
-        checkpoint_freq = validation.optional_positive_int("checkpoint_freq", checkpoint_freq)
-        metrics_flush_every = validation.positive_int("metrics_flush_every", metrics_flush_every)
-        validation.needs_exp_dir(self.exp_dir, dump_metrics=dump_metrics, checkpoint_freq=checkpoint_freq)
-        dump_metrics = self.exp_dir is not None if dump_metrics is None else bool(dump_metrics)
-        if not keep_records and not dump_metrics:
-            raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
-        return {"budget": budget, "train": self.train, "dump_metrics": dump_metrics, "checkpoint_freq": checkpoint_freq,
-                "dump_transitions": bool(dump_transitions), "keep_records": bool(keep_records),
-                "metrics_flush_every": metrics_flush_every, "callback": self.call_back,
-                "keep_agent": bool(keep_agents)}
-
-    def _spec(self, run_idx: int, seed: int, options: dict[str, Any], tuning_hp: dict[str, Any] | None,
-              exp_dir: Path | None, **naming: Any) -> RunSpec:
-        """The spec of one run; ``naming`` sets ``task_id``, ``label`` and ``tag_prefix`` in sweeps."""
-        return RunSpec(run_idx=run_idx, seed=seed, env_factory=self.env_factory, agent_factory=self.agent_factory,
-                       tuning_hp=tuning_hp, exp_dir=None if exp_dir is None else os.fspath(exp_dir), **naming,
-                       **options)
-
-    @staticmethod
-    def _base_seed(seed_offset: int | None) -> int:
-        if seed_offset is not None:
-            return seed_offset
-        base_seed = seeding.draw_base_seed()
-        logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", base_seed, base_seed)
-        return base_seed
-
-    def _execute(self, experiments: list[Experiment], execution: ExecutionOptions,
-                 pool: WorkerPool | None = None, created: Sequence[Path] = ()) -> None:
-        """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
-
-        A run that fails before its first env step stops every run: the files of this call
-        (``created`` and the experiments' outputs) are removed, as nothing was learned, and
-        the run's own exception is raised.
-        """
-        owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
-        specs = [spec for experiment in experiments for spec in experiment.specs]
-        try:
-            executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
-        except RunSetupError as error:
-            _close_quietly(self.call_back)
-            for experiment in experiments:
-                experiment.discard()
-            remove_created(created)
-            _add_note(error.cause, f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
-                                   "every run was stopped and nothing was kept on disk)")
-            raise error.cause from None
-        except BaseException:
-            for experiment in experiments:
-                experiment.mark_interrupted()
-            _close_quietly(self.call_back)
-            raise
-        self.call_back.close()
-
-    def _prepare_exp_dir(self, overwrite: bool) -> list[Path]:
-        """Refuse an earlier experiment (unless ``overwrite``), then write config.py and args.yaml.
-
-        Returns:
-            What this call created (the directory itself, or the files it wrote there).
-        """
-        earlier = storage.existing_experiment_files(self.exp_dir) if self.exp_dir.is_dir() else []
-        if earlier and not overwrite:
-            names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-            raise FileExistsError(
-                f"exp_dir={os.fspath(self.exp_dir)!r} already holds an earlier experiment ({names}): pass "
-                "overwrite=True to replace it, or choose another exp_dir."
-            )
-        inputs = {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
-                  storage.ARGS_FILE: self.args_yaml}
-        if overwrite and self.exp_dir.is_dir():
-            storage.remove_experiment_files(self.exp_dir)
-            for name in inputs:
-                (self.exp_dir / name).unlink(missing_ok=True)
-        for name, text in inputs.items():  # check both before writing either
-            if text is not None and (self.exp_dir / name).exists():
-                storage.write_text_once(self.exp_dir / name, text)
-        created = []
-        self.exp_dir.mkdir(parents=True, exist_ok=True)
-        for name, text in inputs.items():
-            if text is not None and not (self.exp_dir / name).exists():
-                storage.write_text_once(self.exp_dir / name, text)
-                created.append(self.exp_dir / name)
-        return created
+    def _inputs(self) -> dict[str, str | None]:
+        """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
+        return {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
+                storage.ARGS_FILE: self.args_yaml}
 
     def sweep(
         self,
@@ -367,8 +267,9 @@ class OnlineTrainer:
         """
         from online_trainer.sweep import run_sweep
 
-        execution = ExecutionOptions(num_workers, backend, start_method, torch_threads, ray_address, ray_resources,
-                                     progress)
+        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
+                                     torch_threads=torch_threads, ray_address=ray_address,
+                                     ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
                          checkpoint_freq, execution)
 
@@ -378,22 +279,3 @@ class OnlineTrainer:
     load_agent_logs = staticmethod(storage.load_agent_logs)
     load_args = staticmethod(storage.load_args)
     load_config = staticmethod(storage.load_config)
-
-
-def _close_quietly(callback: Any) -> None:
-    """Close ``callback`` while another exception propagates: its own error must not hide that one."""
-    try:
-        callback.close()
-    except Exception as exc:
-        logger.error("could not close the callback %r: %s", callback, exc)
-
-
-def _add_note(exc: BaseException, note: str) -> None:
-    if hasattr(exc, "add_note"):  # Python 3.11+
-        exc.add_note(note)
-
-
-def _current_torch_threads() -> int | None:
-    """Threads torch uses in this process (None when torch is not imported: it was not used)."""
-    torch = sys.modules.get("torch")
-    return torch.get_num_threads() if torch is not None else None
