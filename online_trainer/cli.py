@@ -51,6 +51,7 @@ def _lazy(module: str, name: str):
 run_command = _lazy("online_trainer.cli_run", "run_command")
 show_command = _lazy("online_trainer.cli_report", "show_command")
 report_command = _lazy("online_trainer.cli_report", "report_command")
+eval_command = _lazy("online_trainer.cli_run", "eval_command")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +111,22 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--include-unfinished", action="store_true",
                         help="include failed, interrupted and pending runs in the curves and statistics")
     report.set_defaults(handler=report_command)
+
+    evaluate = commands.add_parser(
+        "eval", help="evaluate the saved checkpoints of an experiment greedily",
+        description="Rebuild each run's agent from its checkpoint (with the env and agent of EXP_DIR/config.yaml), "
+                    "play greedy episodes on an env seeded with the run's eval seed, write "
+                    "EXP_DIR/evaluation_WHICH.csv and print each run's mean return and the mean, median and IQM "
+                    "across runs with 95%% bootstrap CIs.")
+    evaluate.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'run'")
+    evaluate.add_argument("--which", choices=("last", "best", "all"), default="last",
+                          help="checkpoints to evaluate (default: last)")
+    evaluate.add_argument("--episodes", type=_positive_int, default=100, metavar="N",
+                          help="episodes per checkpoint (default: 100)")
+    evaluate.add_argument("--workers", type=_positive_int, default=1, metavar="N", help="worker processes")
+    evaluate.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation_WHICH.csv")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    evaluate.set_defaults(handler=eval_command)
     return parser
 
 

@@ -190,3 +190,55 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
+
+
+def factories_from_config(exp_dir: str | os.PathLike) -> tuple[EnvBuilder, AgentBuilder]:
+    """The env and agent factories of an experiment made by ``online-trainer run`` (its ``config.yaml``).
+
+    Raises:
+        ValueError: the experiment has no ``config.yaml`` (it was made from Python: pass the factories).
+    """
+    path = Path(exp_dir) / CONFIG_YAML
+    if not path.is_file():
+        raise ValueError(f"{exp_dir} has no {CONFIG_YAML} (it was not made by 'online-trainer run'): pass "
+                         "agent_factory=... and env=... to say how to build the agent.")
+    config = load_experiment_config(path)
+    return env_factory(config.env), AgentBuilder(config.agent)
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Evaluate the checkpoints of ``args.exp_dir``; print each run's mean and the across-run table.
+
+    Returns:
+        0 when every checkpoint was evaluated, 1 when some failed (their error is printed).
+    """
+    exp_dir = Path(args.exp_dir)
+    make_env, make_agent = factories_from_config(exp_dir)
+    trainer = OnlineTrainer(make_env, make_agent)
+    try:
+        episodes = trainer.evaluate(args.which, num_episodes=args.episodes, num_workers=args.workers,
+                                    exp_dir=exp_dir, overwrite=args.overwrite, progress=not args.no_progress)
+    except RunsFailedError as exc:
+        print(f"online-trainer: {exc}", file=sys.stderr)
+        return 1
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    print(evaluation_table(episodes))
+    print(f"\nEpisodes written to {exp_dir / f'evaluation_{args.which}.csv'}")
+    return 0
+
+
+def evaluation_table(episodes: Any) -> str:
+    """Each run's mean greedy return per checkpoint, then mean, median and IQM across runs with 95% CIs."""
+    from online_trainer.stats import aggregate
+
+    per_run = episodes.groupby(["checkpoint", "run", "seed"], sort=False)["ep_return"].mean().reset_index()
+    per_checkpoint = episodes.groupby(["checkpoint", "run"]).size().iloc[0]
+    lines = [f"Greedy evaluation: mean return of {per_checkpoint} episodes per run and checkpoint",
+             per_run.to_string(index=False), ""]
+    summary = aggregate(per_run, value="ep_return", group_by="checkpoint")
+    for row in summary.itertuples(index=False):
+        stats = ", ".join(f"{stat} {getattr(row, stat):.2f} [{getattr(row, stat + '_lo'):.2f}, "
+                          f"{getattr(row, stat + '_hi'):.2f}]" for stat in ("mean", "median", "iqm"))
+        lines.append(f"{row.checkpoint}: {stats} (95% CI over {row.num_runs} runs)")
+    return "\n".join(lines)

@@ -124,6 +124,10 @@ class Experiment:
             if path.is_file():
                 path.unlink(missing_ok=True)
 
+    def evaluations(self) -> list[list[dict[str, Any]] | None]:
+        """The evaluation records of every run done now (None for the others, or without evaluation)."""
+        return [getattr(self.results.get(entry["run"]), "evaluations", None) for entry in self.manifest["runs"]]
+
     def agents(self) -> list[Any]:
         """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]

@@ -59,6 +59,12 @@ class RunOptions:
     """Hand each run's final agent back."""
     metrics_flush_every: int = 10
     """Records per chunk of the metrics streams."""
+    evaluate: bool = False
+    """Evaluate the agent greedily on a separate env, every ``eval_freq`` and at the end."""
+    eval_freq: int | None = None
+    """Evaluate every this many env steps (step budget) or episodes (episode budget); None: at the end only."""
+    eval_episodes: int = 10
+    """Complete episodes per evaluation."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
@@ -68,6 +74,8 @@ class RunOptions:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
         validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
         validation.positive_int("metrics_flush_every", self.metrics_flush_every)
+        validation.optional_positive_int("eval_freq", self.eval_freq)
+        validation.positive_int("eval_episodes", self.eval_episodes)
         validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
                                  checkpoint_freq=self.checkpoint_freq)
         if not self.keep_records and not self.dump_metrics:
@@ -82,12 +90,15 @@ class RunnerParts:
     agent_factory: AgentFactory
     callback: Any
     train: bool = True
+    eval_env_factory: EnvFactory | None = None
+    """The eval env (None: the training env's factory, called once more per run)."""
 
     def check_travel(self, execution: ExecutionOptions) -> None:
         """Check, without calling anything, that what runs need can be sent to worker processes."""
         if execution.in_workers:
             executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                       "trainer.call_back": self.callback})
+                                       "trainer.call_back": self.callback,
+                                       "eval_env": getattr(self.eval_env_factory, "source", None)})
 
     def copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
         """Whether each run takes a copy of the agent instance (several runs in this process)."""
@@ -131,6 +142,8 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
             exp_dir=None if exp_dir is None else os.fspath(exp_dir), dump_metrics=options.dump_metrics,
             checkpoint_freq=options.checkpoint_freq, dump_transitions=options.dump_transitions,
             keep_records=options.keep_records, metrics_flush_every=options.metrics_flush_every,
+            eval_env_factory=parts.eval_env_factory, eval_freq=options.eval_freq,
+            eval_episodes=options.eval_episodes if options.evaluate else 0,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
             label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
         ))

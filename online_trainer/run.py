@@ -16,6 +16,7 @@ from callbacks import EmptyCallBack
 from online_trainer import seeding, storage
 from online_trainer.episodes import EpisodeTracker
 from online_trainer.errors import RunSetupError
+from online_trainer.evaluation import Evaluator, RunEvaluations, eval_seed
 from online_trainer.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.loop import INFINITY, Budget, StepLogger, run_loop
 from online_trainer.progress import NoProgress, Progress, RunProgress
@@ -49,6 +50,16 @@ class RunSpec:
     dump_transitions: bool = False
     keep_records: bool = True
     metrics_flush_every: int = 10
+    eval_env_factory: EnvFactory | None = None
+    """The eval env's factory (None: the training env's, called once more) when evaluating."""
+    eval_freq: int | None = None
+    """Evaluate every this many env steps (step budget) or episodes (episode budget), and at the end."""
+    eval_episodes: int = 0
+    """Episodes per evaluation; 0: no evaluation."""
+    eval_only: bool = False
+    """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
+    checkpoint: str = ""
+    """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
     task_id: int = -1
     """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
     label: str = ""
@@ -82,6 +93,8 @@ class RunResult:
     error: str | None = None
     agent: Any = None
     """The run's agent after its last step (when the spec says ``keep_agent``)."""
+    evaluations: list[dict[str, Any]] | None = None
+    """The run's evaluation records (when it evaluated)."""
     env_info: dict[str, Any] = field(default_factory=dict)
     """``num_envs`` and ``autoreset_mode`` of the run's env, for the manifest."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -90,7 +103,7 @@ class RunResult:
 class RunEvents:
     """Handles every finished episode and step threshold of one run."""
 
-    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress) -> None:
+    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, evaluator: Evaluator | None = None) -> None:
         self.spec, self.agent, self.progress = spec, agent, progress
         self.callback = spec.callback
         self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
@@ -109,6 +122,13 @@ class RunEvents:
         self.best_return = -INFINITY
         self.best_state: Any = None
         self.episodes = 0
+        self.evals: RunEvaluations | None = None
+        if evaluator is not None:
+            eval_stream = None
+            if spec.exp_dir is not None and spec.dump_metrics:
+                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
+            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None)
 
     def on_episode(self, record: dict[str, Any]) -> None:
         self.episodes = index = record["episode_index"]
@@ -121,8 +141,10 @@ class RunEvents:
             self.stream.append(record)
         if self.records is not None:
             self.records.append(record)
+        if self.evals is not None and self.evals.due_after_episode(index):
+            self.evals.evaluate(record["global_step"], index)
         if self.checkpoint_freq is not None:
-            if ep_return > self.best_return:
+            if self.evals is None and ep_return > self.best_return:
                 self.best_return = ep_return
                 self.best_state = _state_copy(self.agent)
             if self.by_episode and index % self.checkpoint_freq == 0:
@@ -132,6 +154,8 @@ class RunEvents:
         self.progress.episode_end(ep_return)
 
     def on_step_event(self, global_step: int) -> float:
+        if self.evals is not None:
+            self.evals.on_steps(global_step, self.episodes)
         while global_step >= self.next_checkpoint:
             self._save(f"S{int(self.next_checkpoint)}")
             self.next_checkpoint += self.checkpoint_freq
@@ -139,18 +163,27 @@ class RunEvents:
             self.progress.advance(global_step - self.shown_steps)
             self.shown_steps = global_step
             self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
-        return min(self.next_tick, self.next_checkpoint, self.spec.budget.max_steps)
+        next_eval = self.evals.next_step if self.evals is not None else INFINITY
+        return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
 
     def _save(self, label: str) -> None:
         if hasattr(self.agent, "save"):
             self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
 
     def finish(self, completed: bool, global_step: int) -> None:
-        """Flush the stream, and write the last and best checkpoints of a completed run."""
+        """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
         if not self.by_episode and global_step > self.shown_steps:
             self.progress.advance(global_step - self.shown_steps)
-        if self.stream is not None:
-            self.stream.close()
+        try:
+            if completed and self.evals is not None:
+                self.evals.finish(global_step, self.episodes)
+        finally:
+            if self.evals is not None and self.evals.stream is not None:
+                self.evals.stream.close()
+            if self.stream is not None:
+                self.stream.close()
+        if self.evals is not None:
+            self.best_state = self.evals.best_state
         if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
             self._save("Last")
             if self.best_state is not None:
@@ -227,9 +260,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     such error. The metrics stream is flushed on every exit path (normal end, exception,
     KeyboardInterrupt); the exception then propagates.
     """
+    if spec.eval_only:
+        return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = None
+    env = events = bar = evaluator = None
     try:
         try:
             env = spec.env_factory()
@@ -240,6 +275,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
+            if spec.eval_episodes:
+                eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
@@ -249,7 +287,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        events = RunEvents(spec, agent, bar)
+        events = RunEvents(spec, agent, bar, evaluator)
         if render:
             tracker.add_frames(env.render())
         global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.seed,
@@ -267,6 +305,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             bar.close()
         if env is not None:
             spec.env_factory.release(env)
+        if evaluator is not None:
+            evaluator.env.close()
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
@@ -276,5 +316,33 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         global_step=global_step,
         wall_time=time.perf_counter() - start,
         agent=agent if spec.keep_agent else None,
+        evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
     )
+
+
+def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Evaluate the agent ``spec`` builds (typically from a checkpoint), as during training.
+
+    The eval env is reset with ``spec.seed`` (the run's eval seed) and the episodes are
+    played exactly as a run's evaluations are, so evaluating a run's last checkpoint gives
+    the result of its final evaluation during training.
+    """
+    start = time.perf_counter()
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.eval_episodes, "episodes")
+    env = None
+    try:
+        try:
+            env = (spec.eval_env_factory or spec.env_factory)()
+            agent = prepare_agent(spec, env)
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False)
+        record = evaluator.evaluate(0, 0)
+        bar.advance(spec.eval_episodes)
+    finally:
+        bar.close()
+        if env is not None:
+            (spec.eval_env_factory or spec.env_factory).release(env)
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
+                     wall_time=time.perf_counter() - start, evaluations=[record])

@@ -43,6 +43,7 @@ EXPERIMENT_PATTERNS = (
     MANIFEST_FILE,
     ALL_METRICS_FILE,
     "metrics_run*.pkl",
+    "eval_run*.pkl",
     "Run*_E*",
     "Run*_S*",
     "Run*_Last*",
@@ -59,6 +60,11 @@ class TruncatedMetricsWarning(RuntimeWarning):
 def metrics_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     """Path of the metrics stream of run ``run_idx``."""
     return Path(exp_dir) / f"metrics_run{run_idx}.pkl"
+
+
+def evaluations_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the evaluation stream of run ``run_idx`` (one record per evaluation)."""
+    return Path(exp_dir) / f"eval_run{run_idx}.pkl"
 
 
 def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -51,6 +52,7 @@ class OnlineTrainer:
             default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
         agents: after :meth:`multi_run`, the final agent of each run (``agents[0]`` is run 1;
             None for a failed run, or with ``keep_agents=False``).
+        evaluations: after a :meth:`multi_run` that evaluated, the evaluation records of each run.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class OnlineTrainer:
             self.args_yaml = storage.dump_args(args)
         self.call_back = EmptyCallBack() if self.exp_dir is None else TBCallBack(log_dir=self.exp_dir, flush_every=1)
         self.agents: list[Any] = []
+        self.evaluations: list[list[dict[str, Any]] | None] = []
 
     @property
     def call_back(self) -> Any:
@@ -120,6 +123,9 @@ class OnlineTrainer:
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
         metrics_flush_every: int = 10,
+        eval_env: Any = None,
+        eval_freq: int | None = None,
+        eval_episodes: int = 10,
     ) -> list[list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -157,6 +163,15 @@ class OnlineTrainer:
             ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
             ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
             metrics_flush_every: records per chunk of the metrics streams.
+            eval_env: evaluate each run's agent greedily on this env (an env or a zero-argument
+                factory; with ``eval_freq`` alone, the training env's factory is called once more).
+                The agent is switched to ``eval()``, plays ``eval_episodes`` complete episodes,
+                and goes back to ``train()``; the training env and episode are untouched. Records:
+                ``exp_dir/eval_run{i}.pkl``, :attr:`evaluations`, ``eval/ep_return/run_{i}``.
+                With evaluation, ``Run{i}_Best_agent.t`` is the state at the best eval mean.
+            eval_freq: evaluate every this many env steps (step budget) or finished episodes
+                (episode budget), and once at the end; None with an ``eval_env``: at the end only.
+            eval_episodes: complete episodes per evaluation, spread evenly over the eval env's sub-envs.
 
         Returns:
             One list of episode records per run (``None`` per run when ``keep_records`` is False).
@@ -170,13 +185,15 @@ class OnlineTrainer:
                              dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
                              dump_transitions=bool(dump_transitions), keep_records=bool(keep_records),
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
-                             has_exp_dir=self.exp_dir is not None)
+                             has_exp_dir=self.exp_dir is not None,
+                             evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
+                             eval_episodes=eval_episodes)
         execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
                                      torch_threads=torch_threads, ray_address=ray_address,
                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
-        parts = self.parts
+        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
         parts.check_travel(execution)
         copy_agent = parts.copies_agent(num_runs, execution)
         with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
@@ -189,6 +206,7 @@ class OnlineTrainer:
             experiment = Experiment(self.exp_dir, manifest, specs)
             execute_experiments([experiment], execution, parts.callback, pool, created)
         self.agents = experiment.agents()
+        self.evaluations = experiment.evaluations()
         runs = experiment.runs(keep_records)
         failures = experiment.failures()
         if failures:
@@ -272,6 +290,54 @@ class OnlineTrainer:
                                      ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
                          checkpoint_freq, execution)
+
+    def evaluate(
+        self,
+        which: str = "last",
+        num_episodes: int = 10,
+        num_workers: int = 1,
+        exp_dir: str | os.PathLike | None = None,
+        eval_env: Any = None,
+        overwrite: bool = False,
+        progress: bool = True,
+        **execution: Any,
+    ) -> "pd.DataFrame":
+        """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
+
+        Each run's agent is rebuilt with this trainer's agent factory and its checkpoint
+        loaded (``agent.load``), switched to ``eval()``, and plays ``num_episodes`` complete
+        episodes on an env seeded with the run's eval seed, exactly as evaluations during
+        training do: evaluating ``"last"`` repeats the run's final evaluation.
+
+        Args:
+            which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
+                (every checkpoint, the periodic ones included).
+            num_episodes: episodes per checkpoint.
+            num_workers: runs evaluated at once (worker processes).
+            exp_dir: the experiment to evaluate (default: this trainer's).
+            eval_env: the env to evaluate on (default: the training env's factory).
+            overwrite: replace an earlier ``evaluation_{which}.csv``.
+            progress: show the progress display.
+            **execution: ``backend``, ``start_method``, ``torch_threads``, ``ray_address``,
+                ``ray_resources``, as in :meth:`multi_run`.
+
+        Returns:
+            One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
+            ``ep_length``; also written to ``exp_dir/evaluation_{which}.csv``.
+
+        Raises:
+            FileExistsError: an earlier evaluation of ``which`` is there and ``overwrite`` is false.
+            FileNotFoundError: no manifest, or a run without such a checkpoint.
+        """
+        from online_trainer.checkpoint_eval import evaluate_checkpoints
+
+        target = exp_dir if exp_dir is not None else self.exp_dir
+        if target is None:
+            raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
+        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
+        options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
+        parts.check_travel(options)
+        return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
 
     load_run_metrics = staticmethod(storage.load_run_metrics)
     load_all_run_metrics = staticmethod(storage.load_all_run_metrics)

@@ -1,0 +1,175 @@
+"""Greedy evaluation episodes on a separate env, during training and of saved checkpoints.
+
+An evaluation switches the agent to ``eval()``, plays complete episodes on its own env
+(never the training env, so the training episode in progress is untouched), and switches
+it back to ``train()``. Every evaluation of a run resets its env with the same seed, the
+run's seed plus :data:`EVAL_SEED_SHIFT`, so evaluations differ only by the agent and no
+eval env ever shares a seed with a training env (training seeds are below 2**31).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from online_trainer.factories import autoreset_mode
+
+EVAL_SEED_SHIFT = 2**31
+"""Added to a run's seed to seed its eval env (sub-env ``j`` gets ``+ j``)."""
+
+
+def eval_seed(run_seed: int) -> int:
+    """The seed of the eval env of the run seeded with ``run_seed``."""
+    return run_seed + EVAL_SEED_SHIFT
+
+
+def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
+
+    The episodes are spread evenly over the sub-envs, each playing its share to the end
+    (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
+    finishing first. Only real transitions count, in every autoreset mode. The agent is
+    used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
+
+    Returns:
+        ``(returns, lengths)``: float64 and int64 arrays of ``num_episodes`` entries, in the
+        order the episodes ended.
+    """
+    num_envs = env.num_envs
+    targets = np.array([(num_episodes + i) // num_envs for i in range(num_envs)])
+    counts = np.zeros(num_envs, dtype=np.int64)
+    returns = np.zeros(num_envs, dtype=np.float64)
+    lengths = np.zeros(num_envs, dtype=np.int64)
+    valid = np.ones(num_envs, dtype=bool)
+    mode = autoreset_mode(env)
+    done_returns: list[float] = []
+    done_lengths: list[int] = []
+    obs, _ = env.reset(seed=seed)
+    while (counts < targets).any():
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        returns += np.where(valid, reward, 0.0)
+        lengths += valid
+        done = (terminated | truncated) & valid
+        for i in np.flatnonzero(done):
+            if counts[i] < targets[i]:
+                done_returns.append(float(returns[i]))
+                done_lengths.append(int(lengths[i]))
+                counts[i] += 1
+            returns[i] = 0.0
+            lengths[i] = 0
+        if mode is AutoresetMode.NEXT_STEP:
+            valid = ~done  # the next step of a finished sub-env is its reset step
+        elif mode is AutoresetMode.DISABLED and done.any():
+            obs, _ = env.reset(options={"reset_mask": done})
+    return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.int64)
+
+
+def evaluation_record(returns: np.ndarray, lengths: np.ndarray, index: int, global_step: int, episodes_trained: int,
+                      start: float) -> dict[str, Any]:
+    """The record of one evaluation: what ``eval_run{i}.pkl`` holds, one per evaluation."""
+    return {
+        "eval_index": index,
+        "global_step": global_step,
+        "episodes_trained": episodes_trained,
+        "returns": returns,
+        "lengths": lengths,
+        "mean": float(returns.mean()) if len(returns) else float("nan"),
+        "std": float(returns.std()) if len(returns) else float("nan"),
+        "wall_time": time.perf_counter() - start,
+    }
+
+
+class Evaluator:
+    """Evaluates one run's agent on its eval env every ``freq`` units of the budget and at the end.
+
+    Args:
+        env: the run's eval env (not the training env).
+        agent: the run's agent.
+        seed: the eval env's seed (:func:`eval_seed` of the run's seed).
+        num_episodes: episodes per evaluation.
+        training: switch the agent back to ``train()`` after each evaluation.
+    """
+
+    def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True) -> None:
+        self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
+        self.count = 0
+        self.last_step = -1
+        self.start = time.perf_counter()
+
+    def evaluate(self, global_step: int, episodes_trained: int) -> dict[str, Any]:
+        """Play one evaluation and return its record."""
+        self.count += 1
+        self.last_step = global_step
+        switch = getattr(self.agent, "eval", None)
+        if callable(switch):
+            switch()
+        try:
+            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed)
+        finally:
+            back = getattr(self.agent, "train", None)
+            if self.training and callable(back):
+                back()
+        return evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
+
+
+class RunEvaluations:
+    """A run's evaluations: when they are due, and where their records go.
+
+    Each record goes to ``exp_dir/eval_run{i}.pkl`` (one chunk per evaluation, so a killed
+    run keeps every evaluation it finished), to memory, and to the callback as the mean
+    return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}``, at the
+    env step. With ``keep_best`` the agent's state at the best mean is kept (for
+    ``Run{i}_Best_agent.t``).
+
+    Args:
+        evaluator: plays the evaluations.
+        freq: evaluate every this many env steps (``by_episode`` False) or finished episodes.
+        by_episode: the run has an episode budget.
+        stream: the evaluation stream, or None.
+        callback: the run's callback.
+        tag: ``run_{i}`` with the sweep's prefix.
+        keep_best: keep the agent's state at its best evaluation.
+    """
+
+    def __init__(self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any,
+                 tag: str, keep_best: bool) -> None:
+        self.evaluator, self.freq, self.by_episode, self.stream = evaluator, freq, by_episode, stream
+        self.callback, self.keep_best = callback, keep_best
+        self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
+        self.next_step: float = freq if freq is not None and not by_episode else float("inf")
+        self.records: list[dict[str, Any]] = []
+        self.best_mean = -float("inf")
+        self.best_state: Any = None
+
+    def due_after_episode(self, index: int) -> bool:
+        """Whether an evaluation is due after the run's ``index``-th episode (episode budget)."""
+        return self.by_episode and self.freq is not None and index % self.freq == 0
+
+    def on_steps(self, global_step: int, episodes: int) -> None:
+        """Evaluate when ``global_step`` reached the next evaluation step (step budget)."""
+        if global_step >= self.next_step:
+            self.evaluate(global_step, episodes)
+            self.next_step = (global_step // self.freq + 1) * self.freq
+
+    def evaluate(self, global_step: int, episodes: int) -> None:
+        """Play an evaluation now and route its record."""
+        record = self.evaluator.evaluate(global_step, episodes)
+        self.records.append(record)
+        if self.stream is not None:
+            self.stream.append(record)
+            self.stream.flush()
+        self.callback({"ep_return": record["mean"]}, self.return_tag, global_step, force=True)
+        self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
+        if self.keep_best and record["mean"] > self.best_mean:
+            self.best_mean = record["mean"]
+            save = getattr(self.evaluator.agent, "save", None)
+            self.best_state = copy.deepcopy(save()) if callable(save) else None
+
+    def finish(self, global_step: int, episodes: int) -> None:
+        """The final evaluation, unless one was just made at this step."""
+        if self.evaluator.last_step != global_step:
+            self.evaluate(global_step, episodes)
