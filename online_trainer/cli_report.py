@@ -1,5 +1,7 @@
 """``online-trainer show`` and ``report``: final-performance tables and learning curves of experiments on disk.
 
+``report`` also summarises the evaluations (``eval_run{i}.pkl``) when runs were evaluated.
+
 Runs that did not finish (failed, interrupted, pending) are listed with their status but
 left out of the statistics and the curves unless ``--include-unfinished`` is given; runs
 without a finished episode are listed and counted. Repeated log messages are shown once.
@@ -17,17 +19,19 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from matplotlib.figure import Figure
 
-from online_trainer.dataframes import evaluation_files, experiment_dirs, load_episodes
+from online_trainer.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.experiment_config import ConfigError
 from online_trainer.plotting import STAT_LABELS, plot_learning_curves
 from online_trainer.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
-from online_trainer.stats import final_performance, summarize
+from online_trainer.stats import aggregate, final_performance, summarize
 
 CI = 0.95
 """Confidence level of every interval the CLI prints."""
 DEFAULT_LAST_K = 10
 CURVES_FILE = "learning_curves.png"
+EVAL_CURVES_FILE = "eval_curves.png"
 SUMMARY_FILE = "summary.md"
 CURVE_STAT = "iqm"
 STATS = (("mean", "mean"), ("median", "median"), ("iqm", "IQM"))
@@ -193,7 +197,8 @@ def _cell(value: object) -> str:
 
 def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves_file: str | None,
                      include_unfinished: bool = False, curves_caption: str = "",
-                     exp_dirs: Sequence[Path] = (), results: Results | None = None) -> str:
+                     evaluations: pd.DataFrame | None = None, results: Results | None = None,
+                     eval_curves_file: str | None = None) -> str:
     """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs, and the runs left out.
 
     ``results`` are those of :func:`final_results` when already computed.
@@ -235,21 +240,64 @@ def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves
         lines += ["", "## Runs without a final return", "",
                   "No finished episode with a finite return; counted under `no return`: "
                   f"{describe_runs(no_return)}."]
-    lines += _evaluation_section(exp_dirs)
+    if evaluations is not None:
+        lines += _evaluation_section(evaluations, include_unfinished, names, eval_curves_file)
     if curves_file:
         lines += ["", "## Learning curves", "", f"![Learning curves]({curves_file})", "", curves_caption]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _evaluation_section(exp_dirs: Sequence[Path]) -> list[str]:
-    """Hook for evaluation results: say that ``eval_run*.pkl`` exist (their format is not settled, so not read)."""
-    found = {d: evaluation_files(d) for d in exp_dirs}
-    found = {d: files for d, files in found.items() if files}
-    if not found:
+def evaluation_results(evals: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The last evaluation of each analysed run, and the statistics of their mean returns; None without any."""
+    kept, _ = select_runs(evals, include_unfinished, log=False)
+    if kept.empty:
+        return None
+    ident = ident_columns(kept)
+    last = kept.sort_values([*ident, "eval_index"], kind="stable").groupby(ident, dropna=False).tail(1)
+    return last.reset_index(drop=True), aggregate(last, value="eval_return", ci=CI)
+
+
+def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Sequence[str],
+                        curves_file: str | None) -> list[str]:
+    """Markdown of the runs' final evaluations (``eval_run{i}.pkl``), when there are any."""
+    if evals.empty:
         return []
-    listed = ", ".join(f"{d.name} ({len(files)})" for d, files in found.items())
-    return ["", "## Evaluation", "", f"Evaluation streams (eval_run*.pkl) exist for: {listed}. "
-            "This version does not summarise them yet."]
+    results = evaluation_results(evals, include_unfinished)
+    lines = ["", "## Evaluation", ""]
+    if results is None:
+        return lines + ["Every evaluated run was left out: none finished (--include-unfinished includes them)."]
+    last, summary = results
+    if "experiment" not in summary.columns:
+        summary.insert(0, "experiment", names[0])
+        last.insert(0, "experiment", names[0])
+    episodes = ", ".join(str(n) for n in sorted(last["eval_episodes"].unique()))
+    labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
+    lines += [f"Final evaluation of a run: the mean return of the {episodes} episodes of its last evaluation "
+              "(the agent in eval mode, on the eval env). Across runs as above.", "",
+              f"| experiment | runs | {labels} | final evaluation per run (at env step) |",
+              "|---|---:|" + "---:|" * len(STATS) + "---|"]
+    for row in summary.to_dict("records"):
+        cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
+        mine = last[last["experiment"] == row["experiment"]]
+        per_run = ", ".join(f"{_num(r['eval_return'])} ({r['global_step']})" for r in mine.to_dict("records"))
+        lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")
+    if curves_file:
+        lines += ["", f"![Evaluation curves]({curves_file})"]
+    return lines
+
+
+def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
+    """The evaluation curves: the statistic across runs of each evaluation's mean return."""
+    x = "episodes_trained" if args.x == "episode_index" else "global_step"
+    table = evals.rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
+    figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
+                                  span="common" if args.common_range else "all",
+                                  ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
+                                  include_unfinished=args.include_unfinished)
+    ax = figure.axes[0]
+    ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
+    ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
+    return figure
 
 
 def _caption(args: argparse.Namespace) -> str:
@@ -290,10 +338,16 @@ def report_command(args: argparse.Namespace) -> int:
                                       ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
                                       include_unfinished=args.include_unfinished)
         figure.savefig(out / CURVES_FILE, dpi=150)
-        dirs = [d for p in paths for d in experiment_dirs(p)]
-        (out / SUMMARY_FILE).write_text(summary_markdown(df, last_k, names, CURVES_FILE, args.include_unfinished,
-                                                         _caption(args), dirs, results))
+        evaluations = load_evaluations(paths)
+        written = [out / CURVES_FILE]
+        if evaluation_results(evaluations, args.include_unfinished) is not None:
+            plot_evaluations(evaluations, args, title).savefig(out / EVAL_CURVES_FILE, dpi=150)
+            written.append(out / EVAL_CURVES_FILE)
+        (out / SUMMARY_FILE).write_text(summary_markdown(
+            df, last_k, names, CURVES_FILE, args.include_unfinished, _caption(args), evaluations, results,
+            EVAL_CURVES_FILE if len(written) > 1 else None))
         print(final_table(df, last_k, args.include_unfinished, results))
-    print(f"\nWrote {out / CURVES_FILE}")
-    print(f"Wrote {out / SUMMARY_FILE}")
+    print()
+    for path in [*written, out / SUMMARY_FILE]:
+        print(f"Wrote {path}")
     return 0

@@ -1,8 +1,9 @@
 """Experiments as pandas DataFrames: one row per episode, or one row per run.
 
 Reads the experiment directories this package writes (``manifest.json`` plus
-``metrics_run{i}.pkl``) and those of the original OnlineTrainer (``metrics_run{i}.pkl``
-only, runs numbered from 1, each file a sequence of pickled lists of episode dicts).
+``metrics_run{i}.pkl`` and, with evaluation, ``eval_run{i}.pkl``) and those of the
+original OnlineTrainer (``metrics_run{i}.pkl`` only, runs numbered from 1, each file a
+sequence of pickled lists of episode dicts).
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step",
 RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "error"]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
-#: Evaluation streams, written by a future version of the runner.
+#: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.evaluation`).
 EVAL_PATTERN = "eval_run*.pkl"
+EVAL_COLUMNS = ["run", "seed", STATUS_COLUMN, "eval_index", "global_step", "episodes_trained", "eval_return",
+                "eval_std", "eval_episodes", "wall_time"]
 
 
 def experiment_dirs(path: str | os.PathLike) -> list[Path]:
@@ -60,12 +63,59 @@ def hyperparameters(exp_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
-    """The evaluation streams (``eval_run{i}.pkl``) of an experiment, sorted.
-
-    The hook for evaluation results: their record format is not settled yet, so the
-    analysis lists them (``online-trainer report`` says they exist) but does not read them.
-    """
+    """The evaluation streams (``eval_run{i}.pkl``) of an experiment, sorted."""
     return sorted(Path(exp_dir).glob(EVAL_PATTERN))
+
+
+def _evaluation_rows(exp_dir: Path) -> dict[str, list[Any]]:
+    manifest = _manifest_runs(exp_dir)
+    columns: dict[str, list[Any]] = {name: [] for name in EVAL_COLUMNS}
+    numbers = sorted(int(p.stem[len("eval_run"):]) for p in evaluation_files(exp_dir)
+                     if p.stem[len("eval_run"):].isdigit())
+    for run in numbers:
+        entry = manifest.get(run, {})
+        status = normalize_status(entry.get("status", UNKNOWN_STATUS))
+        for chunk in storage.iter_metrics_chunks(exp_dir / f"eval_run{run}.pkl"):
+            for record in chunk:
+                returns = np.asarray(record.get("returns", []), dtype=float)
+                values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
+                          "eval_index": record.get("eval_index"), "global_step": record.get("global_step"),
+                          "episodes_trained": record.get("episodes_trained"),
+                          "eval_return": record.get("mean", returns.mean() if returns.size else np.nan),
+                          "eval_std": record.get("std", np.nan), "eval_episodes": returns.size,
+                          "wall_time": record.get("wall_time", np.nan)}
+                for name in EVAL_COLUMNS:
+                    columns[name].append(values[name])
+    return columns
+
+
+def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load the evaluations of experiments (``eval_run{i}.pkl``) as one DataFrame with a row per evaluation.
+
+    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status`` (as in
+    :func:`load_episodes`), ``eval_index`` (from 1), ``global_step`` and
+    ``episodes_trained`` (when it was made), ``eval_return`` (the mean return of its
+    episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time`` and one
+    column per hyperparameter. Empty (with those columns) when no run was evaluated.
+
+    Args:
+        exp_dirs: an experiment directory, a sweep directory, or a list of either.
+
+    Raises:
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    dirs = [d for path in given for d in experiment_dirs(path)]
+    frames = []
+    for exp_dir, name in zip(dirs, _labels(dirs)):
+        frame = pd.DataFrame(_evaluation_rows(exp_dir))
+        for key, value in hyperparameters(exp_dir).items():
+            frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
+        if len(dirs) > 1:
+            frame.insert(0, "experiment", name)
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
 
 
 def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:

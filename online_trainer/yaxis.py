@@ -10,6 +10,7 @@ from typing import Literal, Union
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 
 from online_trainer.selection import ident_columns, select_runs
 
@@ -91,10 +92,38 @@ def _symlog(ax: Axes, values: np.ndarray, late: np.ndarray) -> float:
     finite = values[np.isfinite(values)]
     if finite.size:
         transform = ax.yaxis.get_transform()
-        low, high = transform.transform([finite.min(), finite.max()])
+        # reach 0 when the values end within the linear part, so that it has a labelled tick
+        low = 0.0 if 0 < finite.min() < linthresh else finite.min()
+        high = 0.0 if -linthresh < finite.max() < 0 else finite.max()
+        low, high = transform.transform([low, high])
         pad = 0.05 * (high - low) if high > low else 0.5
         ax.set_ylim(*transform.inverted().transform([low - pad, high + pad]))
+    # ticks at 0, ±linthresh / 2 and every decade beyond; a grid line at each
+    ax.yaxis.set_major_locator(_SymlogTicks(linthresh))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _symlog_label(v, linthresh)))
     return linthresh
+
+
+def _symlog_label(value: float, linthresh: float) -> str:
+    """``-10^3`` for a decade beyond the linear part, the plain number inside it."""
+    if abs(value) >= linthresh and value != 0:
+        power = np.log10(abs(value))
+        if np.isclose(power, round(power)):
+            return f"${'-' if value < 0 else ''}10^{{{int(round(power))}}}$"
+    return f"{value:g}"
+
+
+class _SymlogTicks(SymmetricalLogLocator):
+    """Decade ticks of a symlog axis plus ``±linthresh / 2`` inside its linear part."""
+
+    def __init__(self, linthresh: float) -> None:
+        super().__init__(linthresh=linthresh, base=10)
+        self.half = linthresh / 2
+
+    def tick_values(self, vmin: float, vmax: float) -> np.ndarray:
+        ticks = np.concatenate([super().tick_values(vmin, vmax), [-self.half, self.half]])
+        low, high = min(vmin, vmax), max(vmin, vmax)
+        return np.unique(ticks[(ticks >= low) & (ticks <= high)])
 
 
 def set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, yscale: str) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -161,8 +162,21 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     assert stats[:3] == ["3", "2", "-173.67"]  # runs 1, 2, 3; runs 4 and 5 have no return
 
 
+def write_evaluations(exp_dir: Path, run: int, means: list[float], every: int = 20) -> None:
+    """``eval_run{run}.pkl`` as the runner writes it: one chunk per evaluation."""
+    import numpy as np
+
+    with open(exp_dir / f"eval_run{run}.pkl", "wb") as f:
+        for i, mean in enumerate(means, start=1):
+            returns = np.array([mean - 1.0, mean + 1.0])
+            pickle.dump([{"eval_index": i, "global_step": every * i, "episodes_trained": 2 * i, "returns": returns,
+                          "lengths": np.array([5, 5]), "mean": mean, "std": 1.0, "wall_time": 0.5 * i}], f)
+
+
 def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, capsys):
-    (mixed / "eval_run1.pkl").write_bytes(b"")
+    write_evaluations(mixed, 1, [-40.0, -12.0])
+    write_evaluations(mixed, 2, [-50.0, -20.0, -8.0])
+    write_evaluations(mixed, 3, [-90.0])  # the failed run: left out
     out_dir = tmp_path / "out"
     assert cli.main(["report", str(mixed), "--out", str(out_dir), "--last-k", "2", "--ylim", "-100", "0",
                      "--yscale", "symlog", "--smooth", "2"]) == 0
@@ -172,7 +186,11 @@ def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, cap
     assert "| mixed | 3 | 33 | failed | 1 | RuntimeError: boom |" in summary
     assert "| mixed | 4 | 44 | interrupted | 0 |  |" in summary
     assert "## Runs without a final return" in summary and "run 5 (finished)" in summary
-    assert "## Evaluation" in summary and "mixed (1)" in summary
+    assert "## Evaluation" in summary and "mean return of the 2 episodes of its last evaluation" in summary
+    assert "| mixed | 2 | -10.00 [-12.00, -8.00] |" in summary and "-12.00 (40), -8.00 (60) |" in summary
+    assert "![Evaluation curves](eval_curves.png)" in summary
+    assert (out_dir / "eval_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert f"Wrote {out_dir / 'eval_curves.png'}" in capsys.readouterr().out
     assert "trailing mean of 2 episodes" in summary and "x: the whole range some run covers" in summary
     assert (out_dir / "learning_curves.png").read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()

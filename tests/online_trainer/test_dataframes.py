@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_all_run_metrics, load_episodes
-from online_trainer.dataframes import evaluation_files, load_runs
+from online_trainer.dataframes import evaluation_files, load_evaluations, load_runs
 from online_trainer.seeding import SEED_STRIDE
 from online_trainer.stats import summarize
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -145,11 +145,16 @@ def test_nan_returns_are_kept_as_recorded(tmp_path):
     assert df["ep_return"].isna().tolist() == [False, True, False]
 
 
-def test_evaluation_files_hook(tmp_path):
-    write_experiment(tmp_path, {1: ("finished", 1, [record(1, 1)])})
-    assert evaluation_files(tmp_path) == []
-    (tmp_path / "eval_run1.pkl").write_bytes(b"")
-    assert [p.name for p in evaluation_files(tmp_path)] == ["eval_run1.pkl"]
+def test_evaluations_of_a_real_run(tmp_path):
+    run(tmp_path, episodes=10, eval_freq=5, eval_episodes=3, tuning_hp={"lr": 0.1})
+    assert [p.name for p in evaluation_files(tmp_path)] == ["eval_run1.pkl", "eval_run2.pkl"]
+    evals = load_evaluations(tmp_path)
+    assert list(evals.columns) == ["run", "seed", "status", "eval_index", "global_step", "episodes_trained",
+                                   "eval_return", "eval_std", "eval_episodes", "wall_time", "lr"]
+    assert evals["run"].tolist() == [1, 1, 2, 2] and evals["eval_index"].tolist() == [1, 2, 1, 2]
+    assert evals["episodes_trained"].tolist() == [5, 10, 5, 10]
+    assert (evals["eval_episodes"] == 3).all() and (evals["status"] == "finished").all()
+    assert load_evaluations(write_experiment(tmp_path / "none", {1: ("finished", 1, [record(1, 1)])})).empty
 
 
 def test_missing_directory(tmp_path):

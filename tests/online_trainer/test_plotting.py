@@ -189,6 +189,9 @@ def test_auto_scale_turns_symlog_when_a_cut_would_hide_most_of_the_curve():
     assert fig.axes[0].get_yscale() == "symlog"
     assert "y axis symlog (linear within ±10)" in notes(fig)
     assert "would hide 88% of their points" in notes(fig)  # grid 1000..3270: points up to 3000 are extreme
+    fig.draw_without_rendering()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert {"0", "-5", "$-10^{1}$", "$-10^{5}$"} <= set(labels)  # labelled inside the linear part too
     assert plot_learning_curves(df, ci=None, yscale="linear").axes[0].get_yscale() == "linear"
 
 
