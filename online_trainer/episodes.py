@@ -8,59 +8,150 @@ summed into its return, recorded as an action or transition, nor reported as an 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Dict, Space, Tuple
 from gymnasium.vector import AutoresetMode
+
+from online_trainer.spaces import BatchSplitter, as_rows, infer_space, leaf_paths
 
 
 class ActionHistory:
-    """The actions of every sub-env's current episode, in one growing numpy buffer.
+    """The actions of every sub-env's current episode, in growing numpy buffers.
 
-    Row ``t`` holds the batch of actions of step ``t``; ``start[i]`` is the first row of
-    sub-env ``i``'s current episode. Rows no episode needs are dropped when the buffer
-    fills, so memory follows the longest running episode, not the run.
+    Row ``t`` of a buffer holds the batch of actions of step ``t``; ``start[i]`` is the first
+    row of sub-env ``i``'s current episode. Rows no episode needs are dropped when the buffers
+    fill, so memory follows the longest running episode, not the run.
+
+    What :meth:`episode` returns, for an episode of ``T`` steps:
+
+    - array actions (``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``): one array of
+      shape ``(T, *action_shape)``, kept in a single buffer (one copy per step);
+    - ``Dict`` and ``Tuple`` actions, nested freely: the space's structure with one array per
+      leaf, each with a leading time axis, e.g. ``{"move": (T,) array, "aim": ((T, 2) array,
+      (T, 3) array)}`` for ``Dict(move=Discrete, aim=Tuple((Box(shape=(2,)), MultiBinary(3))))``;
+    - leaves of spaces batched as tuples of items (``Text``, ``Sequence``, ``Graph``,
+      ``OneOf``, custom spaces): object arrays of shape ``(T,)``.
+
+    Args:
+        num_envs: the number of sub-envs.
+        capacity: the number of steps the buffers hold before they are compacted or grown.
+        space: the single-env action space; ``None`` to infer it from the first batch of
+            actions (see :func:`online_trainer.spaces.infer_space`).
     """
 
-    def __init__(self, num_envs: int, capacity: int = 1024) -> None:
+    def __init__(self, num_envs: int, capacity: int = 1024, space: Space[Any] | None = None) -> None:
         self.num_envs = num_envs
         self.capacity = capacity
-        self.buffer: np.ndarray | None = None
+        self.space = space
+        self.buffers: list[np.ndarray] = []
         self.start = np.zeros(num_envs, dtype=np.int64)
         self.t = 0
+        # Key paths to the leaves of structured actions (None for array actions: one buffer),
+        # and which leaves are tuples of items rather than arrays.
+        self._paths: list[tuple[Any, ...]] | None = None
+        self._items: list[bool] = []
+        self._allocated = False
 
-    def append(self, actions: np.ndarray) -> None:
+    def append(self, actions: Any) -> None:
         """Store the batch of actions of one env step."""
-        if self.t == self.capacity or self.buffer is None:
+        if self.t == self.capacity or not self._allocated:
             self._make_room(actions)
-        self.buffer[self.t] = actions
+        if self._paths is None:
+            self.buffers[0][self.t] = actions
+            self.t += 1
+            return
+        for buffer, path, items in zip(self.buffers, self._paths, self._items):
+            leaf = actions
+            for key in path:
+                leaf = leaf[key]
+            if items:  # one object per sub-env: numpy must not unpack tuples or graphs
+                leaf = np.fromiter(leaf, dtype=object, count=self.num_envs)
+            buffer[self.t] = leaf
         self.t += 1
 
-    def episode(self, i: int) -> np.ndarray:
+    def episode(self, i: int) -> Any:
         """Return a copy of sub-env ``i``'s actions since its episode started."""
-        return self.buffer[self.start[i]:self.t, i].copy()
+        rows = slice(int(self.start[i]), self.t)
+        if self._paths is None:
+            return self.buffers[0][rows, i].copy()
+        return _nest(self.space, iter([buffer[rows, i].copy() for buffer in self.buffers]))
 
     def restart(self, i: int, skip: int) -> None:
         """Start sub-env ``i``'s next episode after ``skip`` more rows (1 for a reset step)."""
         self.start[i] = self.t + skip
 
-    def _make_room(self, actions: np.ndarray) -> None:
-        if self.buffer is None:
-            self.buffer = np.empty((self.capacity, *np.shape(actions)), dtype=np.asarray(actions).dtype)
+    def _make_room(self, actions: Any) -> None:
+        if not self._allocated:
+            self._allocate(actions)
             return
         first = int(min(self.start.min(), self.t))
         live = self.t - first
         if live * 2 > self.capacity:
             self.capacity *= 2
-        fresh = np.empty((self.capacity, *self.buffer.shape[1:]), dtype=self.buffer.dtype)
-        fresh[:live] = self.buffer[first:self.t]
-        self.buffer = fresh
+        for k, buffer in enumerate(self.buffers):
+            fresh = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
+            fresh[:live] = buffer[first:self.t]
+            self.buffers[k] = fresh
         self.start -= first
         self.t = live
+
+    def _allocate(self, actions: Any) -> None:
+        self._allocated = True
+        if self.space is None:
+            if isinstance(actions, np.ndarray):  # the common case: no inference needed
+                self.buffers = [_empty_buffer(self.capacity, actions)]
+                return
+            self.space = infer_space(actions, self.num_envs)
+        paths = leaf_paths(self.space)
+        leaves = []
+        for path in paths:
+            leaf = actions
+            for key in path:
+                leaf = leaf[key]
+            leaves.append(leaf)
+        self._items = [as_rows(leaf) is None for leaf in leaves]
+        self.buffers = [_empty_buffer(self.capacity, leaf) for leaf in leaves]
+        if paths != [()] or self._items[0]:
+            self._paths = paths
+
+
+def _empty_buffer(capacity: int, batch: Any) -> np.ndarray:
+    """An empty buffer of ``capacity`` batches like ``batch``: an array's rows, else object items."""
+    rows = as_rows(batch)
+    if rows is None:
+        return np.empty((capacity, len(batch)), dtype=object)
+    return np.empty((capacity, *rows.shape), dtype=rows.dtype)
+
+
+def _nest(space: Space[Any], leaves: Iterator[np.ndarray]) -> Any:
+    """Nest ``leaves`` (given in :func:`leaf_paths` order) in the structure of ``space``."""
+    if isinstance(space, Dict):
+        return {key: _nest(sub, leaves) for key, sub in space.spaces.items()}
+    if isinstance(space, Tuple):
+        return tuple(_nest(sub, leaves) for sub in space.spaces)
+    return next(leaves)
 
 
 class EpisodeTracker:
     """Accumulates returns, lengths, actions and optional extras per sub-env.
+
+    Observations and actions may belong to any gymnasium space; each transition holds sub-env
+    ``i``'s own observation and action in the single-env space's structure (a dict for a
+    ``Dict`` space, a tuple for a ``Tuple`` space, an array row for array spaces).
+
+    Args:
+        num_envs: the number of sub-envs.
+        autoreset_mode: the vector env's autoreset mode.
+        keep_transitions: keep ``(obs, action, reward, terminated, truncated)`` of every real
+            transition in the episode records.
+        keep_frames: keep the frames given to :meth:`add_frames` in the episode records.
+        keep_actions: keep each episode's actions (see :class:`ActionHistory`).
+        observation_space: the single-env observation space; ``None`` to infer it from the
+            first batch (see :func:`online_trainer.spaces.infer_space`).
+        action_space: the single-env action space; ``None`` to infer it likewise.
 
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
@@ -75,6 +166,8 @@ class EpisodeTracker:
         keep_transitions: bool = False,
         keep_frames: bool = False,
         keep_actions: bool = True,
+        observation_space: Space[Any] | None = None,
+        action_space: Space[Any] | None = None,
     ) -> None:
         self.num_envs = num_envs
         self.mode = autoreset_mode
@@ -84,8 +177,10 @@ class EpisodeTracker:
         self.valid = np.ones(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
         self._partial = False
-        self.actions = ActionHistory(num_envs) if keep_actions else None
+        self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
         self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
+        self._split_obs = BatchSplitter(num_envs, observation_space)
+        self._split_actions = BatchSplitter(num_envs, action_space)
         self.frames = [[] for _ in range(num_envs)] if keep_frames else None
         self._next_frames: list[list[Any]] = [[] for _ in range(num_envs)]
         self.logs: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
@@ -109,7 +204,10 @@ class EpisodeTracker:
             self._keep_transitions(obs, actions, reward, terminated, truncated)
         return real
 
-    def _keep_transitions(self, obs, actions, reward, terminated, truncated) -> None:
+    def _keep_transitions(
+        self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
+    ) -> None:
+        obs, actions = self._split_obs(obs), self._split_actions(actions)
         for i in np.flatnonzero(self.valid):
             self.transitions[i].append((obs[i], actions[i], float(reward[i]), bool(terminated[i]), bool(truncated[i])))
 
@@ -120,11 +218,16 @@ class EpisodeTracker:
             self._partial = ended
 
     def add_logs(self, entries: list[dict[str, Any] | None] | None) -> None:
-        """Keep the per-sub-env entries returned by ``agent.log()``."""
+        """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.
+
+        Only real transitions' entries belong to an episode: the entries of sub-envs whose
+        step is not one (``valid`` is False: a reset step under NEXT_STEP) are dropped.
+        """
         if entries is None:
             return
+        valid = self.valid
         for i, entry in enumerate(entries):
-            if entry is not None:
+            if entry is not None and valid[i]:
                 self.logs[i].append(entry)
 
     def add_frames(self, frames: Any, after_reset: np.ndarray | None = None) -> None:

@@ -159,17 +159,6 @@ def _describe(obj: Any) -> str:
     return f"{name!s}" if obj is not None else "?"
 
 
-def final_observations(next_obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
-    """Under SAME_STEP, ``next_obs`` with the true final observations of finished sub-envs."""
-    mask = info.get("_final_obs")
-    if mask is None or not isinstance(next_obs, np.ndarray):
-        return next_obs
-    out = next_obs.copy()
-    for i in np.flatnonzero(mask):
-        out[i] = info["final_obs"][i]
-    return out
-
-
 def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     """Check the first actions of a run against the env's action space, before ``env.step``.
 

@@ -9,7 +9,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.episodes import EpisodeTracker
-from online_trainer.factories import accepts_valid, final_observations
+from online_trainer.factories import accepts_valid
+from online_trainer.spaces import final_observations
 
 INFINITY = float("inf")
 
