@@ -1,117 +1,108 @@
 """Runs in worker processes: a small pool that survives crashes, stops cleanly on Ctrl-C and
 stays warm between calls.
 
-The parent puts cloudpickled :class:`RunSpec` s on a task queue; each worker takes one at a
-time, runs it and sends ``("start" | "progress" | "result", key, ...)`` messages back on
-one event queue, which the parent drains to drive the progress display and collect
-results. A worker that dies (killed, out of memory, segfault) fails only the run it had,
-and a new worker takes its place. On KeyboardInterrupt (or any error in the parent) every
+Each worker has one duplex pipe of its own (see :mod:`online_trainer.worker_process` for
+what travels on it). The parent hands each run to an idle worker itself and waits, with
+:func:`multiprocessing.connection.wait`, on every pipe and every process sentinel at once.
+Nothing is shared between workers, so a worker that dies, busy or idle, holds no lock
+anyone needs: the run it had fails with the worker's exit code (and signal name), a run it
+had not yet taken goes to another worker, and a new worker takes its place. On
+KeyboardInterrupt, or any error in the parent (``on_result`` raising included), every
 worker gets SIGINT, so each run flushes its metrics; stragglers are terminated after
-``grace`` seconds and no process is left behind.
+``grace`` seconds, the pool is marked broken and the error is raised again; the next call
+starts fresh workers.
 
 Starting a worker costs 2 to 3 s with torch (a new interpreter importing torch, then torch's
 lazy ``torch._dynamo`` import at the first optimizer), so ``multi_run`` calls share one pool
 (:func:`shared_pool`) whose workers wait for the next call, like joblib's reusable executor.
-Workers leave after ``idle_timeout`` seconds without work, when the parent exits or dies,
-and at :func:`shutdown_workers`. The pool is started afresh when a source file of a module
-the parent loaded from outside the Python installation (the user's code, an editable
-install) changed since its workers started, so they never run stale code.
+Workers leave after ``idle_timeout`` seconds without work, at :func:`shutdown_workers`, when
+the parent exits, and at once when it dies. The pool is started afresh when a source file of
+a module the parent loaded from outside the Python installation (the user's code, an
+editable install) changed since its workers started, so they never run stale code.
 """
 
 from __future__ import annotations
 
 import atexit
+import collections
 import logging
 import multiprocessing
 import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before shutdown_workers)
 import os
-import queue as queue_module
+import pickle
 import signal
 import site
 import sys
+import threading
 import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Any, Sequence
 
 import cloudpickle
 
 from online_trainer.executors import ResultHandler, failed_result
-from online_trainer.progress import NoProgress, ProgressDisplay, QueueProgress
-from online_trainer.run import RunSpec, execute_run
+from online_trainer.progress import NoProgress, ProgressDisplay
+from online_trainer.run import RunResult, RunSpec
+from online_trainer.worker_process import limit_torch_threads, worker_main
+
+__all__ = ["WorkerPool", "limit_torch_threads", "preload_forkserver", "shared_pool", "shutdown_workers"]
 
 logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 120.0  # seconds a worker waits for the next call before it exits
-_POLL = 1.0  # seconds between an idle worker's checks of its parent and its idle time
+_WAIT = 1.0  # seconds between the parent's checks of its workers when nothing happens
 # Installed libraries a forkserver imports once for all its workers, when this process uses them:
 # torch (1.7 s) and torch._dynamo (1.5 s, imported by the first optimizer) are most of a worker's start-up.
 FORKSERVER_PRELOAD = ("numpy", "gymnasium", "torch", "torch._dynamo")
 
 
-def limit_torch_threads(torch_threads: int) -> None:
-    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(torch_threads)
+@dataclass
+class _Worker:
+    """The parent's view of one worker process."""
+
+    process: Any
+    conn: Connection
+    ready: bool = False
+    spec: RunSpec | None = None  # the run sent to it, until its result arrives
+    took: bool = False  # whether it received that run (else the run can go to another worker)
 
 
-def _exit_without_teardown(events: Any) -> None:
-    """End a worker, skipping the interpreter's teardown.
-
-    Tearing down the modules of a process that has loaded torch takes about a second.
-    Results already put on ``events`` are written to the pipe first, and the ``atexit``
-    handlers (open writers, logging) still run.
-    """
-    events.close()
-    events.join_thread()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    os._exit(0)
-
-
-def _next_task(tasks: Any, events: Any, idle_timeout: float) -> bytes:
-    """The next payload; leaves the process on a stop sentinel, when idle too long, or orphaned."""
-    parent = multiprocessing.parent_process()
-    idle_since = time.monotonic()
-    while True:
+def describe_exit(exitcode: int | None) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL (exit code -9)``."""
+    if exitcode is not None and exitcode < 0:
         try:
-            payload = tasks.get(timeout=_POLL)
-        except queue_module.Empty:
-            orphaned = parent is not None and not parent.is_alive()
-            if orphaned or time.monotonic() - idle_since > idle_timeout:
-                _exit_without_teardown(events)
-            continue
-        if payload is None:
-            _exit_without_teardown(events)
-        return payload
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode})"
+    return f"exited with code {exitcode}"
 
 
-def _worker_main(tasks: Any, events: Any, slots: Any, slot: int, torch_threads: int, idle_timeout: float) -> None:
-    limit_torch_threads(torch_threads)
-    progress = QueueProgress(events)
-    try:
-        while True:
-            spec: RunSpec = cloudpickle.loads(_next_task(tasks, events, idle_timeout))
-            slots[slot] = spec.key  # shared memory: the parent sees it even if this process dies at once
-            try:
-                result = execute_run(spec, progress)
-            except Exception as exc:
-                result = failed_result(spec, exc)
-            finally:
-                spec.callback.close()
-            events.put(("result", spec.key, result))
-            slots[slot] = -1
-    except KeyboardInterrupt:
-        return  # execute_run flushed the run's metrics on its way out
+class _Call:
+    """The state of one :meth:`WorkerPool.run` call: runs waiting, runs pending, where results go."""
+
+    def __init__(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler):
+        self.waiting = collections.deque(specs)
+        self.pending = {spec.key for spec in specs}
+        self.display, self.on_result = display, on_result
+        self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
+
+    def finish(self, spec: RunSpec, result: RunResult) -> None:
+        if spec.key not in self.pending:
+            return
+        self.pending.discard(spec.key)
+        self.display.run_finished(spec.key, result.status != "finished")
+        self.on_result(result)
 
 
 class WorkerPool:
     """Runs specs in up to ``num_workers`` processes started with ``start_method``.
 
     Workers stay after :meth:`run` for the next one, until :meth:`close`, ``idle_timeout``
-    seconds without work, or the parent's exit. After an interrupted run the pool is
-    ``broken`` (its workers are stopped) and must not be used again.
+    seconds without work, or the parent's exit or death. After an interrupted run, or one
+    whose ``on_result`` raised, the pool is ``broken`` (its workers are stopped) and must
+    not be used again.
     """
 
     def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
@@ -119,115 +110,187 @@ class WorkerPool:
         self.context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             preload_forkserver(self.context)
+        self.start_method = start_method
         self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
         self.idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
         self.settings = (num_workers, start_method, torch_threads)
         self.owner_pid = os.getpid()  # a forked child inherits this object but must not drive it
         self.started_at = time.time()
         self.broken = False
-        self.tasks = self.context.Queue()
-        self.events = self.context.Queue()
-        self.slots = self.context.Array("q", [-1] * num_workers, lock=False)  # key of each worker's run
-        self.processes: dict[int, Any] = {}  # slot -> process
+        self.workers: dict[int, _Worker] = {}  # slot -> worker
 
-    def _spawn(self, slot: int) -> None:
-        self.slots[slot] = -1
-        args = (self.tasks, self.events, self.slots, slot, self.torch_threads, self.idle_timeout)
-        process = self.context.Process(target=_worker_main, args=args, name=f"online_trainer-worker-{slot}")
-        process.start()
-        self.processes[slot] = process
+    @property
+    def processes(self) -> dict[int, Any]:
+        """The process of each slot."""
+        return {slot: worker.process for slot, worker in self.workers.items()}
+
+    def _spawn(self, slot: int) -> _Worker:
+        parent_end, child_end = self.context.Pipe(duplex=True)
+        death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        args = (child_end, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout)
+        process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}", daemon=False)
+        try:
+            process.start()
+        finally:
+            child_end.close()  # the child has its copy: end-of-file here means the worker is gone
+        worker = self.workers[slot] = _Worker(process, parent_end)
+        return worker
 
     def start(self, count: int) -> None:
         """Have ``count`` workers (at most ``num_workers``) alive, starting those missing.
 
         Starting them before the checks that precede the runs lets their start-up overlap
-        those checks.
+        those checks. A worker that died since the last call (killed while idle) is replaced.
         """
         for slot in range(min(self.num_workers, count)):
-            process = self.processes.get(slot)
-            if process is None or not process.is_alive():
-                self._spawn(slot)
+            worker = self.workers.get(slot)
+            if worker is not None and worker.process.is_alive():
+                continue
+            if worker is not None:
+                self._discard(slot)
+            self._spawn(slot)
 
     def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
-        """Run every spec; return when all have a result."""
-        by_index = {spec.key: spec for spec in specs}
-        self.start(len(specs))
-        for spec in specs:
-            self.tasks.put(cloudpickle.dumps(spec))
-        pending = set(by_index)
+        """Run every spec; return when each has a result (a failed one when its worker died)."""
+        if self.broken:
+            raise RuntimeError("This worker pool was stopped; use shared_pool() for a new one.")
+        call = _Call(specs, display, on_result)
         try:
-            while pending:
-                try:
-                    message = self.events.get(timeout=0.2)
-                except queue_module.Empty:
-                    self._replace_dead_workers(by_index, pending, display, on_result)
-                    continue
-                kind, key, *payload = message
-                if kind == "result":
-                    result = payload[0]
-                    pending.discard(key)
-                    display.run_finished(key, result.status == "failed")
-                    on_result(result)
-                else:
-                    display.handle(message)
+            self.start(len(specs))
+            while call.pending:
+                self._dispatch(call)
+                if not self.workers:
+                    self._fail_unstarted(call)
+                    break
+                objects = [w.conn for w in self.workers.values()] + [w.process.sentinel for w in self.workers.values()]
+                ready = set(wait(objects, timeout=_WAIT))
+                for slot, worker in list(self.workers.items()):
+                    if worker.conn in ready:
+                        self._receive(worker, call)
+                    if worker.process.sentinel in ready or not worker.process.is_alive():
+                        self._bury(slot, call)
         except BaseException:
             self.broken = True
             self.stop()
-            self._close_queues()
             raise
 
-    def _replace_dead_workers(self, by_index, pending, display, on_result) -> None:
-        for slot, process in list(self.processes.items()):
-            key = self.slots[slot]
-            if process.is_alive():
+    def _dispatch(self, call: _Call) -> None:
+        """Send waiting runs to idle workers; start workers for the slots left empty."""
+        for slot in range(min(self.num_workers, len(call.waiting) + self._busy())):
+            if slot not in self.workers and call.waiting and not call.start_failures:
+                self._spawn(slot)
+        for worker in list(self.workers.values()):
+            if not call.waiting:
+                return
+            if worker.spec is not None:
                 continue
-            if key in pending:
-                logger.error("worker %d died with exit code %s during run %d", process.pid, process.exitcode, key)
-                reason = f"WorkerDied: the worker process exited with code {process.exitcode}"
-                result = failed_result(by_index[key], reason)
-                pending.discard(key)
-                display.run_finished(key, True)
-                on_result(result)
-                if pending:
-                    self._spawn(slot)
-            elif process.exitcode == 0 and pending:
-                self._spawn(slot)  # it left, idle, just as this call began
-        if pending and not any(p.is_alive() for p in self.processes.values()):
-            codes = sorted({p.exitcode for p in self.processes.values()})
-            reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
-                      f"start_method='{self.context.get_start_method()}' workers import the main script again: "
-                      "put the script's code under `if __name__ == '__main__':`.")
-            for key in sorted(pending):
-                display.run_finished(key, True)
-                on_result(failed_result(by_index[key], reason))
-            pending.clear()
-            self.broken = True
+            spec = call.waiting.popleft()
+            worker.spec, worker.took = spec, False
+            try:
+                worker.conn.send(cloudpickle.dumps(spec))
+            except OSError:  # it died: its sentinel tells the rest
+                call.waiting.appendleft(spec)
+                worker.spec = None
+
+    def _busy(self) -> int:
+        return sum(w.spec is not None for w in self.workers.values())
+
+    def _receive(self, worker: _Worker, call: _Call) -> None:
+        """Handle every message ``worker`` has sent so far."""
+        while True:
+            try:
+                if not worker.conn.poll():
+                    return
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                return  # it exited: the sentinel is (or will be) ready
+            kind = message[0]
+            if kind == "ready":
+                worker.ready = True
+            elif kind == "took":
+                worker.took = True
+            elif kind in ("result", "error") and worker.spec is not None:
+                spec, worker.spec, worker.took = worker.spec, None, False
+                call.finish(spec, self._result(spec, *message))
+            elif kind in ("start", "progress"):
+                call.display.handle(message)
+
+    @staticmethod
+    def _result(spec: RunSpec, kind: str, payload: Any) -> RunResult:
+        if kind == "error":
+            return failed_result(spec, payload)
+        try:
+            return pickle.loads(payload)
+        except Exception as exc:
+            return failed_result(spec, f"ResultNotRead: the run's result could not be unpickled here "
+                                       f"({type(exc).__name__}: {exc})")
+
+    def _bury(self, slot: int, call: _Call) -> None:
+        """A worker exited: read what it sent before, fail or hand on its run, free its slot."""
+        worker = self.workers[slot]
+        self._receive(worker, call)
+        worker.process.join(1.0)
+        code = worker.process.exitcode
+        if worker.process.is_alive():
+            return  # its pipe closed but it has not exited yet: the sentinel will come
+        self._discard(slot)
+        if not worker.ready:
+            call.start_failures.append(code)
+            logger.error("worker %d %s before it was ready", worker.process.pid, describe_exit(code))
+        spec = worker.spec
+        if spec is None:
+            return
+        if worker.took:
+            reason = f"WorkerDied: the worker process {describe_exit(code)} during this run"
+            logger.error("run %d (seed %d): %s", spec.run_idx, spec.seed, reason)
+            call.finish(spec, failed_result(spec, reason))
+        else:
+            call.waiting.appendleft(spec)  # it never received the run: another worker runs it
+
+    def _fail_unstarted(self, call: _Call) -> None:
+        codes = sorted({c for c in call.start_failures}, key=str)
+        reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
+                  f"start_method='{self.start_method}' workers import the main script again: put the "
+                  "script's code under `if __name__ == '__main__':`.")
+        for spec in list(call.waiting):
+            call.finish(spec, failed_result(spec, reason))
+        call.waiting.clear()
+        self.broken = True
+
+    def _discard(self, slot: int) -> None:
+        worker = self.workers.pop(slot)
+        worker.process.join(0.1)
+        worker.conn.close()
 
     def stop(self) -> None:
         """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
-        alive = [p for p in self.processes.values() if p.is_alive()]
+        alive = [w.process for w in self.workers.values() if w.process.is_alive()]
         for process in alive:
             try:
                 os.kill(process.pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
         self._reap(alive)
+        self._close_pipes()
 
     def close(self) -> None:
-        """Let every worker leave (they are idle between runs), then release the queues."""
+        """Let every worker leave (they are idle between runs), then close the pipes."""
         if os.getpid() != self.owner_pid:
             return
-        alive = [p for p in self.processes.values() if p.is_alive()]
-        if not self.broken:
-            for _ in alive:
-                self.tasks.put(None)
-        self._reap(alive)
-        self._close_queues()
+        alive = [w for w in self.workers.values() if w.process.is_alive()]
+        for worker in alive:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        self._reap([w.process for w in alive])
+        self._close_pipes()
         self.broken = True
 
     def _reap(self, processes: list[Any]) -> None:
+        deadline = time.monotonic() + self.grace
         for process in processes:
-            process.join(self.grace)
+            process.join(max(0.0, deadline - time.monotonic()))
         for process in processes:
             if process.is_alive():
                 logger.warning("worker %d did not stop within %.0f s; terminating it", process.pid, self.grace)
@@ -237,10 +300,9 @@ class WorkerPool:
                 process.kill()
                 process.join(1.0)
 
-    def _close_queues(self) -> None:
-        for q in (self.tasks, self.events):
-            q.cancel_join_thread()
-            q.close()
+    def _close_pipes(self) -> None:
+        for worker in self.workers.values():
+            worker.conn.close()
 
 
 def preload_forkserver(context: Any) -> None:
