@@ -10,7 +10,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import iterate
 
 from online_trainer.protocol import missing_methods
@@ -57,6 +57,22 @@ class EnvFactory:
         if self._wrapped is None:
             self._wrapped = as_vector_env(self._instance, source=self._instance)
         return self._wrapped
+
+    def fresh(self) -> VectorEnv:
+        """An env of its own (for evaluation): the factory's, or a deep copy of the instance.
+
+        Raises:
+            TypeError: the instance cannot be copied (pass a factory instead).
+        """
+        if self._factory is not None:
+            return self()
+        try:
+            if isinstance(self._instance, AsyncVectorEnv):  # a failed copy would close its pipes
+                raise TypeError("an AsyncVectorEnv holds worker processes")
+            return as_vector_env(_copy.deepcopy(self._instance), source=self._instance)
+        except Exception as exc:
+            raise TypeError(f"The env {self._instance!r} cannot be copied for evaluation ({type(exc).__name__}: "
+                            f"{exc}): pass eval_env=<a factory>, e.g. lambda: gym.make_vec(...).") from exc
 
     def release(self, env: VectorEnv) -> None:
         """Close an env a factory built; the user's instance stays open."""

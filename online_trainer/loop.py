@@ -95,6 +95,7 @@ def run_loop(
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
     observe, valid, done = tracker.observe, tracker.valid, tracker.done
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
+    obs_space = env.single_observation_space
     global_step = episodes = 0
     next_event = events.on_step_event(0)
     while True:
@@ -102,7 +103,7 @@ def run_loop(
         global_step += observe(obs, actions, reward, terminated, truncated)
         ended = done.any()
         if update is not None:
-            seen = final_observations(next_obs, info) if same_step and ended else next_obs
+            seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
             if step_logger is not None:
                 step_logger.step = global_step
             if pass_valid:

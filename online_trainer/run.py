@@ -281,7 +281,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
-        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render)
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
+                                 observation_space=env.single_observation_space,
+                                 action_space=env.single_action_space)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"

@@ -127,3 +127,132 @@ def test_evaluation_never_calls_reset_nor_update():
     OnlineTrainer(gym.make_vec("CartPole-v1", num_envs=2), agent, train=False).multi_run(
         1, num_episodes=4, seed_offset=0, progress=False)
     assert agent.calls == ["eval"]
+
+
+# ------------------------------------------------------------------ evaluation during training
+
+import gymnasium.spaces as spaces  # noqa: E402
+
+from online_trainer.evaluation import EVAL_SEED_SHIFT, play_episodes  # noqa: E402
+from tests.conftest import RecordingAgent, make_counting_vec, scheduled_length  # noqa: E402
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_play_episodes_counts_real_transitions_and_spreads_episodes(mode):
+    env = make_counting_vec(3, mode)()
+    returns, lengths = play_episodes(env, RecordingAgent(), 7, seed=100)
+    # sub-envs play 2, 2 and 3 episodes (7 spread over 3), each from its own seed
+    expected = sorted(scheduled_length(100 + j, k) for j, share in enumerate([2, 2, 3]) for k in range(share))
+    assert sorted(lengths.tolist()) == expected
+    assert sorted(returns.tolist()) == sorted(n * (n + 1) / 2 for n in expected)
+
+
+class Bandit(gym.Env):
+    """One-step episodes whose reward is the action: the greedy return is the agent's choice."""
+
+    observation_space = spaces.Box(0, 1, shape=(1,), dtype=np.float32)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, dtype=np.float32), float(action), True, False, {}
+
+
+class Drifting(RecordingAgent):
+    """Greedy action (0, 1 or 2) drifts with the number of updates: evaluations differ."""
+
+    def act(self, obs):
+        if self.mode == "eval":
+            return np.full(len(obs), (self.updates // 7) % 3, dtype=np.int64)
+        return np.zeros(len(obs), dtype=np.int64)
+
+
+def test_best_agent_is_the_state_at_the_best_evaluation(tmp_path):
+    same_step = gym.vector.AutoresetMode.SAME_STEP  # one env step per transition: updates == global_step
+    trainer = OnlineTrainer(lambda: gym.vector.SyncVectorEnv([Bandit], autoreset_mode=same_step), Drifting,
+                            exp_dir=tmp_path)
+    trainer.multi_run(1, total_steps=60, seed_offset=0, eval_freq=5, eval_episodes=2, checkpoint_freq=1000,
+                      progress=False)
+    (evaluations,) = trainer.evaluations
+    means = [e["mean"] for e in evaluations]
+    assert len(set(means)) == 3  # the evaluations differ
+    best = evaluations[int(np.argmax(means))]
+    state = torch.load(tmp_path / "Run1_Best_agent.t", weights_only=True)
+    assert state["updates"] == best["global_step"]  # one update per env step before it
+    assert [e["global_step"] for e in evaluations] == list(range(5, 65, 5))
+    from online_trainer.storage import iter_metrics_chunks
+
+    on_disk = [r for chunk in iter_metrics_chunks(tmp_path / "eval_run1.pkl") for r in chunk]
+    assert [r["mean"] for r in on_disk] == means
+
+
+def strip_evaluations(trainer):
+    return [[(e["global_step"], e["episodes_trained"], e["returns"].tolist(), e["lengths"].tolist())
+             for e in run] for run in trainer.evaluations]
+
+
+def cliff_trainer(exp_dir=None):
+    return OnlineTrainer(lambda: gym.make_vec("CliffWalking-v1", num_envs=2),
+                         lambda env: QLearningAgent(env, lr=0.5, epsilon_decay=0.9, decay_unit="episode"),
+                         exp_dir=exp_dir)
+
+
+def test_evaluation_leaves_training_records_unchanged_and_is_the_same_with_workers(tmp_path):
+    plain = cliff_trainer().multi_run(2, num_episodes=40, seed_offset=3, progress=False)
+    serial = cliff_trainer()
+    evaluated = serial.multi_run(2, num_episodes=40, seed_offset=3, eval_freq=10, eval_episodes=3, progress=False)
+    records = lambda runs: [[(r["ep_return"], r["ep_length"], r["actions"].tolist()) for r in run] for run in runs]
+    assert records(evaluated) == records(plain)
+    assert [len(run) for run in serial.evaluations] == [4, 4]
+    in_workers = cliff_trainer(tmp_path)
+    in_workers.multi_run(2, num_episodes=40, seed_offset=3, eval_freq=10, eval_episodes=3, num_workers=2,
+                         progress=False)
+    assert strip_evaluations(in_workers) == strip_evaluations(serial)
+
+
+def test_evaluating_the_last_checkpoint_repeats_the_final_evaluation(tmp_path):
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(2, num_episodes=30, seed_offset=0, eval_freq=10, eval_episodes=4, checkpoint_freq=10,
+                      progress=False)
+    episodes = trainer.evaluate("last", num_episodes=4, progress=False)
+    for run, evaluations in enumerate(trainer.evaluations, start=1):
+        mine = episodes[episodes["run"] == run]
+        assert mine["ep_return"].tolist() == evaluations[-1]["returns"].tolist()
+        assert mine["ep_length"].tolist() == evaluations[-1]["lengths"].tolist()
+    assert (tmp_path / "evaluation_last.csv").is_file()
+    with pytest.raises(FileExistsError, match=r"evaluation_last.csv holds an earlier evaluation: pass overwrite=True"):
+        trainer.evaluate("last", num_episodes=4, progress=False)
+    every = trainer.evaluate("all", num_episodes=2, num_workers=2, progress=False)
+    assert sorted(set(every["checkpoint"])) == ["E10", "E20", "E30", "best", "last"]
+
+
+def test_eval_seeds_never_equal_training_seeds():
+    seen = []
+
+    class Spy(gym.Wrapper):
+        def reset(self, *, seed=None, options=None):
+            if seed is not None:
+                seen.append(seed)
+            return self.env.reset(seed=seed, options=options)
+
+    OnlineTrainer(lambda: gym.vector.SyncVectorEnv([lambda: Spy(gym.make("CartPole-v1"))] * 2), RecordingAgent).multi_run(
+        2, num_episodes=4, seed_offset=0, eval_freq=2, eval_episodes=2, progress=False)
+    training = {0, 1, 10000, 10001}
+    assert training <= set(seen)
+    assert set(seen) - training == {EVAL_SEED_SHIFT, EVAL_SEED_SHIFT + 1, EVAL_SEED_SHIFT + 10000,
+                                    EVAL_SEED_SHIFT + 10001}
+
+
+def test_load_agent_gives_the_trained_agent(tmp_path):
+    from online_trainer.checkpoints import load_agent
+
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(1, num_episodes=20, seed_offset=0, checkpoint_freq=10, progress=False)
+    make = lambda env: QLearningAgent(env)
+    agent = load_agent(tmp_path, 1, "last", agent_factory=make, env=lambda: gym.make_vec("CliffWalking-v1", num_envs=2))
+    np.testing.assert_array_equal(agent.q_table, trainer.agents[0].q_table)
+    with pytest.raises(ValueError, match=r"which must be 'last' or 'best', but got which='all'"):
+        load_agent(tmp_path, 1, "all", agent_factory=make)
