@@ -10,6 +10,9 @@ import numpy as np
 
 from agents._base import AgentBase, as_valid, require
 
+EVAL_STREAM = 7_919
+"""Second word of the seed of the eval-mode tie-breaking generator (the training one has none)."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class QLearningConfig:
@@ -71,6 +74,7 @@ class QLearningAgent(AgentBase):
         self._act_start = int(self.action_space.start)
 
     def _build(self) -> None:
+        self._eval_rng = np.random.default_rng([0 if self._seed is None else self._seed, EVAL_STREAM])
         shape = (int(self.observation_space.n), int(self.action_space.n))
         self.q_table = np.full(shape, self.config.q_init, dtype=np.float64)
         self.epsilon = float(self.config.epsilon)
@@ -90,10 +94,22 @@ class QLearningAgent(AgentBase):
         return np.asarray(obs, dtype=np.int64).reshape(-1) - self._obs_start
 
     def greedy(self, states: np.ndarray) -> np.ndarray:
-        """Greedy action indices (ties broken at random) for table rows ``states``."""
+        """Greedy action indices (ties broken at random) for table rows ``states``.
+
+        In eval mode ties are broken with a generator of their own, re-seeded at each
+        :meth:`eval`, so that evaluating never draws from the training generator (training
+        is the same with and without evaluations) and every evaluation of the same table
+        acts the same (evaluating a saved checkpoint repeats the evaluation made at that point).
+        """
         q = self.q_table[states]
         best = q == q.max(axis=1, keepdims=True)
-        return np.where(best, self.np_rng.random(q.shape), -1.0).argmax(axis=1)
+        rng = self.np_rng if self.training else self._eval_rng
+        return np.where(best, rng.random(q.shape), -1.0).argmax(axis=1)
+
+    def eval(self) -> None:
+        """Switch to greedy acting (``update`` is then ignored), with a fresh tie-breaking generator."""
+        super().eval()
+        self._eval_rng = np.random.default_rng([0 if self._seed is None else self._seed, EVAL_STREAM])
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Epsilon-greedy actions in training mode, greedy ones after :meth:`eval`."""

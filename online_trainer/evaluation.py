@@ -13,13 +13,20 @@ import copy
 import time
 from typing import Any
 
+import logging
+
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.factories import autoreset_mode
 
+logger = logging.getLogger(__name__)
+
 EVAL_SEED_SHIFT = 2**31
 """Added to a run's seed to seed its eval env (sub-env ``j`` gets ``+ j``)."""
+MAX_EPISODE_STEPS = 100_000
+"""An evaluation episode still running after this many steps is cut (counted as it stands, with a
+warning): a greedy policy can loop forever in an env without a time limit."""
 
 
 def eval_seed(run_seed: int) -> int:
@@ -27,13 +34,16 @@ def eval_seed(run_seed: int) -> int:
     return run_seed + EVAL_SEED_SHIFT
 
 
-def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
+                  max_episode_steps: int = MAX_EPISODE_STEPS) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
     The episodes are spread evenly over the sub-envs, each playing its share to the end
     (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
     finishing first. Only real transitions count, in every autoreset mode. The agent is
     used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
+    An episode longer than ``max_episode_steps`` is cut there (its sub-env is reset), with a
+    logged warning, so that a policy that never ends an episode cannot hang the run.
 
     Returns:
         ``(returns, lengths)``: float64 and int64 arrays of ``num_episodes`` entries, in the
@@ -54,6 +64,11 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int) -> t
         returns += np.where(valid, reward, 0.0)
         lengths += valid
         done = (terminated | truncated) & valid
+        cut = (lengths >= max_episode_steps) & ~done
+        if cut.any():
+            logger.warning("evaluation episodes cut after %d steps (sub-envs %s): the greedy policy did not end them",
+                           max_episode_steps, np.flatnonzero(cut).tolist())
+            done |= cut
         for i in np.flatnonzero(done):
             if counts[i] < targets[i]:
                 done_returns.append(float(returns[i]))
@@ -62,9 +77,11 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int) -> t
             returns[i] = 0.0
             lengths[i] = 0
         if mode is AutoresetMode.NEXT_STEP:
-            valid = ~done  # the next step of a finished sub-env is its reset step
-        elif mode is AutoresetMode.DISABLED and done.any():
-            obs, _ = env.reset(options={"reset_mask": done})
+            valid = ~(done & ~cut)  # the next step of a finished sub-env is its reset step
+        if cut.any() or (mode is AutoresetMode.DISABLED and done.any()):
+            mask = cut if mode is not AutoresetMode.DISABLED else done
+            reset_obs, _ = env.reset(options={"reset_mask": mask})
+            obs = reset_obs
     return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.int64)
 
 

@@ -147,6 +147,26 @@ def test_play_episodes_counts_real_transitions_and_spreads_episodes(mode):
     assert sorted(returns.tolist()) == sorted(n * (n + 1) / 2 for n in expected)
 
 
+class NeverEnds(gym.Env):
+    observation_space = spaces.Box(0, 1, shape=(1,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, dtype=np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, dtype=np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_an_evaluation_episode_that_never_ends_is_cut(mode, caplog):
+    env = gym.vector.SyncVectorEnv([NeverEnds] * 2, autoreset_mode=gym.vector.AutoresetMode(mode))
+    returns, lengths = play_episodes(env, RecordingAgent(), 3, seed=0, max_episode_steps=50)
+    assert lengths.tolist() == [50, 50, 50] and returns.tolist() == [50.0] * 3
+    assert "evaluation episodes cut after 50 steps" in caplog.text
+
+
 class Bandit(gym.Env):
     """One-step episodes whose reward is the action: the greedy return is the agent's choice."""
 
@@ -195,7 +215,7 @@ def strip_evaluations(trainer):
 
 
 def cliff_trainer(exp_dir=None):
-    return OnlineTrainer(lambda: gym.make_vec("CliffWalking-v1", num_envs=2),
+    return OnlineTrainer(lambda: gym.make_vec("CliffWalking-v1", num_envs=2, max_episode_steps=200),
                          lambda env: QLearningAgent(env, lr=0.5, epsilon_decay=0.9, decay_unit="episode"),
                          exp_dir=exp_dir)
 
@@ -253,6 +273,7 @@ def test_load_agent_gives_the_trained_agent(tmp_path):
     trainer.multi_run(1, num_episodes=20, seed_offset=0, checkpoint_freq=10, progress=False)
     make = lambda env: QLearningAgent(env)
     agent = load_agent(tmp_path, 1, "last", agent_factory=make, env=lambda: gym.make_vec("CliffWalking-v1", num_envs=2))
+    assert agent.steps == trainer.agents[0].steps
     np.testing.assert_array_equal(agent.q_table, trainer.agents[0].q_table)
     with pytest.raises(ValueError, match=r"which must be 'last' or 'best', but got which='all'"):
         load_agent(tmp_path, 1, "all", agent_factory=make)
