@@ -6,7 +6,7 @@
 import importlib
 from typing import Any
 
-from online_trainer.errors import RunFailure, RunsFailedError
+from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.protocol import Agent
 from online_trainer.storage import (
     TruncatedMetricsWarning,
@@ -26,7 +26,10 @@ _LAZY = {
     "curves": "online_trainer.stats",
     "final_performance": "online_trainer.stats",
     "iqm": "online_trainer.stats",
+    "load_agent": "online_trainer.checkpoints",
     "load_episodes": "online_trainer.dataframes",
+    "load_evaluations": "online_trainer.dataframes",
+    "load_runs": "online_trainer.dataframes",
     "optuna_objective": "online_trainer.optuna_search",
     "plot_final_performance": "online_trainer.plotting",
     "plot_learning_curves": "online_trainer.plotting",
@@ -46,6 +49,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "ExperimentInUseError",
     "OnlineTrainer",
     "RunFailure",
     "RunsFailedError",
@@ -58,8 +62,11 @@ __all__ = [
     "load_all_run_metrics",
     "load_args",
     "load_config",
+    "load_agent",
     "load_episodes",
+    "load_evaluations",
     "load_run_metrics",
+    "load_runs",
     "load_transitions",
     "optuna_objective",
     "plot_final_performance",

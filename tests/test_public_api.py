@@ -13,3 +13,8 @@ def test_core_names():
     expected = {"OnlineTrainer", "load_run_metrics", "load_all_run_metrics", "load_transitions",
                 "load_agent_logs", "load_args", "load_config"}
     assert expected <= set(online_trainer.__all__)
+
+
+def test_evaluation_and_analysis_names():
+    expected = {"load_agent", "load_evaluations", "load_runs", "load_episodes", "summarize", "ExperimentInUseError"}
+    assert expected <= set(online_trainer.__all__)
