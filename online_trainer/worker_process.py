@@ -14,38 +14,33 @@ Worker -> parent, in this order for each run::
     ("result", bytes)               the pickled RunResult (a failed one when the run raised)
     ("error", text)                 the payload could not even be unpickled
 
-A worker dies with its parent, at once and without writing anything more: on Linux it asks
-the kernel for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and a watcher thread
-ends it when the pool's owner exits (a pidfd, or a check of the parent pid every 0.25 s),
-when its pipe reaches end-of-file, or when a message cannot be sent because nobody reads.
+A worker dies with its parent, at once and without writing anything more (see
+:mod:`online_trainer.lifeline`); a message that cannot be sent or received because nobody is
+at the other end ends it too.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
+import dataclasses
 import logging
 import os
 import pickle
-import select
-import signal
 import sys
-import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import cloudpickle
 
 from online_trainer.executors import failed_result
+from online_trainer.lifeline import die_orphaned, guard
 from online_trainer.progress import QueueProgress
 from online_trainer.run import RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 
-WATCH_INTERVAL = 0.25  # seconds between the watcher's checks of the parent pid
 _POLL = 1.0  # seconds between an idle worker's checks of its idle time
-_PR_SET_PDEATHSIG = 1
 _PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
 
 
@@ -55,11 +50,6 @@ def limit_torch_threads(torch_threads: int) -> None:
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(torch_threads)
-
-
-def die_orphaned() -> NoReturn:
-    """End this process now: no flush, no ``atexit`` handler, nothing more written anywhere."""
-    os._exit(0)
 
 
 def leave(code: int = 0) -> NoReturn:
@@ -74,63 +64,6 @@ def leave(code: int = 0) -> NoReturn:
         except (OSError, ValueError):
             pass
     os._exit(code)
-
-
-def request_parent_death_signal() -> bool:
-    """Ask the Linux kernel to SIGKILL this process when the thread that started it exits."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def watch_parent(owner_pid: int, death_signal: bool) -> None:
-    """End this process, writing nothing more, within about a second of its parent's death.
-
-    Args:
-        owner_pid: the process that owns the pool (the parent, or the parent of the forkserver).
-        death_signal: also ask the kernel for SIGKILL when the parent exits. Only where the
-            parent started this process from its main thread: the signal comes when the
-            *thread* that started a process ends.
-    """
-    if death_signal:
-        request_parent_death_signal()
-    parent = os.getppid()
-    if parent == 1 or not _pid_alive(owner_pid):
-        die_orphaned()  # the parent died before the request above took effect
-    threading.Thread(target=_watch, args=(owner_pid, parent), name="online_trainer-parent-watch", daemon=True).start()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _watch(owner_pid: int, parent: int) -> None:
-    pidfd = None
-    try:
-        pidfd = os.pidfd_open(owner_pid)  # readable once the owner exits: no polling delay
-    except ProcessLookupError:
-        die_orphaned()
-    except (AttributeError, OSError):
-        pass  # not Linux, or a kernel before 5.3: the parent pid check below is enough
-    while True:
-        if pidfd is not None:
-            ready, _, _ = select.select([pidfd], [], [], WATCH_INTERVAL)
-            if ready:
-                die_orphaned()
-        else:
-            time.sleep(WATCH_INTERVAL)
-        if os.getppid() != parent:
-            die_orphaned()
 
 
 class PipeChannel:
@@ -166,16 +99,29 @@ def _next_payload(conn: Connection, idle_timeout: float) -> bytes:
 
 
 def pack_result(spec: RunSpec, result: RunResult) -> bytes:
-    """The pickled result; when it cannot be pickled, a pickled failure that says why."""
+    """The pickled result, sent back to the parent.
+
+    When the trained agent cannot be pickled (it holds a lock, a file, a process), the result
+    goes without it and says why in ``extra["agent_not_sent"]``; when the result cannot be
+    pickled even so, a failed result that says why goes instead.
+    """
     try:
         return cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # an unpicklable record, or no memory left for a huge one
-        logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(exc).__name__, exc)
-        reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
-                  f"({type(exc).__name__}: {exc}); its records up to the last flush are on disk.")
-        if result.status != "finished":
-            reason += f" The run's own error: {result.extra.get('exception', result.error)}"
-        return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # an unpicklable agent or record, or no memory left for a huge one
+        error = exc
+    if result.agent is not None:
+        reason = f"{type(error).__name__}: {error}"
+        without_agent = dataclasses.replace(result, agent=None, extra={**result.extra, "agent_not_sent": reason})
+        try:
+            return cloudpickle.dumps(without_agent, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            error = exc
+    logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)
+    reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
+              f"({type(error).__name__}: {error}); its records up to the last flush are on disk.")
+    if result.status != "finished":
+        reason += f" The run's own error: {result.extra.get('exception', result.error)}"
+    return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
@@ -216,17 +162,21 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
         channel.put(("result", pickle.dumps(failed_result(spec, reason))))
 
 
-def worker_main(conn: Connection, owner_pid: int, death_signal: bool, torch_threads: int, idle_timeout: float) -> None:
+def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int,
+                idle_timeout: float, inherited_write_ends: tuple[int, ...] = ()) -> None:
     """The body of a worker process: run what the parent sends until told to leave.
 
     Args:
         conn: this worker's end of its pipe to the parent.
+        lifeline: the read end of its lifeline; see :func:`online_trainer.lifeline.guard`
+            for this and the next two arguments.
         owner_pid: the pool's process, whose death ends this one.
-        death_signal: ask for SIGKILL at the parent's death (see :func:`watch_parent`).
+        death_signal: ask for SIGKILL at the parent's death.
         torch_threads: torch threads of this process.
         idle_timeout: seconds without work after which the worker leaves.
+        inherited_write_ends: lifeline write ends copied into this process by fork.
     """
-    watch_parent(owner_pid, death_signal)
+    guard(lifeline, owner_pid, death_signal, inherited_write_ends)
     limit_torch_threads(torch_threads)
     channel = PipeChannel(conn)
     progress = QueueProgress(channel)

@@ -42,6 +42,7 @@ from typing import Any, Sequence
 import cloudpickle
 
 from online_trainer.executors import ResultHandler, failed_result
+from online_trainer.lifeline import Lifeline, held_write_ends
 from online_trainer.progress import NoProgress, ProgressDisplay
 from online_trainer.run import RunResult, RunSpec
 from online_trainer.worker_process import limit_torch_threads, worker_main
@@ -52,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 120.0  # seconds a worker waits for the next call before it exits
 _WAIT = 1.0  # seconds between the parent's checks of its workers when nothing happens
+_MAX_LOST = 3  # workers that may die while a run is handed to them before the run is failed
 # Installed libraries a forkserver imports once for all its workers, when this process uses them:
 # torch (1.7 s) and torch._dynamo (1.5 s, imported by the first optimizer) are most of a worker's start-up.
 FORKSERVER_PRELOAD = ("numpy", "gymnasium", "torch", "torch._dynamo")
@@ -63,6 +65,7 @@ class _Worker:
 
     process: Any
     conn: Connection
+    lifeline: Lifeline
     ready: bool = False
     spec: RunSpec | None = None  # the run sent to it, until its result arrives
     took: bool = False  # whether it received that run (else the run can go to another worker)
@@ -87,6 +90,7 @@ class _Call:
         self.pending = {spec.key for spec in specs}
         self.display, self.on_result = display, on_result
         self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
+        self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
         if spec.key not in self.pending:
@@ -103,6 +107,13 @@ class WorkerPool:
     seconds without work, or the parent's exit or death. After an interrupted run, or one
     whose ``on_result`` raised, the pool is ``broken`` (its workers are stopped) and must
     not be used again.
+
+    Args:
+        num_workers: worker processes at most.
+        start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``.
+        torch_threads: torch threads in each worker.
+        grace: seconds interrupted workers get to flush and leave before they are terminated.
+        idle_timeout: seconds a worker waits for work before it leaves (None: :data:`IDLE_TIMEOUT`).
     """
 
     def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
@@ -126,14 +137,23 @@ class WorkerPool:
 
     def _spawn(self, slot: int) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
+        lifeline = Lifeline()
+        # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread.
         death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
-        args = (child_end, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout)
+        inherited = held_write_ends() if self.start_method == "fork" else ()
+        args = (child_end, lifeline.reader, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout,
+                inherited)
         process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}", daemon=False)
         try:
             process.start()
+        except BaseException:
+            lifeline.cut()
+            parent_end.close()
+            raise
         finally:
             child_end.close()  # the child has its copy: end-of-file here means the worker is gone
-        worker = self.workers[slot] = _Worker(process, parent_end)
+            lifeline.started()
+        worker = self.workers[slot] = _Worker(process, parent_end, lifeline)
         return worker
 
     def start(self, count: int) -> None:
@@ -204,6 +224,10 @@ class WorkerPool:
                 message = worker.conn.recv()
             except (EOFError, OSError):
                 return  # it exited: the sentinel is (or will be) ready
+            except Exception as exc:  # a message cut off mid-way (the worker was interrupted while sending)
+                logger.error("worker %d sent an unreadable message (%s); stopping it", worker.process.pid, exc)
+                worker.process.kill()
+                return
             kind = message[0]
             if kind == "ready":
                 worker.ready = True
@@ -220,10 +244,15 @@ class WorkerPool:
         if kind == "error":
             return failed_result(spec, payload)
         try:
-            return pickle.loads(payload)
+            result = pickle.loads(payload)
         except Exception as exc:
             return failed_result(spec, f"ResultNotRead: the run's result could not be unpickled here "
                                        f"({type(exc).__name__}: {exc})")
+        if "agent_not_sent" in result.extra:
+            logger.warning("run %d: its trained agent could not be sent back from the worker (%s), so none is kept "
+                           "for it; pass keep_agents=False to skip sending agents", spec.run_idx,
+                           result.extra["agent_not_sent"])
+        return result
 
     def _bury(self, slot: int, call: _Call) -> None:
         """A worker exited: read what it sent before, fail or hand on its run, free its slot."""
@@ -244,8 +273,14 @@ class WorkerPool:
             reason = f"WorkerDied: the worker process {describe_exit(code)} during this run"
             logger.error("run %d (seed %d): %s", spec.run_idx, spec.seed, reason)
             call.finish(spec, failed_result(spec, reason))
-        else:
+            return
+        call.lost[spec.key] += 1
+        if call.lost[spec.key] < _MAX_LOST:
             call.waiting.appendleft(spec)  # it never received the run: another worker runs it
+        else:
+            reason = (f"WorkerDied: {_MAX_LOST} worker processes died as they were given this run (the last "
+                      f"{describe_exit(code)})")
+            call.finish(spec, failed_result(spec, reason))
 
     def _fail_unstarted(self, call: _Call) -> None:
         codes = sorted({c for c in call.start_failures}, key=str)
@@ -258,9 +293,11 @@ class WorkerPool:
         self.broken = True
 
     def _discard(self, slot: int) -> None:
+        """Forget the worker of ``slot``, which has exited."""
         worker = self.workers.pop(slot)
         worker.process.join(0.1)
         worker.conn.close()
+        worker.lifeline.cut()
 
     def stop(self) -> None:
         """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
@@ -301,8 +338,10 @@ class WorkerPool:
                 process.join(1.0)
 
     def _close_pipes(self) -> None:
+        """Close the pipes and lifelines of the workers, which have exited."""
         for worker in self.workers.values():
             worker.conn.close()
+            worker.lifeline.cut()
 
 
 def preload_forkserver(context: Any) -> None:
