@@ -1,24 +1,43 @@
-"""Overhead of ``multi_run`` over a bare hand-written gymnasium loop, in one process.
+"""Cost of ``multi_run`` over a bare hand-written gymnasium loop, in one process.
 
-The same seeded random agent runs on CartPole-v1 for the same number of env steps through:
+What is measured is what users run: the whole ``OnlineTrainer(...).multi_run(1, total_steps=N)``
+call with the default options (``exp_dir`` set, so records are streamed to
+``metrics_run1.pkl`` and ``all_metrics.pkl`` is written; progress bars on), against the loop a
+careful user writes by hand. Both drive the same near-free agent, so that the runner's own
+cost is not hidden behind the agent's:
 
-* ``bare``: the loop a user writes by hand (act, step, update, returns and lengths, records);
-* ``multi_run`` with ``EmptyCallBack``;
-* ``multi_run`` with the default ``TBCallBack(flush_every=1)``, the agent logging one metric
-  per step.
+* ``act``: one draw of numpy's generator per step (``rng.integers``);
+* ``update``: counts, and logs one metric through ``call_back`` when the trainer passes one
+  (with ``EmptyCallBack`` it passes ``None``);
+* ``log()``: defined and returning None, like agents built on ``agents.AgentBase``.
 
-Repetitions alternate between the variants and the best of each is kept, so machine noise
-hits all of them alike. Targets at num_envs=1: EmptyCallBack <= 1.05, TBCallBack <= 1.15.
+Variants, all on ``gym.make_vec("CartPole-v1", num_envs=n)`` (numpy-vectorised, NEXT_STEP
+autoreset), each env built before the timer starts:
 
-    python bench/overhead.py [--steps 20000] [--repeats 5]
+* ``bare``: act, step, update (no call_back), sum returns and count lengths of real
+  transitions only (the step after a done is a reset step), keep each episode's return and
+  length, stop after N real transitions;
+* ``empty``: ``multi_run`` with ``trainer.call_back = EmptyCallBack()``;
+* ``tb``: ``multi_run`` with the default ``TBCallBack(exp_dir, flush_every=1)``: two scalars
+  per episode and the agent's one scalar per step.
+
+Every repetition runs the variants one after another in a rotated order, on fresh experiment
+directories; the runs' returns and lengths are checked equal to the bare loop's. Reported:
+medians over repetitions of the microseconds per env step (one real transition of one
+sub-env, the unit of ``total_steps``) and of the ratio to the bare loop of the same
+repetition, with the range of that ratio as the noise.
+
+    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb]
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 import tempfile
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -26,90 +45,135 @@ import numpy as np
 from callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer
 
+DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}
+VARIANTS = ("bare", "empty", "tb")
 
-class RandomAgent:
-    """Samples actions from a seeded action space; logs one metric per update when asked."""
 
-    def __init__(self, env):
-        self.space = env.action_space
-        self.n = 0
+class CheapAgent:
+    """Acts with one RNG draw per step and logs one metric per update when given a call_back."""
 
-    def reset(self, seed):
-        self.space.seed(seed)
+    def __init__(self, env: Any) -> None:
+        self.num_actions = int(env.single_action_space.n)
+        self.num_envs = env.num_envs
+        self.rng = np.random.default_rng(0)
+        self.updates = 0
 
-    def act(self, obs):
-        return self.space.sample()
+    def reset(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
 
-    def update(self, next_obs, reward, terminated, truncated, call_back=None):
-        self.n += 1
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        return self.rng.integers(self.num_actions, size=self.num_envs)
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None) -> None:
+        self.updates += 1
         if call_back is not None:
-            call_back({"n": self.n})
+            call_back({"updates": self.updates})
+
+    def log(self) -> None:
+        return None
 
 
-def bare_loop(num_envs: int, total_steps: int, seed: int) -> list[dict]:
-    """What a careful user writes by hand for NEXT_STEP autoreset."""
-    env = gym.make_vec("CartPole-v1", num_envs=num_envs)
-    agent = RandomAgent(env)
+def make_env(num_envs: int) -> Any:
+    return gym.make_vec("CartPole-v1", num_envs=num_envs)
+
+
+def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
+    """The loop a careful user writes by hand for NEXT_STEP autoreset; returns (return, length) per episode."""
+    agent = CheapAgent(env)
     agent.reset(seed)
     obs, _ = env.reset(seed=seed)
+    num_envs = env.num_envs
     returns = np.zeros(num_envs)
     lengths = np.zeros(num_envs, dtype=np.int64)
-    reset_step = np.zeros(num_envs, dtype=bool)
-    records, steps = [], 0
+    real = np.ones(num_envs, dtype=bool)  # False on a sub-env's reset step
+    episodes: list[tuple[float, int]] = []
+    steps = 0
     while steps < total_steps:
         actions = agent.act(obs)
         obs, reward, terminated, truncated, _ = env.step(actions)
         agent.update(obs, reward, terminated, truncated)
-        real = ~reset_step
-        returns += reward
+        returns += reward  # a reset step's reward is 0
         lengths += real
         steps += int(real.sum())
-        reset_step = terminated | truncated
-        for i in np.flatnonzero(reset_step):
-            records.append({"ep_return": float(returns[i]), "ep_length": int(lengths[i]), "global_step": steps})
+        done = terminated | truncated
+        for i in np.flatnonzero(done):
+            episodes.append((float(returns[i]), int(lengths[i])))
             returns[i] = 0.0
             lengths[i] = 0
-    env.close()
-    return records
+        real = ~done
+    return episodes
 
 
-def trainer_run(num_envs: int, total_steps: int, seed: int, callback: str, exp_dir: str) -> list[dict]:
-    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=num_envs), RandomAgent, exp_dir=exp_dir)
-    if callback == "empty":
+def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: str) -> list[tuple[float, int]]:
+    trainer = OnlineTrainer(env, CheapAgent, exp_dir=exp_dir)
+    if variant == "empty":
         trainer.call_back = EmptyCallBack()
-    (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed, dump_metrics=False, progress=False)
-    return records
+    (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed)
+    return [(r["ep_return"], r["ep_length"]) for r in records]
 
 
-def measure(num_envs: int, total_steps: int, repeats: int) -> dict[str, float]:
-    best = {"bare": float("inf"), "empty": float("inf"), "tb": float("inf")}
-    for _ in range(repeats):
-        for variant in best:
-            with tempfile.TemporaryDirectory() as tmp:
-                start = time.perf_counter()
-                if variant == "bare":
-                    records = bare_loop(num_envs, total_steps, seed=0)
-                else:
-                    records = trainer_run(num_envs, total_steps, 0, variant, tmp)
-                best[variant] = min(best[variant], time.perf_counter() - start)
+def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tuple[float, list[tuple[float, int]]]:
+    """Seconds of one run of ``variant`` (env built and experiment directory made before the timer)."""
+    env = make_env(num_envs)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
             if variant == "bare":
-                reference = [(r["ep_return"], r["ep_length"]) for r in records]
+                episodes = bare_loop(env, total_steps, seed)
             else:
-                assert [(r["ep_return"], r["ep_length"]) for r in records] == reference, "runs differ"
-    return best
+                episodes = trainer_run(env, total_steps, seed, variant, tmp)
+            elapsed = time.perf_counter() - start
+    finally:
+        env.close()
+    return elapsed, episodes
+
+
+def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]) -> dict[str, list[float]]:
+    """Seconds per repetition of each variant, in rotated order; checks every run's episodes."""
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    reference = None
+    for rep in range(repeats):
+        order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+        for variant in order:
+            elapsed, episodes = time_variant(variant, num_envs, total_steps, seed=0)
+            times[variant].append(elapsed)
+            if reference is None:
+                reference = episodes
+            elif episodes != reference:
+                raise AssertionError(f"{variant} at num_envs={num_envs}: episodes differ from the first run's")
+    return times
+
+
+def report(num_envs: int, total_steps: int, times: dict[str, list[float]]) -> None:
+    us = {v: statistics.median(t) / total_steps * 1e6 for v, t in times.items()}
+    cells = [f"{num_envs:>8}", f"{total_steps:>8}"]
+    for variant in times:
+        cells.append(f"{variant} {us[variant]:6.2f} us")
+    if "bare" in times:
+        for variant in times:
+            if variant == "bare":
+                continue
+            ratios = [t / b for t, b in zip(times[variant], times["bare"])]
+            extra = us[variant] - us["bare"]
+            cells.append(f"{variant}/bare {statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] "
+                         f"(+{extra:.2f} us)")
+    print("  ".join(cells), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20_000, help="env steps per run (all sub-envs together)")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--steps", default=",".join(f"{n}:{s}" for n, s in DEFAULT_STEPS.items()),
+                        help="num_envs:total_steps pairs, comma-separated")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(f"{'num_envs':>8} {'bare s':>8} {'empty s':>8} {'tb s':>8} {'empty/bare':>11} {'tb/bare':>8}")
-    for num_envs in (1, 8):
-        t = measure(num_envs, args.steps * (1 if num_envs == 1 else 4), args.repeats)
-        print(f"{num_envs:>8} {t['bare']:>8.3f} {t['empty']:>8.3f} {t['tb']:>8.3f} "
-              f"{t['empty'] / t['bare']:>11.3f} {t['tb'] / t['bare']:>8.3f}")
+    variants = tuple(args.variants.split(","))
+    print(f"median us per env step [and ratio to the bare loop: median, min-max] over {args.repeats} repetitions")
+    for pair in args.steps.split(","):
+        num_envs, total_steps = (int(x) for x in pair.split(":"))
+        report(num_envs, total_steps, measure(num_envs, total_steps, args.repeats, variants))
 
 
 if __name__ == "__main__":
