@@ -157,7 +157,8 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
     except _PARENT_GONE:
         die_orphaned()
     except (OSError, ValueError, MemoryError) as exc:  # too large for the pipe, or no memory for the copy
-        reason = f"ResultNotSent: the run ended ({result.status}) but sending its result failed ({type(exc).__name__}: {exc})"
+        reason = (f"ResultNotSent: the run ended ({result.status}) but sending its result failed "
+                  f"({type(exc).__name__}: {exc})")
         logger.error("run %d: %s", spec.run_idx, reason)
         channel.put(("result", pickle.dumps(failed_result(spec, reason))))
 
@@ -198,7 +199,8 @@ def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_si
         # execute_run flushed the run's metrics on its way out; tell the parent, if it still listens
         if spec is not None:
             try:
-                conn.send(("result", pickle.dumps(failed_result(spec, "KeyboardInterrupt: the worker was interrupted"))))
+                interrupted = failed_result(spec, "KeyboardInterrupt: the worker was interrupted")
+                conn.send(("result", pickle.dumps(interrupted)))
             except (OSError, ValueError, KeyboardInterrupt):
                 pass
         leave()

@@ -143,7 +143,7 @@ class WorkerPool:
         inherited = held_write_ends() if self.start_method == "fork" else ()
         args = (child_end, lifeline.reader, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout,
                 inherited)
-        process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}", daemon=False)
+        process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}")
         try:
             process.start()
         except BaseException:
