@@ -22,10 +22,12 @@ autoreset), each env built before the timer starts:
   per episode and the agent's one scalar per step.
 
 Every repetition runs the variants one after another in a rotated order, on fresh experiment
-directories; the runs' returns and lengths are checked equal to the bare loop's. Reported:
-medians over repetitions of the microseconds per env step (one real transition of one
-sub-env, the unit of ``total_steps``) and of the ratio to the bare loop of the same
-repetition, with the range of that ratio as the noise.
+directories; the runs' returns and lengths are checked equal to the bare loop's. Reported,
+for wall-clock time (what users wait for, including the runner's file writes and fsyncs) and
+for the process's CPU time (less disturbed by other jobs on a shared machine): the median over
+repetitions of the microseconds per env step (one real transition of one sub-env, the unit of
+``total_steps``), of the extra microseconds over the bare loop of the same repetition, and of
+the ratio to that bare loop, with the ratio's range as the noise.
 
     python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb]
 """
@@ -113,31 +115,35 @@ def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: st
     return [(r["ep_return"], r["ep_length"]) for r in records]
 
 
-def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tuple[float, list[tuple[float, int]]]:
-    """Seconds of one run of ``variant`` (env built and experiment directory made before the timer)."""
+def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tuple[float, float, list[tuple[float, int]]]:
+    """Wall and CPU seconds of one run of ``variant``, and its episodes.
+
+    The env is built and the experiment directory made before the timer starts.
+    """
     env = make_env(num_envs)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             if variant == "bare":
                 episodes = bare_loop(env, total_steps, seed)
             else:
                 episodes = trainer_run(env, total_steps, seed, variant, tmp)
-            elapsed = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         env.close()
-    return elapsed, episodes
+    return wall, cpu, episodes
 
 
-def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]) -> dict[str, list[float]]:
-    """Seconds per repetition of each variant, in rotated order; checks every run's episodes."""
-    times: dict[str, list[float]] = {v: [] for v in variants}
+def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+    """Wall and CPU seconds per repetition of each variant, in rotated order; checks every run's episodes."""
+    times: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in variants}
     reference = None
     for rep in range(repeats):
         order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for variant in order:
-            elapsed, episodes = time_variant(variant, num_envs, total_steps, seed=0)
-            times[variant].append(elapsed)
+            wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
+            times[variant]["wall"].append(wall)
+            times[variant]["cpu"].append(cpu)
             if reference is None:
                 reference = episodes
             elif episodes != reference:
@@ -145,20 +151,21 @@ def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, 
     return times
 
 
-def report(num_envs: int, total_steps: int, times: dict[str, list[float]]) -> None:
-    us = {v: statistics.median(t) / total_steps * 1e6 for v, t in times.items()}
-    cells = [f"{num_envs:>8}", f"{total_steps:>8}"]
-    for variant in times:
-        cells.append(f"{variant} {us[variant]:6.2f} us")
-    if "bare" in times:
-        for variant in times:
-            if variant == "bare":
-                continue
-            ratios = [t / b for t, b in zip(times[variant], times["bare"])]
-            extra = us[variant] - us["bare"]
-            cells.append(f"{variant}/bare {statistics.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] "
-                         f"(+{extra:.2f} us)")
-    print("  ".join(cells), flush=True)
+def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[float]]]) -> None:
+    """One line per variant: median us per env step and, against the bare loop, extra us and ratio."""
+    for variant, clocks in times.items():
+        cells = [f"{num_envs:>8}", f"{total_steps:>8}", f"{variant:>6}"]
+        for clock in ("wall", "cpu"):
+            us = statistics.median(clocks[clock]) / total_steps * 1e6
+            cells.append(f"{us:7.2f}")
+            if variant != "bare" and "bare" in times:
+                bare = times["bare"][clock]
+                extra = statistics.median(t - b for t, b in zip(clocks[clock], bare)) / total_steps * 1e6
+                ratios = [t / b for t, b in zip(clocks[clock], bare)]
+                cells.append(f"{extra:+6.2f} {statistics.median(ratios):.3f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+            else:
+                cells.append(" " * 26)
+        print("  ".join(cells), flush=True)
 
 
 def main() -> None:
@@ -170,7 +177,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
-    print(f"median us per env step [and ratio to the bare loop: median, min-max] over {args.repeats} repetitions")
+    print(f"medians over {args.repeats} repetitions; extra = us per env step over the bare loop of the same repetition;\n"
+          "ratio = time / bare loop's time in the same repetition: median [min-max]")
+    print(f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26}  {'cpu us':>7}  "
+          f"{'extra  ratio [range]':<26}")
     for pair in args.steps.split(","):
         num_envs, total_steps = (int(x) for x in pair.split(":"))
         report(num_envs, total_steps, measure(num_envs, total_steps, args.repeats, variants))
