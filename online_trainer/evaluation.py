@@ -10,10 +10,11 @@ eval env ever shares a seed with a training env (training seeds are below 2**31)
 from __future__ import annotations
 
 import copy
-import time
-from typing import Any
-
 import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -35,7 +36,8 @@ def eval_seed(run_seed: int) -> int:
 
 
 def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
-                  max_episode_steps: int = MAX_EPISODE_STEPS) -> tuple[np.ndarray, np.ndarray]:
+                  max_episode_steps: int = MAX_EPISODE_STEPS,
+                  frames: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
     The episodes are spread evenly over the sub-envs, each playing its share to the end
@@ -44,6 +46,9 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
     An episode longer than ``max_episode_steps`` is cut there (its sub-env is reset), with a
     logged warning, so that a policy that never ends an episode cannot hang the run.
+    With ``frames`` (a list), the frames of sub-env 0's first episode (``env.render()``, the
+    env made with ``render_mode="rgb_array"``) are appended to it: the reset frame, then one
+    per step.
 
     Returns:
         ``(returns, lengths)``: float64 and int64 arrays of ``num_episodes`` entries, in the
@@ -59,8 +64,13 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     done_returns: list[float] = []
     done_lengths: list[int] = []
     obs, _ = env.reset(seed=seed)
+    filming = frames is not None
+    if filming:
+        frames.append(np.asarray(env.render()[0]))
     while (counts < targets).any():
         obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        if filming:
+            frames.append(np.asarray(env.render()[0]))
         returns += np.where(valid, reward, 0.0)
         lengths += valid
         done = (terminated | truncated) & valid
@@ -69,6 +79,8 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
             logger.warning("evaluation episodes cut after %d steps (sub-envs %s): the greedy policy did not end them",
                            max_episode_steps, np.flatnonzero(cut).tolist())
             done |= cut
+        if filming and done[0]:
+            filming = False
         for i in np.flatnonzero(done):
             if counts[i] < targets[i]:
                 done_returns.append(float(returns[i]))
@@ -111,8 +123,14 @@ class Evaluator:
         training: switch the agent back to ``train()`` after each evaluation.
     """
 
-    def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True) -> None:
+    def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True,
+                 video_dir: str | os.PathLike | None = None, video_every: int | None = None) -> None:
         self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
+        self.video_dir, self.video_every = video_dir, video_every
+        if video_every is not None and getattr(env, "render_mode", None) != "rgb_array":
+            raise ValueError(f"record_video={video_every} needs an eval env made with render_mode='rgb_array', but "
+                             f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
+                             "such as lambda: gym.make_vec(..., render_mode='rgb_array').")
         self.count = 0
         self.last_step = -1
         self.start = time.perf_counter()
@@ -124,13 +142,47 @@ class Evaluator:
         switch = getattr(self.agent, "eval", None)
         if callable(switch):
             switch()
+        film = self.video_every is not None and self.count % self.video_every == 0
+        frames: list[np.ndarray] | None = [] if film else None
         try:
-            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed)
+            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed, frames=frames)
         finally:
             back = getattr(self.agent, "train", None)
             if self.training and callable(back):
                 back()
-        return evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
+        record = evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
+        if frames:
+            path = Path(self.video_dir) / f"eval{self.count}_step{global_step}.mp4"
+            write_video(path, frames, self.env.metadata.get("render_fps") or 30)
+            record["video"] = os.fspath(path)
+        return record
+
+
+def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -> None:
+    """Write ``frames`` (H x W x 3 uint8 arrays) to the mp4 file ``path`` with imageio-ffmpeg.
+
+    Raises:
+        ImportError: imageio-ffmpeg is missing (``pip install -e ".[video]"``).
+    """
+    try:
+        import imageio_ffmpeg
+    except ImportError as exc:
+        raise ImportError("record_video needs imageio-ffmpeg: pip install -e '.[video]' (or pip install "
+                          "imageio-ffmpeg).") from exc
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    height, width = frames[0].shape[:2]
+    writer = imageio_ffmpeg.write_frames(os.fspath(tmp), (width, height), fps=fps, macro_block_size=1)
+    try:
+        writer.send(None)  # start the ffmpeg process
+        for frame in frames:
+            writer.send(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))
+        writer.close()
+        os.replace(tmp, path)
+    finally:
+        writer.close()
+        tmp.unlink(missing_ok=True)
 
 
 class RunEvaluations:

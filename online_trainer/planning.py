@@ -65,6 +65,8 @@ class RunOptions:
     """Evaluate every this many env steps (step budget) or episodes (episode budget); None: at the end only."""
     eval_episodes: int = 10
     """Complete episodes per evaluation."""
+    record_video: int | None = None
+    """Film the first episode of every this-many-th evaluation (``exp_dir/videos/run{i}/*.mp4``)."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
@@ -76,6 +78,11 @@ class RunOptions:
         validation.positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
+        validation.optional_positive_int("record_video", self.record_video)
+        validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
+        if self.record_video is not None and not self.evaluate:
+            raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
+                             "pass eval_freq=... (and an eval_env made with render_mode='rgb_array').")
         validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
                                  checkpoint_freq=self.checkpoint_freq)
         if not self.keep_records and not self.dump_metrics:
@@ -143,7 +150,7 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
             checkpoint_freq=options.checkpoint_freq, dump_transitions=options.dump_transitions,
             keep_records=options.keep_records, metrics_flush_every=options.metrics_flush_every,
             eval_env_factory=parts.eval_env_factory, eval_freq=options.eval_freq,
-            eval_episodes=options.eval_episodes if options.evaluate else 0,
+            eval_episodes=options.eval_episodes if options.evaluate else 0, record_video=options.record_video,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
             label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
         ))

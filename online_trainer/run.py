@@ -56,6 +56,8 @@ class RunSpec:
     """Evaluate every this many env steps (step budget) or episodes (episode budget), and at the end."""
     eval_episodes: int = 0
     """Episodes per evaluation; 0: no evaluation."""
+    record_video: int | None = None
+    """Film the first episode of every this-many-th evaluation into ``exp_dir/videos/run{i}/``."""
     eval_only: bool = False
     """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
@@ -277,7 +279,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             check_actions(first_actions, env, agent)
             if spec.eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
-                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train)
+                video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train,
+                                      video_dir, spec.record_video)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES

@@ -44,6 +44,7 @@ EXPERIMENT_PATTERNS = (
     ALL_METRICS_FILE,
     "metrics_run*.pkl",
     "eval_run*.pkl",
+    "videos",
     "Run*_E*",
     "Run*_S*",
     "Run*_Last*",

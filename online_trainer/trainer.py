@@ -126,6 +126,7 @@ class OnlineTrainer:
         eval_env: Any = None,
         eval_freq: int | None = None,
         eval_episodes: int = 10,
+        record_video: int | None = None,
     ) -> list[list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -172,6 +173,9 @@ class OnlineTrainer:
             eval_freq: evaluate every this many env steps (step budget) or finished episodes
                 (episode budget), and once at the end; None with an ``eval_env``: at the end only.
             eval_episodes: complete episodes per evaluation, spread evenly over the eval env's sub-envs.
+            record_video: film the first episode (of sub-env 0) of every this-many-th evaluation into
+                ``exp_dir/videos/run{i}/eval{k}_step{n}.mp4`` (the eval env must be made with
+                ``render_mode="rgb_array"``; needs ``pip install -e ".[video]"``).
 
         Returns:
             One list of episode records per run (``None`` per run when ``keep_records`` is False).
@@ -187,7 +191,7 @@ class OnlineTrainer:
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes)
+                             eval_episodes=eval_episodes, record_video=record_video)
         execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
                                      torch_threads=torch_threads, ray_address=ray_address,
                                      ray_resources=ray_resources, progress=progress).capped(num_runs)

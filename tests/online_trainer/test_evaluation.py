@@ -277,3 +277,30 @@ def test_load_agent_gives_the_trained_agent(tmp_path):
     np.testing.assert_array_equal(agent.q_table, trainer.agents[0].q_table)
     with pytest.raises(ValueError, match=r"which must be 'last' or 'best', but got which='all'"):
         load_agent(tmp_path, 1, "all", agent_factory=make)
+
+
+def test_record_video_films_the_first_episode_of_every_nth_evaluation(tmp_path):
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("pygame")
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(1, total_steps=40, seed_offset=0, eval_freq=10, eval_episodes=2, record_video=2,
+                      eval_env=lambda: gym.make_vec("CartPole-v1", num_envs=2, render_mode="rgb_array"),
+                      progress=False)
+    (evaluations,) = trainer.evaluations
+    filmed = [e for e in evaluations if "video" in e]
+    assert [e["eval_index"] for e in filmed] == [2, 4]
+    for record in filmed:
+        num_frames, _ = imageio_ffmpeg.count_frames_and_secs(record["video"])  # decodes the whole file
+        # sub-env 0's episode (one of the two): its reset frame, then one frame per step
+        assert num_frames - 1 in record["lengths"].tolist()
+    assert sorted(p.name for p in (tmp_path / "videos" / "run1").iterdir()) == ["eval2_step20.mp4",
+                                                                                 "eval4_step40.mp4"]
+
+
+def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
+    with pytest.raises(ValueError, match=r"record_video=1 needs an eval env made with render_mode='rgb_array'"):
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, total_steps=20, eval_freq=10, record_video=1, progress=False)
+    with pytest.raises(ValueError, match=r"record_video=2 films evaluation episodes, but evaluation is off"):
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, total_steps=20, record_video=2, progress=False)
