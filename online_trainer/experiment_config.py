@@ -143,7 +143,7 @@ class ExperimentConfig:
     agent: AgentConfig
     """The agent (section)."""
     num_runs: int = 5
-    """Number of seeds; run ``i`` uses seed ``seed_offset + i * 10000``."""
+    """Number of seeds; run ``i`` (from 1) uses seed ``seed_offset + (i - 1) * 10000``."""
     num_episodes: int | None = None
     """Budget: finished episodes per run. Give exactly one of num_episodes and total_steps."""
     total_steps: int | None = None
@@ -156,6 +156,10 @@ class ExperimentConfig:
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered) or ``empty``."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
+    eval_freq: int | None = None
+    """Evaluate greedily every this many env steps (step budget) or episodes, and at the end; null: never."""
+    eval_episodes: int = 10
+    """Complete episodes per evaluation."""
     exp_dir: str | None = None
     """Experiment directory (relative to the working directory); null: ``runs/<config file stem>``."""
     train: bool = True
@@ -169,9 +173,9 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         _check_types(self, "")
-        for name in ("num_runs", "num_workers", "last_k"):
+        for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
             _check_positive(name, getattr(self, name))
-        for name in ("num_episodes", "total_steps", "checkpoint_freq", "torch_threads"):
+        for name in ("num_episodes", "total_steps", "checkpoint_freq", "torch_threads", "eval_freq"):
             if getattr(self, name) is not None:
                 _check_positive(name, getattr(self, name))
         if (self.num_episodes is None) == (self.total_steps is None):

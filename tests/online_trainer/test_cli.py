@@ -269,3 +269,24 @@ def test_python_dash_m_help():
     assert result.stdout.startswith("usage: online-trainer")
     for command in ("run", "show", "report"):
         assert command in result.stdout
+
+
+def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=3", "eval_freq=3",
+               "eval_episodes=4") == 0
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
+    capsys.readouterr()
+    assert cli.main(["eval", str(exp_dir), "--episodes", "4", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "Greedy evaluation" in out and "last: mean" in out and "iqm" in out
+    rows = (exp_dir / "evaluation_last.csv").read_text().splitlines()
+    assert rows[0] == "run,seed,checkpoint,episode,ep_return,ep_length" and len(rows) == 1 + 2 * 4
+    # the last checkpoint repeats each run's final evaluation during training
+    from online_trainer import load_evaluations
+
+    final = load_evaluations(exp_dir)
+    assert not final.empty
+    assert cli.main(["eval", str(exp_dir), "--episodes", "4", "--no-progress"]) == 2
+    assert "holds an earlier evaluation: pass overwrite=True" in capsys.readouterr().err
