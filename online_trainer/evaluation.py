@@ -202,12 +202,13 @@ class RunEvaluations:
         callback: the run's callback.
         tag: ``run_{i}`` with the sweep's prefix.
         keep_best: keep the agent's state at its best evaluation.
+        progress: the run's progress bar (shows the last evaluation mean).
     """
 
     def __init__(self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any,
-                 tag: str, keep_best: bool) -> None:
+                 tag: str, keep_best: bool, progress: Any = None) -> None:
         self.evaluator, self.freq, self.by_episode, self.stream = evaluator, freq, by_episode, stream
-        self.callback, self.keep_best = callback, keep_best
+        self.callback, self.keep_best, self.progress = callback, keep_best, progress
         self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
         self.next_step: float = freq if freq is not None and not by_episode else float("inf")
         self.records: list[dict[str, Any]] = []
@@ -233,6 +234,8 @@ class RunEvaluations:
             self.stream.flush()
         self.callback({"ep_return": record["mean"]}, self.return_tag, global_step, force=True)
         self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
+        if self.progress is not None:
+            self.progress.eval_end(record["mean"])
         if self.keep_best and record["mean"] > self.best_mean:
             self.best_mean = record["mean"]
             save = getattr(self.evaluator.agent, "save", None)

@@ -69,6 +69,9 @@ class RunProgress(Protocol):
     def episode_end(self, ep_return: float) -> None:
         """Note the return of the episode that just ended."""
 
+    def eval_end(self, mean_return: float) -> None:
+        """An evaluation ended with this mean return (shown until the next one)."""
+
     def close(self) -> None:
         """The run ended."""
 
@@ -90,6 +93,9 @@ class NoProgress:
         pass
 
     def episode_end(self, ep_return: float) -> None:
+        pass
+
+    def eval_end(self, mean_return: float) -> None:
         pass
 
     def close(self) -> None:
@@ -142,13 +148,14 @@ class ProgressDisplay:
             return
         self.bars[key] = _bar(total=self.total, unit=self.unit, desc=name, position=position, leave=False)
 
-    def advance(self, key: int, amount: int, last_return: float | None) -> None:
-        """Move run ``key`` forward by ``amount`` and show its last return."""
+    def advance(self, key: int, amount: int, last_return: float | None, last_eval: float | None = None) -> None:
+        """Move run ``key`` forward by ``amount`` and show its last return (and last evaluation mean)."""
         bar = self.bars.get(key)
         if bar is None:
             return
         if last_return is not None:
-            bar.set_postfix_str(f"return={last_return:.4g}", refresh=False)
+            evaluated = f", eval={last_eval:.4g}" if last_eval is not None else ""
+            bar.set_postfix_str(f"return={last_return:.4g}{evaluated}", refresh=False)
         amount = min(amount, bar.total - bar.n)  # a step budget overshoots by less than num_envs steps
         if amount > 0:
             bar.update(amount)
@@ -195,16 +202,20 @@ class DirectRunProgress:
     def __init__(self, display: ProgressDisplay, key: int) -> None:
         self.display, self.key = display, key
         self.last_return: float | None = None
+        self.last_eval: float | None = None
 
     def advance(self, amount: int) -> None:
-        self.display.advance(self.key, amount, self.last_return)
+        self.display.advance(self.key, amount, self.last_return, self.last_eval)
 
     def episode_end(self, ep_return: float) -> None:
         self.last_return = ep_return
 
+    def eval_end(self, mean_return: float) -> None:
+        self.last_eval = mean_return
+
     def close(self) -> None:
         if self.last_return is not None:
-            self.display.advance(self.key, 0, self.last_return)
+            self.display.advance(self.key, 0, self.last_return, self.last_eval)
 
 
 class QueueProgress:
@@ -225,6 +236,7 @@ class QueueRunProgress:
         self.queue, self.key, self.interval = queue, key, interval
         self.pending = 0
         self.last_return: float | None = None
+        self.last_eval: float | None = None
         self.last_sent = 0.0
 
     def advance(self, amount: int) -> None:
@@ -236,8 +248,11 @@ class QueueRunProgress:
     def episode_end(self, ep_return: float) -> None:
         self.last_return = ep_return
 
+    def eval_end(self, mean_return: float) -> None:
+        self.last_eval = mean_return
+
     def _send(self, now: float) -> None:
-        self.queue.put(("progress", self.key, self.pending, self.last_return))
+        self.queue.put(("progress", self.key, self.pending, self.last_return, self.last_eval))
         self.pending = 0
         self.last_sent = now
 

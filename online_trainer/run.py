@@ -130,7 +130,8 @@ class RunEvents:
             if spec.exp_dir is not None and spec.dump_metrics:
                 eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
             self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
-                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None)
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
+                                        progress)
 
     def on_episode(self, record: dict[str, Any]) -> None:
         self.episodes = index = record["episode_index"]

@@ -304,3 +304,21 @@ def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
     with pytest.raises(ValueError, match=r"record_video=2 films evaluation episodes, but evaluation is off"):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, total_steps=20, record_video=2, progress=False)
+
+
+def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch):
+    from online_trainer import progress as progress_module
+
+    postfixes = []
+    real_bar = progress_module._bar
+
+    def recording_bar(**kwargs):
+        bar = real_bar(**kwargs)
+        original = bar.set_postfix_str
+        bar.set_postfix_str = lambda text, refresh=True: (postfixes.append(text), original(text, refresh))
+        return bar
+
+    monkeypatch.setattr(progress_module, "_bar", recording_bar)
+    OnlineTrainer(lambda: gym.vector.SyncVectorEnv([Bandit]), Drifting).multi_run(
+        1, total_steps=400, seed_offset=0, eval_freq=100, eval_episodes=2, progress=True)
+    assert any(text.startswith("return=") and ", eval=" in text for text in postfixes)
