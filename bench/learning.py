@@ -3,8 +3,8 @@
 Each config runs through the command users run (``online-trainer run``), 5 seeds, with a
 checkpoint at the end of each run. Results are kept in ``<out>/learning_results.json``, so
 configs can be measured in separate calls (``--only``); the table is written once all are in. Per seed it prints the mean return of the last 10
-training episodes and the greedy return of the final agent (``train=False``, 10 episodes from
-``Run{i}_Last``), plus the wall time of the whole config, and writes the table into
+training episodes and the greedy return of the final agent (``OnlineTrainer.evaluate("last")``:
+20 episodes of ``Run{i}_Last`` on the run's eval seed; mean and IQM across seeds with 95% CIs), plus the wall time of the whole config, and writes the table into
 ``bench/README.md`` between the ``learning-results`` markers.
 
 Targets (5 seeds, at least 4 must reach it):
@@ -66,42 +66,15 @@ def run_config(target: Target, out: Path) -> tuple[Path, float]:
     return exp_dir, time.perf_counter() - start
 
 
-class Restored:
-    """An agent restored from a checkpoint after the trainer's ``reset(seed)`` (which re-initialises it)."""
-
-    def __init__(self, agent, checkpoint: str) -> None:
-        self.agent, self.checkpoint = agent, checkpoint
-
-    def reset(self, seed: int) -> None:
-        self.agent.reset(seed)
-        self.agent.load(self.checkpoint)
-
-    def __getattr__(self, name: str):
-        return getattr(self.agent, name)
-
-
-def greedy_returns(exp_dir: Path, episodes: int = 10) -> list[float]:
-    """Mean return of ``episodes`` greedy episodes of each run's final agent."""
-    import yaml
-
+def greedy_returns(exp_dir: Path, episodes: int = 20) -> list[float]:
+    """Mean return of ``episodes`` greedy episodes of each run's last checkpoint (``OnlineTrainer.evaluate``)."""
     from online_trainer import OnlineTrainer
-    from online_trainer.cli_run import AgentBuilder, env_factory
-    from online_trainer.experiment_config import AgentConfig, EnvConfig
+    from online_trainer.cli_run import factories_from_config
 
-    config = yaml.safe_load((exp_dir / "config.yaml").read_text())
-    make_env = env_factory(EnvConfig(**config["env"]))
-    build = AgentBuilder(AgentConfig(**config["agent"]))
-    values = []
-    for run_idx in range(config["num_runs"]):
-        checkpoint = str(exp_dir / f"Run{run_idx}_Last")
-
-        def trained(env, checkpoint=checkpoint):
-            return Restored(build(env), checkpoint)
-
-        (records,) = OnlineTrainer(make_env, trained, train=False).multi_run(
-            1, num_episodes=episodes, seed_offset=10_000_000 + run_idx, progress=False)
-        values.append(float(np.mean([r["ep_return"] for r in records])))
-    return values
+    make_env, make_agent = factories_from_config(exp_dir)
+    episodes_df = OnlineTrainer(make_env, make_agent).evaluate("last", num_episodes=episodes, num_workers=2,
+                                                               exp_dir=exp_dir, overwrite=True, progress=False)
+    return [float(v) for v in episodes_df.groupby("run")["ep_return"].mean()]
 
 
 def last10_returns(exp_dir: Path) -> list[float]:
@@ -140,13 +113,20 @@ def main() -> None:
 
 
 def render(rows) -> str:
-    lines = ["| config | target | last-10 return per seed | greedy return per seed | seeds at target | wall time |",
-             "|---|---|---|---|---|---|"]
+    import pandas as pd
+
+    from online_trainer import aggregate
+
+    lines = ["| config | target | last-10 return per seed | greedy return per seed | greedy mean [95% CI] | "
+             "greedy IQM [95% CI] | seeds at target | wall time |",
+             "|---|---|---|---|---|---|---|---|"]
     for target, last10, greedy, reached, wall in rows:
         sign = ">=" if target.at_least else ">"
+        stats = aggregate(pd.DataFrame({"final_return": greedy})).iloc[0]
+        cell = lambda name: f"{stats[name]:.1f} [{stats[name + '_lo']:.1f}, {stats[name + '_hi']:.1f}]"
         lines.append(f"| {target.title} | {target.measure} {sign} {target.threshold:g} | "
                      f"{', '.join(f'{v:.1f}' for v in last10)} | {', '.join(f'{v:.1f}' for v in greedy)} | "
-                     f"{reached}/5 | {wall / 60:.1f} min |")
+                     f"{cell('mean')} | {cell('iqm')} | {reached}/5 | {wall / 60:.1f} min |")
     return "\n".join(lines)
 
 
