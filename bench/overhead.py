@@ -16,7 +16,8 @@ autoreset), each env built before the timer starts:
 
 * ``bare``: act, step, update (no call_back), sum returns and count lengths of real
   transitions only (the step after a done is a reset step), keep each episode's return and
-  length, stop after N real transitions;
+  length, stop after N real transitions; in Python scalars for one sub-env, in numpy arrays
+  for several;
 * ``empty``: ``multi_run`` with ``trainer.call_back = EmptyCallBack()``;
 * ``tb``: ``multi_run`` with the default ``TBCallBack(exp_dir, flush_every=1)``: two scalars
   per episode and the agent's one scalar per step.
@@ -81,28 +82,50 @@ def make_env(num_envs: int) -> Any:
 
 
 def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
-    """The loop a careful user writes by hand for NEXT_STEP autoreset; returns (return, length) per episode."""
+    """The loop a careful user writes by hand for NEXT_STEP autoreset; returns (return, length) per episode.
+
+    Real transitions only: the step after a sub-env's episode ends is its reset step, not
+    counted in lengths or steps (its reward is 0). With one sub-env the book-keeping is in
+    Python scalars, as one writes it for a single env; with several, in numpy arrays.
+    """
     agent = CheapAgent(env)
     agent.reset(seed)
     obs, _ = env.reset(seed=seed)
     num_envs = env.num_envs
+    episodes: list[tuple[float, int]] = []
+    steps = 0
+    if num_envs == 1:
+        ep_return, length, reset_step = 0.0, 0, False
+        while steps < total_steps:
+            actions = agent.act(obs)
+            obs, reward, terminated, truncated, _ = env.step(actions)
+            agent.update(obs, reward, terminated, truncated)
+            if reset_step:
+                reset_step = False
+                continue
+            ep_return += float(reward[0])
+            length += 1
+            steps += 1
+            if terminated[0] or truncated[0]:
+                episodes.append((ep_return, length))
+                ep_return, length, reset_step = 0.0, 0, True
+        return episodes
     returns = np.zeros(num_envs)
     lengths = np.zeros(num_envs, dtype=np.int64)
     real = np.ones(num_envs, dtype=bool)  # False on a sub-env's reset step
-    episodes: list[tuple[float, int]] = []
-    steps = 0
     while steps < total_steps:
         actions = agent.act(obs)
         obs, reward, terminated, truncated, _ = env.step(actions)
         agent.update(obs, reward, terminated, truncated)
-        returns += reward  # a reset step's reward is 0
+        returns += reward
         lengths += real
-        steps += int(real.sum())
+        steps += np.count_nonzero(real)
         done = terminated | truncated
-        for i in np.flatnonzero(done):
-            episodes.append((float(returns[i]), int(lengths[i])))
-            returns[i] = 0.0
-            lengths[i] = 0
+        if done.any():
+            for i in np.flatnonzero(done):
+                episodes.append((float(returns[i]), int(lengths[i])))
+                returns[i] = 0.0
+                lengths[i] = 0
         real = ~done
     return episodes
 
