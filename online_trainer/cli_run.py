@@ -214,6 +214,10 @@ def eval_command(args: argparse.Namespace) -> int:
         0 when every checkpoint was evaluated, 1 when some failed (their error is printed).
     """
     exp_dir = Path(args.exp_dir)
+    if not (exp_dir / CONFIG_YAML).is_file():
+        raise ConfigError(f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer eval' evaluates experiments made by "
+                          "'online-trainer run'. For one made from Python, call trainer.evaluate(...) or "
+                          "load_agent(exp_dir, run, agent_factory=..., env=...).")
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent)
     try:
@@ -222,6 +226,8 @@ def eval_command(args: argparse.Namespace) -> int:
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         return 1
+    except FileExistsError as exc:
+        raise ConfigError(f"{exc.args[0].split(': pass')[0]}: add --overwrite to replace it.") from exc
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
     print(evaluation_table(episodes))

@@ -25,9 +25,17 @@ logger = logging.getLogger(__name__)
 
 EVAL_SEED_SHIFT = 2**31
 """Added to a run's seed to seed its eval env (sub-env ``j`` gets ``+ j``)."""
-MAX_EPISODE_STEPS = 100_000
-"""An evaluation episode still running after this many steps is cut (counted as it stands, with a
-warning): a greedy policy can loop forever in an env without a time limit."""
+MAX_EPISODE_STEPS = 10_000
+"""An evaluation episode still running after this many steps, in an env without a time limit of
+its own, is cut (counted as it stands, with a warning): a greedy policy can loop forever there.
+An env with a time limit (``max_episode_steps``) ends its episodes itself and is never cut."""
+
+
+def episode_step_limit(env: VectorEnv) -> int:
+    """When evaluation cuts an episode of ``env``: never before the env's own time limit, if it has one."""
+    specs = [getattr(env, "spec", None)] + [getattr(sub, "spec", None) for sub in getattr(env, "envs", ())]
+    limits = [spec.max_episode_steps for spec in specs if spec is not None and spec.max_episode_steps]
+    return max(limits) + 1 if limits else MAX_EPISODE_STEPS
 
 
 def eval_seed(run_seed: int) -> int:
@@ -36,7 +44,7 @@ def eval_seed(run_seed: int) -> int:
 
 
 def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
-                  max_episode_steps: int = MAX_EPISODE_STEPS,
+                  max_episode_steps: int | None = None,
                   frames: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
@@ -44,8 +52,9 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
     finishing first. Only real transitions count, in every autoreset mode. The agent is
     used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
-    An episode longer than ``max_episode_steps`` is cut there (its sub-env is reset), with a
-    logged warning, so that a policy that never ends an episode cannot hang the run.
+    An episode longer than ``max_episode_steps`` (default: :func:`episode_step_limit`) is cut
+    there (its sub-env is reset), with a logged warning, so that a policy that never ends an
+    episode cannot hang the run.
     With ``frames`` (a list), the frames of sub-env 0's first episode (``env.render()``, the
     env made with ``render_mode="rgb_array"``) are appended to it: the reset frame, then one
     per step.
@@ -55,6 +64,8 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
         order the episodes ended.
     """
     num_envs = env.num_envs
+    if max_episode_steps is None:
+        max_episode_steps = episode_step_limit(env)
     targets = np.array([(num_episodes + i) // num_envs for i in range(num_envs)])
     counts = np.zeros(num_envs, dtype=np.int64)
     returns = np.zeros(num_envs, dtype=np.float64)
@@ -76,8 +87,10 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
         done = (terminated | truncated) & valid
         cut = (lengths >= max_episode_steps) & ~done
         if cut.any():
-            logger.warning("evaluation episodes cut after %d steps (sub-envs %s): the greedy policy did not end them",
-                           max_episode_steps, np.flatnonzero(cut).tolist())
+            logger.warning("evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
+                           "not end them and the env has no time limit (give eval_env one, e.g. "
+                           "gym.make(..., max_episode_steps=...))", max_episode_steps, np.flatnonzero(cut).tolist(),
+                           seed)
             done |= cut
         if filming and done[0]:
             filming = False

@@ -289,4 +289,8 @@ def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     final = load_evaluations(exp_dir)
     assert not final.empty
     assert cli.main(["eval", str(exp_dir), "--episodes", "4", "--no-progress"]) == 2
-    assert "holds an earlier evaluation: pass overwrite=True" in capsys.readouterr().err
+    assert "holds an earlier evaluation: add --overwrite to replace it" in capsys.readouterr().err
+    python_made = tmp_path / "python_made"
+    python_made.mkdir()
+    assert cli.main(["eval", str(python_made), "--no-progress"]) == 2
+    assert "evaluates experiments made by 'online-trainer run'" in capsys.readouterr().err

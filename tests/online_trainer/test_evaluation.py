@@ -322,3 +322,11 @@ def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch):
     OnlineTrainer(lambda: gym.vector.SyncVectorEnv([Bandit]), Drifting).multi_run(
         1, total_steps=400, seed_offset=0, eval_freq=100, eval_episodes=2, progress=True)
     assert any(text.startswith("return=") and ", eval=" in text for text in postfixes)
+
+
+def test_the_evaluation_step_limit_never_cuts_before_the_envs_own_time_limit():
+    from online_trainer.evaluation import MAX_EPISODE_STEPS, episode_step_limit
+
+    assert episode_step_limit(gym.make_vec("CartPole-v1", num_envs=2)) == 501
+    assert episode_step_limit(gym.vector.SyncVectorEnv([lambda: gym.make("CliffWalking-v1")])) == MAX_EPISODE_STEPS
+    assert episode_step_limit(gym.vector.SyncVectorEnv([NeverEnds])) == MAX_EPISODE_STEPS
