@@ -132,6 +132,12 @@ class AgentConfig:
                     listed = ", ".join(valid) if valid else f"none: {self.name} has no hyperparameters"
                     raise ConfigError(f"unknown key 'agent.hyperparameters.{key}': agent {self.name!r} has no "
                                       f"hyperparameter {key!r}{_did_you_mean(key, valid)}; valid ones: {listed}.")
+            from agents._base import check_keys
+
+            try:
+                check_keys(config_cls, self.hyperparameters, self.name)
+            except TypeError as exc:
+                raise ConfigError(f"agent.hyperparameters: {exc}") from exc
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

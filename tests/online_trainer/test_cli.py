@@ -294,3 +294,11 @@ def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     python_made.mkdir()
     assert cli.main(["eval", str(python_made), "--no-progress"]) == 2
     assert "evaluates experiments made by 'online-trainer run'" in capsys.readouterr().err
+
+
+def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_runs(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "agent.hyperparameters.lr=abc") == 2
+    captured = capsys.readouterr()
+    assert "agent.hyperparameters: q_learning hyperparameter lr must be of type float, but got lr='abc'" in captured.err
+    assert "Running" not in captured.out and not exp_dir.exists()
