@@ -212,6 +212,21 @@ def test_calls_after_an_idle_worker_was_killed_finish(tmp_path, start_method):
         assert not {w.pid for w in live_workers(pool)} & {v.pid for v in victims}
 
 
+def test_a_killed_worker_reaped_by_someone_else_is_replaced():
+    """Another library in the parent may reap children (os.wait, psutil): the pool must still see the death."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    with deadline(60):
+        trainer.multi_run(2, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+    pool = shared_pool(2, "spawn", 1)
+    victim = pool.processes[0].pid
+    os.kill(victim, signal.SIGKILL)
+    os.waitpid(victim, 0)  # reaped here: multiprocessing never learns its exit code
+    with deadline(60):
+        runs = trainer.multi_run(4, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+    assert [len(run) for run in runs] == [2, 2, 2, 2]
+    assert victim not in {w.pid for w in live_workers(pool)} and len(live_workers(pool)) == 2
+
+
 # ---------------------------------------------------------------- errors inside a worker's run
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
-from online_trainer import workers
+from online_trainer import worker_pool, workers
 from online_trainer.workers import WorkerPool
 from online_trainer.seeding import run_seed
 from online_trainer.storage import run_indices
@@ -358,7 +358,7 @@ def test_forkserver_preloads_installed_libraries_only(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import users_library  # noqa: F401
 
-    monkeypatch.setattr(workers, "FORKSERVER_PRELOAD", ("numpy", "users_library", "not_imported_here"))
+    monkeypatch.setattr(worker_pool, "FORKSERVER_PRELOAD", ("numpy", "users_library", "not_imported_here"))
 
     class Context:
         def set_forkserver_preload(self, names):
