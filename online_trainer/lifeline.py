@@ -132,6 +132,7 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _watch(reader: Connection, owner_pid: int, parent: int) -> None:
+    """Watcher thread: end this process once the lifeline or the owner's pidfd is readable, or the parent changes."""
     watched: list = [reader]
     try:
         watched.append(os.pidfd_open(owner_pid))  # readable once the owner exits

@@ -56,7 +56,7 @@ class _Worker:
     ready: bool = False
     spec: RunSpec | None = None  # the run sent to it, until its result arrives
     took: bool = False  # whether it received that run (else the run can go to another worker)
-    waited: set = dataclasses.field(default_factory=set)  # what to wait on: its pipe and sentinel, until they end
+    waited: set[Any] = dataclasses.field(default_factory=set)  # its pipe and sentinel, until they reach EOF
 
     def __post_init__(self) -> None:
         self.waited = {self.conn, self.process.sentinel}
@@ -82,7 +82,7 @@ def describe_exit(exitcode: int | None) -> str:
     """``exited with code 3`` or ``was killed by SIGKILL (exit code -9)``."""
     if exitcode is None:
         return "exited (its exit code is unknown: something else in this process reaped it)"
-    if exitcode is not None and exitcode < 0:
+    if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
@@ -102,6 +102,7 @@ class _Call:
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
+        """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
         if spec.key not in self.pending:
             return
         self.pending.discard(spec.key)
@@ -145,6 +146,7 @@ class WorkerPool:
         return {slot: worker.process for slot, worker in self.workers.items()}
 
     def _spawn(self, slot: int) -> _Worker:
+        """Start the worker of ``slot``, with its pipe and its lifeline."""
         parent_end, child_end = self.context.Pipe(duplex=True)
         lifeline = Lifeline()
         # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread.
@@ -221,6 +223,7 @@ class WorkerPool:
                 worker.spec = None
 
     def _busy(self) -> int:
+        """Workers with a run."""
         return sum(w.spec is not None for w in self.workers.values())
 
     def _receive(self, worker: _Worker, call: _Call) -> None:
@@ -250,6 +253,7 @@ class WorkerPool:
 
     @staticmethod
     def _result(spec: RunSpec, kind: str, payload: Any) -> RunResult:
+        """The result a ``("result", bytes)`` or ``("error", text)`` message stands for."""
         if kind == "error":
             return failed_result(spec, payload)
         try:
