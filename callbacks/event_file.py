@@ -123,7 +123,7 @@ class EventFileWriter:
         self._file.flush()
 
     def write(self, record: bytes) -> None:
-        """Buffer one framed record (from :meth:`ScalarEncoder.encode`)."""
+        """Buffer framed records (from :meth:`ScalarEncoder.encode` or ``ScalarBatch.encode``)."""
         self._buffer += record
         if len(self._buffer) >= self._buffer_bytes:
             self.flush()

@@ -1,0 +1,221 @@
+"""Scalar events kept as numbers and encoded as TensorBoard records in batches, with numpy.
+
+Logging a scalar costs a few list appends: :class:`ScalarBatch` keeps the step, the wall
+time and the values of each call in the group of its layout (the scalar names of one
+``(tag, keys)``). :meth:`ScalarBatch.encode` turns everything kept into framed TFRecords at
+once. The events of a group differ only in the wall time, the step and the values, so a
+group whose steps take the same number of varint bytes is laid out as one ``uint8`` matrix:
+the constant bytes come from a template row, the variable ones are written column by column.
+The CRC32C of every payload comes from per-byte tables: for messages of one length the CRC is
+affine, ``crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0)``, so the CRC of a payload is the CRC of the
+template xor one table entry per variable byte. The records are byte for byte what
+:meth:`callbacks.event_file.ScalarEncoder.encode` gives one at a time, and every scalar's
+records are in the order of its calls.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from typing import Any, Mapping
+
+import crc32c
+import numpy as np
+
+from callbacks.base import scalar_name
+from callbacks.event_file import _CRC_MASK_DELTA, _PACK_U64, _masked_crc, _value_head, _varint
+
+# A step takes 1 + (the number of these limits it reaches) varint bytes; a negative step, as uint64, takes 10.
+_VARINT_LIMITS = np.array([1 << (7 * j) for j in range(1, 10)], dtype=np.uint64)
+_BIT_OF_BYTE = ((np.arange(256)[:, None] >> np.arange(8)) & 1).astype(bool)
+_index, _now = operator.index, time.time
+
+
+class _Group:
+    """The pending events of one layout: parallel lists, one entry per call (``k`` values each)."""
+
+    __slots__ = ("names", "heads", "seqs", "steps", "walls", "values")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        heads = [_value_head(name) for name in names]
+        heads[0] = b"\x2a" + _varint(sum(len(h) + 4 for h in heads)) + heads[0]  # Summary field of the Event
+        self.heads = heads
+        self.seqs: list[int] = []
+        self.steps: list[int] = []
+        self.walls: list[float] = []
+        self.values: list[float] = []
+
+    def clear(self) -> None:
+        self.seqs, self.steps, self.walls, self.values = [], [], [], []
+
+
+class _Shape:
+    """The constant parts of the records of one layout whose steps take ``m`` varint bytes."""
+
+    __slots__ = ("size", "template", "value_cols", "var_cols", "base_crc", "tables", "table_rows")
+
+    def __init__(self, heads: list[bytes], m: int) -> None:
+        payload = bytearray(b"\x09" + bytes(8) + b"\x10" + bytes(m))
+        var_cols = list(range(1, 9)) + list(range(10, 10 + m))
+        self.value_cols = []
+        for head in heads:
+            payload += head
+            self.value_cols.append(len(payload))
+            var_cols += range(len(payload), len(payload) + 4)
+            payload += bytes(4)
+        size = len(payload)
+        self.size = size
+        self.template = np.frombuffer(_PACK_U64(size) + _masked_crc(_PACK_U64(size)) + bytes(payload) + bytes(4),
+                                      dtype=np.uint8)
+        self.var_cols = np.array(var_cols, dtype=np.intp)
+        zero_crc = crc32c.crc32c(bytes(size))
+        self.base_crc = np.uint32(crc32c.crc32c(bytes(payload)))
+        # tables[j, b]: what byte value b at variable position j adds (xor) to the CRC of the template.
+        basis = np.empty((len(var_cols), 8), dtype=np.uint32)
+        probe = bytearray(size)
+        for j, col in enumerate(var_cols):
+            for bit in range(8):
+                probe[col] = 1 << bit
+                basis[j, bit] = crc32c.crc32c(bytes(probe)) ^ zero_crc
+            probe[col] = 0
+        tables = np.bitwise_xor.reduce(np.where(_BIT_OF_BYTE[None, :, :], basis[:, None, :], np.uint32(0)), axis=2)
+        self.tables = tables.ravel()  # entry 256 * j + b
+        self.table_rows = np.arange(len(var_cols), dtype=np.intp) * 256
+
+    def encode(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:
+        """The records of ``len(steps)`` events as a matrix, one row (record) per event."""
+        n = len(steps)
+        rows = np.empty((n, len(self.template)), dtype=np.uint8)
+        rows[:] = self.template
+        payload = rows[:, 12:12 + self.size]
+        payload[:, 1:9] = walls.astype("<f8").view(np.uint8).reshape(n, 8)
+        for j in range(m):
+            byte = (steps >> np.uint64(7 * j)) & np.uint64(0x7F)
+            payload[:, 10 + j] = byte | np.uint64(0x80) if j < m - 1 else byte
+        with np.errstate(over="ignore"):  # beyond float32: inf, as TensorBoard's own writer stores it
+            packed = values.astype("<f4").view(np.uint8).reshape(n, -1, 4)
+        for k, col in enumerate(self.value_cols):
+            payload[:, col:col + 4] = packed[:, k]
+        contributions = self.tables[payload[:, self.var_cols] + self.table_rows]
+        crc = np.bitwise_xor.reduce(contributions, axis=1) ^ self.base_crc
+        masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_CRC_MASK_DELTA)
+        rows[:, 12 + self.size:] = masked.astype("<u4").view(np.uint8).reshape(n, 4)
+        return rows
+
+
+class ScalarBatch:
+    """Scalars logged but not yet encoded, in call order across every tag.
+
+    Attributes:
+        count: events kept since the last :meth:`encode`.
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[str, ...], _Group] = {}
+        self._layouts: dict[tuple[str, ...], _Group] = {}
+        self._shapes: dict[tuple[tuple[str, ...], int], _Shape] = {}
+        self.count = 0
+
+    def add(self, data: Mapping[str, Any], tag: str, step: int) -> int:
+        """Keep the values of ``data`` under ``tag`` at ``step`` and now; return the number of events kept.
+
+        Values are read now (``float(value)``), so later changes to a mutable value (a numpy
+        0-d array, a tensor) do not reach the log. An empty ``data`` logs nothing.
+
+        Raises:
+            TypeError: ``step`` is not an integer, or a value is not a number.
+        """
+        key = (tag, *data)
+        group = self._groups.get(key)
+        if group is None:
+            if not data:
+                return self.count
+            group = self._group(key)
+        step = _index(step)
+        values = group.values
+        kept = len(values)
+        try:
+            for value in data.values():
+                values.append(float(value))
+        except Exception:
+            del values[kept:]  # keep the group's lists aligned
+            raise
+        group.steps.append(step)
+        group.walls.append(_now())
+        group.seqs.append(self.count)
+        self.count += 1
+        return self.count
+
+    def _group(self, key: tuple[str, ...]) -> _Group:
+        tag, keys = key[0], key[1:]
+        names = tuple(scalar_name(k, tag) for k in keys)
+        group = self._layouts.get(names)  # the same scalars reached through another tag spelling
+        if group is None:
+            group = self._layouts[names] = _Group(names)
+        self._groups[key] = group
+        return group
+
+    def encode(self) -> bytes:
+        """The framed records of every event kept, in call order; the batch is then empty."""
+        if not self.count:
+            return b""
+        parts: list[_Part] = []
+        for group in self._layouts.values():
+            if not group.seqs:
+                continue
+            seqs = group.seqs
+            steps = np.array(group.steps, dtype=np.int64).view(np.uint64)  # negative: two's complement
+            walls = np.array(group.walls, dtype=np.float64)
+            values = np.array(group.values, dtype=np.float64).reshape(len(seqs), len(group.names))
+            group.clear()
+            widths = np.searchsorted(_VARINT_LIMITS, steps, side="right") + 1
+            low, high = int(widths.min()), int(widths.max())
+            for m in range(low, high + 1):
+                shape = self._shapes.get((group.names, m))
+                if shape is None:
+                    shape = self._shapes[(group.names, m)] = _Shape(group.heads, m)
+                if low == high:
+                    parts.append(_Part(group.names, seqs, shape.encode(steps, walls, values, m)))
+                    break
+                pick = widths == m
+                if pick.any():
+                    rows = shape.encode(steps[pick], walls[pick], values[pick], m)
+                    parts.append(_Part(group.names, np.array(seqs)[pick], rows))
+        self.count = 0
+        return _in_call_order(parts)
+
+
+class _Part:
+    """Encoded records of equal length: their scalar names, sequence numbers (ascending) and rows."""
+
+    __slots__ = ("names", "seqs", "rows")
+
+    def __init__(self, names: tuple[str, ...], seqs: list[int] | np.ndarray, rows: np.ndarray) -> None:
+        self.names, self.seqs, self.rows = names, seqs, rows
+
+
+def _in_call_order(parts: list[_Part]) -> bytes:
+    """The rows of ``parts`` with every scalar's records in call order.
+
+    TensorBoard reads each scalar's series in file order and ignores the order across
+    scalars, so parts are simply concatenated unless two of them share a scalar and
+    interleave in time; then every record goes to its place by sequence number.
+    """
+    parts.sort(key=lambda part: part.seqs[0])
+    for k, part in enumerate(parts):
+        for later in parts[k + 1:]:
+            if later.seqs[0] < part.seqs[-1] and not set(part.names).isdisjoint(later.names):
+                return _merged(parts)
+    return b"".join(part.rows.tobytes() for part in parts)
+
+
+def _merged(parts: list[_Part]) -> bytes:
+    lengths = np.empty(sum(len(part.seqs) for part in parts), dtype=np.int64)
+    for part in parts:
+        lengths[part.seqs] = part.rows.shape[1]
+    offsets = np.cumsum(lengths) - lengths
+    out = np.empty(int(lengths.sum()), dtype=np.uint8)
+    for part in parts:
+        out[offsets[part.seqs][:, None] + np.arange(part.rows.shape[1])] = part.rows
+    return out.tobytes()

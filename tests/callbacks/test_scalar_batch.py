@@ -1,0 +1,129 @@
+"""Batched scalar encoding: the records ScalarEncoder writes, every scalar in call order, and
+TBCallBack's batching (values read at call time, flushed when forced after max_delay and on close)."""
+
+from __future__ import annotations
+
+import pickle
+import random
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+from tensorboard.compat.proto import event_pb2
+
+from callbacks import TBCallBack
+from callbacks.base import scalar_name
+from callbacks.event_file import ScalarEncoder
+from callbacks.scalar_batch import ScalarBatch
+from tests.callbacks.test_callbacks import read_scalars
+
+STEPS = [0, 1, 127, 128, 300, 16383, 16384, 2**40, 2**63 - 1, -1, -(2**63)]
+VALUES = [0.5, -1e30, 1e-45, float("nan"), float("inf"), -float("inf"), 3, np.float32(2.5), np.int64(-7), True, 1e38]
+
+
+def split_records(stream: bytes) -> list[bytes]:
+    records, at = [], 0
+    while at < len(stream):
+        size = int.from_bytes(stream[at:at + 8], "little")
+        records.append(stream[at:at + 16 + size])
+        at += 16 + size
+    assert at == len(stream)
+    return records
+
+
+def series(records: list[bytes]) -> dict[str, list[tuple[int, float, float]]]:
+    """Each scalar's (step, value, wall time) in file order."""
+    out = defaultdict(list)
+    for record in records:
+        event = event_pb2.Event.FromString(record[12:-4])
+        for value in event.summary.value:
+            out[value.tag].append((event.step, np.float32(value.simple_value).tobytes(), event.wall_time))
+    return dict(out)
+
+
+def fill(batch, calls, monkeypatch):
+    """Add ``calls`` ((data, tag, step, wall time)) to ``batch``; return the eager encoder's records."""
+    encoder, expected = ScalarEncoder(), []
+    for data, tag, step, wall in calls:
+        monkeypatch.setattr("callbacks.scalar_batch._now", lambda wall=wall: wall)
+        batch.add(data, tag, step)
+        expected.append(encoder.encode(tuple(scalar_name(k, tag) for k in data), list(data.values()), step, wall))
+    return expected
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_batch_gives_the_eager_records_with_every_scalar_in_call_order(seed, monkeypatch):
+    rng = random.Random(seed)
+    layouts = [("agents/run_1", ("loss",)), ("ep_return/run_1", ("ep_return",)), ("x", ("a", "b", "c")),
+               ("agents/run_2", ("q", "loss"))]
+    calls = []
+    for k in range(2500):
+        tag, keys = rng.choice(layouts)
+        calls.append(({key: rng.choice(VALUES) for key in keys}, tag, rng.choice(STEPS + [rng.randrange(10**6)]),
+                      1.7e9 + k * 0.25))
+    batch = ScalarBatch()
+    expected = fill(batch, calls, monkeypatch)
+    got = split_records(batch.encode())
+    assert batch.count == 0 and batch.encode() == b""
+    assert Counter(got) == Counter(expected)  # byte for byte the records of ScalarEncoder
+    assert series(got) == series(expected)  # each scalar's points in call order
+
+
+def test_layouts_sharing_a_scalar_keep_exact_call_order(monkeypatch):
+    """{"loss"} and {"loss", "q"} under one tag interleave: every record goes to its place."""
+    calls = [({"loss": float(k)} if k % 3 else {"loss": float(k), "q": -1.0}, "agents/run_1", k * 50, 10.0 + k)
+             for k in range(400)]  # steps cross 128 and 16384: three varint widths
+    batch = ScalarBatch()
+    expected = fill(batch, calls, monkeypatch)
+    assert batch.encode() == b"".join(expected)
+
+
+def test_empty_data_logs_nothing_and_bad_input_raises_at_the_call():
+    batch = ScalarBatch()
+    assert batch.add({}, "t", 1) == 0
+    with pytest.raises(TypeError):
+        batch.add({"x": 1.0}, "t", 1.5)
+    with pytest.raises((TypeError, ValueError)):
+        batch.add({"x": 1.0, "y": "high"}, "t", 1)
+    batch.add({"x": 2.0, "y": 3.0}, "t", 2)  # the failed call left nothing behind
+    (record,) = split_records(batch.encode())
+    assert record == ScalarEncoder().encode(("x/t", "y/t"), [2.0, 3.0], 2, event_pb2.Event.FromString(record[12:-4]).wall_time)
+
+
+def test_tb_reads_values_at_the_call(tmp_path):
+    value = np.array(1.5)
+    cb = TBCallBack(tmp_path)
+    cb({"v": value}, "t", 1)
+    value[()] = 99.0  # an agent reusing its array must not change what was logged
+    cb({"v": value}, "t", 2)
+    cb.close()
+    assert read_scalars(tmp_path)["v/t"] == [(1, 1.5), (2, 99.0)]
+
+
+def test_tb_forced_write_after_max_delay_reaches_the_file_and_close_writes_the_rest(tmp_path):
+    cb = TBCallBack(tmp_path, max_delay=3600.0)
+    cb({"ep_return": 1.0}, "ep_return/run_1", 1, force=True)  # the first forced write flushes
+    for step in range(1, 101):
+        cb({"loss": step * 0.5}, "agents/run_1", step)
+    cb({"ep_return": 2.0}, "ep_return/run_1", 2, force=True)  # within max_delay: kept
+    assert read_scalars(tmp_path) == {"ep_return/run_1": [(1, 1.0)]}
+    cb.max_delay = 0.0
+    cb({"ep_return": 3.0}, "ep_return/run_1", 3, force=True)
+    on_disk = read_scalars(tmp_path)
+    assert on_disk["ep_return/run_1"] == [(1, 1.0), (2, 2.0), (3, 3.0)] and len(on_disk["loss/agents/run_1"]) == 100
+    for step in range(101, 3001):  # past a batch: written without close
+        cb({"loss": step * 0.5}, "agents/run_1", step)
+    assert len(read_scalars(tmp_path)["loss/agents/run_1"]) >= 2048
+    cb.close()
+    assert read_scalars(tmp_path)["loss/agents/run_1"] == [(s, s * 0.5) for s in range(1, 3001)]
+
+
+def test_tb_copy_made_with_values_kept_carries_none_of_them(tmp_path):
+    cb = TBCallBack(tmp_path)
+    cb({"x": 1.0}, "t", 1)
+    copy = pickle.loads(pickle.dumps(cb))
+    copy({"x": 2.0}, "t", 2)
+    copy.close()
+    cb.close()
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
+    assert sorted(read_scalars(tmp_path)["x/t"]) == [(1, 1.0), (2, 2.0)]
