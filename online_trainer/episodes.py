@@ -47,17 +47,26 @@ class ActionHistory:
         self.capacity = capacity
         self.space = space
         self.buffers: list[np.ndarray] = []
-        self.start = np.zeros(num_envs, dtype=np.int64)
+        self.start = [0] * num_envs
         self.t = 0
         # Key paths to the leaves of structured actions (None for array actions: one buffer),
         # and which leaves are tuples of items rather than arrays.
         self._paths: list[tuple[Any, ...]] | None = None
         self._items: list[bool] = []
         self._allocated = False
+        # Array actions are written by the first branch of append while t < _fast_rows: 0 until
+        # the buffer exists and for structured actions, else the capacity.
+        self._fast_rows = 0
+        self._buffer: np.ndarray | None = None
 
     def append(self, actions: Any) -> None:
         """Store the batch of actions of one env step."""
-        if self.t == self.capacity or not self._allocated:
+        t = self.t
+        if t < self._fast_rows:
+            self._buffer[t] = actions
+            self.t = t + 1
+            return
+        if t == self.capacity or not self._allocated:
             self._make_room(actions)
         if self._paths is None:
             self.buffers[0][self.t] = actions
@@ -74,9 +83,9 @@ class ActionHistory:
 
     def episode(self, i: int) -> Any:
         """Return a copy of sub-env ``i``'s actions since its episode started."""
-        rows = slice(int(self.start[i]), self.t)
         if self._paths is None:
-            return self.buffers[0][rows, i].copy()
+            return self.buffers[0][self.start[i]:self.t, i].copy()
+        rows = slice(self.start[i], self.t)
         return _nest(self.space, iter([buffer[rows, i].copy() for buffer in self.buffers]))
 
     def restart(self, i: int, skip: int) -> None:
@@ -86,17 +95,19 @@ class ActionHistory:
     def _make_room(self, actions: Any) -> None:
         if not self._allocated:
             self._allocate(actions)
-            return
-        first = int(min(self.start.min(), self.t))
-        live = self.t - first
-        if live * 2 > self.capacity:
-            self.capacity *= 2
-        for k, buffer in enumerate(self.buffers):
-            fresh = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
-            fresh[:live] = buffer[first:self.t]
-            self.buffers[k] = fresh
-        self.start -= first
-        self.t = live
+        else:
+            first = min(min(self.start), self.t)
+            live = self.t - first
+            if live * 2 > self.capacity:
+                self.capacity *= 2
+            for k, buffer in enumerate(self.buffers):
+                fresh = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
+                fresh[:live] = buffer[first:self.t]
+                self.buffers[k] = fresh
+            self.start = [start - first for start in self.start]
+            self.t = live
+        if self._paths is None:
+            self._buffer, self._fast_rows = self.buffers[0], self.capacity
 
     def _allocate(self, actions: Any) -> None:
         self._allocated = True
@@ -142,6 +153,11 @@ class EpisodeTracker:
     ``i``'s own observation and action in the single-env space's structure (a dict for a
     ``Dict`` space, a tuple for a ``Tuple`` space, an array row for array spaces).
 
+    A step costs a few operations whatever the episode length: lengths are counted once per
+    step for all sub-envs (an episode's length is the number of steps since it started, less
+    its reset step), returns are summed in float64 in step order (one ufunc for several
+    sub-envs, a Python float for one), and actions go to a preallocated buffer.
+
     Args:
         num_envs: the number of sub-envs.
         autoreset_mode: the vector env's autoreset mode.
@@ -157,6 +173,9 @@ class EpisodeTracker:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
             transition. It is the array handed to agents as ``update(..., valid=...)``.
         done: ``terminated | truncated`` of the current step.
+        ended: whether any sub-env's episode ended at the current step (``done.any()``).
+        partial: whether some entry of the current step is not a transition (a reset step
+            under NEXT_STEP), so that :meth:`end_step` must run even when no episode ended.
     """
 
     def __init__(
@@ -173,10 +192,13 @@ class EpisodeTracker:
         self.mode = autoreset_mode
         self._reset_skip = 1 if autoreset_mode is AutoresetMode.NEXT_STEP else 0
         self.returns = np.zeros(num_envs, dtype=np.float64)
-        self.lengths = np.zeros(num_envs, dtype=np.int64)
         self.valid = np.ones(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
-        self._partial = False
+        self.ended = False
+        self.partial = False
+        self._steps = 0  # env steps observed
+        self._starts = [0] * num_envs  # the step at which each sub-env's episode began
+        self._return = 0.0  # the return of the only sub-env when num_envs == 1
         self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
         self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
         self._split_obs = BatchSplitter(num_envs, observation_space)
@@ -185,21 +207,50 @@ class EpisodeTracker:
         self._next_frames: list[list[Any]] = [[] for _ in range(num_envs)]
         self.logs: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.start_time = time.perf_counter()
+        if num_envs == 1:
+            self.observe = self._observe_one  # type: ignore[method-assign]
 
     def observe(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> int:
         """Book-keep one env step and return how many of its entries are real transitions."""
         if self.actions is not None:
             self.actions.append(actions)
-        np.logical_or(terminated, truncated, out=self.done)
-        if self._partial:
+        self._steps += 1
+        done = self.done
+        np.logical_or(terminated, truncated, out=done)
+        self.ended = bool(np.count_nonzero(done))
+        if self.partial:
             valid = self.valid
             np.add(self.returns, reward, out=self.returns, where=valid)
-            self.lengths += valid
             real = int(np.count_nonzero(valid))
         else:
             self.returns += reward
-            self.lengths += 1
             real = self.num_envs
+        if self.transitions is not None:
+            self._keep_transitions(obs, actions, reward, terminated, truncated)
+        return real
+
+    def _observe_one(self, obs: Any, actions: Any, reward: Any, terminated: Any, truncated: Any) -> int:
+        """:meth:`observe` for a single sub-env, in Python scalars."""
+        history = self.actions
+        if history is not None:
+            t = history.t
+            if t < history._fast_rows:  # ActionHistory.append's first branch, without the call
+                history._buffer[t] = actions
+                history.t = t + 1
+            else:
+                history.append(actions)
+        self._steps += 1
+        if terminated[0] or truncated[0]:
+            self.ended = True
+            self.done[0] = True
+        elif self.ended:
+            self.ended = False
+            self.done[0] = False
+        if self.partial:  # the reset step
+            real = 0
+        else:
+            self._return += float(reward[0])
+            real = 1
         if self.transitions is not None:
             self._keep_transitions(obs, actions, reward, terminated, truncated)
         return real
@@ -213,9 +264,9 @@ class EpisodeTracker:
 
     def end_step(self, ended: bool) -> None:
         """Prepare ``valid`` for the next step (after the agent's update of this one)."""
-        if self._reset_skip and (ended or self._partial):
+        if self._reset_skip and (ended or self.partial):
             np.logical_not(self.done, out=self.valid)
-            self._partial = ended
+            self.partial = ended
 
     def add_logs(self, entries: list[dict[str, Any] | None] | None) -> None:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.
@@ -254,21 +305,28 @@ class EpisodeTracker:
 
     def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int) -> dict[str, Any]:
         """Close sub-env ``i``'s episode and return its record."""
+        if self.num_envs == 1:
+            ep_return, self._return = self._return, 0.0
+        else:
+            ep_return = self.returns.item(i)
+            self.returns[i] = 0.0
+        steps = self._steps
+        logs = self.logs[i]
         record = {
-            "ep_return": float(self.returns[i]),
-            "ep_length": int(self.lengths[i]),
+            "ep_return": ep_return,
+            "ep_length": steps - self._starts[i],
             "frames": [],
             "transitions": [],
             "actions": self.actions.episode(i) if self.actions is not None else None,
             "agent_seed": agent_seed,
             "episode_index": episode_index,
-            "agent_logs": _concat_logs(self.logs[i]),
+            "agent_logs": _concat_logs(logs) if logs else None,
             "global_step": global_step,
             "wall_time": time.perf_counter() - self.start_time,
         }
-        self.returns[i] = 0.0
-        self.lengths[i] = 0
-        self.logs[i] = []
+        self._starts[i] = steps + self._reset_skip
+        if logs:
+            self.logs[i] = []
         if self.actions is not None:
             self.actions.restart(i, self._reset_skip)
         if self.transitions is not None:

@@ -85,6 +85,11 @@ def run_loop(
     ``events.on_step_event`` is called whenever the env-step count reaches the threshold it
     returned last (progress ticks, step checkpoints, the step budget), so the per-step cost
     of all of them is one comparison.
+
+    ``agent.log()`` is called after every update when the agent has a ``log`` attribute,
+    whatever it returned before: an agent may log only some steps (after its first rollout,
+    every n-th update, once ``set_hp`` turns logging on), so nothing is inferred from earlier
+    returns. A None return costs that call and one comparison.
     """
     act, step = agent.act, env.step
     update = agent.update if train else None
@@ -93,7 +98,9 @@ def run_loop(
     render = tracker.frames is not None
     mode = tracker.mode
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
-    observe, valid, done = tracker.observe, tracker.valid, tracker.done
+    observe, end_step, add_logs = tracker.observe, tracker.end_step, tracker.add_logs
+    valid, done = tracker.valid, tracker.done
+    single = env.num_envs == 1
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
     global_step = episodes = 0
@@ -101,7 +108,7 @@ def run_loop(
     while True:
         next_obs, reward, terminated, truncated, info = step(actions)
         global_step += observe(obs, actions, reward, terminated, truncated)
-        ended = done.any()
+        ended = tracker.ended
         if update is not None:
             seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
             if step_logger is not None:
@@ -111,20 +118,24 @@ def run_loop(
             else:
                 update(seen, reward, terminated, truncated, call_back=step_logger)
         if log is not None:
-            tracker.add_logs(log())
+            entries = log()
+            if entries is not None:
+                add_logs(entries)
         if render:
             tracker.add_frames(env.render())
         if ended:
-            for i in np.flatnonzero(done):
+            for i in (0,) if single else done.nonzero()[0].tolist():
                 episodes += 1
-                events.on_episode(tracker.finish(int(i), episodes, global_step, agent_seed))
+                events.on_episode(tracker.finish(i, episodes, global_step, agent_seed))
                 if episodes >= max_episodes:
                     return global_step, episodes
             if disabled:
                 next_obs, _ = env.reset(options={"reset_mask": done.copy()})
                 if render:
                     tracker.add_frames(env.render(), after_reset=done)
-        tracker.end_step(ended)
+            end_step(True)
+        elif tracker.partial:
+            end_step(False)
         obs = next_obs
         if global_step >= next_event:
             if global_step >= max_steps:

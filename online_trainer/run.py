@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import io
 import logging
 import os
@@ -108,6 +107,7 @@ class RunEvents:
     def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, evaluator: Evaluator | None = None) -> None:
         self.spec, self.agent, self.progress = spec, agent, progress
         self.callback = spec.callback
+        self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
         self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
         self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
         self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
@@ -122,7 +122,7 @@ class RunEvents:
         self.next_tick = self.progress_stride
         self.shown_steps = 0
         self.best_return = -INFINITY
-        self.best_state: Any = None
+        self.best_state: bytes | None = None  # torch-serialised, see _state_copy
         self.episodes = 0
         self.evals: RunEvaluations | None = None
         if evaluator is not None:
@@ -138,8 +138,9 @@ class RunEvents:
         ep_return = record["ep_return"]
         # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
         # episode (episodes of several sub-envs can end on the same env step).
-        self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
-        self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
+        if self.log_episodes:
+            self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
+            self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
         if self.stream is not None:
             self.stream.append(record)
         if self.records is not None:
@@ -169,6 +170,15 @@ class RunEvents:
         next_eval = self.evals.next_step if self.evals is not None else INFINITY
         return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
 
+    @staticmethod
+    def serialised(state: Any) -> bytes:
+        """``state`` as ``torch.save`` writes it."""
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return buffer.getvalue()
+
     def _save(self, label: str) -> None:
         if hasattr(self.agent, "save"):
             self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
@@ -185,21 +195,23 @@ class RunEvents:
                 self.evals.stream.close()
             if self.stream is not None:
                 self.stream.close()
-        if self.evals is not None:
-            self.best_state = self.evals.best_state
         if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
             self._save("Last")
+            if self.evals is not None:  # best by evaluation
+                best = self.evals.best_state
+                self.best_state = None if best is None else self.serialised(best)
             if self.best_state is not None:
-                import torch
-
-                buffer = io.BytesIO()
-                torch.save(self.best_state, buffer)
-                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), buffer.getvalue())
+                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
 
 
-def _state_copy(agent: Any) -> Any:
+def _state_copy(agent: Any) -> bytes | None:
+    """``agent.save()`` now, torch-serialised: what ``Run{i}_Best_agent.t`` holds (None without ``save``).
+
+    The bytes are a copy the agent cannot change later, so a new best costs one serialisation,
+    not a deep copy now and a serialisation at the end.
+    """
     save = getattr(agent, "save", None)
-    return copy.deepcopy(save()) if save is not None else None
+    return RunEvents.serialised(save()) if save is not None else None
 
 
 def prepare_agent(spec: RunSpec, env: Any) -> Any:

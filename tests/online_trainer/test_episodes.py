@@ -1,0 +1,125 @@
+"""Episode book-keeping: the one-sub-env path equals the general one, returns are summed in
+step order, ``log()`` is asked every step, and the best state is the one of the best episode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+from online_trainer import OnlineTrainer
+from online_trainer.episodes import EpisodeTracker
+from tests.conftest import RecordingAgent, make_counting_vec
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_one_sub_env_path_equals_the_general_path(mode):
+    """A tracker of one sub-env (Python scalars) keeps what a tracker of two (numpy) keeps for sub-env 0."""
+    one, two = EpisodeTracker(1, mode), EpisodeTracker(2, mode)
+    rng = np.random.default_rng(1)
+    got: dict[int, list] = {1: [], 2: []}
+    for _ in range(600):
+        actions = rng.integers(0, 5, size=(2, 3))
+        reward = (rng.normal(size=2) * 1e3).astype(np.float32)
+        valid = two.valid.copy()
+        assert valid[0] == one.valid[0]
+        terminated = (rng.random(2) < 0.15) & valid  # a reset step never ends an episode
+        truncated = (rng.random(2) < 0.05) & valid & ~terminated
+        real_one = one.observe(None, actions[:1], reward[:1], terminated[:1], truncated[:1])
+        real_two = two.observe(None, actions, reward, terminated, truncated)
+        assert real_one == int(valid[0]) and real_two == int(valid.sum())
+        assert one.ended == bool(terminated[0] or truncated[0]) and two.ended == bool((terminated | truncated).any())
+        for tracker, key in ((one, 1), (two, 2)):
+            for i in np.flatnonzero(tracker.done):
+                record = tracker.finish(int(i), 0, 0, 0)
+                if i == 0:
+                    got[key].append(record)
+            tracker.end_step(tracker.ended)
+    assert len(got[1]) == len(got[2]) > 50
+    for a, b in zip(got[1], got[2]):
+        assert (a["ep_return"], a["ep_length"]) == (b["ep_return"], b["ep_length"])
+        assert type(a["ep_return"]) is float and type(a["ep_length"]) is int
+        np.testing.assert_array_equal(a["actions"], b["actions"])
+
+
+@pytest.mark.parametrize("num_envs", [1, 3])
+@pytest.mark.parametrize("mode", MODES)
+def test_lengths_and_returns_count_real_transitions_summed_in_float64_step_order(num_envs, mode):
+    """Against a hand-written per-sub-env account: the reset step (NEXT_STEP) is not counted."""
+    tracker = EpisodeTracker(num_envs, mode)
+    rng = np.random.default_rng(7)
+    account = [[0.0, 0, False] for _ in range(num_envs)]  # return, length, next step is a reset step
+    expected, got = [], []
+    for _ in range(500):
+        reward = (rng.normal(size=num_envs) * 1e3).astype(np.float32)
+        terminated = (rng.random(num_envs) < 0.2) & tracker.valid  # a reset step never ends an episode
+        truncated = np.zeros(num_envs, dtype=bool)
+        tracker.observe(None, np.zeros(num_envs, dtype=np.int64), reward, terminated, truncated)
+        for i in range(num_envs):
+            if account[i][2]:
+                account[i][2] = False
+                continue
+            account[i][0] += float(reward[i])
+            account[i][1] += 1
+            if terminated[i]:
+                expected.append((i, account[i][0], account[i][1]))
+                account[i] = [0.0, 0, mode is AutoresetMode.NEXT_STEP]
+        for i in np.flatnonzero(tracker.done):
+            record = tracker.finish(int(i), 0, 0, 0)
+            got.append((int(i), record["ep_return"], record["ep_length"]))
+            assert len(record["actions"]) == record["ep_length"]
+        tracker.end_step(tracker.ended)
+    assert sorted(got) == sorted(expected) and len(got) > 50
+
+
+class SometimesLogging(RecordingAgent):
+    """Logs nothing for its first 40 updates, then one entry per sub-env on every third update."""
+
+    def log(self):
+        if self.updates <= 40 or self.updates % 3:
+            return None
+        return [{"u": np.array([self.updates])} for _ in range(self.num_envs)]
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_log_is_asked_every_step_however_long_it_returned_none(mode):
+    agent = SometimesLogging()
+    (records,) = OnlineTrainer(make_counting_vec(1, mode), agent).multi_run(1, num_episodes=40, seed_offset=0,
+                                                                          progress=False)
+    logged = np.concatenate([r["agent_logs"]["u"] for r in records if r["agent_logs"] is not None])
+    # every third update after the 40th, except those of NEXT_STEP reset steps (not transitions)
+    assert len(logged) > 10 and all(u > 40 and u % 3 == 0 for u in logged)
+    reset_updates = set()
+    if mode == "NextStep":  # the update after an episode's last step is its reset step
+        updates = np.cumsum([r["ep_length"] + 1 for r in records])
+        reset_updates = set(updates.tolist())
+    wanted = [u for u in range(41, agent.updates + 1) if u % 3 == 0 and u not in reset_updates]
+    assert logged.tolist() == wanted[:len(logged)] and len(wanted) - len(logged) <= 1
+
+
+class InPlaceState(RecordingAgent):
+    """``save()`` returns its own state object, which later updates change in place."""
+
+    def __init__(self, env=None):
+        super().__init__(env)
+        self.state = {"episodes": torch.zeros(1, dtype=torch.int64)}
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None, valid=None):
+        super().update(next_obs, reward, terminated, truncated, call_back, valid)
+        self.state["episodes"] += int(np.count_nonzero((terminated | truncated) & valid))
+
+    def save(self, path=None):
+        if path is not None:
+            open(path + ".txt", "w").close()
+        return self.state
+
+
+def test_best_state_is_taken_at_the_best_episode_even_when_the_agent_reuses_its_state(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), InPlaceState, exp_dir=tmp_path)
+    (records,) = trainer.multi_run(1, num_episodes=12, seed_offset=3, checkpoint_freq=5, progress=False)
+    best = torch.load(tmp_path / "Run1_Best_agent.t", weights_only=True)
+    best_index = int(np.argmax([r["ep_return"] for r in records]))
+    assert int(best["episodes"]) == best_index + 1 < len(records)
