@@ -30,12 +30,13 @@ repetitions of the microseconds per env step (one real transition of one sub-env
 ``total_steps``), of the extra microseconds over the bare loop of the same repetition, and of
 the ratio to that bare loop, with the ratio's range as the noise.
 
-    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb]
+    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb] [--raw FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import statistics
 import tempfile
@@ -197,6 +198,7 @@ def main() -> None:
     parser.add_argument("--steps", default=",".join(f"{n}:{s}" for n, s in DEFAULT_STEPS.items()),
                         help="num_envs:total_steps pairs, comma-separated")
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--raw", help="append every repetition's seconds to this file, one JSON object a line")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
@@ -206,7 +208,11 @@ def main() -> None:
           f"{'extra  ratio [range]':<26}")
     for pair in args.steps.split(","):
         num_envs, total_steps = (int(x) for x in pair.split(":"))
-        report(num_envs, total_steps, measure(num_envs, total_steps, args.repeats, variants))
+        times = measure(num_envs, total_steps, args.repeats, variants)
+        report(num_envs, total_steps, times)
+        if args.raw:
+            with open(args.raw, "a") as f:
+                f.write(json.dumps({"num_envs": num_envs, "total_steps": total_steps, "times": times}) + "\n")
 
 
 if __name__ == "__main__":
