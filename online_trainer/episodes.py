@@ -153,10 +153,11 @@ class EpisodeTracker:
     ``i``'s own observation and action in the single-env space's structure (a dict for a
     ``Dict`` space, a tuple for a ``Tuple`` space, an array row for array spaces).
 
-    A step costs a few operations whatever the episode length: lengths are counted once per
-    step for all sub-envs (an episode's length is the number of steps since it started, less
-    its reset step), returns are summed in float64 in step order (one ufunc for several
-    sub-envs, a Python float for one), and actions go to a preallocated buffer.
+    A step costs a few operations, whatever the episode lengths and with no per-sub-env work
+    in Python: actions go to a preallocated buffer, an episode's length is the number of steps
+    since it started (its action rows, or a step count when actions are not kept), less its
+    reset step, and returns are summed in float64 in step order. Closing an episode copies
+    its actions and nothing else that grows with its length.
 
     Args:
         num_envs: the number of sub-envs.
@@ -196,9 +197,9 @@ class EpisodeTracker:
         self.done = np.zeros(num_envs, dtype=bool)
         self.ended = False
         self.partial = False
+        # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
         self._starts = [0] * num_envs  # the step at which each sub-env's episode began
-        self._return = 0.0  # the return of the only sub-env when num_envs == 1
         self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
         self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
         self._split_obs = BatchSplitter(num_envs, observation_space)
@@ -207,14 +208,13 @@ class EpisodeTracker:
         self._next_frames: list[list[Any]] = [[] for _ in range(num_envs)]
         self.logs: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.start_time = time.perf_counter()
-        if num_envs == 1:
-            self.observe = self._observe_one  # type: ignore[method-assign]
 
     def observe(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> int:
         """Book-keep one env step and return how many of its entries are real transitions."""
         if self.actions is not None:
             self.actions.append(actions)
-        self._steps += 1
+        else:
+            self._steps += 1
         done = self.done
         np.logical_or(terminated, truncated, out=done)
         self.ended = bool(np.count_nonzero(done))
@@ -225,32 +225,6 @@ class EpisodeTracker:
         else:
             self.returns += reward
             real = self.num_envs
-        if self.transitions is not None:
-            self._keep_transitions(obs, actions, reward, terminated, truncated)
-        return real
-
-    def _observe_one(self, obs: Any, actions: Any, reward: Any, terminated: Any, truncated: Any) -> int:
-        """:meth:`observe` for a single sub-env, in Python scalars."""
-        history = self.actions
-        if history is not None:
-            t = history.t
-            if t < history._fast_rows:  # ActionHistory.append's first branch, without the call
-                history._buffer[t] = actions
-                history.t = t + 1
-            else:
-                history.append(actions)
-        self._steps += 1
-        if terminated[0] or truncated[0]:
-            self.ended = True
-            self.done[0] = True
-        elif self.ended:
-            self.ended = False
-            self.done[0] = False
-        if self.partial:  # the reset step
-            real = 0
-        else:
-            self._return += float(reward[0])
-            real = 1
         if self.transitions is not None:
             self._keep_transitions(obs, actions, reward, terminated, truncated)
         return real
@@ -303,32 +277,43 @@ class EpisodeTracker:
             elif frame is not None:
                 target.append(frame)
 
-    def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int) -> dict[str, Any]:
-        """Close sub-env ``i``'s episode and return its record."""
-        if self.num_envs == 1:
-            ep_return, self._return = self._return, 0.0
-        else:
+    def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int,
+               ep_return: float | None = None) -> dict[str, Any]:
+        """Close sub-env ``i``'s episode and return its record.
+
+        Args:
+            i: the sub-env.
+            episode_index: the episode's number in the run, from 1.
+            global_step: env steps of the run so far.
+            agent_seed: the run's seed.
+            ep_return: the episode's return when the caller summed the rewards itself (the
+                loop of a single sub-env does); None: the return :meth:`observe` summed.
+        """
+        if ep_return is None:
             ep_return = self.returns.item(i)
-            self.returns[i] = 0.0
-        steps = self._steps
+        self.returns[i] = 0.0
+        history = self.actions
+        if history is not None:
+            length, actions = history.t - history.start[i], history.episode(i)
+            history.restart(i, self._reset_skip)
+        else:
+            length, actions = self._steps - self._starts[i], None
+            self._starts[i] = self._steps + self._reset_skip
         logs = self.logs[i]
         record = {
             "ep_return": ep_return,
-            "ep_length": steps - self._starts[i],
+            "ep_length": length,
             "frames": [],
             "transitions": [],
-            "actions": self.actions.episode(i) if self.actions is not None else None,
+            "actions": actions,
             "agent_seed": agent_seed,
             "episode_index": episode_index,
             "agent_logs": _concat_logs(logs) if logs else None,
             "global_step": global_step,
             "wall_time": time.perf_counter() - self.start_time,
         }
-        self._starts[i] = steps + self._reset_skip
         if logs:
             self.logs[i] = []
-        if self.actions is not None:
-            self.actions.restart(i, self._reset_skip)
         if self.transitions is not None:
             record["transitions"] = self.transitions[i]
             self.transitions[i] = []

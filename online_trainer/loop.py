@@ -90,7 +90,13 @@ def run_loop(
     whatever it returned before: an agent may log only some steps (after its first rollout,
     every n-th update, once ``set_hp`` turns logging on), so nothing is inferred from earlier
     returns. A None return costs that call and one comparison.
+
+    A single sub-env that neither renders nor keeps transitions (the common case of one env)
+    runs in :func:`_run_single`, which makes the same calls with its book-keeping in local
+    Python scalars.
     """
+    if env.num_envs == 1 and tracker.actions is not None and tracker.frames is None and tracker.transitions is None:
+        return _run_single(env, agent, obs, actions, tracker, events, budget, agent_seed, train, step_logger)
     act, step = agent.act, env.step
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
@@ -100,7 +106,6 @@ def run_loop(
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
     observe, end_step, add_logs = tracker.observe, tracker.end_step, tracker.add_logs
     valid, done = tracker.valid, tracker.done
-    single = env.num_envs == 1
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
     global_step = episodes = 0
@@ -124,7 +129,7 @@ def run_loop(
         if render:
             tracker.add_frames(env.render())
         if ended:
-            for i in (0,) if single else done.nonzero()[0].tolist():
+            for i in done.nonzero()[0].tolist():
                 episodes += 1
                 events.on_episode(tracker.finish(i, episodes, global_step, agent_seed))
                 if episodes >= max_episodes:
@@ -136,6 +141,77 @@ def run_loop(
             end_step(True)
         elif tracker.partial:
             end_step(False)
+        obs = next_obs
+        if global_step >= next_event:
+            if global_step >= max_steps:
+                return global_step, episodes
+            next_event = events.on_step_event(global_step)
+        actions = act(obs)
+
+
+def _run_single(
+    env: VectorEnv,
+    agent: Any,
+    obs: Any,
+    actions: Any,
+    tracker: EpisodeTracker,
+    events: LoopEvents,
+    budget: Budget,
+    agent_seed: int,
+    train: bool,
+    step_logger: StepLogger | None,
+) -> tuple[int, int]:
+    """:func:`run_loop` for one sub-env whose actions are kept, with no frames or transitions.
+
+    The calls, their order and their arguments are those of :func:`run_loop`; the return and
+    whether the step is a reset step (NEXT_STEP) are kept in locals, and ``tracker`` only
+    stores actions, keeps log entries and closes episodes.
+    """
+    act, step, keep_actions = agent.act, env.step, tracker.actions.append
+    update = agent.update if train else None
+    pass_valid = update is not None and accepts_valid(update)
+    log = getattr(agent, "log", None)
+    add_logs, valid = tracker.add_logs, tracker.valid
+    mode = tracker.mode
+    same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
+    next_step = mode is AutoresetMode.NEXT_STEP
+    max_steps, max_episodes = budget.max_steps, budget.max_episodes
+    obs_space = env.single_observation_space
+    global_step = episodes = 0
+    ep_return, reset_step = 0.0, False
+    next_event = events.on_step_event(0)
+    while True:
+        next_obs, reward, terminated, truncated, info = step(actions)
+        keep_actions(actions)
+        ended = bool(terminated[0] or truncated[0])
+        if not reset_step:
+            ep_return += float(reward[0])  # float64 in step order, like EpisodeTracker.observe
+            global_step += 1
+        if update is not None:
+            seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
+            if step_logger is not None:
+                step_logger.step = global_step
+            if pass_valid:
+                update(seen, reward, terminated, truncated, call_back=step_logger, valid=valid)
+            else:
+                update(seen, reward, terminated, truncated, call_back=step_logger)
+        if log is not None:
+            entries = log()
+            if entries is not None:
+                add_logs(entries)
+        if ended:
+            episodes += 1
+            events.on_episode(tracker.finish(0, episodes, global_step, agent_seed, ep_return))
+            if episodes >= max_episodes:
+                return global_step, episodes
+            ep_return = 0.0
+            if disabled:
+                next_obs, _ = env.reset(options={"reset_mask": np.ones(1, dtype=bool)})
+            reset_step = next_step
+            valid[0] = not next_step
+        elif reset_step:
+            reset_step = False
+            valid[0] = True
         obs = next_obs
         if global_step >= next_event:
             if global_step >= max_steps:

@@ -1,23 +1,72 @@
-"""Episode book-keeping: the one-sub-env path equals the general one, returns are summed in
-step order, ``log()`` is asked every step, and the best state is the one of the best episode."""
+"""Episode book-keeping: the loop of one sub-env makes the calls and records of the general loop,
+a sub-env is kept alike whatever the number of sub-envs, returns are summed in step order,
+``log()`` is asked every step, and the best state is the one of the best episode."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
+from callbacks.base import CallBack
 from online_trainer import OnlineTrainer
 from online_trainer.episodes import EpisodeTracker
-from tests.conftest import RecordingAgent, make_counting_vec
+from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 
 
+class CallRecorder(CallBack):
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, data, tag, step, force=False):
+        self.calls.append((dict(data), tag, step, force))
+
+
+class ValidRecorder(RecordingAgent):
+    """Logs its loss and one entry per step, and notes the valid mask of every update."""
+
+    def __init__(self, env=None):
+        super().__init__(env, log_every_step=True)
+        self.valids = []
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None, valid=None):
+        self.valids.append(valid.tolist())
+        super().update(next_obs, reward, terminated, truncated, call_back, valid)
+
+
+def fractional_counting_env(mode):
+    """CountingEnv with rewards 0.1 t + 0.013, so that returns depend on the order of the sums."""
+    make = lambda: gym.wrappers.TransformReward(CountingEnv(truncate_at=4), lambda r: 0.1 * r + 0.013)  # noqa: E731
+    return lambda: gym.vector.SyncVectorEnv([make], autoreset_mode=AutoresetMode(mode))
+
+
+@pytest.mark.parametrize("budget", [{"num_episodes": 9}, {"total_steps": 31}])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_single_env_loop_makes_the_calls_and_records_of_the_general_loop(mode, budget):
+    """One sub-env runs in _run_single, unless transitions are kept (then in the general loop)."""
+    results = []
+    for general in (False, True):
+        agent, callback = ValidRecorder(), CallRecorder()
+        trainer = OnlineTrainer(fractional_counting_env(mode), agent)
+        trainer.call_back = callback
+        (records,) = trainer.multi_run(1, seed_offset=2, dump_transitions=general, progress=False, **budget)
+        fields = [(r["ep_return"], r["ep_length"], r["global_step"], r["episode_index"], r["actions"].tolist(),
+                   r["agent_logs"]["t"].tolist()) for r in records]
+        results.append((fields, agent.valids, agent.updates, callback.calls, agent.final_obs_ok))
+    assert results[0] == results[1]
+    fields, valids, _, calls, final_obs_ok = results[0]
+    assert final_obs_ok and len(fields) >= 9
+    reset_steps = valids.count([False])  # one after each episode but, perhaps, the last
+    assert len(fields) - 1 <= reset_steps <= len(fields) if mode == "NextStep" else reset_steps == 0
+
+
 @pytest.mark.parametrize("mode", MODES)
-def test_one_sub_env_path_equals_the_general_path(mode):
-    """A tracker of one sub-env (Python scalars) keeps what a tracker of two (numpy) keeps for sub-env 0."""
+def test_a_sub_env_is_kept_alike_whatever_the_number_of_sub_envs(mode):
+    """A tracker of one sub-env keeps what a tracker of two keeps for sub-env 0."""
     one, two = EpisodeTracker(1, mode), EpisodeTracker(2, mode)
     rng = np.random.default_rng(1)
     got: dict[int, list] = {1: [], 2: []}
