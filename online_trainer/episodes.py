@@ -278,7 +278,7 @@ class EpisodeTracker:
                 target.append(frame)
 
     def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int,
-               ep_return: float | None = None) -> dict[str, Any]:
+               ep_return: float | None = None, actions: np.ndarray | None = None) -> dict[str, Any]:
         """Close sub-env ``i``'s episode and return its record.
 
         Args:
@@ -288,12 +288,16 @@ class EpisodeTracker:
             agent_seed: the run's seed.
             ep_return: the episode's return when the caller summed the rewards itself (the
                 loop of a single sub-env does); None: the return :meth:`observe` summed.
+            actions: the episode's actions when the caller kept them itself (their number
+                is the episode's length); None: those :meth:`observe` kept.
         """
         if ep_return is None:
             ep_return = self.returns.item(i)
         self.returns[i] = 0.0
         history = self.actions
-        if history is not None:
+        if actions is not None:
+            length = len(actions)
+        elif history is not None:
             length, actions = history.t - history.start[i], history.episode(i)
             history.restart(i, self._reset_skip)
         else:

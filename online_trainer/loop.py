@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dis
+import types
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
+from gymnasium.spaces import Box, Discrete
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.episodes import EpisodeTracker
@@ -13,6 +16,7 @@ from online_trainer.factories import accepts_valid
 from online_trainer.spaces import final_observations
 
 INFINITY = float("inf")
+_NONE_ONLY_OPS = frozenset({"RESUME", "NOP", "CACHE", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,23 @@ class LoopEvents(Protocol):
         """``global_step`` reached the threshold last returned; return the next one."""
 
 
+def agent_log(agent: Any) -> Callable[[], Any] | None:
+    """``agent.log``, or None when the agent has none or its code can only return None.
+
+    A ``log`` whose body is ``return None``, ``pass`` or a docstring (the protocol's default,
+    ``AgentBase.log``) has no effect, so the loop need not call it. Any other ``log`` is
+    called after every update, whatever it returned before.
+    """
+    log = getattr(agent, "log", None)
+    code = getattr(getattr(log, "__func__", log), "__code__", None)
+    if isinstance(code, types.CodeType) and all(
+        op.opname in _NONE_ONLY_OPS and (op.opname not in ("LOAD_CONST", "RETURN_CONST") or op.argval is None)
+        for op in dis.get_instructions(code)
+    ):
+        return None
+    return log
+
+
 def run_loop(
     env: VectorEnv,
     agent: Any,
@@ -86,10 +107,10 @@ def run_loop(
     returned last (progress ticks, step checkpoints, the step budget), so the per-step cost
     of all of them is one comparison.
 
-    ``agent.log()`` is called after every update when the agent has a ``log`` attribute,
-    whatever it returned before: an agent may log only some steps (after its first rollout,
-    every n-th update, once ``set_hp`` turns logging on), so nothing is inferred from earlier
-    returns. A None return costs that call and one comparison.
+    ``agent.log()`` is called after every update when the agent has a ``log`` method, whatever
+    it returned before: an agent may log only some steps (after its first rollout, every n-th
+    update, once ``set_hp`` turns logging on), so nothing is inferred from earlier returns. Only
+    a ``log`` whose code can do nothing but return None is not called (see :func:`agent_log`).
 
     A single sub-env that neither renders nor keeps transitions (the common case of one env)
     runs in :func:`_run_single`, which makes the same calls with its book-keeping in local
@@ -100,7 +121,7 @@ def run_loop(
     act, step = agent.act, env.step
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
-    log = getattr(agent, "log", None)
+    log = agent_log(agent)
     render = tracker.frames is not None
     mode = tracker.mode
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
@@ -163,14 +184,20 @@ def _run_single(
 ) -> tuple[int, int]:
     """:func:`run_loop` for one sub-env whose actions are kept, with no frames or transitions.
 
-    The calls, their order and their arguments are those of :func:`run_loop`; the return and
-    whether the step is a reset step (NEXT_STEP) are kept in locals, and ``tracker`` only
-    stores actions, keeps log entries and closes episodes.
+    The calls, their order and their arguments are those of :func:`run_loop`; the return,
+    whether the step is a reset step (NEXT_STEP) and, for actions that are numbers
+    (``Discrete``, scalar ``Box``), the episode's actions are kept in locals; ``tracker``
+    keeps other actions and log entries, and closes episodes.
     """
     act, step, keep_actions = agent.act, env.step, tracker.actions.append
+    space = env.single_action_space
+    # actions[0] of such a batch is a new numpy scalar: keeping it needs no copy
+    numbers = isinstance(actions, np.ndarray) and actions.ndim == 1 and (
+        isinstance(space, Discrete) or isinstance(space, Box) and space.shape == ())
+    dtype, episode_actions = actions.dtype, []
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
-    log = getattr(agent, "log", None)
+    log = agent_log(agent)
     add_logs, valid = tracker.add_logs, tracker.valid
     mode = tracker.mode
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
@@ -182,11 +209,14 @@ def _run_single(
     next_event = events.on_step_event(0)
     while True:
         next_obs, reward, terminated, truncated, info = step(actions)
-        keep_actions(actions)
-        ended = bool(terminated[0] or truncated[0])
+        ended = terminated[0] or truncated[0]
         if not reset_step:
             ep_return += float(reward[0])  # float64 in step order, like EpisodeTracker.observe
             global_step += 1
+            if numbers:
+                episode_actions.append(actions[0])
+        if not numbers:
+            keep_actions(actions)
         if update is not None:
             seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
             if step_logger is not None:
@@ -201,10 +231,11 @@ def _run_single(
                 add_logs(entries)
         if ended:
             episodes += 1
-            events.on_episode(tracker.finish(0, episodes, global_step, agent_seed, ep_return))
+            kept = np.array(episode_actions, dtype=dtype) if numbers else None
+            events.on_episode(tracker.finish(0, episodes, global_step, agent_seed, ep_return, kept))
             if episodes >= max_episodes:
                 return global_step, episodes
-            ep_return = 0.0
+            ep_return, episode_actions = 0.0, []
             if disabled:
                 next_obs, _ = env.reset(options={"reset_mask": np.ones(1, dtype=bool)})
             reset_step = next_step

@@ -127,3 +127,23 @@ def test_tb_copy_made_with_values_kept_carries_none_of_them(tmp_path):
     cb.close()
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 2
     assert sorted(read_scalars(tmp_path)["x/t"]) == [(1, 1.0), (2, 2.0)]
+
+
+@pytest.mark.parametrize("crash", [RuntimeError, KeyboardInterrupt])
+def test_a_run_that_crashes_leaves_every_scalar_logged_before_readable(tmp_path, crash):
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Crashing(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)  # logs loss = updates
+            if self.updates == 300:
+                raise crash("boom")
+
+    trainer = OnlineTrainer(make_counting_vec(1), Crashing, exp_dir=tmp_path)  # default TBCallBack
+    with pytest.raises(Exception if crash is RuntimeError else KeyboardInterrupt):
+        trainer.multi_run(1, num_episodes=10_000, seed_offset=0, progress=False)
+    scalars = read_scalars(tmp_path)
+    assert [value for _, value in scalars["loss/agents/run_1"]] == list(range(1, 301))
+    returns = scalars["ep_return/run_1"]
+    assert [step for step, _ in returns] == list(range(1, len(returns) + 1)) and len(returns) > 50

@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 from callbacks.base import CallBack
 from online_trainer import OnlineTrainer
 from online_trainer.episodes import EpisodeTracker
+from online_trainer.loop import agent_log
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
@@ -26,36 +27,52 @@ class CallRecorder(CallBack):
         self.calls.append((dict(data), tag, step, force))
 
 
+ACTION_SPACES = {"discrete": gym.spaces.Discrete(2), "scalar_box": gym.spaces.Box(-1, 1, shape=(), dtype=np.float32),
+                 "box": gym.spaces.Box(-1, 1, shape=(2,), dtype=np.float32)}
+
+
 class ValidRecorder(RecordingAgent):
-    """Logs its loss and one entry per step, and notes the valid mask of every update."""
+    """Logs its loss and one entry per step, notes the valid mask of every update, and acts
+    in its env's action space with actions that change every step."""
 
     def __init__(self, env=None):
         super().__init__(env, log_every_step=True)
         self.valids = []
+        self.space = env.single_action_space
+
+    def act(self, obs):
+        if isinstance(self.space, gym.spaces.Discrete):
+            return np.full(len(obs), self.updates % 2, dtype=np.int64)
+        return np.full((len(obs), *self.space.shape), (self.updates % 7) / 10, dtype=np.float32)
 
     def update(self, next_obs, reward, terminated, truncated, call_back=None, valid=None):
         self.valids.append(valid.tolist())
         super().update(next_obs, reward, terminated, truncated, call_back, valid)
 
 
-def fractional_counting_env(mode):
+def fractional_counting_env(mode, action_space):
     """CountingEnv with rewards 0.1 t + 0.013, so that returns depend on the order of the sums."""
-    make = lambda: gym.wrappers.TransformReward(CountingEnv(truncate_at=4), lambda r: 0.1 * r + 0.013)  # noqa: E731
+    def make():
+        env = gym.wrappers.TransformReward(CountingEnv(truncate_at=4), lambda r: 0.1 * r + 0.013)
+        env.action_space = action_space
+        return env
     return lambda: gym.vector.SyncVectorEnv([make], autoreset_mode=AutoresetMode(mode))
 
 
+@pytest.mark.parametrize("action", sorted(ACTION_SPACES))
 @pytest.mark.parametrize("budget", [{"num_episodes": 9}, {"total_steps": 31}])
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
-def test_single_env_loop_makes_the_calls_and_records_of_the_general_loop(mode, budget):
+def test_single_env_loop_makes_the_calls_and_records_of_the_general_loop(mode, budget, action):
     """One sub-env runs in _run_single, unless transitions are kept (then in the general loop)."""
     results = []
     for general in (False, True):
-        agent, callback = ValidRecorder(), CallRecorder()
-        trainer = OnlineTrainer(fractional_counting_env(mode), agent)
+        callback = CallRecorder()
+        trainer = OnlineTrainer(fractional_counting_env(mode, ACTION_SPACES[action]), ValidRecorder)
         trainer.call_back = callback
         (records,) = trainer.multi_run(1, seed_offset=2, dump_transitions=general, progress=False, **budget)
+        agent = trainer.agents[0]
         fields = [(r["ep_return"], r["ep_length"], r["global_step"], r["episode_index"], r["actions"].tolist(),
-                   r["agent_logs"]["t"].tolist()) for r in records]
+                   r["actions"].dtype, r["actions"].shape, r["agent_logs"]["t"].tolist()) for r in records]
         results.append((fields, agent.valids, agent.updates, callback.calls, agent.final_obs_ok))
     assert results[0] == results[1]
     fields, valids, _, calls, final_obs_ok = results[0]
@@ -122,6 +139,32 @@ def test_lengths_and_returns_count_real_transitions_summed_in_float64_step_order
             assert len(record["actions"]) == record["ep_length"]
         tracker.end_step(tracker.ended)
     assert sorted(got) == sorted(expected) and len(got) > 50
+
+
+class NeverLogs:
+    def log(self):
+        """Nothing to log."""
+        return None
+
+
+class LogsAttribute:
+    entries = None
+
+    def log(self):
+        return self.entries
+
+
+def test_agent_log_leaves_out_only_a_log_that_can_do_nothing_but_return_none():
+    class Passes:
+        def log(self):
+            pass
+
+    assert agent_log(object()) is None
+    assert agent_log(NeverLogs()) is None and agent_log(Passes()) is None
+    for agent in (LogsAttribute(), SometimesLogging(), RecordingAgent()):
+        assert agent_log(agent) == agent.log
+    callable_object = type("Log", (), {"__call__": lambda self: None})()
+    assert agent_log(type("A", (), {"log": callable_object})()) is callable_object
 
 
 class SometimesLogging(RecordingAgent):
