@@ -1,4 +1,4 @@
-"""The one act -> step -> update loop, shared by the episode and the step budget."""
+"""The act -> step -> update loop (a general one and one for a single sub-env), for both budgets."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def _run_single(
     space = env.single_action_space
     # actions[0] of such a batch is a new numpy scalar: keeping it needs no copy
     numbers = isinstance(actions, np.ndarray) and actions.ndim == 1 and (
-        isinstance(space, Discrete) or isinstance(space, Box) and space.shape == ())
+        isinstance(space, Discrete) or (isinstance(space, Box) and space.shape == ()))
     dtype, episode_actions = actions.dtype, []
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
