@@ -20,7 +20,9 @@ class CallBack:
             data: metric name to a number (Python or numpy scalar).
             tag: the group the values belong to, for example ``run_0`` or ``agents/run_0``.
             step: the x value of the point (env step or episode index).
-            force: write at once, bypassing any averaging or buffering.
+            force: write these values as they are, bypassing any averaging; a sink that
+                buffers may still hold them until its next flush (``TBCallBack`` flushes
+                on such a call once ``max_delay`` seconds have passed since the last).
         """
 
     def reset(self) -> None:
