@@ -89,7 +89,5 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
 
 
 def _collect(result: RunResult, by_key: dict[int, RunSpec], results: list[tuple[RunSpec, RunResult]]) -> None:
-    if result.status == "setup_failed":
-        cause = result.extra.get("exception_object") or RuntimeError(result.extra.get("exception", "?"))
-        raise RunSetupError(result.run_idx, result.seed, cause)
+    result.raise_if_setup_failed()
     results.append((by_key[result.key], result))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from online_trainer import seeding, storage
-from online_trainer.errors import RunFailure, RunSetupError
+from online_trainer.errors import RunFailure
 from online_trainer.run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -63,11 +63,7 @@ class Experiment:
         Raises:
             RunSetupError: the run failed before its first env step; every run must stop.
         """
-        if result.status == "setup_failed":
-            cause = result.extra.get("exception_object")
-            if cause is None:
-                cause = RuntimeError(result.extra.get("exception", "?") + "\n" + (result.error or ""))
-            raise RunSetupError(result.run_idx, result.seed, cause)
+        result.raise_if_setup_failed()
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
             self.manifest.setdefault(name, value)

@@ -100,6 +100,14 @@ class RunResult:
     """``num_envs`` and ``autoreset_mode`` of the run's env, for the manifest."""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def raise_if_setup_failed(self) -> None:
+        """Raise :class:`RunSetupError` (with the run's own exception) when the run failed before its first step."""
+        if self.status == "setup_failed":
+            cause = self.extra.get("exception_object")
+            if cause is None:
+                cause = RuntimeError(self.extra.get("exception", "?") + "\n" + (self.error or ""))
+            raise RunSetupError(self.run_idx, self.seed, cause)
+
 
 class RunEvents:
     """Handles every finished episode and step threshold of one run."""
