@@ -69,7 +69,7 @@ def run_config(target: Target, out: Path) -> tuple[Path, float]:
 def greedy_returns(exp_dir: Path, episodes: int = 20) -> list[float]:
     """Mean return of ``episodes`` greedy episodes of each run's last checkpoint (``OnlineTrainer.evaluate``)."""
     from online_trainer import OnlineTrainer
-    from online_trainer.cli_run import factories_from_config
+    from online_trainer.config.builders import factories_from_config
 
     make_env, make_agent = factories_from_config(exp_dir)
     episodes_df = OnlineTrainer(make_env, make_agent).evaluate("last", num_episodes=episodes, num_workers=2,

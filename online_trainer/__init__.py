@@ -6,9 +6,9 @@
 import importlib
 from typing import Any
 
-from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
-from online_trainer.protocol import Agent
-from online_trainer.storage import (
+from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
+from online_trainer.core.protocol import Agent
+from online_trainer.core.storage import (
     TruncatedMetricsWarning,
     load_agent_logs,
     load_all_run_metrics,
@@ -17,24 +17,25 @@ from online_trainer.storage import (
     load_run_metrics,
     load_transitions,
 )
-from online_trainer.trainer import OnlineTrainer
 
-# Analysis pulls in pandas, scipy and matplotlib: imported on first use, so that worker
-# processes, which import this package to run, start quickly.
+# Imported on first use, so that worker processes, which import this package to reach
+# online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
+# analysis (pandas, scipy, matplotlib).
 _LAZY = {
-    "aggregate": "online_trainer.stats",
-    "curves": "online_trainer.stats",
-    "final_performance": "online_trainer.stats",
-    "iqm": "online_trainer.stats",
-    "load_agent": "online_trainer.checkpoints",
-    "load_episodes": "online_trainer.dataframes",
-    "load_evaluations": "online_trainer.dataframes",
-    "load_runs": "online_trainer.dataframes",
-    "optuna_objective": "online_trainer.optuna_search",
-    "plot_final_performance": "online_trainer.plotting",
-    "plot_learning_curves": "online_trainer.plotting",
-    "shutdown_workers": "online_trainer.workers",
-    "summarize": "online_trainer.stats",
+    "OnlineTrainer": "online_trainer.orchestration.trainer",
+    "aggregate": "online_trainer.analysis.stats",
+    "curves": "online_trainer.analysis.stats",
+    "final_performance": "online_trainer.analysis.stats",
+    "iqm": "online_trainer.analysis.stats",
+    "load_agent": "online_trainer.orchestration.checkpoint_eval",
+    "load_episodes": "online_trainer.analysis.dataframes",
+    "load_evaluations": "online_trainer.analysis.dataframes",
+    "load_runs": "online_trainer.analysis.dataframes",
+    "optuna_objective": "online_trainer.orchestration.optuna_search",
+    "plot_final_performance": "online_trainer.analysis.plotting",
+    "plot_learning_curves": "online_trainer.analysis.plotting",
+    "shutdown_workers": "online_trainer.parallel.workers",
+    "summarize": "online_trainer.analysis.stats",
 }
 
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from online_trainer.cli import main
+from online_trainer.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

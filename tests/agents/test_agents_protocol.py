@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent
-from online_trainer.protocol import OPTIONAL_METHODS, missing_methods
+from online_trainer.core.protocol import OPTIONAL_METHODS, missing_methods
 
 # Small settings so that a few dozen steps already exercise learning.
 FAST_HP = {

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from online_trainer import cli
-from online_trainer.experiment_config import ConfigError, load_experiment_config, parse_override
+from online_trainer.cli import main as cli
+from online_trainer.config.loading import load_experiment_config, parse_override
+from online_trainer.config.schema import ConfigError
 from tests.online_trainer.test_dataframes import record, write_experiment
 
 TINY = """\

@@ -10,9 +10,9 @@ import pickle
 import pytest
 
 from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_all_run_metrics, load_episodes
-from online_trainer.dataframes import evaluation_files, load_evaluations, load_runs
-from online_trainer.seeding import SEED_STRIDE
-from online_trainer.stats import summarize
+from online_trainer.analysis.dataframes import evaluation_files, load_evaluations, load_runs
+from online_trainer.analysis.stats import summarize
+from online_trainer.core.seeding import SEED_STRIDE
 from tests.conftest import RecordingAgent, make_counting_vec
 
 

@@ -29,12 +29,12 @@ import pytest
 from callbacks import EmptyCallBack
 from callbacks.base import CallBack
 from online_trainer import OnlineTrainer, RunsFailedError, shutdown_workers
-from online_trainer.factories import AgentFactory, EnvFactory
-from online_trainer.loop import Budget
-from online_trainer.progress import NoProgress
-from online_trainer.run import RunSpec
-from online_trainer.storage import iter_metrics_chunks
-from online_trainer.workers import WorkerPool, shared_pool
+from online_trainer.core.budget import Budget
+from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.core.progress import NoProgress
+from online_trainer.core.run import RunSpec
+from online_trainer.core.storage import iter_metrics_chunks
+from online_trainer.parallel.workers import WorkerPool, shared_pool
 from tests.conftest import RecordingAgent, make_counting_vec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -285,7 +285,7 @@ class AgentWithLock(RecordingAgent):
 
 def test_a_result_that_cannot_travel_is_still_reported(caplog):
     trainer = OnlineTrainer(make_counting_vec(1), AgentWithLock)
-    with deadline(60), caplog.at_level(logging.WARNING, logger="online_trainer.workers"):
+    with deadline(60), caplog.at_level(logging.WARNING, logger="online_trainer.parallel.workers"):
         runs = trainer.multi_run(2, num_episodes=3, seed_offset=0, num_workers=2, progress=False)
     assert [len(run) for run in runs] == [3, 3]  # the records came back, only the agents could not
     assert "its trained agent could not be sent back from the worker (TypeError: cannot pickle '_thread.lock'" \
@@ -328,7 +328,7 @@ def test_a_raising_on_result_stops_every_worker_and_the_next_call_starts_fresh_o
     def on_result(result):
         raise HandlerFailed(f"run {result.run_idx}")
 
-    with deadline(60), caplog.at_level(logging.WARNING, logger="online_trainer.workers"):
+    with deadline(60), caplog.at_level(logging.WARNING, logger="online_trainer.parallel.workers"):
         with pytest.raises(HandlerFailed, match="run 2"):
             long, short = specs(tmp_path, [10**6, 2])
             waiting = AgentFactory(functools.partial(WaitsForAnotherStream, exp_dir=tmp_path))

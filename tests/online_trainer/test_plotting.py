@@ -1,4 +1,4 @@
-"""Tests of online_trainer.plotting: figures from a synthetic episode table."""
+"""Tests of online_trainer.analysis.plotting: figures from a synthetic episode table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from online_trainer.plotting import plot_final_performance, plot_learning_curves
+from online_trainer.analysis.plotting import plot_final_performance, plot_learning_curves
 
 
 def synthetic(groups=("a", "b"), num_runs=4, num_episodes=40) -> pd.DataFrame:
@@ -225,7 +225,7 @@ def test_final_performance_draws_the_iqm_not_the_mean():
 
 
 def test_final_performance_interval_is_the_statistics_interval():
-    from online_trainer.stats import summarize
+    from online_trainer.analysis.stats import summarize
 
     df = synthetic()
     fig = plot_final_performance(df, stat="median", last_k=5, show_runs=False)

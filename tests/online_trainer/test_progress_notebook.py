@@ -8,7 +8,7 @@ import types
 import pytest
 from tqdm.std import tqdm as text_tqdm
 
-from online_trainer import progress
+from online_trainer.core import progress
 
 
 def drive(display: progress.ProgressDisplay) -> None:

@@ -1,4 +1,4 @@
-"""Tests of online_trainer.stats: values computed by hand on small fixed data."""
+"""Tests of online_trainer.analysis.stats: values computed by hand on small fixed data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from online_trainer.stats import STATISTICS, aggregate, curves, final_performance, iqm, summarize
+from online_trainer.analysis.stats import STATISTICS, aggregate, curves, final_performance, iqm, summarize
 
 
 def episodes(returns: dict, steps: dict | None = None, **columns) -> pd.DataFrame:
@@ -53,7 +53,7 @@ def test_final_performance_uses_episode_order_not_row_order():
 
 def test_final_performance_after_step(caplog):
     df = episodes({0: range(1, 13), 1: [1, 2]})  # run 0 ends at step 1200, run 1 at step 200
-    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+    with caplog.at_level(logging.WARNING, logger="online_trainer.analysis.stats"):
         out = final_performance(df, after_step=950)
     assert out["final_return"].iloc[0] == 11.0  # episodes ending at 1000, 1100, 1200
     assert np.isnan(out["final_return"].iloc[1])
@@ -169,7 +169,7 @@ def test_a_groups_interval_does_not_depend_on_the_other_groups():
 
 
 def test_aggregate_single_run_and_identical_values(caplog):
-    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+    with caplog.at_level(logging.WARNING, logger="online_trainer.analysis.stats"):
         out = aggregate({"one": [3.0], "same": [2.0, 2.0, 2.0]})
     one, same = out.set_index("group").loc["one"], out.set_index("group").loc["same"]
     assert one["iqm"] == 3.0 and one["num_runs"] == 1
@@ -180,7 +180,7 @@ def test_aggregate_single_run_and_identical_values(caplog):
 
 
 def test_aggregate_leaves_out_nan_runs(caplog):
-    with caplog.at_level(logging.WARNING, logger="online_trainer.stats"):
+    with caplog.at_level(logging.WARNING, logger="online_trainer.analysis.stats"):
         out = aggregate(final_values([1.0, np.nan, 3.0]), ci=None)
     assert out["mean"].item() == 2.0 and out["num_runs"].item() == 2 and out["num_missing"].item() == 1
     assert "Leaving out 1 run(s) whose final_return is NaN or infinite: run 1" in caplog.text

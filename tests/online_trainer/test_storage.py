@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from online_trainer import TruncatedMetricsWarning, load_all_run_metrics, load_args, load_config, load_run_metrics
-from online_trainer.storage import MetricsStream
+from online_trainer.core.storage import MetricsStream
 
 
 def test_stream_is_chunked_and_exclusive(tmp_path):

@@ -10,7 +10,7 @@ import envs  # noqa: F401  (registers Corridor-v0)
 from agents import QLearningAgent
 from envs import make_env
 from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, optuna_objective
-from online_trainer.sweep import config_name, expand_grid
+from online_trainer.orchestration.sweep import config_name, expand_grid
 from tests.conftest import RecordingAgent, make_counting_vec
 
 

@@ -19,10 +19,10 @@ import pytest
 
 from callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
-from online_trainer import worker_pool, workers
-from online_trainer.workers import WorkerPool
-from online_trainer.seeding import run_seed
-from online_trainer.storage import run_indices
+from online_trainer.core.seeding import run_seed
+from online_trainer.core.storage import run_indices
+from online_trainer.parallel import worker_pool, workers
+from online_trainer.parallel.workers import WorkerPool
 from tests.conftest import RecordingAgent, make_counting_vec
 
 

@@ -1,0 +1,198 @@
+"""Learning curves: a statistic across runs of the return, with a pointwise bootstrap CI, on an x grid.
+
+See :mod:`online_trainer.analysis.stats` for the conventions (groups, run status, NaN returns,
+IQM, bootstrap, seeds).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Literal
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from online_trainer.analysis.bootstrap import GroupStreams, Seed, estimate, stat_fn
+from online_trainer.analysis.selection import (
+    GroupBy,
+    check_ci,
+    check_positive_int,
+    drop_nonfinite,
+    group_columns,
+    groups,
+    require_columns,
+    run_columns,
+    runs_without_episodes,
+    select_runs,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SPANS", "curves"]
+
+#: The ranges of x that ``span`` accepts.
+SPANS = ("all", "common")
+
+
+def _run_series(df: pd.DataFrame, run_cols: list[str], x: str, smooth: int | None) -> pd.Series:
+    """Return per (run, x) the (smoothed) return, duplicates of x averaged, sorted by x."""
+    order = [c for c in ("episode_index",) if c in df.columns and c != x] + [x]
+    data = df.sort_values(run_cols + order, kind="stable")
+    returns = data["ep_return"].astype(float)
+    if smooth is not None and smooth > 1:
+        returns = returns.groupby([data[c] for c in run_cols], dropna=False, sort=False).transform(
+            lambda s: s.rolling(smooth, min_periods=1).mean()
+        )
+    keep = data[x].notna()
+    keys = [data.loc[keep, c] for c in run_cols + [x]]
+    return returns[keep].groupby(keys, dropna=False, sort=True).mean()
+
+
+def _default_grid(firsts: np.ndarray, lasts: np.ndarray, num_points: int, integer: bool, span: str,
+                  keys: dict) -> np.ndarray:
+    """``num_points`` evenly spaced x values over the runs' union (``all``) or intersection (``common``)."""
+    lo, hi = firsts.min(), lasts.max()
+    if span == "common":
+        lo, hi = firsts.max(), lasts.min()
+        if lo > hi:
+            logger.warning("The runs of group %s do not overlap in x (latest start %s > earliest end %s): "
+                           "span='common' is empty, the curve spans all runs instead.", keys or "(all)", lo, hi)
+            lo, hi = firsts.min(), lasts.max()
+    grid = np.linspace(lo, hi, num_points)
+    return np.unique(np.round(grid)).astype(np.int64) if integer else np.unique(grid)
+
+
+def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarray | None:
+    if span not in SPANS:
+        raise ValueError(f"span must be one of {SPANS}, got span={span!r}: 'all' covers every x some run "
+                         "reaches, 'common' only the x every run reaches.")
+    if grid is None:
+        check_positive_int("num_points", num_points, minimum=2)
+        return None
+    grid = np.asarray(grid, dtype=float)
+    if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
+        raise ValueError(f"grid must be a non-empty 1-D array of finite increasing values, got {grid!r}.")
+    return grid
+
+
+def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, grid: ArrayLike | None = None,
+           span: Literal["all", "common"] = "all", group_by: GroupBy = None, stat: str = "iqm",
+           ci: float | None = 0.95, smooth: int | None = None, n_resamples: int = 2_000, seed: Seed = 0,
+           include_unfinished: bool = False) -> pd.DataFrame:
+    """Learning curves: a statistic across runs of the return on an x grid.
+
+    Each run's returns (optionally smoothed by a trailing moving average over ``smooth``
+    episodes; returns of episodes that end at the same x are averaged) are linearly
+    interpolated onto the grid with ``numpy.interp``. A run is never extrapolated: at
+    grid points before its first or after its last episode it has no value and is left
+    out of that point, so ``num_runs`` tells how many runs each point stands on. By
+    default (``span="all"``) a group's grid has ``num_points`` evenly spaced points from
+    the earliest first x to the latest last x of its runs: the whole range some run
+    covers, where the ends may stand on fewer runs than the middle. ``span="common"``
+    cuts it to the range every run covers (latest first x to earliest last x), so every
+    point uses every run; when the runs do not overlap it spans all of them (logged).
+
+    Args:
+        df: Episode table (see :mod:`online_trainer.analysis.stats`).
+        x: The x column, typically ``"global_step"`` or ``"episode_index"``.
+        num_points: Number of points of the default grid (fewer when ``x`` holds
+            integers and the range is short: the grid is rounded to unique integers).
+        grid: Explicit x values, shared by every group; ``num_points`` and ``span`` are
+            then ignored.
+        span: ``"all"`` or ``"common"``, the x range of the default grid (see above).
+        group_by: Columns that separate configurations.
+        stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
+        ci: Confidence level of the pointwise bootstrap band; ``None`` skips it.
+        smooth: Window, in episodes, of a trailing moving average applied per run
+            before interpolation; ``None`` or 1 for none.
+        n_resamples: Number of bootstrap resamples (of whole runs).
+        seed: Seed or generator of the bootstrap; each group has its own stream.
+        include_unfinished: Keep failed, interrupted and pending runs (left out by
+            default, with a logged warning naming them).
+
+    Returns:
+        Long table with the group columns, ``x``, ``value`` (the statistic), ``lo`` and
+        ``hi`` (the CI; NaN where fewer than two runs have data), ``num_runs`` (runs with
+        data at that point) and ``total_runs`` (runs of the group with data at some
+        point of its grid), sorted by group and x. ``attrs`` holds ``stat``, ``ci``,
+        ``x``, ``smooth``, ``span``, ``excluded`` (the runs left out for their status:
+        a list of dicts) and ``no_episode`` (the number of runs without a finished
+        episode, which cannot be drawn).
+
+    Raises:
+        ValueError: ``x`` is not a numeric column, an argument is invalid, or every run
+            was left out.
+    """
+    require_columns(df, ["run", "ep_return"])
+    if not isinstance(x, str) or x not in df.columns:
+        raise ValueError(f"x={x!r} is not a column of the data; available columns: {list(df.columns)}.")
+    if not pd.api.types.is_numeric_dtype(df[x]):
+        raise ValueError(f"x={x!r} must be a numeric column, got dtype {df[x].dtype}.")
+    fn = stat_fn(stat)
+    check_ci(ci)
+    check_positive_int("n_resamples", n_resamples)
+    if smooth is not None:
+        check_positive_int("smooth", smooth)
+    grid = _check_grid(grid, num_points, span)
+    streams = GroupStreams(seed)
+    group_cols = group_columns(df, group_by)
+    run_cols = run_columns(df, group_cols)
+    data, excluded = select_runs(df, include_unfinished)
+    if data.empty:
+        raise ValueError(f"Every run was left out ({len(excluded)} did not finish). Pass include_unfinished=True "
+                         "to plot them anyway.")
+    no_episode = runs_without_episodes(data, run_cols)
+    if len(no_episode):
+        logger.info("%d run(s) have no finished episode and are not drawn.", len(no_episode))
+    series = _run_series(drop_nonfinite(data), run_cols, x, smooth)
+    integer_x = pd.api.types.is_integer_dtype(df[x])
+    frames = []
+    for keys, sub in groups(series.reset_index(), group_cols):
+        frames.append(_group_curve(sub, keys, run_cols, x, grid, num_points, integer_x, span, fn, ci,
+                                   n_resamples, streams))
+    out = pd.concat(frames, ignore_index=True)
+    out.attrs.update(stat=stat, ci=ci, x=x, smooth=smooth, span=span, excluded=excluded.to_dict("records"),
+                     no_episode=len(no_episode))
+    return out
+
+
+def _group_curve(sub: pd.DataFrame, keys: dict, run_cols: list[str], x: str, grid: np.ndarray | None,
+                 num_points: int, integer_x: bool, span: str, fn: Callable, ci: float | None, n_resamples: int,
+                 streams: GroupStreams) -> pd.DataFrame:
+    """The curve of one group: its runs interpolated onto its grid, the statistic at each point."""
+    runs = [(r[x].to_numpy(float), r["ep_return"].to_numpy(float))
+            for _, r in sub.groupby(run_cols, dropna=False, sort=True)]
+    points = grid if grid is not None else _default_grid(
+        np.array([xs[0] for xs, _ in runs]), np.array([xs[-1] for xs, _ in runs]), num_points, integer_x, span, keys)
+    values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys in runs], axis=-1)
+    covered = ~np.isnan(values)
+    frame = pd.DataFrame({**keys, x: points}, index=range(len(points)))
+    frame["value"], frame["lo"], frame["hi"] = _pointwise(values, fn, ci, n_resamples, streams(keys))
+    frame["num_runs"] = covered.sum(axis=-1)
+    frame["total_runs"] = int(covered.any(axis=0).sum())
+    missed = len(runs) - frame["total_runs"].iloc[0]
+    if missed:
+        logger.warning("%d run(s) of group %s have no data at any grid point (their episodes fall between "
+                       "points or outside the grid) and are not drawn.", missed, keys or "(all)")
+    if ci is not None and frame["num_runs"].max() < 2:
+        logger.warning("Group %s has 1 run: its confidence band is NaN.", keys or "(all)")
+    return frame
+
+
+def _pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
+               rng: np.random.Generator) -> np.ndarray:
+    """The statistic and CI at each point (row) over the runs (columns) that have data there.
+
+    Points are batched by the set of runs that cover them, so each batch is one
+    vectorised bootstrap; where every point uses every run there is one batch.
+    """
+    out = np.full((3, values.shape[0]), np.nan)
+    patterns, inverse = np.unique(~np.isnan(values), axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).reshape(-1)
+    for k, pattern in enumerate(patterns):
+        if not pattern.any():
+            continue
+        rows = inverse == k
+        out[:, rows] = estimate([values[rows][:, pattern]], stat, ci, n_resamples, rng)
+    return out

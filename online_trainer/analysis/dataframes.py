@@ -1,0 +1,277 @@
+"""Experiments as pandas DataFrames: one row per episode, or one row per run.
+
+Reads the experiment directories this package writes (``manifest.json`` plus
+``metrics_run{i}.pkl`` and, with evaluation, ``eval_run{i}.pkl``) and those of the
+original OnlineTrainer (``metrics_run{i}.pkl`` only, runs numbered from 1, each file a
+sequence of pickled lists of episode dicts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from online_trainer.analysis.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
+from online_trainer.core import storage
+
+logger = logging.getLogger(__name__)
+
+EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
+                   "wall_time"]
+RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "error"]
+#: Status of the runs of an experiment without a manifest: how they ended is not known.
+UNKNOWN_STATUS = "unknown"
+#: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.core.evaluation`).
+EVAL_PATTERN = "eval_run*.pkl"
+EVAL_COLUMNS = ["run", "seed", STATUS_COLUMN, "eval_index", "global_step", "episodes_trained", "eval_return",
+                "eval_std", "eval_episodes", "wall_time"]
+
+
+def experiment_dirs(path: str | os.PathLike) -> list[Path]:
+    """``path`` itself when it is an experiment, else the experiments directly under it (a sweep)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"Experiment directory {path} does not exist.")
+    if _is_experiment(path):
+        return [path]
+    found = sorted(p for p in path.iterdir() if p.is_dir() and _is_experiment(p))
+    if not found:
+        raise FileNotFoundError(f"{path} holds no experiment (no manifest.json or metrics_run*.pkl in it or below it).")
+    return found
+
+
+def _is_experiment(path: Path) -> bool:
+    return (path / storage.MANIFEST_FILE).is_file() or any(path.glob("metrics_run*.pkl"))
+
+
+def hyperparameters(exp_dir: str | os.PathLike) -> dict[str, Any]:
+    """The hyperparameters an experiment ran with (``tuning_hp`` and a sweep's configuration)."""
+    exp_dir = Path(exp_dir)
+    values: dict[str, Any] = {}
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        values.update(storage.read_manifest(exp_dir).get("tuning_hp") or {})
+    hp_file = exp_dir / storage.HYPERPARAMETERS_FILE
+    if hp_file.is_file():
+        values.update(yaml.safe_load(hp_file.read_text()) or {})
+    return values
+
+
+def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
+    """The evaluation streams (``eval_run{i}.pkl``) of an experiment, sorted."""
+    return sorted(Path(exp_dir).glob(EVAL_PATTERN))
+
+
+def _evaluation_rows(exp_dir: Path) -> dict[str, list[Any]]:
+    manifest = _manifest_runs(exp_dir)
+    columns: dict[str, list[Any]] = {name: [] for name in EVAL_COLUMNS}
+    numbers = sorted(int(p.stem[len("eval_run"):]) for p in evaluation_files(exp_dir)
+                     if p.stem[len("eval_run"):].isdigit())
+    for run in numbers:
+        entry = manifest.get(run, {})
+        status = normalize_status(entry.get("status", UNKNOWN_STATUS))
+        for chunk in storage.iter_metrics_chunks(exp_dir / f"eval_run{run}.pkl"):
+            for record in chunk:
+                returns = np.asarray(record.get("returns", []), dtype=float)
+                values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
+                          "eval_index": record.get("eval_index"), "global_step": record.get("global_step"),
+                          "episodes_trained": record.get("episodes_trained"),
+                          "eval_return": record.get("mean", returns.mean() if returns.size else np.nan),
+                          "eval_std": record.get("std", np.nan), "eval_episodes": returns.size,
+                          "wall_time": record.get("wall_time", np.nan)}
+                for name in EVAL_COLUMNS:
+                    columns[name].append(values[name])
+    return columns
+
+
+def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load the evaluations of experiments (``eval_run{i}.pkl``) as one DataFrame with a row per evaluation.
+
+    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status`` (as in
+    :func:`load_episodes`), ``eval_index`` (from 1), ``global_step`` and
+    ``episodes_trained`` (when it was made), ``eval_return`` (the mean return of its
+    episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time`` and one
+    column per hyperparameter. Empty (with those columns) when no run was evaluated.
+
+    Args:
+        exp_dirs: an experiment directory, a sweep directory, or a list of either.
+
+    Raises:
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    dirs = [d for path in given for d in experiment_dirs(path)]
+    frames = []
+    for exp_dir, name in zip(dirs, _labels(dirs)):
+        frame = pd.DataFrame(_evaluation_rows(exp_dir))
+        for key, value in hyperparameters(exp_dir).items():
+            frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
+        if len(dirs) > 1:
+            frame.insert(0, "experiment", name)
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
+
+
+def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
+    """The manifest's entries by their ``run`` number (never by their position)."""
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        return {}
+    entries = {}
+    for entry in storage.read_manifest(exp_dir).get("runs", []):
+        if isinstance(entry, dict) and isinstance(entry.get("run"), int):
+            entries[entry["run"]] = entry
+        else:
+            logger.warning("%s: manifest entry %r has no run number; ignored.", exp_dir, entry)
+    return entries
+
+
+def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """Episode columns and run records of one experiment directory."""
+    manifest = _manifest_runs(exp_dir)
+    legacy = not (exp_dir / storage.MANIFEST_FILE).is_file()
+    on_disk = set(storage.run_indices(exp_dir))
+    unlisted = sorted(on_disk - set(manifest)) if not legacy else []
+    if unlisted:
+        logger.warning("%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",
+                       exp_dir, ",".join(map(str, unlisted)), UNKNOWN_STATUS)
+    columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS}
+    runs, filled = [], set()
+    for run in sorted(set(manifest) | on_disk):
+        entry = manifest.get(run, {})
+        status = normalize_status(entry.get("status", UNKNOWN_STATUS))
+        records = storage.load_run_metrics(exp_dir, run) if run in on_disk else []
+        lengths = np.cumsum([float(r.get("ep_length", np.nan)) for r in records])
+        seed = entry.get("seed", records[0].get("agent_seed") if records else None)
+        for position, record in enumerate(records, start=1):
+            columns["run"].append(run)
+            columns["seed"].append(seed)
+            columns[STATUS_COLUMN].append(status)
+            for name, fallback in (("episode_index", position), ("global_step", lengths[position - 1]),
+                                   ("wall_time", np.nan)):
+                if name not in record:
+                    filled.add(name)
+                columns[name].append(record.get(name, fallback))
+            columns["ep_return"].append(record.get("ep_return", np.nan))
+            columns["ep_length"].append(record.get("ep_length", np.nan))
+        last = columns["global_step"][-1] if records else entry.get("global_step", 0)
+        runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
+                     "last_step": last, "error": entry.get("error")})
+    if filled:
+        logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
+                    "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
+    return columns, runs
+
+
+def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
+    frame = pd.DataFrame(columns)
+    types = {"run": "int64", "ep_return": "float64", "wall_time": "float64", STATUS_COLUMN: "object"}
+    for name in ("episode_index", "global_step", "ep_length"):
+        values = pd.to_numeric(frame[name], errors="coerce")
+        whole = values.notna().all() and bool((values == values.round()).all())
+        types[name] = "int64" if whole else "float64"
+    seeds = pd.to_numeric(frame["seed"], errors="coerce")
+    types["seed"] = "int64" if seeds.notna().all() else "Int64"
+    frame["seed"] = seeds
+    return frame.astype(types)
+
+
+def _load(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    dirs = [d for path in given for d in experiment_dirs(path)]
+    if not dirs:
+        raise FileNotFoundError("load_episodes was given no experiment directory.")
+    names = _labels(dirs)
+    episode_frames, run_frames = [], []
+    for exp_dir, name in zip(dirs, names):
+        columns, runs = _read_experiment(exp_dir)
+        frame, run_frame = _episode_frame(columns), pd.DataFrame(runs, columns=RUN_COLUMNS)
+        for key, value in hyperparameters(exp_dir).items():
+            for table in (frame, run_frame):
+                table[key] = [value] * len(table) if isinstance(value, (list, tuple, dict)) else value
+        if len(dirs) > 1:
+            frame.insert(0, "experiment", name)
+            run_frame.insert(0, "experiment", name)
+        episode_frames.append(frame)
+        run_frames.append(run_frame)
+    episodes = pd.concat(episode_frames, ignore_index=True) if len(dirs) > 1 else episode_frames[0]
+    runs = pd.concat(run_frames, ignore_index=True) if len(dirs) > 1 else run_frames[0]
+    return episodes, runs
+
+
+def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load experiments as one DataFrame with a row per run, runs without episodes included.
+
+    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status``
+    (``finished``, ``failed``, ``interrupted``, ``pending``, ``stopped_early``, or
+    ``unknown`` for an experiment without a manifest), ``num_episodes`` (episodes on
+    disk), ``last_step`` (``global_step`` of its last episode), ``error`` (the end of the
+    traceback of a failed run) and one column per hyperparameter.
+
+    Args:
+        exp_dirs: an experiment directory, a sweep directory, or a list of either.
+
+    Raises:
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    return _load(exp_dirs)[1]
+
+
+def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """Load experiments as one DataFrame with a row per episode.
+
+    Columns: ``run``, ``seed``, ``status``, ``episode_index``, ``global_step``,
+    ``ep_return``, ``ep_length``, ``wall_time`` and one column per hyperparameter of
+    the run; no frames or transitions. ``status`` is the run's status in the manifest
+    (see :func:`load_runs`); :mod:`online_trainer.analysis.stats` and the plots leave out runs
+    that did not finish unless asked. When several experiments are loaded (several
+    directories, or a sweep directory holding one experiment per configuration) an
+    ``experiment`` column names each by its directory.
+
+    Runs are read by the number in each manifest entry (``metrics_run{run}.pkl``).
+    Experiments cut short by a crash load their complete chunks (with a
+    :class:`~online_trainer.core.storage.TruncatedMetricsWarning`). A run without a finished
+    episode has no row: a warning names it, and ``df.attrs["runs"]`` lists every run
+    (the records of :func:`load_runs`), so that the analysis counts it. Returns are kept
+    as recorded, NaN included; the analysis leaves NaN and infinite returns out with a
+    warning.
+
+    A directory written by the original OnlineTrainer (no ``manifest.json``;
+    ``metrics_run1.pkl``, ``metrics_run2.pkl``, ...) loads too. Its runs have status
+    ``unknown`` (analysed like finished ones: nothing says otherwise) and their seed is
+    the records' ``agent_seed``. Fields its records lack are filled in:
+    ``episode_index`` by position (from 1), ``global_step`` as the running sum of
+    ``ep_length`` (exact for one sub-env only: with several, episodes of the other
+    sub-envs were under way), ``wall_time`` NaN.
+
+    Args:
+        exp_dirs: an experiment directory, a sweep directory, or a list of either.
+
+    Raises:
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    episodes, runs = _load(exp_dirs)
+    empty = runs[runs["num_episodes"] == 0]
+    if len(empty):
+        logger.warning("%d of %d run(s) have no finished episode and no row in the table: %s. "
+                       "df.attrs['runs'] lists them and the analysis counts them.",
+                       len(empty), len(runs), describe_runs(empty))
+    episodes.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs.to_dict("records")]
+    return episodes
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _labels(dirs: list[Path]) -> list[str]:
+    names = [d.name for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    common = os.path.commonpath([str(d.resolve()) for d in dirs])
+    return [os.path.relpath(d.resolve(), common) for d in dirs]

@@ -1,0 +1,295 @@
+"""Figures fit for a paper draft: learning curves and final performance with bootstrap CIs.
+
+The functions build a :class:`matplotlib.figure.Figure` directly (or draw into the ``ax``
+they are given) and never touch ``pyplot``'s state or the global backend: a figure is
+not registered with ``pyplot``, so it does not leak memory in loops and is not shown
+twice in notebooks (it is displayed once, as the value of the cell). Save one with
+``fig.savefig("curves.pdf")``.
+
+The statistics come from :mod:`online_trainer.analysis.stats` and :mod:`online_trainer.analysis.curves`:
+see there for the IQM, the percentile stratified bootstrap, the grid of the learning
+curves, which runs are left out and how NaN returns are handled. What a figure leaves
+out is written on it: runs left out for their status, runs without a finished episode,
+a y axis cut short; thin stretches of a curve stand on fewer runs than the legend counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import textwrap
+from collections.abc import Sequence
+from typing import Literal, Union
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import EngFormatter
+
+from online_trainer.analysis.bootstrap import Seed, stat_fn
+from online_trainer.analysis.curves import curves
+from online_trainer.analysis.selection import GroupBy, group_and_strata, groups, select_runs
+from online_trainer.analysis.stats import aggregate, final_performance
+from online_trainer.analysis.yaxis import YLim, check_axis_options, late_returns, robust_ylim, set_y_axis
+
+logger = logging.getLogger(__name__)
+
+Data = Union[pd.DataFrame, str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+__all__ = ["plot_final_performance", "plot_learning_curves", "robust_ylim"]
+
+X_LABELS = {"global_step": "Environment steps", "episode_index": "Episodes", "wall_time": "Wall-clock time (s)"}
+STAT_LABELS = {"iqm": "IQM", "mean": "mean", "median": "median"}
+# Okabe & Ito's palette, distinguishable with every common colour-vision deficiency.
+COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#999999")
+
+
+def _load(data: Data) -> pd.DataFrame:
+    """The episode table: ``data`` itself, or the experiment directories it names, loaded."""
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, (str, os.PathLike)) or (
+        isinstance(data, Sequence) and data and all(isinstance(d, (str, os.PathLike)) for d in data)
+    ):
+        from online_trainer.analysis.dataframes import load_episodes
+
+        return load_episodes(data)
+    raise TypeError(
+        "data must be a DataFrame of episodes, an experiment directory or a list of them, "
+        f"got {type(data).__name__}: {data!r:.80}."
+    )
+
+
+def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
+    if ax is not None:
+        return ax.get_figure(), ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _style(ax: Axes) -> None:
+    """No top/right spines, a light grid behind the data, readable tick labels."""
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(True, color="0.85", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=9, length=3)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'' if n == 1 else 's'}"
+
+
+def _label(keys: dict, num_runs: int, missing: int = 0) -> str:
+    """``"lr=0.001 (5 runs)"``; an experiment is named by its label alone."""
+    name = ", ".join(str(v) if k == "experiment" else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in keys.items())
+    runs = _runs(num_runs) + (f"; {missing} without a return" if missing else "")
+    return f"{name} ({runs})" if name else runs
+
+
+def _rows_of(df: pd.DataFrame, keys: dict) -> pd.DataFrame:
+    """The rows of ``df`` in the group ``keys`` (a NaN key matches NaN)."""
+    mask = np.ones(len(df), dtype=bool)
+    for col, value in keys.items():
+        mask &= (df[col] == value).to_numpy() | (df[col].isna().to_numpy() & pd.isna(value))
+    return df[mask]
+
+
+def _stat_text(stat: str, ci: float | None) -> str:
+    return STAT_LABELS[stat] if ci is None else f"{STAT_LABELS[stat]}, {ci * 100:g}% CI"
+
+
+def y_label(stat: str, ci: float | None, smooth: int | None) -> str:
+    """``"Episode return (IQM, 95% CI)"``, with the smoothing window on a first line when there is one."""
+    if smooth is not None and smooth > 1:
+        return f"Episode return, mean of last {smooth} episodes\n({_stat_text(stat, ci)} across runs)"
+    return f"Episode return ({_stat_text(stat, ci)})"
+
+
+def _excluded_note(excluded: Sequence[dict]) -> str | None:
+    if not excluded:
+        return None
+    statuses = pd.Series([str(r.get("status")) for r in excluded]).value_counts()
+    counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
+    return f"Left out: {_runs(len(excluded))} that did not finish ({counts})."
+
+
+def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm", ci: float | None = 0.95,
+                         group_by: GroupBy = None, num_points: int = 100, grid: Sequence[float] | None = None,
+                         span: Literal["all", "common"] = "all", smooth: int | None = None, ylim: YLim = "auto",
+                         yscale: str = "auto", include_unfinished: bool = False, ax: Axes | None = None,
+                         title: str | None = None, n_resamples: int = 2_000, seed: Seed = 0) -> Figure:
+    """One line per group, the statistic across runs, with a shaded pointwise CI band.
+
+    A curve is drawn thick where every run of its group (the number in the legend) has
+    data and thin where fewer do (runs end, or start, at different x); where its last
+    point stands on fewer runs, that number is written at its end (``n=2``). Runs are
+    never extrapolated. Notes under the axes say which runs were left out and whether
+    the y axis was cut.
+
+    Args:
+        data: Episode table (see :mod:`online_trainer.analysis.stats`), or an experiment directory
+            or a list of them, loaded with :func:`online_trainer.analysis.dataframes.load_episodes`.
+        x: The x column: ``"global_step"`` (environment steps), ``"episode_index"`` or any
+            numeric column.
+        stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
+        ci: Confidence level of the band; ``None`` draws no band.
+        group_by: Columns that separate configurations; by default ``experiment`` when
+            present. ``[]`` pools every run into one curve.
+        num_points: Number of points of each curve's grid.
+        grid: Explicit x values shared by every curve.
+        span: ``"all"`` (default): each curve covers the whole x range some run of its
+            group covers; ``"common"``: only the range all its runs cover.
+        smooth: Trailing moving average over this many episodes of each run, before the
+            runs are aggregated (written in the y label).
+        ylim: ``"auto"`` (default): the full range, unless early values are extreme
+            (see :func:`robust_ylim`), then cut with a note; ``None``: matplotlib's
+            range of everything drawn; ``(low, high)``: those limits.
+        yscale: ``"auto"`` (default): linear, unless the ``"auto"`` y range would hide
+            more than half of the curve points, then symlog (with a note); ``"linear"``;
+            or ``"symlog"`` (linear within the magnitude of the returns of the last half
+            of training, logarithmic beyond; nothing is cut with ``ylim="auto"``).
+        include_unfinished: Draw failed, interrupted and pending runs too (left out by
+            default, with a logged warning and a note on the figure).
+        ax: Axes to draw into; by default a new figure is made.
+        title: Title of the axes.
+        n_resamples: Number of bootstrap resamples.
+        seed: Seed of the bootstrap (the same seed draws the same band).
+
+    Returns:
+        The figure (the one holding ``ax`` when given).
+
+    Raises:
+        ValueError: ``x`` or a ``group_by`` column is not in the data, or an argument is
+            invalid (see :func:`online_trainer.analysis.curves.curves`).
+    """
+    stat_fn(stat)
+    check_axis_options(ylim, yscale)
+    df = _load(data)
+    table = curves(df, x, num_points=num_points, grid=grid, span=span, group_by=group_by, stat=stat, ci=ci,
+                   smooth=smooth, n_resamples=n_resamples, seed=seed, include_unfinished=include_unfinished)
+    group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs", "total_runs")]
+    fig, ax = _axes(ax, (5.5, 3.6))
+    lines, partial = [], False
+    for i, (keys, curve) in enumerate(groups(table, group_cols)):
+        partial |= _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i)
+    ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
+    ax.set_ylabel(y_label(stat, ci, smooth), fontsize=10)
+    if x == "global_step":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    low, high = table[x].min(), table[x].max()
+    if high > low:  # else a single x: matplotlib's own margins
+        ax.set_xlim(0 if 0 <= low <= 0.05 * high else low, high)
+    late = late_returns(df, include_unfinished)
+    notes = [set_y_axis(ax, table, late, ylim, yscale), _excluded_note(table.attrs.get("excluded", [])),
+             f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
+             if table.attrs.get("no_episode") else None]
+    _style(ax)
+    # Legend entries top to bottom in the order of the curves' last values.
+    handles = [line for *_, line in sorted(lines, key=lambda t: (-t[0], t[1]))]
+    if partial:
+        handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
+    ax.legend(handles=handles, frameon=False, fontsize=9)
+    _notes(ax, [n for n in notes if n])
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig
+
+
+def _draw_curve(ax: Axes, curve: pd.DataFrame, x: str, keys: dict, color: str, ci: float | None,
+                lines: list, order: int) -> bool:
+    """Draw one group's curve; True when part of it stands on fewer runs than the group has."""
+    total = int(curve["total_runs"].iloc[0])
+    full = curve["num_runs"].to_numpy() == total
+    xs, ys = curve[x].to_numpy(dtype=float), curve["value"].to_numpy(dtype=float)
+    label = _label(keys, total)
+    if full.all():
+        (line,) = ax.plot(xs, ys, color=color, linewidth=1.8, zorder=3, label=label)
+    else:
+        ax.plot(xs, ys, color=color, linewidth=0.9, zorder=3)
+        (line,) = ax.plot(xs, np.where(full, ys, np.nan), color=color, linewidth=1.8, zorder=3, label=label)
+    if ci is not None:
+        ax.fill_between(xs, curve["lo"], curve["hi"], color=color, alpha=0.2, linewidth=0, zorder=2)
+    last = np.flatnonzero(np.isfinite(ys))
+    if len(last) and not full[last[-1]]:
+        ax.annotate(f"n={int(curve['num_runs'].iloc[last[-1]])}", (xs[last[-1]], ys[last[-1]]), xytext=(3, 0),
+                    textcoords="offset points", fontsize=7, color=color, va="center", annotation_clip=False)
+    lines.append((ys[last[-1]] if len(last) else -np.inf, order, line))
+    return not full.all()
+
+
+def _notes(ax: Axes, notes: list[str]) -> None:
+    """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width."""
+    if notes:
+        width = max(40, int((ax.get_figure().get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
+        text = "\n".join(textwrap.fill(note, width) for note in notes)
+        ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -30),
+                    textcoords="offset points", va="top", ha="left", fontsize=7, color="0.3")
+
+
+def plot_final_performance(data: Data, *, stat: str = "iqm", last_k: int | None = None,
+                           after_step: float | None = None, group_by: GroupBy = None, strata: GroupBy = None,
+                           ci: float | None = 0.95, show_runs: bool = True, include_unfinished: bool = False,
+                           ax: Axes | None = None, title: str | None = None, n_resamples: int = 10_000,
+                           seed: Seed = 0) -> Figure:
+    """One row per group: the statistic of the runs' final returns with its CI.
+
+    The final return of a run is the mean return of its last ``last_k`` episodes, or of
+    the episodes that ended after ``after_step`` (see
+    :func:`online_trainer.analysis.stats.final_performance`).
+
+    Args:
+        data: Episode table, or an experiment directory or a list of them.
+        stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
+        last_k: Episodes averaged per run (10 when neither this nor ``after_step`` is set).
+        after_step: Average the episodes that ended after this step instead.
+        group_by: Columns that separate configurations (default: ``experiment``).
+        strata: Columns of strata resampled independently (see
+            :func:`online_trainer.analysis.stats.aggregate`).
+        ci: Confidence level of the intervals; ``None`` draws none.
+        show_runs: Draw each run's final return as a faint dot.
+        include_unfinished: Include failed, interrupted and pending runs (left out by
+            default, with a logged warning and a note on the figure).
+        ax: Axes to draw into; by default a new figure is made.
+        title: Title of the axes.
+        n_resamples: Number of bootstrap resamples.
+        seed: Seed of the bootstrap.
+
+    Returns:
+        The figure (the one holding ``ax`` when given).
+    """
+    stat_fn(stat)
+    df = _load(data)
+    group_cols, strata_cols = group_and_strata(df, group_by, strata)
+    kept, excluded = select_runs(df, include_unfinished)
+    finals = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True)
+    summary = aggregate(finals, group_by=group_cols, strata=strata_cols or None, ci=ci,
+                        n_resamples=n_resamples, seed=seed)
+    fig, ax = _axes(ax, (5.0, 1.0 + 0.45 * len(summary)))
+    rng = np.random.default_rng(0)
+    labels = []
+    for i, (keys, row) in enumerate(groups(summary, group_cols)):
+        color, y = COLORS[i % len(COLORS)], len(summary) - 1 - i
+        if show_runs:
+            values = _rows_of(finals, keys)["final_return"].dropna()
+            ax.scatter(values, y + rng.uniform(-0.15, 0.15, len(values)), s=10, color=color, alpha=0.35,
+                       linewidths=0)
+        est, lo, hi = row[stat].iloc[0], row[f"{stat}_lo"].iloc[0], row[f"{stat}_hi"].iloc[0]
+        if ci is not None and np.isfinite(lo):
+            ax.plot([lo, hi], [y, y], color=color, linewidth=5, alpha=0.45, solid_capstyle="butt")
+        ax.plot([est], [y], marker="o", markersize=6, color=color, markeredgecolor="white", linestyle="none")
+        labels.append((y, _label(keys, int(row["num_runs"].iloc[0]), int(row["num_missing"].iloc[0]))))
+    ax.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize=9)
+    ax.set_ylim(-0.6, len(summary) - 0.4)
+    window = f"after step {after_step:,g}" if after_step is not None else f"of the last {last_k or 10} episodes"
+    ax.set_xlabel(f"Return {window} ({_stat_text(stat, ci)})", fontsize=10)
+    _style(ax)
+    ax.grid(False, axis="y")
+    ax.spines["left"].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    _notes(ax, [n for n in [_excluded_note(excluded.to_dict("records"))] if n])
+    if title:
+        ax.set_title(title, fontsize=11)
+    return fig

@@ -1,0 +1,1 @@
+"""The ``online-trainer`` command."""

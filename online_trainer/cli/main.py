@@ -1,0 +1,153 @@
+"""The ``online-trainer`` command (also ``python -m online_trainer``).
+
+::
+
+    online-trainer run CONFIG.yaml [key=value ...]      run every seed of an experiment
+    online-trainer show EXP_DIR [--last-k K] [--include-unfinished]   its final-performance table
+    online-trainer report EXP_DIR [EXP_DIR ...]         learning curves (PNG) and a summary (Markdown)
+        [--ylim LOW HIGH] [--yscale symlog] [--common-range] [--include-unfinished]
+
+The config schema is :class:`online_trainer.config.schema.ExperimentConfig`. Errors in
+the user's input are printed as ``online-trainer: error: ...`` with exit status 2, before
+anything runs; runs that fail give exit status 1. The library logs with :mod:`logging`;
+this module is the one place that prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from online_trainer.config.schema import ConfigError
+from online_trainer.core.errors import ExperimentInUseError
+
+PROG = "online-trainer"
+USAGE_ERROR = 2
+USER_ERRORS = (ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError,
+               ExperimentInUseError)
+"""Exceptions that mean the user's input is wrong: reported in one line, exit status 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}")
+    return value
+
+
+def _lazy(module: str, name: str):
+    """A handler that imports its module when called, so ``--help`` does not load pandas and torch."""
+    def handler(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(module), name)(args)
+    return handler
+
+
+run_command = _lazy("online_trainer.cli.run", "run_command")
+show_command = _lazy("online_trainer.cli.report", "show_command")
+report_command = _lazy("online_trainer.cli.report", "report_command")
+eval_command = _lazy("online_trainer.cli.run", "eval_command")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, one subcommand per action (each sets ``handler``)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="Run online RL experiments over many seeds, and summarise them.",
+        epilog=f"Run '{PROG} COMMAND --help' for the options of a command.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv) messages")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    run = commands.add_parser(
+        "run", help="run an experiment described by a YAML config",
+        description="Build the env and agent of CONFIG, run every seed, write the experiment directory "
+                    "(config.yaml, args.yaml, manifest.json, metrics_run*.pkl, logs) and print the final table.",
+        epilog="Overrides are dotted keys with YAML values, e.g. num_runs=3 env.num_envs=4 "
+               "agent.hyperparameters.lr=1e-3 exp_dir=runs/lr_1e-3 overwrite=true.")
+    run.add_argument("config", metavar="CONFIG", help="YAML experiment config (see configs/)")
+    run.add_argument("overrides", metavar="KEY=VALUE", nargs="*", help="config overrides, applied in order")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    run.set_defaults(handler=run_command)
+
+    show = commands.add_parser("show", help="print the final-performance table of an experiment on disk",
+                               description="Print each run's final return and the mean, median and IQM "
+                                           "across runs with 95%% bootstrap CIs.")
+    show.add_argument("exp_dir", metavar="EXP_DIR", help="experiment directory, or a sweep of them")
+    show.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
+                      help="episodes averaged per run (default: last_k of EXP_DIR/config.yaml, else 10)")
+    show.add_argument("--include-unfinished", action="store_true",
+                      help="include failed, interrupted and pending runs in the statistics (listed, but left "
+                           "out, by default)")
+    show.set_defaults(handler=show_command)
+
+    report = commands.add_parser(
+        "report", help="write learning curves (PNG) and a final-performance summary (Markdown)",
+        description="Plot the learning curves (IQM across runs, 95%% CI) of the experiments and write a "
+                    "Markdown table of their final performance; existing report files are replaced. Curves cover "
+                    "the whole range some run covers (thin where fewer runs have data; never extrapolated). Runs "
+                    "that did not finish are listed but left out unless --include-unfinished.")
+    report.add_argument("exp_dirs", metavar="EXP_DIR", nargs="+", help="experiment directories, or sweeps of them")
+    report.add_argument("--out", metavar="DIR", default=None,
+                        help="output directory (default: EXP_DIR, or the common parent of several)")
+    report.add_argument("--x", choices=("global_step", "episode_index"), default="global_step",
+                        help="x axis of the learning curves (default: global_step)")
+    report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
+                        help="episodes averaged per run (default: last_k of the configs, else 10)")
+    report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
+                        help="average each run's returns over a trailing window of N episodes before plotting")
+    report.add_argument("--common-range", action="store_true",
+                        help="cut each curve to the x range every run of it covers (default: the whole range "
+                             "some run covers)")
+    report.add_argument("--ylim", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
+                        help="y axis limits (default: the full range, cut with a note when early returns are "
+                             "extreme next to the last half of training)")
+    report.add_argument("--yscale", choices=("auto", "linear", "symlog"), default="auto",
+                        help="y axis scale; symlog shows extreme early returns and the converged ones together "
+                             "(default auto: linear, unless the default y range would hide over half the curve)")
+    report.add_argument("--include-unfinished", action="store_true",
+                        help="include failed, interrupted and pending runs in the curves and statistics")
+    report.set_defaults(handler=report_command)
+
+    evaluate = commands.add_parser(
+        "eval", help="evaluate the saved checkpoints of an experiment greedily",
+        description="Rebuild each run's agent from its checkpoint (with the env and agent of EXP_DIR/config.yaml), "
+                    "play greedy episodes on an env seeded with the run's eval seed, write "
+                    "EXP_DIR/evaluation_WHICH.csv and print each run's mean return and the mean, median and IQM "
+                    "across runs with 95%% bootstrap CIs.")
+    evaluate.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'run'")
+    evaluate.add_argument("--which", choices=("last", "best", "all"), default="last",
+                          help="checkpoints to evaluate (default: last)")
+    evaluate.add_argument("--episodes", type=_positive_int, default=100, metavar="N",
+                          help="episodes per checkpoint (default: 100)")
+    evaluate.add_argument("--workers", type=_positive_int, default=1, metavar="N", help="worker processes")
+    evaluate.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation_WHICH.csv")
+    evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    evaluate.set_defaults(handler=eval_command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error argparse has already printed
+        return exc.code if isinstance(exc.code, int) else USAGE_ERROR
+    level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.handler(args)
+    except USER_ERRORS as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted; the runs' flushed records are on disk.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""``online-trainer show`` and ``report``: final-performance tables and learning curves of experiments on disk.
+
+``report`` also summarises the evaluations (``eval_run{i}.pkl``) when runs were evaluated.
+
+Runs that did not finish (failed, interrupted, pending) are listed with their status but
+left out of the statistics and the curves unless ``--include-unfinished`` is given; runs
+without a finished episode are listed and counted. Repeated log messages are shown once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from matplotlib.figure import Figure
+
+from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
+from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
+from online_trainer.analysis.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
+from online_trainer.analysis.stats import aggregate, final_performance, summarize
+from online_trainer.config.schema import ConfigError
+
+CI = 0.95
+"""Confidence level of every interval the CLI prints."""
+DEFAULT_LAST_K = 10
+CURVES_FILE = "learning_curves.png"
+EVAL_CURVES_FILE = "eval_curves.png"
+SUMMARY_FILE = "summary.md"
+CURVE_STAT = "iqm"
+STATS = (("mean", "mean"), ("median", "median"), ("iqm", "IQM"))
+"""Columns of :func:`online_trainer.analysis.stats.aggregate` shown, with their labels."""
+Results = tuple[pd.DataFrame, "pd.DataFrame | None", pd.DataFrame]
+"""What :func:`final_results` returns: every run, the statistics (None when every run was left out), the runs left out."""
+
+
+def _num(value: float) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def _ci(row: dict, stat: str) -> str:
+    lo, hi = row[f"{stat}_lo"], row[f"{stat}_hi"]
+    return "n/a" if math.isnan(lo) else f"[{_num(lo)}, {_num(hi)}]"
+
+
+def _render(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    """Plain-text table, columns padded to their widest cell."""
+    widths = [max(len(str(c)) for c in column) for column in zip(headers, *rows)]
+    lines = []
+    for cells in [headers, *rows]:
+        padded = [str(c).rjust(w) if r else str(c).ljust(w) for c, w, r in zip(cells, widths, right)]
+        lines.append("  ".join(padded).rstrip())
+    return lines
+
+
+class _Once(logging.Filter):
+    """Lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+@contextlib.contextmanager
+def _each_message_once() -> Iterator[None]:
+    """Drop repeated log messages (the table and the curves each note the runs they leave out)."""
+    filters = [(handler, _Once()) for handler in logging.getLogger().handlers]  # one per handler
+    for handler, once in filters:
+        handler.addFilter(once)
+    try:
+        yield
+    finally:
+        for handler, once in filters:
+            handler.removeFilter(once)
+
+
+def final_results(df: pd.DataFrame, last_k: int,
+                  include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Every run with its final return, the statistics across the analysed runs, and the runs left out.
+
+    Returns:
+        ``runs``: one row per run, runs left out and runs without episodes included, with
+        ``episodes``, ``env_steps``, ``final_return``, ``status`` (when known) and
+        ``left_out`` (bool); ``summary``: the table of :func:`online_trainer.analysis.stats.summarize`;
+        ``excluded``: the runs left out (see :func:`online_trainer.analysis.selection.select_runs`).
+    """
+    kept, excluded = select_runs(df, include_unfinished, log=False)
+    summary = summarize(df, last_k=last_k, ci=CI, include_unfinished=include_unfinished) if len(kept) else None
+    runs = final_performance(df, last_k=last_k, include_unfinished=True)
+    ident = ident_columns(df)
+    sizes = df.groupby(ident).agg(episodes=("episode_index", "size"), env_steps=("global_step", "max"))
+    runs = runs.merge(sizes.reset_index(), on=ident, how="left")
+    runs["episodes"] = runs["episodes"].fillna(0).astype(int)
+    gone = {_ident_key(r, ident) for r in excluded.to_dict("records")}
+    runs["left_out"] = [_ident_key(r, ident) in gone for r in runs.to_dict("records")]
+    errors = {_ident_key(r, ident): r.get("error") for r in df.attrs.get("runs") or []}
+    runs["error"] = [errors.get(_ident_key(r, ident)) for r in runs.to_dict("records")]
+    return runs, summary, excluded
+
+
+def _ident_key(row: dict, ident: list[str]) -> tuple:
+    return tuple(str(row.get(c)) for c in ident)
+
+
+def _status_cell(row: dict) -> str:
+    status = str(row.get(STATUS_COLUMN, ""))
+    return f"{status}, left out" if row["left_out"] else status
+
+
+def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
+                results: Results | None = None) -> str:
+    """The text table of ``run`` and ``show``: each run's final return, then mean, median and IQM with CIs.
+
+    ``results`` are those of :func:`final_results` when already computed.
+    """
+    if df.empty:
+        records = df.attrs.get("runs") or []
+        listed = f" Runs: {describe_runs(pd.DataFrame(records))}." if records else ""
+        return f"No episode has finished yet: there is no final return to show.{listed}"
+    runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
+    lead = ["experiment"] if "experiment" in runs.columns else []
+    status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
+    lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
+    rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
+             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _num(r["final_return"]),
+             *([_status_cell(r)] if status else [])] for r in runs.to_dict("records")]
+    lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return", *status], rows,
+                     [False] * len(lead) + [True] * 5 + [False] * len(status))
+    if summary is None:
+        return "\n".join(lines + ["", f"Every run was left out: {describe_runs(excluded)} did not finish. "
+                                       "Pass --include-unfinished to analyse them anyway."])
+    lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals:"]
+    counts = [(c, label) for c, label in (("num_missing", "no return"), ("num_excluded", "left out"))
+              if summary[c].any()]
+    rows = [[*(str(r[c]) for c in lead), str(r["num_runs"]), *(str(r[c]) for c, _ in counts),
+             *(part for stat, _ in STATS for part in (_num(r[stat]), _ci(r, stat)))]
+            for r in summary.to_dict("records")]
+    headers = [*lead, "runs", *(label for _, label in counts),
+               *(part for _, label in STATS for part in (label, f"{CI:.0%} CI"))]
+    lines += _render(headers, rows, [False] * len(lead) + [True] * (7 + len(counts)))
+    if len(excluded):
+        lines += ["", f"Left out (did not finish): {describe_runs(excluded)}. "
+                      "Pass --include-unfinished to include them."]
+    no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
+    if len(no_return):
+        lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
+    return "\n".join(lines)
+
+
+def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
+    """The ``last_k`` of the ``config.yaml`` files of the experiments under ``paths`` (10 without one).
+
+    Raises:
+        ConfigError: when the experiments were configured with different values.
+    """
+    values: dict[str, int] = {}
+    for path in paths:
+        for exp_dir in experiment_dirs(path):
+            config_file = exp_dir / "config.yaml"
+            data = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
+            value = data.get("last_k") if isinstance(data, dict) else None
+            values[os.fspath(exp_dir)] = value if isinstance(value, int) and value > 0 else DEFAULT_LAST_K
+    distinct = sorted(set(values.values()))
+    if len(distinct) > 1:
+        listed = ", ".join(f"{d}: {k}" for d, k in values.items())
+        raise ConfigError(f"the experiments were configured with different last_k ({listed}): pass --last-k K.")
+    return distinct[0] if distinct else DEFAULT_LAST_K
+
+
+def show_command(args: argparse.Namespace) -> int:
+    """Print the final-performance table of the experiment (or sweep) in ``args.exp_dir``."""
+    last_k = args.last_k or configured_last_k([args.exp_dir])
+    with _each_message_once():
+        print(final_table(load_episodes(args.exp_dir), last_k, args.include_unfinished))
+    return 0
+
+
+def _cell(value: object) -> str:
+    """A Markdown table cell: one line, no pipes."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else "").replace("|", "\\|")
+
+
+def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves_file: str | None,
+                     include_unfinished: bool = False, curves_caption: str = "",
+                     evaluations: pd.DataFrame | None = None, results: Results | None = None,
+                     eval_curves_file: str | None = None) -> str:
+    """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs, and the runs left out.
+
+    ``results`` are those of :func:`final_results` when already computed.
+    """
+    runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
+    if summary is None:
+        raise ConfigError(f"every run was left out: {describe_runs(excluded)} did not finish; "
+                          "pass --include-unfinished to report them anyway.")
+    runs, summary = runs.copy(), summary.copy()
+    if "experiment" not in summary.columns:
+        summary.insert(0, "experiment", names[0])
+        runs.insert(0, "experiment", names[0])
+    labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
+    lines = [
+        "# Final performance", "",
+        f"Final return of a run: the mean return of its last {last_k} episodes. Across runs: mean, median and "
+        f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
+        "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "
+        "`left out` the runs that did not finish.", "",
+        f"| experiment | runs | no return | left out | {labels} | final return per run |",
+        "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
+    ]
+    for row in summary.to_dict("records"):
+        cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
+        mine = runs[(runs["experiment"] == row["experiment"]) & ~runs["left_out"]]
+        per_run = ", ".join(_num(v) for v in mine["final_return"])
+        lines.append(f"| {row['experiment']} | {row['num_runs']} | {row['num_missing']} | {row['num_excluded']} "
+                     f"| {cells} | {per_run} |")
+    if len(excluded):
+        lines += ["", "## Runs left out", "",
+                  "These runs did not finish; they are in neither the statistics nor the learning curves "
+                  "(`online-trainer report --include-unfinished` includes them).", "",
+                  "| experiment | run | seed | status | episodes | error |", "|---|---:|---:|---|---:|---|"]
+        for r in runs[runs["left_out"]].to_dict("records"):
+            lines.append(f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
+                         f"| {r['episodes']} | {_cell(r['error'])} |")
+    no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
+    if len(no_return):
+        lines += ["", "## Runs without a final return", "",
+                  "No finished episode with a finite return; counted under `no return`: "
+                  f"{describe_runs(no_return)}."]
+    if evaluations is not None:
+        lines += _evaluation_section(evaluations, include_unfinished, names, eval_curves_file)
+    if curves_file:
+        lines += ["", "## Learning curves", "", f"![Learning curves]({curves_file})", "", curves_caption]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def evaluation_results(evals: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """The last evaluation of each analysed run, and the statistics of their mean returns; None without any."""
+    kept, _ = select_runs(evals, include_unfinished, log=False)
+    if kept.empty:
+        return None
+    ident = ident_columns(kept)
+    last = kept.sort_values([*ident, "eval_index"], kind="stable").groupby(ident, dropna=False).tail(1)
+    return last.reset_index(drop=True), aggregate(last, value="eval_return", ci=CI)
+
+
+def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Sequence[str],
+                        curves_file: str | None) -> list[str]:
+    """Markdown of the runs' final evaluations (``eval_run{i}.pkl``), when there are any."""
+    if evals.empty:
+        return []
+    results = evaluation_results(evals, include_unfinished)
+    lines = ["", "## Evaluation", ""]
+    if results is None:
+        return lines + ["Every evaluated run was left out: none finished (--include-unfinished includes them)."]
+    last, summary = results
+    if "experiment" not in summary.columns:
+        summary.insert(0, "experiment", names[0])
+        last.insert(0, "experiment", names[0])
+    episodes = ", ".join(str(n) for n in sorted(last["eval_episodes"].unique()))
+    labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
+    lines += [f"Final evaluation of a run: the mean return of the {episodes} episodes of its last evaluation "
+              "(the agent in eval mode, on the eval env). Across runs as above.", "",
+              f"| experiment | runs | {labels} | final evaluation per run (at env step) |",
+              "|---|---:|" + "---:|" * len(STATS) + "---|"]
+    for row in summary.to_dict("records"):
+        cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
+        mine = last[last["experiment"] == row["experiment"]]
+        per_run = ", ".join(f"{_num(r['eval_return'])} ({r['global_step']})" for r in mine.to_dict("records"))
+        lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")
+    if curves_file:
+        lines += ["", f"![Evaluation curves]({curves_file})"]
+    return lines
+
+
+def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
+    """The evaluation curves: the statistic across runs of each evaluation's mean return."""
+    x = "episodes_trained" if args.x == "episode_index" else "global_step"
+    table = evals.rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
+    figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
+                                  span="common" if args.common_range else "all",
+                                  ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
+                                  include_unfinished=args.include_unfinished)
+    ax = figure.axes[0]
+    ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
+    ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
+    return figure
+
+
+def _caption(args: argparse.Namespace) -> str:
+    smooth = f"; each run smoothed by a trailing mean of {args.smooth} episodes" if args.smooth else ""
+    span = ("the range every run covers" if args.common_range else
+            "the whole range some run covers; thin stretches stand on fewer runs than the legend counts")
+    return (f"{STAT_LABELS[CURVE_STAT]} across runs with a pointwise {CI:.0%} bootstrap band{smooth}; "
+            f"x: {span}; runs are never extrapolated.")
+
+
+def default_out_dir(paths: Sequence[str | os.PathLike]) -> Path:
+    """The first experiment directory, or the common parent of several."""
+    if len(paths) == 1:
+        return Path(paths[0])
+    return Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
+
+
+def report_command(args: argparse.Namespace) -> int:
+    """Write the learning curves (PNG) and the final-performance summary (Markdown) of the experiments."""
+    paths = list(args.exp_dirs)
+    if args.ylim and not (math.isfinite(args.ylim[0]) and math.isfinite(args.ylim[1]) and args.ylim[0] < args.ylim[1]):
+        raise ConfigError(f"--ylim {args.ylim[0]:g} {args.ylim[1]:g}: give two finite numbers, LOW below HIGH.")
+    last_k = args.last_k or configured_last_k(paths)
+    with _each_message_once():
+        df = load_episodes(paths)
+        if df.empty:
+            raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")
+        results = final_results(df, last_k, args.include_unfinished)
+        if results[1] is None:
+            raise ConfigError(f"every run was left out: {describe_runs(results[2])} did not finish; "
+                              "pass --include-unfinished to report them anyway.")
+        out = Path(args.out) if args.out else default_out_dir(paths)
+        out.mkdir(parents=True, exist_ok=True)
+        names = [Path(p).resolve().name for p in paths]
+        title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
+        figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
+                                      span="common" if args.common_range else "all",
+                                      ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
+                                      include_unfinished=args.include_unfinished)
+        figure.savefig(out / CURVES_FILE, dpi=150)
+        evaluations = load_evaluations(paths)
+        written = [out / CURVES_FILE]
+        if evaluation_results(evaluations, args.include_unfinished) is not None:
+            plot_evaluations(evaluations, args, title).savefig(out / EVAL_CURVES_FILE, dpi=150)
+            written.append(out / EVAL_CURVES_FILE)
+        (out / SUMMARY_FILE).write_text(summary_markdown(
+            df, last_k, names, CURVES_FILE, args.include_unfinished, _caption(args), evaluations, results,
+            EVAL_CURVES_FILE if len(written) > 1 else None))
+        print(final_table(df, last_k, args.include_unfinished, results))
+    print()
+    for path in [*written, out / SUMMARY_FILE]:
+        print(f"Wrote {path}")
+    return 0

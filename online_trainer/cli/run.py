@@ -1,0 +1,177 @@
+"""``online-trainer run``: build the env and agent of a config and run every seed."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from online_trainer.analysis.dataframes import load_episodes
+from online_trainer.cli.report import final_table
+from online_trainer.config.builders import CONFIG_YAML, AgentBuilder, env_factory, factories_from_config
+from online_trainer.config.loading import dump_yaml, load_experiment_config
+from online_trainer.config.schema import (
+    CALLBACKS,
+    ConfigError,
+    ExperimentConfig,
+)
+from online_trainer.core import storage
+from online_trainer.core.errors import RunsFailedError
+from online_trainer.experiment.manifest import remove_created
+from online_trainer.orchestration.trainer import OnlineTrainer
+
+
+def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
+    """The experiment directory, after checking that running would replace nothing silently.
+
+    Raises:
+        ConfigError: ``exp_dir`` is a file, or holds an earlier experiment (or another
+            config) and ``overwrite`` is false.
+    """
+    exp_dir = Path(config.exp_dir)
+    if exp_dir.exists() and not exp_dir.is_dir():
+        raise ConfigError(f"exp_dir={config.exp_dir!r} exists and is not a directory: set exp_dir=<another path>.")
+    if config.overwrite or not exp_dir.is_dir():
+        return exp_dir
+    earlier = [p.name for p in storage.existing_experiment_files(exp_dir)]
+    old_config = exp_dir / CONFIG_YAML
+    if not earlier and old_config.is_file() and old_config.read_text() != text:
+        earlier = [CONFIG_YAML + " of another config"]
+    if earlier:
+        names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+        raise ConfigError(f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
+                          "to replace it, or exp_dir=<another path>.")
+    return exp_dir
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Use ``num_threads`` torch threads here and in worker processes started meanwhile."""
+    if num_threads is None:
+        yield
+        return
+    import torch
+
+    old_threads, old_env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(num_threads)  # read by torch in spawned workers
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old_threads)
+        if old_env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old_env
+
+
+def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
+    header = [f"# Resolved by `online-trainer run` from {source}"]
+    if overrides:
+        header.append(f"# with overrides: {' '.join(overrides)}")
+    return "\n".join(header) + "\n" + dump_yaml(config.to_dict())
+
+
+def _describe(config: ExperimentConfig) -> str:
+    budget = (f"{config.num_episodes} episodes" if config.num_episodes is not None
+              else f"{config.total_steps} env steps")
+    workers = f", {config.num_workers} workers" if config.num_workers > 1 else ""
+    return (f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
+            f"(x{config.env.num_envs}), {budget} each{workers}")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the experiment of ``args.config`` with ``args.overrides``; print the final table.
+
+    Returns:
+        0 when every run completed, 1 when some failed (their error is printed).
+
+    Raises:
+        ConfigError: for any problem with the config, before anything runs.
+    """
+    config = load_experiment_config(args.config, args.overrides)
+    text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
+    exp_dir = check_exp_dir(config, text)
+    make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
+    with torch_threads(config.torch_threads):
+        try:
+            trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
+                                    args=config.to_dict())
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(str(exc)) from exc
+        trainer.call_back = CALLBACKS[config.callback](exp_dir)
+        created = [] if exp_dir.is_dir() else [exp_dir]
+        exp_dir.mkdir(parents=True, exist_ok=True)
+        if not (exp_dir / CONFIG_YAML).exists():
+            created.append(exp_dir / CONFIG_YAML)
+        storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
+        print(f"Running {_describe(config)} into {exp_dir}", flush=True)
+        status = 0
+        try:
+            trainer.multi_run(config.num_runs, num_episodes=config.num_episodes, total_steps=config.total_steps,
+                              seed_offset=config.seed_offset, checkpoint_freq=config.checkpoint_freq,
+                              eval_freq=config.eval_freq, eval_episodes=config.eval_episodes,
+                              num_workers=config.num_workers, torch_threads=config.torch_threads or 1,
+                              overwrite=config.overwrite,
+                              progress=not args.no_progress)
+        except RunsFailedError as exc:
+            print(f"online-trainer: {exc}", file=sys.stderr)
+            status = 1
+        except BaseException as exc:  # multi_run checks its input and each run's setup before any step
+            if not storage.existing_experiment_files(exp_dir):
+                remove_created(created)  # nothing ran: leave no trace for the corrected call
+            if isinstance(exc, (TypeError, ValueError, FileExistsError)):
+                raise ConfigError(str(exc)) from exc
+            raise
+    print()
+    print(final_table(load_episodes(exp_dir), config.last_k))
+    print(f"\nExperiment directory: {exp_dir}")
+    print(f"Plot it with: online-trainer report {exp_dir}")
+    return status
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Evaluate the checkpoints of ``args.exp_dir``; print each run's mean and the across-run table.
+
+    Returns:
+        0 when every checkpoint was evaluated, 1 when some failed (their error is printed).
+    """
+    exp_dir = Path(args.exp_dir)
+    if not (exp_dir / CONFIG_YAML).is_file():
+        raise ConfigError(f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer eval' evaluates experiments made by "
+                          "'online-trainer run'. For one made from Python, call trainer.evaluate(...) or "
+                          "load_agent(exp_dir, run, agent_factory=..., env=...).")
+    make_env, make_agent = factories_from_config(exp_dir)
+    trainer = OnlineTrainer(make_env, make_agent)
+    try:
+        episodes = trainer.evaluate(args.which, num_episodes=args.episodes, num_workers=args.workers,
+                                    exp_dir=exp_dir, overwrite=args.overwrite, progress=not args.no_progress)
+    except RunsFailedError as exc:
+        print(f"online-trainer: {exc}", file=sys.stderr)
+        return 1
+    except FileExistsError as exc:
+        raise ConfigError(f"{exc.args[0].split(': pass')[0]}: add --overwrite to replace it.") from exc
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    print(evaluation_table(episodes))
+    print(f"\nEpisodes written to {exp_dir / f'evaluation_{args.which}.csv'}")
+    return 0
+
+
+def evaluation_table(episodes: Any) -> str:
+    """Each run's mean greedy return per checkpoint, then mean, median and IQM across runs with 95% CIs."""
+    from online_trainer.analysis.stats import aggregate
+
+    per_run = episodes.groupby(["checkpoint", "run", "seed"], sort=False)["ep_return"].mean().reset_index()
+    per_checkpoint = episodes.groupby(["checkpoint", "run"]).size().iloc[0]
+    lines = [f"Greedy evaluation: mean return of {per_checkpoint} episodes per run and checkpoint",
+             per_run.to_string(index=False), ""]
+    summary = aggregate(per_run, value="ep_return", group_by="checkpoint")
+    for row in summary.itertuples(index=False):
+        stats = ", ".join(f"{stat} {getattr(row, stat):.2f} [{getattr(row, stat + '_lo'):.2f}, "
+                          f"{getattr(row, stat + '_hi'):.2f}]" for stat in ("mean", "median", "iqm"))
+        lines.append(f"{row.checkpoint}: {stats} (95% CI over {row.num_runs} runs)")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""The command's YAML experiment configs: their schema, overrides and the factories built from them."""

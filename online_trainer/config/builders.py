@@ -1,0 +1,82 @@
+"""Picklable env and agent factories built from an experiment config (the reference ``agents`` and ``envs``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from online_trainer.config.loading import load_experiment_config
+from online_trainer.config.schema import AgentConfig, ConfigError, EnvConfig
+
+CONFIG_YAML = "config.yaml"
+"""The resolved config (overrides applied, defaults filled in) in the experiment directory."""
+
+
+class AgentBuilder:
+    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``AGENTS[name](env, **hyperparameters)``.
+
+    Hyperparameters the agent rejects raise :class:`ConfigError` naming the config section;
+    the run that builds the agent raises it before its first env step, which stops every run.
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.name = config.name
+        self.hyperparameters = dict(config.hyperparameters)
+
+    def __call__(self, env: Any) -> Any:
+        from agents import AGENTS
+
+        try:
+            return AGENTS[self.name](env, **self.hyperparameters)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"agent.hyperparameters: could not build agent {self.name!r} with "
+                              f"{self.hyperparameters!r}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"AgentBuilder({self.name!r}, {self.hyperparameters!r})"
+
+
+class EnvBuilder:
+    """A picklable env factory wrapping ``envs.make_env``'s, whose failures name the config section."""
+
+    def __init__(self, make_env: Any) -> None:
+        self.make_env = make_env
+
+    def __call__(self) -> Any:
+        try:
+            return self.make_env()
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"env.kwargs: could not build the env {self.make_env!r}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return repr(self.make_env)
+
+
+def env_factory(config: EnvConfig) -> EnvBuilder:
+    """A picklable zero-argument factory of the vector env that ``config`` describes.
+
+    Raises:
+        ConfigError: when ``envs.make_env`` rejects the settings.
+    """
+    from envs import make_env
+
+    try:
+        return EnvBuilder(make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization,
+                                   **config.kwargs))
+    except ValueError as exc:
+        raise ConfigError(f"env: {exc}") from exc
+
+
+def factories_from_config(exp_dir: str | os.PathLike) -> tuple[EnvBuilder, AgentBuilder]:
+    """The env and agent factories of an experiment made by ``online-trainer run`` (its ``config.yaml``).
+
+    Raises:
+        ValueError: the experiment has no ``config.yaml`` (it was made from Python: pass the factories).
+    """
+    path = Path(exp_dir) / CONFIG_YAML
+    if not path.is_file():
+        raise ValueError(f"{exp_dir} has no {CONFIG_YAML} (it was not made by 'online-trainer run'): pass "
+                         "agent_factory=... and env=... to say how to build the agent.")
+    config = load_experiment_config(path)
+    return env_factory(config.env), AgentBuilder(config.agent)

@@ -1,0 +1,172 @@
+"""Reading a config: YAML -> dotted overrides -> the validated :class:`ExperimentConfig` tree, and back to YAML."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import os
+import re
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from online_trainer.config.schema import ConfigError, ExperimentConfig, did_you_mean, type_name
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that also reads ``1e-3`` and ``1e5`` as floats (PyYAML's YAML 1.1 reads strings)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+# ------------------------------------------------------------- mapping -> dataclasses
+
+
+def _build(cls: type, data: Any, prefix: str) -> Any:
+    """``cls(**data)`` for the dataclass ``cls``, nested sections built recursively, keys checked."""
+    hints = typing.get_type_hints(cls)
+    names = [field.name for field in dataclasses.fields(cls)]
+    where = prefix.rstrip(".") or "the config"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}={data!r} has the wrong type: expected {type_name(cls)}, "
+                          f"got {type(data).__name__}.")
+    for key in data:
+        if key not in names:
+            raise _unknown_key(prefix, key, names)
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        name, hint = missing[0], hints[missing[0]]
+        if dataclasses.is_dataclass(hint):
+            required = [f.name for f in dataclasses.fields(hint) if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING]
+            raise ConfigError(f"missing section {prefix + name!r} in {where}: a mapping with keys "
+                              f"{', '.join(f.name for f in dataclasses.fields(hint))} (required: "
+                              f"{', '.join(required)}).")
+        raise ConfigError(f"missing key {prefix + name!r} in {where}: {_field_doc(cls, name)}")
+    kwargs = {key: _build(hints[key], value, f"{prefix}{key}.") if dataclasses.is_dataclass(hints[key]) else value
+              for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def _unknown_key(prefix: str, key: Any, names: Sequence[str]) -> ConfigError:
+    section = f"of {prefix.rstrip('.')}" if prefix else "at the top level"
+    return ConfigError(f"unknown key {prefix + str(key)!r}{did_you_mean(str(key), names, prefix)}; valid keys {section}: "
+                       f"{', '.join(names)}.")
+
+
+def _field_doc(cls: type, name: str) -> str:
+    """The first sentence of a field's docstring, read from the class source (empty if unavailable)."""
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return ""
+    match = re.search(rf"^\s+{name}:[^\n]*\n\s+\"\"\"(.*?)\"\"\"", source, re.M | re.S)
+    return match.group(1).strip().replace("``", "") if match else ""
+
+
+# ------------------------------------------------------------------------ overrides
+
+
+def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """Split ``"a.b.c=value"`` into ``(("a", "b", "c"), value)``, the value parsed as YAML.
+
+    Raises:
+        ConfigError: when ``text`` has no ``=`` or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    path = tuple(part.strip() for part in key.split("."))
+    if not sep or not all(path):
+        raise ConfigError(f"override {text!r} must look like key=value or section.key=value "
+                          "(e.g. num_runs=3, agent.hyperparameters.lr=0.001).")
+    try:
+        value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc}).") from exc
+    return path, value
+
+
+def _check_override_path(path: tuple[str, ...]) -> None:
+    """Raise ConfigError when ``path`` does not lead to a key of the schema (or inside a free mapping)."""
+    cls: Any = ExperimentConfig
+    for depth, part in enumerate(path):
+        prefix = "".join(f"{p}." for p in path[:depth])
+        names = [field.name for field in dataclasses.fields(cls)]
+        if part not in names:
+            raise _unknown_key(prefix, part, names)
+        hint = typing.get_type_hints(cls)[part]
+        if dataclasses.is_dataclass(hint):
+            cls = hint
+            continue
+        if typing.get_origin(hint) is dict:
+            return
+        if depth < len(path) - 1:
+            raise ConfigError(f"{prefix}{part} is {type_name(hint)}, not a section: cannot set "
+                              f"{'.'.join(path)}.")
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """A copy of the raw config ``data`` with the dotted ``key=value`` overrides applied in order."""
+    data = copy.deepcopy(data)
+    for text in overrides:
+        path, value = parse_override(text)
+        _check_override_path(path)
+        node = data
+        for depth, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"override {text!r}: {'.'.join(path[:depth + 1])}={child!r} is not a mapping.")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_experiment_config(path: str | os.PathLike, overrides: Sequence[str] = ()) -> ExperimentConfig:
+    """Read a YAML config, apply ``key=value`` overrides and validate everything.
+
+    ``exp_dir`` defaults to ``runs/<stem of path>``.
+
+    Raises:
+        ConfigError: the file is missing or not YAML, or a key, type or value is invalid.
+    """
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise ConfigError(f"config file {os.fspath(path)!r} {what}.")
+    try:
+        with open(path, encoding="utf-8") as stream:
+            data = yaml.load(stream, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {os.fspath(path)!r} is not valid YAML: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping of keys (env:, agent:, ...), "
+                          f"but holds a {type(data).__name__}.")
+    data = apply_overrides(data, overrides)
+    if data.get("exp_dir") is None:
+        data["exp_dir"] = os.path.join("runs", path.stem)
+    return _build(ExperimentConfig, data, "")
+
+
+def dump_yaml(data: Mapping[str, Any]) -> str:
+    """YAML text of a resolved config, keys in schema order."""
+    return yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=None)

@@ -1,0 +1,260 @@
+"""Greedy evaluation episodes on a separate env, during training and of saved checkpoints.
+
+An evaluation switches the agent to ``eval()``, plays complete episodes on its own env
+(never the training env, so the training episode in progress is untouched), and switches
+it back to ``train()``. Every evaluation of a run resets its env with the same seed, the
+run's seed plus :data:`EVAL_SEED_SHIFT`, so evaluations differ only by the agent and no
+eval env ever shares a seed with a training env (training seeds are below 2**31).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from online_trainer.core.factories import autoreset_mode
+
+logger = logging.getLogger(__name__)
+
+EVAL_SEED_SHIFT = 2**31
+"""Added to a run's seed to seed its eval env (sub-env ``j`` gets ``+ j``)."""
+MAX_EPISODE_STEPS = 10_000
+"""An evaluation episode still running after this many steps, in an env without a time limit of
+its own, is cut (counted as it stands, with a warning): a greedy policy can loop forever there.
+An env with a time limit (``max_episode_steps``) ends its episodes itself and is never cut."""
+
+
+def episode_step_limit(env: VectorEnv) -> int:
+    """When evaluation cuts an episode of ``env``: never before the env's own time limit, if it has one."""
+    specs = [getattr(env, "spec", None)] + [getattr(sub, "spec", None) for sub in getattr(env, "envs", ())]
+    limits = [spec.max_episode_steps for spec in specs if spec is not None and spec.max_episode_steps]
+    return max(limits) + 1 if limits else MAX_EPISODE_STEPS
+
+
+def eval_seed(run_seed: int) -> int:
+    """The seed of the eval env of the run seeded with ``run_seed``."""
+    return run_seed + EVAL_SEED_SHIFT
+
+
+def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
+                  max_episode_steps: int | None = None,
+                  frames: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
+
+    The episodes are spread evenly over the sub-envs, each playing its share to the end
+    (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
+    finishing first. Only real transitions count, in every autoreset mode. The agent is
+    used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
+    An episode longer than ``max_episode_steps`` (default: :func:`episode_step_limit`) is cut
+    there (its sub-env is reset), with a logged warning, so that a policy that never ends an
+    episode cannot hang the run.
+    With ``frames`` (a list), the frames of sub-env 0's first episode (``env.render()``, the
+    env made with ``render_mode="rgb_array"``) are appended to it: the reset frame, then one
+    per step.
+
+    Returns:
+        ``(returns, lengths)``: float64 and int64 arrays of ``num_episodes`` entries, in the
+        order the episodes ended.
+    """
+    num_envs = env.num_envs
+    if max_episode_steps is None:
+        max_episode_steps = episode_step_limit(env)
+    targets = np.array([(num_episodes + i) // num_envs for i in range(num_envs)])
+    counts = np.zeros(num_envs, dtype=np.int64)
+    returns = np.zeros(num_envs, dtype=np.float64)
+    lengths = np.zeros(num_envs, dtype=np.int64)
+    valid = np.ones(num_envs, dtype=bool)
+    mode = autoreset_mode(env)
+    done_returns: list[float] = []
+    done_lengths: list[int] = []
+    obs, _ = env.reset(seed=seed)
+    filming = frames is not None
+    if filming:
+        frames.append(np.asarray(env.render()[0]))
+    while (counts < targets).any():
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        if filming:
+            frames.append(np.asarray(env.render()[0]))
+        returns += np.where(valid, reward, 0.0)
+        lengths += valid
+        done = (terminated | truncated) & valid
+        cut = (lengths >= max_episode_steps) & ~done
+        if cut.any():
+            logger.warning("evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
+                           "not end them and the env has no time limit (give eval_env one, e.g. "
+                           "gym.make(..., max_episode_steps=...))", max_episode_steps, np.flatnonzero(cut).tolist(),
+                           seed)
+            done |= cut
+        if filming and done[0]:
+            filming = False
+        for i in np.flatnonzero(done):
+            if counts[i] < targets[i]:
+                done_returns.append(float(returns[i]))
+                done_lengths.append(int(lengths[i]))
+                counts[i] += 1
+            returns[i] = 0.0
+            lengths[i] = 0
+        if mode is AutoresetMode.NEXT_STEP:
+            valid = ~(done & ~cut)  # the next step of a finished sub-env is its reset step
+        if cut.any() or (mode is AutoresetMode.DISABLED and done.any()):
+            mask = cut if mode is not AutoresetMode.DISABLED else done
+            reset_obs, _ = env.reset(options={"reset_mask": mask})
+            obs = reset_obs
+    return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.int64)
+
+
+def evaluation_record(returns: np.ndarray, lengths: np.ndarray, index: int, global_step: int, episodes_trained: int,
+                      start: float) -> dict[str, Any]:
+    """The record of one evaluation: what ``eval_run{i}.pkl`` holds, one per evaluation."""
+    return {
+        "eval_index": index,
+        "global_step": global_step,
+        "episodes_trained": episodes_trained,
+        "returns": returns,
+        "lengths": lengths,
+        "mean": float(returns.mean()) if len(returns) else float("nan"),
+        "std": float(returns.std()) if len(returns) else float("nan"),
+        "wall_time": time.perf_counter() - start,
+    }
+
+
+class Evaluator:
+    """Evaluates one run's agent on its eval env every ``freq`` units of the budget and at the end.
+
+    Args:
+        env: the run's eval env (not the training env).
+        agent: the run's agent.
+        seed: the eval env's seed (:func:`eval_seed` of the run's seed).
+        num_episodes: episodes per evaluation.
+        training: switch the agent back to ``train()`` after each evaluation.
+    """
+
+    def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True,
+                 video_dir: str | os.PathLike | None = None, video_every: int | None = None) -> None:
+        self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
+        self.video_dir, self.video_every = video_dir, video_every
+        if video_every is not None and getattr(env, "render_mode", None) != "rgb_array":
+            raise ValueError(f"record_video={video_every} needs an eval env made with render_mode='rgb_array', but "
+                             f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
+                             "such as lambda: gym.make_vec(..., render_mode='rgb_array').")
+        self.count = 0
+        self.last_step = -1
+        self.start = time.perf_counter()
+
+    def evaluate(self, global_step: int, episodes_trained: int) -> dict[str, Any]:
+        """Play one evaluation and return its record."""
+        self.count += 1
+        self.last_step = global_step
+        switch = getattr(self.agent, "eval", None)
+        if callable(switch):
+            switch()
+        film = self.video_every is not None and self.count % self.video_every == 0
+        frames: list[np.ndarray] | None = [] if film else None
+        try:
+            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed, frames=frames)
+        finally:
+            back = getattr(self.agent, "train", None)
+            if self.training and callable(back):
+                back()
+        record = evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
+        if frames:
+            path = Path(self.video_dir) / f"eval{self.count}_step{global_step}.mp4"
+            write_video(path, frames, self.env.metadata.get("render_fps") or 30)
+            record["video"] = os.fspath(path)
+        return record
+
+
+def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -> None:
+    """Write ``frames`` (H x W x 3 uint8 arrays) to the mp4 file ``path`` with imageio-ffmpeg.
+
+    Raises:
+        ImportError: imageio-ffmpeg is missing (``pip install -e ".[video]"``).
+    """
+    try:
+        import imageio_ffmpeg
+    except ImportError as exc:
+        raise ImportError("record_video needs imageio-ffmpeg: pip install -e '.[video]' (or pip install "
+                          "imageio-ffmpeg).") from exc
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
+    height, width = frames[0].shape[:2]
+    writer = imageio_ffmpeg.write_frames(os.fspath(tmp), (width, height), fps=fps, macro_block_size=1)
+    try:
+        writer.send(None)  # start the ffmpeg process
+        for frame in frames:
+            writer.send(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))
+        writer.close()
+        os.replace(tmp, path)
+    finally:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+
+
+class RunEvaluations:
+    """A run's evaluations: when they are due, and where their records go.
+
+    Each record goes to ``exp_dir/eval_run{i}.pkl`` (one chunk per evaluation, so a killed
+    run keeps every evaluation it finished), to memory, and to the callback as the mean
+    return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}``, at the
+    env step. With ``keep_best`` the agent's state at the best mean is kept (for
+    ``Run{i}_Best_agent.t``).
+
+    Args:
+        evaluator: plays the evaluations.
+        freq: evaluate every this many env steps (``by_episode`` False) or finished episodes.
+        by_episode: the run has an episode budget.
+        stream: the evaluation stream, or None.
+        callback: the run's callback.
+        tag: ``run_{i}`` with the sweep's prefix.
+        keep_best: keep the agent's state at its best evaluation.
+        progress: the run's progress bar (shows the last evaluation mean).
+    """
+
+    def __init__(self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any,
+                 tag: str, keep_best: bool, progress: Any = None) -> None:
+        self.evaluator, self.freq, self.by_episode, self.stream = evaluator, freq, by_episode, stream
+        self.callback, self.keep_best, self.progress = callback, keep_best, progress
+        self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
+        self.next_step: float = freq if freq is not None and not by_episode else float("inf")
+        self.records: list[dict[str, Any]] = []
+        self.best_mean = -float("inf")
+        self.best_state: Any = None
+
+    def due_after_episode(self, index: int) -> bool:
+        """Whether an evaluation is due after the run's ``index``-th episode (episode budget)."""
+        return self.by_episode and self.freq is not None and index % self.freq == 0
+
+    def on_steps(self, global_step: int, episodes: int) -> None:
+        """Evaluate when ``global_step`` reached the next evaluation step (step budget)."""
+        if global_step >= self.next_step:
+            self.evaluate(global_step, episodes)
+            self.next_step = (global_step // self.freq + 1) * self.freq
+
+    def evaluate(self, global_step: int, episodes: int) -> None:
+        """Play an evaluation now and route its record."""
+        record = self.evaluator.evaluate(global_step, episodes)
+        self.records.append(record)
+        if self.stream is not None:
+            self.stream.append(record)
+            self.stream.flush()
+        self.callback({"ep_return": record["mean"]}, self.return_tag, global_step, force=True)
+        self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
+        if self.progress is not None:
+            self.progress.eval_end(record["mean"])
+        if self.keep_best and record["mean"] > self.best_mean:
+            self.best_mean = record["mean"]
+            save = getattr(self.evaluator.agent, "save", None)
+            self.best_state = copy.deepcopy(save()) if callable(save) else None
+
+    def finish(self, global_step: int, episodes: int) -> None:
+        """The final evaluation, unless one was just made at this step."""
+        if self.evaluator.last_step != global_step:
+            self.evaluate(global_step, episodes)

@@ -1,0 +1,376 @@
+"""One run: build env and agent, seed them, drive the loop, and persist what it produced."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from callbacks import EmptyCallBack
+from online_trainer.core import seeding, storage
+from online_trainer.core.budget import INFINITY, Budget
+from online_trainer.core.episodes import EpisodeTracker
+from online_trainer.core.errors import RunSetupError
+from online_trainer.core.evaluation import Evaluator, RunEvaluations, eval_seed
+from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.core.loop import StepLogger, run_loop
+from online_trainer.core.progress import NoProgress, Progress, RunProgress
+
+logger = logging.getLogger(__name__)
+
+FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
+PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one run needs; it travels to worker processes with cloudpickle."""
+
+    run_idx: int
+    """The run's number, from 1 (``metrics_run1.pkl``, ``Run1_Last``, ``ep_return/run_1``)."""
+    seed: int
+    env_factory: EnvFactory
+    agent_factory: AgentFactory
+    budget: Budget
+    callback: Any
+    train: bool = True
+    copy_agent: bool = False
+    """Run on a deep copy of the agent instance the user passed (several runs in one process)."""
+    keep_agent: bool = True
+    """Hand the run's final agent back in :attr:`RunResult.agent`."""
+    tuning_hp: dict[str, Any] | None = None
+    exp_dir: str | None = None
+    dump_metrics: bool = True
+    checkpoint_freq: int | None = None
+    dump_transitions: bool = False
+    keep_records: bool = True
+    metrics_flush_every: int = 10
+    eval_env_factory: EnvFactory | None = None
+    """The eval env's factory (None: the training env's, called once more) when evaluating."""
+    eval_freq: int | None = None
+    """Evaluate every this many env steps (step budget) or episodes (episode budget), and at the end."""
+    eval_episodes: int = 0
+    """Episodes per evaluation; 0: no evaluation."""
+    record_video: int | None = None
+    """Film the first episode of every this-many-th evaluation into ``exp_dir/videos/run{i}/``."""
+    eval_only: bool = False
+    """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
+    checkpoint: str = ""
+    """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
+    task_id: int = -1
+    """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
+    label: str = ""
+    """Name on the progress display; empty: ``run {run_idx}``."""
+    tag_prefix: str = ""
+    """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
+
+    @property
+    def key(self) -> int:
+        """The id executors and the progress display know this run by."""
+        return self.run_idx if self.task_id < 0 else self.task_id
+
+    @property
+    def name(self) -> str:
+        return self.label or f"run {self.run_idx}"
+
+
+@dataclass
+class RunResult:
+    """What a run hands back: its records (unless kept out of memory) and its counts."""
+
+    run_idx: int
+    seed: int
+    records: list[dict[str, Any]] | None
+    key: int = -1
+    episodes: int = 0
+    global_step: int = 0
+    wall_time: float = 0.0
+    status: str = "finished"
+    """``finished``, ``failed``, or ``setup_failed`` (raised before its first env step)."""
+    error: str | None = None
+    agent: Any = None
+    """The run's agent after its last step (when the spec says ``keep_agent``)."""
+    evaluations: list[dict[str, Any]] | None = None
+    """The run's evaluation records (when it evaluated)."""
+    env_info: dict[str, Any] = field(default_factory=dict)
+    """``num_envs`` and ``autoreset_mode`` of the run's env, for the manifest."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def raise_if_setup_failed(self) -> None:
+        """Raise :class:`RunSetupError` (with the run's own exception) when the run failed before its first step."""
+        if self.status == "setup_failed":
+            cause = self.extra.get("exception_object")
+            if cause is None:
+                cause = RuntimeError(self.extra.get("exception", "?") + "\n" + (self.error or ""))
+            raise RunSetupError(self.run_idx, self.seed, cause)
+
+
+class RunEvents:
+    """Handles every finished episode and step threshold of one run."""
+
+    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, evaluator: Evaluator | None = None) -> None:
+        self.spec, self.agent, self.progress = spec, agent, progress
+        self.callback = spec.callback
+        self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
+        self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
+        self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
+        self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
+        self.stream = None
+        if spec.exp_dir is not None and spec.dump_metrics:
+            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), spec.metrics_flush_every)
+        budget = spec.budget
+        self.by_episode = budget.num_episodes is not None
+        self.checkpoint_freq = spec.checkpoint_freq
+        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
+        self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
+        self.next_tick = self.progress_stride
+        self.shown_steps = 0
+        self.best_return = -INFINITY
+        self.best_state: bytes | None = None  # torch-serialised, see _state_copy
+        self.episodes = 0
+        self.evals: RunEvaluations | None = None
+        if evaluator is not None:
+            eval_stream = None
+            if spec.exp_dir is not None and spec.dump_metrics:
+                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
+            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
+                                        progress)
+
+    def on_episode(self, record: dict[str, Any]) -> None:
+        self.episodes = index = record["episode_index"]
+        ep_return = record["ep_return"]
+        # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
+        # episode (episodes of several sub-envs can end on the same env step).
+        if self.log_episodes:
+            self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
+            self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
+        if self.stream is not None:
+            self.stream.append(record)
+        if self.records is not None:
+            self.records.append(record)
+        if self.evals is not None and self.evals.due_after_episode(index):
+            self.evals.evaluate(record["global_step"], index)
+        if self.checkpoint_freq is not None:
+            if self.evals is None and ep_return > self.best_return:
+                self.best_return = ep_return
+                self.best_state = _state_copy(self.agent)
+            if self.by_episode and index % self.checkpoint_freq == 0:
+                self._save(f"E{index}")
+        if self.by_episode:
+            self.progress.advance(1)
+        self.progress.episode_end(ep_return)
+
+    def on_step_event(self, global_step: int) -> float:
+        if self.evals is not None:
+            self.evals.on_steps(global_step, self.episodes)
+        while global_step >= self.next_checkpoint:
+            self._save(f"S{int(self.next_checkpoint)}")
+            self.next_checkpoint += self.checkpoint_freq
+        if global_step >= self.next_tick:
+            self.progress.advance(global_step - self.shown_steps)
+            self.shown_steps = global_step
+            self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
+        next_eval = self.evals.next_step if self.evals is not None else INFINITY
+        return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
+
+    @staticmethod
+    def serialised(state: Any) -> bytes:
+        """``state`` as ``torch.save`` writes it."""
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return buffer.getvalue()
+
+    def _save(self, label: str) -> None:
+        if hasattr(self.agent, "save"):
+            self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
+
+    def finish(self, completed: bool, global_step: int) -> None:
+        """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
+        if not self.by_episode and global_step > self.shown_steps:
+            self.progress.advance(global_step - self.shown_steps)
+        try:
+            if completed and self.evals is not None:
+                self.evals.finish(global_step, self.episodes)
+        finally:
+            if self.evals is not None and self.evals.stream is not None:
+                self.evals.stream.close()
+            if self.stream is not None:
+                self.stream.close()
+        if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
+            self._save("Last")
+            if self.evals is not None:  # best by evaluation
+                best = self.evals.best_state
+                self.best_state = None if best is None else self.serialised(best)
+            if self.best_state is not None:
+                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
+
+
+def _state_copy(agent: Any) -> bytes | None:
+    """``agent.save()`` now, torch-serialised: what ``Run{i}_Best_agent.t`` holds (None without ``save``).
+
+    The bytes are a copy the agent cannot change later, so a new best costs one serialisation,
+    not a deep copy now and a serialisation at the end.
+    """
+    save = getattr(agent, "save", None)
+    return RunEvents.serialised(save()) if save is not None else None
+
+
+def prepare_agent(spec: RunSpec, env: Any) -> Any:
+    """Build the run's agent, check it, and call the optional protocol methods in order.
+
+    When training: ``reset(seed)``, ``set_num_env(n)``, ``set_hp(tuning_hp)``, ``train()``.
+    With ``train=False`` the agent is used as given: ``set_num_env(n)``, ``set_hp`` when
+    hyperparameters were given, then ``eval()``; never ``reset``.
+    """
+    agent = spec.agent_factory(env, copy=spec.copy_agent)
+    check_agent(agent, spec.agent_factory.source)
+    if spec.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
+        raise TypeError(f"checkpoint_freq={spec.checkpoint_freq} needs agent.save(path=None), which the agent "
+                        f"{agent!r} lacks: add it, or drop checkpoint_freq.")
+    if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
+        raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
+                        "add set_hp(dict), or drop tuning_hp.")
+    if spec.train:
+        _call_if_present(agent, "reset", spec.seed)
+    _call_if_present(agent, "set_num_env", env.num_envs)
+    if spec.tuning_hp:
+        agent.set_hp(dict(spec.tuning_hp))
+    _call_if_present(agent, "train" if spec.train else "eval")
+    return agent
+
+
+def _call_if_present(agent: Any, name: str, *args: Any) -> None:
+    method = getattr(agent, name, None)
+    if callable(method):
+        method(*args)
+
+
+def _check_env(env: Any) -> None:
+    if env.num_envs > seeding.SEED_STRIDE:
+        raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
+                         f"at most {seeding.SEED_STRIDE} sub-envs.")
+    render_mode = getattr(env, "render_mode", None)
+    supported = env.metadata.get("render_modes") or []
+    if render_mode is not None and supported and render_mode not in supported:
+        raise ValueError(f"render_mode={render_mode!r} is not a render mode of this env, which supports "
+                         f"{list(supported)}: make the env with one of them.")
+
+
+def _warn_if_nan(obs: Any, run_idx: int) -> None:
+    """Log a warning when the first observation of a run holds NaN (the env is probably broken)."""
+    leaves = obs.values() if isinstance(obs, dict) else obs if isinstance(obs, tuple) else (obs,)
+    for leaf in leaves:
+        if isinstance(leaf, (dict, tuple)):
+            _warn_if_nan(leaf, run_idx)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" and np.isnan(leaf).any():
+            logger.warning("run %d: the env's first observation holds NaN; the agent will learn from it", run_idx)
+            return
+
+
+def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Run one seed to the end of its budget.
+
+    The env factory and the agent factory are called once each. Everything before the
+    first env step (building, checking and seeding the env and agent, the first actions)
+    raises :class:`RunSetupError`, so that executors can stop every run at the first
+    such error. The metrics stream is flushed on every exit path (normal end, exception,
+    KeyboardInterrupt); the exception then propagates.
+    """
+    if spec.eval_only:
+        return evaluate_only(spec, progress)
+    progress = progress or NoProgress()
+    start = time.perf_counter()
+    env = events = bar = evaluator = None
+    try:
+        try:
+            env = spec.env_factory()
+            _check_env(env)
+            agent = prepare_agent(spec, env)
+            mode = autoreset_mode(env)
+            obs, _ = env.reset(seed=spec.seed)
+            _warn_if_nan(obs, spec.run_idx)
+            first_actions = agent.act(obs)
+            check_actions(first_actions, env, agent)
+            if spec.eval_episodes:
+                eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
+                video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train,
+                                      video_dir, spec.record_video)
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
+                                 observation_space=env.single_observation_space,
+                                 action_space=env.single_action_space)
+        callback = spec.callback
+        callback.reset()
+        agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
+        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
+        bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
+        events = RunEvents(spec, agent, bar, evaluator)
+        if render:
+            tracker.add_frames(env.render())
+        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.seed,
+                                         spec.train, step_logger)
+        events.finish(True, global_step)
+    except BaseException:
+        if events is not None:
+            try:
+                events.finish(False, 0)
+            except Exception as exc:  # the run's own error is the one to report
+                logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        if env is not None:
+            spec.env_factory.release(env)
+        if evaluator is not None:
+            evaluator.env.close()
+    return RunResult(
+        run_idx=spec.run_idx,
+        seed=spec.seed,
+        records=events.records,
+        key=spec.key,
+        episodes=episodes,
+        global_step=global_step,
+        wall_time=time.perf_counter() - start,
+        agent=agent if spec.keep_agent else None,
+        evaluations=events.evals.records if events.evals is not None else None,
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+    )
+
+
+def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Evaluate the agent ``spec`` builds (typically from a checkpoint), as during training.
+
+    The eval env is reset with ``spec.seed`` (the run's eval seed) and the episodes are
+    played exactly as a run's evaluations are, so evaluating a run's last checkpoint gives
+    the result of its final evaluation during training.
+    """
+    start = time.perf_counter()
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.eval_episodes, "episodes")
+    env = None
+    try:
+        try:
+            env = (spec.eval_env_factory or spec.env_factory)()
+            agent = prepare_agent(spec, env)
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False)
+        record = evaluator.evaluate(0, 0)
+        bar.advance(spec.eval_episodes)
+    finally:
+        bar.close()
+        if env is not None:
+            (spec.eval_env_factory or spec.env_factory).release(env)
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
+                     wall_time=time.perf_counter() - start, evaluations=[record])

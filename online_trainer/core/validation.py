@@ -1,0 +1,66 @@
+"""Checks of user input, run before the first env step and before the experiment dir is touched."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+from online_trainer.core.budget import Budget
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def positive_int(name: str, value: Any, hint: str = "") -> int:
+    """Return ``value`` as an int; raise ValueError naming ``name`` unless it is a positive int."""
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive int, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
+    return int(value)
+
+
+def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
+    """Like :func:`positive_int`, with None allowed."""
+    return None if value is None else positive_int(name, value, hint)
+
+
+def budget(num_episodes: Any, total_steps: Any) -> Budget:
+    """The run budget; exactly one of ``num_episodes`` and ``total_steps``, a positive int."""
+    given = [value is not None for value in (num_episodes, total_steps)]
+    if given.count(True) != 1 or not all(_is_int(v) and v > 0 for v in (num_episodes, total_steps) if v is not None):
+        raise ValueError(
+            "Give exactly one of num_episodes and total_steps, as a positive int, but got "
+            f"num_episodes={num_episodes!r}, total_steps={total_steps!r}."
+        )
+    return Budget(
+        num_episodes=None if num_episodes is None else int(num_episodes),
+        total_steps=None if total_steps is None else int(total_steps),
+    )
+
+
+def seed_offset(value: Any) -> int | None:
+    """None or a non-negative int."""
+    if value is not None and (not _is_int(value) or value < 0):
+        raise ValueError(f"seed_offset must be None or a non-negative int, but got seed_offset={value!r}.")
+    return None if value is None else int(value)
+
+
+def tuning_hp(value: Any) -> dict[str, Any] | None:
+    """None or a dict of hyperparameters with string keys."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"tuning_hp must be a dict of hyperparameter name to value, but got tuning_hp={value!r}.")
+    return dict(value)
+
+
+def needs_exp_dir(exp_dir: Any, **options: Any) -> None:
+    """Raise ValueError when an option that writes files is set but ``exp_dir`` is None."""
+    if exp_dir is not None:
+        return
+    for name, value in options.items():
+        if value:
+            raise ValueError(
+                f"{name}={value!r} writes into the experiment directory, but exp_dir is None: pass "
+                f"OnlineTrainer(..., exp_dir='runs/my_experiment') or drop {name}."
+            )

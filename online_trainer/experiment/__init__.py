@@ -1,0 +1,1 @@
+"""The experiment directory: its manifest, its one-writer lock and its checkpoints."""

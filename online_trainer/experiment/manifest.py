@@ -1,0 +1,196 @@
+"""One experiment's runs: their manifest, their results as they arrive, and the outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import pickle
+from pathlib import Path
+from typing import Any, Sequence
+
+from online_trainer.core import seeding, storage
+from online_trainer.core.errors import RunFailure
+from online_trainer.core.run import RunResult, RunSpec
+
+logger = logging.getLogger(__name__)
+
+
+class Experiment:
+    """The runs of one experiment directory (or of none), and how each ended.
+
+    The manifest (``manifest.json``) lists every run (numbered from 1) with its seed and
+    status (``pending``, ``finished``, ``failed`` or ``interrupted``); it is rewritten
+    atomically each time a run ends, so a sweep can tell which runs to do again.
+
+    Args:
+        exp_dir: the directory, or None to keep everything in memory.
+        manifest: the manifest; its ``runs`` entries are updated in place.
+        specs: the runs to execute now (runs already finished are not among them).
+    """
+
+    def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
+        self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
+        self.results: dict[int, RunResult] = {}
+        self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
+            else set()
+        self._write()
+
+    @staticmethod
+    def new_manifest(num_runs: int, seed_offset: int | None, base_seed: int, fields: dict[str, Any]) -> dict[str, Any]:
+        """A manifest whose runs are all pending."""
+        seeds = [seeding.run_seed(base_seed, run) for run in range(1, num_runs + 1)]
+        return {
+            "format": 2,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "num_runs": num_runs,
+            "seed_offset": seed_offset,
+            "base_seed": base_seed,
+            "seed_stride": seeding.SEED_STRIDE,
+            "seeds": seeds,
+            **fields,
+            "runs": [{"run": run, "seed": seed, "status": "pending"} for run, seed in enumerate(seeds, start=1)],
+        }
+
+    def _write(self) -> None:
+        if self.exp_dir is not None:
+            storage.write_manifest(self.exp_dir, self.manifest)
+
+    def on_result(self, result: RunResult) -> None:
+        """Record how a run ended.
+
+        Raises:
+            RunSetupError: the run failed before its first env step; every run must stop.
+        """
+        result.raise_if_setup_failed()
+        self.results[result.run_idx] = result
+        for name, value in result.env_info.items():
+            self.manifest.setdefault(name, value)
+        entry = self.manifest["runs"][result.run_idx - 1]
+        entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
+                     wall_time=round(result.wall_time, 3), error=result.error)
+        self._write()
+
+    def mark_interrupted(self) -> None:
+        """Mark the runs that did not end as interrupted (Ctrl-C, or an error in the parent)."""
+        for spec in self.specs:
+            if spec.run_idx not in self.results:
+                self.manifest["runs"][spec.run_idx - 1]["status"] = "interrupted"
+        try:
+            self._write()
+        except OSError as exc:  # called while another exception propagates: that one is the news
+            logger.error("could not record the interrupted runs in the manifest: %s", exc)
+
+    def failures(self) -> list[RunFailure]:
+        """The runs that failed, in order."""
+        return [
+            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
+            for r in sorted(self.results.values(), key=lambda r: r.run_idx)
+            if r.status == "failed"
+        ]
+
+    def first_exception(self) -> BaseException | None:
+        """The exception object of the first failed run, when it ran in this process."""
+        return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
+
+    def runs(self, keep_records: bool) -> list[list[dict[str, Any]] | None]:
+        """Records per run: from memory for runs done now, from disk for runs done before."""
+        runs: list[list[dict[str, Any]] | None] = []
+        for entry in self.manifest["runs"]:
+            result = self.results.get(entry["run"])
+            if result is not None or not keep_records:
+                runs.append(result.records if result is not None else None)
+            elif entry["status"] == "finished" and self.exp_dir is not None:
+                runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
+            else:
+                runs.append(None)
+        return runs
+
+    def discard(self) -> None:
+        """Remove the experiment files this call wrote.
+
+        Used when a run fails before its first env step: nothing was learned, and the user's
+        next call, after the fix, must not find an earlier experiment in the way. Files that
+        were there before this call (a sweep's finished runs) are kept.
+        """
+        if self.exp_dir is None:
+            return
+        for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
+            if path.is_file():
+                path.unlink(missing_ok=True)
+
+    def evaluations(self) -> list[list[dict[str, Any]] | None]:
+        """The evaluation records of every run done now (None for the others, or without evaluation)."""
+        return [getattr(self.results.get(entry["run"]), "evaluations", None) for entry in self.manifest["runs"]]
+
+    def agents(self) -> list[Any]:
+        """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
+        return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
+
+    def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
+        """Write ``all_metrics.pkl`` (the list of runs) atomically."""
+        if self.exp_dir is not None:
+            storage.write_atomic(self.exp_dir / storage.ALL_METRICS_FILE, pickle.dumps(runs, pickle.HIGHEST_PROTOCOL))
+
+
+def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
+    """Runs of an earlier manifest to do (again): all but those finished with their stream on disk."""
+    todo = []
+    for entry in manifest["runs"]:
+        if entry["status"] == "finished" and storage.metrics_path(exp_dir, entry["run"]).is_file():
+            continue
+        todo.append(entry["run"])
+        stream = storage.metrics_path(exp_dir, entry["run"])
+        if stream.exists():
+            os.remove(stream)  # the partial stream of a run that will run again from the start
+    return todo
+
+
+def remove_created(created: Sequence[Path]) -> None:
+    """Remove files and (empty) directories a call created, deepest first."""
+    for path in sorted(created, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir():
+            with contextlib.suppress(OSError):
+                path.rmdir()  # only when empty
+        else:
+            path.unlink(missing_ok=True)
+
+
+def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None]) -> list[Path]:
+    """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``), then write ``inputs``.
+
+    Args:
+        exp_dir: the experiment directory (created if missing).
+        overwrite: remove the files of an earlier experiment instead of refusing.
+        inputs: file name -> text of the files that say what produced the experiment
+            (``config.py``, ``args.yaml``; None: not given).
+
+    Returns:
+        The files this call created, so that they can be removed if no run starts.
+
+    Raises:
+        FileExistsError: an earlier experiment is there and ``overwrite`` is false, or an
+            input file is there with other content.
+    """
+    earlier = storage.existing_experiment_files(exp_dir) if exp_dir.is_dir() else []
+    if earlier and not overwrite:
+        names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        raise FileExistsError(
+            f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
+            "overwrite=True to replace it, or choose another exp_dir."
+        )
+    if overwrite and exp_dir.is_dir():
+        storage.remove_experiment_files(exp_dir)
+        for name in inputs:
+            (exp_dir / name).unlink(missing_ok=True)
+    for name, text in inputs.items():  # check every input before writing any
+        if text is not None and (exp_dir / name).exists():
+            storage.write_text_once(exp_dir / name, text)
+    created = []
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in inputs.items():
+        if text is not None and not (exp_dir / name).exists():
+            storage.write_text_once(exp_dir / name, text)
+            created.append(exp_dir / name)
+    return created

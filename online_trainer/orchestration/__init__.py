@@ -1,0 +1,1 @@
+"""Plans experiments into run specs and executes them: OnlineTrainer.multi_run, sweeps, Optuna and checkpoint evaluation."""

@@ -1,0 +1,73 @@
+"""Optuna integration: each trial runs several seeds and reports their aggregate.
+
+A trial's value is the IQM (or mean, or median) of the final returns of ``num_runs`` seeds,
+so the search ranks configurations, not lucky seeds. Trials are configurations of one sweep
+(:meth:`OnlineTrainer.sweep`): they share its seeds and directory, and a configuration that
+was already run is not run again.
+
+Example::
+
+    import optuna
+
+    def space(trial):
+        return {"lr": trial.suggest_float("lr", 1e-4, 1.0, log=True)}
+
+    study = optuna.create_study(direction="maximize")
+    study.optimize(optuna_objective(trainer, space, num_runs=5, num_episodes=200), n_trials=20)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import optuna
+
+    from online_trainer.orchestration.trainer import OnlineTrainer
+
+
+def optuna_objective(
+    trainer: "OnlineTrainer",
+    search_space: Callable[["optuna.Trial"], dict[str, Any]],
+    num_runs: int,
+    num_episodes: int | None = None,
+    total_steps: int | None = None,
+    metric: str = "iqm",
+    last_k: int = 10,
+    seed_offset: int | None = 0,
+    **sweep_options: Any,
+) -> Callable[["optuna.Trial"], float]:
+    """An Optuna objective that runs ``num_runs`` seeds per trial and returns their aggregate.
+
+    Args:
+        trainer: a trainer with an ``exp_dir`` (the sweep directory of the study).
+        search_space: ``search_space(trial) -> dict`` of hyperparameters, using
+            ``trial.suggest_*``; the dict goes to ``agent.set_hp``.
+        num_runs: seeds per trial.
+        num_episodes, total_steps: the budget of each run (exactly one).
+        metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns.
+        last_k: a run's final return is the mean of its last ``last_k`` episode returns.
+        seed_offset: base seed shared by every trial.
+        **sweep_options: passed to :meth:`OnlineTrainer.sweep` (``num_workers``, ``backend``, ...).
+
+    Returns:
+        ``objective(trial) -> float``, to maximise. The trial's user attributes hold the
+        experiment directory name and the 95% CI of the value (``ci_low``, ``ci_high``).
+    """
+    try:
+        import optuna  # noqa: F401  (fail now, not in the first trial)
+    except ImportError as exc:
+        raise ImportError("optuna_objective needs Optuna: pip install -e '.[optuna]' (or pip install optuna).") from exc
+
+    def objective(trial: "optuna.Trial") -> float:
+        hp = search_space(trial)
+        ranking = trainer.sweep([hp], num_runs, num_episodes, total_steps, seed_offset=seed_offset, metric=metric,
+                                last_k=last_k, **sweep_options)
+        row = ranking.iloc[0]
+        trial.set_user_attr("experiment", str(row["experiment"]))
+        trial.set_user_attr("ci_low", float(row[f"{metric}_lo"]))
+        trial.set_user_attr("ci_high", float(row[f"{metric}_hi"]))
+        trial.set_user_attr("num_runs", int(row["num_runs"]))
+        return float(row[metric])
+
+    return objective

@@ -1,0 +1,204 @@
+"""From what the user asked to what executes: typed run options, run specs, and their execution.
+
+``multi_run``, ``sweep`` (and through it the Optuna objective) and the command all go
+through this one path::
+
+    options = RunOptions(total_steps=50_000, checkpoint_freq=10_000)      # validated once
+    specs = plan_runs(parts, options, seeds={1: 0, 2: 10_000}, exp_dir=...)
+    experiment = Experiment(exp_dir, manifest, specs)                    # manifest + results
+    execute_experiments([experiment], execution, parts.callback)         # here, workers or Ray
+
+An *experiment* is one directory's runs; a sweep executes several experiments (one per
+configuration) together, in one pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from online_trainer.core import seeding, validation
+from online_trainer.core.budget import Budget
+from online_trainer.core.errors import RunSetupError
+from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.core.run import RunSpec
+from online_trainer.experiment.manifest import Experiment, remove_created
+from online_trainer.parallel import executors
+from online_trainer.parallel.executors import ExecutionOptions
+
+if TYPE_CHECKING:
+    from online_trainer.parallel.workers import WorkerPool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What every run of an experiment shares; validated when built.
+
+    Raises:
+        ValueError: naming the first bad field and its value.
+    """
+
+    num_episodes: int | None = None
+    """Stop each run after exactly this many finished episodes (all sub-envs together)."""
+    total_steps: int | None = None
+    """Stop each run after this many env steps (real transitions of all sub-envs together)."""
+    checkpoint_freq: int | None = None
+    """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
+    dump_metrics: bool = True
+    """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
+    dump_transitions: bool = False
+    """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
+    keep_records: bool = True
+    """Hand the records back in memory (False: on disk only; memory stays flat)."""
+    keep_agents: bool = True
+    """Hand each run's final agent back."""
+    metrics_flush_every: int = 10
+    """Records per chunk of the metrics streams."""
+    evaluate: bool = False
+    """Evaluate the agent greedily on a separate env, every ``eval_freq`` and at the end."""
+    eval_freq: int | None = None
+    """Evaluate every this many env steps (step budget) or episodes (episode budget); None: at the end only."""
+    eval_episodes: int = 10
+    """Complete episodes per evaluation."""
+    record_video: int | None = None
+    """Film the first episode of every this-many-th evaluation (``exp_dir/videos/run{i}/*.mp4``)."""
+    has_exp_dir: bool = True
+    """Whether the experiment has a directory (options that write files need one)."""
+    budget: Budget = field(init=False, repr=False)
+    """The budget the two first fields describe."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
+        validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
+        validation.positive_int("metrics_flush_every", self.metrics_flush_every)
+        validation.optional_positive_int("eval_freq", self.eval_freq)
+        validation.positive_int("eval_episodes", self.eval_episodes)
+        validation.optional_positive_int("record_video", self.record_video)
+        validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
+        if self.record_video is not None and not self.evaluate:
+            raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
+                             "pass eval_freq=... (and an eval_env made with render_mode='rgb_array').")
+        validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
+                                 checkpoint_freq=self.checkpoint_freq)
+        if not self.keep_records and not self.dump_metrics:
+            raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
+
+
+@dataclass(frozen=True)
+class RunnerParts:
+    """What a trainer contributes to every run: its factories, its callback and its mode."""
+
+    env_factory: EnvFactory
+    agent_factory: AgentFactory
+    callback: Any
+    train: bool = True
+    eval_env_factory: EnvFactory | None = None
+    """The eval env (None: the training env's factory, called once more per run)."""
+
+    def check_travel(self, execution: ExecutionOptions) -> None:
+        """Check, without calling anything, that what runs need can be sent to worker processes."""
+        if execution.in_workers:
+            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+                                       "trainer.call_back": self.callback,
+                                       "eval_env": getattr(self.eval_env_factory, "source", None)})
+
+    def copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
+        """Whether each run takes a copy of the agent instance (several runs in this process)."""
+        if not self.agent_factory.is_instance or execution.in_workers or num_runs == 1:
+            return False
+        if self.train:
+            logger.warning("The agent instance you passed is copied for each of the %d runs and stays as it was: "
+                           "the trained agents are trainer.agents after multi_run.", num_runs)
+        return True
+
+    def manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
+        """How the runs execute, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
+        torch = sys.modules.get("torch")
+        here = torch.get_num_threads() if torch is not None else None
+        return {"train": self.train, "backend": execution.backend, "num_workers": execution.num_workers,
+                "torch_threads": execution.torch_threads if execution.in_workers else here}
+
+
+def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int], exp_dir: Path | None,
+              tuning_hp: dict[str, Any] | None = None, copy_agent: bool = False, label: str = "",
+              tag_prefix: str = "", first_task_id: int = -1) -> list[RunSpec]:
+    """The specs of the runs ``seeds`` (run number -> seed) of one experiment.
+
+    Args:
+        parts: the trainer's factories, callback and mode.
+        options: what the runs share.
+        seeds: the runs to do, by number (from 1), with their seeds.
+        exp_dir: the experiment directory, or None.
+        tuning_hp: hyperparameters for ``agent.set_hp``.
+        copy_agent: each run takes a deep copy of the agent instance.
+        label: put before ``run {i}`` on the progress display (a sweep's configuration).
+        tag_prefix: put before ``run_{i}`` in callback tags.
+        first_task_id: ids for the executors when several experiments run together (-1: the run number).
+    """
+    specs = []
+    for offset, (run, seed) in enumerate(seeds.items()):
+        specs.append(RunSpec(
+            run_idx=run, seed=seed, env_factory=parts.env_factory, agent_factory=parts.agent_factory,
+            budget=options.budget, callback=parts.callback, train=parts.train, copy_agent=copy_agent,
+            keep_agent=options.keep_agents, tuning_hp=tuning_hp,
+            exp_dir=None if exp_dir is None else os.fspath(exp_dir), dump_metrics=options.dump_metrics,
+            checkpoint_freq=options.checkpoint_freq, dump_transitions=options.dump_transitions,
+            keep_records=options.keep_records, metrics_flush_every=options.metrics_flush_every,
+            eval_env_factory=parts.eval_env_factory, eval_freq=options.eval_freq,
+            eval_episodes=options.eval_episodes if options.evaluate else 0, record_video=options.record_video,
+            task_id=first_task_id + offset if first_task_id >= 0 else -1,
+            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
+        ))
+    return specs
+
+
+def base_seed(seed_offset: int | None) -> int:
+    """``seed_offset``, or a random base seed (logged, so the experiment can be repeated)."""
+    if seed_offset is not None:
+        return seed_offset
+    drawn = seeding.draw_base_seed()
+    logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", drawn, drawn)
+    return drawn
+
+
+def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionOptions, callback: Any,
+                        pool: "WorkerPool | None" = None, created: Sequence[Path] = ()) -> None:
+    """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
+
+    A run that fails before its first env step stops every run: the files of this call
+    (``created`` and the experiments' outputs) are removed, as nothing was learned, and
+    the run's own exception is raised.
+    """
+    owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
+    specs = [spec for experiment in experiments for spec in experiment.specs]
+    try:
+        executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
+    except RunSetupError as error:
+        _close_quietly(callback)
+        for experiment in experiments:
+            experiment.discard()
+        remove_created(created)
+        if hasattr(error.cause, "add_note"):  # Python 3.11+
+            error.cause.add_note(f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
+                                 "every run was stopped and nothing was kept on disk)")
+        raise error.cause from None
+    except BaseException:
+        for experiment in experiments:
+            experiment.mark_interrupted()
+        _close_quietly(callback)
+        raise
+    callback.close()
+
+
+def _close_quietly(callback: Any) -> None:
+    """Close ``callback`` while another exception propagates: its own error must not hide that one."""
+    try:
+        callback.close()
+    except Exception as exc:
+        logger.error("could not close the callback %r: %s", callback, exc)

@@ -1,0 +1,228 @@
+"""Hyperparameter sweeps: every configuration over the same seeds, one worker pool, resumable.
+
+Layout of a sweep directory::
+
+    exp_dir/
+      sweep.json                      base seed and budget, shared by every configuration
+      sweep_results.csv               the ranking of the last call
+      lr=0.001,gamma=0.99/            one experiment directory per configuration
+        hyperparameters.yaml  manifest.json  metrics_run{i}.pkl ...
+
+Every configuration runs the same seeds (common random numbers), so differences between
+configurations are not differences between seeds. A configuration's runs that finished
+are never run again: calling the sweep again runs only what is missing (new
+configurations, more seeds, runs that failed or were interrupted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import logging
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import yaml
+
+from online_trainer.core import storage, validation
+from online_trainer.core.errors import RunsFailedError
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.manifest import Experiment, pending_runs
+from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
+from online_trainer.parallel import executors
+from online_trainer.parallel.executors import ExecutionOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from online_trainer.orchestration.trainer import OnlineTrainer
+
+logger = logging.getLogger(__name__)
+
+SWEEP_FILE = "sweep.json"
+RESULTS_FILE = "sweep_results.csv"
+METRICS = ("iqm", "mean", "median")
+
+
+def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The configurations of a grid (``{"lr": [1e-3, 1e-4], "gamma": [0.9]}``) or a list of dicts.
+
+    Raises:
+        ValueError: an empty grid, a grid value that is not a list, or a configuration that is
+            not a dict of hyperparameters.
+    """
+    if isinstance(configurations, Mapping):
+        for key, values in configurations.items():
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
+                raise ValueError(f"Each grid value must be a non-empty list, but got {key}={values!r}: "
+                                 f"write {key}=[{values!r}] for a single value.")
+        keys = list(configurations)
+        grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())]
+    else:
+        grid = [dict(validation.tuning_hp(config) or {}) for config in configurations]
+    if not grid:
+        raise ValueError(f"The sweep has no configuration: got configurations={configurations!r}.")
+    unique: list[dict[str, Any]] = []
+    for config in grid:
+        if config not in unique:
+            unique.append(config)
+    return unique
+
+
+def config_name(config: Mapping[str, Any]) -> str:
+    """A directory name for a configuration: ``lr=0.001,gamma=0.99`` (hashed when long)."""
+    name = ",".join(f"{_clean(key)}={_clean(_text(value))}" for key, value in config.items()) or "default"
+    if len(name) > 100:
+        digest = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        name = f"{name[:80]}-{digest}"
+    return name
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "-".join(_text(v) for v in value)
+    return str(value)
+
+
+def _clean(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+
+
+def run_sweep(
+    trainer: "OnlineTrainer",
+    configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
+    num_runs: int,
+    num_episodes: int | None = None,
+    total_steps: int | None = None,
+    seed_offset: int | None = None,
+    metric: str = "iqm",
+    last_k: int = 10,
+    checkpoint_freq: int | None = None,
+    execution: ExecutionOptions = ExecutionOptions(),
+) -> "pd.DataFrame":
+    """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
+    if trainer.exp_dir is None:
+        raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
+                         "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
+    options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                         keep_agents=False)
+    num_runs = validation.positive_int("num_runs", num_runs)
+    last_k = validation.positive_int("last_k", last_k)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
+    seed_offset = validation.seed_offset(seed_offset)
+    grid = expand_grid(configurations)
+    execution = execution.capped(len(grid) * num_runs)
+    parts = trainer.parts
+    parts.check_travel(execution)
+    copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
+    root = Path(trainer.exp_dir)
+    created: list[Path] = [path for path in (root, root / LOCK_FILE) if not path.exists()]
+    with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
+        seed = _sweep_seed(root, seed_offset, options.budget, created)
+        experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
+                                   options, copy_agent, created)
+        execute_experiments(experiments, execution, parts.callback, pool, created)
+
+    ranking = rank(root, names, metric, last_k)
+    ranking.to_csv(root / RESULTS_FILE, index=False)
+    failures = [f for e in experiments for f in e.failures()]
+    if failures:
+        raise RunsFailedError(failures, None)
+    return ranking
+
+
+def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
+          seed: int, fields: dict[str, Any], options: RunOptions, copy_agent: bool,
+          created: list[Path]) -> tuple[list[Experiment], list[str]]:
+    """One experiment per configuration, holding the specs of the runs still to do, and their names.
+
+    Directories and files made here are appended to ``created``.
+    """
+    experiments, names = [], []
+    task_id = 0
+    for config in grid:
+        name = config_name(config)
+        names.append(name)
+        exp_dir = root / name
+        if not exp_dir.exists():
+            created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
+        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed, fields, options.budget)
+        seeds = {run: manifest["seeds"][run - 1] for run in todo}
+        specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
+                          first_task_id=task_id)
+        task_id += len(specs)
+        experiments.append(Experiment(exp_dir, manifest, specs))
+    skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
+    logger.info("sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs,
+                task_id, skipped)
+    return experiments, names
+
+
+def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[Path]) -> int:
+    """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now (and recorded:
+    what this writes is appended to ``created``)."""
+    path = root / SWEEP_FILE
+    recorded_budget = {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps}
+    if path.is_file():
+        recorded = json.loads(path.read_text())
+        if seed_offset is not None and seed_offset != recorded["base_seed"]:
+            raise ValueError(f"The sweep in {root} ran with seed_offset={recorded['base_seed']}, but got "
+                             f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir.")
+        if recorded["budget"] != recorded_budget:
+            raise ValueError(f"The sweep in {root} ran with {recorded['budget']}, but got {recorded_budget}: a sweep "
+                             "compares configurations on one budget; use another exp_dir.")
+        return recorded["base_seed"]
+    seed = base_seed(seed_offset)
+    created.append(path)
+    root.mkdir(parents=True, exist_ok=True)
+    storage.write_atomic(path, json.dumps({"base_seed": seed, "budget": recorded_budget}, indent=2).encode())
+    return seed
+
+
+def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, seed: int,
+            fields: dict[str, Any], budget: Any) -> tuple[dict[str, Any], list[int]]:
+    """The manifest of a configuration's experiment and the runs still to do."""
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        manifest = storage.read_manifest(exp_dir)
+        todo = pending_runs(manifest, exp_dir)
+        extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
+        for entry in extra["runs"][len(manifest["runs"]):]:
+            manifest["runs"].append(entry)
+            manifest["seeds"].append(entry["seed"])
+            todo.append(entry["run"])
+        manifest["num_runs"] = len(manifest["runs"])
+        return manifest, todo
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    storage.write_text_once(exp_dir / storage.HYPERPARAMETERS_FILE, yaml.safe_dump(config, sort_keys=False))
+    manifest = Experiment.new_manifest(num_runs, seed_offset, seed, {**fields, "tuning_hp": config})
+    return manifest, list(range(1, num_runs + 1))
+
+
+def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> "pd.DataFrame":
+    """Rank the configurations ``names`` of the sweep at ``root`` by ``metric`` of their final returns.
+
+    Returns:
+        One row per configuration, best first: ``rank``, the hyperparameters, ``experiment``,
+        ``mean``/``median``/``iqm`` with their 95% bootstrap CIs (``*_lo``, ``*_hi``) of the
+        mean return of each run's last ``last_k`` episodes, and ``num_runs``.
+    """
+    from online_trainer.analysis.dataframes import hyperparameters, load_episodes
+    from online_trainer.analysis.stats import summarize
+
+    dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
+    if not dirs:
+        raise RuntimeError(f"No configuration of the sweep in {root} has any finished episode.")
+    episodes = load_episodes(dirs)
+    if "experiment" not in episodes:
+        episodes.insert(0, "experiment", dirs[0].name)
+    summary = summarize(episodes, last_k=last_k, group_by="experiment")
+    hp_rows = [{"experiment": d.name, **hyperparameters(d)} for d in dirs]
+    import pandas as pd
+
+    table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
+    table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
+    table.insert(0, "rank", range(1, len(table) + 1))
+    return table

@@ -1,0 +1,352 @@
+"""OnlineTrainer: the public entry point."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from callbacks import EmptyCallBack, TBCallBack
+from online_trainer.core import storage, validation
+from online_trainer.core.errors import RunsFailedError
+from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
+from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
+from online_trainer.parallel import executors
+from online_trainer.parallel.executors import ExecutionOptions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+
+class OnlineTrainer:
+    """Runs an agent on an env over many seeds, with exact episode accounting.
+
+    Args:
+        env: a gymnasium ``VectorEnv``, a single ``Env`` (wrapped into a vector env of one),
+            or a zero-argument factory returning either, called once per run. An env instance
+            is used in place (each run resets it with its own seed); with worker processes
+            it travels as a copy, so pass a factory for envs that cannot (``AsyncVectorEnv``).
+        agent: an agent following the protocol of :mod:`online_trainer.core.protocol`, or a
+            factory ``agent_factory(env) -> agent``, called once per run. An instance is
+            trained in place when it is the only run in this process (``num_runs=1``, no
+            workers), as in the original OnlineTrainer; otherwise every run starts from a
+            copy of it and the instance stays as given. Either way :attr:`agents` holds
+            each run's final agent.
+        exp_dir: experiment directory for metrics, checkpoints and logs (created if
+            missing). None keeps everything in memory.
+        train: True calls ``reset(seed)`` and ``train()`` on each run's agent and ``update``
+            at every step. False uses the agent as given: ``eval()``, never ``reset`` nor
+            ``update`` (to evaluate a trained agent or a loaded checkpoint).
+        config: path of a ``.py`` file, copied to ``exp_dir/config.py``.
+        args: an ``argparse.Namespace`` (or a dict), written to ``exp_dir/args.yaml``.
+
+    Attributes:
+        call_back: the logging callback; ``TBCallBack(log_dir=exp_dir, flush_every=1)`` by
+            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
+        agents: after :meth:`multi_run`, the final agent of each run (``agents[0]`` is run 1;
+            None for a failed run, or with ``keep_agents=False``).
+        evaluations: after a :meth:`multi_run` that evaluated, the evaluation records of each run.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        agent: Any,
+        exp_dir: str | os.PathLike | None = None,
+        train: bool = True,
+        config: str | os.PathLike | None = None,
+        args: argparse.Namespace | Mapping[str, Any] | None = None,
+    ) -> None:
+        self.env_factory = EnvFactory(env)
+        self.agent_factory = AgentFactory(agent)
+        self.exp_dir = None if exp_dir is None else Path(exp_dir)
+        if self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
+            raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
+        self.train = bool(train)
+        self.config = None
+        if config is not None:
+            validation.needs_exp_dir(exp_dir, config=os.fspath(config))
+            if not Path(config).is_file():
+                raise FileNotFoundError(f"config={os.fspath(config)!r} does not exist: give the path of a .py file.")
+            self.config = Path(config)
+        self.args_yaml = None
+        if args is not None:
+            validation.needs_exp_dir(exp_dir, args=args)
+            if not isinstance(args, (argparse.Namespace, Mapping)):
+                raise TypeError(f"args must be an argparse.Namespace or a dict, but got args={args!r}.")
+            self.args_yaml = storage.dump_args(args)
+        self.call_back = EmptyCallBack() if self.exp_dir is None else TBCallBack(log_dir=self.exp_dir, flush_every=1)
+        self.agents: list[Any] = []
+        self.evaluations: list[list[dict[str, Any]] | None] = []
+
+    @property
+    def call_back(self) -> Any:
+        """The logging callback every run writes to (see :mod:`callbacks`)."""
+        return self._call_back
+
+    @call_back.setter
+    def call_back(self, value: Any) -> None:
+        missing = [name for name in ("__call__", "reset", "close") if not callable(getattr(value, name, None))]
+        if missing or isinstance(value, type):
+            raise TypeError(
+                f"trainer.call_back must be a callback object (callable, with reset() and close()), but got "
+                f"{value!r}: use e.g. callbacks.TBCallBack(log_dir=exp_dir), callbacks.JsonlCallback(path) or "
+                "callbacks.EmptyCallBack()."
+            )
+        self._call_back = value
+
+    def multi_run(
+        self,
+        num_runs: int,
+        num_episodes: int | None = None,
+        total_steps: int | None = None,
+        seed_offset: int | None = None,
+        dump_metrics: bool | None = None,
+        checkpoint_freq: int | None = None,
+        dump_transitions: bool = False,
+        num_workers: int = 1,
+        tuning_hp: dict[str, Any] | None = None,
+        keep_records: bool = True,
+        keep_agents: bool = True,
+        overwrite: bool = False,
+        progress: bool = True,
+        start_method: str = "spawn",
+        torch_threads: int = 1,
+        backend: str = "local",
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
+        metrics_flush_every: int = 10,
+        eval_env: Any = None,
+        eval_freq: int | None = None,
+        eval_episodes: int = 10,
+        record_video: int | None = None,
+    ) -> list[list[dict[str, Any]] | None]:
+        """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
+
+        Args:
+            num_runs: number of seeds.
+            num_episodes: stop each run after exactly this many finished episodes (of all
+                its sub-envs together).
+            total_steps: stop each run after this many env steps (real transitions of all
+                sub-envs together; overshoot is below ``num_envs``). Give exactly one budget.
+            seed_offset: run ``i`` uses seed ``seed_offset + i * 10000``; None draws a random
+                base once. Seeds are in ``manifest.json`` and in every record.
+            dump_metrics: stream records to ``exp_dir/metrics_run{i}.pkl``; None means "when
+                an exp_dir is set".
+            checkpoint_freq: save the agent every this many episodes (episode budget) or env
+                steps (step budget), plus ``Run{i}_Last`` and ``Run{i}_Best_agent.t``.
+            dump_transitions: keep ``(obs, action, reward, terminated, truncated)`` per step in
+                the records (slow and large: for debugging and offline datasets).
+            num_workers: runs going at once: worker processes (``backend="local"``; 1 runs
+                in this process) or Ray tasks in flight (``backend="ray"``).
+            tuning_hp: hyperparameters given to every agent through ``set_hp``.
+            keep_records: False keeps records out of memory (they are on disk): memory stays
+                flat and ``None`` stands for each run in the result.
+            keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
+                sent back to this process); False for agents too big to keep (large replay buffers).
+            overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
+            progress: show an overall bar and a bar per active run.
+            start_method: multiprocessing start method of the worker processes; ``"forkserver"``
+                starts new workers in about 0.2 s after the session's first call (the server
+                imports torch once).
+            torch_threads: torch threads in each worker process or Ray task, so that workers
+                do not fight over cores (runs in this process keep the current setting).
+            backend: ``"local"`` (this process or worker processes) or ``"ray"`` (Ray tasks,
+                on a local Ray or the cluster at ``ray_address``/``RAY_ADDRESS``; the
+                experiment directory must be on a filesystem all nodes share).
+            ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
+            ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
+            metrics_flush_every: records per chunk of the metrics streams.
+            eval_env: evaluate each run's agent greedily on this env (an env or a zero-argument
+                factory; with ``eval_freq`` alone, the training env's factory is called once more).
+                The agent is switched to ``eval()``, plays ``eval_episodes`` complete episodes,
+                and goes back to ``train()``; the training env and episode are untouched. Records:
+                ``exp_dir/eval_run{i}.pkl``, :attr:`evaluations`, ``eval/ep_return/run_{i}``.
+                With evaluation, ``Run{i}_Best_agent.t`` is the state at the best eval mean.
+            eval_freq: evaluate every this many env steps (step budget) or finished episodes
+                (episode budget), and once at the end; None with an ``eval_env``: at the end only.
+            eval_episodes: complete episodes per evaluation, spread evenly over the eval env's sub-envs.
+            record_video: film the first episode (of sub-env 0) of every this-many-th evaluation into
+                ``exp_dir/videos/run{i}/eval{k}_step{n}.mp4`` (the eval env must be made with
+                ``render_mode="rgb_array"``; needs ``pip install -e ".[video]"``).
+
+        Returns:
+            One list of episode records per run (``None`` per run when ``keep_records`` is False).
+
+        Raises:
+            ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
+            RunsFailedError: some runs raised; the others completed.
+        """
+        num_runs = validation.positive_int("num_runs", num_runs)
+        options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
+                             dump_transitions=bool(dump_transitions), keep_records=bool(keep_records),
+                             keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
+                             has_exp_dir=self.exp_dir is not None,
+                             evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
+                             eval_episodes=eval_episodes, record_video=record_video)
+        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
+                                     torch_threads=torch_threads, ray_address=ray_address,
+                                     ray_resources=ray_resources, progress=progress).capped(num_runs)
+        seed_offset = validation.seed_offset(seed_offset)
+        tuning_hp = validation.tuning_hp(tuning_hp)
+        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
+        parts.check_travel(execution)
+        copy_agent = parts.copies_agent(num_runs, execution)
+        with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
+            if self.exp_dir is not None:
+                created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
+            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
+                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp})
+            seeds = dict(enumerate(manifest["seeds"], start=1))
+            specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
+            experiment = Experiment(self.exp_dir, manifest, specs)
+            execute_experiments([experiment], execution, parts.callback, pool, created)
+        self.agents = experiment.agents()
+        self.evaluations = experiment.evaluations()
+        runs = experiment.runs(keep_records)
+        failures = experiment.failures()
+        if failures:
+            raise RunsFailedError(failures, runs) from experiment.first_exception()
+        if self.exp_dir is not None and options.dump_metrics and keep_records:
+            experiment.write_all_metrics(runs)
+        return runs
+
+    @property
+    def parts(self) -> RunnerParts:
+        """What this trainer contributes to every run (for :mod:`online_trainer.orchestration.planning`)."""
+        return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[list[Path]]:
+        """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
+        if self.exp_dir is None:
+            yield []
+            return
+        created = [path for path in (self.exp_dir, self.exp_dir / LOCK_FILE) if not path.exists()]
+        with ExperimentLock(self.exp_dir):
+            yield created
+
+    def _inputs(self) -> dict[str, str | None]:
+        """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
+        return {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
+                storage.ARGS_FILE: self.args_yaml}
+
+    def sweep(
+        self,
+        configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
+        num_runs: int,
+        num_episodes: int | None = None,
+        total_steps: int | None = None,
+        seed_offset: int | None = None,
+        metric: str = "iqm",
+        last_k: int = 10,
+        checkpoint_freq: int | None = None,
+        num_workers: int = 1,
+        backend: str = "local",
+        progress: bool = True,
+        start_method: str = "spawn",
+        torch_threads: int = 1,
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
+    ) -> "pd.DataFrame":
+        """Run every configuration over ``num_runs`` seeds and rank the configurations.
+
+        Each configuration gets its own experiment directory under ``exp_dir`` (named after
+        its hyperparameters, which are also written to its ``hyperparameters.yaml``) and
+        receives them through ``agent.set_hp``. All (configuration x seed) runs share one
+        pool of ``num_workers``. Every configuration runs the same seeds. Calling the sweep
+        again runs only what is missing: runs that finished are kept, new configurations and
+        seeds are added.
+
+        Args:
+            configurations: a grid ``{"lr": [1e-3, 1e-4], "gamma": [0.9, 0.99]}`` (every
+                combination) or a list of hyperparameter dicts.
+            num_runs: seeds per configuration.
+            num_episodes: episode budget of each run (exactly one budget).
+            total_steps: env-step budget of each run.
+            seed_offset: base seed shared by all configurations; None draws one, recorded in
+                ``exp_dir/sweep.json`` and reused when the sweep is called again.
+            metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
+            last_k: a run's final return is the mean return of its last ``last_k`` episodes.
+            checkpoint_freq, num_workers, backend, progress, start_method, torch_threads,
+                ray_address, ray_resources: as in :meth:`multi_run`.
+
+        Returns:
+            One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
+            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``. It is
+            also written to ``exp_dir/sweep_results.csv``.
+
+        Raises:
+            RunsFailedError: some runs failed (after the ranking of the others is written).
+        """
+        from online_trainer.orchestration.sweep import run_sweep
+
+        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
+                                     torch_threads=torch_threads, ray_address=ray_address,
+                                     ray_resources=ray_resources, progress=progress)
+        return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
+                         checkpoint_freq, execution)
+
+    def evaluate(
+        self,
+        which: str = "last",
+        num_episodes: int = 10,
+        num_workers: int = 1,
+        exp_dir: str | os.PathLike | None = None,
+        eval_env: Any = None,
+        overwrite: bool = False,
+        progress: bool = True,
+        **execution: Any,
+    ) -> "pd.DataFrame":
+        """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
+
+        Each run's agent is rebuilt with this trainer's agent factory and its checkpoint
+        loaded (``agent.load``), switched to ``eval()``, and plays ``num_episodes`` complete
+        episodes on an env seeded with the run's eval seed, exactly as evaluations during
+        training do: evaluating ``"last"`` repeats the run's final evaluation.
+
+        Args:
+            which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
+                (every checkpoint, the periodic ones included).
+            num_episodes: episodes per checkpoint.
+            num_workers: runs evaluated at once (worker processes).
+            exp_dir: the experiment to evaluate (default: this trainer's).
+            eval_env: the env to evaluate on (default: the training env's factory).
+            overwrite: replace an earlier ``evaluation_{which}.csv``.
+            progress: show the progress display.
+            **execution: ``backend``, ``start_method``, ``torch_threads``, ``ray_address``,
+                ``ray_resources``, as in :meth:`multi_run`.
+
+        Returns:
+            One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
+            ``ep_length``; also written to ``exp_dir/evaluation_{which}.csv``.
+
+        Raises:
+            FileExistsError: an earlier evaluation of ``which`` is there and ``overwrite`` is false.
+            FileNotFoundError: no manifest, or a run without such a checkpoint.
+        """
+        from online_trainer.orchestration.checkpoint_eval import evaluate_checkpoints
+
+        target = exp_dir if exp_dir is not None else self.exp_dir
+        if target is None:
+            raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
+        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
+        options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
+        parts.check_travel(options)
+        return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
+
+    load_run_metrics = staticmethod(storage.load_run_metrics)
+    load_all_run_metrics = staticmethod(storage.load_all_run_metrics)
+    load_transitions = staticmethod(storage.load_transitions)
+    load_agent_logs = staticmethod(storage.load_agent_logs)
+    load_args = staticmethod(storage.load_args)
+    load_config = staticmethod(storage.load_config)

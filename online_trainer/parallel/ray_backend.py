@@ -1,0 +1,165 @@
+"""Runs as Ray tasks, on a local Ray instance or a cluster.
+
+How records reach the experiment directory: each task writes its metrics stream and
+checkpoints into ``exp_dir`` itself, exactly as a local worker does, so a crash of the
+driver or of another node loses nothing that was flushed. On a cluster ``exp_dir`` must
+therefore be on a filesystem every node mounts at the same path (NFS, a cluster
+filesystem). The driver checks this before a run starts: it writes a token file into
+``exp_dir`` and every task checks that it sees the token, failing with a clear error
+otherwise; records are never written where the driver cannot read them. Records also
+come back to the driver with each result (unless ``keep_records=False``), and progress
+reaches the driver's display through a Ray queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import cloudpickle
+
+from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
+from online_trainer.core.run import RunResult, RunSpec, execute_run
+from online_trainer.parallel.executors import ResultHandler, failed_result
+
+logger = logging.getLogger(__name__)
+
+TOKEN_FILE = ".ray_shared_fs_check"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend='ray' needs Ray: pip install -e '.[ray]' (or pip install ray).") from exc
+    return ray
+
+
+def _ray_task(payload: bytes, queue: Any, torch_threads: int, token: str | None) -> RunResult:
+    """Run one spec in a Ray worker; ``token`` is the content of every spec's token file."""
+    from online_trainer.parallel.workers import limit_torch_threads
+
+    limit_torch_threads(torch_threads)
+    spec: RunSpec = cloudpickle.loads(payload)
+    try:
+        if token is not None:
+            _check_token(spec.exp_dir, token)
+        return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
+    except Exception as exc:
+        return failed_result(spec, exc)
+    finally:
+        spec.callback.close()
+
+
+def _check_token(exp_dir: str, token: str) -> None:
+    path = Path(exp_dir) / TOKEN_FILE
+    if not path.is_file() or path.read_text() != token:
+        raise RuntimeError(
+            f"exp_dir={exp_dir!r} is not the driver's directory on Ray node {socket.gethostname()}: put the "
+            "experiment directory on a filesystem every node mounts at the same path."
+        )
+
+
+def _exp_dirs(specs: Sequence[RunSpec]) -> list[Path]:
+    """The distinct experiment directories of ``specs`` (none when records stay in memory)."""
+    return [Path(d) for d in dict.fromkeys(spec.exp_dir for spec in specs if spec.exp_dir is not None)]
+
+
+class RayExecutor:
+    """Submits each run as a Ray task with ``resources`` (``num_cpus``, ``num_gpus``, ...).
+
+    Args:
+        address: Ray cluster address; None uses ``RAY_ADDRESS`` or starts a local Ray.
+        resources: Ray task options per run, ``{"num_cpus": 1}`` by default.
+        max_concurrent: runs in flight at once (the ``num_workers`` of ``multi_run``).
+        torch_threads: torch threads in each task.
+        grace: seconds to wait for interrupted tasks before they are killed.
+    """
+
+    def __init__(self, address: str | None = None, resources: Mapping[str, Any] | None = None,
+                 max_concurrent: int = 1, torch_threads: int = 1, grace: float = 5.0) -> None:
+        self.ray = _import_ray()
+        self.address = address or os.environ.get("RAY_ADDRESS")
+        self.resources = dict(resources or {"num_cpus": 1})
+        self.max_concurrent, self.torch_threads, self.grace = max_concurrent, torch_threads, grace
+
+    def _connect(self) -> None:
+        if not self.ray.is_initialized():
+            logger.info("connecting to Ray at %s", self.address or "a new local instance")
+            self.ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
+                          configure_logging=False)
+
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
+        """Run every spec as a Ray task; return when all have a result."""
+        ray = self.ray
+        self._connect()
+        from ray.util.queue import Queue
+
+        # The queue is an actor: a process of its own, started only when progress is shown.
+        queue = None if isinstance(display, NoProgress) else Queue()
+        token = self._write_token(specs)
+        task = ray.remote(_ray_task).options(max_retries=0, **self.resources)
+        waiting = list(specs)
+        in_flight: dict[Any, RunSpec] = {}
+        try:
+            while waiting or in_flight:
+                while waiting and len(in_flight) < self.max_concurrent:
+                    spec = waiting.pop(0)
+                    in_flight[task.remote(cloudpickle.dumps(spec), queue, self.torch_threads, token)] = spec
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
+                self._drain(queue, display)
+                for ref in ready:
+                    spec = in_flight.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except Exception as exc:  # the task's worker died, or Ray failed it
+                        result = failed_result(spec, exc)
+                    self._drain(queue, display)
+                    display.run_finished(spec.key, result.status == "failed")
+                    on_result(result)
+        except BaseException:
+            self._cancel(list(in_flight))
+            raise
+        finally:
+            if token is not None:
+                for exp_dir in _exp_dirs(specs):
+                    (exp_dir / TOKEN_FILE).unlink(missing_ok=True)
+            if queue is not None:
+                ray.kill(queue.actor)
+
+    @staticmethod
+    def _write_token(specs: Sequence[RunSpec]) -> str | None:
+        """Write one token into the experiment directory of every spec (a sweep has several)."""
+        exp_dirs = _exp_dirs(specs)
+        if not exp_dirs:
+            return None
+        token = uuid.uuid4().hex
+        for exp_dir in exp_dirs:
+            (exp_dir / TOKEN_FILE).write_text(token)
+        return token
+
+    @staticmethod
+    def _drain(queue: Any, display: ProgressDisplay | NoProgress) -> None:
+        if queue is None:
+            return
+        size = queue.qsize()
+        if size:
+            for message in queue.get_nowait_batch(size):
+                display.handle(message)
+
+    def _cancel(self, refs: list[Any]) -> None:
+        """Interrupt running tasks (KeyboardInterrupt in each, so streams flush), then kill them."""
+        ray = self.ray
+        for ref in refs:
+            ray.cancel(ref, force=False)
+        deadline = time.monotonic() + self.grace
+        remaining = refs
+        while remaining and time.monotonic() < deadline:
+            _, remaining = ray.wait(remaining, num_returns=len(remaining), timeout=0.2)
+        for ref in remaining:
+            ray.cancel(ref, force=True)

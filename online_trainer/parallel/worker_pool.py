@@ -1,0 +1,383 @@
+"""The local worker pool: worker processes that survive crashes and stop cleanly on Ctrl-C.
+
+Each worker has one duplex pipe of its own (see :mod:`online_trainer.parallel.worker_process` for
+what travels on it) and a lifeline (:mod:`online_trainer.parallel.lifeline`) that kills it when the
+parent dies. The parent hands each run to an idle worker itself and waits, with
+:func:`multiprocessing.connection.wait`, on every pipe and every process sentinel at once.
+Nothing is shared between workers, so a worker that dies, busy or idle, holds no lock
+anyone needs: the run it had fails with the worker's exit code (and signal name), a run it
+had not yet taken goes to another worker, and a new worker takes its place. On
+KeyboardInterrupt, or any error in the parent (``on_result`` raising included), every
+worker gets SIGINT, so each run flushes its metrics; stragglers are terminated after
+``grace`` seconds, the pool is marked broken and the error is raised again.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import site
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any, Sequence
+
+import cloudpickle
+
+from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.run import RunResult, RunSpec
+from online_trainer.parallel.executors import ResultHandler, failed_result
+from online_trainer.parallel.lifeline import Lifeline, held_write_ends
+from online_trainer.parallel.worker_process import worker_main
+
+logger = logging.getLogger(__name__)
+
+IDLE_TIMEOUT = 120.0  # seconds a worker waits for the next call before it exits
+_WAIT = 1.0  # seconds between the parent's checks of its workers when nothing happens
+_MAX_LOST = 3  # workers that may die while a run is handed to them before the run is failed
+# Installed libraries a forkserver imports once for all its workers, when this process uses them:
+# torch (1.7 s) and torch._dynamo (1.5 s, imported by the first optimizer) are most of a worker's start-up.
+FORKSERVER_PRELOAD = ("numpy", "gymnasium", "torch", "torch._dynamo")
+
+
+@dataclasses.dataclass
+class _Worker:
+    """The parent's view of one worker process."""
+
+    process: Any
+    conn: Connection
+    lifeline: Lifeline
+    ready: bool = False
+    spec: RunSpec | None = None  # the run sent to it, until its result arrives
+    took: bool = False  # whether it received that run (else the run can go to another worker)
+    waited: set[Any] = dataclasses.field(default_factory=set)  # its pipe and sentinel, until they reach EOF
+
+    def __post_init__(self) -> None:
+        self.waited = {self.conn, self.process.sentinel}
+
+
+def has_exited(process: Any) -> bool:
+    """Whether ``process`` exited, even when something else reaped it (``os.wait``, psutil, SIGCHLD ignored).
+
+    A child reaped elsewhere looks alive to multiprocessing for ever; its pid is gone, though.
+    """
+    if not process.is_alive():
+        return True
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL (exit code -9)``."""
+    if exitcode is None:
+        return "exited (its exit code is unknown: something else in this process reaped it)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode})"
+    return f"exited with code {exitcode}"
+
+
+class _Call:
+    """The state of one :meth:`WorkerPool.run` call: runs waiting, runs pending, where results go."""
+
+    def __init__(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler):
+        self.waiting = collections.deque(specs)
+        self.pending = {spec.key for spec in specs}
+        self.display, self.on_result = display, on_result
+        self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
+        self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
+
+    def finish(self, spec: RunSpec, result: RunResult) -> None:
+        """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
+        if spec.key not in self.pending:
+            return
+        self.pending.discard(spec.key)
+        self.display.run_finished(spec.key, result.status != "finished")
+        self.on_result(result)
+
+
+class WorkerPool:
+    """Runs specs in up to ``num_workers`` processes started with ``start_method``.
+
+    Workers stay after :meth:`run` for the next one, until :meth:`close`, ``idle_timeout``
+    seconds without work, or the parent's exit or death. After an interrupted run, or one
+    whose ``on_result`` raised, the pool is ``broken`` (its workers are stopped) and must
+    not be used again.
+
+    Args:
+        num_workers: worker processes at most.
+        start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``.
+        torch_threads: torch threads in each worker.
+        grace: seconds interrupted workers get to flush and leave before they are terminated.
+        idle_timeout: seconds a worker waits for work before it leaves (None: :data:`IDLE_TIMEOUT`).
+    """
+
+    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
+                 idle_timeout: float | None = None) -> None:
+        self.context = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            preload_forkserver(self.context)
+        self.start_method = start_method
+        self.num_workers, self.torch_threads, self.grace = num_workers, torch_threads, grace
+        self.idle_timeout = IDLE_TIMEOUT if idle_timeout is None else idle_timeout
+        self.settings = (num_workers, start_method, torch_threads)
+        self.owner_pid = os.getpid()  # a forked child inherits this object but must not drive it
+        self.started_at = time.time()
+        self.broken = False
+        self.workers: dict[int, _Worker] = {}  # slot -> worker
+
+    @property
+    def processes(self) -> dict[int, Any]:
+        """The process of each slot."""
+        return {slot: worker.process for slot, worker in self.workers.items()}
+
+    def _spawn(self, slot: int) -> _Worker:
+        """Start the worker of ``slot``, with its pipe and its lifeline."""
+        parent_end, child_end = self.context.Pipe(duplex=True)
+        lifeline = Lifeline()
+        # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread.
+        death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        inherited = held_write_ends() if self.start_method == "fork" else ()
+        args = (child_end, lifeline.reader, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout,
+                inherited)
+        process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}")
+        try:
+            process.start()
+        except BaseException:
+            lifeline.cut()
+            parent_end.close()
+            raise
+        finally:
+            child_end.close()  # the child has its copy: end-of-file here means the worker is gone
+            lifeline.started()
+        worker = self.workers[slot] = _Worker(process, parent_end, lifeline)
+        return worker
+
+    def start(self, count: int) -> None:
+        """Have ``count`` workers (at most ``num_workers``) alive, starting those missing.
+
+        Starting them before the checks that precede the runs lets their start-up overlap
+        those checks. A worker that died since the last call (killed while idle) is replaced.
+        """
+        for slot in range(min(self.num_workers, count)):
+            worker = self.workers.get(slot)
+            if worker is not None and not has_exited(worker.process):
+                continue
+            if worker is not None:
+                self._discard(slot)
+            self._spawn(slot)
+
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
+        """Run every spec; return when each has a result (a failed one when its worker died)."""
+        if self.broken:
+            raise RuntimeError("This worker pool was stopped; use shared_pool() for a new one.")
+        call = _Call(specs, display, on_result)
+        try:
+            self.start(len(specs))
+            while call.pending:
+                self._dispatch(call)
+                if not self.workers:
+                    self._fail_unstarted(call)
+                    break
+                ready = set(wait([x for w in self.workers.values() for x in w.waited], timeout=_WAIT))
+                for slot, worker in list(self.workers.items()):
+                    if worker.conn in ready:
+                        self._receive(worker, call)
+                    if worker.process.sentinel in ready or has_exited(worker.process):
+                        self._bury(slot, call)
+        except BaseException:
+            self.broken = True
+            self.stop()
+            raise
+
+    def _dispatch(self, call: _Call) -> None:
+        """Send waiting runs to idle workers; start workers for the slots left empty."""
+        for slot in range(min(self.num_workers, len(call.waiting) + self._busy())):
+            if slot not in self.workers and call.waiting and not call.start_failures:
+                self._spawn(slot)
+        for worker in list(self.workers.values()):
+            if not call.waiting:
+                return
+            if worker.spec is not None:
+                continue
+            spec = call.waiting.popleft()
+            worker.spec, worker.took = spec, False
+            try:
+                worker.conn.send(cloudpickle.dumps(spec))
+            except OSError:  # it died: its sentinel tells the rest
+                call.waiting.appendleft(spec)
+                worker.spec = None
+
+    def _busy(self) -> int:
+        """Workers with a run."""
+        return sum(w.spec is not None for w in self.workers.values())
+
+    def _receive(self, worker: _Worker, call: _Call) -> None:
+        """Handle every message ``worker`` has sent so far."""
+        while True:
+            try:
+                if not worker.conn.poll():
+                    return
+                message = worker.conn.recv()
+            except (EOFError, OSError):
+                worker.waited.discard(worker.conn)  # it exited: the sentinel is (or will be) ready
+                return
+            except Exception as exc:  # a message cut off mid-way (the worker was interrupted while sending)
+                logger.error("worker %d sent an unreadable message (%s); stopping it", worker.process.pid, exc)
+                worker.process.kill()
+                return
+            kind = message[0]
+            if kind == "ready":
+                worker.ready = True
+            elif kind == "took":
+                worker.took = True
+            elif kind in ("result", "error") and worker.spec is not None:
+                spec, worker.spec, worker.took = worker.spec, None, False
+                call.finish(spec, self._result(spec, *message))
+            elif kind in ("start", "progress"):
+                call.display.handle(message)
+
+    @staticmethod
+    def _result(spec: RunSpec, kind: str, payload: Any) -> RunResult:
+        """The result a ``("result", bytes)`` or ``("error", text)`` message stands for."""
+        if kind == "error":
+            return failed_result(spec, payload)
+        try:
+            result = pickle.loads(payload)
+        except Exception as exc:
+            return failed_result(spec, f"ResultNotRead: the run's result could not be unpickled here "
+                                       f"({type(exc).__name__}: {exc})")
+        if "agent_not_sent" in result.extra:
+            logger.warning("run %d: its trained agent could not be sent back from the worker (%s), so none is kept "
+                           "for it; pass keep_agents=False to skip sending agents", spec.run_idx,
+                           result.extra["agent_not_sent"])
+        return result
+
+    def _bury(self, slot: int, call: _Call) -> None:
+        """A worker exited: read what it sent before, fail or hand on its run, free its slot."""
+        worker = self.workers[slot]
+        self._receive(worker, call)
+        worker.process.join(1.0)
+        code = worker.process.exitcode
+        if not has_exited(worker.process):
+            worker.waited.discard(worker.process.sentinel)  # closed, yet the process lives: checked every _WAIT s
+            return
+        self._discard(slot)
+        if not worker.ready:
+            call.start_failures.append(code)
+            logger.error("worker %d %s before it was ready", worker.process.pid, describe_exit(code))
+        spec = worker.spec
+        if spec is None:
+            return
+        if worker.took:
+            reason = f"WorkerDied: the worker process {describe_exit(code)} during this run"
+            logger.error("run %d (seed %d): %s", spec.run_idx, spec.seed, reason)
+            call.finish(spec, failed_result(spec, reason))
+            return
+        call.lost[spec.key] += 1
+        if call.lost[spec.key] < _MAX_LOST:
+            call.waiting.appendleft(spec)  # it never received the run: another worker runs it
+        else:
+            reason = (f"WorkerDied: {_MAX_LOST} worker processes died as they were given this run (the last "
+                      f"{describe_exit(code)})")
+            call.finish(spec, failed_result(spec, reason))
+
+    def _fail_unstarted(self, call: _Call) -> None:
+        codes = sorted({c for c in call.start_failures}, key=str)
+        reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
+                  f"start_method='{self.start_method}' workers import the main script again: put the "
+                  "script's code under `if __name__ == '__main__':`.")
+        for spec in list(call.waiting):
+            call.finish(spec, failed_result(spec, reason))
+        call.waiting.clear()
+        self.broken = True
+
+    def _discard(self, slot: int) -> None:
+        """Forget the worker of ``slot``, which has exited."""
+        worker = self.workers.pop(slot)
+        worker.process.join(0.1)
+        worker.conn.close()
+        worker.lifeline.cut()
+
+    def stop(self) -> None:
+        """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
+        alive = [w.process for w in self.workers.values() if not has_exited(w.process)]
+        for process in alive:
+            try:
+                os.kill(process.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        self._reap(alive)
+        self._close_pipes()
+
+    def close(self) -> None:
+        """Let every worker leave (they are idle between runs), then close the pipes."""
+        if os.getpid() != self.owner_pid:
+            return
+        alive = [w for w in self.workers.values() if not has_exited(w.process)]
+        for worker in alive:
+            try:
+                worker.conn.send(None)
+            except OSError:
+                pass
+        self._reap([w.process for w in alive])
+        self._close_pipes()
+        self.broken = True
+
+    def _reap(self, processes: list[Any]) -> None:
+        deadline = time.monotonic() + self.grace
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if not has_exited(process):
+                logger.warning("worker %d did not stop within %.0f s; terminating it", process.pid, self.grace)
+                process.terminate()
+                process.join(1.0)
+            if not has_exited(process):
+                process.kill()
+                process.join(1.0)
+
+    def _close_pipes(self) -> None:
+        """Close the pipes and lifelines of the workers, which have exited."""
+        for worker in self.workers.values():
+            worker.conn.close()
+            worker.lifeline.cut()
+
+
+def preload_forkserver(context: Any) -> None:
+    """Have the forkserver (once it starts) import the installed libraries of :data:`FORKSERVER_PRELOAD`
+    that this process has loaded, so workers fork with them loaded instead of importing them each.
+
+    Only modules of the Python installation are preloaded: user code (which may be edited
+    between calls) is imported by each worker, as with spawn. ``__main__`` stays preloaded,
+    as by default.
+    """
+    installed = installation_dirs()
+    names = [name for name in FORKSERVER_PRELOAD if is_installed(sys.modules.get(name), installed)]
+    context.set_forkserver_preload(["__main__", *names])
+
+
+def installation_dirs() -> tuple[str, ...]:
+    """The directories of the Python installation: the prefixes and the site-packages."""
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+
+
+def is_installed(module: Any, installed: tuple[str, ...]) -> bool:
+    """Whether ``module`` (None: not loaded) was loaded from a file under one of the ``installed`` dirs."""
+    path = getattr(module, "__file__", None)
+    return bool(path) and os.path.realpath(path).startswith(installed)

@@ -1,0 +1,206 @@
+"""The worker side of the local pool: one process that runs the runs its parent sends it.
+
+Each worker talks to its parent over one duplex pipe of its own, and nothing else: no lock
+or queue is shared with the other workers, so a worker that dies at any moment (killed,
+out of memory, segfault) cannot block the others or the parent.
+
+Parent -> worker: a cloudpickled :class:`RunSpec` (bytes), or ``None`` to leave.
+Worker -> parent, in this order for each run::
+
+    ("ready", pid)                  once, when the process is up
+    ("took",)                       the payload was received: from now on the run is this worker's
+    ("start", key, name)            the run's display opens      } through QueueProgress
+    ("progress", key, n, return)    at most every 0.2 s          }
+    ("result", bytes)               the pickled RunResult (a failed one when the run raised)
+    ("error", text)                 the payload could not even be unpickled
+
+A worker dies with its parent, at once and without writing anything more (see
+:mod:`online_trainer.parallel.lifeline`); a message that cannot be sent or received because nobody is
+at the other end ends it too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import os
+import pickle
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import NoReturn
+
+import cloudpickle
+
+from online_trainer.core.progress import QueueProgress
+from online_trainer.core.run import RunResult, RunSpec, execute_run
+from online_trainer.parallel.executors import failed_result
+from online_trainer.parallel.lifeline import die_orphaned, guard
+
+logger = logging.getLogger(__name__)
+
+_POLL = 1.0  # seconds between an idle worker's checks of its idle time
+_PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
+
+
+def limit_torch_threads(torch_threads: int) -> None:
+    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(torch_threads)
+
+
+def leave(code: int = 0) -> NoReturn:
+    """End this process, skipping the interpreter's teardown (about a second with torch loaded).
+
+    The ``atexit`` handlers (open writers, logging) still run.
+    """
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+class PipeChannel:
+    """Sends messages to the parent; a send that finds nobody reading ends this process.
+
+    It has the ``put`` of a queue, so :class:`QueueProgress` reports over it.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def put(self, message: tuple) -> None:
+        """Send ``message``; end this process at once when the parent is gone."""
+        try:
+            self.conn.send(message)
+        except _PARENT_GONE:
+            die_orphaned()
+
+
+def _next_payload(conn: Connection, idle_timeout: float) -> bytes:
+    """The next run's payload; leaves the process on the stop message, when idle too long, or on EOF."""
+    idle_since = time.monotonic()
+    while not conn.poll(_POLL):
+        if time.monotonic() - idle_since > idle_timeout:
+            leave()
+    try:
+        payload = conn.recv()
+    except _PARENT_GONE:
+        die_orphaned()  # the parent died, or dropped this pipe: nobody will read what this process would write
+    if payload is None:
+        leave()
+    return payload
+
+
+def pack_result(spec: RunSpec, result: RunResult) -> bytes:
+    """The pickled result, sent back to the parent.
+
+    When the trained agent cannot be pickled (it holds a lock, a file, a process), the result
+    goes without it and says why in ``extra["agent_not_sent"]``; when the result cannot be
+    pickled even so, a failed result that says why goes instead.
+    """
+    try:
+        return cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # an unpicklable agent or record, or no memory left for a huge one
+        error = exc
+    if result.agent is not None:
+        reason = f"{type(error).__name__}: {error}"
+        without_agent = dataclasses.replace(result, agent=None, extra={**result.extra, "agent_not_sent": reason})
+        try:
+            return cloudpickle.dumps(without_agent, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            error = exc
+    logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)
+    reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
+              f"({type(error).__name__}: {error}); its records up to the last flush are on disk.")
+    if result.status != "finished":
+        reason += f" The run's own error: {result.extra.get('exception', result.error)}"
+    return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
+    """Run ``spec``; an exception (a full disk included) becomes a failed result naming it."""
+    try:
+        result = execute_run(spec, progress)
+    except Exception as exc:
+        result = failed_result(spec, exc)
+    except SystemExit as exc:
+        result = failed_result(spec, f"SystemExit: the run called sys.exit({exc.code!r})")
+    finally:
+        close_error = _close_callback(spec)
+    if close_error is not None:
+        if result.status != "finished":
+            result.error = f"{result.error}\nThen closing the callback raised: {close_error}"
+        else:
+            result = failed_result(spec, close_error)
+    return result
+
+
+def _close_callback(spec: RunSpec) -> BaseException | None:
+    try:
+        spec.callback.close()
+    except Exception as exc:  # a full disk while flushing logs: the run's failure, not the worker's
+        return exc
+    return None
+
+
+def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None:
+    data = pack_result(spec, result)
+    try:
+        channel.conn.send(("result", data))
+    except _PARENT_GONE:
+        die_orphaned()
+    except (OSError, ValueError, MemoryError) as exc:  # too large for the pipe, or no memory for the copy
+        reason = (f"ResultNotSent: the run ended ({result.status}) but sending its result failed "
+                  f"({type(exc).__name__}: {exc})")
+        logger.error("run %d: %s", spec.run_idx, reason)
+        channel.put(("result", pickle.dumps(failed_result(spec, reason))))
+
+
+def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int,
+                idle_timeout: float, inherited_write_ends: tuple[int, ...] = ()) -> None:
+    """The body of a worker process: run what the parent sends until told to leave.
+
+    Args:
+        conn: this worker's end of its pipe to the parent.
+        lifeline: the read end of its lifeline; see :func:`online_trainer.parallel.lifeline.guard`
+            for this and the next two arguments.
+        owner_pid: the pool's process, whose death ends this one.
+        death_signal: ask for SIGKILL at the parent's death.
+        torch_threads: torch threads of this process.
+        idle_timeout: seconds without work after which the worker leaves.
+        inherited_write_ends: lifeline write ends copied into this process by fork.
+    """
+    guard(lifeline, owner_pid, death_signal, inherited_write_ends)
+    limit_torch_threads(torch_threads)
+    channel = PipeChannel(conn)
+    progress = QueueProgress(channel)
+    spec: RunSpec | None = None
+    try:
+        channel.put(("ready", os.getpid()))
+        while True:
+            payload = _next_payload(conn, idle_timeout)
+            channel.put(("took",))
+            try:
+                spec = cloudpickle.loads(payload)
+            except Exception as exc:
+                channel.put(("error", f"{type(exc).__name__}: the run could not be unpickled in the worker: {exc}"))
+                continue
+            result = _execute(spec, progress)
+            _send_result(channel, spec, result)
+            spec = None
+    except KeyboardInterrupt:
+        # execute_run flushed the run's metrics on its way out; tell the parent, if it still listens
+        if spec is not None:
+            try:
+                interrupted = failed_result(spec, "KeyboardInterrupt: the worker was interrupted")
+                conn.send(("result", pickle.dumps(interrupted)))
+            except (OSError, ValueError, KeyboardInterrupt):
+                pass
+        leave()

@@ -1,0 +1,94 @@
+"""The package's layers import downwards only, lazy imports inside functions included.
+
+    cli  ->  orchestration  ->  experiment | parallel | analysis | config  ->  core
+
+The top-level package (``online_trainer/__init__.py``) may name anything: it resolves the
+public names lazily. Reference agents, envs and callbacks stand beside the package and
+never import it.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "online_trainer"
+LOWER = {
+    "core": set(),
+    "experiment": {"core"},
+    "parallel": {"core"},
+    "analysis": {"core"},
+    "config": {"core"},
+    "orchestration": {"core", "experiment", "parallel", "analysis", "config"},
+    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration"},
+}
+MAX_LINES = 400
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every ``online_trainer...`` module ``path`` imports, at any depth of the file."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] == "online_trainer"}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LOWER else None
+
+
+def package_modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE)
+
+
+def test_every_module_belongs_to_a_layer():
+    stray = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    assert stray == [], f"modules outside a layer: {stray}"
+    assert {p.parent.name for p in package_modules()} == set(LOWER)
+
+
+@pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_down(path):
+    layer = path.parent.name
+    allowed = LOWER[layer] | {layer}
+    upward = sorted(m for m in imported_modules(path) if layer_of(m) is not None and layer_of(m) not in allowed)
+    bare = sorted(m for m in imported_modules(path) if m == "online_trainer")
+    assert upward == [], f"{path.relative_to(ROOT)} ({layer}) imports a layer above or beside it: {upward}"
+    assert bare == [], f"{path.relative_to(ROOT)} imports the top-level package; import the module that defines the name"
+
+
+@pytest.mark.parametrize("package", ["agents", "envs", "callbacks"])
+def test_reference_packages_stand_beside_the_runner(package):
+    users = [str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py") if imported_modules(p)]
+    assert users == []
+
+
+def test_the_import_checker_sees_lazy_imports(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from online_trainer.cli.main import main\n    import online_trainer.analysis.stats\n")
+    assert {"online_trainer.cli.main", "online_trainer.analysis.stats"} <= imported_modules(module)
+
+
+@pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_modules_stay_small(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(ROOT)} has {lines} lines: split it by job"
+
+
+def test_workers_load_neither_orchestration_nor_analysis():
+    code = ("import sys, online_trainer.parallel.worker_process, online_trainer.parallel.worker_pool\n"
+            "print(' '.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    above = [m for m in loaded if m.startswith("online_trainer.") and layer_of(m) in ("orchestration", "analysis", "cli", "config")]
+    assert above == []
+    assert not {"pandas", "scipy", "matplotlib"} & set(loaded)
