@@ -22,7 +22,6 @@ import struct
 import time
 from pathlib import Path
 
-
 import crc32c
 
 _FILE_COUNTER = itertools.count()
