@@ -1,11 +1,17 @@
-"""Shared test fixtures: an env whose episode lengths are known, and a recording agent."""
+"""Shared test helpers: an env whose episode lengths are known, a recording agent, a failing agent,
+hand-written experiments and record comparison."""
 
 from __future__ import annotations
+
+import json
+import pickle
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+
+from online_trainer.core.seeding import run_seed
 
 
 def scheduled_length(seed: int, episode: int) -> int:
@@ -143,3 +149,47 @@ class RecordingAgent:
 @pytest.fixture
 def counting_vec():
     return make_counting_vec
+
+
+class FailsOnThirdRun(RecordingAgent):
+    """Raises in the 10th update of run 3 (seed_offset=0)."""
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        if self.seed == run_seed(0, 3) and self.updates == 10:
+            raise ValueError("diverged on purpose")
+
+
+def strip(runs):
+    """The per-episode values that must agree between two executions of the same runs."""
+    return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]
+
+
+def feed(agent, obs, next_obs, reward, terminated=None, truncated=None, valid=None, call_back=None):
+    """One act() then update() of ``agent`` on hand-made batches (lists), as the runner calls them."""
+    n = len(obs)
+    agent.act(np.asarray(obs))
+    agent.update(np.asarray(next_obs), np.asarray(reward, dtype=float),
+                 np.zeros(n, bool) if terminated is None else np.asarray(terminated),
+                 np.zeros(n, bool) if truncated is None else np.asarray(truncated),
+                 call_back=call_back, valid=valid)
+
+
+def record(index, ret, length=10, step=None, **extra):
+    """An episode record as the runner writes it."""
+    return {"ep_return": float(ret), "ep_length": length, "episode_index": index,
+            "global_step": step if step is not None else 10 * index, "wall_time": 0.1 * index, **extra}
+
+
+def write_experiment(exp_dir, runs, manifest_order=None):
+    """A hand-written experiment: ``runs[run] = (status, seed, records)``; ``records`` None writes no stream."""
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    order = manifest_order or sorted(runs)
+    entries = [{"run": r, "seed": runs[r][1], "status": runs[r][0], "episodes": len(runs[r][2] or []),
+                "error": "Traceback ...\nRuntimeError: boom" if runs[r][0] == "failed" else None} for r in order]
+    (exp_dir / "manifest.json").write_text(json.dumps({"format": 2, "num_runs": len(runs), "runs": entries}))
+    for r, (_, _, records) in runs.items():
+        if records is not None:
+            with open(exp_dir / f"metrics_run{r}.pkl", "wb") as f:
+                pickle.dump(records, f)
+    return exp_dir

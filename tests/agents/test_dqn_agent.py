@@ -8,6 +8,7 @@ import torch
 
 import envs
 from agents import DQNAgent
+from tests.conftest import feed
 
 SMALL = {"learning_starts": 8, "batch_size": 8, "train_freq": 1, "target_update_interval": 5,
          "exploration_steps": 10, "hidden_sizes": (8,), "buffer_size": 100}
@@ -17,15 +18,6 @@ def agent_on(env, seed=0, **hp):
     agent = DQNAgent(env, **{**SMALL, **hp})
     agent.reset(seed)
     return agent
-
-
-def feed(agent, obs, next_obs, reward, terminated=None, truncated=None, valid=None, call_back=None):
-    n = len(obs)
-    agent.act(np.asarray(obs))
-    agent.update(np.asarray(next_obs), np.asarray(reward, dtype=float),
-                 np.zeros(n, bool) if terminated is None else np.asarray(terminated),
-                 np.zeros(n, bool) if truncated is None else np.asarray(truncated),
-                 call_back=call_back, valid=valid)
 
 
 def test_reset_steps_never_reach_the_replay_buffer(corridor):

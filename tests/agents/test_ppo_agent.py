@@ -9,6 +9,7 @@ import pytest
 import envs
 from agents import PPOAgent
 from agents._rollout import masked_gae
+from tests.conftest import feed
 
 SMALL = {"n_steps": 4, "minibatch_size": 4, "n_epochs": 2, "hidden_sizes": (8,)}
 
@@ -17,15 +18,6 @@ def agent_on(env, seed=0, **hp):
     agent = PPOAgent(env, **{**SMALL, **hp})
     agent.reset(seed)
     return agent
-
-
-def feed(agent, obs, next_obs, reward, terminated=None, truncated=None, valid=None, call_back=None):
-    n = len(obs)
-    agent.act(np.asarray(obs))
-    agent.update(np.asarray(next_obs), np.asarray(reward, dtype=float),
-                 np.zeros(n, bool) if terminated is None else np.asarray(terminated),
-                 np.zeros(n, bool) if truncated is None else np.asarray(truncated),
-                 call_back=call_back, valid=valid)
 
 
 def reference_gae(rewards, values, terminated, truncated, final_values, valid, last_value, gamma, lam):

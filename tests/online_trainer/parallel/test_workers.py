@@ -23,7 +23,7 @@ from online_trainer.core.seeding import run_seed
 from online_trainer.core.storage import run_indices
 from online_trainer.parallel import worker_pool, workers
 from online_trainer.parallel.workers import WorkerPool
-from tests.conftest import RecordingAgent, make_counting_vec
+from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, strip
 
 
 def worker_processes():
@@ -36,10 +36,6 @@ def worker_processes():
         except (psutil.ZombieProcess, psutil.NoSuchProcess):
             continue  # exited, not yet reaped
     return found
-
-
-def strip(runs):
-    return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]
 
 
 def test_two_workers_give_the_same_records_as_one(tmp_path):
@@ -101,13 +97,6 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
 def nth_run(exp_dir, n):
     """The index of the ``n``-th run (from 0) of ``exp_dir``, whatever runs are numbered from."""
     return run_indices(exp_dir)[n]
-
-
-class FailsOnThirdRun(RecordingAgent):
-    def update(self, *args, **kwargs):
-        super().update(*args, **kwargs)
-        if self.seed == run_seed(0, 3) and self.updates == 10:
-            raise ValueError("diverged on purpose")
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])

@@ -14,7 +14,7 @@ import yaml
 from online_trainer.cli import main as cli
 from online_trainer.config.loading import load_experiment_config, parse_override
 from online_trainer.config.schema import ConfigError
-from tests.online_trainer.test_dataframes import record, write_experiment
+from tests.conftest import record, write_experiment
 
 TINY = """\
 env:

@@ -13,32 +13,12 @@ from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_all_run_
 from online_trainer.analysis.dataframes import evaluation_files, load_evaluations, load_runs
 from online_trainer.analysis.stats import summarize
 from online_trainer.core.seeding import SEED_STRIDE
-from tests.conftest import RecordingAgent, make_counting_vec
+from tests.conftest import RecordingAgent, make_counting_vec, record, write_experiment
 
 
 def run(exp_dir, num_runs=2, episodes=5, **kwargs):
     return OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir).multi_run(
         num_runs, num_episodes=episodes, seed_offset=1, progress=False, **kwargs)
-
-
-def record(index, ret, length=10, step=None, **extra):
-    """An episode record as the runner writes it."""
-    return {"ep_return": float(ret), "ep_length": length, "episode_index": index,
-            "global_step": step if step is not None else 10 * index, "wall_time": 0.1 * index, **extra}
-
-
-def write_experiment(exp_dir, runs, manifest_order=None):
-    """A hand-written experiment: ``runs[run] = (status, seed, records)``; ``records`` None writes no stream."""
-    exp_dir.mkdir(parents=True, exist_ok=True)
-    order = manifest_order or sorted(runs)
-    entries = [{"run": r, "seed": runs[r][1], "status": runs[r][0], "episodes": len(runs[r][2] or []),
-                "error": "Traceback ...\nRuntimeError: boom" if runs[r][0] == "failed" else None} for r in order]
-    (exp_dir / "manifest.json").write_text(json.dumps({"format": 2, "num_runs": len(runs), "runs": entries}))
-    for r, (_, _, records) in runs.items():
-        if records is not None:
-            with open(exp_dir / f"metrics_run{r}.pkl", "wb") as f:
-                pickle.dump(records, f)
-    return exp_dir
 
 
 def test_one_experiment(tmp_path):

@@ -37,7 +37,7 @@ from online_trainer.core.storage import iter_metrics_chunks
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 from tests.conftest import RecordingAgent, make_counting_vec
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # (start method, whether a thread other than the main thread calls multi_run, seed of the kill's timing)
 PARENT_KILL_TRIALS = ([("spawn", False, seed) for seed in range(5)] + [("spawn", True, seed) for seed in (5, 6)]
                       + [("forkserver", False, seed) for seed in (7, 8, 9)] + [("fork", False, 10), ("fork", True, 11)])

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +38,7 @@ SLOW_WRITER = textwrap.dedent("""
 
 
 def start_writer(exp_dir):
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(Path(__file__).resolve().parents[3])
     process = subprocess.Popen([sys.executable, "-c", SLOW_WRITER.format(root=root, exp_dir=str(exp_dir))])
     deadline = time.monotonic() + 60
     while not list(exp_dir.glob("metrics_run*.pkl")):

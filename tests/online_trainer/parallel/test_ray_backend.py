@@ -9,8 +9,7 @@ import cloudpickle
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
-from tests.conftest import RecordingAgent, make_counting_vec
-from tests.online_trainer.test_workers import FailsOnThirdRun, strip
+from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, strip
 
 ray = pytest.importorskip("ray")
 
@@ -18,12 +17,12 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
     # Ray workers do not share the test's sys.path: ship the test helpers by value.
-    for name in ("tests.conftest", "tests.online_trainer.test_workers"):
+    for name in ("tests.conftest",):
         cloudpickle.register_pickle_by_value(sys.modules[name])
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     yield
     ray.shutdown()
-    for name in ("tests.conftest", "tests.online_trainer.test_workers"):
+    for name in ("tests.conftest",):
         cloudpickle.unregister_pickle_by_value(sys.modules[name])
 
 
