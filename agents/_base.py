@@ -214,6 +214,22 @@ class AgentBase:
         """Switch to greedy acting; ``update`` is then ignored."""
         self.training = False
 
+    def _pending_step(self, valid: np.ndarray | None) -> tuple[Any, np.ndarray] | None:
+        """What :meth:`act` left for ``update`` and the real-transition mask, or None in eval mode.
+
+        Clears the pending step, so that the next ``update`` needs a new ``act``.
+
+        Raises:
+            RuntimeError: in training mode without a preceding :meth:`act`.
+        """
+        if not self.training:
+            return None
+        pending = getattr(self, "_pending", None)
+        if pending is None:
+            raise RuntimeError(f"{type(self).__name__}.update() was called without a preceding act().")
+        self._pending = None
+        return pending, as_valid(valid, self.num_envs)
+
     def log(self) -> list[dict[str, np.ndarray] | None] | None:
         """Per-sub-env values of the last step (None: nothing to log)."""
         return None

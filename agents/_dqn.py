@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents._base import AgentBase, as_valid, require
+from agents._base import AgentBase, require
 from agents._networks import ACTIVATIONS, ObsEncoder, mlp, resolve_device
 from agents._replay import ReplayBuffer
 
@@ -197,13 +197,10 @@ class DQNAgent(AgentBase):
         Raises:
             RuntimeError: when called in training mode without a preceding :meth:`act`.
         """
-        if not self.training:
+        step = self._pending_step(valid)
+        if step is None:
             return
-        if self._pending is None:
-            raise RuntimeError("DQNAgent.update() was called without a preceding act().")
-        real = as_valid(valid, self.num_envs)
-        obs, actions = self._pending
-        self._pending = None
+        (obs, actions), real = step
         if self._last is not None:
             self._last = (self._last[0], real)
         n_real = int(np.count_nonzero(real))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents._base import AgentBase, as_valid, require
+from agents._base import AgentBase, require
 from agents._networks import ACTIVATIONS, ObsEncoder, resolve_device
 from agents._normalize import RewardScaler, RunningMeanStd
 from agents._policy import ActorCritic
@@ -216,11 +216,10 @@ class PPOAgent(AgentBase):
         Raises:
             RuntimeError: when called in training mode without a preceding :meth:`act`.
         """
-        if not self.training:
+        step = self._pending_step(valid)
+        if step is None:
             return
-        if self._pending is None:
-            raise RuntimeError("PPOAgent.update() was called without a preceding act().")
-        real = as_valid(valid, self.num_envs)
+        pending, real = step
         cfg = self.config
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
@@ -233,11 +232,10 @@ class PPOAgent(AgentBase):
         bootstrap = real & truncated & ~terminated
         if bootstrap.any():
             final_values[bootstrap] = self._values(np.asarray(next_obs)[bootstrap])
-        self.rollout.add(**self._pending, rewards=rewards, terminated=terminated, truncated=truncated,
+        self.rollout.add(**pending, rewards=rewards, terminated=terminated, truncated=truncated,
                          final_values=final_values, valid=real)
         if cfg.log_step_values:
-            self._last = (self._pending["values"], self._pending["log_probs"], real)
-        self._pending = None
+            self._last = (pending["values"], pending["log_probs"], real)
         self.steps += int(np.count_nonzero(real))
         if self.rollout.full:
             self._learn(self._values(next_obs), call_back)

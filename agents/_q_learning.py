@@ -8,7 +8,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from agents._base import AgentBase, as_valid, require
+from agents._base import AgentBase, require
 
 EVAL_STREAM = 7_919
 """Second word of the seed of the eval-mode tie-breaking generator (the training one has none)."""
@@ -136,13 +136,10 @@ class QLearningAgent(AgentBase):
         Raises:
             RuntimeError: when called in training mode without a preceding :meth:`act`.
         """
-        if not self.training:
+        step = self._pending_step(valid)
+        if step is None:
             return
-        if self._pending is None:
-            raise RuntimeError("QLearningAgent.update() was called without a preceding act().")
-        real = as_valid(valid, self.num_envs)
-        states, actions = self._pending
-        self._pending = None
+        (states, actions), real = step
         next_states = self._states(next_obs)
         terminated = np.asarray(terminated, dtype=bool)
         bootstrap = self.q_table[next_states].max(axis=1) * ~terminated
