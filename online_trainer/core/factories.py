@@ -18,7 +18,24 @@ from online_trainer.core.protocol import missing_methods
 logger = logging.getLogger(__name__)
 
 
-class EnvFactory:
+class _InstanceOrFactory:
+    """What the user passed for an env or an agent: an instance (used in place) or a factory."""
+
+    _instance: Any
+    _factory: Any
+
+    @property
+    def source(self) -> Any:
+        """What the user passed."""
+        return self._instance if self._instance is not None else self._factory
+
+    @property
+    def is_instance(self) -> bool:
+        """Whether the user passed an instance rather than a factory."""
+        return self._instance is not None
+
+
+class EnvFactory(_InstanceOrFactory):
     """A zero-argument callable returning the :class:`VectorEnv` of a run.
 
     Accepts a ``VectorEnv``, a single ``gymnasium.Env`` (wrapped into a ``SyncVectorEnv``
@@ -40,16 +57,6 @@ class EnvFactory:
                 f"env={env!r} of type {type(env).__name__}."
             )
         self._wrapped: VectorEnv | None = None
-
-    @property
-    def source(self) -> Any:
-        """What the user passed."""
-        return self._instance if self._instance is not None else self._factory
-
-    @property
-    def is_instance(self) -> bool:
-        """Whether the user passed an env instance (used in place) rather than a factory."""
-        return self._instance is not None
 
     def __call__(self) -> VectorEnv:
         if self._factory is not None:
@@ -101,7 +108,7 @@ def autoreset_mode(env: VectorEnv) -> AutoresetMode:
     return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
 
 
-class AgentFactory:
+class AgentFactory(_InstanceOrFactory):
     """A callable ``factory(env) -> agent`` giving the agent of a run.
 
     Accepts an agent instance or a factory ``agent_factory(env) -> agent`` (called once per
@@ -120,16 +127,6 @@ class AgentFactory:
                 f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
                 f"got agent={agent!r}, which lacks: {missing}."
             )
-
-    @property
-    def source(self) -> Any:
-        """What the user passed."""
-        return self._instance if self._instance is not None else self._factory
-
-    @property
-    def is_instance(self) -> bool:
-        """Whether the user passed an agent instance rather than a factory."""
-        return self._instance is not None
 
     def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
         """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.
