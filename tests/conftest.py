@@ -151,6 +151,22 @@ def counting_vec():
     return make_counting_vec
 
 
+class SamplingAgent:
+    """Samples its action space, seeded by ``reset(seed)``: the plainest agent of the protocol."""
+
+    def __init__(self, env):
+        self.space = env.action_space
+
+    def reset(self, seed):
+        self.space.seed(seed)
+
+    def act(self, obs):
+        return self.space.sample()
+
+    def update(self, *args, **kwargs):
+        pass
+
+
 class FailsOnThirdRun(RecordingAgent):
     """Raises in the 10th update of run 3 (seed_offset=0)."""
 

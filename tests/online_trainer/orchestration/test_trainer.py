@@ -22,7 +22,7 @@ from online_trainer import (
     load_transitions,
 )
 from online_trainer.core.seeding import SEED_STRIDE
-from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
+from tests.conftest import CountingEnv, RecordingAgent, SamplingAgent, make_counting_vec
 
 RECORD_KEYS = {"ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
                "agent_logs", "global_step", "wall_time"}
@@ -52,28 +52,15 @@ def test_records_have_every_field_and_runs_get_distinct_seeds(tmp_path):
 def test_same_seed_offset_repeats_and_random_seed_is_recorded(tmp_path):
     env = lambda: gym.make_vec("CartPole-v1", num_envs=2)
 
-    class Random:
-        def __init__(self, env):
-            self.space = env.action_space
-
-        def reset(self, seed):
-            self.space.seed(seed)
-
-        def act(self, obs):
-            return self.space.sample()
-
-        def update(self, *args, **kwargs):
-            pass
-
-    first = OnlineTrainer(env, Random).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
-    again = OnlineTrainer(env, Random).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
+    first = OnlineTrainer(env, SamplingAgent).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
+    again = OnlineTrainer(env, SamplingAgent).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
     strip = lambda runs: [[(r["ep_return"], r["global_step"], r["actions"].tolist()) for r in run] for run in runs]
     assert strip(first) == strip(again)
     assert strip(first)[0] != strip(first)[1]
-    drawn = OnlineTrainer(env, Random, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
+    drawn = OnlineTrainer(env, SamplingAgent, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
     seed = json.loads((tmp_path / "manifest.json").read_text())["base_seed"]
     assert drawn[0][0]["agent_seed"] == seed
-    replay = OnlineTrainer(env, Random).multi_run(2, num_episodes=3, seed_offset=seed, progress=False)
+    replay = OnlineTrainer(env, SamplingAgent).multi_run(2, num_episodes=3, seed_offset=seed, progress=False)
     assert strip(replay) == strip(drawn)
 
 
