@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 
+import numpy as np
 import pytest
 
 import envs  # noqa: F401  (registers Corridor-v0)
 from agents import QLearningAgent
 from envs import make_env
-from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, optuna_objective
+from online_trainer import (
+    OnlineTrainer,
+    RunsFailedError,
+    load_agent_logs,
+    load_episodes,
+    optuna_objective,
+    shutdown_workers,
+)
 from online_trainer.orchestration.sweep import config_name, expand_grid
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -122,3 +131,34 @@ def test_optuna_trials_aggregate_seeds(tmp_path):
         assert trial.user_attrs["ci_low"] <= trial.value <= trial.user_attrs["ci_high"]
         manifest = json.loads((tmp_path / trial.user_attrs["experiment"] / "manifest.json").read_text())
         assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
+
+
+@pytest.mark.parametrize("metric", ["mean", "median", "iqm"])
+def test_optuna_value_is_the_metric_asked_for(tmp_path, metric):
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    objective = optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
+                                 num_runs=4, num_episodes=12, metric=metric, last_k=3, progress=False)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    study.optimize(objective, n_trials=1)
+    trial = study.trials[0]
+    episodes = load_episodes(tmp_path / trial.user_attrs["experiment"])
+    finals = np.sort(episodes.groupby("run")["ep_return"].apply(lambda r: r.iloc[-3:].mean()).to_numpy())
+    expected = {"mean": finals.mean(), "median": np.median(finals), "iqm": finals[1:3].mean()}[metric]
+    assert trial.value == pytest.approx(expected)
+
+
+class PidLogging(QLearningAgent):
+    """Q-learning that logs the pid of the process it runs in."""
+
+    def log(self):
+        return [{"pid": np.array([os.getpid()])}] * self.num_envs
+
+
+def test_sweep_runs_share_one_worker_pool_for_every_configuration(tmp_path):
+    shutdown_workers()
+    trainer = corridor_trainer(tmp_path, factory=PidLogging)
+    trainer.sweep({"lr": [0.1, 0.3, 0.5]}, num_runs=2, num_episodes=3, seed_offset=1, num_workers=2, progress=False)
+    pids = {int(pid) for name in sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+            for run in load_agent_logs(tmp_path / name) for logs in run if logs for pid in logs["pid"]}
+    assert 1 <= len(pids) <= 2 and os.getpid() not in pids
