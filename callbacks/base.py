@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 
 class CallBack:
@@ -23,6 +23,14 @@ class CallBack:
             force: write these values as they are, bypassing any averaging; a sink that
                 buffers may still hold them until its next flush (``TBCallBack`` flushes
                 on such a call once ``max_delay`` seconds have passed since the last).
+        """
+
+    def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
+        """Log a video: ``frames`` (H x W x 3 uint8 arrays) to play at ``fps``, at ``step``.
+
+        Optional: the runner calls it, when the callback has it, with each evaluation video
+        (``record_video``) under ``eval/video/run_{i}`` at the env step. This one drops it;
+        :class:`callbacks.TBCallBack` writes an animated GIF.
         """
 
     def reset(self) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from callbacks.base import CallBack, scalar_name
-from callbacks.event_file import EventFileWriter, ScalarEncoder
+from callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from callbacks.scalar_batch import ScalarBatch
 
 
@@ -81,6 +84,20 @@ class TBCallBack(CallBack):
             self._writer = EventFileWriter(self.log_dir, buffer_bytes=0)  # the batch is the buffer
         self._writer.write(self._batch.encode())
 
+    def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
+        """Write ``frames`` as an animated GIF under ``tag`` (TensorBoard's Images tab plays it).
+
+        TensorBoard has no video summary; an animated GIF in an image summary is what
+        ``torch.utils.tensorboard``'s ``add_video`` writes too (with moviepy; here Pillow, which
+        matplotlib installs). It goes to the file at once, with the scalars kept so far.
+        """
+        if len(frames) == 0:
+            return
+        encoded, (height, width, channels) = encode_gif(frames, fps)
+        self._write_batch()  # opens the file if needed, and keeps the events in order
+        self._writer.write(image_event(tag, encoded, height, width, channels, step, time.time()))
+        self._writer.flush()
+
     def _flush(self) -> None:
         """Write everything kept to the file and flush it to the operating system."""
         self._write_batch()
@@ -104,6 +121,28 @@ class TBCallBack(CallBack):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(log_dir={self.log_dir!r}, flush_every={self.flush_every})"
+
+
+def encode_gif(frames: Sequence[Any], fps: float) -> tuple[bytes, tuple[int, int, int]]:
+    """``frames`` (H x W x 3 or 4 uint8 arrays, or H x W grey) as a looping GIF; return it and its shape.
+
+    A frame the same as the one before it is merged into it (their durations add up), so a
+    still scene decodes to fewer frames that play as long. Browsers slow down GIFs faster than
+    50 frames a second, so ``fps`` is capped there.
+    """
+    from PIL import Image
+
+    images = []
+    for frame in frames:
+        array = np.asarray(frame)
+        if array.ndim == 3:
+            array = array[..., :3] if array.shape[2] >= 3 else array[..., 0]
+        images.append(Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)))
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                   duration=max(20, round(1000 / fps)))
+    channels = 3 if images[0].mode == "RGB" else 1
+    return buffer.getvalue(), (images[0].height, images[0].width, channels)
 
 
 class BasicCallBack(TBCallBack):

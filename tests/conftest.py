@@ -1,8 +1,9 @@
 """Shared test helpers: an env whose episode lengths are known, a recording agent, a failing agent,
-hand-written experiments and record comparison."""
+hand-written experiments, record comparison and videos read back from TensorBoard."""
 
 from __future__ import annotations
 
+import io
 import json
 import pickle
 
@@ -209,3 +210,20 @@ def write_experiment(exp_dir, runs, manifest_order=None):
             with open(exp_dir / f"metrics_run{r}.pkl", "wb") as f:
                 pickle.dump(records, f)
     return exp_dir
+
+
+def read_videos(log_dir):
+    """``{tag: [(step, frames)]}`` of the image summaries in ``log_dir``, each GIF decoded to its frames (RGB arrays)."""
+    from PIL import Image, ImageSequence
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir), size_guidance={"images": 0})
+    accumulator.Reload()
+    videos = {}
+    for tag in accumulator.Tags()["images"]:
+        for event in accumulator.Images(tag):
+            gif = Image.open(io.BytesIO(event.encoded_image_string))
+            assert gif.format == "GIF" and (gif.width, gif.height) == (event.width, event.height)
+            frames = [np.asarray(frame.convert("RGB")) for frame in ImageSequence.Iterator(gif)]
+            videos.setdefault(tag, []).append((event.step, frames))
+    return videos

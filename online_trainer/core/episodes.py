@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gymnasium.spaces import Dict, Space, Tuple
@@ -169,6 +169,12 @@ class EpisodeTracker:
         observation_space: the single-env observation space; ``None`` to infer it from the
             first batch (see :func:`online_trainer.core.spaces.infer_space`).
         action_space: the single-env action space; ``None`` to infer it likewise.
+        frames_trigger: which episodes keep their frames: ``k`` (episodes ``k, 2k, ...``), a
+            callable ``episode_index -> bool`` (asked once per episode), or None (every one).
+            The others' records hold no frames. With one sub-env the frames an episode will
+            not keep are not even rendered (see :meth:`wants_frame`), unless ``render_each_step``.
+        render_each_step: call ``env.render()`` at every step whatever the trigger: the env's
+            ``render()`` hands over the frames drawn since its last call (``rgb_array_list``).
 
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
@@ -188,6 +194,8 @@ class EpisodeTracker:
         keep_actions: bool = True,
         observation_space: Space[Any] | None = None,
         action_space: Space[Any] | None = None,
+        frames_trigger: int | Callable[[int], bool] | None = None,
+        render_each_step: bool = False,
     ) -> None:
         self.num_envs = num_envs
         self.mode = autoreset_mode
@@ -206,6 +214,13 @@ class EpisodeTracker:
         self._split_actions = BatchSplitter(num_envs, action_space)
         self.frames = [[] for _ in range(num_envs)] if keep_frames else None
         self._next_frames: list[list[Any]] = [[] for _ in range(num_envs)]
+        self._trigger = frames_trigger
+        self._triggered: dict[int, bool] = {}  # a callable trigger's answers, until the episode ends
+        self._finished = 0  # the index of the last episode closed
+        # With one sub-env, the episode a frame belongs to is known when it is rendered. With
+        # several, episodes are numbered in the order they end, so an episode's index is known
+        # only then: every step is rendered, and frames an episode does not keep are dropped.
+        self.film_always = frames_trigger is None or num_envs > 1 or render_each_step
         self.logs: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
         self.start_time = time.perf_counter()
 
@@ -277,6 +292,34 @@ class EpisodeTracker:
             elif frame is not None:
                 target.append(frame)
 
+    def keeps_frames(self, episode_index: int) -> bool:
+        """Whether the ``episode_index``-th episode keeps its frames (asks the trigger once)."""
+        trigger = self._trigger
+        if trigger is None:
+            return True
+        if isinstance(trigger, int):
+            return episode_index % trigger == 0
+        kept = self._triggered.get(episode_index)
+        if kept is None:
+            kept = self._triggered[episode_index] = bool(trigger(episode_index))
+        return kept
+
+    def wants_frame(self, after_reset: bool = False) -> bool:
+        """Whether to call ``env.render()`` now: after :meth:`observe` (or before the first step).
+
+        True when some episode the frame belongs to may keep it: always with several sub-envs
+        (their episodes are numbered when they end) and without a trigger; with one sub-env,
+        when the trigger keeps the current episode, or under SAME_STEP at an episode's last step
+        the next one (that frame shows its reset state). ``after_reset``: the frame after the
+        runner's own reset of finished sub-envs (AutoresetMode.DISABLED), after :meth:`finish`.
+        """
+        if self.film_always:
+            return True
+        index = self._finished + 1
+        if self.ended and not after_reset and self.mode is AutoresetMode.SAME_STEP:
+            index += 1
+        return self.keeps_frames(index)
+
     def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int,
                ep_return: float | None = None, actions: np.ndarray | None = None) -> dict[str, Any]:
         """Close sub-env ``i``'s episode and return its record.
@@ -322,7 +365,10 @@ class EpisodeTracker:
             record["transitions"] = self.transitions[i]
             self.transitions[i] = []
         if self.frames is not None:
-            record["frames"] = self.frames[i]
+            if self.keeps_frames(episode_index):
+                record["frames"] = self.frames[i]
+            self._triggered.pop(episode_index, None)
+            self._finished = episode_index
             self.frames[i] = self._next_frames[i]
             self._next_frames[i] = []
         return record

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -148,8 +148,12 @@ class Evaluator:
         self.last_step = -1
         self.start = time.perf_counter()
 
-    def evaluate(self, global_step: int, episodes_trained: int) -> dict[str, Any]:
-        """Play one evaluation and return its record."""
+    def evaluate(self, global_step: int, episodes_trained: int,
+                 on_video: Callable[[list[np.ndarray], float, int], None] | None = None) -> dict[str, Any]:
+        """Play one evaluation and return its record.
+
+        When it is filmed, ``on_video(frames, fps, global_step)`` is called after the mp4 is written.
+        """
         self.count += 1
         self.last_step = global_step
         switch = getattr(self.agent, "eval", None)
@@ -165,9 +169,12 @@ class Evaluator:
                 back()
         record = evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
         if frames:
+            fps = self.env.metadata.get("render_fps") or 30
             path = Path(self.video_dir) / f"eval{self.count}_step{global_step}.mp4"
-            write_video(path, frames, self.env.metadata.get("render_fps") or 30)
+            write_video(path, frames, fps)
             record["video"] = os.fspath(path)
+            if on_video is not None:
+                on_video(frames, fps, global_step)
         return record
 
 
@@ -204,7 +211,9 @@ class RunEvaluations:
     Each record goes to ``exp_dir/eval_run{i}.pkl`` (one chunk per evaluation, so a killed
     run keeps every evaluation it finished), to memory, and to the callback as the mean
     return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}``, at the
-    env step. With ``keep_best`` the agent's state at the best mean is kept (for
+    env step. A filmed evaluation's frames go to the mp4 file and, when the callback has a
+    ``video`` method, to ``callback.video("eval/video/run_{i}", frames, fps, step)``; no
+    record holds them. With ``keep_best`` the agent's state at the best mean is kept (for
     ``Run{i}_Best_agent.t``).
 
     Args:
@@ -223,6 +232,8 @@ class RunEvaluations:
         self.evaluator, self.freq, self.by_episode, self.stream = evaluator, freq, by_episode, stream
         self.callback, self.keep_best, self.progress = callback, keep_best, progress
         self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
+        self.video_tag = f"eval/video/{tag}"
+        self.on_video = self._video if callable(getattr(callback, "video", None)) else None
         self.next_step: float = freq if freq is not None and not by_episode else float("inf")
         self.records: list[dict[str, Any]] = []
         self.best_mean = -float("inf")
@@ -240,7 +251,7 @@ class RunEvaluations:
 
     def evaluate(self, global_step: int, episodes: int) -> None:
         """Play an evaluation now and route its record."""
-        record = self.evaluator.evaluate(global_step, episodes)
+        record = self.evaluator.evaluate(global_step, episodes, self.on_video)
         self.records.append(record)
         if self.stream is not None:
             self.stream.append(record)
@@ -253,6 +264,9 @@ class RunEvaluations:
             self.best_mean = record["mean"]
             save = getattr(self.evaluator.agent, "save", None)
             self.best_state = copy.deepcopy(save()) if callable(save) else None
+
+    def _video(self, frames: list[np.ndarray], fps: float, step: int) -> None:
+        self.callback.video(self.video_tag, frames, fps, step)
 
     def finish(self, global_step: int, episodes: int) -> None:
         """The final evaluation, unless one was just made at this step."""

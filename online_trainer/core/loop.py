@@ -117,7 +117,7 @@ def run_loop(
             entries = log()
             if entries is not None:
                 add_logs(entries)
-        if render:
+        if render and tracker.wants_frame():
             tracker.add_frames(env.render())
         if ended:
             for i in done.nonzero()[0].tolist():
@@ -127,7 +127,7 @@ def run_loop(
                     return global_step, episodes
             if disabled:
                 next_obs, _ = env.reset(options={"reset_mask": done.copy()})
-                if render:
+                if render and tracker.wants_frame(after_reset=True):
                     tracker.add_frames(env.render(), after_reset=done)
             end_step(True)
         elif tracker.partial:

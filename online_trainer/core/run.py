@@ -58,6 +58,9 @@ class RunSpec:
     """Episodes per evaluation; 0: no evaluation."""
     record_video: int | None = None
     """Film the first episode of every this-many-th evaluation into ``exp_dir/videos/run{i}/``."""
+    frames_trigger: Any = None
+    """Training episodes that keep their frames when the env renders: ``k`` (every ``k``-th), a callable
+    ``episode_index -> bool``, or None (every one)."""
     eval_only: bool = False
     """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
@@ -152,6 +155,9 @@ class RunEvents:
             self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
         if self.stream is not None:
             self.stream.append(record)
+            if record["frames"]:  # frames go to the stream file at once, and only there
+                self.stream.flush()
+                record = {**record, "frames": []}
         if self.records is not None:
             self.records.append(record)
         if self.evals is not None and self.evals.due_after_episode(index):
@@ -253,7 +259,7 @@ def _call_if_present(agent: Any, name: str, *args: Any) -> None:
         method(*args)
 
 
-def _check_env(env: Any) -> None:
+def _check_env(env: Any, frames_trigger: Any = None) -> None:
     if env.num_envs > seeding.SEED_STRIDE:
         raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
                          f"at most {seeding.SEED_STRIDE} sub-envs.")
@@ -262,6 +268,10 @@ def _check_env(env: Any) -> None:
     if render_mode is not None and supported and render_mode not in supported:
         raise ValueError(f"render_mode={render_mode!r} is not a render mode of this env, which supports "
                          f"{list(supported)}: make the env with one of them.")
+    if frames_trigger is not None and render_mode not in FRAME_RENDER_MODES:
+        raise ValueError(f"frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
+                         f"the env's render_mode is {render_mode!r}: make the env with render_mode='rgb_array' "
+                         f"(or one of {list(FRAME_RENDER_MODES)}), or drop frames_trigger.")
 
 
 def _warn_if_nan(obs: Any, run_idx: int) -> None:
@@ -292,7 +302,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     try:
         try:
             env = spec.env_factory()
-            _check_env(env)
+            _check_env(env, spec.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
             obs, _ = env.reset(seed=spec.seed)
@@ -306,17 +316,19 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                                       video_dir, spec.record_video)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        render = getattr(env, "render_mode", None) in FRAME_RENDER_MODES
+        render_mode = getattr(env, "render_mode", None)
+        render = render_mode in FRAME_RENDER_MODES
         tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
                                  observation_space=env.single_observation_space,
-                                 action_space=env.single_action_space)
+                                 action_space=env.single_action_space, frames_trigger=spec.frames_trigger,
+                                 render_each_step=render_mode == "rgb_array_list")
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = RunEvents(spec, agent, bar, evaluator)
-        if render:
+        if render and tracker.wants_frame():
             tracker.add_frames(env.render())
         global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.seed,
                                          spec.train, step_logger)

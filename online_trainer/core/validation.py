@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from typing import Any
 
@@ -22,6 +23,27 @@ def positive_int(name: str, value: Any, hint: str = "") -> int:
 def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
     """Like :func:`positive_int`, with None allowed."""
     return None if value is None else positive_int(name, value, hint)
+
+
+def episode_trigger(name: str, value: Any) -> Any:
+    """None, a positive int ``k`` (every ``k``-th episode) or a callable ``episode_index -> bool``.
+
+    A callable is checked to accept one positional argument (when Python can tell), not called.
+    """
+    if value is None or (_is_int(value) and value >= 1):
+        return None if value is None else int(value)
+    if not callable(value):
+        raise ValueError(f"{name} must be a positive int k (every k-th episode: k, 2k, ...) or a callable "
+                         f"episode_index -> bool, but got {name}={value!r}: pass e.g. {name}=10 or "
+                         f"{name}=lambda i: i in (1, 100).")
+    try:
+        inspect.signature(value).bind(1)
+    except TypeError as exc:
+        raise ValueError(f"{name}={value!r} must accept one argument, the episode index (from 1), but "
+                         f"calling it with one would fail: {exc}.") from exc
+    except ValueError:  # no signature to inspect (some builtins): it is called as it is
+        pass
+    return value
 
 
 def budget(num_episodes: Any, total_steps: Any) -> Budget:

@@ -68,6 +68,9 @@ class RunOptions:
     """Complete episodes per evaluation."""
     record_video: int | None = None
     """Film the first episode of every this-many-th evaluation (``exp_dir/videos/run{i}/*.mp4``)."""
+    frames_trigger: Any = None
+    """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
+    callable ``episode_index -> bool``, or None (every one)."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
@@ -80,6 +83,7 @@ class RunOptions:
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
         validation.optional_positive_int("record_video", self.record_video)
+        object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
         validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
         if self.record_video is not None and not self.evaluate:
             raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
@@ -152,6 +156,7 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
             keep_records=options.keep_records, metrics_flush_every=options.metrics_flush_every,
             eval_env_factory=parts.eval_env_factory, eval_freq=options.eval_freq,
             eval_episodes=options.eval_episodes if options.evaluate else 0, record_video=options.record_video,
+            frames_trigger=options.frames_trigger,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
             label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
         ))

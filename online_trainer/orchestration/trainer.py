@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from callbacks import EmptyCallBack, TBCallBack
 from online_trainer.core import storage, validation
@@ -128,6 +128,7 @@ class OnlineTrainer:
         eval_freq: int | None = None,
         eval_episodes: int = 10,
         record_video: int | None = None,
+        frames_trigger: int | Callable[[int], bool] | None = None,
     ) -> list[list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -176,7 +177,15 @@ class OnlineTrainer:
             eval_episodes: complete episodes per evaluation, spread evenly over the eval env's sub-envs.
             record_video: film the first episode (of sub-env 0) of every this-many-th evaluation into
                 ``exp_dir/videos/run{i}/eval{k}_step{n}.mp4`` (the eval env must be made with
-                ``render_mode="rgb_array"``; needs ``pip install -e ".[video]"``).
+                ``render_mode="rgb_array"``; needs ``pip install -e ".[video]"``). The callback gets each
+                video too, when it has a ``video`` method (``TBCallBack``: an animated GIF in TensorBoard).
+            frames_trigger: when the training env renders frames (``render_mode="rgb_array"``,
+                ``"rgb_array_list"`` or ``"ansi"``), the episodes whose records keep them: ``k`` keeps
+                episodes ``k, 2k, ...``, a callable ``episode_index -> bool`` (as gymnasium's
+                ``RecordVideo(episode_trigger=...)``, indices from 1) those it accepts; None: every
+                episode. With a metrics stream the frames are in ``metrics_run{i}.pkl`` only: the
+                records returned and ``all_metrics.pkl`` hold ``frames=[]`` (read them back with
+                :meth:`load_run_metrics`).
 
         Returns:
             One list of episode records per run (``None`` per run when ``keep_records`` is False).
@@ -192,7 +201,7 @@ class OnlineTrainer:
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes, record_video=record_video)
+                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger)
         execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
                                      torch_threads=torch_threads, ray_address=ray_address,
                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
@@ -200,6 +209,8 @@ class OnlineTrainer:
         tuning_hp = validation.tuning_hp(tuning_hp)
         parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
         parts.check_travel(execution)
+        if execution.in_workers and callable(options.frames_trigger):
+            executors.check_picklable({"frames_trigger": options.frames_trigger})
         copy_agent = parts.copies_agent(num_runs, execution)
         with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:

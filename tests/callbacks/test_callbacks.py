@@ -15,6 +15,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 import callbacks
 from callbacks import BasicCallBack, EmptyCallBack, JsonlCallback, TBCallBack
 from callbacks.event_file import ScalarEncoder
+from tests.conftest import read_videos
 
 
 def read_scalars(log_dir):
@@ -97,6 +98,36 @@ def test_callbacks_pickle_before_first_write_and_copies_open_their_own_file(tmp_
     jsonl = JsonlCallback(tmp_path / "log.jsonl")
     jsonl({"x": 1}, "t", 1)
     assert pickle.loads(cloudpickle.dumps(jsonl))._lines == []
+
+
+@pytest.mark.parametrize("cls", [TBCallBack, BasicCallBack])
+def test_tb_video_is_an_animated_gif_readable_back(tmp_path, cls):
+    rng = np.random.default_rng(0)
+    colours = rng.integers(0, 256, size=(7, 3), dtype=np.uint8)
+    frames = [np.broadcast_to(colour, (4, 6, 3)).copy() for colour in colours]
+    frames[3][1, 2] = (255, 0, 0)  # a frame that is not all one colour
+    cb = cls(tmp_path)
+    cb({"ep_return": 1.0}, "run_1", 5, force=True)
+    cb.video("eval/video/run_1", frames, fps=25, step=40)
+    cb.video("eval/video/run_1", [frame[..., ::-1] for frame in frames[:2]], fps=25, step=80)
+    cb.video("eval/video/run_1", [], fps=25, step=90)  # nothing to show: nothing written
+    cb.close()
+    videos = read_videos(tmp_path)
+    assert list(videos) == ["eval/video/run_1"]
+    (step, decoded), (later, two) = videos["eval/video/run_1"]
+    assert (step, later, len(decoded), len(two)) == (40, 80, 7, 2)
+    np.testing.assert_array_equal(np.stack(decoded), np.stack(frames))  # a few colours: the palette is exact
+    np.testing.assert_array_equal(two[1], frames[1][..., ::-1])
+    assert read_scalars(tmp_path)["ep_return/run_1"] == [(5, 1.0)]
+
+
+def test_video_of_other_callbacks_drops_it(tmp_path):
+    frames = [np.zeros((2, 2, 3), np.uint8)]
+    EmptyCallBack().video("eval/video/run_1", frames, 30, 1)
+    cb = JsonlCallback(tmp_path / "log.jsonl")
+    cb.video("eval/video/run_1", frames, 30, 1)
+    cb.close()
+    assert not (tmp_path / "log.jsonl").exists() or (tmp_path / "log.jsonl").read_text() == ""
 
 
 def test_tb_rejects_bad_flush_every(tmp_path):

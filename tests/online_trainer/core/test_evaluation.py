@@ -134,7 +134,7 @@ def test_evaluation_never_calls_reset_nor_update():
 import gymnasium.spaces as spaces  # noqa: E402
 
 from online_trainer.core.evaluation import EVAL_SEED_SHIFT, play_episodes  # noqa: E402
-from tests.conftest import RecordingAgent, make_counting_vec, scheduled_length  # noqa: E402
+from tests.conftest import RecordingAgent, make_counting_vec, read_videos, scheduled_length  # noqa: E402
 
 
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
@@ -295,6 +295,22 @@ def test_record_video_films_the_first_episode_of_every_nth_evaluation(tmp_path):
         assert num_frames - 1 in record["lengths"].tolist()
     assert sorted(p.name for p in (tmp_path / "videos" / "run1").iterdir()) == ["eval2_step20.mp4",
                                                                                  "eval4_step40.mp4"]
+
+
+def test_evaluation_videos_go_to_tensorboard_as_gifs_of_every_frame(tmp_path):
+    pytest.importorskip("imageio_ffmpeg")
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)  # the default TBCallBack
+    trainer.multi_run(1, total_steps=40, seed_offset=0, eval_freq=10, eval_episodes=2, record_video=2,
+                      eval_env=make_counting_vec(1, render_mode="rgb_array"), progress=False)
+    (evaluations,) = trainer.evaluations
+    filmed = [e for e in evaluations if "video" in e]
+    videos = read_videos(tmp_path)
+    assert list(videos) == ["eval/video/run_1"]
+    assert [step for step, _ in videos["eval/video/run_1"]] == [e["global_step"] for e in filmed] == [20, 40]
+    for record, (_, frames) in zip(filmed, videos["eval/video/run_1"]):
+        # the first episode (one sub-env): its reset frame (t=0), then one frame per step (t=1..L)
+        assert [int(frame[0, 0, 0]) for frame in frames] == list(range(int(record["lengths"][0]) + 1))
+    assert not any("frames" in e for e in evaluations)
 
 
 def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
