@@ -4,6 +4,7 @@ chooses, and held in one place only."""
 from __future__ import annotations
 
 import pickle
+import threading
 
 import gymnasium as gym
 import pytest
@@ -122,3 +123,11 @@ def test_frames_stay_in_the_records_without_a_metrics_stream(tmp_path):
                                                            frames_trigger=2, progress=False)
     assert [r["episode_index"] for r in records if r["frames"]] == [2, 4, 6]
     assert not list(tmp_path.glob("metrics_run*.pkl"))
+
+
+def test_a_frames_trigger_that_cannot_travel_to_workers_is_reported_before_any_run(tmp_path):
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"frames_trigger=.* cannot be sent to worker processes"):
+        OnlineTrainer(make_counting_vec(1, render_mode="rgb_array"), RecordingAgent, exp_dir=tmp_path).multi_run(
+            2, num_episodes=2, num_workers=2, frames_trigger=lambda i: lock.locked(), progress=False)
+    assert not any(tmp_path.iterdir())
