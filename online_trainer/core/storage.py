@@ -26,9 +26,11 @@ import shutil
 import types
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import yaml
+
+from online_trainer.core import pickling
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +100,8 @@ def remove_experiment_files(exp_dir: str | os.PathLike) -> None:
         logger.info("overwrite=True: removed %d files of an earlier experiment in %s", len(files), exp_dir)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and swap it in.
+def write_atomic(path: str | os.PathLike, data: bytes | Iterable[bytes | memoryview]) -> None:
+    """Write ``data`` (bytes, or pieces of it in order) to a temporary file beside ``path`` and swap it in.
 
     Raises:
         OSError: naming ``path`` (a full disk, a read-only directory); the temporary file is removed.
@@ -108,7 +110,10 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -131,16 +136,18 @@ class MetricsStream:
     """Appends episode records to ``metrics_run{i}.pkl`` as pickled chunks.
 
     Records are buffered and written as one chunk every ``flush_every`` records and on
-    :meth:`close`; every chunk is flushed to the operating system, so a run killed at any
-    moment leaves every earlier chunk readable. The file is created exclusively: an
-    existing stream is never replaced.
+    :meth:`close`; every chunk is one complete pickle of a list of records, handed to the
+    operating system in one write, so a run killed at any moment leaves every earlier chunk
+    readable. The file is created exclusively: an existing stream is never replaced. (How
+    the records are pickled: :mod:`online_trainer.core.pickling`.)
     """
 
     def __init__(self, path: str | os.PathLike, flush_every: int = 10) -> None:
         self.path = Path(path)
         self.flush_every = flush_every
         self._buffer: list[dict[str, Any]] = []
-        self._file: BinaryIO = open(self.path, "xb")
+        self._encoder = pickling.ChunkEncoder()
+        self._file: BinaryIO = open(self.path, "xb", buffering=0)
 
     def append(self, record: dict[str, Any]) -> None:
         """Buffer one episode record, writing a chunk when ``flush_every`` are buffered."""
@@ -156,8 +163,10 @@ class MetricsStream:
         """
         if self._buffer:
             try:
-                pickle.dump(self._buffer, self._file, protocol=pickle.HIGHEST_PROTOCOL)
-                self._file.flush()
+                data = self._encoder.encode(self._buffer)
+                written = self._file.write(data)  # unbuffered: one write(2)
+                while written < len(data):  # a short write: the rest
+                    written += self._file.write(memoryview(data)[written:])
             except OSError as exc:
                 raise write_error(exc, self.path) from exc
             finally:
@@ -171,6 +180,14 @@ class MetricsStream:
             finally:
                 with contextlib.suppress(OSError):  # flush said what failed; a second error would hide it
                     self._file.close()
+
+
+def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Sequence[dict[str, Any]] | None]) -> None:
+    """Atomically write ``all_metrics.pkl``: a pickle of ``list(runs)`` (each run a list of records, or None).
+
+    The records are pickled as the metric chunks are (see :func:`online_trainer.core.pickling.dump_runs`).
+    """
+    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, pickling.dump_runs(runs))
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

@@ -6,7 +6,6 @@ import contextlib
 import datetime
 import logging
 import os
-import pickle
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -131,7 +130,7 @@ class Experiment:
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
         """Write ``all_metrics.pkl`` (the list of runs) atomically."""
         if self.exp_dir is not None:
-            storage.write_atomic(self.exp_dir / storage.ALL_METRICS_FILE, pickle.dumps(runs, pickle.HIGHEST_PROTOCOL))
+            storage.write_all_metrics(self.exp_dir, runs)
 
 
 def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 from online_trainer import TruncatedMetricsWarning, load_all_run_metrics, load_args, load_config, load_run_metrics
+from online_trainer.core import pickling, storage
 from online_trainer.core.storage import MetricsStream
+
+same = pickling.same_values
 
 
 def test_stream_is_chunked_and_exclusive(tmp_path):
@@ -61,3 +65,35 @@ def test_loaders_read_an_experiment_of_the_original_trainer(tmp_path):
     first = load_run_metrics(tmp_path, 1)
     assert [(r["episode_index"], r["ep_return"]) for r in first] == [(1, 10.0), (2, 12.0), (3, 9.0)]
     assert [[r["ep_length"] for r in run] for run in load_all_run_metrics(tmp_path)] == [[10, 12, 9], [30]]
+
+
+def streamed_record(index, length):
+    return {"ep_return": float(length), "ep_length": length, "frames": [], "transitions": [],
+            "actions": np.arange(length, dtype=np.int64) % 2, "agent_seed": 3, "episode_index": index,
+            "agent_logs": None, "global_step": 5 * index, "wall_time": 0.25 * index}
+
+
+def write_stream(path, records, flush_every):
+    stream = MetricsStream(path, flush_every=flush_every)
+    for record in records:
+        stream.append(record)
+    stream.close()
+
+
+def test_a_stream_cut_anywhere_in_its_last_chunk_loads_its_complete_chunks(tmp_path):
+    records = [streamed_record(i, 3 + i % 7) for i in range(1, 26)]
+    path = tmp_path / "metrics_run1.pkl"
+    write_stream(path, records, flush_every=10)
+    data = path.read_bytes()
+    last = len(data) - len(pickling.ChunkEncoder().encode(records[20:]))
+    assert same(load_run_metrics(tmp_path, 1), records)
+    for cut in range(last + 1, len(data)):  # a run killed while its last chunk was being written
+        path.write_bytes(data[:cut])
+        with pytest.warns(TruncatedMetricsWarning, match="incomplete chunk"):
+            assert same(load_run_metrics(tmp_path, 1), records[:20])
+
+
+def test_all_metrics_holds_the_runs(tmp_path):
+    runs = [[streamed_record(i, i % 4) for i in range(1, 24)], None, [], [streamed_record(1, 2)]]
+    storage.write_all_metrics(tmp_path, runs)
+    assert same(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)

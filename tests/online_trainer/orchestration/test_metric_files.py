@@ -1,0 +1,48 @@
+"""What multi_run writes is what it returns: the metric streams and all_metrics.pkl hold the records."""
+
+from __future__ import annotations
+
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from callbacks import EmptyCallBack
+from online_trainer import OnlineTrainer, load_all_run_metrics
+from online_trainer.core import pickling, storage
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+class RandomAgent:
+    def __init__(self, env):
+        self.space = env.action_space
+        self.num_envs = env.num_envs
+
+    def reset(self, seed):
+        self.space.seed(seed)
+
+    def act(self, obs):
+        return self.space.sample()
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None):
+        pass
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_all_metrics_and_streams_hold_the_returned_records(tmp_path, num_workers):
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=8), RandomAgent, exp_dir=tmp_path)
+    trainer.call_back = EmptyCallBack()
+    runs = trainer.multi_run(2, total_steps=3000, seed_offset=0, num_workers=num_workers, progress=False,
+                             metrics_flush_every=7)
+    assert len(runs[0]) > 100 and runs[0][0]["actions"].dtype == np.int64
+    assert pickling.same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
+    assert pickling.same_values(load_all_run_metrics(tmp_path), runs)
+
+
+def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(3), lambda env: RecordingAgent(env, log_every_step=True),
+                            exp_dir=tmp_path)
+    runs = trainer.multi_run(2, num_episodes=9, seed_offset=0, dump_transitions=True, progress=False)
+    assert runs[0][0]["transitions"] and runs[0][0]["agent_logs"]["t"].size
+    assert pickling.same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
