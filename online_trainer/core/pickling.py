@@ -56,6 +56,7 @@ _MARKER = "online_trainer records/1"  # the chunk layout of this module
 
 _reduced = np.zeros(1).__reduce_ex__(PROTOCOL)
 _FROM_BUFFER = _reduced[0]  # numpy._core.numeric._frombuffer (numpy.core.numeric in numpy 1.x)
+_C = _reduced[1][-1]  # numpy's "C": the same object, so that the memo finds it as pickle's does
 _fast_arrays = isinstance(_reduced[1][0], pickle.PickleBuffer) and len(_reduced[1]) == 4
 
 
@@ -70,7 +71,7 @@ class RecordPickler(pickle.Pickler):
 
     def reducer_override(self, obj: Any) -> Any:
         if _fast_arrays and type(obj) is np.ndarray and obj.dtype.kind in "biufc" and obj.flags.c_contiguous:
-            return _FROM_BUFFER, (pickle.PickleBuffer(obj), obj.dtype, obj.shape, "C")
+            return _FROM_BUFFER, (pickle.PickleBuffer(obj), obj.dtype, obj.shape, _C)
         return NotImplemented
 
 
@@ -85,7 +86,7 @@ class _Preamble:
     """The shared objects' opcodes (memoizing each, then popping them) and the pickler memo they leave."""
 
     def __init__(self) -> None:
-        shared = [_MARKER, *RECORD_KEYS, _FROM_BUFFER, "C", *(np.dtype(name) for name in _DTYPES)]
+        shared = [_MARKER, *RECORD_KEYS, _FROM_BUFFER, _C, *(np.dtype(name) for name in _DTYPES)]
         buffer = io.BytesIO()
         pickler = RecordPickler(buffer, PROTOCOL)
         pickler.dump(shared)

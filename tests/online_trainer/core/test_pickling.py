@@ -34,8 +34,12 @@ ARRAYS = [
 def test_record_pickles_are_those_of_pickle_byte_for_byte():
     readonly = np.arange(3)
     readonly.flags.writeable = False
-    for value in [*ARRAYS, readonly, [episode_record(1), episode_record(2)]]:
+    for value in [*ARRAYS, readonly, ARRAYS, [episode_record(1), episode_record(2)]]:  # ARRAYS: memo shared
         assert pickling.dumps(value) == pickle.dumps(value, 5)
+
+
+def test_the_fast_paths_are_in_use_with_this_python_and_numpy():
+    assert pickling._fast_arrays and pickling._PREAMBLE is not None  # else the import-time check turned them off
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 10, 1001])
