@@ -18,7 +18,7 @@ import pandas as pd
 import yaml
 
 from online_trainer.analysis.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
-from online_trainer.core import storage
+from online_trainer.core import ownership, storage
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +119,17 @@ def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) 
 
 
 def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
-    """The manifest's entries by their ``run`` number (never by their position)."""
+    """The manifest's entries by their ``run`` number (never by their position).
+
+    Runs marked ``running`` whose writer is gone (the experiment's lock is free) come out
+    ``interrupted``, with a logged warning: see :func:`online_trainer.core.ownership.settle_running`.
+    """
     if not (exp_dir / storage.MANIFEST_FILE).is_file():
         return {}
+    manifest = storage.read_manifest(exp_dir)
+    ownership.settle_running(exp_dir, manifest)
     entries = {}
-    for entry in storage.read_manifest(exp_dir).get("runs", []):
+    for entry in manifest.get("runs", []):
         if isinstance(entry, dict) and isinstance(entry.get("run"), int):
             entries[entry["run"]] = entry
         else:
@@ -208,8 +214,9 @@ def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.D
     """Load experiments as one DataFrame with a row per run, runs without episodes included.
 
     Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status``
-    (``finished``, ``failed``, ``interrupted``, ``pending``, ``stopped_early``, or
-    ``unknown`` for an experiment without a manifest), ``num_episodes`` (episodes on
+    (``finished``, ``failed``, ``interrupted``, ``pending`` (not started), ``running``
+    (under way: the experiment's writer is alive), ``stopped_early``, or ``unknown`` for
+    an experiment without a manifest), ``num_episodes`` (episodes on
     disk), ``last_step`` (``global_step`` of its last episode), ``error`` (the end of the
     traceback of a failed run) and one column per hyperparameter.
 
@@ -228,9 +235,11 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     Columns: ``run``, ``seed``, ``status``, ``episode_index``, ``global_step``,
     ``ep_return``, ``ep_length``, ``wall_time`` and one column per hyperparameter of
     the run; no frames or transitions. ``status`` is the run's status in the manifest
-    (see :func:`load_runs`); :mod:`online_trainer.analysis.stats` and the plots leave out runs
-    that did not finish unless asked. When several experiments are loaded (several
-    directories, or a sweep directory holding one experiment per configuration) an
+    (see :func:`load_runs`), except that a run the manifest says is ``running`` while
+    nobody holds the experiment's lock any more (its process was killed) is reported as
+    ``interrupted``, with a logged warning; :mod:`online_trainer.analysis.stats` and the
+    plots leave out runs that did not finish unless asked. When several experiments are
+    loaded (several directories, or a sweep directory holding one experiment per configuration) an
     ``experiment`` column names each by its directory.
 
     Runs are read by the number in each manifest entry (``metrics_run{run}.pkl``).

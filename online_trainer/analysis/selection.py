@@ -6,10 +6,10 @@ out the same runs and say so in the same words.
 
 Run status (the ``status`` column of :func:`online_trainer.analysis.dataframes.load_episodes`):
 runs whose status is in :data:`KEPT_STATUSES` (``finished``, ``stopped_early``,
-``unknown``) are analysed; the others (``failed``, ``interrupted``, ``pending``, or any
-status this version does not know) are left out, with a logged warning naming them,
-unless ``include_unfinished=True``. A table without a ``status`` column is analysed
-whole.
+``unknown``) are analysed; the others (``failed``, ``interrupted``, ``pending``,
+``running``, or any status this version does not know) are left out, with a logged
+warning naming them, unless ``include_unfinished=True``. A table without a ``status``
+column is analysed whole.
 
 Runs without a finished episode have no row in an episode table.
 :func:`~online_trainer.analysis.dataframes.load_episodes` lists every run, those included, in

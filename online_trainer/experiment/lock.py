@@ -4,7 +4,9 @@ The lock is ``exp_dir/.lock``, locked with ``flock`` and holding its owner (pid,
 time) as JSON. The kernel releases a ``flock`` when its owner dies, however it dies, so a
 lock left by a killed process is free: the next writer takes it over, with a logged warning
 naming the dead owner. A live owner, on this host or (on a filesystem that supports
-``flock``, as NFSv4 does) another, makes a second writer fail at once, naming the owner.
+``flock``, as NFSv4 does) another, makes a second writer fail within 0.2 s, naming the owner.
+Readers tell from the same ``flock`` whether the runs a manifest says are ``running`` still
+are (see :mod:`online_trainer.core.ownership`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import json
 import logging
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError
+from online_trainer.core.ownership import LOCK_FILE
 
 try:
     import fcntl
@@ -26,7 +31,11 @@ except ImportError:  # Windows: no flock; the lock is then only informative
 
 logger = logging.getLogger(__name__)
 
-LOCK_FILE = ".lock"
+# A reader probing whether the lock is held (online_trainer.core.ownership.is_held) holds it for an
+# instant: a writer that finds it taken tries again for this long before it refuses.
+_RETRY_FOR = 0.2
+# Locks taken with reentrant=True, by (lock file, process, thread): later acquisitions there join them.
+_JOINABLE: dict[tuple[str, int, int], "ExperimentLock"] = {}
 
 
 class ExperimentLock:
@@ -34,17 +43,29 @@ class ExperimentLock:
 
     Args:
         exp_dir: the directory (created if missing).
+        reentrant: later acquisitions of this directory's lock by the same thread, while this
+            one is held, join it instead of being refused: for a caller that writes files of
+            its own (the command's ``config.yaml``) before a call that takes the lock itself.
 
     Raises:
         ExperimentInUseError: on entering, when a live process holds the lock.
     """
 
-    def __init__(self, exp_dir: str | os.PathLike) -> None:
+    def __init__(self, exp_dir: str | os.PathLike, reentrant: bool = False) -> None:
         self.path = Path(exp_dir) / LOCK_FILE
+        self.reentrant = reentrant
         self._fd: int | None = None
+        self._joined = False  # whether acquire() joined a reentrant lock held by this thread
+        self._registered: tuple[str, int, int] | None = None  # where a reentrant lock can be joined
+
+    def _key(self) -> tuple[str, int, int]:
+        return os.path.realpath(self.path), os.getpid(), threading.get_ident()
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`ExperimentInUseError` naming its owner."""
+        if self._key() in _JOINABLE:
+            self._joined = True
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -53,15 +74,12 @@ class ExperimentLock:
                                        f"({exc.strerror}): choose a directory you can write to, or fix its "
                                        "permissions.") from exc
         try:
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    owner = _read_owner(fd)
-                    raise ExperimentInUseError(
-                        f"exp_dir={os.fspath(self.path.parent)!r} is being written by another call ({_describe(owner)}): "
-                        "wait for it to end, stop it, or choose another exp_dir."
-                    ) from None
+            if fcntl is not None and not _flock_soon(fd):
+                owner = _read_owner(fd)
+                raise ExperimentInUseError(
+                    f"exp_dir={os.fspath(self.path.parent)!r} is being written by another call ({_describe(owner)}): "
+                    "wait for it to end, stop it, or choose another exp_dir."
+                )
             earlier = _read_owner(fd)
             if earlier:
                 logger.warning("exp_dir %s: taking over the lock of %s, which ended without releasing it",
@@ -74,11 +92,20 @@ class ExperimentLock:
             os.close(fd)
             raise
         self._fd = fd
+        if self.reentrant:
+            self._registered = self._key()
+            _JOINABLE[self._registered] = self
 
     def release(self) -> None:
         """Clear the owner and release the lock (the file stays: deleting it would race a waiting writer)."""
+        if self._joined:
+            self._joined = False
+            return
         if self._fd is None:
             return
+        if self._registered is not None:
+            _JOINABLE.pop(self._registered, None)
+            self._registered = None
         fd, self._fd = self._fd, None
         try:
             os.ftruncate(fd, 0)
@@ -93,6 +120,19 @@ class ExperimentLock:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.release()
+
+
+def _flock_soon(fd: int) -> bool:
+    """Take the exclusive ``flock`` of ``fd``, trying for :data:`_RETRY_FOR` seconds; False if it stays taken."""
+    end = time.monotonic() + _RETRY_FOR
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.01)
 
 
 def _read_owner(fd: int) -> dict[str, Any] | None:

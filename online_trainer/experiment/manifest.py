@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from online_trainer.core import seeding, storage
+from online_trainer.core import ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.run import RunResult, RunSpec
 
@@ -20,8 +20,12 @@ class Experiment:
     """The runs of one experiment directory (or of none), and how each ended.
 
     The manifest (``manifest.json``) lists every run (numbered from 1) with its seed and
-    status (``pending``, ``finished``, ``failed`` or ``interrupted``); it is rewritten
-    atomically each time a run ends, so a sweep can tell which runs to do again.
+    status: ``pending`` (not started), ``running`` (handed to an executor), then how it
+    ended: ``finished``, ``failed`` or ``interrupted`` (started, then cut off by Ctrl-C, an
+    error in this process, or this process's death). It is rewritten atomically as each run
+    starts and as each ends, so a killed experiment's manifest says which runs were under
+    way; readers report those as ``interrupted`` once the experiment's lock is free (see
+    :mod:`online_trainer.core.ownership`), and a sweep does them again.
 
     Args:
         exp_dir: the directory, or None to keep everything in memory.
@@ -32,6 +36,7 @@ class Experiment:
     def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
         self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
         self.results: dict[int, RunResult] = {}
+        self._before: dict[int, str] = {}  # run -> its status before this call started it
         self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
             else set()
         self._write()
@@ -56,6 +61,15 @@ class Experiment:
         if self.exp_dir is not None:
             storage.write_manifest(self.exp_dir, self.manifest)
 
+    def on_start(self, spec: RunSpec) -> None:
+        """Record that a run is handed out, before it can write anything (a second hand-out writes nothing)."""
+        entry = self.manifest["runs"][spec.run_idx - 1]
+        if entry["status"] == ownership.RUNNING:
+            return
+        self._before[spec.run_idx] = entry["status"]
+        entry["status"] = ownership.RUNNING
+        self._write()
+
     def on_result(self, result: RunResult) -> None:
         """Record how a run ended.
 
@@ -72,10 +86,14 @@ class Experiment:
         self._write()
 
     def mark_interrupted(self) -> None:
-        """Mark the runs that did not end as interrupted (Ctrl-C, or an error in the parent)."""
+        """Mark the runs that started and did not end as interrupted (Ctrl-C, or an error in the parent).
+
+        Runs not started yet stay ``pending``.
+        """
         for spec in self.specs:
-            if spec.run_idx not in self.results:
-                self.manifest["runs"][spec.run_idx - 1]["status"] = "interrupted"
+            entry = self.manifest["runs"][spec.run_idx - 1]
+            if spec.run_idx not in self.results and entry["status"] == ownership.RUNNING:
+                entry["status"] = ownership.INTERRUPTED
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news
@@ -118,6 +136,10 @@ class Experiment:
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             if path.is_file():
                 path.unlink(missing_ok=True)
+        if self._before and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # an earlier manifest: as it was
+            for run, status in self._before.items():
+                self.manifest["runs"][run - 1]["status"] = status
+            self._write()
 
     def evaluations(self) -> list[list[dict[str, Any]] | None]:
         """The evaluation records of every run done now (None for the others, or without evaluation)."""
@@ -134,7 +156,12 @@ class Experiment:
 
 
 def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
-    """Runs of an earlier manifest to do (again): all but those finished with their stream on disk."""
+    """Runs of an earlier manifest to do (again): all but those finished with their stream on disk.
+
+    The caller holds the experiment's lock: runs the manifest says are ``running`` were cut off
+    with their writer, and are marked ``interrupted`` (in place) until they start again.
+    """
+    ownership.settle_running(exp_dir, manifest, owned=True)
     todo = []
     for entry in manifest["runs"]:
         if entry["status"] == "finished" and storage.metrics_path(exp_dir, entry["run"]).is_file():

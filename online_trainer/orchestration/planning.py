@@ -183,7 +183,8 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
     owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
     specs = [spec for experiment in experiments for spec in experiment.specs]
     try:
-        executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool)
+        executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
+                          on_start=lambda spec: owners[spec.key].on_start(spec))
     except RunSetupError as error:
         _close_quietly(callback)
         for experiment in experiments:

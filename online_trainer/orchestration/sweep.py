@@ -20,13 +20,14 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import yaml
 
-from online_trainer.core import storage, validation
+from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, pending_runs
@@ -154,6 +155,7 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
         specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
                           first_task_id=task_id)
         task_id += len(specs)
+        manifest[ownership.LOCK_KEY] = os.path.relpath(root / LOCK_FILE, exp_dir)  # the sweep's lock covers it
         experiments.append(Experiment(exp_dir, manifest, specs))
     skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
     logger.info("sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs,

@@ -1,8 +1,9 @@
 """Where runs execute: here, in worker processes, or as Ray tasks.
 
 Every executor isolates failures (a run that raises becomes a failed :class:`RunResult`;
-the others go on), reports progress to the parent's display and hands each result to
-``on_result`` as soon as it is known.
+the others go on), reports progress to the parent's display, calls ``on_start`` with each
+spec before the run can begin (before it is sent to a worker or a Ray task) and hands each
+result to ``on_result`` as soon as it is known.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ResultHandler = Callable[[RunResult], None]
+StartHandler = Callable[[RunSpec], None]
 BACKENDS = ("local", "ray")
 
 
@@ -72,9 +74,15 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
             ) from exc
 
 
-def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
+def no_start(spec: RunSpec) -> None:
+    """The ``on_start`` handler that records nothing."""
+
+
+def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+               on_start: StartHandler = no_start) -> None:
     """Run every spec here, one after another; a failing run does not stop the others."""
     for spec in specs:
+        on_start(spec)
         try:
             result = execute_run(spec, display)
         except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
@@ -153,10 +161,12 @@ def early_workers(options: ExecutionOptions, max_runs: int) -> Iterator["WorkerP
 
 
 def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler,
-            pool: "WorkerPool | None" = None) -> None:
+            pool: "WorkerPool | None" = None, on_start: StartHandler = no_start) -> None:
     """Run ``specs`` as ``options`` say, with one progress display for all of them.
 
-    ``pool`` is the one :func:`early_workers` started, if any.
+    ``pool`` is the one :func:`early_workers` started, if any. ``on_start(spec)`` is called
+    before a run can begin, ``on_result(result)`` when it has ended; either raising stops
+    every run and propagates.
     """
     from online_trainer.parallel.ray_backend import RayExecutor
     from online_trainer.parallel.workers import shared_pool
@@ -168,11 +178,11 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
     try:
         if options.backend == "ray":
             executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
-            executor.run(specs, display, on_result)
+            executor.run(specs, display, on_result, on_start)
         elif options.num_workers > 1:
             pool = pool or shared_pool(options.num_workers, options.start_method, options.torch_threads)
-            pool.run(specs, display, on_result)
+            pool.run(specs, display, on_result, on_start)
         else:
-            run_serial(specs, display, on_result)
+            run_serial(specs, display, on_result, on_start)
     finally:
         display.close_all()

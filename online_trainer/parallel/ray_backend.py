@@ -25,7 +25,7 @@ import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.parallel.executors import ResultHandler, failed_result
+from online_trainer.parallel.executors import ResultHandler, StartHandler, failed_result, no_start
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +94,9 @@ class RayExecutor:
             self.ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
                           configure_logging=False)
 
-    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
-        """Run every spec as a Ray task; return when all have a result."""
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+            on_start: StartHandler = no_start) -> None:
+        """Run every spec as a Ray task (``on_start(spec)`` before each is submitted); return when all have a result."""
         ray = self.ray
         self._connect()
         from ray.util.queue import Queue
@@ -110,6 +111,7 @@ class RayExecutor:
             while waiting or in_flight:
                 while waiting and len(in_flight) < self.max_concurrent:
                     spec = waiting.pop(0)
+                    on_start(spec)
                     in_flight[task.remote(cloudpickle.dumps(spec), queue, self.torch_threads, token)] = spec
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                 self._drain(queue, display)

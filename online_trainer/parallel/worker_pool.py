@@ -32,7 +32,7 @@ import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay
 from online_trainer.core.run import RunResult, RunSpec
-from online_trainer.parallel.executors import ResultHandler, failed_result
+from online_trainer.parallel.executors import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, held_write_ends
 from online_trainer.parallel.worker_process import worker_main
 
@@ -94,10 +94,11 @@ def describe_exit(exitcode: int | None) -> str:
 class _Call:
     """The state of one :meth:`WorkerPool.run` call: runs waiting, runs pending, where results go."""
 
-    def __init__(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler):
+    def __init__(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+                 on_start: StartHandler = no_start):
         self.waiting = collections.deque(specs)
         self.pending = {spec.key for spec in specs}
-        self.display, self.on_result = display, on_result
+        self.display, self.on_result, self.on_start = display, on_result, on_start
         self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
 
@@ -181,11 +182,15 @@ class WorkerPool:
                 self._discard(slot)
             self._spawn(slot)
 
-    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler) -> None:
-        """Run every spec; return when each has a result (a failed one when its worker died)."""
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+            on_start: StartHandler = no_start) -> None:
+        """Run every spec; return when each has a result (a failed one when its worker died).
+
+        ``on_start(spec)`` is called as a run is sent to a worker, before the worker can begin it.
+        """
         if self.broken:
             raise RuntimeError("This worker pool was stopped; use shared_pool() for a new one.")
-        call = _Call(specs, display, on_result)
+        call = _Call(specs, display, on_result, on_start)
         try:
             self.start(len(specs))
             while call.pending:
@@ -216,6 +221,7 @@ class WorkerPool:
                 continue
             spec = call.waiting.popleft()
             worker.spec, worker.took = spec, False
+            call.on_start(spec)  # before the send: a run that may have begun is never recorded as not started
             try:
                 worker.conn.send(cloudpickle.dumps(spec))
             except OSError:  # it died: its sentinel tells the rest

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import json
 import logging
 import os
 import random
@@ -28,12 +29,15 @@ import pytest
 
 from callbacks import EmptyCallBack
 from callbacks.base import CallBack
-from online_trainer import OnlineTrainer, RunsFailedError, shutdown_workers
+from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
 from online_trainer.core.budget import Budget
 from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.core.ownership import is_held
 from online_trainer.core.progress import NoProgress
 from online_trainer.core.run import RunSpec
 from online_trainer.core.storage import iter_metrics_chunks
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.manifest import pending_runs
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -104,15 +108,15 @@ PARENT_SCRIPT = textwrap.dedent("""
     from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 
-    class Slow(RecordingAgent):
+    class Slow(RecordingAgent):  # runs 1 and 2 end within about a second; 3 and 4 take many
         def update(self, *args, **kwargs):
             super().update(*args, **kwargs)
-            time.sleep(0.001)
+            time.sleep(0.001 if self.seed < 20000 else 0.05)
 
     def main(exp_dir, start_method):
         trainer = OnlineTrainer(make_counting_vec(2), Slow, exp_dir=exp_dir)
         trainer.call_back = JsonlCallback(exp_dir + "/log.jsonl", flush_every=4)
-        trainer.multi_run(4, num_episodes=10**6, seed_offset=0, num_workers=2, start_method=start_method,
+        trainer.multi_run(4, num_episodes=RUN_EPISODES, seed_offset=0, num_workers=2, start_method=start_method,
                           checkpoint_freq=40, metrics_flush_every=3, progress=False)
 
     if __name__ == "__main__":
@@ -125,12 +129,16 @@ PARENT_SCRIPT = textwrap.dedent("""
 """)
 
 
+RUN_EPISODES = 60
+
+
 @pytest.mark.parametrize("start_method,from_thread,seed", PARENT_KILL_TRIALS)
 def test_nothing_outlives_a_killed_parent(tmp_path, start_method, from_thread, seed):
-    """SIGKILL of the parent mid-run: no process survives it by 5 s, nothing is written after it."""
+    """SIGKILL of the parent mid-run: no process survives it by 5 s, nothing is written after it, and the
+    manifest tells the truth: runs that started are finished or running, and read back as interrupted."""
     rng = random.Random(seed)
     script = tmp_path / "parent.py"
-    script.write_text(PARENT_SCRIPT)
+    script.write_text(PARENT_SCRIPT.replace("RUN_EPISODES", str(RUN_EPISODES)))
     exp = tmp_path / "exp"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     caller = "thread" if from_thread else "main"
@@ -155,6 +163,29 @@ def test_nothing_outlives_a_killed_parent(tmp_path, start_method, from_thread, s
     assert late == []
     counts = load_every_chunk(exp)
     assert counts and all(n % 3 == 0 for n in counts.values())  # whole chunks of 3 only
+    check_truthful_manifest(exp, counts)
+
+
+def check_truthful_manifest(exp: Path, counts: dict[str, int]) -> None:
+    """After the kill no run that started says pending, readers report running ones interrupted, a resume redoes them."""
+    recorded = {entry["run"]: entry["status"] for entry in json.loads((exp / "manifest.json").read_text())["runs"]}
+    started = {int(name[len("metrics_run"):-len(".pkl")]) for name in counts}
+    assert started and set(recorded.values()) <= {"finished", "running", "pending"}, recorded
+    assert all(recorded[run] in ("finished", "running") for run in started), (recorded, counts)
+    assert all(counts[f"metrics_run{run}.pkl"] == RUN_EPISODES for run in recorded if recorded[run] == "finished")
+    end = time.monotonic() + 5  # the kernel drops the flock of a killed process moments after it is gone
+    while is_held(exp / LOCK_FILE) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert not is_held(exp / LOCK_FILE)
+    expected = {run: "interrupted" if status == "running" else status for run, status in recorded.items()}
+    runs = load_runs(exp)
+    assert dict(zip(runs["run"], runs["status"])) == expected
+    episodes = load_episodes(exp)
+    assert {r["run"]: r["status"] for r in episodes.attrs["runs"]} == expected
+    assert set(episodes["status"]) <= {"finished", "interrupted"}
+    with ExperimentLock(exp):
+        redo = pending_runs(json.loads((exp / "manifest.json").read_text()), exp)
+    assert redo == [run for run, status in sorted(recorded.items()) if status != "finished"]
 
 
 # ---------------------------------------------------------------- a worker is killed

@@ -1,0 +1,91 @@
+"""Whether an experiment directory still has a live writer, and what its "running" runs really are.
+
+A call that writes an experiment holds an advisory ``flock`` on a lock file (see
+:mod:`online_trainer.experiment.lock`): ``exp_dir/.lock``, or the sweep directory's for the
+experiments of a sweep (the manifest names it, relative to the experiment, as ``"lock"``).
+The kernel releases a ``flock`` when its owner dies, however it dies, so a free lock means
+nobody writes there any more. The manifest marks a run ``running`` when it is handed out
+and rewrites its entry when it ends; a ``running`` entry whose lock is free was therefore
+cut off (its writer was killed) and is reported as ``interrupted``.
+
+This module only reads: it never writes the lock file nor the manifest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+#: Manifest key: the lock file of the writer, relative to the experiment directory.
+LOCK_KEY = "lock"
+RUNNING, INTERRUPTED = "running", "interrupted"
+
+
+def lock_path(exp_dir: str | os.PathLike, manifest: Mapping[str, Any] | None = None) -> Path:
+    """The lock file the writer of ``exp_dir`` holds: the manifest's ``"lock"``, else ``exp_dir/.lock``."""
+    relative = (manifest or {}).get(LOCK_KEY) or LOCK_FILE
+    return Path(exp_dir) / relative
+
+
+def is_held(path: str | os.PathLike) -> bool:
+    """Whether a live process holds the ``flock`` of the lock file ``path`` (False when there is no such file).
+
+    The probe takes a shared lock for an instant, without writing anything: it works on a
+    read-only copy of an experiment. A writer that tries to take the lock during that
+    instant retries (see :meth:`online_trainer.experiment.lock.ExperimentLock.acquire`).
+    Without ``flock`` (Windows) the lock file tells: its owner clears it on release, so a
+    non-empty file counts as held.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:  # unreadable: say "held", so that a live run is never reported as cut off
+        logger.debug("cannot probe the lock %s (%s): taken as held", path, exc)
+        return True
+    try:
+        if fcntl is None:
+            return bool(os.read(fd, 1))
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: bool = False) -> list[int]:
+    """Mark the ``running`` runs of ``manifest`` ``interrupted`` (in place) when nobody holds the lock.
+
+    Args:
+        exp_dir: the experiment directory.
+        manifest: its manifest.
+        owned: the caller holds the lock itself (it resumes the experiment), so the writer of
+            the ``running`` entries is gone: no probe.
+
+    Returns:
+        The runs so marked (logged with a warning), or ``[]`` when no run is ``running`` or its
+        writer is alive (those runs really are running).
+    """
+    entries = [e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING]
+    if not entries or (not owned and is_held(lock_path(exp_dir, manifest))):
+        return []
+    for entry in entries:
+        entry["status"] = INTERRUPTED
+    runs = [entry.get("run") for entry in entries]
+    logger.warning("%s: run(s) %s were running when the process writing the experiment ended without recording "
+                   "how they ended (killed, or its machine went down): they count as interrupted.",
+                   os.fspath(exp_dir), ", ".join(map(str, runs)))
+    return runs
