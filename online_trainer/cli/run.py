@@ -20,6 +20,7 @@ from online_trainer.config.schema import (
 )
 from online_trainer.core import storage
 from online_trainer.core.errors import RunsFailedError
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
 
@@ -103,25 +104,27 @@ def run_command(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
         trainer.call_back = CALLBACKS[config.callback](exp_dir)
-        created = [] if exp_dir.is_dir() else [exp_dir]
-        exp_dir.mkdir(parents=True, exist_ok=True)
-        if not (exp_dir / CONFIG_YAML).exists():
-            created.append(exp_dir / CONFIG_YAML)
-        storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
-        print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-        status = 0
+        created = [path for path in (exp_dir, exp_dir / LOCK_FILE, exp_dir / CONFIG_YAML) if not path.exists()]
+        status, locked = 0, False
         try:
-            trainer.multi_run(config.num_runs, num_episodes=config.num_episodes, total_steps=config.total_steps,
-                              seed_offset=config.seed_offset, checkpoint_freq=config.checkpoint_freq,
-                              eval_freq=config.eval_freq, eval_episodes=config.eval_episodes,
-                              num_workers=config.num_workers, torch_threads=config.torch_threads or 1,
-                              overwrite=config.overwrite,
-                              progress=not args.no_progress)
+            # The lock first, so that a second writer is refused before it writes anything (config.yaml
+            # included); multi_run joins it.
+            with ExperimentLock(exp_dir, reentrant=True):
+                locked = True
+                check_exp_dir(config, text)  # again, under the lock: a writer may have ended meanwhile
+                storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
+                print(f"Running {_describe(config)} into {exp_dir}", flush=True)
+                trainer.multi_run(config.num_runs, num_episodes=config.num_episodes,
+                                  total_steps=config.total_steps, seed_offset=config.seed_offset,
+                                  checkpoint_freq=config.checkpoint_freq, eval_freq=config.eval_freq,
+                                  eval_episodes=config.eval_episodes, num_workers=config.num_workers,
+                                  torch_threads=config.torch_threads or 1, overwrite=config.overwrite,
+                                  progress=not args.no_progress)
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)
             status = 1
         except BaseException as exc:  # multi_run checks its input and each run's setup before any step
-            if not storage.existing_experiment_files(exp_dir):
+            if locked and not storage.existing_experiment_files(exp_dir):
                 remove_created(created)  # nothing ran: leave no trace for the corrected call
             if isinstance(exc, (TypeError, ValueError, FileExistsError)):
                 raise ConfigError(str(exc)) from exc

@@ -303,3 +303,30 @@ def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_ru
     captured = capsys.readouterr()
     assert "agent.hyperparameters: q_learning hyperparameter lr must be of type float, but got lr='abc'" in captured.err
     assert "Running" not in captured.out and not exp_dir.exists()
+
+
+@pytest.mark.parametrize("earlier_config", [None, "# the live writer's config\n"])
+def test_run_is_refused_before_it_writes_anything_while_another_call_holds_the_lock(tmp_path, capsys,
+                                                                                    earlier_config):
+    """Two commands started on one exp_dir: the second must not replace the first's config.yaml."""
+    import fcntl
+    import os
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    if earlier_config is not None:
+        (exp_dir / "config.yaml").write_text(earlier_config)
+    fd = os.open(exp_dir / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the live writer (as another process would hold it)
+        os.write(fd, json.dumps({"pid": 4242, "host": "elsewhere", "started": "then"}).encode())
+        overrides = ["overwrite=true"] if earlier_config is not None else []
+        assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", *overrides) == 2
+    finally:
+        os.close(fd)
+    captured = capsys.readouterr()
+    assert "is being written by another call (pid 4242 on elsewhere, started then)" in captured.err
+    assert "Running" not in captured.out
+    assert sorted(p.name for p in exp_dir.iterdir()) == sorted([".lock"] + ["config.yaml"] * bool(earlier_config))
+    if earlier_config is not None:
+        assert (exp_dir / "config.yaml").read_text() == earlier_config
