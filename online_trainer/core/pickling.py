@@ -114,9 +114,16 @@ class ChunkEncoder:
             self._pickler.fast = True
             self._pickler.memo = _PREAMBLE.memo
 
-    def encode(self, records: Sequence[Any]) -> bytes:
-        """One complete pickle of ``list(records)``: a metrics chunk."""
+    def encode(self, records: Sequence[Any], kept: EncodedRecords | None = None) -> bytes:
+        """One complete pickle of ``list(records)``: a metrics chunk.
+
+        Args:
+            records: the chunk's records.
+            kept: where to keep the records with their opcodes, for :func:`dump_runs`.
+        """
         ops = self.record_ops(records) if records else None
+        if kept is not None:
+            kept.add(records, ops)
         if ops is None:
             return dumps(list(records))
         head = _PREAMBLE.ops + _EMPTY_LIST + _MARK
@@ -144,29 +151,87 @@ class ChunkEncoder:
         return data[_HEAD:-2] if data[-2:-1] == _TUPLE_N[n] else None  # <records> TUPLE1/2/3
 
 
-def dump_runs(runs: Sequence[Sequence[Any] | None], batch: int = 64) -> list[bytes]:
+class EncodedRecords:
+    """The records a metrics stream pickled, in order, batch by batch, with the opcodes of each batch.
+
+    :func:`dump_runs` reuses the opcodes of a batch for the very same record objects at the same
+    places, so that ``all_metrics.pkl`` does not pickle them again: records are not changed once
+    streamed (a run that keeps another version of a record, e.g. without its frames, keeps
+    another object). Batches pickled plainly, and batches with frames (which are held nowhere
+    but in the stream file), are kept as their number of records only. The opcodes stay in the
+    process that made them: a copy (a result sent back by a worker) is empty.
+    """
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[tuple[Any, ...] | None, bytes | None, int]] = []
+
+    def add(self, records: Sequence[Any], ops: bytes | None) -> None:
+        if ops is None or any(_has_frames(record) for record in records):
+            self.batches.append((None, None, len(records)))
+        else:
+            self.batches.append((tuple(records), ops, len(records)))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return EncodedRecords, ()
+
+
+def _has_frames(record: Any) -> bool:
+    frames = record.get("frames") if isinstance(record, dict) else None
+    return frames is not None and not (type(frames) is list and not frames)
+
+
+class _Plain(Exception):
+    """Some record does not fit in a frame: the runs are pickled plainly."""
+
+
+def dump_runs(runs: Sequence[Sequence[Any] | None], encoded: Sequence[EncodedRecords | None] | None = None,
+              batch: int = 64) -> list[bytes]:
     """A pickle of ``list(runs)`` (each a list of records, or None), in pieces to write in order.
 
-    Records are pickled ``batch`` at a time (one at a time where a batch exceeds a frame);
-    when a single record does not fit, the whole list is pickled as :mod:`pickle` does.
+    Args:
+        runs: the records of each run, or None.
+        encoded: for each run, what its stream kept (None: nothing). Where ``runs`` holds the
+            very objects of a kept batch, at the same places, the batch's opcodes are used again.
+        batch: the other records are pickled this many at a time (one at a time where a batch
+            exceeds a frame); when a single record does not fit, the whole list is pickled as
+            :mod:`pickle` does.
     """
-    encoder = ChunkEncoder()
     if _PREAMBLE is None:
         return [dumps(list(runs))]
-    pieces = [_PROTO, _frame(_PREAMBLE.ops), _PREAMBLE.ops, _EMPTY_LIST, _MARK]
-    for records in runs:
-        if records is None:
-            pieces.append(_NONE)
-            continue
-        pieces += [_EMPTY_LIST, _MARK]
+    encoder = ChunkEncoder()
+
+    def encode(records: Sequence[Any]) -> list[bytes]:
+        pieces = []
         for start in range(0, len(records), batch):
             part = records[start:start + batch]
             ops = encoder.record_ops(part)
             for ops in [ops] if ops is not None else [encoder.record_ops([record]) for record in part]:
                 if ops is None:
-                    return [dumps(list(runs))]
+                    raise _Plain
                 pieces += [_frame(ops), ops]
-        pieces.append(_APPENDS)
+        return pieces
+
+    pieces = [_PROTO, _frame(_PREAMBLE.ops), _PREAMBLE.ops, _EMPTY_LIST, _MARK]
+    try:
+        for records, kept in zip(runs, encoded or [None] * len(runs)):
+            if records is None:
+                pieces.append(_NONE)
+                continue
+            pieces += [_EMPTY_LIST, _MARK]
+            done = 0  # records[:done] are in pieces
+            for streamed, ops, count in kept.batches if kept is not None else ():
+                end = done + count
+                if end > len(records):
+                    break
+                if streamed is not None and all(a is b for a, b in zip(streamed, records[done:end])):
+                    pieces += [_frame(ops), ops]
+                else:
+                    pieces += encode(records[done:end])
+                done = end
+            pieces += encode(records[done:])
+            pieces.append(_APPENDS)
+    except _Plain:
+        return [dumps(list(runs))]
     pieces += [_APPENDS, _STOP]
     return pieces
 
@@ -197,12 +262,13 @@ def _check() -> None:
         _PREAMBLE = _Preamble()
         encoder = ChunkEncoder()
         shared = [1.5, "s"]
-        records = [{**{key: np.arange(i + 2) for key in RECORD_KEYS}, "x": shared, "y": shared, "i": i}
+        records = [{**{key: np.arange(i + 2) for key in RECORD_KEYS}, "frames": [], "x": shared, "y": shared, "i": i}
                    for i in range(6)]
         parts = (records[:1], records[1:5], records[5:])
-        chunks = [encoder.encode(part) for part in parts]
+        kept = EncodedRecords()
+        chunks = [encoder.encode(part, kept) for part in parts]
         runs = [records[:5], None, records[5:]]
-        pieces = dump_runs(runs, batch=2)
+        pieces = dump_runs(runs, [kept, None, kept], batch=2)  # run 1 reuses the chunks; run 3 cannot
         if len(pieces) == 1 or len(encoder._pickler.memo.copy()) != len(_PREAMBLE.memo) \
                 or not same_values(pickle.loads(b"".join(pieces)), runs) \
                 or not all(same_values(pickle.loads(chunk), part) for chunk, part in zip(chunks, parts)):

@@ -125,7 +125,8 @@ class RunEvents:
         self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
         self.stream = None
         if spec.exp_dir is not None and spec.dump_metrics:
-            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), spec.metrics_flush_every)
+            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), spec.metrics_flush_every,
+                                                keep_encoded=spec.keep_records)  # all_metrics.pkl reuses them
         budget = spec.budget
         self.by_episode = budget.num_episodes is not None
         self.checkpoint_freq = spec.checkpoint_freq
@@ -358,6 +359,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent=agent if spec.keep_agent else None,
         evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+        extra={"encoded_records": events.stream.encoded} if events.stream is not None else {},
     )
 
 

@@ -142,11 +142,13 @@ class MetricsStream:
     the records are pickled: :mod:`online_trainer.core.pickling`.)
     """
 
-    def __init__(self, path: str | os.PathLike, flush_every: int = 10) -> None:
+    def __init__(self, path: str | os.PathLike, flush_every: int = 10, keep_encoded: bool = False) -> None:
         self.path = Path(path)
         self.flush_every = flush_every
         self._buffer: list[dict[str, Any]] = []
         self._encoder = pickling.ChunkEncoder()
+        # With keep_encoded: the records written, with their opcodes, for write_all_metrics.
+        self.encoded = pickling.EncodedRecords() if keep_encoded else None
         self._file: BinaryIO = open(self.path, "xb", buffering=0)
 
     def append(self, record: dict[str, Any]) -> None:
@@ -163,7 +165,7 @@ class MetricsStream:
         """
         if self._buffer:
             try:
-                data = self._encoder.encode(self._buffer)
+                data = self._encoder.encode(self._buffer, self.encoded)
                 written = self._file.write(data)  # unbuffered: one write(2)
                 while written < len(data):  # a short write: the rest
                     written += self._file.write(memoryview(data)[written:])
@@ -182,12 +184,14 @@ class MetricsStream:
                     self._file.close()
 
 
-def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Sequence[dict[str, Any]] | None]) -> None:
+def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Sequence[dict[str, Any]] | None],
+                      encoded: Sequence[pickling.EncodedRecords | None] | None = None) -> None:
     """Atomically write ``all_metrics.pkl``: a pickle of ``list(runs)`` (each run a list of records, or None).
 
-    The records are pickled as the metric chunks are (see :func:`online_trainer.core.pickling.dump_runs`).
+    ``encoded[k]``: what run ``k + 1``'s :class:`MetricsStream` kept (``keep_encoded=True``);
+    records it pickled are not pickled again (see :func:`online_trainer.core.pickling.dump_runs`).
     """
-    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, pickling.dump_runs(runs))
+    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, pickling.dump_runs(runs, encoded))
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

@@ -150,9 +150,11 @@ class Experiment:
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
-        """Write ``all_metrics.pkl`` (the list of runs) atomically."""
+        """Write ``all_metrics.pkl`` (the list of runs) atomically; records streamed by runs done here are not pickled again."""
         if self.exp_dir is not None:
-            storage.write_all_metrics(self.exp_dir, runs)
+            encoded = [getattr(self.results.get(entry["run"]), "extra", {}).get("encoded_records")
+                       for entry in self.manifest["runs"]]
+            storage.write_all_metrics(self.exp_dir, runs, encoded)
 
 
 def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from online_trainer.core import pickling
-from online_trainer.core.pickling import ChunkEncoder, dump_runs
+from online_trainer.core.pickling import ChunkEncoder, EncodedRecords, dump_runs
 
 
 def same(a, b):
@@ -98,3 +98,27 @@ def test_all_metrics_holds_records_too_big_for_a_frame():
     assert len(pieces) > 1 and same(pickle.loads(b"".join(pieces)), [medium])
     runs = [[episode_record(1)], [big, episode_record(3)]]
     assert dump_runs(runs) == [pickle.dumps(runs, 5)]  # pickled as pickle does
+
+
+def test_all_metrics_reuses_the_opcodes_of_the_very_records_streamed():
+    records = [episode_record(i) for i in range(1, 26)]
+    kept, encoder = EncodedRecords(), ChunkEncoder()
+    for start in range(0, 25, 10):
+        encoder.encode(records[start:start + 10], kept)
+    reused = [ops for _, ops, _ in kept.batches]
+    kept_in_memory = list(records)
+    kept_in_memory[12] = {**records[12], "ep_return": -1.0}  # another object: pickled from memory
+    kept_in_memory.append(episode_record(26))  # not streamed
+    pieces = dump_runs([kept_in_memory, None], [kept, None])
+    assert [any(piece is ops for piece in pieces) for ops in reused] == [True, False, True]
+    assert same(pickle.loads(b"".join(pieces)), [kept_in_memory, None])
+    assert same(pickle.loads(b"".join(dump_runs([records[:5]], [kept]))), [records[:5]])  # fewer: not reused
+
+
+def test_streamed_frames_are_not_held_and_the_opcodes_do_not_travel():
+    with_frames = episode_record(1, frames=[np.zeros((2, 2, 3), np.uint8)])
+    kept = EncodedRecords()
+    ChunkEncoder().encode([episode_record(0), with_frames], kept)
+    assert kept.batches == [(None, None, 2)]  # the frames are in the stream file only
+    kept.add([episode_record(2)], b"N")
+    assert pickle.loads(pickle.dumps(kept)).batches == []
