@@ -1,8 +1,9 @@
-"""Episode records pickled fast, and pickled once for both metric files' layouts.
+"""Episode records pickled fast, and once for both metric files.
 
-Two costs per episode dominated a fast env's run: numpy's own array reducer (about 3 us an
-array: it imports ``pickle`` and ``numpy._core.numeric`` on every call), and the pickler's
-memo (a ``MEMOIZE`` for every dict, list, tuple and buffer of every record).
+Per episode, a fast env's run used to pay for numpy's own array reducer (about 3 us an array:
+it imports ``pickle`` and ``numpy._core.numeric`` on every call), for the pickler's memo (a
+``MEMOIZE`` for every dict, list, tuple and buffer of every record), and for pickling every
+record twice: into its ``metrics_run{i}.pkl`` chunk and into ``all_metrics.pkl``.
 
 * :class:`RecordPickler` gives arrays numpy's own protocol-5 form,
   ``_frombuffer(PickleBuffer(a), a.dtype, a.shape, "C")``, built without those imports: its
@@ -12,7 +13,9 @@ memo (a ``MEMOIZE`` for every dict, list, tuple and buffer of every record).
   preamble that memoizes the objects every record shares: the record keys, numpy's
   ``_frombuffer``, ``"C"`` and common dtypes. The records' opcodes then hold no ``MEMOIZE``
   and ``GET`` only the preamble's objects, so they mean the same after that preamble in any
-  pickle: a metrics chunk and ``all_metrics.pkl`` (:func:`dump_runs`) are both made of them.
+  pickle: metrics chunks and ``all_metrics.pkl`` (:func:`dump_runs`) are made of them, and
+  ``all_metrics.pkl`` reuses a stream's opcodes for the very records it pickled
+  (:class:`EncodedRecords`).
 
 A metrics chunk (a pickle of the list of the chunk's records)::
 
@@ -25,16 +28,18 @@ A metrics chunk (a pickle of the list of the chunk's records)::
       per run: NONE, or EMPTY_LIST MARK (FRAME n <some records' opcodes>)... APPENDS
     APPENDS STOP
 
-Records whose opcodes do not fit in one 64 KiB frame, or that fast mode refuses (cycles),
-are pickled as :mod:`pickle` pickles them: the chunk, or the whole ``all_metrics.pkl``. What
-fast mode changes: an object found twice in the records pickled together (other than the
-shared ones) is loaded as two equal objects.
+Records whose opcodes do not fit in one 64 KiB frame, records with frames, and records that
+fast mode refuses (cycles) are pickled as :mod:`pickle` pickles them: their chunk, or (for a
+single record too big for a frame) the whole ``all_metrics.pkl``. What fast mode changes: an
+object found twice in the records pickled together (other than the shared ones) is loaded as
+two equal objects.
 """
 
 from __future__ import annotations
 
 import io
 import logging
+import operator
 import pickle
 from typing import Any, Sequence
 
@@ -121,7 +126,8 @@ class ChunkEncoder:
             records: the chunk's records.
             kept: where to keep the records with their opcodes, for :func:`dump_runs`.
         """
-        ops = self.record_ops(records) if records else None
+        # Frames are big (no single frame of the pickle holds them) and held nowhere but in the stream file.
+        ops = self.record_ops(records) if records and not any(map(_has_frames, records)) else None
         if kept is not None:
             kept.add(records, ops)
         if ops is None:
@@ -157,19 +163,17 @@ class EncodedRecords:
     :func:`dump_runs` reuses the opcodes of a batch for the very same record objects at the same
     places, so that ``all_metrics.pkl`` does not pickle them again: records are not changed once
     streamed (a run that keeps another version of a record, e.g. without its frames, keeps
-    another object). Batches pickled plainly, and batches with frames (which are held nowhere
-    but in the stream file), are kept as their number of records only. The opcodes stay in the
-    process that made them: a copy (a result sent back by a worker) is empty.
+    another object). Batches pickled plainly (records with frames among them) are kept as
+    their number of records only. The opcodes stay in the process that made them: a copy (a
+    result sent back by a worker) is empty.
     """
 
     def __init__(self) -> None:
         self.batches: list[tuple[tuple[Any, ...] | None, bytes | None, int]] = []
 
     def add(self, records: Sequence[Any], ops: bytes | None) -> None:
-        if ops is None or any(_has_frames(record) for record in records):
-            self.batches.append((None, None, len(records)))
-        else:
-            self.batches.append((tuple(records), ops, len(records)))
+        """Keep a batch: the records with their opcodes, or (``ops`` None) their number only."""
+        self.batches.append((None, None, len(records)) if ops is None else (tuple(records), ops, len(records)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return EncodedRecords, ()
@@ -223,7 +227,7 @@ def dump_runs(runs: Sequence[Sequence[Any] | None], encoded: Sequence[EncodedRec
                 end = done + count
                 if end > len(records):
                     break
-                if streamed is not None and all(a is b for a, b in zip(streamed, records[done:end])):
+                if streamed is not None and all(map(operator.is_, streamed, records[done:end])):
                     pieces += [_frame(ops), ops]
                 else:
                     pieces += encode(records[done:end])
