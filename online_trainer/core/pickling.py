@@ -127,7 +127,7 @@ class ChunkEncoder:
             kept: where to keep the records with their opcodes, for :func:`dump_runs`.
         """
         # Frames are big (no single frame of the pickle holds them) and held nowhere but in the stream file.
-        ops = self.record_ops(records) if records and not any(map(_has_frames, records)) else None
+        ops = self.record_ops(records) if records and not _any_frames(records) else None
         if kept is not None:
             kept.add(records, ops)
         if ops is None:
@@ -179,9 +179,13 @@ class EncodedRecords:
         return EncodedRecords, ()
 
 
-def _has_frames(record: Any) -> bool:
-    frames = record.get("frames") if isinstance(record, dict) else None
-    return frames is not None and not (type(frames) is list and not frames)
+def _any_frames(records: Sequence[Any]) -> bool:
+    """Whether some record holds frames (anything but None or an empty list under ``"frames"``)."""
+    for record in records:
+        frames = record.get("frames") if type(record) is dict else None
+        if frames is not None and not (type(frames) is list and not frames):
+            return True
+    return False
 
 
 class _Plain(Exception):
