@@ -51,9 +51,10 @@ class CallBack:
 def scalar_name(key: str, tag: str) -> str:
     """Name under which ``key`` logged with ``tag`` appears.
 
-    ``loss`` with ``agents/run_1`` is ``loss/agents/run_1``; a tag that already starts with
-    the key names the scalar itself: ``ep_return`` with ``ep_return/run_1`` is ``ep_return/run_1``.
+    ``loss`` with ``agents/run_1`` is ``loss/agents/run_1``; a tag that already holds the key
+    as one of its parts names the scalar itself: ``ep_return`` with ``ep_return/run_1`` is
+    ``ep_return/run_1``, and with ``eval/ep_return/run_1`` it is ``eval/ep_return/run_1``.
     """
     if not tag or tag == key:
         return key
-    return tag if tag.startswith(key) and tag[len(key)] == "/" else f"{key}/{tag}"
+    return tag if key in tag.split("/") else f"{key}/{tag}"

@@ -14,6 +14,7 @@ from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
 import callbacks
 from callbacks import BasicCallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from callbacks.base import scalar_name
 from callbacks.event_file import ScalarEncoder
 from tests.conftest import read_videos
 
@@ -195,3 +196,25 @@ def test_empty_callback_does_nothing(tmp_path):
     cb.reset()
     cb.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key, tag, name", [
+    ("ep_return", "ep_return/run_1", "ep_return/run_1"),
+    ("ep_return", "eval/ep_return/run_1", "eval/ep_return/run_1"),
+    ("loss", "agents/run_1", "loss/agents/run_1"),
+    ("ep_return", "ep_returns/run_1", "ep_return/ep_returns/run_1"),
+    ("loss", "", "loss"),
+])
+def test_scalar_names(key, tag, name):
+    assert scalar_name(key, tag) == name
+
+
+def test_evaluations_reach_tensorboard_under_the_tags_the_callback_gets(tmp_path):
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=4, eval_freq=2, eval_episodes=2, progress=False)
+    names = set(read_scalars(tmp_path))
+    assert {"eval/ep_return/run_1", "eval/ep_length/run_1", "ep_return/run_1"} <= names
+    assert not [n for n in names if n.count("ep_return") > 1]
