@@ -320,14 +320,22 @@ class WorkerPool:
         worker.lifeline.cut()
 
     def stop(self) -> None:
-        """Interrupt every worker, then terminate those still alive after ``grace`` seconds."""
-        alive = [w.process for w in self.workers.values() if not has_exited(w.process)]
-        for process in alive:
+        """Interrupt the workers running a run (they flush its metrics), end the others at once,
+        then terminate those still alive after ``grace`` seconds.
+
+        A worker that may be running a run (it took one, or it is ready and one was sent) gets
+        SIGINT; the others (still starting, or idle) get SIGTERM: a SIGINT there would print a
+        KeyboardInterrupt traceback from wherever they stand (an import, the lifeline's start)
+        for a Ctrl-C the user never pressed.
+        """
+        alive = [w for w in self.workers.values() if not has_exited(w.process)]
+        for worker in alive:
             try:
-                os.kill(process.pid, signal.SIGINT)
+                running = worker.took or (worker.ready and worker.spec is not None)
+                os.kill(worker.process.pid, signal.SIGINT if running else signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        self._reap(alive)
+        self._reap([w.process for w in alive])
         self._close_pipes()
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -329,8 +330,14 @@ class LoadedModulesAgent(RecordingAgent):
 
 
 def test_forkserver_workers_start_with_the_heavy_libraries_loaded():
+    import multiprocessing.forkserver
+
     import torch  # noqa: F401  (the parent uses torch, so the forkserver preloads it)
 
+    # A forkserver started by an earlier test, before this process imported torch, preloads
+    # what the parent used then: start a fresh one, as a new session would.
+    shutdown_workers()
+    multiprocessing.forkserver._forkserver._stop()
     trainer = OnlineTrainer(make_counting_vec(2), LoadedModulesAgent)
     serial = trainer.multi_run(3, num_episodes=4, seed_offset=5, progress=False)
     forked = trainer.multi_run(3, num_episodes=4, seed_offset=5, num_workers=2, start_method="forkserver",
@@ -356,3 +363,33 @@ def test_forkserver_preloads_installed_libraries_only(tmp_path, monkeypatch):
     context = Context()
     workers.preload_forkserver(context)
     assert context.names == ["__main__", "numpy"]
+
+
+SCALAR_ACTIONS = """
+import sys
+sys.path.insert(0, {root!r})
+from online_trainer import OnlineTrainer
+from tests.conftest import RecordingAgent, make_counting_vec
+
+class ScalarAgent(RecordingAgent):
+    def act(self, obs):
+        super().act(obs)
+        return 0
+
+if __name__ == "__main__":
+    try:
+        OnlineTrainer(make_counting_vec(2), ScalarAgent).multi_run(2, num_episodes=50, num_workers=2, progress=False)
+    except ValueError as exc:
+        print("refused:", exc)
+"""
+
+
+def test_a_run_refused_before_its_first_step_stops_the_workers_without_tracebacks(tmp_path):
+    # The other worker may still be starting (importing the script again) when the refusal
+    # stops the pool: it must leave quietly, not print a KeyboardInterrupt nobody pressed.
+    script = tmp_path / "scalar_actions.py"
+    script.write_text(SCALAR_ACTIONS.format(root=str(Path(__file__).resolve().parents[3])))
+    for _ in range(3):
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert "refused:" in done.stdout and "returned actions of shape ()" in done.stdout
+        assert "Traceback" not in done.stderr, done.stderr
