@@ -54,7 +54,9 @@ class Experiment:
             "seed_stride": seeding.SEED_STRIDE,
             "seeds": seeds,
             **fields,
-            "runs": [{"run": run, "seed": seed, "status": "pending"} for run, seed in enumerate(seeds, start=1)],
+            # every key of an ended run's entry, null until the run ends, so readers of the raw JSON find them
+            "runs": [{"run": run, "seed": seed, "status": "pending", "episodes": None, "global_step": None,
+                      "wall_time": None, "error": None} for run, seed in enumerate(seeds, start=1)],
         }
 
     def _write(self) -> None:

@@ -25,18 +25,22 @@ def manifest_statuses(exp_dir):
 
 
 def test_runs_are_running_from_their_start_and_readers_see_them_running_while_the_writer_lives(tmp_path):
-    seen = []
+    seen, keys = [], []
 
     class Probe(RecordingAgent):
         def update(self, *args, **kwargs):
             super().update(*args, **kwargs)
             if self.updates == 3:
                 seen.append((manifest_statuses(tmp_path), load_runs(tmp_path)["status"].tolist()))
+                entries = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+                keys.append([sorted(entry) for entry in entries])
 
     OnlineTrainer(make_counting_vec(1), Probe, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
     assert seen == [(["running", "pending"], ["running", "pending"]),
                     (["finished", "running"], ["finished", "running"])]
     assert manifest_statuses(tmp_path) == ["finished", "finished"]
+    every_key = sorted(["run", "seed", "status", "episodes", "global_step", "wall_time", "error"])
+    assert all(entry_keys == every_key for call in keys for entry_keys in call)  # raw JSON readers find every key
 
 
 def hand_written(tmp_path):
