@@ -227,3 +227,17 @@ def read_videos(log_dir):
             frames = [np.asarray(frame.convert("RGB")) for frame in ImageSequence.Iterator(gif)]
             videos.setdefault(tag, []).append((event.step, frames))
     return videos
+
+
+def same_values(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` are equal in type and value, arrays included (dtype, shape, writeable)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.flags.writeable == b.flags.writeable \
+            and bool(np.array_equal(a, b))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    return a == b

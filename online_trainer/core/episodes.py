@@ -8,142 +8,15 @@ summed into its return, recorded as an action or transition, nor reported as an 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
-from gymnasium.spaces import Dict, Space, Tuple
+from gymnasium.spaces import Space
 from gymnasium.vector import AutoresetMode
 
-from online_trainer.core.spaces import BatchSplitter, as_rows, infer_space, leaf_paths
-
-
-class ActionHistory:
-    """The actions of every sub-env's current episode, in growing numpy buffers.
-
-    Row ``t`` of a buffer holds the batch of actions of step ``t``; ``start[i]`` is the first
-    row of sub-env ``i``'s current episode. Rows no episode needs are dropped when the buffers
-    fill, so memory follows the longest running episode, not the run.
-
-    What :meth:`episode` returns, for an episode of ``T`` steps:
-
-    - array actions (``Box``, ``Discrete``, ``MultiDiscrete``, ``MultiBinary``): one array of
-      shape ``(T, *action_shape)``, kept in a single buffer (one copy per step);
-    - ``Dict`` and ``Tuple`` actions, nested freely: the space's structure with one array per
-      leaf, each with a leading time axis, e.g. ``{"move": (T,) array, "aim": ((T, 2) array,
-      (T, 3) array)}`` for ``Dict(move=Discrete, aim=Tuple((Box(shape=(2,)), MultiBinary(3))))``;
-    - leaves of spaces batched as tuples of items (``Text``, ``Sequence``, ``Graph``,
-      ``OneOf``, custom spaces): object arrays of shape ``(T,)``.
-
-    Args:
-        num_envs: the number of sub-envs.
-        capacity: the number of steps the buffers hold before they are compacted or grown.
-        space: the single-env action space; ``None`` to infer it from the first batch of
-            actions (see :func:`online_trainer.core.spaces.infer_space`).
-    """
-
-    def __init__(self, num_envs: int, capacity: int = 1024, space: Space[Any] | None = None) -> None:
-        self.num_envs = num_envs
-        self.capacity = capacity
-        self.space = space
-        self.buffers: list[np.ndarray] = []
-        self.start = [0] * num_envs
-        self.t = 0
-        # Key paths to the leaves of structured actions (None for array actions: one buffer),
-        # and which leaves are tuples of items rather than arrays.
-        self._paths: list[tuple[Any, ...]] | None = None
-        self._items: list[bool] = []
-        self._allocated = False
-        # Array actions are written by the first branch of append while t < _fast_rows: 0 until
-        # the buffer exists and for structured actions, else the capacity.
-        self._fast_rows = 0
-        self._buffer: np.ndarray | None = None
-
-    def append(self, actions: Any) -> None:
-        """Store the batch of actions of one env step."""
-        t = self.t
-        if t < self._fast_rows:
-            self._buffer[t] = actions
-            self.t = t + 1
-            return
-        if t == self.capacity or not self._allocated:
-            self._make_room(actions)
-        if self._paths is None:
-            self.buffers[0][self.t] = actions
-            self.t += 1
-            return
-        for buffer, path, items in zip(self.buffers, self._paths, self._items):
-            leaf = actions
-            for key in path:
-                leaf = leaf[key]
-            if items:  # one object per sub-env: numpy must not unpack tuples or graphs
-                leaf = np.fromiter(leaf, dtype=object, count=self.num_envs)
-            buffer[self.t] = leaf
-        self.t += 1
-
-    def episode(self, i: int) -> Any:
-        """Return a copy of sub-env ``i``'s actions since its episode started."""
-        if self._paths is None:
-            return self.buffers[0][self.start[i]:self.t, i].copy()
-        rows = slice(self.start[i], self.t)
-        return _nest(self.space, iter([buffer[rows, i].copy() for buffer in self.buffers]))
-
-    def restart(self, i: int, skip: int) -> None:
-        """Start sub-env ``i``'s next episode after ``skip`` more rows (1 for a reset step)."""
-        self.start[i] = self.t + skip
-
-    def _make_room(self, actions: Any) -> None:
-        if not self._allocated:
-            self._allocate(actions)
-        else:
-            first = min(min(self.start), self.t)
-            live = self.t - first
-            if live * 2 > self.capacity:
-                self.capacity *= 2
-            for k, buffer in enumerate(self.buffers):
-                fresh = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
-                fresh[:live] = buffer[first:self.t]
-                self.buffers[k] = fresh
-            self.start = [start - first for start in self.start]
-            self.t = live
-        if self._paths is None:
-            self._buffer, self._fast_rows = self.buffers[0], self.capacity
-
-    def _allocate(self, actions: Any) -> None:
-        self._allocated = True
-        if self.space is None:
-            if isinstance(actions, np.ndarray):  # the common case: no inference needed
-                self.buffers = [_empty_buffer(self.capacity, actions)]
-                return
-            self.space = infer_space(actions, self.num_envs)
-        paths = leaf_paths(self.space)
-        leaves = []
-        for path in paths:
-            leaf = actions
-            for key in path:
-                leaf = leaf[key]
-            leaves.append(leaf)
-        self._items = [as_rows(leaf) is None for leaf in leaves]
-        self.buffers = [_empty_buffer(self.capacity, leaf) for leaf in leaves]
-        if paths != [()] or self._items[0]:
-            self._paths = paths
-
-
-def _empty_buffer(capacity: int, batch: Any) -> np.ndarray:
-    """An empty buffer of ``capacity`` batches like ``batch``: an array's rows, else object items."""
-    rows = as_rows(batch)
-    if rows is None:
-        return np.empty((capacity, len(batch)), dtype=object)
-    return np.empty((capacity, *rows.shape), dtype=rows.dtype)
-
-
-def _nest(space: Space[Any], leaves: Iterator[np.ndarray]) -> Any:
-    """Nest ``leaves`` (given in :func:`leaf_paths` order) in the structure of ``space``."""
-    if isinstance(space, Dict):
-        return {key: _nest(sub, leaves) for key, sub in space.spaces.items()}
-    if isinstance(space, Tuple):
-        return tuple(_nest(sub, leaves) for sub in space.spaces)
-    return next(leaves)
+from online_trainer.core.actions import ActionHistory
+from online_trainer.core.records import EpisodeTable
+from online_trainer.core.spaces import BatchSplitter
 
 
 class EpisodeTracker:
@@ -156,8 +29,11 @@ class EpisodeTracker:
     A step costs a few operations, whatever the episode lengths and with no per-sub-env work
     in Python: actions go to a preallocated buffer, an episode's length is the number of steps
     since it started (its action rows, or a step count when actions are not kept), less its
-    reset step, and returns are summed in float64 in step order. Closing an episode copies
-    its actions and nothing else that grows with its length.
+    reset step, and returns are summed in float64 in step order. Episodes that end on the
+    same step are closed together (:meth:`close`: a few array operations for all of them);
+    their records reach :attr:`table` (an :class:`~online_trainer.core.records.EpisodeTable`)
+    when :meth:`seal` is called, which gathers the actions of every episode closed since the
+    last call in one go.
 
     Args:
         num_envs: the number of sub-envs.
@@ -175,6 +51,7 @@ class EpisodeTracker:
             not keep are not even rendered (see :meth:`wants_frame`), unless ``render_each_step``.
         render_each_step: call ``env.render()`` at every step whatever the trigger: the env's
             ``render()`` hands over the frames drawn since its last call (``rgb_array_list``).
+        agent_seed: the run's seed, in every record.
 
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
@@ -196,6 +73,7 @@ class EpisodeTracker:
         action_space: Space[Any] | None = None,
         frames_trigger: int | Callable[[int], bool] | None = None,
         render_each_step: bool = False,
+        agent_seed: int = 0,
     ) -> None:
         self.num_envs = num_envs
         self.mode = autoreset_mode
@@ -207,7 +85,7 @@ class EpisodeTracker:
         self.partial = False
         # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
-        self._starts = [0] * num_envs  # the step at which each sub-env's episode began
+        self._starts = np.zeros(num_envs, dtype=np.int64)  # the step at which each sub-env's episode began
         self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
         self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
         self._split_obs = BatchSplitter(num_envs, observation_space)
@@ -222,7 +100,19 @@ class EpisodeTracker:
         # only then: every step is rendered, and frames an episode does not keep are dropped.
         self.film_always = frames_trigger is None or num_envs > 1 or render_each_step
         self.logs: list[list[dict[str, Any]]] = [[] for _ in range(num_envs)]
+        self._has_logs = False  # some entry of agent.log() was kept
+        self._extras = keep_transitions or keep_frames
         self.start_time = time.perf_counter()
+        self.table = EpisodeTable(agent_seed)
+        self.closed = 0  # episodes closed (sealed or not)
+        self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
+        # Closed episodes not yet sealed into the table: per close(), returns, lengths, count, step, time.
+        self._returns: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._counts: list[int] = []
+        self._at_step: list[int] = []
+        self._at_time: list[float] = []
+        self._objects: list[Any] = []  # the actions of those episodes when they are not arrays
 
     def observe(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> int:
         """Book-keep one env step and return how many of its entries are real transitions."""
@@ -269,6 +159,7 @@ class EpisodeTracker:
         for i, entry in enumerate(entries):
             if entry is not None and valid[i]:
                 self.logs[i].append(entry)
+                self._has_logs = True
 
     def add_frames(self, frames: Any, after_reset: np.ndarray | None = None) -> None:
         """Attach the frames of ``env.render()`` to each sub-env's episode.
@@ -320,58 +211,114 @@ class EpisodeTracker:
             index += 1
         return self.keeps_frames(index)
 
-    def finish(self, i: int, episode_index: int, global_step: int, agent_seed: int,
-               ep_return: float | None = None, actions: np.ndarray | None = None) -> dict[str, Any]:
-        """Close sub-env ``i``'s episode and return its record.
+    def close(self, envs: np.ndarray, global_step: int) -> tuple[np.ndarray, np.ndarray]:
+        """Close the episodes of sub-envs ``envs`` (ascending), ended at this step.
+
+        They become the run's next episodes, in the order of ``envs``; their records reach
+        :attr:`table` at the next :meth:`seal`.
+
+        Returns:
+            The episodes' returns and lengths (arrays).
+        """
+        returns = self.returns[envs]
+        self.returns[envs] = 0.0
+        history, skip = self.actions, self._reset_skip
+        if history is not None and history.is_array:
+            lengths = history.close(envs, skip)
+        elif history is not None:
+            lengths = np.empty(len(envs), dtype=np.int64)
+            for j, i in enumerate(envs.tolist()):
+                lengths[j] = history.t - int(history.start[i])
+                self._objects.append(history.episode(i))
+                history.restart(i, skip)
+        else:
+            lengths = self._steps - self._starts[envs]
+            self._starts[envs] = self._steps + skip
+        if self._extras or self._has_logs:
+            self._close_extras(envs.tolist())
+        self._returns.append(returns)
+        self._lengths.append(lengths)
+        self._counts.append(len(envs))
+        self._at_step.append(global_step)
+        self._at_time.append(time.perf_counter() - self.start_time)
+        self.closed += len(envs)
+        return returns, lengths
+
+    def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
+        """Close sub-env 0's episode, whose return the caller summed (the loop of a single sub-env).
 
         Args:
-            i: the sub-env.
-            episode_index: the episode's number in the run, from 1.
             global_step: env steps of the run so far.
-            agent_seed: the run's seed.
-            ep_return: the episode's return when the caller summed the rewards itself (the
-                loop of a single sub-env does); None: the return :meth:`observe` summed.
-            actions: the episode's actions when the caller kept them itself (their number
-                is the episode's length); None: those :meth:`observe` kept.
+            ep_return: the episode's return.
+            actions: the episode's actions when the caller kept them (their number is the
+                episode's length); None: those :meth:`observe` kept.
+
+        Returns:
+            The episode's length.
         """
-        if ep_return is None:
-            ep_return = self.returns.item(i)
-        self.returns[i] = 0.0
-        history = self.actions
+        history, skip = self.actions, self._reset_skip
         if actions is not None:
             length = len(actions)
         elif history is not None:
-            length, actions = history.t - history.start[i], history.episode(i)
-            history.restart(i, self._reset_skip)
+            length, actions = history.t - int(history.start[0]), history.episode(0)
+            history.restart(0, skip)
         else:
-            length, actions = self._steps - self._starts[i], None
-            self._starts[i] = self._steps + self._reset_skip
-        logs = self.logs[i]
-        record = {
-            "ep_return": ep_return,
-            "ep_length": length,
-            "frames": [],
-            "transitions": [],
-            "actions": actions,
-            "agent_seed": agent_seed,
-            "episode_index": episode_index,
-            "agent_logs": _concat_logs(logs) if logs else None,
-            "global_step": global_step,
-            "wall_time": time.perf_counter() - self.start_time,
-        }
-        if logs:
-            self.logs[i] = []
-        if self.transitions is not None:
-            record["transitions"] = self.transitions[i]
-            self.transitions[i] = []
-        if self.frames is not None:
-            if self.keeps_frames(episode_index):
-                record["frames"] = self.frames[i]
-            self._triggered.pop(episode_index, None)
-            self._finished = episode_index
-            self.frames[i] = self._next_frames[i]
-            self._next_frames[i] = []
-        return record
+            length = self._steps - int(self._starts[0])
+            self._starts[0] = self._steps + skip
+        if self._extras or self._has_logs:
+            self._close_extras((0,))
+        if self._counts:
+            self.seal()
+        self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
+        self.closed += 1
+        return length
+
+    def finish(self, i: int, global_step: int = 0) -> dict[str, Any]:
+        """Close sub-env ``i``'s episode alone and return its record (the loop closes episodes in batches)."""
+        self.close(np.array([i]), global_step)
+        self.seal()
+        return self.table.records(self.closed - 1, self.closed)[0]
+
+    def seal(self) -> None:
+        """Hand the episodes closed since the last call to :attr:`table`."""
+        counts = self._counts
+        if not counts:
+            return
+        if len(counts) == 1:
+            returns, lengths = self._returns[0], self._lengths[0]
+        else:
+            returns, lengths = np.concatenate(self._returns), np.concatenate(self._lengths)
+        history = self.actions
+        if history is None:
+            actions = None
+        elif history.is_array:
+            actions = history.take()
+        else:
+            actions, self._objects = self._objects, []
+        self.table.add(returns, lengths, np.repeat(self._at_step, counts), np.repeat(self._at_time, counts), actions)
+        self._returns, self._lengths, self._counts, self._at_step, self._at_time = [], [], [], [], []
+
+    def _close_extras(self, envs: Any) -> None:
+        """Hand the table the agent logs, transitions and frames of the episodes being closed."""
+        table = self.table
+        for position, i in enumerate(envs, start=self.closed):
+            logs = self.logs[i]
+            if logs:
+                table.set_extra("agent_logs", position, _concat_logs(logs))
+                self.logs[i] = []
+            if self.transitions is not None:
+                if self.transitions[i]:
+                    table.set_extra("transitions", position, self.transitions[i])
+                self.transitions[i] = []
+            if self.frames is not None:
+                index = position + 1
+                if self.frames[i] and self.keeps_frames(index):
+                    table.set_extra("frames", position, self.frames[i])
+                    self.new_frames = True
+                self._triggered.pop(index, None)
+                self._finished = index
+                self.frames[i] = self._next_frames[i]
+                self._next_frames[i] = []
 
 
 def _concat_logs(entries: list[dict[str, Any]]) -> dict[str, np.ndarray] | None:

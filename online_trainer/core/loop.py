@@ -33,8 +33,12 @@ class StepLogger:
 class LoopEvents(Protocol):
     """What the loop tells the rest of the run."""
 
-    def on_episode(self, record: dict[str, Any]) -> None:
-        """An episode ended."""
+    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
+        """Episodes ``first_index, first_index + 1, ...`` ended at ``global_step`` with these returns and lengths.
+
+        The tracker has closed them (:meth:`EpisodeTracker.close`); their records are in its
+        table once it is sealed.
+        """
 
     def on_step_event(self, global_step: int) -> float:
         """``global_step`` reached the threshold last returned; return the next one."""
@@ -65,7 +69,6 @@ def run_loop(
     tracker: EpisodeTracker,
     events: LoopEvents,
     budget: Budget,
-    agent_seed: int,
     train: bool,
     step_logger: StepLogger | None,
 ) -> tuple[int, int]:
@@ -87,7 +90,7 @@ def run_loop(
     Python scalars.
     """
     if env.num_envs == 1 and tracker.actions is not None and tracker.frames is None and tracker.transitions is None:
-        return _run_single(env, agent, obs, actions, tracker, events, budget, agent_seed, train, step_logger)
+        return _run_single(env, agent, obs, actions, tracker, events, budget, train, step_logger)
     act, step = agent.act, env.step
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
@@ -95,7 +98,7 @@ def run_loop(
     render = tracker.frames is not None
     mode = tracker.mode
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
-    observe, end_step, add_logs = tracker.observe, tracker.end_step, tracker.add_logs
+    observe, end_step, add_logs, close = tracker.observe, tracker.end_step, tracker.add_logs, tracker.close
     valid, done = tracker.valid, tracker.done
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
@@ -120,11 +123,15 @@ def run_loop(
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
         if ended:
-            for i in done.nonzero()[0].tolist():
-                episodes += 1
-                events.on_episode(tracker.finish(i, episodes, global_step, agent_seed))
-                if episodes >= max_episodes:
-                    return global_step, episodes
+            envs = done.nonzero()[0]
+            last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
+            if last:
+                envs = envs[:int(max_episodes - episodes)]
+            returns, lengths = close(envs, global_step)
+            events.on_episodes(episodes + 1, returns, lengths, global_step)
+            episodes += len(envs)
+            if last:
+                return global_step, episodes
             if disabled:
                 next_obs, _ = env.reset(options={"reset_mask": done.copy()})
                 if render and tracker.wants_frame(after_reset=True):
@@ -148,7 +155,6 @@ def _run_single(
     tracker: EpisodeTracker,
     events: LoopEvents,
     budget: Budget,
-    agent_seed: int,
     train: bool,
     step_logger: StepLogger | None,
 ) -> tuple[int, int]:
@@ -159,7 +165,7 @@ def _run_single(
     (``Discrete``, scalar ``Box``), the episode's actions are kept in locals; ``tracker``
     keeps other actions and log entries, and closes episodes.
     """
-    act, step, keep_actions = agent.act, env.step, tracker.actions.append
+    act, step, keep_actions, close_one = agent.act, env.step, tracker.actions.append, tracker.close_one
     space = env.single_action_space
     # actions[0] of such a batch is a new numpy scalar: keeping it needs no copy
     numbers = isinstance(actions, np.ndarray) and actions.ndim == 1 and (
@@ -202,7 +208,7 @@ def _run_single(
         if ended:
             episodes += 1
             kept = np.array(episode_actions, dtype=dtype) if numbers else None
-            events.on_episode(tracker.finish(0, episodes, global_step, agent_seed, ep_return, kept))
+            events.on_episodes(episodes, (ep_return,), (close_one(global_step, ep_return, kept),), global_step)
             if episodes >= max_episodes:
                 return global_step, episodes
             ep_return, episode_actions = 0.0, []

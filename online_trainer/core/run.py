@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import time
@@ -12,19 +11,20 @@ from typing import Any
 import numpy as np
 
 from callbacks import EmptyCallBack
-from online_trainer.core import seeding, storage
-from online_trainer.core.budget import INFINITY, Budget
+from online_trainer.core import seeding
+from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
-from online_trainer.core.evaluation import Evaluator, RunEvaluations, eval_seed
+from online_trainer.core.evaluation import Evaluator, eval_seed
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.core.loop import StepLogger, run_loop
-from online_trainer.core.progress import NoProgress, Progress, RunProgress
+from online_trainer.core.progress import NoProgress, Progress
+from online_trainer.core.records import EpisodeTable
+from online_trainer.core.run_events import RunEvents
 
 logger = logging.getLogger(__name__)
 
 FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
-PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ class RunSpec:
     checkpoint_freq: int | None = None
     dump_transitions: bool = False
     keep_records: bool = True
-    metrics_flush_every: int = 10
+    metrics_flush_every: int | None = None
+    """Episode records per chunk of ``metrics_run{i}.pkl``; None: 10 per sub-env."""
     eval_env_factory: EnvFactory | None = None
     """The eval env's factory (None: the training env's, called once more) when evaluating."""
     eval_freq: int | None = None
@@ -88,7 +89,8 @@ class RunResult:
 
     run_idx: int
     seed: int
-    records: list[dict[str, Any]] | None
+    records: EpisodeTable | list[dict[str, Any]] | None
+    """The run's episode records (an :class:`EpisodeTable`; :func:`as_records` makes them dicts)."""
     key: int = -1
     episodes: int = 0
     global_step: int = 0
@@ -111,123 +113,6 @@ class RunResult:
             if cause is None:
                 cause = RuntimeError(self.extra.get("exception", "?") + "\n" + (self.error or ""))
             raise RunSetupError(self.run_idx, self.seed, cause)
-
-
-class RunEvents:
-    """Handles every finished episode and step threshold of one run."""
-
-    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, evaluator: Evaluator | None = None) -> None:
-        self.spec, self.agent, self.progress = spec, agent, progress
-        self.callback = spec.callback
-        self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
-        self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
-        self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
-        self.records: list[dict[str, Any]] | None = [] if spec.keep_records else None
-        self.stream = None
-        if spec.exp_dir is not None and spec.dump_metrics:
-            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), spec.metrics_flush_every,
-                                                keep_encoded=spec.keep_records)  # all_metrics.pkl reuses them
-        budget = spec.budget
-        self.by_episode = budget.num_episodes is not None
-        self.checkpoint_freq = spec.checkpoint_freq
-        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
-        self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
-        self.next_tick = self.progress_stride
-        self.shown_steps = 0
-        self.best_return = -INFINITY
-        self.best_state: bytes | None = None  # torch-serialised, see _state_copy
-        self.episodes = 0
-        self.evals: RunEvaluations | None = None
-        if evaluator is not None:
-            eval_stream = None
-            if spec.exp_dir is not None and spec.dump_metrics:
-                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
-            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
-                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
-                                        progress)
-
-    def on_episode(self, record: dict[str, Any]) -> None:
-        self.episodes = index = record["episode_index"]
-        ep_return = record["ep_return"]
-        # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
-        # episode (episodes of several sub-envs can end on the same env step).
-        if self.log_episodes:
-            self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
-            self.callback({"ep_length": record["ep_length"]}, self.length_tag, index, force=True)
-        if self.stream is not None:
-            self.stream.append(record)
-            if record["frames"]:  # frames go to the stream file at once, and only there
-                self.stream.flush()
-                record = {**record, "frames": []}
-        if self.records is not None:
-            self.records.append(record)
-        if self.evals is not None and self.evals.due_after_episode(index):
-            self.evals.evaluate(record["global_step"], index)
-        if self.checkpoint_freq is not None:
-            if self.evals is None and ep_return > self.best_return:
-                self.best_return = ep_return
-                self.best_state = _state_copy(self.agent)
-            if self.by_episode and index % self.checkpoint_freq == 0:
-                self._save(f"E{index}")
-        if self.by_episode:
-            self.progress.advance(1)
-        self.progress.episode_end(ep_return)
-
-    def on_step_event(self, global_step: int) -> float:
-        if self.evals is not None:
-            self.evals.on_steps(global_step, self.episodes)
-        while global_step >= self.next_checkpoint:
-            self._save(f"S{int(self.next_checkpoint)}")
-            self.next_checkpoint += self.checkpoint_freq
-        if global_step >= self.next_tick:
-            self.progress.advance(global_step - self.shown_steps)
-            self.shown_steps = global_step
-            self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
-        next_eval = self.evals.next_step if self.evals is not None else INFINITY
-        return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
-
-    @staticmethod
-    def serialised(state: Any) -> bytes:
-        """``state`` as ``torch.save`` writes it."""
-        import torch
-
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        return buffer.getvalue()
-
-    def _save(self, label: str) -> None:
-        if hasattr(self.agent, "save"):
-            self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
-
-    def finish(self, completed: bool, global_step: int) -> None:
-        """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
-        if not self.by_episode and global_step > self.shown_steps:
-            self.progress.advance(global_step - self.shown_steps)
-        try:
-            if completed and self.evals is not None:
-                self.evals.finish(global_step, self.episodes)
-        finally:
-            if self.evals is not None and self.evals.stream is not None:
-                self.evals.stream.close()
-            if self.stream is not None:
-                self.stream.close()
-        if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
-            self._save("Last")
-            if self.evals is not None:  # best by evaluation
-                best = self.evals.best_state
-                self.best_state = None if best is None else self.serialised(best)
-            if self.best_state is not None:
-                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
-
-
-def _state_copy(agent: Any) -> bytes | None:
-    """``agent.save()`` now, torch-serialised: what ``Run{i}_Best_agent.t`` holds (None without ``save``).
-
-    The bytes are a copy the agent cannot change later, so a new best costs one serialisation,
-    not a deep copy now and a serialisation at the end.
-    """
-    save = getattr(agent, "save", None)
-    return RunEvents.serialised(save()) if save is not None else None
 
 
 def prepare_agent(spec: RunSpec, env: Any) -> Any:
@@ -322,17 +207,17 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
                                  observation_space=env.single_observation_space,
                                  action_space=env.single_action_space, frames_trigger=spec.frames_trigger,
-                                 render_each_step=render_mode == "rgb_array_list")
+                                 render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        events = RunEvents(spec, agent, bar, evaluator)
+        events = RunEvents(spec, agent, bar, tracker, evaluator)
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
-        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.seed,
-                                         spec.train, step_logger)
+        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
+                                         step_logger)
         events.finish(True, global_step)
     except BaseException:
         if events is not None:
@@ -351,7 +236,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=events.records,
+        records=tracker.table if spec.keep_records else None,
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
@@ -359,7 +244,6 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent=agent if spec.keep_agent else None,
         evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
-        extra={"encoded_records": events.stream.encoded} if events.stream is not None else {},
     )
 
 

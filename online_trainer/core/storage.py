@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import yaml
 
-from online_trainer.core import pickling
+from online_trainer.core.records import PROTOCOL, dump_runs
 
 logger = logging.getLogger(__name__)
 
@@ -133,26 +133,24 @@ def write_error(exc: OSError, path: str | os.PathLike) -> OSError:
 
 
 class MetricsStream:
-    """Appends episode records to ``metrics_run{i}.pkl`` as pickled chunks.
+    """Appends pickled chunks to a stream file (``metrics_run{i}.pkl``, ``eval_run{i}.pkl``).
 
-    Records are buffered and written as one chunk every ``flush_every`` records and on
-    :meth:`close`; every chunk is one complete pickle of a list of records, handed to the
-    operating system in one write, so a run killed at any moment leaves every earlier chunk
-    readable. The file is created exclusively: an existing stream is never replaced. (How
-    the records are pickled: :mod:`online_trainer.core.pickling`.)
+    Every chunk is one complete pickle of a list of records, handed to the operating system
+    in one write, so a run killed at any moment leaves every earlier chunk readable. The file
+    is created exclusively: an existing stream is never replaced. A run's episode records are
+    pickled from its columns (:meth:`online_trainer.core.records.EpisodeTable.chunk`) and
+    written with :meth:`write`; other records are buffered with :meth:`append`, ``flush_every``
+    to a chunk.
     """
 
-    def __init__(self, path: str | os.PathLike, flush_every: int = 10, keep_encoded: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, flush_every: int = 10) -> None:
         self.path = Path(path)
         self.flush_every = flush_every
         self._buffer: list[dict[str, Any]] = []
-        self._encoder = pickling.ChunkEncoder()
-        # With keep_encoded: the records written, with their opcodes, for write_all_metrics.
-        self.encoded = pickling.EncodedRecords() if keep_encoded else None
         self._file: BinaryIO = open(self.path, "xb", buffering=0)
 
     def append(self, record: dict[str, Any]) -> None:
-        """Buffer one episode record, writing a chunk when ``flush_every`` are buffered."""
+        """Buffer one record, writing a chunk when ``flush_every`` are buffered."""
         self._buffer.append(record)
         if len(self._buffer) >= self.flush_every:
             self.flush()
@@ -165,14 +163,22 @@ class MetricsStream:
         """
         if self._buffer:
             try:
-                data = self._encoder.encode(self._buffer, self.encoded)
-                written = self._file.write(data)  # unbuffered: one write(2)
-                while written < len(data):  # a short write: the rest
-                    written += self._file.write(memoryview(data)[written:])
-            except OSError as exc:
-                raise write_error(exc, self.path) from exc
+                self.write(pickle.dumps(self._buffer, PROTOCOL))
             finally:
                 self._buffer = []
+
+    def write(self, chunk: bytes) -> None:
+        """Write one chunk (a complete pickle) in one ``write(2)``.
+
+        Raises:
+            OSError: naming the stream (a full disk); earlier chunks stay readable.
+        """
+        try:
+            written = self._file.write(chunk)  # unbuffered: one write(2)
+            while written < len(chunk):  # a short write: the rest
+                written += self._file.write(memoryview(chunk)[written:])
+        except OSError as exc:
+            raise write_error(exc, self.path) from exc
 
     def close(self) -> None:
         """Write what is buffered and close the file."""
@@ -184,14 +190,13 @@ class MetricsStream:
                     self._file.close()
 
 
-def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Sequence[dict[str, Any]] | None],
-                      encoded: Sequence[pickling.EncodedRecords | None] | None = None) -> None:
-    """Atomically write ``all_metrics.pkl``: a pickle of ``list(runs)`` (each run a list of records, or None).
+def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Any]) -> None:
+    """Atomically write ``all_metrics.pkl``: the list of runs, each loading as a list of records (or None).
 
-    ``encoded[k]``: what run ``k + 1``'s :class:`MetricsStream` kept (``keep_encoded=True``);
-    records it pickled are not pickled again (see :func:`online_trainer.core.pickling.dump_runs`).
+    ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.core.records.EpisodeTable`, list of
+    records, or None.
     """
-    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, pickling.dump_runs(runs, encoded))
+    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, dump_runs(runs))
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

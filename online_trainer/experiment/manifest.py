@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from online_trainer.core import ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
+from online_trainer.core.records import EpisodeTable, as_records
 from online_trainer.core.run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class Experiment:
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
             if result is not None or not keep_records:
-                runs.append(result.records if result is not None else None)
+                runs.append(as_records(result.records) if result is not None else None)
             elif entry["status"] == "finished" and self.exp_dir is not None:
                 runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
             else:
@@ -152,11 +153,11 @@ class Experiment:
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
-        """Write ``all_metrics.pkl`` (the list of runs) atomically; records streamed by runs done here are not pickled again."""
+        """Write ``all_metrics.pkl`` (the list of runs) atomically; runs done here are pickled from their columns."""
         if self.exp_dir is not None:
-            encoded = [getattr(self.results.get(entry["run"]), "extra", {}).get("encoded_records")
-                       for entry in self.manifest["runs"]]
-            storage.write_all_metrics(self.exp_dir, runs, encoded)
+            tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
+            storage.write_all_metrics(self.exp_dir, [table if isinstance(table, EpisodeTable) else run
+                                                     for table, run in zip(tables, runs)])
 
 
 def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:

@@ -58,7 +58,7 @@ class RunOptions:
     """Hand the records back in memory (False: on disk only; memory stays flat)."""
     keep_agents: bool = True
     """Hand each run's final agent back."""
-    metrics_flush_every: int = 10
+    metrics_flush_every: int | None = None
     """Records per chunk of the metrics streams."""
     evaluate: bool = False
     """Evaluate the agent greedily on a separate env, every ``eval_freq`` and at the end."""
@@ -79,7 +79,7 @@ class RunOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
         validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
-        validation.positive_int("metrics_flush_every", self.metrics_flush_every)
+        validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
         validation.optional_positive_int("record_video", self.record_video)

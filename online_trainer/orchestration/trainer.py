@@ -123,7 +123,7 @@ class OnlineTrainer:
         backend: str = "local",
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
-        metrics_flush_every: int = 10,
+        metrics_flush_every: int | None = None,
         eval_env: Any = None,
         eval_freq: int | None = None,
         eval_episodes: int = 10,
@@ -165,7 +165,9 @@ class OnlineTrainer:
                 experiment directory must be on a filesystem all nodes share).
             ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
             ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
-            metrics_flush_every: records per chunk of the metrics streams.
+            metrics_flush_every: episode records per chunk of the metrics streams; None: 10 per
+                sub-env. Whatever this says, records reach the disk at least every second while
+                episodes end, at once for an episode that keeps its frames, and when the run ends.
             eval_env: evaluate each run's agent greedily on this env (an env or a zero-argument
                 factory; with ``eval_freq`` alone, the training env's factory is called once more).
                 The agent is switched to ``eval()``, plays ``eval_episodes`` complete episodes,

@@ -100,7 +100,7 @@ def test_a_sub_env_is_kept_alike_whatever_the_number_of_sub_envs(mode):
         assert one.ended == bool(terminated[0] or truncated[0]) and two.ended == bool((terminated | truncated).any())
         for tracker, key in ((one, 1), (two, 2)):
             for i in np.flatnonzero(tracker.done):
-                record = tracker.finish(int(i), 0, 0, 0)
+                record = tracker.finish(int(i))
                 if i == 0:
                     got[key].append(record)
             tracker.end_step(tracker.ended)
@@ -134,7 +134,7 @@ def test_lengths_and_returns_count_real_transitions_summed_in_float64_step_order
                 expected.append((i, account[i][0], account[i][1]))
                 account[i] = [0.0, 0, mode is AutoresetMode.NEXT_STEP]
         for i in np.flatnonzero(tracker.done):
-            record = tracker.finish(int(i), 0, 0, 0)
+            record = tracker.finish(int(i))
             got.append((int(i), record["ep_return"], record["ep_length"]))
             assert len(record["actions"]) == record["ep_length"]
         tracker.end_step(tracker.ended)

@@ -469,7 +469,7 @@ def test_tracker_transitions_with_given_spaces():
     act_items, actions = _samples(act_space, 2)
     tracker.observe(obs, actions, np.array([1.0, 2.0]), np.array([True, False]), np.array([False, False]))
     tracker.add_logs([{"x": np.array([1])}, None])
-    record = tracker.finish(0, 1, 2, 0)
+    record = tracker.finish(0, global_step=2)
     ((o, a, r, term, trunc),) = record["transitions"]
     assert_same(o, obs_items[0])
     assert_same(a, act_items[0])

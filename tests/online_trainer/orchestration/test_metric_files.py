@@ -10,8 +10,8 @@ import pytest
 
 from callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
-from online_trainer.core import pickling, storage
-from tests.conftest import RecordingAgent, make_counting_vec
+from online_trainer.core import storage
+from tests.conftest import RecordingAgent, make_counting_vec, same_values
 
 
 class RandomAgent:
@@ -36,8 +36,8 @@ def test_all_metrics_and_streams_hold_the_returned_records(tmp_path, num_workers
     runs = trainer.multi_run(2, total_steps=3000, seed_offset=0, num_workers=num_workers, progress=False,
                              metrics_flush_every=7)
     assert len(runs[0]) > 100 and runs[0][0]["actions"].dtype == np.int64
-    assert pickling.same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
-    assert pickling.same_values(load_all_run_metrics(tmp_path), runs)
+    assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
+    assert same_values(load_all_run_metrics(tmp_path), runs)
 
 
 def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
@@ -45,4 +45,4 @@ def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
                             exp_dir=tmp_path)
     runs = trainer.multi_run(2, num_episodes=9, seed_offset=0, dump_transitions=True, progress=False)
     assert runs[0][0]["transitions"] and runs[0][0]["agent_logs"]["t"].size
-    assert pickling.same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
+    assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)

@@ -1,0 +1,177 @@
+"""What a run does as episodes end and step thresholds pass: callbacks, the metrics stream,
+evaluations, checkpoints and progress."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from callbacks import EmptyCallBack
+from online_trainer.core import storage
+from online_trainer.core.budget import INFINITY
+from online_trainer.core.episodes import EpisodeTracker
+from online_trainer.core.evaluation import Evaluator, RunEvaluations
+from online_trainer.core.progress import RunProgress
+
+if TYPE_CHECKING:
+    from online_trainer.core.run import RunSpec
+
+PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
+FLUSH_SECONDS = 1.0  # while episodes end, records reach the disk at least this often
+FLUSH_PER_SUB_ENV = 10  # records per metrics chunk and sub-env, unless the user says how many
+
+
+class RunEvents:
+    """Handles every finished episode and step threshold of one run.
+
+    The run's records are the columns of ``tracker.table``; they reach ``metrics_run{i}.pkl``
+    in chunks of ``spec.metrics_flush_every`` records (default: :data:`FLUSH_PER_SUB_ENV` per
+    sub-env; episodes that end on one step share a chunk), at once when an episode kept frames
+    (frames go to the stream only), at least every :data:`FLUSH_SECONDS` while episodes end,
+    and when the run ends.
+    """
+
+    def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, tracker: EpisodeTracker,
+                 evaluator: Evaluator | None = None) -> None:
+        self.spec, self.agent, self.progress, self.tracker = spec, agent, progress, tracker
+        self.callback = spec.callback
+        self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
+        self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
+        self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
+        self.stream = None
+        if spec.exp_dir is not None and spec.dump_metrics:
+            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx))
+        self.flushing = self.stream is not None or not spec.keep_records  # records leave memory as they are written
+        self.flush_every = spec.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
+        self.flushed = 0  # episodes written to the stream
+        self.next_flush = self.flush_every
+        self.flush_deadline = time.monotonic() + FLUSH_SECONDS
+        budget = spec.budget
+        self.by_episode = budget.num_episodes is not None
+        self.checkpoint_freq = spec.checkpoint_freq
+        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
+        self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
+        self.next_tick = self.progress_stride
+        self.shown_steps = 0
+        self.best_return = -INFINITY
+        self.best_state: bytes | None = None  # torch-serialised, see _state_copy
+        self.episodes = 0
+        self.evals: RunEvaluations | None = None
+        if evaluator is not None:
+            eval_stream = None
+            if spec.exp_dir is not None and spec.dump_metrics:
+                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
+            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
+                                        progress)
+        # Episodes need a look one by one only for these; else a batch costs a few operations.
+        self.each_episode = self.log_episodes or self.evals is not None or self.checkpoint_freq is not None
+
+    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
+        count = len(returns)
+        self.episodes = first_index + count - 1
+        if self.each_episode:
+            for j in range(count):
+                self._on_episode(first_index + j, float(returns[j]), int(lengths[j]), global_step)
+        if self.flushing and (self.episodes >= self.next_flush or self.tracker.new_frames
+                              or time.monotonic() >= self.flush_deadline):
+            self.flush()
+        if self.by_episode:
+            self.progress.advance(count)
+        self.progress.episode_end(float(returns[-1]))
+
+    def _on_episode(self, index: int, ep_return: float, length: int, global_step: int) -> None:
+        # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
+        # episode (episodes of several sub-envs can end on the same env step).
+        if self.log_episodes:
+            self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
+            self.callback({"ep_length": length}, self.length_tag, index, force=True)
+        if self.evals is not None and self.evals.due_after_episode(index):
+            self.evals.evaluate(global_step, index)
+        if self.checkpoint_freq is not None:
+            if self.evals is None and ep_return > self.best_return:
+                self.best_return = ep_return
+                self.best_state = _state_copy(self.agent)
+            if self.by_episode and index % self.checkpoint_freq == 0:
+                self._save(f"E{index}")
+
+    def flush(self) -> None:
+        """Write the records not yet in the stream as one chunk (frames then leave memory)."""
+        tracker, table = self.tracker, self.tracker.table
+        tracker.seal()
+        if table.count > self.flushed:
+            try:
+                if self.stream is not None:
+                    self.stream.write(table.chunk(self.flushed, table.count))
+            finally:
+                self.flushed = table.count
+                self.next_flush = table.count + self.flush_every
+                self.flush_deadline = time.monotonic() + FLUSH_SECONDS
+                if tracker.new_frames and self.stream is not None:  # frames are kept in the stream only
+                    table.drop_extra("frames")
+                tracker.new_frames = False
+                if not self.spec.keep_records:
+                    table.clear()
+
+    def on_step_event(self, global_step: int) -> float:
+        if self.evals is not None:
+            self.evals.on_steps(global_step, self.episodes)
+        while global_step >= self.next_checkpoint:
+            self._save(f"S{int(self.next_checkpoint)}")
+            self.next_checkpoint += self.checkpoint_freq
+        if global_step >= self.next_tick:
+            self.progress.advance(global_step - self.shown_steps)
+            self.shown_steps = global_step
+            self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
+        next_eval = self.evals.next_step if self.evals is not None else INFINITY
+        return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
+
+    @staticmethod
+    def serialised(state: Any) -> bytes:
+        """``state`` as ``torch.save`` writes it."""
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return buffer.getvalue()
+
+    def _save(self, label: str) -> None:
+        if hasattr(self.agent, "save"):
+            self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
+
+    def finish(self, completed: bool, global_step: int) -> None:
+        """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
+        if not self.by_episode and global_step > self.shown_steps:
+            self.progress.advance(global_step - self.shown_steps)
+        try:
+            if completed and self.evals is not None:
+                self.evals.finish(global_step, self.episodes)
+        finally:
+            try:
+                if self.evals is not None and self.evals.stream is not None:
+                    self.evals.stream.close()
+            finally:
+                try:
+                    self.flush()
+                finally:
+                    if self.stream is not None:
+                        self.stream.close()
+        if completed and self.checkpoint_freq is not None and hasattr(self.agent, "save"):
+            self._save("Last")
+            if self.evals is not None:  # best by evaluation
+                best = self.evals.best_state
+                self.best_state = None if best is None else self.serialised(best)
+            if self.best_state is not None:
+                storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
+
+
+def _state_copy(agent: Any) -> bytes | None:
+    """``agent.save()`` now, torch-serialised: what ``Run{i}_Best_agent.t`` holds (None without ``save``).
+
+    The bytes are a copy the agent cannot change later, so a new best costs one serialisation,
+    not a deep copy now and a serialisation at the end.
+    """
+    save = getattr(agent, "save", None)
+    return RunEvents.serialised(save()) if save is not None else None

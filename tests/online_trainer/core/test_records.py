@@ -1,0 +1,195 @@
+"""A run's records held as columns: handed out, pickled into chunks and all_metrics.pkl, as the same dicts."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from online_trainer import TruncatedMetricsWarning, load_run_metrics
+from online_trainer.core import storage
+from online_trainer.core.actions import ActionHistory
+from online_trainer.core.episodes import EpisodeTracker
+from online_trainer.core.records import RECORD_KEYS, EpisodeTable, as_records, dump_runs
+from tests.conftest import same_values
+
+
+def expected_record(position, ep_return, length, step, actions, seed=3, **extras):
+    record = {"ep_return": ep_return, "ep_length": length, "frames": [], "transitions": [], "actions": actions,
+              "agent_seed": seed, "episode_index": position + 1, "agent_logs": None, "global_step": step,
+              "wall_time": 0.5 * step}
+    record.update(extras)
+    return record
+
+
+def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
+    """A table of 40 episodes added one by one and in batches, with extras here and there."""
+    rng = np.random.default_rng(0)
+    table, expected = EpisodeTable(3), []
+
+    def actions_of(length):
+        if kind == "discrete":
+            return rng.integers(0, 4, size=length)
+        if kind == "box":
+            return rng.normal(size=(length, 2)).astype(np.float32)
+        if kind == "dict":
+            return {"move": rng.integers(0, 2, size=length), "aim": rng.normal(size=(length, 3))}
+        return None
+
+    while table.count < 40:
+        lengths = rng.integers(1, 9, size=int(rng.integers(1, 4))).tolist()
+        returns = rng.normal(size=len(lengths)).tolist()
+        step = 10 * table.count
+        episode_actions = [actions_of(n) for n in lengths]
+        first = table.count
+        if len(lengths) == 1 and rng.random() < 0.5:
+            table.add_one(returns[0], lengths[0], step, 0.5 * step, episode_actions[0])
+        else:
+            batch = (np.concatenate(episode_actions) if kind in ("discrete", "box")
+                     else None if kind == "none" else episode_actions)
+            table.add(np.array(returns), np.array(lengths), [step] * len(lengths), [0.5 * step] * len(lengths), batch)
+        for j, (ret, n, acts) in enumerate(zip(returns, lengths, episode_actions)):
+            extras = {}
+            if (first + j) % 7 == 3:
+                extras["agent_logs"] = {"loss": np.arange(n, dtype=np.float32)}
+                table.set_extra("agent_logs", first + j, extras["agent_logs"])
+            if (first + j) % 11 == 5:
+                extras["frames"] = [np.full((2, 2, 3), first + j, dtype=np.uint8)]
+                table.set_extra("frames", first + j, extras["frames"])
+            if (first + j) % 13 == 0:
+                extras["transitions"] = [(np.zeros(2), 0, 1.0, False, False)] * n
+                table.set_extra("transitions", first + j, extras["transitions"])
+            expected.append(expected_record(first + j, ret, n, step, acts, **extras))
+    return table, expected
+
+
+KINDS = ["discrete", "box", "dict", "none"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_records_chunks_and_all_metrics_hold_the_same_dicts(kind):
+    table, expected = filled_table(kind)
+    assert same_values(table.records(), expected)
+    assert list(table.records()[0]) == list(RECORD_KEYS)
+    for start, stop in [(0, table.count), (0, 1), (5, 17), (17, table.count), (39, 40), (40, table.count)]:
+        assert same_values(pickle.loads(table.chunk(start, stop)), expected[start:stop])
+        assert same_values(table.records(start, stop), expected[start:stop])
+    assert same_values(pickle.loads(dump_runs([table, None, expected[:2]])), [expected, None, expected[:2]])
+    assert same_values(pickle.loads(pickle.dumps(table)).records(), expected)  # how a worker sends it back
+
+
+def test_every_record_gets_its_own_lists():
+    table, _ = filled_table("discrete")
+    for records in (table.records(), pickle.loads(table.chunk(0, table.count))):
+        records[0]["frames"].append("x")
+        records[0]["transitions"].append("y")
+        assert all(r["frames"] == [] for r in records[1:4]) and all(r["transitions"] == [] for r in records[1:4])
+
+
+def test_clear_forgets_held_records_and_numbering_goes_on():
+    table, expected = filled_table("discrete")
+    count = table.count
+    table.clear()
+    assert len(table) == 0 and table.count == count == len(expected) and table.records() == []
+    table.add_one(1.0, 2, 500, 250.0, np.array([1, 0]))
+    assert same_values(table.records(), [expected_record(count, 1.0, 2, 500, np.array([1, 0]))])
+    assert same_values(pickle.loads(table.chunk(count, count + 1)), table.records())
+    with pytest.raises(IndexError, match="not held"):
+        table.records(count - 1, count + 1)
+
+
+def test_as_records_takes_tables_lists_and_none():
+    table, expected = filled_table("box")
+    assert same_values(as_records(table), expected)
+    assert as_records(expected) is expected and as_records(None) is None
+
+
+def test_chunks_load_with_pickle_alone(tmp_path):
+    """The files do not need this package: the chunk builds its dicts with builtins and numpy."""
+    table, expected = filled_table("discrete")
+    path = tmp_path / "chunk.pkl"
+    path.write_bytes(table.chunk(0, table.count))
+    code = ("import sys, pickle; sys.modules['online_trainer'] = None; "
+            f"records = pickle.load(open({str(path)!r}, 'rb')); "
+            "print(len(records), records[1]['episode_index'], records[1]['actions'].tolist(), "
+            "'online_trainer' in sys.modules and sys.modules['online_trainer'] is not None)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[:2] == [str(len(expected)), "2"] and out[-1] == "False"
+    assert "".join(out[2:-1]) == str(expected[1]["actions"].tolist()).replace(" ", "")
+
+
+def test_a_stream_of_table_chunks_cut_anywhere_in_its_last_chunk_loads_its_complete_chunks(tmp_path):
+    table, expected = filled_table("box")
+    path = storage.metrics_path(tmp_path, 1)
+    stream = storage.MetricsStream(path)
+    for start, stop in [(0, 12), (12, 30), (30, table.count)]:
+        stream.write(table.chunk(start, stop))
+    stream.close()
+    data = path.read_bytes()
+    last = len(data) - len(table.chunk(30, table.count))
+    assert same_values(load_run_metrics(tmp_path, 1), expected)
+    for cut in range(last + 1, len(data), 7):
+        path.write_bytes(data[:cut])
+        with pytest.warns(TruncatedMetricsWarning, match="incomplete chunk"):
+            assert same_values(load_run_metrics(tmp_path, 1), expected[:30])
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(mode):
+    """Episodes closed in batches, with their actions gathered late (after the buffer was compacted and grown)."""
+    num_envs, rng = 5, np.random.default_rng(4)
+    tracker = EpisodeTracker(num_envs, mode)
+    tracker.actions = ActionHistory(num_envs, capacity=4)  # compacts and grows often
+    current = [[] for _ in range(num_envs)]
+    expected = []
+    for step in range(1, 400):
+        actions = rng.integers(0, 100, size=(num_envs, 2))
+        valid = tracker.valid.copy()
+        ends = rng.random(num_envs) < (0.02 if step < 100 else 0.3)  # long episodes first, then short ones
+        terminated = ends & valid
+        tracker.observe(None, actions, np.ones(num_envs), terminated, np.zeros(num_envs, dtype=bool))
+        for i in np.flatnonzero(valid):
+            current[i].append(actions[i])
+        if tracker.ended:
+            envs = tracker.done.nonzero()[0]
+            returns, lengths = tracker.close(envs, step)
+            assert lengths.tolist() == [len(current[i]) for i in envs] and returns.tolist() == lengths.tolist()
+            for i in envs:
+                expected.append((len(current[i]), np.array(current[i]).reshape(-1, 2), step))
+                current[i] = []
+        tracker.end_step(tracker.ended)
+        if step % 37 == 0:
+            tracker.seal()
+    tracker.seal()
+    records = tracker.table.records()
+    assert len(records) == len(expected) > 100 and max(n for n, _, _ in expected) > 20
+    for index, (record, (length, actions, step)) in enumerate(zip(records, expected), start=1):
+        assert record["episode_index"] == index and record["global_step"] == step and record["ep_length"] == length
+        np.testing.assert_array_equal(record["actions"], actions)
+
+
+def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_second(tmp_path, monkeypatch):
+    from online_trainer import OnlineTrainer
+    from online_trainer.core import run_events
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    def chunk_sizes(exp_dir):
+        return [len(c) for c in storage.iter_metrics_chunks(storage.metrics_path(exp_dir, 1))]
+
+    trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path / "default")
+    (records,) = trainer.multi_run(1, num_episodes=100, seed_offset=0, progress=False)
+    sizes = chunk_sizes(tmp_path / "default")
+    assert sum(sizes) == 100 and all(size >= 30 for size in sizes[:-1])  # 10 per sub-env, whole steps
+    monkeypatch.setattr(run_events, "FLUSH_SECONDS", 0.0)  # a slow run: every step's episodes at once
+    trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path / "slow")
+    (slow,) = trainer.multi_run(1, num_episodes=100, seed_offset=0, progress=False, metrics_flush_every=1000)
+    sizes = chunk_sizes(tmp_path / "slow")
+    assert sum(sizes) == 100 and len(sizes) == len({r["global_step"] for r in slow})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert same_values(load_run_metrics(tmp_path / "slow", 1), slow)
