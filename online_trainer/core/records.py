@@ -32,7 +32,6 @@ RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "ag
                "agent_logs", "global_step", "wall_time")
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
 PROTOCOL = 5
-_FLAT_CAPACITY = 4096  # rows of actions the flat buffer starts with
 
 
 class _Call:
@@ -54,8 +53,8 @@ class EpisodeTable:
     ``first`` to ``count - 1``: :meth:`clear` forgets the ones before (records kept out of
     memory once they are on disk).
 
-    Actions are held in one of three ways, fixed by the first episode added: arrays of one
-    dtype and row shape (``Box``, ``Discrete``...) back to back in one buffer, any other object
+    Actions are held in one of three ways, fixed by the first episode added: arrays (``Box``,
+    ``Discrete``...), the episodes of each :meth:`add` back to back in one array, any other object
     per episode (``Dict`` and ``Tuple`` actions), or None (actions not kept).
 
     Args:
@@ -69,9 +68,11 @@ class EpisodeTable:
         self.lengths: list[int] = []
         self.steps: list[int] = []
         self.times: list[float] = []
-        self._flat: np.ndarray | None = None  # array actions of the held episodes, back to back
-        self._used = 0  # rows of _flat in use
-        self._ends: list[int] = []  # row of _flat after each held episode's actions
+        # Array actions come in segments (the episodes of one add, back to back): each segment, the
+        # held row of its first episode, and per held episode the row of its segment after its actions.
+        self._segments: list[np.ndarray] = []
+        self._segment_rows: list[int] = []
+        self._ends: list[int] = []
         self._objects: list[Any] | None = None  # actions that are not arrays (or None), per held episode
         # position -> value, for the episodes that have one (frames, transitions, agent_logs), and
         # those positions in increasing order
@@ -103,10 +104,12 @@ class EpisodeTable:
         self.times.extend(times.tolist() if isinstance(times, np.ndarray) else times)
         added = len(self.returns) - first_new
         if isinstance(actions, np.ndarray) and self._objects is None:
-            self._add_rows(actions, self.lengths[first_new:])
+            self._segments.append(actions)
+            self._segment_rows.append(first_new)
+            self._ends.extend(itertools.accumulate(self.lengths[first_new:]))
         else:
             if self._objects is None:
-                if self._flat is not None:
+                if self._segments:
                     raise TypeError("EpisodeTable.add: actions were arrays, now they are not")
                 self._objects = [None] * first_new
             self._objects.extend([None] * added if actions is None else actions)
@@ -118,26 +121,15 @@ class EpisodeTable:
         self.steps.append(step)
         self.times.append(wall_time)
         if isinstance(actions, np.ndarray) and self._objects is None:
-            self._add_rows(actions, (length,))
+            self._segments.append(actions)
+            self._segment_rows.append(len(self.returns) - 1)
+            self._ends.append(length)
         else:
             if self._objects is None:
-                if self._flat is not None:
+                if self._segments:
                     raise TypeError("EpisodeTable.add_one: actions were arrays, now they are not")
                 self._objects = [None] * (len(self.returns) - 1)
             self._objects.append(actions)
-
-    def _add_rows(self, rows: np.ndarray, lengths: Sequence[int]) -> None:
-        flat, used, needed = self._flat, self._used, self._used + len(rows)
-        if flat is not None and (rows.dtype != flat.dtype or rows.shape[1:] != flat.shape[1:]):
-            rows = np.asarray(rows, dtype=flat.dtype).reshape(len(rows), *flat.shape[1:])
-        if flat is None or needed > len(flat):
-            fresh = np.empty((max(_FLAT_CAPACITY, 2 * needed), *rows.shape[1:]), dtype=rows.dtype)
-            if flat is not None:
-                fresh[:used] = flat[:used]
-            self._flat = flat = fresh
-        flat[used:needed] = rows
-        self._ends.extend(itertools.islice(itertools.accumulate(lengths, initial=used), 1, None))
-        self._used = needed
 
     def set_extra(self, key: str, position: int, value: Any) -> None:
         """Give episode ``position`` (not given one before, and after those given one) its ``key``."""
@@ -153,7 +145,7 @@ class EpisodeTable:
         """Forget the held records (they are on disk); positions go on from :attr:`count`."""
         self.first = self.count
         self.returns, self.lengths, self.steps, self.times = [], [], [], []
-        self._used, self._ends = 0, []
+        self._segments, self._segment_rows, self._ends = [], [], []
         if self._objects is not None:
             self._objects = []
         for key in EXTRA_KEYS:
@@ -166,14 +158,25 @@ class EpisodeTable:
         n = hi - lo
         if self._objects is not None:
             return self._objects[lo:hi]
-        if self._flat is None:
+        if not self._segments:
             return _Call(itertools.repeat, None, n) if for_disk else [None] * n
-        start = self._ends[lo - 1] if lo else 0
-        ends = self._ends[lo:hi]
-        if for_disk:
-            return _Call(np.split, self._flat[start:ends[-1]], [end - start for end in ends[:-1]])
-        flat = self._flat
-        return [flat[a:b] for a, b in zip([start, *ends[:-1]], ends)]
+        pieces, views = [], []
+        segments, rows, ends = self._segments, self._segment_rows, self._ends
+        for k in range(bisect.bisect_right(rows, lo) - 1, len(segments)):
+            first = rows[k]
+            if first >= hi:
+                break
+            a, b = max(lo, first), min(hi, rows[k + 1] if k + 1 < len(rows) else len(self.returns))
+            start = ends[a - 1] if a > first else 0
+            if for_disk:
+                pieces.append(segments[k][start:ends[b - 1]])
+            else:
+                segment = segments[k]
+                views.extend([segment[i:j] for i, j in zip([start, *ends[a:b - 1]], ends[a:b])])
+        if not for_disk:
+            return views
+        flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        return _Call(np.split, flat, list(itertools.accumulate(self.lengths[lo:hi - 1])))
 
     def _extra_column(self, key: str, lo: int, hi: int, for_disk: bool) -> Any:
         values, n = self.extras[key], hi - lo
@@ -233,10 +236,13 @@ class EpisodeTable:
             raise IndexError(f"positions {start}:{stop} are not held (held: {self.first}:{self.count})")
         return start - self.first, stop - self.first
 
+
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        if self._flat is not None:
-            state["_flat"] = self._flat[:self._used].copy()  # the unused capacity does not travel
+        if len(self._segments) > 1:  # one array travels faster than one per episode
+            state["_segments"] = [np.concatenate(self._segments)]
+            state["_segment_rows"] = [0]
+            state["_ends"] = list(itertools.accumulate(self.lengths))
         return state
 
 

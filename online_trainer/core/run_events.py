@@ -58,6 +58,7 @@ class RunEvents:
         self.best_return = -INFINITY
         self.best_state: bytes | None = None  # torch-serialised, see _state_copy
         self.episodes = 0
+        self.last_returns: Any = None  # of the episodes that ended last
         self.evals: RunEvaluations | None = None
         if evaluator is not None:
             eval_stream = None
@@ -78,9 +79,10 @@ class RunEvents:
         if self.flushing and (self.episodes >= self.next_flush or self.tracker.new_frames
                               or time.monotonic() >= self.flush_deadline):
             self.flush()
+        self.last_returns = returns  # the bar shows the last one as it moves
         if self.by_episode:
+            self.progress.episode_end(float(returns[-1]))
             self.progress.advance(count)
-        self.progress.episode_end(float(returns[-1]))
 
     def _on_episode(self, index: int, ep_return: float, length: int, global_step: int) -> None:
         # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
@@ -122,11 +124,16 @@ class RunEvents:
             self._save(f"S{int(self.next_checkpoint)}")
             self.next_checkpoint += self.checkpoint_freq
         if global_step >= self.next_tick:
+            self._show_last_return()
             self.progress.advance(global_step - self.shown_steps)
             self.shown_steps = global_step
             self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
         next_eval = self.evals.next_step if self.evals is not None else INFINITY
         return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
+
+    def _show_last_return(self) -> None:
+        if self.last_returns is not None:
+            self.progress.episode_end(float(self.last_returns[-1]))
 
     @staticmethod
     def serialised(state: Any) -> bytes:
@@ -143,6 +150,7 @@ class RunEvents:
 
     def finish(self, completed: bool, global_step: int) -> None:
         """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
+        self._show_last_return()
         if not self.by_episode and global_step > self.shown_steps:
             self.progress.advance(global_step - self.shown_steps)
         try:
