@@ -53,9 +53,10 @@ class EpisodeTable:
     ``first`` to ``count - 1``: :meth:`clear` forgets the ones before (records kept out of
     memory once they are on disk).
 
-    Actions are held in one of three ways, fixed by the first episode added: arrays (``Box``,
-    ``Discrete``...), the episodes of each :meth:`add` back to back in one array, any other object
-    per episode (``Dict`` and ``Tuple`` actions), or None (actions not kept).
+    Actions are held in one of three ways, fixed by the first episode added: array actions
+    (``Box``, ``Discrete``...) with the episodes of each :meth:`add` back to back in one array;
+    other actions (``Dict`` and ``Tuple`` spaces) as one object per episode; or None (actions
+    not kept).
 
     Args:
         agent_seed: the run's seed, in every record.
@@ -110,26 +111,14 @@ class EpisodeTable:
         else:
             if self._objects is None:
                 if self._segments:
-                    raise TypeError("EpisodeTable.add: actions were arrays, now they are not")
+                    raise TypeError("EpisodeTable: the actions of earlier episodes were arrays, these are not")
                 self._objects = [None] * first_new
             self._objects.extend([None] * added if actions is None else actions)
 
     def add_one(self, ep_return: float, length: int, step: int, wall_time: float, actions: Any) -> None:
         """Append one episode (``actions``: its array of ``length`` rows, another object, or None)."""
-        self.returns.append(ep_return)
-        self.lengths.append(length)
-        self.steps.append(step)
-        self.times.append(wall_time)
-        if isinstance(actions, np.ndarray) and self._objects is None:
-            self._segments.append(actions)
-            self._segment_rows.append(len(self.returns) - 1)
-            self._ends.append(length)
-        else:
-            if self._objects is None:
-                if self._segments:
-                    raise TypeError("EpisodeTable.add_one: actions were arrays, now they are not")
-                self._objects = [None] * (len(self.returns) - 1)
-            self._objects.append(actions)
+        self.add((ep_return,), (length,), (step,), (wall_time,),
+                 actions if actions is None or (isinstance(actions, np.ndarray) and self._objects is None) else [actions])
 
     def set_extra(self, key: str, position: int, value: Any) -> None:
         """Give episode ``position`` (not given one before, and after those given one) its ``key``."""
