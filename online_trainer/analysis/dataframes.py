@@ -165,6 +165,10 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 columns[name].append(record.get(name, fallback))
             columns["ep_return"].append(record.get("ep_return", np.nan))
             columns["ep_length"].append(record.get("ep_length", np.nan))
+        if not records and run not in on_disk and (entry.get("episodes") or 0) > 0:
+            logger.warning("%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
+                           "dump_metrics=False): it has no row in the table.", exp_dir, run, status,
+                           entry["episodes"], run)
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
         runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
                      "last_step": last, "error": entry.get("error")})
@@ -267,7 +271,8 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     episodes, runs = _load(exp_dirs)
     empty = runs[runs["num_episodes"] == 0]
     if len(empty):
-        logger.warning("%d of %d run(s) have no finished episode and no row in the table: %s. "
+        logger.warning("%d of %d run(s) have no episode on disk (none finished, or no metrics stream) and no row "
+                       "in the table: %s. "
                        "df.attrs['runs'] lists them and the analysis counts them.",
                        len(empty), len(runs), describe_runs(empty))
     episodes.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs.to_dict("records")]

@@ -203,7 +203,8 @@ def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]
     """Yield the chunks of a metrics stream; a truncated last chunk ends it with a warning."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No metrics stream at {path}: was the run started with dump_metrics=True?")
+        raise FileNotFoundError(f"No metrics stream at {path}: the run has not started, or it ran with "
+                                "dump_metrics=False.")
     with open(path, "rb") as f:
         while True:
             start = f.tell()

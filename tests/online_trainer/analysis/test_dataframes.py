@@ -75,7 +75,7 @@ def test_runs_are_read_by_their_manifest_number_with_status_and_zero_episode_run
     assert df.groupby("run")["status"].first().to_dict() == {1: "finished", 2: "failed", 5: "stopped_early"}
     assert df.loc[df["run"] == 2, "ep_return"].tolist() == [-5.0, -6.0]
     # runs without episodes have no row, are named in a warning and listed in attrs
-    assert "2 of 5 run(s) have no finished episode" in caplog.text
+    assert "2 of 5 run(s) have no episode on disk" in caplog.text
     assert "run 3 (interrupted)" in caplog.text and "run 6 (pending)" in caplog.text
     assert [(r["run"], r["status"], r["num_episodes"]) for r in df.attrs["runs"]] == [
         (1, "finished", 5), (2, "failed", 2), (3, "interrupted", 0), (5, "stopped_early", 1), (6, "pending", 0)]
@@ -142,3 +142,14 @@ def test_missing_directory(tmp_path):
         load_episodes(tmp_path / "nope")
     with pytest.raises(FileNotFoundError, match="holds no experiment"):
         load_episodes(tmp_path)
+
+
+def test_a_run_without_a_metrics_stream_is_said_to_be_one(tmp_path, caplog):
+    """dump_metrics=False: the run finished with episodes, none on disk; the warning says why (an outside tester's find)."""
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=4, seed_offset=0, dump_metrics=False, progress=False)
+    with caplog.at_level(logging.WARNING):
+        df = load_episodes(tmp_path)
+    assert df.empty and df.attrs["runs"][0]["status"] == "finished"
+    assert "run 1 ended finished after 4 episodes but wrote no metrics_run1.pkl (it ran with dump_metrics=False)" \
+        in caplog.text
