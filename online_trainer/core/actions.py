@@ -40,11 +40,13 @@ class ActionHistory:
         self.capacity = capacity
         self.space = space
         self.buffers: list[np.ndarray] = []
-        self.start = np.zeros(num_envs, dtype=np.int64)
+        self.start = [0] * num_envs
         self.t = 0
-        # Episodes closed by close() whose actions are still in the buffer: (sub-envs, starts, end row),
-        # and the actions of those gathered already (before the rows they need were dropped).
-        self._pending: list[tuple[np.ndarray, np.ndarray, int]] = []
+        # Episodes closed by close() whose actions are still in the buffer (sub-env, first row, end
+        # row of each), and the actions of those gathered already (before their rows were dropped).
+        self._pending_envs: list[int] = []
+        self._pending_starts: list[int] = []
+        self._pending_ends: list[int] = []
         self._gathered: list[np.ndarray] = []
         # Key paths to the leaves of structured actions (None for array actions: one buffer),
         # and which leaves are tuples of items rather than arrays.
@@ -94,16 +96,19 @@ class ActionHistory:
         """Whether the actions are arrays kept in one buffer (so :meth:`close` and :meth:`take` serve)."""
         return self._allocated and self._paths is None
 
-    def close(self, envs: np.ndarray, skip: int) -> np.ndarray:
+    def close(self, envs: list[int], skip: int) -> list[int]:
         """End the episodes of sub-envs ``envs`` (array actions) and return their lengths.
 
         Their actions stay in the buffer until :meth:`take` gathers them, all at once.
         """
-        starts = self.start[envs]
-        t = self.t
-        self.start[envs] = t + skip
-        self._pending.append((envs, starts, t))
-        return t - starts
+        start, t = self.start, self.t
+        starts = [start[i] for i in envs]
+        for i in envs:
+            start[i] = t + skip
+        self._pending_envs += envs
+        self._pending_starts += starts
+        self._pending_ends += [t] * len(envs)
+        return [t - first for first in starts]
 
     def take(self) -> np.ndarray:
         """The actions of the episodes closed since the last call, back to back, in closing order."""
@@ -116,12 +121,11 @@ class ActionHistory:
         return np.concatenate(gathered)
 
     def _gather(self) -> None:
-        if not self._pending:
+        if not self._pending_envs:
             return
-        pending, self._pending = self._pending, []
-        envs = np.concatenate([p[0] for p in pending])
-        starts = np.concatenate([p[1] for p in pending])
-        lengths = np.repeat([p[2] for p in pending], [len(p[0]) for p in pending]) - starts
+        envs, starts = np.array(self._pending_envs), np.array(self._pending_starts)
+        lengths = np.array(self._pending_ends) - starts
+        self._pending_envs, self._pending_starts, self._pending_ends = [], [], []
         total = int(lengths.sum())
         # Row r of sub-env e is item r * num_envs + e of the buffer seen as one axis of rows and
         # sub-envs; episode k's items are those of its start row onwards, num_envs apart.
@@ -136,7 +140,7 @@ class ActionHistory:
             self._allocate(actions)
         else:
             self._gather()  # closed episodes need rows that are about to be dropped
-            first = min(int(self.start.min()), self.t)
+            first = min(min(self.start), self.t)
             live = self.t - first
             if live * 2 > self.capacity:
                 self.capacity *= 2
@@ -144,7 +148,7 @@ class ActionHistory:
                 fresh = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
                 fresh[:live] = buffer[first:self.t]
                 self.buffers[k] = fresh
-            self.start -= first
+            self.start = [start - first for start in self.start]
             self.t = live
         if self._paths is None:
             self._buffer, self._fast_rows = self.buffers[0], self.capacity

@@ -85,7 +85,7 @@ class EpisodeTracker:
         self.partial = False
         # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
-        self._starts = np.zeros(num_envs, dtype=np.int64)  # the step at which each sub-env's episode began
+        self._starts = [0] * num_envs  # the step at which each sub-env's episode began
         self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
         self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
         self._split_obs = BatchSplitter(num_envs, observation_space)
@@ -106,10 +106,9 @@ class EpisodeTracker:
         self.table = EpisodeTable(agent_seed)
         self.closed = 0  # episodes closed (sealed or not)
         self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
-        # Closed episodes not yet sealed into the table: per close(), returns, lengths, count, step, time.
-        self._returns: list[np.ndarray] = []
-        self._lengths: list[np.ndarray] = []
-        self._counts: list[int] = []
+        # Closed episodes not yet sealed into the table: their returns, lengths, steps and times.
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
         self._at_step: list[int] = []
         self._at_time: list[float] = []
         self._objects: list[Any] = []  # the actions of those episodes when they are not arrays
@@ -211,38 +210,43 @@ class EpisodeTracker:
             index += 1
         return self.keeps_frames(index)
 
-    def close(self, envs: np.ndarray, global_step: int) -> tuple[np.ndarray, np.ndarray]:
+    def close(self, envs: list[int], global_step: int) -> tuple[list[float], list[int]]:
         """Close the episodes of sub-envs ``envs`` (ascending), ended at this step.
 
         They become the run's next episodes, in the order of ``envs``; their records reach
-        :attr:`table` at the next :meth:`seal`.
+        :attr:`table` at the next :meth:`seal`. The work is a few Python operations per
+        episode: a step ends a handful of episodes even with many sub-envs, too few for
+        array operations to pay.
 
         Returns:
-            The episodes' returns and lengths (arrays).
+            The episodes' returns and lengths.
         """
-        returns = self.returns[envs]
-        self.returns[envs] = 0.0
-        history, skip = self.actions, self._reset_skip
+        returns, history, skip = self.returns, self.actions, self._reset_skip
+        ep_returns = [returns.item(i) for i in envs]
+        for i in envs:
+            returns[i] = 0.0
         if history is not None and history.is_array:
             lengths = history.close(envs, skip)
         elif history is not None:
-            lengths = np.empty(len(envs), dtype=np.int64)
-            for j, i in enumerate(envs.tolist()):
-                lengths[j] = history.t - int(history.start[i])
+            lengths = []
+            for i in envs:
+                lengths.append(history.t - history.start[i])
                 self._objects.append(history.episode(i))
                 history.restart(i, skip)
         else:
-            lengths = self._steps - self._starts[envs]
-            self._starts[envs] = self._steps + skip
+            starts, steps = self._starts, self._steps
+            lengths = [steps - starts[i] for i in envs]
+            for i in envs:
+                starts[i] = steps + skip
         if self._extras or self._has_logs:
-            self._close_extras(envs.tolist())
-        self._returns.append(returns)
-        self._lengths.append(lengths)
-        self._counts.append(len(envs))
-        self._at_step.append(global_step)
-        self._at_time.append(time.perf_counter() - self.start_time)
-        self.closed += len(envs)
-        return returns, lengths
+            self._close_extras(envs)
+        count = len(envs)
+        self._returns += ep_returns
+        self._lengths += lengths
+        self._at_step += [global_step] * count
+        self._at_time += [time.perf_counter() - self.start_time] * count
+        self.closed += count
+        return ep_returns, lengths
 
     def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
         """Close sub-env 0's episode, whose return the caller summed (the loop of a single sub-env).
@@ -260,14 +264,14 @@ class EpisodeTracker:
         if actions is not None:
             length = len(actions)
         elif history is not None:
-            length, actions = history.t - int(history.start[0]), history.episode(0)
+            length, actions = history.t - history.start[0], history.episode(0)
             history.restart(0, skip)
         else:
-            length = self._steps - int(self._starts[0])
+            length = self._steps - self._starts[0]
             self._starts[0] = self._steps + skip
         if self._extras or self._has_logs:
             self._close_extras((0,))
-        if self._counts:
+        if self._returns:
             self.seal()
         self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
         self.closed += 1
@@ -275,19 +279,14 @@ class EpisodeTracker:
 
     def finish(self, i: int, global_step: int = 0) -> dict[str, Any]:
         """Close sub-env ``i``'s episode alone and return its record (the loop closes episodes in batches)."""
-        self.close(np.array([i]), global_step)
+        self.close([i], global_step)
         self.seal()
         return self.table.records(self.closed - 1, self.closed)[0]
 
     def seal(self) -> None:
         """Hand the episodes closed since the last call to :attr:`table`."""
-        counts = self._counts
-        if not counts:
+        if not self._returns:
             return
-        if len(counts) == 1:
-            returns, lengths = self._returns[0], self._lengths[0]
-        else:
-            returns, lengths = np.concatenate(self._returns), np.concatenate(self._lengths)
         history = self.actions
         if history is None:
             actions = None
@@ -295,8 +294,8 @@ class EpisodeTracker:
             actions = history.take()
         else:
             actions, self._objects = self._objects, []
-        self.table.add(returns, lengths, np.repeat(self._at_step, counts), np.repeat(self._at_time, counts), actions)
-        self._returns, self._lengths, self._counts, self._at_step, self._at_time = [], [], [], [], []
+        self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
+        self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
 
     def _close_extras(self, envs: Any) -> None:
         """Hand the table the agent logs, transitions and frames of the episodes being closed."""

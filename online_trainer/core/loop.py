@@ -123,7 +123,7 @@ def run_loop(
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
         if ended:
-            envs = done.nonzero()[0]
+            envs = done.nonzero()[0].tolist()
             last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
             if last:
                 envs = envs[:int(max_episodes - episodes)]
@@ -208,7 +208,8 @@ def _run_single(
         if ended:
             episodes += 1
             kept = np.array(episode_actions, dtype=dtype) if numbers else None
-            events.on_episodes(episodes, (ep_return,), (close_one(global_step, ep_return, kept),), global_step)
+            length = close_one(global_step, ep_return, kept)
+            events.on_episodes(episodes, (ep_return,), (length,), global_step)
             if episodes >= max_episodes:
                 return global_step, episodes
             ep_return, episode_actions = 0.0, []

@@ -156,9 +156,9 @@ def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(
         for i in np.flatnonzero(valid):
             current[i].append(actions[i])
         if tracker.ended:
-            envs = tracker.done.nonzero()[0]
+            envs = tracker.done.nonzero()[0].tolist()
             returns, lengths = tracker.close(envs, step)
-            assert lengths.tolist() == [len(current[i]) for i in envs] and returns.tolist() == lengths.tolist()
+            assert lengths == [len(current[i]) for i in envs] and returns == lengths
             for i in envs:
                 expected.append((len(current[i]), np.array(current[i]).reshape(-1, 2), step))
                 current[i] = []
