@@ -25,6 +25,16 @@ class CallBack:
                 on such a call once ``max_delay`` seconds have passed since the last).
         """
 
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        """Log ``values[j]`` of the scalar ``key`` at ``steps[j]``, each as a forced point.
+
+        The runner logs the returns and lengths of the episodes that ended on one env step
+        this way (``ep_return`` under ``ep_return/run_{i}``, with the episode indices as steps).
+        This default makes one call per value; sinks that buffer take them all at once.
+        """
+        for value, step in zip(values, steps):
+            self({key: value}, tag, step, force=True)
+
     def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
         """Log a video: ``frames`` (H x W x 3 uint8 arrays) to play at ``fps``, at ``step``.
 

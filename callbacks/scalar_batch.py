@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import crc32c
 import numpy as np
@@ -145,6 +145,25 @@ class ScalarBatch:
         group.walls.append(_now())
         group.seqs.append(self.count)
         self.count += 1
+        return self.count
+
+    def add_series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> int:
+        """Keep ``values[j]`` of scalar ``key`` under ``tag`` at ``steps[j]``, in order, now; return the count kept.
+
+        Raises:
+            TypeError: a step is not an integer, or a value is not a number.
+        """
+        count = len(values)
+        if count != len(steps):
+            raise ValueError(f"add_series: {count} values for {len(steps)} steps")
+        group_key = (tag, key)
+        group = self._groups.get(group_key) or self._group(group_key)
+        floats = [float(value) for value in values]
+        group.steps.extend([_index(step) for step in steps])
+        group.values.extend(floats)
+        group.walls.extend([_now()] * count)
+        group.seqs.extend(range(self.count, self.count + count))
+        self.count += count
         return self.count
 
     def _group(self, key: tuple[str, ...]) -> _Group:

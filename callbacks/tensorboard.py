@@ -62,6 +62,16 @@ class TBCallBack(CallBack):
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
 
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        """Keep every value of ``key`` as a forced point, at once (see :meth:`callbacks.CallBack.series`)."""
+        if len(values) == 0:
+            return
+        self._batch.add_series(key, tag, values, steps)
+        now = time.time()
+        if now - self._last_flush > self.max_delay:
+            self._flush()
+            self._last_flush = now
+
     def _average(self, data: Mapping[str, Any], tag: str) -> dict[str, float] | None:
         """Add ``data`` to the sums of ``tag``; on its ``flush_every``-th call return the means."""
         pending = self._pending.get(tag)
@@ -150,6 +160,8 @@ class BasicCallBack(TBCallBack):
 
     Slower than :class:`TBCallBack`; use it when every point must be on disk at once.
     """
+
+    series = CallBack.series  # one write per value, as it comes
 
     def __init__(self, log_dir: str | os.PathLike) -> None:
         super().__init__(log_dir, flush_every=1, max_delay=0.0)

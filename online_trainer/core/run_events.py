@@ -67,12 +67,21 @@ class RunEvents:
             self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
                                         f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
                                         progress)
+        # The callback takes a batch's returns and lengths at once, when it can.
+        self.log_series = getattr(self.callback, "series", None) if self.log_episodes else None
         # Episodes need a look one by one only for these; else a batch costs a few operations.
-        self.each_episode = self.log_episodes or self.evals is not None or self.checkpoint_freq is not None
+        self.each_episode = (self.log_episodes and self.log_series is None) or self.evals is not None \
+            or self.checkpoint_freq is not None
 
     def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
         count = len(returns)
         self.episodes = first_index + count - 1
+        if self.log_series is not None:
+            # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
+            # episode (episodes of several sub-envs can end on the same env step).
+            indices = range(first_index, first_index + count)
+            self.log_series("ep_return", self.return_tag, returns, indices)
+            self.log_series("ep_length", self.length_tag, lengths, indices)
         if self.each_episode:
             for j in range(count):
                 self._on_episode(first_index + j, float(returns[j]), int(lengths[j]), global_step)
@@ -85,9 +94,7 @@ class RunEvents:
             self.progress.advance(count)
 
     def _on_episode(self, index: int, ep_return: float, length: int, global_step: int) -> None:
-        # x is the episode index under both budgets: unique within a run, so TensorBoard keeps every
-        # episode (episodes of several sub-envs can end on the same env step).
-        if self.log_episodes:
+        if self.log_episodes and self.log_series is None:  # a callback without series(): one call a value
             self.callback({"ep_return": ep_return}, self.return_tag, index, force=True)
             self.callback({"ep_length": length}, self.length_tag, index, force=True)
         if self.evals is not None and self.evals.due_after_episode(index):

@@ -147,3 +147,32 @@ def test_a_run_that_crashes_leaves_every_scalar_logged_before_readable(tmp_path,
     assert [value for _, value in scalars["loss/agents/run_1"]] == list(range(1, 301))
     returns = scalars["ep_return/run_1"]
     assert [step for step, _ in returns] == list(range(1, len(returns) + 1)) and len(returns) > 50
+
+
+def test_a_series_gives_the_records_of_one_call_a_value(monkeypatch):
+    """add_series (a step's episode returns at once) writes what one add() per value writes, in order."""
+    monkeypatch.setattr("callbacks.scalar_batch._now", lambda: 1234.5)
+    one_by_one, at_once = ScalarBatch(), ScalarBatch()
+    values, steps = [0.5, 3, np.float32(2.5), -1e30], [7, 8, 200, 2**40]
+    for value, step in zip(values, steps):
+        one_by_one.add({"ep_return": value}, "ep_return/run_1", step)
+    at_once.add({"loss": 1.0}, "agents/run_1", 6)
+    assert at_once.add_series("ep_return", "ep_return/run_1", values, steps) == 5
+    expected = split_records(one_by_one.encode())
+    records = split_records(at_once.encode())
+    assert records[1:] == expected and len(records) == 5
+    with pytest.raises(TypeError):
+        at_once.add_series("ep_return", "ep_return/run_1", [1.0], [1.5])
+    with pytest.raises(ValueError, match="2 values for 1 steps"):
+        at_once.add_series("ep_return", "ep_return/run_1", [1.0, 2.0], [1])
+
+
+def test_tbcallback_series_and_one_call_a_value_read_back_alike(tmp_path):
+    values, steps = [1.0, 2.5, -3.0], [1, 2, 3]
+    for name, log in (("series", lambda cb: cb.series("ep_return", "ep_return/run_1", values, steps)),
+                      ("calls", lambda cb: [cb({"ep_return": v}, "ep_return/run_1", s, force=True)
+                                            for v, s in zip(values, steps)])):
+        cb = TBCallBack(tmp_path / name)
+        log(cb)
+        cb.close()
+        assert read_scalars(tmp_path / name) == {"ep_return/run_1": list(zip(steps, values))}

@@ -84,7 +84,9 @@ def test_agent_protocol_calls_in_order_and_the_seeds_callback_calls(tmp_path):
         i = record["episode_index"]
         expected += [({"ep_return": record["ep_return"]}, "ep_return/run_1", i, True),
                      ({"ep_length": record["ep_length"]}, "ep_length/run_1", i, True)]
-    assert episodes == expected
+    for tag in ("ep_return/run_1", "ep_length/run_1"):  # each scalar's points in episode order
+        assert [c for c in episodes if c[1] == tag] == [c for c in expected if c[1] == tag]
+    assert len(episodes) == len(expected)
     agent_calls = [call for call in calls if call[1] == "agents/run_1"]
     assert len(agent_calls) == agent.updates
     assert agent_calls[-1][0] == {"loss": float(agent.updates)}
@@ -301,3 +303,38 @@ def test_tensorboard_keeps_every_episode_of_every_run(tmp_path):
         returns = accumulator.Scalars(f"ep_return/run_{run}")
         assert [(e.step, e.value) for e in returns] == [(r["episode_index"], r["ep_return"]) for r in records]
         assert [e.value for e in accumulator.Scalars(f"ep_length/run_{run}")] == [r["ep_length"] for r in records]
+
+
+def test_episodes_that_end_together_reach_tensorboard_and_callbacks_without_series(tmp_path):
+    """64 sub-envs end several episodes per step: TBCallBack takes them as series, a bare callable one by one."""
+    import gymnasium as gym
+
+    from tests.callbacks.test_callbacks import read_scalars
+
+    calls = []
+
+    class Plain:  # a callback with no series(): called once a value
+        def __call__(self, data, tag, step, force=False):
+            calls.append((tag, step, dict(data)))
+
+        def reset(self):
+            pass
+
+        def close(self):
+            pass
+
+    for name, callback in (("tb", None), ("plain", Plain())):
+        trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=64), SamplingAgent,
+                                exp_dir=tmp_path / name)
+        if callback is not None:
+            trainer.call_back = callback
+        (records,) = trainer.multi_run(1, total_steps=3000, seed_offset=0, progress=False)
+        assert len({r["global_step"] for r in records}) < len(records)  # some ended on the same step
+        expected_returns = [(r["episode_index"], r["ep_return"]) for r in records]
+        expected_lengths = [(r["episode_index"], float(r["ep_length"])) for r in records]
+        if callback is None:
+            scalars = read_scalars(tmp_path / name)
+            assert scalars["ep_return/run_1"] == expected_returns and scalars["ep_length/run_1"] == expected_lengths
+        else:
+            assert [(s, d["ep_return"]) for t, s, d in calls if t == "ep_return/run_1"] == expected_returns
+            assert [(s, d["ep_length"]) for t, s, d in calls if t == "ep_length/run_1"] == expected_lengths
