@@ -4,9 +4,10 @@ A record is a dict with the keys :data:`RECORD_KEYS`. A fast vectorised env ends
 episodes on every step; building, pickling and collecting a dict per episode as it ends
 cost more than the env itself (about 10 us an episode, where 64 CartPole sub-envs take 21 us
 to play one). :class:`EpisodeTable` keeps a run's records as columns instead: Python lists of
-returns, lengths, steps and times, every array action of the run back to back in one numpy
-buffer, and the rare per-episode extras (frames, transitions, agent logs) by position. Dicts
-are built once, in C loops, when records are handed out (:meth:`EpisodeTable.records`).
+returns, lengths, steps and times, the array actions of the episodes added together back to
+back in one array, and the rarer per-episode extras (frames, transitions, agent logs) by
+position. Dicts are built once, in one comprehension, when records are handed out
+(:meth:`EpisodeTable.records`).
 
 On disk a metrics chunk and each run of ``all_metrics.pkl`` are pickled from the columns
 (:meth:`EpisodeTable.disk_form`) so that ``pickle.load`` builds the list of record dicts
