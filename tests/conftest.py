@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from online_trainer.core.records import RunRecords
 from online_trainer.core.seeding import run_seed
 
 
@@ -230,7 +231,11 @@ def read_videos(log_dir):
 
 
 def same_values(a: object, b: object) -> bool:
-    """Whether ``a`` and ``b`` are equal in type and value, arrays included (dtype, shape, writeable)."""
+    """Whether ``a`` and ``b`` are equal in type and value, arrays included (dtype, shape, writeable).
+
+    A :class:`RunRecords` (what ``multi_run`` returns for a run) counts as the list of dicts it reads as.
+    """
+    a, b = (list(x) if isinstance(x, RunRecords) else x for x in (a, b))
     if type(a) is not type(b):
         return False
     if isinstance(a, np.ndarray):

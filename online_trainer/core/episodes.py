@@ -83,6 +83,7 @@ class EpisodeTracker:
         self.done = np.zeros(num_envs, dtype=bool)
         self.ended = False
         self.partial = False
+        self._resetting: Any = ()  # the sub-envs whose entry of the current step is a reset step
         # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
         self._starts = [0] * num_envs  # the step at which each sub-env's episode began
@@ -106,11 +107,8 @@ class EpisodeTracker:
         self.table = EpisodeTable(agent_seed)
         self.closed = 0  # episodes closed (sealed or not)
         self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
-        # Closed episodes not yet sealed into the table: their returns, lengths, steps and times.
-        self._returns: list[float] = []
-        self._lengths: list[int] = []
-        self._at_step: list[int] = []
-        self._at_time: list[float] = []
+        # Closed episodes not yet sealed into the table, by step: their returns and lengths, the step and the time.
+        self._batches: list[tuple[list[float], list[int], int, float]] = []
         self._objects: list[Any] = []  # the actions of those episodes when they are not arrays
 
     def observe(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> int:
@@ -122,15 +120,22 @@ class EpisodeTracker:
         done = self.done
         np.logical_or(terminated, truncated, out=done)
         self.ended = bool(np.count_nonzero(done))
-        if self.partial:
-            valid = self.valid
-            np.add(self.returns, reward, out=self.returns, where=valid)
-            real = int(np.count_nonzero(valid))
-        else:
-            self.returns += reward
-            real = self.num_envs
+        returns = self.returns
+        returns += reward
+        resetting = self._resetting
+        if resetting:  # their entries are reset steps (NEXT_STEP): no reward of theirs counts
+            for i in resetting:
+                returns[i] = 0.0
+            return self.num_envs - len(resetting) if self.transitions is None else self._observe_transitions(
+                obs, actions, reward, terminated, truncated, self.num_envs - len(resetting))
+        real = self.num_envs
         if self.transitions is not None:
             self._keep_transitions(obs, actions, reward, terminated, truncated)
+        return real
+
+    def _observe_transitions(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray,
+                             truncated: np.ndarray, real: int) -> int:
+        self._keep_transitions(obs, actions, reward, terminated, truncated)
         return real
 
     def _keep_transitions(
@@ -145,6 +150,7 @@ class EpisodeTracker:
         if self._reset_skip and (ended or self.partial):
             np.logical_not(self.done, out=self.valid)
             self.partial = ended
+            self._resetting = self.done.nonzero()[0].tolist() if ended else ()
 
     def add_logs(self, entries: list[dict[str, Any] | None] | None) -> None:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.
@@ -223,8 +229,9 @@ class EpisodeTracker:
         """
         returns, history, skip = self.returns, self.actions, self._reset_skip
         ep_returns = [returns.item(i) for i in envs]
-        for i in envs:
-            returns[i] = 0.0
+        if not skip:  # under NEXT_STEP observe() zeroes them at their reset step
+            for i in envs:
+                returns[i] = 0.0
         if history is not None and history.is_array:
             lengths = history.close(envs, skip)
         elif history is not None:
@@ -240,12 +247,8 @@ class EpisodeTracker:
                 starts[i] = steps + skip
         if self._extras or self._has_logs:
             self._close_extras(envs)
-        count = len(envs)
-        self._returns += ep_returns
-        self._lengths += lengths
-        self._at_step += [global_step] * count
-        self._at_time += [time.perf_counter() - self.start_time] * count
-        self.closed += count
+        self._batches.append((ep_returns, lengths, global_step, time.perf_counter() - self.start_time))
+        self.closed += len(envs)
         return ep_returns, lengths
 
     def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
@@ -271,7 +274,7 @@ class EpisodeTracker:
             self._starts[0] = self._steps + skip
         if self._extras or self._has_logs:
             self._close_extras((0,))
-        if self._returns:
+        if self._batches:
             self.seal()
         self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
         self.closed += 1
@@ -285,7 +288,8 @@ class EpisodeTracker:
 
     def seal(self) -> None:
         """Hand the episodes closed since the last call to :attr:`table`."""
-        if not self._returns:
+        batches = self._batches
+        if not batches:
             return
         history = self.actions
         if history is None:
@@ -294,8 +298,12 @@ class EpisodeTracker:
             actions = history.take()
         else:
             actions, self._objects = self._objects, []
-        self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
-        self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
+        self._batches = []
+        returns = [r for batch in batches for r in batch[0]]
+        lengths = [n for batch in batches for n in batch[1]]
+        steps = [batch[2] for batch in batches for _ in batch[0]]
+        times = [batch[3] for batch in batches for _ in batch[0]]
+        self.table.add(returns, lengths, steps, times, actions)
 
     def _close_extras(self, envs: Any) -> None:
         """Hand the table the agent logs, transitions and frames of the episodes being closed."""

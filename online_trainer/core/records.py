@@ -6,8 +6,9 @@ cost more than the env itself (about 10 us an episode, where 64 CartPole sub-env
 to play one). :class:`EpisodeTable` keeps a run's records as columns instead: Python lists of
 returns, lengths, steps and times, the array actions of the episodes added together back to
 back in one array, and the rarer per-episode extras (frames, transitions, agent logs) by
-position. Dicts are built once, in one comprehension, when records are handed out
-(:meth:`EpisodeTable.records`).
+position. Dicts are built in one comprehension when records are read
+(:meth:`EpisodeTable.records`); ``multi_run`` hands each run back as a :class:`RunRecords`, a
+read-only sequence that builds them as they are read, so records nobody reads cost nothing.
 
 On disk a metrics chunk and each run of ``all_metrics.pkl`` are pickled from the columns
 (:meth:`EpisodeTable.disk_form`) so that ``pickle.load`` builds the list of record dicts
@@ -24,8 +25,10 @@ import bisect
 import contextlib
 import gc
 import itertools
+import operator
 import pickle
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -168,12 +171,16 @@ class EpisodeTable:
         flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         return _Call(np.split, flat, list(itertools.accumulate(self.lengths[lo:hi - 1])))
 
+    def _has_extra(self, key: str, lo: int, hi: int) -> bool:
+        """Whether some held row in ``lo:hi`` has a ``key`` (frames, transitions, agent_logs)."""
+        positions = self._extra_positions[key]
+        i = bisect.bisect_left(positions, self.first + lo)
+        return i < len(positions) and positions[i] < self.first + hi
+
     def _extra_column(self, key: str, lo: int, hi: int, for_disk: bool) -> Any:
         values, n = self.extras[key], hi - lo
         base = self.first
-        positions = self._extra_positions[key]
-        i = bisect.bisect_left(positions, base + lo)
-        present = i < len(positions) and positions[i] < base + hi
+        present = self._has_extra(key, lo, hi)
         if key == "agent_logs":
             if not present:
                 return _Call(itertools.repeat, None, n) if for_disk else itertools.repeat(None, n)
@@ -200,6 +207,15 @@ class EpisodeTable:
         lo, hi = self._rows(start, stop)
         if hi <= lo:
             return []
+        if not any(self._has_extra(key, lo, hi) for key in EXTRA_KEYS):  # the common case: literals are cheaper
+            seed = self.agent_seed
+            indices = range(self.first + lo + 1, self.first + hi + 1)
+            actions = self._actions_column(lo, hi, False)
+            with _gc_paused():
+                return [{"ep_return": r, "ep_length": n, "frames": [], "transitions": [], "actions": a,
+                         "agent_seed": seed, "episode_index": i, "agent_logs": None, "global_step": s, "wall_time": w}
+                        for r, n, a, i, s, w in zip(self.returns[lo:hi], self.lengths[lo:hi], actions, indices,
+                                                    self.steps[lo:hi], self.times[lo:hi])]
         returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times = self._columns(lo, hi, False)
         with _gc_paused():
             return [{"ep_return": r, "ep_length": n, "frames": f, "transitions": tr, "actions": a, "agent_seed": seed,
@@ -247,9 +263,99 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def as_records(run: Any) -> list[dict[str, Any]] | None:
-    """A run's records as a list of dicts (``run``: an :class:`EpisodeTable`, a list of records, or None)."""
-    return run.records() if isinstance(run, EpisodeTable) else run
+SCALAR_KEYS = {"ep_return": ("returns", np.float64), "ep_length": ("lengths", np.int64),
+               "global_step": ("steps", np.int64), "wall_time": ("times", np.float64)}
+READ_BLOCK = 1024  # records built at a time while iterating
+
+
+class RunRecords(Sequence):
+    """One run's episode records, as ``multi_run`` returns them: a read-only sequence of dicts.
+
+    It reads like the list of record dicts it stands for: ``len(run)``, ``run[i]``, ``run[-1]``,
+    ``run[a:b]`` (a list), iteration, ``in``, ``==`` with a list of records, ``+``, and
+    ``pandas.DataFrame(list(run))``. The dicts are built from the run's columns when they are
+    read, so a run's records cost nothing until then; each read builds fresh dicts, so
+    changes to one are not seen by the next read: ``list(run)`` gives a list of your own.
+    :meth:`column` gives one key of every record at once. It pickles as a plain list of dicts.
+
+    Args:
+        table: the run's :class:`EpisodeTable`, no longer changed.
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: EpisodeTable) -> None:
+        self._table = table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def __getitem__(self, index: Any) -> Any:
+        table, count = self._table, len(self._table)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(count)
+            if step == 1:
+                return table.records(table.first + start, table.first + max(start, stop))
+            return [self[i] for i in range(start, stop, step)]
+        i = operator.index(index)
+        if i < 0:
+            i += count
+        if not 0 <= i < count:
+            raise IndexError(f"record index {index} out of range: the run has {count} episode records")
+        return table.records(table.first + i, table.first + i + 1)[0]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        table = self._table
+        for lo in range(table.first, table.count, READ_BLOCK):
+            yield from table.records(lo, min(lo + READ_BLOCK, table.count))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunRecords):
+            return other._table is self._table or list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Any) -> list[dict[str, Any]]:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Any) -> list[dict[str, Any]]:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return f"<RunRecords: {len(self)} episode records of the run with seed {self._table.agent_seed}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+    def column(self, key: str) -> Any:
+        """Every record's ``key``, in episode order, without building the dicts.
+
+        Returns:
+            A numpy array for ``ep_return``, ``ep_length``, ``global_step``, ``wall_time``,
+            ``episode_index`` and ``agent_seed``; a list for the other keys.
+
+        Raises:
+            KeyError: ``key`` is not a record key.
+        """
+        table = self._table
+        if key in SCALAR_KEYS:
+            name, dtype = SCALAR_KEYS[key]
+            return np.array(getattr(table, name), dtype=dtype)
+        if key == "episode_index":
+            return np.arange(table.first + 1, table.count + 1)
+        if key == "agent_seed":
+            return np.full(len(table), table.agent_seed)
+        if key not in RECORD_KEYS:
+            raise KeyError(f"column({key!r}): not a record key; the keys are {list(RECORD_KEYS)}")
+        return [record[key] for record in self]
+
+
+def as_records(run: Any) -> RunRecords | list[dict[str, Any]] | None:
+    """A run's records as a sequence of dicts (``run``: an :class:`EpisodeTable`, a list of records, or None)."""
+    return RunRecords(run) if isinstance(run, EpisodeTable) else run
 
 
 def dump_runs(runs: Sequence[Any]) -> bytes:
