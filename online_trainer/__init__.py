@@ -8,6 +8,7 @@ from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.core.protocol import Agent
+from online_trainer.core.records import RunRecords
 from online_trainer.core.storage import (
     TruncatedMetricsWarning,
     load_agent_logs,
@@ -53,6 +54,7 @@ __all__ = [
     "ExperimentInUseError",
     "OnlineTrainer",
     "RunFailure",
+    "RunRecords",
     "RunsFailedError",
     "TruncatedMetricsWarning",
     "aggregate",

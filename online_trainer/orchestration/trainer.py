@@ -14,6 +14,7 @@ from callbacks import EmptyCallBack, TBCallBack
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.core.records import RunRecords
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
@@ -129,7 +130,7 @@ class OnlineTrainer:
         eval_episodes: int = 10,
         record_video: int | None = None,
         frames_trigger: int | Callable[[int], bool] | None = None,
-    ) -> list[list[dict[str, Any]] | None]:
+    ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
         Args:
@@ -190,7 +191,9 @@ class OnlineTrainer:
                 :meth:`load_run_metrics`).
 
         Returns:
-            One list of episode records per run (``None`` per run when ``keep_records`` is False).
+            The episode records of each run (``None`` per run when ``keep_records`` is False), as a
+            :class:`~online_trainer.core.records.RunRecords`: a read-only sequence of record dicts,
+            built as they are read (``list(run)`` for a list of your own).
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
