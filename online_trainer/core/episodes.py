@@ -145,12 +145,19 @@ class EpisodeTracker:
         for i in np.flatnonzero(self.valid):
             self.transitions[i].append((obs[i], actions[i], float(reward[i]), bool(terminated[i]), bool(truncated[i])))
 
-    def end_step(self, ended: bool) -> None:
-        """Prepare ``valid`` for the next step (after the agent's update of this one)."""
+    def end_step(self, ended: bool, envs: list[int] | None = None) -> None:
+        """Prepare ``valid`` for the next step (after the agent's update of this one).
+
+        ``envs``: the sub-envs whose episodes ended at this step, when the caller has them
+        (else they are read from :attr:`done`).
+        """
         if self._reset_skip and (ended or self.partial):
             np.logical_not(self.done, out=self.valid)
             self.partial = ended
-            self._resetting = self.done.nonzero()[0].tolist() if ended else ()
+            if ended:
+                self._resetting = self.done.nonzero()[0].tolist() if envs is None else envs
+            else:
+                self._resetting = ()
 
     def add_logs(self, entries: list[dict[str, Any] | None] | None) -> None:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.

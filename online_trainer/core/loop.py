@@ -136,7 +136,7 @@ def run_loop(
                 next_obs, _ = env.reset(options={"reset_mask": done.copy()})
                 if render and tracker.wants_frame(after_reset=True):
                     tracker.add_frames(env.render(), after_reset=done)
-            end_step(True)
+            end_step(True, envs)
         elif tracker.partial:
             end_step(False)
         obs = next_obs
