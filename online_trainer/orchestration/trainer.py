@@ -226,14 +226,14 @@ class OnlineTrainer:
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
             experiment = Experiment(self.exp_dir, manifest, specs)
             execute_experiments([experiment], execution, parts.callback, pool, created)
+            runs = experiment.runs(keep_records)
+            failures = experiment.failures()
+            if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
+                experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
         self.agents = experiment.agents()
         self.evaluations = experiment.evaluations()
-        runs = experiment.runs(keep_records)
-        failures = experiment.failures()
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
-        if self.exp_dir is not None and options.dump_metrics and keep_records:
-            experiment.write_all_metrics(runs)
         return runs
 
     @property

@@ -10,7 +10,7 @@ import pytest
 
 from callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
-from online_trainer.core import storage
+from online_trainer.core import ownership, storage
 from tests.conftest import RecordingAgent, make_counting_vec, same_values
 
 
@@ -38,6 +38,24 @@ def test_all_metrics_and_streams_hold_the_returned_records(tmp_path, num_workers
     assert len(runs[0]) > 100 and runs[0][0]["actions"].dtype == np.int64
     assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
     assert same_values(load_all_run_metrics(tmp_path), runs)
+
+
+def test_all_metrics_is_written_while_the_experiment_lock_is_held(tmp_path, monkeypatch):
+    """No second writer can take the directory between the last run and all_metrics.pkl."""
+    held = []
+    write = storage.write_all_metrics
+
+    def probing_write(exp_dir, runs):
+        held.append(ownership.is_held(ownership.lock_path(exp_dir)))
+        write(exp_dir, runs)
+
+    monkeypatch.setattr(storage, "write_all_metrics", probing_write)
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), RandomAgent, exp_dir=tmp_path)
+    trainer.call_back = EmptyCallBack()
+    runs = trainer.multi_run(2, num_episodes=5, seed_offset=0, progress=False)
+    assert held == [True]
+    assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
+    assert not ownership.is_held(ownership.lock_path(tmp_path))
 
 
 def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
