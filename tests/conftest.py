@@ -230,19 +230,22 @@ def read_videos(log_dir):
     return videos
 
 
-def same_values(a: object, b: object) -> bool:
+def same_values(a: object, b: object, writeable: bool = True) -> bool:
     """Whether ``a`` and ``b`` are equal in type and value, arrays included (dtype, shape, writeable).
 
-    A :class:`RunRecords` (what ``multi_run`` returns for a run) counts as the list of dicts it reads as.
+    A :class:`RunRecords` (what ``multi_run`` returns for a run) counts as the list of dicts it
+    reads as; its action arrays are read-only views, so writeable flags are not compared then.
     """
-    a, b = (list(x) if isinstance(x, RunRecords) else x for x in (a, b))
+    if isinstance(a, RunRecords) or isinstance(b, RunRecords):
+        writeable = False
+        a, b = (list(x) if isinstance(x, RunRecords) else x for x in (a, b))
     if type(a) is not type(b):
         return False
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and a.flags.writeable == b.flags.writeable \
+        return a.dtype == b.dtype and a.shape == b.shape and (not writeable or a.flags.writeable == b.flags.writeable) \
             and bool(np.array_equal(a, b))
     if isinstance(a, dict):
-        return list(a) == list(b) and all(same_values(a[k], b[k]) for k in a)
+        return list(a) == list(b) and all(same_values(a[k], b[k], writeable) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_values(x, y, writeable) for x, y in zip(a, b))
     return a == b

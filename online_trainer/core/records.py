@@ -144,6 +144,11 @@ class EpisodeTable:
         for key in EXTRA_KEYS:
             self.drop_extra(key)
 
+    def freeze_actions(self) -> None:
+        """Make the array actions read-only: records read later hold views of them, which must not change."""
+        for segment in self._segments:
+            segment.flags.writeable = False
+
     # ------------------------------------------------------------ reading
 
     def _actions_column(self, lo: int, hi: int, for_disk: bool) -> Any:
@@ -276,6 +281,7 @@ class RunRecords(Sequence):
     ``pandas.DataFrame(list(run))``. The dicts are built from the run's columns when they are
     read, so a run's records cost nothing until then; each read builds fresh dicts, so
     changes to one are not seen by the next read: ``list(run)`` gives a list of your own.
+    Array actions are read-only views of the run's actions (copy one to change it).
     :meth:`column` gives one key of every record at once. It pickles as a plain list of dicts.
 
     Args:
@@ -286,6 +292,7 @@ class RunRecords(Sequence):
 
     def __init__(self, table: EpisodeTable) -> None:
         self._table = table
+        table.freeze_actions()
 
     def __len__(self) -> int:
         return len(self._table)

@@ -103,10 +103,15 @@ def test_clear_forgets_held_records_and_numbering_goes_on():
         table.records(count - 1, count + 1)
 
 
+def same_read(a, b):
+    """same_values for what a RunRecords hands out: its action arrays are read-only views."""
+    return same_values(a, b, writeable=False)
+
+
 def test_as_records_takes_tables_lists_and_none():
     table, expected = filled_table("box")
     run = as_records(table)
-    assert isinstance(run, RunRecords) and same_values(list(run), expected)
+    assert isinstance(run, RunRecords) and same_read(list(run), expected)
     assert as_records(expected) is expected and as_records(None) is None
 
 
@@ -115,18 +120,18 @@ def test_run_records_read_like_the_list_of_records(kind):
     table, expected = filled_table(kind)
     run = RunRecords(table)
     assert len(run) == len(expected) == table.count
-    assert same_values(list(run), expected)
-    assert same_values(run[0], expected[0]) and same_values(run[-1], expected[-1]) and same_values(run[17], expected[17])
-    assert same_values(run[5:12], expected[5:12]) and same_values(run[::7], expected[::7])
-    assert same_values(run[-3:], expected[-3:]) and run[30:10] == [] and same_values(run[38:99], expected[38:])
-    assert same_values(run[::-1], expected[::-1])
+    assert same_read(list(run), expected)
+    assert same_read(run[0], expected[0]) and same_read(run[-1], expected[-1]) and same_read(run[17], expected[17])
+    assert same_read(run[5:12], expected[5:12]) and same_read(run[::7], expected[::7])
+    assert same_read(run[-3:], expected[-3:]) and run[30:10] == [] and same_read(run[38:99], expected[38:])
+    assert same_read(run[::-1], expected[::-1])
     assert run == RunRecords(table) and run != expected[:-1] and run != "not records" and (run == 3) is False
     if kind == "none":  # records with arrays compare as a list of them does: numpy refuses ==
         assert run == expected and expected == run and tuple(expected) == run and expected[4] in run
         changed = [dict(r) for r in expected]
         changed[9]["ep_length"] += 1
         assert run != changed and changed != run
-    assert same_values(run + [{"x": 1}], expected + [{"x": 1}]) and same_values([{"x": 1}] + run, [{"x": 1}] + expected)
+    assert same_read(run + [{"x": 1}], expected + [{"x": 1}]) and same_read([{"x": 1}] + run, [{"x": 1}] + expected)
     n = len(expected)
     with pytest.raises(IndexError, match=f"record index {n} out of range: the run has {n} episode records"):
         run[n]
@@ -149,6 +154,19 @@ def test_run_records_build_fresh_dicts_on_every_read():
     assert mine[0]["note"] == "kept" and "note" not in run[0]
 
 
+def test_run_records_actions_are_read_only_views():
+    """A read hands out views of the run's actions: they cannot change what the next read sees."""
+    table, expected = filled_table("discrete")
+    run = RunRecords(table)
+    mine = list(run)
+    with pytest.raises(ValueError, match="read-only"):
+        mine[0]["actions"][:] = 9
+    copy = mine[0]["actions"].copy()
+    copy[:] = 9
+    assert same_read(run[0]["actions"], expected[0]["actions"])
+    assert pickle.loads(pickle.dumps(run))[0]["actions"].flags.writeable
+
+
 def test_run_records_columns_without_dicts():
     table, expected = filled_table("box")
     run = RunRecords(table)
@@ -158,8 +176,8 @@ def test_run_records_columns_without_dicts():
         assert isinstance(column, np.ndarray) and column.dtype == dtype
         assert column.tolist() == [r[key] for r in expected]
     assert run.column("agent_seed").tolist() == [3] * len(expected)
-    assert same_values(run.column("actions"), [r["actions"] for r in expected])
-    assert same_values(run.column("agent_logs"), [r["agent_logs"] for r in expected])
+    assert same_read(run.column("actions"), [r["actions"] for r in expected])
+    assert same_read(run.column("agent_logs"), [r["agent_logs"] for r in expected])
     with pytest.raises(KeyError, match="column\\('return'\\): not a record key; the keys are"):
         run.column("return")
 
@@ -174,7 +192,7 @@ def test_run_records_pickle_as_a_plain_list_and_iterate_in_blocks():
     assert [r["episode_index"] for r in records] == list(range(1, count + 1))
     assert [int(r["actions"][0]) for r in records] == list(range(count))
     loaded = pickle.loads(pickle.dumps(run))
-    assert type(loaded) is list and same_values(loaded, records)
+    assert type(loaded) is list and same_read(loaded, records)
     assert repr(run) == f"<RunRecords: {count} episode records of the run with seed 5>"
 
 
