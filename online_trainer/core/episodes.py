@@ -55,7 +55,9 @@ class EpisodeTracker:
 
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
-            transition. It is the array handed to agents as ``update(..., valid=...)``.
+            transition. It is the array handed to agents as ``update(..., valid=...)``; kept up
+            to date while ``keep_valid`` is True (the loop sets it False when no agent, log or
+            transition reads it: one array operation a step saved).
         done: ``terminated | truncated`` of the current step.
         ended: whether any sub-env's episode ended at the current step (``done.any()``).
         partial: whether some entry of the current step is not a transition (a reset step
@@ -84,6 +86,7 @@ class EpisodeTracker:
         self.ended = False
         self.partial = False
         self._resetting: Any = ()  # the sub-envs whose entry of the current step is a reset step
+        self.keep_valid = True  # the loop turns it off when nothing reads valid (see end_step)
         # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
         self._starts = [0] * num_envs  # the step at which each sub-env's episode began
@@ -152,7 +155,8 @@ class EpisodeTracker:
         (else they are read from :attr:`done`).
         """
         if self._reset_skip and (ended or self.partial):
-            np.logical_not(self.done, out=self.valid)
+            if self.keep_valid:
+                np.logical_not(self.done, out=self.valid)
             self.partial = ended
             if ended:
                 self._resetting = self.done.nonzero()[0].tolist() if envs is None else envs

@@ -95,6 +95,7 @@ def run_loop(
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
     log = agent_log(agent)
+    tracker.keep_valid = pass_valid or log is not None or tracker.transitions is not None
     render = tracker.frames is not None
     mode = tracker.mode
     same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
