@@ -8,7 +8,7 @@ from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.core.protocol import Agent
-from online_trainer.core.records import RunRecords
+from online_trainer.core.run_records import RunRecords
 from online_trainer.core.storage import (
     TruncatedMetricsWarning,
     load_agent_logs,

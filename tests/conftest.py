@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from online_trainer.core.records import RunRecords
+from online_trainer.core.records import EpisodeTable
+from online_trainer.core.run_records import RunRecords
 from online_trainer.core.seeding import run_seed
 
 
@@ -249,3 +250,52 @@ def same_values(a: object, b: object, writeable: bool = True) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_values(x, y, writeable) for x, y in zip(a, b))
     return a == b
+
+
+def expected_record(position, ep_return, length, step, actions, seed=3, **extras):
+    record = {"ep_return": ep_return, "ep_length": length, "frames": [], "transitions": [], "actions": actions,
+              "agent_seed": seed, "episode_index": position + 1, "agent_logs": None, "global_step": step,
+              "wall_time": 0.5 * step}
+    record.update(extras)
+    return record
+
+
+def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
+    """A table of 40 episodes added one by one and in batches, with extras here and there."""
+    rng = np.random.default_rng(0)
+    table, expected = EpisodeTable(3), []
+
+    def actions_of(length):
+        if kind == "discrete":
+            return rng.integers(0, 4, size=length)
+        if kind == "box":
+            return rng.normal(size=(length, 2)).astype(np.float32)
+        if kind == "dict":
+            return {"move": rng.integers(0, 2, size=length), "aim": rng.normal(size=(length, 3))}
+        return None
+
+    while table.count < 40:
+        lengths = rng.integers(1, 9, size=int(rng.integers(1, 4))).tolist()
+        returns = rng.normal(size=len(lengths)).tolist()
+        step = 10 * table.count
+        episode_actions = [actions_of(n) for n in lengths]
+        first = table.count
+        if len(lengths) == 1 and rng.random() < 0.5:
+            table.add_one(returns[0], lengths[0], step, 0.5 * step, episode_actions[0])
+        else:
+            batch = (np.concatenate(episode_actions) if kind in ("discrete", "box")
+                     else None if kind == "none" else episode_actions)
+            table.add(np.array(returns), np.array(lengths), [step] * len(lengths), [0.5 * step] * len(lengths), batch)
+        for j, (ret, n, acts) in enumerate(zip(returns, lengths, episode_actions)):
+            extras = {}
+            if (first + j) % 7 == 3:
+                extras["agent_logs"] = {"loss": np.arange(n, dtype=np.float32)}
+                table.set_extra("agent_logs", first + j, extras["agent_logs"])
+            if (first + j) % 11 == 5:
+                extras["frames"] = [np.full((2, 2, 3), first + j, dtype=np.uint8)]
+                table.set_extra("frames", first + j, extras["frames"])
+            if (first + j) % 13 == 0:
+                extras["transitions"] = [(np.zeros(2), 0, 1.0, False, False)] * n
+                table.set_extra("transitions", first + j, extras["transitions"])
+            expected.append(expected_record(first + j, ret, n, step, acts, **extras))
+    return table, expected

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 from online_trainer.core import ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
-from online_trainer.core.records import EpisodeTable, as_records
+from online_trainer.core.records import EpisodeTable
+from online_trainer.core.run_records import as_records
 from online_trainer.core.run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from callbacks import EmptyCallBack, TBCallBack
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.records import RunRecords
+from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
@@ -192,7 +192,7 @@ class OnlineTrainer:
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
-            :class:`~online_trainer.core.records.RunRecords`: a read-only sequence of record dicts,
+            :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own).
 
         Raises:
