@@ -42,10 +42,11 @@ class ActionHistory:
         self.buffers: list[np.ndarray] = []
         self.start = [0] * num_envs
         self.t = 0
-        # Episodes closed by close() whose actions are still in the buffer (per call: their sub-envs,
-        # their first rows, and the row they end before), and the actions of those gathered already
-        # (before their rows were dropped).
-        self._pending: list[tuple[list[int], list[int], int]] = []
+        # Episodes closed by close() whose actions are still in the buffer (sub-env, first row, end
+        # row of each), and the actions of those gathered already (before their rows were dropped).
+        self._pending_envs: list[int] = []
+        self._pending_starts: list[int] = []
+        self._pending_ends: list[int] = []
         self._gathered: list[np.ndarray] = []
         # Key paths to the leaves of structured actions (None for array actions: one buffer),
         # and which leaves are tuples of items rather than arrays.
@@ -105,7 +106,10 @@ class ActionHistory:
         following = t + skip
         for i in envs:
             start[i] = following
-        self._pending.append((envs, starts, t))
+        # flat lists of numbers, not a tuple per call: see EpisodeTracker.close
+        self._pending_envs += envs
+        self._pending_starts += starts
+        self._pending_ends += [t] * len(envs)
         return [t - first for first in starts]
 
     def take(self) -> np.ndarray:
@@ -119,13 +123,11 @@ class ActionHistory:
         return np.concatenate(gathered)
 
     def _gather(self) -> None:
-        pending = self._pending
-        if not pending:
+        if not self._pending_envs:
             return
-        self._pending = []
-        envs = np.array([i for batch in pending for i in batch[0]])
-        starts = np.array([first for batch in pending for first in batch[1]])
-        lengths = np.array([batch[2] for batch in pending for _ in batch[0]]) - starts
+        envs, starts = np.array(self._pending_envs), np.array(self._pending_starts)
+        lengths = np.array(self._pending_ends) - starts
+        self._pending_envs, self._pending_starts, self._pending_ends = [], [], []
         total = int(lengths.sum())
         # Row r of sub-env e is item r * num_envs + e of the buffer seen as one axis of rows and
         # sub-envs; episode k's items are those of its start row onwards, num_envs apart.

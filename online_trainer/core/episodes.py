@@ -110,8 +110,11 @@ class EpisodeTracker:
         self.table = EpisodeTable(agent_seed)
         self.closed = 0  # episodes closed (sealed or not)
         self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
-        # Closed episodes not yet sealed into the table, by step: their returns and lengths, the step and the time.
-        self._batches: list[tuple[list[float], list[int], int, float]] = []
+        # Closed episodes not yet sealed into the table: their returns, lengths, steps and times.
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+        self._at_step: list[int] = []
+        self._at_time: list[float] = []
         self._objects: list[Any] = []  # the actions of those episodes when they are not arrays
 
     def observe(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> int:
@@ -258,8 +261,14 @@ class EpisodeTracker:
                 starts[i] = steps + skip
         if self._extras or self._has_logs:
             self._close_extras(envs)
-        self._batches.append((ep_returns, lengths, global_step, time.perf_counter() - self.start_time))
-        self.closed += len(envs)
+        # Flat lists of numbers: per-step lists or tuples kept until the next seal would be objects the
+        # garbage collector tracks, and promotes, and then scans in full collections.
+        count = len(envs)
+        self._returns += ep_returns
+        self._lengths += lengths
+        self._at_step += [global_step] * count
+        self._at_time += [time.perf_counter() - self.start_time] * count
+        self.closed += count
         return ep_returns, lengths
 
     def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
@@ -285,7 +294,7 @@ class EpisodeTracker:
             self._starts[0] = self._steps + skip
         if self._extras or self._has_logs:
             self._close_extras((0,))
-        if self._batches:
+        if self._returns:
             self.seal()
         self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
         self.closed += 1
@@ -299,8 +308,7 @@ class EpisodeTracker:
 
     def seal(self) -> None:
         """Hand the episodes closed since the last call to :attr:`table`."""
-        batches = self._batches
-        if not batches:
+        if not self._returns:
             return
         history = self.actions
         if history is None:
@@ -309,12 +317,8 @@ class EpisodeTracker:
             actions = history.take()
         else:
             actions, self._objects = self._objects, []
-        self._batches = []
-        returns = [r for batch in batches for r in batch[0]]
-        lengths = [n for batch in batches for n in batch[1]]
-        steps = [batch[2] for batch in batches for _ in batch[0]]
-        times = [batch[3] for batch in batches for _ in batch[0]]
-        self.table.add(returns, lengths, steps, times, actions)
+        self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
+        self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
 
     def _close_extras(self, envs: Any) -> None:
         """Hand the table the agent logs, transitions and frames of the episodes being closed."""
