@@ -28,7 +28,7 @@ import gc
 import itertools
 import pickle
 from collections.abc import Sequence
-from typing import Any, Callable, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -270,4 +270,13 @@ def _gc_paused() -> Iterator[None]:
 
 def dump_runs(runs: Sequence[Any]) -> bytes:
     """The pickle of ``all_metrics.pkl``: the list of runs (tables, lists of records, or None)."""
-    return pickle.dumps([run.disk_form() if isinstance(run, EpisodeTable) else run for run in runs], PROTOCOL)
+    return pickle.dumps(_runs_form(runs), PROTOCOL)
+
+
+def dump_runs_to(runs: Sequence[Any], file: BinaryIO) -> None:
+    """Write :func:`dump_runs`'s pickle to ``file``, without holding it in memory (large arrays go straight to the file)."""
+    pickle.dump(_runs_form(runs), file, PROTOCOL)
+
+
+def _runs_form(runs: Sequence[Any]) -> list[Any]:
+    return [run.disk_form() if isinstance(run, EpisodeTable) else run for run in runs]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import functools
 import glob
 import importlib.util
 import json
@@ -26,11 +27,11 @@ import shutil
 import types
 import warnings
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
 
 import yaml
 
-from online_trainer.core.records import PROTOCOL, dump_runs
+from online_trainer.core.records import PROTOCOL, dump_runs_to
 
 logger = logging.getLogger(__name__)
 
@@ -100,27 +101,38 @@ def remove_experiment_files(exp_dir: str | os.PathLike) -> None:
         logger.info("overwrite=True: removed %d files of an earlier experiment in %s", len(files), exp_dir)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | Iterable[bytes | memoryview]) -> None:
-    """Write ``data`` (bytes, or pieces of it in order) to a temporary file beside ``path`` and swap it in.
+def write_atomic(path: str | os.PathLike,
+                 data: bytes | Iterable[bytes | memoryview] | Callable[[BinaryIO], None]) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in.
+
+    Args:
+        path: the file to replace.
+        data: bytes, pieces of them in order, or a function that writes the content to the open
+            file (``pickle.dump`` into it spares a copy of a large pickle in memory).
 
     Raises:
-        OSError: naming ``path`` (a full disk, a read-only directory); the temporary file is removed.
+        OSError: naming ``path`` (a full disk, a read-only directory). On any error the
+            temporary file is removed and ``path`` is left as it was.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            if isinstance(data, (bytes, bytearray, memoryview)):
+            if callable(data):
+                data(f)
+            elif isinstance(data, (bytes, bytearray, memoryview)):
                 f.write(data)
             else:
                 f.writelines(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise write_error(exc, path) from exc
+        if isinstance(exc, OSError):
+            raise write_error(exc, path) from exc
+        raise
 
 
 def write_error(exc: OSError, path: str | os.PathLike) -> OSError:
@@ -196,7 +208,7 @@ def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Any]) -> None:
     ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.core.records.EpisodeTable`, list of
     records, or None.
     """
-    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, dump_runs(runs))
+    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, functools.partial(dump_runs_to, runs))
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

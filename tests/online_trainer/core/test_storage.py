@@ -9,8 +9,9 @@ import pytest
 
 from online_trainer import TruncatedMetricsWarning, load_all_run_metrics, load_args, load_config, load_run_metrics
 from online_trainer.core import storage
+from online_trainer.core.records import dump_runs
 from online_trainer.core.storage import MetricsStream
-from tests.conftest import same_values
+from tests.conftest import filled_table, same_values
 
 same = same_values
 
@@ -98,3 +99,42 @@ def test_all_metrics_holds_the_runs(tmp_path):
     runs = [[streamed_record(i, i % 4) for i in range(1, 24)], None, [], [streamed_record(1, 2)]]
     storage.write_all_metrics(tmp_path, runs)
     assert same(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
+
+
+def test_all_metrics_is_pickled_straight_into_the_file_as_dump_runs_pickles_it(tmp_path):
+    table, expected = filled_table("box")
+    runs = [table, None, expected[:3]]
+    storage.write_all_metrics(tmp_path, runs)
+    written = (tmp_path / storage.ALL_METRICS_FILE).read_bytes()
+    assert written == dump_runs(runs)
+    assert same_values(pickle.loads(written), [expected, None, expected[:3]])
+
+
+def test_write_atomic_takes_bytes_pieces_or_a_writer(tmp_path):
+    path = tmp_path / "file.bin"
+    storage.write_atomic(path, b"bytes")
+    assert path.read_bytes() == b"bytes"
+    storage.write_atomic(path, [b"pie", memoryview(b"ces")])
+    assert path.read_bytes() == b"pieces"
+    storage.write_atomic(path, lambda f: f.write(b"written"))
+    assert path.read_bytes() == b"written"
+
+
+def test_write_atomic_leaves_the_file_as_it_was_when_the_writer_fails(tmp_path):
+    path = tmp_path / "file.bin"
+    path.write_bytes(b"before")
+
+    def half_then_fail(f):
+        f.write(b"half")
+        raise pickle.PicklingError("cannot pickle this")
+
+    with pytest.raises(pickle.PicklingError, match="cannot pickle this"):
+        storage.write_atomic(path, half_then_fail)
+    assert path.read_bytes() == b"before" and sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]
+
+    def full_disk(f):
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match=r"could not write .*file.bin: No space left on device\. Free some space"):
+        storage.write_atomic(path, full_disk)
+    assert path.read_bytes() == b"before" and sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]
