@@ -145,9 +145,16 @@ class EpisodeTable:
             self.drop_extra(key)
 
     def freeze_actions(self) -> None:
-        """Make the array actions read-only: records read later hold views of them, which must not change."""
+        """Make the actions read-only: every read of the records hands out these very arrays.
+
+        Array actions are views of their segments; the arrays of structured actions (``Dict``,
+        ``Tuple``) are the episodes' own.
+        """
         for segment in self._segments:
             segment.flags.writeable = False
+        if self._objects is not None:
+            for actions in self._objects:
+                _freeze(actions)
 
     # ------------------------------------------------------------ reading
 
@@ -255,6 +262,18 @@ class EpisodeTable:
             state["_segment_rows"] = [0]
             state["_ends"] = list(itertools.accumulate(self.lengths))
         return state
+
+
+def _freeze(actions: Any) -> None:
+    """Make the arrays of one episode's structured actions (dicts and tuples of arrays) read-only."""
+    if isinstance(actions, np.ndarray):
+        actions.flags.writeable = False
+    elif isinstance(actions, dict):
+        for leaf in actions.values():
+            _freeze(leaf)
+    elif isinstance(actions, tuple):
+        for leaf in actions:
+            _freeze(leaf)
 
 
 @contextlib.contextmanager

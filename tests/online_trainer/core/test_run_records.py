@@ -63,6 +63,16 @@ def test_run_records_build_fresh_dicts_on_every_read():
     assert mine[0]["note"] == "kept" and "note" not in run[0]
 
 
+def test_structured_actions_are_read_only_too():
+    table, expected = filled_table("dict")
+    run = RunRecords(table)
+    with pytest.raises(ValueError, match="read-only"):
+        run[3]["actions"]["move"][:] = 7
+    with pytest.raises(ValueError, match="read-only"):
+        run[3]["actions"]["aim"][0] = 7.0
+    assert same_read(list(run), expected)
+
+
 def test_run_records_actions_are_read_only_views():
     """A read hands out views of the run's actions: they cannot change what the next read sees."""
     table, expected = filled_table("discrete")
