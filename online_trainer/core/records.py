@@ -144,25 +144,13 @@ class EpisodeTable:
         for key in EXTRA_KEYS:
             self.drop_extra(key)
 
-    def freeze_actions(self) -> None:
-        """Make the actions read-only: every read of the records hands out these very arrays.
-
-        Array actions are views of their segments; the arrays of structured actions (``Dict``,
-        ``Tuple``) are the episodes' own.
-        """
-        for segment in self._segments:
-            segment.flags.writeable = False
-        if self._objects is not None:
-            for actions in self._objects:
-                _freeze(actions)
-
     # ------------------------------------------------------------ reading
 
-    def _actions_column(self, lo: int, hi: int, for_disk: bool) -> Any:
-        """The actions of held rows ``lo:hi``: a list, or (for disk) what loads as one."""
+    def _actions_column(self, lo: int, hi: int, for_disk: bool, read_only: bool = False) -> Any:
+        """The actions of held rows ``lo:hi``: a list (of read-only views), or (for disk) what loads as one."""
         n = hi - lo
         if self._objects is not None:
-            return self._objects[lo:hi]
+            return [_read_only(actions) for actions in self._objects[lo:hi]] if read_only else self._objects[lo:hi]
         if not self._segments:
             return _Call(itertools.repeat, None, n) if for_disk else [None] * n
         pieces, views = [], []
@@ -177,6 +165,9 @@ class EpisodeTable:
                 pieces.append(segments[k][start:ends[b - 1]])
             else:
                 segment = segments[k]
+                if read_only:  # views of a read-only view: the table's own arrays stay writeable (and pickle so)
+                    segment = segment.view()
+                    segment.flags.writeable = False
                 views.extend([segment[i:j] for i, j in zip([start, *ends[a:b - 1]], ends[a:b])])
         if not for_disk:
             return views
@@ -201,18 +192,19 @@ class EpisodeTable:
             return _Call(map, list, _Call(itertools.repeat, (), n)) if for_disk else map(list, itertools.repeat((), n))
         return [values.get(p, []) for p in range(base + lo, base + hi)]
 
-    def _columns(self, lo: int, hi: int, for_disk: bool) -> list[Any]:
+    def _columns(self, lo: int, hi: int, for_disk: bool, read_only: bool = False) -> list[Any]:
         n = hi - lo
         seed = _Call(itertools.repeat, self.agent_seed, n) if for_disk else itertools.repeat(self.agent_seed, n)
         return [self.returns[lo:hi], self.lengths[lo:hi], self._extra_column("frames", lo, hi, for_disk),
-                self._extra_column("transitions", lo, hi, for_disk), self._actions_column(lo, hi, for_disk), seed,
+                self._extra_column("transitions", lo, hi, for_disk), self._actions_column(lo, hi, for_disk, read_only), seed,
                 range(self.first + lo + 1, self.first + hi + 1), self._extra_column("agent_logs", lo, hi, for_disk),
                 self.steps[lo:hi], self.times[lo:hi]]
 
-    def records(self, start: int | None = None, stop: int | None = None) -> list[dict[str, Any]]:
+    def records(self, start: int | None = None, stop: int | None = None, read_only: bool = False) -> list[dict[str, Any]]:
         """The records of positions ``start:stop`` (default: every held one), as dicts.
 
-        Array actions are views of one buffer (which the table no longer changes). The
+        Array actions are views of one buffer (which the table no longer changes); with
+        ``read_only`` every action array handed out is a read-only view. The
         collector is paused while the dicts are built: they hold no cycles, and a run's
         records would otherwise be scanned over and over as they are made.
         """
@@ -222,13 +214,14 @@ class EpisodeTable:
         if not any(self._has_extra(key, lo, hi) for key in EXTRA_KEYS):  # the common case: literals are cheaper
             seed = self.agent_seed
             indices = range(self.first + lo + 1, self.first + hi + 1)
-            actions = self._actions_column(lo, hi, False)
+            actions = self._actions_column(lo, hi, False, read_only)
             with _gc_paused():
                 return [{"ep_return": r, "ep_length": n, "frames": [], "transitions": [], "actions": a,
                          "agent_seed": seed, "episode_index": i, "agent_logs": None, "global_step": s, "wall_time": w}
                         for r, n, a, i, s, w in zip(self.returns[lo:hi], self.lengths[lo:hi], actions, indices,
                                                     self.steps[lo:hi], self.times[lo:hi])]
-        returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times = self._columns(lo, hi, False)
+        returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times = self._columns(
+            lo, hi, False, read_only)
         with _gc_paused():
             return [{"ep_return": r, "ep_length": n, "frames": f, "transitions": tr, "actions": a, "agent_seed": seed,
                      "episode_index": i, "agent_logs": g, "global_step": s, "wall_time": w}
@@ -264,16 +257,17 @@ class EpisodeTable:
         return state
 
 
-def _freeze(actions: Any) -> None:
-    """Make the arrays of one episode's structured actions (dicts and tuples of arrays) read-only."""
+def _read_only(actions: Any) -> Any:
+    """Read-only views of one episode's structured actions (dicts and tuples of arrays), nested alike."""
     if isinstance(actions, np.ndarray):
-        actions.flags.writeable = False
-    elif isinstance(actions, dict):
-        for leaf in actions.values():
-            _freeze(leaf)
-    elif isinstance(actions, tuple):
-        for leaf in actions:
-            _freeze(leaf)
+        view = actions.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(actions, dict):
+        return {key: _read_only(leaf) for key, leaf in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_read_only(leaf) for leaf in actions)
+    return actions
 
 
 @contextlib.contextmanager

@@ -23,7 +23,8 @@ class RunRecords(Sequence):
     ``pandas.DataFrame(list(run))``. The dicts are built from the run's columns when they are
     read, so a run's records cost nothing until then; each read builds fresh dicts, so
     changes to one are not seen by the next read: ``list(run)`` gives a list of your own.
-    Array actions are read-only views of the run's actions (copy one to change it).
+    Action arrays are read-only views of the run's actions (copy one to change it); the run's
+    own arrays, and the files written from them, stay writeable.
     :meth:`column` gives one key of every record at once. It pickles as a plain list of dicts.
 
     Args:
@@ -34,7 +35,6 @@ class RunRecords(Sequence):
 
     def __init__(self, table: EpisodeTable) -> None:
         self._table = table
-        table.freeze_actions()
 
     def __len__(self) -> int:
         return len(self._table)
@@ -44,19 +44,19 @@ class RunRecords(Sequence):
         if isinstance(index, slice):
             start, stop, step = index.indices(count)
             if step == 1:
-                return table.records(table.first + start, table.first + max(start, stop))
+                return table.records(table.first + start, table.first + max(start, stop), read_only=True)
             return [self[i] for i in range(start, stop, step)]
         i = operator.index(index)
         if i < 0:
             i += count
         if not 0 <= i < count:
             raise IndexError(f"record index {index} out of range: the run has {count} episode records")
-        return table.records(table.first + i, table.first + i + 1)[0]
+        return table.records(table.first + i, table.first + i + 1, read_only=True)[0]
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         table = self._table
         for lo in range(table.first, table.count, READ_BLOCK):
-            yield from table.records(lo, min(lo + READ_BLOCK, table.count))
+            yield from table.records(lo, min(lo + READ_BLOCK, table.count), read_only=True)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RunRecords):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pickle
 
 import gymnasium as gym
+from gymnasium import spaces
 import numpy as np
 import pytest
 
 from callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
 from online_trainer.core import ownership, storage
-from tests.conftest import RecordingAgent, make_counting_vec, same_values
+from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec, same_values
 
 
 class RandomAgent:
@@ -56,6 +57,44 @@ def test_all_metrics_is_written_while_the_experiment_lock_is_held(tmp_path, monk
     assert held == [True]
     assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
     assert not ownership.is_held(ownership.lock_path(tmp_path))
+
+
+class DictActionCountingEnv(CountingEnv):
+    """CountingEnv (known lengths) whose actions are a Dict: structured actions kept per episode."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = spaces.Dict({"move": spaces.Discrete(3), "aim": spaces.Box(-1.0, 1.0, (2,))})
+
+
+def leaves(actions):
+    return list(actions.values()) if isinstance(actions, dict) else [actions]
+
+
+@pytest.mark.parametrize("actions", ["discrete", "dict"])
+def test_returned_actions_are_read_only_and_files_hold_writeable_ones(tmp_path, actions):
+    """One read cannot change the next, and nothing of that reaches the files (one segment of actions here)."""
+    if actions == "dict":
+        factory = lambda: gym.vector.SyncVectorEnv([DictActionCountingEnv] * 2)  # noqa: E731
+    else:
+        factory = make_counting_vec(2)
+    trainer = OnlineTrainer(factory, RandomAgent, exp_dir=tmp_path)
+    trainer.call_back = EmptyCallBack()
+    (run,) = trainer.multi_run(1, num_episodes=12, seed_offset=0, progress=False, metrics_flush_every=1000)
+    assert [r["ep_length"] for r in run] == [len(leaves(r["actions"])[0]) for r in run]
+    for record in run:
+        for leaf in leaves(record["actions"]):
+            assert not leaf.flags.writeable
+            with pytest.raises(ValueError, match="read-only"):
+                leaf[...] = 0
+    on_disk = pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes())[0]
+    streamed = load_all_run_metrics(tmp_path)[0]
+    for records in (on_disk, streamed):
+        assert same_values(records, run, writeable=False)
+        for record in records:
+            for leaf in leaves(record["actions"]):
+                assert leaf.flags.writeable
+                leaf[...] = 0  # the user's own copy
 
 
 def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
