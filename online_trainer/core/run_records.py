@@ -77,7 +77,8 @@ class RunRecords(Sequence):
         return f"<RunRecords: {len(self)} episode records of the run with seed {self._table.agent_seed}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return list, (list(self),)
+        # the records with the run's own (writeable) arrays: a copy or an unpickled list is the user's to change
+        return list, (self._table.records(),)
 
     def column(self, key: str) -> Any:
         """Every record's ``key``, in episode order, without building the dicts.

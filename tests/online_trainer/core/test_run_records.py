@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import numpy as np
@@ -80,10 +81,13 @@ def test_run_records_actions_are_read_only_views():
     mine = list(run)
     with pytest.raises(ValueError, match="read-only"):
         mine[0]["actions"][:] = 9
-    copy = mine[0]["actions"].copy()
-    copy[:] = 9
+    changed = mine[0]["actions"].copy()
+    changed[:] = 9
     assert same_read(run[0]["actions"], expected[0]["actions"])
-    assert pickle.loads(pickle.dumps(run))[0]["actions"].flags.writeable
+    for protocol in range(2, pickle.HIGHEST_PROTOCOL + 1):  # protocol 5 keeps a read-only flag
+        loaded = pickle.loads(pickle.dumps(run, protocol))
+        assert loaded[0]["actions"].flags.writeable and same_read(loaded, expected)
+    assert copy.deepcopy(run)[0]["actions"].flags.writeable
 
 
 def test_run_records_columns_without_dicts():
