@@ -103,9 +103,8 @@ class ActionHistory:
         """
         start, t = self.start, self.t
         starts = [start[i] for i in envs]
-        following = t + skip
         for i in envs:
-            start[i] = following
+            start[i] = t + skip
         # flat lists of numbers, not a tuple per call: see EpisodeTracker.close
         self._pending_envs += envs
         self._pending_starts += starts

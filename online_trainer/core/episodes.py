@@ -60,8 +60,9 @@ class EpisodeTracker:
             transition reads it: one array operation a step saved).
         done: ``terminated | truncated`` of the current step.
         ended: whether any sub-env's episode ended at the current step (``done.any()``).
-        partial: whether some entry of the current step is not a transition (a reset step
-            under NEXT_STEP), so that :meth:`end_step` must run even when no episode ended.
+        resetting: the sub-envs whose entry of the current step is not a transition (their
+            reset step under NEXT_STEP); while it is not empty :meth:`end_step` must run even
+            when no episode ended.
     """
 
     def __init__(
@@ -84,8 +85,7 @@ class EpisodeTracker:
         self.valid = np.ones(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
         self.ended = False
-        self.partial = False
-        self._resetting: Any = ()  # the sub-envs whose entry of the current step is a reset step
+        self.resetting: list[int] = []
         self.keep_valid = True  # the loop turns it off when nothing reads valid (see end_step)
         # Without kept actions, lengths come from these (with them, from the action rows).
         self._steps = 0  # env steps observed
@@ -128,20 +128,14 @@ class EpisodeTracker:
         self.ended = bool(np.count_nonzero(done))
         returns = self.returns
         returns += reward
-        resetting = self._resetting
+        real = self.num_envs
+        resetting = self.resetting
         if resetting:  # their entries are reset steps (NEXT_STEP): no reward of theirs counts
             for i in resetting:
                 returns[i] = 0.0
-            return self.num_envs - len(resetting) if self.transitions is None else self._observe_transitions(
-                obs, actions, reward, terminated, truncated, self.num_envs - len(resetting))
-        real = self.num_envs
+            real -= len(resetting)
         if self.transitions is not None:
             self._keep_transitions(obs, actions, reward, terminated, truncated)
-        return real
-
-    def _observe_transitions(self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray,
-                             truncated: np.ndarray, real: int) -> int:
-        self._keep_transitions(obs, actions, reward, terminated, truncated)
         return real
 
     def _keep_transitions(
@@ -157,14 +151,13 @@ class EpisodeTracker:
         ``envs``: the sub-envs whose episodes ended at this step, when the caller has them
         (else they are read from :attr:`done`).
         """
-        if self._reset_skip and (ended or self.partial):
+        if self._reset_skip and (ended or self.resetting):
             if self.keep_valid:
                 np.logical_not(self.done, out=self.valid)
-            self.partial = ended
-            if ended:
-                self._resetting = self.done.nonzero()[0].tolist() if envs is None else envs
+            if not ended:
+                self.resetting = []
             else:
-                self._resetting = ()
+                self.resetting = self.done.nonzero()[0].tolist() if envs is None else envs
 
     def add_logs(self, entries: list[dict[str, Any] | None] | None) -> None:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.

@@ -138,7 +138,7 @@ def run_loop(
                 if render and tracker.wants_frame(after_reset=True):
                     tracker.add_frames(env.render(), after_reset=done)
             end_step(True, envs)
-        elif tracker.partial:
+        elif tracker.resetting:
             end_step(False)
         obs = next_obs
         if global_step >= next_event:

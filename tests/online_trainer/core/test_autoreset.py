@@ -119,3 +119,24 @@ def test_agent_without_valid_keyword_still_runs():
     (records,) = OnlineTrainer(make_counting_vec(2, "NextStep"), Plain()).multi_run(1, num_episodes=4, seed_offset=0, progress=False)
     expected = expected_episodes(0, 2, "NextStep")[:4]
     assert [r["ep_length"] for r in records] == [e[2] for e in expected]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_logs_of_an_agent_without_valid_keyword_leave_out_reset_steps(mode):
+    """The loop keeps ``valid`` for log() even when the agent's update does not take it."""
+    class LogsEveryStep:
+        def act(self, obs):
+            return np.zeros(len(obs), dtype=np.int64)
+
+        def update(self, next_obs, reward, terminated, truncated, call_back=None):
+            self.obs = next_obs
+
+        def log(self):
+            return [{"obs": float(o[0])} for o in self.obs]
+
+    (records,) = OnlineTrainer(make_counting_vec(2, mode), LogsEveryStep()).multi_run(
+        1, num_episodes=12, seed_offset=0, progress=False)
+    expected = expected_episodes(0, 2, mode)[:12]
+    assert [r["ep_length"] for r in records] == [e[2] for e in expected]
+    for record in records:  # one entry per real transition: the step counts 1..L (the reset step's 0 left out)
+        assert record["agent_logs"]["obs"].tolist() == list(range(1, record["ep_length"] + 1))
