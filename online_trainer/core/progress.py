@@ -15,12 +15,20 @@ import time
 from typing import Any, Protocol
 
 from tqdm.auto import tqdm
-from tqdm.std import tqdm as text_tqdm
+
+
+def _text_bars() -> bool:
+    """Whether ``tqdm.auto`` draws text (not Jupyter widgets).
+
+    ``tqdm.auto.tqdm`` is never ``tqdm.std.tqdm`` itself: text bars are its asyncio subclass,
+    widgets a subclass of ``tqdm.notebook.tqdm_notebook``.
+    """
+    return not any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
 
 
 def _bar(**kwargs: Any) -> Any:
     """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a second."""
-    if tqdm is text_tqdm and not sys.stderr.isatty():
+    if _text_bars() and not sys.stderr.isatty():
         kwargs.setdefault("mininterval", 1.0 if _text_in_notebook() else 30.0)
     return tqdm(dynamic_ncols=True, **kwargs)
 
@@ -31,7 +39,7 @@ def _text_in_notebook() -> bool:
     Text bars other than the first move the cursor with terminal escape codes, which a
     notebook prints as garbage; the display then keeps to one line (see :class:`ProgressDisplay`).
     """
-    if tqdm is not text_tqdm:
+    if not _text_bars():
         return False
     ipython = sys.modules.get("IPython")
     try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 import types
 
-import pytest
-from tqdm.std import tqdm as text_tqdm
+from tqdm.notebook import tqdm_notebook
 
 from online_trainer.core import progress
 
@@ -26,12 +25,7 @@ def drive(display: progress.ProgressDisplay) -> None:
     display.close_all()
 
 
-@pytest.fixture
-def text_bars(monkeypatch):
-    monkeypatch.setattr(progress, "tqdm", text_tqdm)  # what tqdm.auto gives without ipywidgets
-
-
-def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(text_bars, monkeypatch, capsys):
+def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypatch, capsys):
     monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
     drive(progress.ProgressDisplay(3, 10, "episodes"))
     err = capsys.readouterr().err
@@ -40,14 +34,14 @@ def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(text_bars
     assert "3/3 runs done, 1 failed" in err
 
 
-def test_text_bars_in_a_terminal_draw_a_bar_per_run(text_bars, monkeypatch, capsys):
+def test_text_bars_in_a_terminal_draw_a_bar_per_run(monkeypatch, capsys):
     monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
     drive(progress.ProgressDisplay(3, 10, "episodes"))
     err = capsys.readouterr().err
     assert "run 1" in err and "\x1b[" in err  # the per-run bars move the cursor: fine in a terminal only
 
 
-def test_a_jupyter_kernel_is_recognised(text_bars, monkeypatch):
+def test_a_jupyter_kernel_is_recognised(monkeypatch):
     shell = types.SimpleNamespace(config={"IPKernelApp": {}})
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
     assert progress._text_in_notebook()
@@ -55,3 +49,23 @@ def test_a_jupyter_kernel_is_recognised(text_bars, monkeypatch):
     assert not progress._text_in_notebook()
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
     assert not progress._text_in_notebook()
+
+
+def test_tqdm_auto_is_recognised_as_text_bars_and_widgets_are_not(monkeypatch):
+    # the class tqdm.auto gives outside Jupyter (or without ipywidgets) is a subclass of tqdm.std.tqdm,
+    # not tqdm.std.tqdm itself: an identity test never recognised it
+    assert progress._text_bars()
+    monkeypatch.setattr(progress, "tqdm", type("tqdm", (tqdm_notebook, progress.tqdm), {}))  # as tqdm.auto builds it
+    assert not progress._text_bars()
+    assert not progress._text_in_notebook()
+
+
+def test_bars_written_to_a_log_redraw_rarely(monkeypatch):
+    # pytest's captured stderr is no terminal: a CI log, a file, a pipe
+    bar = progress._bar(total=10)
+    assert bar.mininterval == 30.0
+    bar.close()
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
+    bar = progress._bar(total=10)
+    assert bar.mininterval == 1.0
+    bar.close()
