@@ -13,7 +13,7 @@ they are read, so records nobody reads cost nothing.
 
 On disk a metrics chunk and each run of ``all_metrics.pkl`` are pickled from the columns
 (:meth:`EpisodeTable.disk_form`) so that ``pickle.load`` builds the list of record dicts
-itself with builtins only (and ``numpy.split`` for the actions)::
+itself with builtins only (and numpy for the actions: see :func:`_narrowed`)::
 
     list(map(dict, map(zip, repeat(RECORD_KEYS), zip(returns, lengths, frames, ...))))
 
@@ -172,7 +172,7 @@ class EpisodeTable:
         if not for_disk:
             return views
         flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        return _Call(np.split, flat, list(itertools.accumulate(self.lengths[lo:hi - 1])))
+        return _Call(np.split, _narrowed(flat), list(itertools.accumulate(self.lengths[lo:hi - 1])))
 
     def _has_extra(self, key: str, lo: int, hi: int) -> bool:
         """Whether some held row in ``lo:hi`` has a ``key`` (frames, transitions, agent_logs)."""
@@ -255,6 +255,21 @@ class EpisodeTable:
             state["_segment_rows"] = [0]
             state["_ends"] = list(itertools.accumulate(self.lengths))
         return state
+
+
+def _narrowed(actions: np.ndarray) -> Any:
+    """What pickles as ``actions``: integers in the narrowest integer type that holds them, widened back on load.
+
+    ``Discrete`` actions are int64 and mostly small: a run of CartPole's 0s and 1s takes an
+    eighth of the bytes in the files (the actions are most of a record's bytes), and loads as
+    the same int64 array. Other dtypes pickle as they are.
+    """
+    if actions.dtype.kind not in "iu" or actions.size == 0:
+        return actions
+    narrow = np.result_type(np.min_scalar_type(actions.min()), np.min_scalar_type(actions.max()))
+    if narrow.itemsize >= actions.dtype.itemsize:
+        return actions
+    return _Call(np.asarray, actions.astype(narrow), actions.dtype)
 
 
 def _read_only(actions: Any) -> Any:

@@ -15,7 +15,7 @@ from online_trainer import TruncatedMetricsWarning, load_run_metrics
 from online_trainer.core import storage
 from online_trainer.core.actions import ActionHistory
 from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.records import RECORD_KEYS, dump_runs
+from online_trainer.core.records import RECORD_KEYS, EpisodeTable, dump_runs
 from tests.conftest import expected_record, filled_table, same_values
 
 
@@ -52,6 +52,31 @@ def test_clear_forgets_held_records_and_numbering_goes_on():
     assert same_values(pickle.loads(table.chunk(count, count + 1)), table.records())
     with pytest.raises(IndexError, match="not held"):
         table.records(count - 1, count + 1)
+
+
+@pytest.mark.parametrize("actions", [
+    np.array([0, 1, 1, 0, 1, 0], dtype=np.int64),  # Discrete: int64, values that fit a byte
+    np.array([-5, 300, 0, 7, -128, 127], dtype=np.int64),
+    np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, 1, 2, 3], dtype=np.int64),
+    np.array([np.iinfo(np.uint64).max, 0, 1, 2, 3, 4], dtype=np.uint64),
+    np.array([0, 1, 2, 3, 2, 1], dtype=np.dtype(">i4")),
+    np.array([1, 0, 1, 1, 0, 0], dtype=np.int8),  # MultiBinary
+    np.array([0.5, -1.0, 2.0, 0.0, 1.0, 3.0], dtype=np.float32),
+])
+def test_integer_actions_are_stored_narrow_and_load_with_their_own_dtype(actions):
+    table = EpisodeTable(0)
+    table.add([1.0, 2.0], [4, 2], [4, 6], [0.1, 0.2], actions)
+    for loaded in (pickle.loads(table.chunk(0, 2)), pickle.loads(dump_runs([table]))[0]):
+        assert same_values([r["actions"] for r in loaded], [actions[:4], actions[4:]])
+
+
+def test_discrete_actions_take_a_byte_each_in_the_files():
+    table = EpisodeTable(0)
+    actions = np.random.default_rng(0).integers(2, size=20_000)  # int64, as Discrete samples them
+    table.add([1.0] * 1000, [20] * 1000, list(range(20, 20_001, 20)), [0.0] * 1000, actions)
+    wide = actions.nbytes  # 160 kB as int64, 20 kB as bytes; the other columns take about 26 kB
+    assert len(table.chunk(0, 1000)) < wide / 3 and len(dump_runs([table])) < wide / 3
+    assert same_values(np.concatenate([r["actions"] for r in pickle.loads(table.chunk(0, 1000))]), actions)
 
 
 def test_chunks_load_with_pickle_alone(tmp_path):
