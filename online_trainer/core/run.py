@@ -50,7 +50,7 @@ class RunSpec:
     dump_transitions: bool = False
     keep_records: bool = True
     metrics_flush_every: int | None = None
-    """Episode records per chunk of ``metrics_run{i}.pkl``; None: 10 per sub-env."""
+    """Episode records per chunk of ``metrics_run{i}.pkl``; None: 100 per sub-env."""
     eval_env_factory: EnvFactory | None = None
     """The eval env's factory (None: the training env's, called once more) when evaluating."""
     eval_freq: int | None = None

@@ -166,7 +166,7 @@ class OnlineTrainer:
                 experiment directory must be on a filesystem all nodes share).
             ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
             ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
-            metrics_flush_every: episode records per chunk of the metrics streams; None: 10 per
+            metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
             eval_env: evaluate each run's agent greedily on this env (an env or a zero-argument
