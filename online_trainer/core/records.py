@@ -171,8 +171,7 @@ class EpisodeTable:
                 views.extend([segment[i:j] for i, j in zip([start, *ends[a:b - 1]], ends[a:b])])
         if not for_disk:
             return views
-        flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        return _Call(np.split, _narrowed(flat), list(itertools.accumulate(self.lengths[lo:hi - 1])))
+        return _Call(np.split, _narrowed(pieces), list(itertools.accumulate(self.lengths[lo:hi - 1])))
 
     def _has_extra(self, key: str, lo: int, hi: int) -> bool:
         """Whether some held row in ``lo:hi`` has a ``key`` (frames, transitions, agent_logs)."""
@@ -257,19 +256,23 @@ class EpisodeTable:
         return state
 
 
-def _narrowed(actions: np.ndarray) -> Any:
-    """What pickles as ``actions``: integers in the narrowest integer type that holds them, widened back on load.
+def _narrowed(pieces: list[np.ndarray]) -> Any:
+    """What pickles as the actions ``pieces`` back to back: integers in the narrowest integer type that
+    holds them, widened back on load.
 
     ``Discrete`` actions are int64 and mostly small: a run of CartPole's 0s and 1s takes an
     eighth of the bytes in the files (the actions are most of a record's bytes), and loads as
     the same int64 array. Other dtypes pickle as they are.
     """
-    if actions.dtype.kind not in "iu" or actions.size == 0:
-        return actions
-    narrow = np.result_type(np.min_scalar_type(actions.min()), np.min_scalar_type(actions.max()))
-    if narrow.itemsize >= actions.dtype.itemsize:
-        return actions
-    return _Call(np.asarray, actions.astype(narrow), actions.dtype)
+    dtype = pieces[0].dtype
+    if dtype.kind not in "iu" or not any(piece.size for piece in pieces):
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    low = min(piece.min() for piece in pieces if piece.size)
+    high = max(piece.max() for piece in pieces if piece.size)
+    narrow = np.result_type(np.min_scalar_type(low), np.min_scalar_type(high))
+    if narrow.itemsize >= dtype.itemsize:
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    return _Call(np.asarray, np.concatenate(pieces, dtype=narrow, casting="unsafe"), dtype)
 
 
 def _read_only(actions: Any) -> Any:

@@ -64,10 +64,14 @@ def test_clear_forgets_held_records_and_numbering_goes_on():
     np.array([0.5, -1.0, 2.0, 0.0, 1.0, 3.0], dtype=np.float32),
 ])
 def test_integer_actions_are_stored_narrow_and_load_with_their_own_dtype(actions):
-    table = EpisodeTable(0)
-    table.add([1.0, 2.0], [4, 2], [4, 6], [0.1, 0.2], actions)
-    for loaded in (pickle.loads(table.chunk(0, 2)), pickle.loads(dump_runs([table]))[0]):
-        assert same_values([r["actions"] for r in loaded], [actions[:4], actions[4:]])
+    one, two = EpisodeTable(0), EpisodeTable(0)  # the episodes added at once, and one by one
+    one.add([1.0, 2.0], [4, 2], [4, 6], [0.1, 0.2], actions)
+    two.add([1.0], [4], [4], [0.1], actions[:4])
+    two.add([2.0], [2], [6], [0.2], actions[4:])
+    for table in (one, two):
+        for loaded in (pickle.loads(table.chunk(0, 2)), pickle.loads(dump_runs([table]))[0]):
+            assert same_values([r["actions"] for r in loaded], [actions[:4], actions[4:]])
+        assert same_values(pickle.loads(table.chunk(1, 2))[0]["actions"], actions[4:])
 
 
 def test_discrete_actions_take_a_byte_each_in_the_files():
