@@ -147,6 +147,22 @@ def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(
         np.testing.assert_array_equal(record["actions"], actions)
 
 
+def test_action_history_gathers_episodes_back_to_back_and_skips_empty_ones():
+    history = ActionHistory(3, capacity=8)
+    rows = [np.arange(6).reshape(3, 2) + 10 * t for t in range(5)]  # (num_envs, 2) actions a step
+    for row in rows[:3]:
+        history.append(row)
+    assert history.close([0, 2], 0) == [3, 3]
+    assert history.close([0], 0) == [0]  # sub-env 0 closes again before its next action
+    for row in rows[3:]:
+        history.append(row)
+    assert history.close([1, 0], 1) == [5, 2]
+    got = history.take()
+    expected = [rows[t][0] for t in range(3)] + [rows[t][2] for t in range(3)] \
+        + [rows[t][1] for t in range(5)] + [rows[t][0] for t in range(3, 5)]
+    assert same_values(got, np.array(expected))
+
+
 def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_second(tmp_path, monkeypatch):
     from online_trainer import OnlineTrainer
     from online_trainer.core import run_events
