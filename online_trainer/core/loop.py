@@ -171,7 +171,7 @@ def _run_single(
     # actions[0] of such a batch is a new numpy scalar: keeping it needs no copy
     numbers = isinstance(actions, np.ndarray) and actions.ndim == 1 and (
         isinstance(space, Discrete) or (isinstance(space, Box) and space.shape == ()))
-    dtype, episode_actions = actions.dtype, []
+    dtype, episode_actions = (actions.dtype if numbers else None), []
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
     log = agent_log(agent)

@@ -28,7 +28,29 @@ class CallRecorder(CallBack):
 
 
 ACTION_SPACES = {"discrete": gym.spaces.Discrete(2), "scalar_box": gym.spaces.Box(-1, 1, shape=(), dtype=np.float32),
-                 "box": gym.spaces.Box(-1, 1, shape=(2,), dtype=np.float32)}
+                 "box": gym.spaces.Box(-1, 1, shape=(2,), dtype=np.float32),
+                 "dict": gym.spaces.Dict(move=gym.spaces.Discrete(3), aim=gym.spaces.Box(-1, 1, shape=(2,))),
+                 "tuple": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, shape=(), dtype=np.float32)))}
+
+
+def batch_of(space, n, k):
+    """``n`` sub-envs' actions in ``space``, changing with ``k``."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: batch_of(sub, n, k) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(batch_of(sub, n, k) for sub in space.spaces)
+    if isinstance(space, gym.spaces.Discrete):
+        return np.full(n, k % space.n, dtype=np.int64)
+    return np.full((n, *space.shape), (k % 7) / 10, dtype=space.dtype)
+
+
+def plain(actions):
+    """An episode's actions (an array, or a dict or tuple of them) as comparable values, dtypes and shapes."""
+    if isinstance(actions, dict):
+        return {key: plain(leaf) for key, leaf in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(plain(leaf) for leaf in actions)
+    return actions.tolist(), actions.dtype, actions.shape
 
 
 class ValidRecorder(RecordingAgent):
@@ -41,9 +63,7 @@ class ValidRecorder(RecordingAgent):
         self.space = env.single_action_space
 
     def act(self, obs):
-        if isinstance(self.space, gym.spaces.Discrete):
-            return np.full(len(obs), self.updates % 2, dtype=np.int64)
-        return np.full((len(obs), *self.space.shape), (self.updates % 7) / 10, dtype=np.float32)
+        return batch_of(self.space, len(obs), self.updates)
 
     def update(self, next_obs, reward, terminated, truncated, call_back=None, valid=None):
         self.valids.append(valid.tolist())
@@ -71,8 +91,8 @@ def test_single_env_loop_makes_the_calls_and_records_of_the_general_loop(mode, b
         trainer.call_back = callback
         (records,) = trainer.multi_run(1, seed_offset=2, dump_transitions=general, progress=False, **budget)
         agent = trainer.agents[0]
-        fields = [(r["ep_return"], r["ep_length"], r["global_step"], r["episode_index"], r["actions"].tolist(),
-                   r["actions"].dtype, r["actions"].shape, r["agent_logs"]["t"].tolist()) for r in records]
+        fields = [(r["ep_return"], r["ep_length"], r["global_step"], r["episode_index"], plain(r["actions"]),
+                   r["agent_logs"]["t"].tolist()) for r in records]
         results.append((fields, agent.valids, agent.updates, callback.calls, agent.final_obs_ok))
     assert results[0] == results[1]
     fields, valids, _, calls, final_obs_ok = results[0]
