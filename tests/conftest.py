@@ -299,3 +299,11 @@ def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
                 table.set_extra("transitions", first + j, extras["transitions"])
             expected.append(expected_record(first + j, ret, n, step, acts, **extras))
     return table, expected
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """The progress bars believe stderr is a terminal (pytest captures it into a file)."""
+    from online_trainer.core import progress
+
+    monkeypatch.setattr(progress, "_terminal", lambda: True)

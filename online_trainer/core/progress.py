@@ -4,17 +4,29 @@ The display has one overall bar (budget units of all runs together) and one bar 
 run, showing the last episode return. Bars of finished runs are removed, so the display
 stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as widgets in
 Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
-Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it) the display
-keeps to the overall bar, one line of text, since a notebook cannot move the cursor.
+Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it), and in a file
+or a CI log, the display keeps to the overall bar, one line of text, since neither can move
+the cursor; in a file or a log it redraws every 30 s.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
+import warnings
 from typing import Any, Protocol
 
-from tqdm.auto import tqdm
+from tqdm.std import TqdmWarning
+
+with warnings.catch_warnings():
+    # In Jupyter without ipywidgets tqdm.auto warns on import, even for users who never show progress;
+    # the display says so itself, once, when it draws (see ProgressDisplay).
+    warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
+    from tqdm.auto import tqdm
+
+logger = logging.getLogger(__name__)
+_told_about_widgets = False
 
 
 def _text_bars() -> bool:
@@ -26,9 +38,14 @@ def _text_bars() -> bool:
     return not any(cls.__module__ == "tqdm.notebook" for cls in tqdm.__mro__)
 
 
+def _terminal() -> bool:
+    """Whether stderr, where the bars go, is a terminal (not a file, a pipe or a CI log)."""
+    return sys.stderr.isatty()
+
+
 def _bar(**kwargs: Any) -> Any:
     """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a second."""
-    if _text_bars() and not sys.stderr.isatty():
+    if _text_bars() and not _terminal():
         kwargs.setdefault("mininterval", 1.0 if _text_in_notebook() else 30.0)
     return tqdm(dynamic_ncols=True, **kwargs)
 
@@ -129,15 +146,21 @@ class ProgressDisplay:
     """
 
     def __init__(self, num_runs: int, total: int, unit: str) -> None:
+        global _told_about_widgets
         self.num_runs, self.total, self.unit = num_runs, total, unit
-        # In a notebook without ipywidgets only the overall bar is drawn (no escape codes).
-        self.one_line = _text_in_notebook()
-        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs",
-                            **({} if self.one_line else {"position": 0}))
+        # Text bars in a notebook without ipywidgets, or written to a file or a CI log, keep to the overall
+        # bar: the per-run bars move the cursor with escape codes, which only a terminal understands.
+        in_notebook = _text_in_notebook()
+        self.one_line = in_notebook or (_text_bars() and not _terminal())
+        if in_notebook and not _told_about_widgets:
+            _told_about_widgets = True
+            logger.warning("Jupyter without ipywidgets: the progress display keeps to one line of text; "
+                           "pip install 'online_trainer[notebook]' (ipywidgets) for a bar per run.")
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self.done = self.failed = 0
-        self._refresh_overall()
+        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs", postfix=self._overall_postfix(),
+                            **({} if self.one_line else {"position": 0}))
 
     def open_run(self, key: int, name: str, total: int, unit: str) -> "DirectRunProgress":
         """Show a run (in-process runs report through the returned object)."""
@@ -183,10 +206,14 @@ class ProgressDisplay:
         self.failed += failed
         self._refresh_overall()
 
-    def _refresh_overall(self) -> None:
+    def _overall_postfix(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
-        self.overall.set_postfix_str(f"{self.done}/{self.num_runs} runs done{failed}{running}")
+        return f"{self.done}/{self.num_runs} runs done{failed}{running}"
+
+    def _refresh_overall(self) -> None:
+        # After the last run, close_all() draws the final state: drawn here too, a log would show it twice.
+        self.overall.set_postfix_str(self._overall_postfix(), refresh=self.done < self.num_runs)
 
     def handle(self, message: tuple) -> None:
         """Apply a message sent by :class:`QueueRunProgress` from a worker."""

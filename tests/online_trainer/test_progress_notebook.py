@@ -1,8 +1,13 @@
-"""The progress display in a notebook without ipywidgets: one line of text, no terminal escape codes."""
+"""The progress display where the cursor cannot move (a notebook without ipywidgets, a file, a CI
+log): one line of text, no terminal escape codes; a bar per run in a terminal."""
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 import sys
+import textwrap
 import types
 
 from tqdm.notebook import tqdm_notebook
@@ -25,16 +30,49 @@ def drive(display: progress.ProgressDisplay) -> None:
     display.close_all()
 
 
-def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypatch, capsys):
+def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypatch, capsys, caplog, terminal):
     monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
-    drive(progress.ProgressDisplay(3, 10, "episodes"))
+    monkeypatch.setattr(progress, "_told_about_widgets", False)
+    with caplog.at_level(logging.WARNING, logger=progress.__name__):
+        drive(progress.ProgressDisplay(3, 10, "episodes"))
+        progress.ProgressDisplay(3, 10, "episodes").close_all()
     err = capsys.readouterr().err
     assert "\x1b[" not in err
     assert "all runs" in err and "run 1" not in err
-    assert "3/3 runs done, 1 failed" in err
+    assert err.count("3/3 runs done, 1 failed") == 1  # the final state is drawn once
+    told = [r.getMessage() for r in caplog.records if "ipywidgets" in r.getMessage()]
+    assert len(told) == 1 and "online_trainer[notebook]" in told[0]  # once a process
 
 
-def test_text_bars_in_a_terminal_draw_a_bar_per_run(monkeypatch, capsys):
+def test_text_bars_in_a_file_keep_to_one_line_drawn_once_a_state(monkeypatch, capsys):
+    # pytest's captured stderr is no terminal: what a CI log or `python run.py 2> log.txt` gets
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    drive(progress.ProgressDisplay(3, 10, "episodes"))
+    err = capsys.readouterr().err
+    assert "\x1b[" not in err and "run 1" not in err
+    assert err.count("0/3 runs done]") == 1  # the bar is made with its postfix, not drawn twice
+    assert err.count("3/3 runs done, 1 failed") == 1
+
+
+def test_importing_in_jupyter_without_ipywidgets_warns_of_nothing():
+    code = textwrap.dedent("""
+        import sys, types, warnings
+        sys.modules["ipykernel.zmqshell"] = types.ModuleType("ipykernel.zmqshell")
+        sys.modules["IPython"] = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace())
+        sys.modules["ipywidgets"] = None  # not installed
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import online_trainer.core.progress
+        from tqdm.auto import tqdm
+        print(tqdm.__module__, [str(w.message) for w in caught])
+    """)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "tqdm.asyncio []"  # tqdm.auto fell back to text bars, silently
+
+
+def test_text_bars_in_a_terminal_draw_a_bar_per_run(monkeypatch, capsys, terminal):
     monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
     drive(progress.ProgressDisplay(3, 10, "episodes"))
     err = capsys.readouterr().err

@@ -322,7 +322,7 @@ def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
             1, total_steps=20, record_video=2, progress=False)
 
 
-def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch):
+def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):
     from online_trainer.core import progress as progress_module
 
     postfixes = []
