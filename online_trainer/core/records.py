@@ -264,15 +264,13 @@ def _narrowed(pieces: list[np.ndarray]) -> Any:
     eighth of the bytes in the files (the actions are most of a record's bytes), and loads as
     the same int64 array. Other dtypes pickle as they are.
     """
-    dtype = pieces[0].dtype
-    if dtype.kind not in "iu" or not any(piece.size for piece in pieces):
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-    low = min(piece.min() for piece in pieces if piece.size)
-    high = max(piece.max() for piece in pieces if piece.size)
-    narrow = np.result_type(np.min_scalar_type(low), np.min_scalar_type(high))
-    if narrow.itemsize >= dtype.itemsize:
-        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-    return _Call(np.asarray, np.concatenate(pieces, dtype=narrow, casting="unsafe"), dtype)
+    flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)  # one reduction, not one per piece
+    if flat.dtype.kind not in "iu" or flat.size == 0:
+        return flat
+    narrow = np.result_type(np.min_scalar_type(flat.min()), np.min_scalar_type(flat.max()))
+    if narrow.itemsize >= flat.dtype.itemsize:
+        return flat
+    return _Call(np.asarray, flat.astype(narrow), flat.dtype)
 
 
 def _read_only(actions: Any) -> Any:
