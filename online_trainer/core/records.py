@@ -264,13 +264,15 @@ def _narrowed(pieces: list[np.ndarray]) -> Any:
     eighth of the bytes in the files (the actions are most of a record's bytes), and loads as
     the same int64 array. Other dtypes pickle as they are.
     """
-    flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)  # one reduction, not one per piece
-    if flat.dtype.kind not in "iu" or flat.size == 0:
+    dtype = pieces[0].dtype
+    # joined, one reduction, not one per piece (numpy joins non-native byte orders into native ones)
+    flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces).astype(dtype, copy=False)
+    if dtype.kind not in "iu" or flat.size == 0:
         return flat
     narrow = np.result_type(np.min_scalar_type(flat.min()), np.min_scalar_type(flat.max()))
-    if narrow.itemsize >= flat.dtype.itemsize:
+    if narrow.itemsize >= dtype.itemsize:
         return flat
-    return _Call(np.asarray, flat.astype(narrow), flat.dtype)
+    return _Call(np.asarray, flat.astype(narrow), dtype)
 
 
 def _read_only(actions: Any) -> Any:

@@ -60,6 +60,7 @@ def test_clear_forgets_held_records_and_numbering_goes_on():
     np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, 1, 2, 3], dtype=np.int64),
     np.array([np.iinfo(np.uint64).max, 0, 1, 2, 3, 4], dtype=np.uint64),
     np.array([0, 1, 2, 3, 2, 1], dtype=np.dtype(">i4")),
+    np.array([30000, -30000, 1, 2, 3, 4], dtype=np.dtype(">i2")),  # nothing narrower: kept as it is
     np.array([1, 0, 1, 1, 0, 0], dtype=np.int8),  # MultiBinary
     np.array([0.5, -1.0, 2.0, 0.0, 1.0, 3.0], dtype=np.float32),
 ])
