@@ -155,7 +155,7 @@ class ProgressDisplay:
         if in_notebook and not _told_about_widgets:
             _told_about_widgets = True
             logger.warning("Jupyter without ipywidgets: the progress display keeps to one line of text; "
-                           "pip install 'online_trainer[notebook]' (ipywidgets) for a bar per run.")
+                           "pip install ipywidgets (the package's `notebook` extra) for a bar per run.")
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self.done = self.failed = 0
