@@ -85,6 +85,8 @@ class OnlineTrainer:
                 raise TypeError(f"args must be an argparse.Namespace or a dict, but got args={args!r}.")
             self.args_yaml = storage.dump_args(args)
         self.call_back = EmptyCallBack() if self.exp_dir is None else TBCallBack(log_dir=self.exp_dir, flush_every=1)
+        # The eval env of the last multi_run into exp_dir: what evaluate() repeats the final evaluations on.
+        self._eval_env_factory: EnvFactory | None = None
         self.agents: list[Any] = []
         self.evaluations: list[list[dict[str, Any]] | None] = []
 
@@ -232,6 +234,7 @@ class OnlineTrainer:
                 experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
         self.agents = experiment.agents()
         self.evaluations = experiment.evaluations()
+        self._eval_env_factory = parts.eval_env_factory if eval_env is not None else None
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
         return runs
@@ -336,7 +339,8 @@ class OnlineTrainer:
             num_episodes: episodes per checkpoint.
             num_workers: runs evaluated at once (worker processes).
             exp_dir: the experiment to evaluate (default: this trainer's).
-            eval_env: the env to evaluate on (default: the training env's factory).
+            eval_env: the env to evaluate on (default: the ``eval_env`` of this trainer's last
+                :meth:`multi_run`, when ``exp_dir`` is that run's; else the training env's factory).
             overwrite: replace an earlier ``evaluation_{which}.csv``.
             progress: show the progress display.
             **execution: ``backend``, ``start_method``, ``torch_threads``, ``ray_address``,
@@ -355,7 +359,10 @@ class OnlineTrainer:
         target = exp_dir if exp_dir is not None else self.exp_dir
         if target is None:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
-        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
+        factory = EnvFactory(eval_env) if eval_env is not None else None
+        if factory is None and self._eval_env_factory is not None and Path(target) == self.exp_dir:
+            factory = self._eval_env_factory
+        parts = self.parts if factory is None else dataclasses.replace(self.parts, eval_env_factory=factory)
         options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
         parts.check_travel(options)
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)

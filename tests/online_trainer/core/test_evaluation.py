@@ -249,6 +249,25 @@ def test_evaluating_the_last_checkpoint_repeats_the_final_evaluation(tmp_path):
     assert sorted(set(every["checkpoint"])) == ["E10", "E20", "E30", "best", "last"]
 
 
+def test_evaluating_the_last_checkpoint_uses_the_eval_env_of_the_training_runs(tmp_path):
+    def eval_env():  # not the training env: one sub-env, a shorter step limit
+        return gym.make_vec("CliffWalking-v1", num_envs=1, max_episode_steps=30)
+
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(2, num_episodes=30, seed_offset=0, eval_env=eval_env, eval_freq=10, eval_episodes=3,
+                      checkpoint_freq=10, progress=False)
+    episodes = trainer.evaluate("last", num_episodes=3, progress=False)
+    for run, evaluations in enumerate(trainer.evaluations, start=1):
+        assert episodes[episodes["run"] == run]["ep_length"].tolist() == evaluations[-1]["lengths"].tolist()
+    assert episodes["ep_length"].max() <= 30
+    # a new trainer knows no eval env of its own: it evaluates on the training env unless given one
+    fresh = cliff_trainer(tmp_path).evaluate("last", num_episodes=3, overwrite=True, progress=False)
+    again = cliff_trainer(tmp_path).evaluate("last", num_episodes=3, eval_env=eval_env, overwrite=True,
+                                             progress=False)
+    assert again["ep_length"].tolist() == episodes["ep_length"].tolist()
+    assert fresh["ep_length"].max() > 30
+
+
 def test_eval_seeds_never_equal_training_seeds():
     seen = []
 
