@@ -286,10 +286,24 @@ def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Se
     return lines
 
 
+def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
+    """``evals`` with the ``x`` of each run's k-th evaluation set to the median over the experiment's runs.
+
+    Runs of an experiment evaluate on one schedule, but each at the first step (or episode) past
+    its threshold, which differs by up to ``num_envs`` between runs; curves do not extrapolate a
+    run past its last point, so without this the first and last points of a curve would stand
+    on fewer runs than were evaluated there.
+    """
+    keys = [column for column in ("experiment",) if column in evals.columns] + ["eval_index"]
+    aligned = evals.copy()
+    aligned[x] = evals.groupby(keys)[x].transform("median")
+    return aligned
+
+
 def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
-    """The evaluation curves: the statistic across runs of each evaluation's mean return."""
+    """The evaluation curves: the statistic across runs of each evaluation's mean return (see :func:`aligned_evaluations`)."""
     x = "episodes_trained" if args.x == "episode_index" else "global_step"
-    table = evals.rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
+    table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
     figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
                                   span="common" if args.common_range else "all",
                                   ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -330,3 +331,23 @@ def test_run_is_refused_before_it_writes_anything_while_another_call_holds_the_l
     assert sorted(p.name for p in exp_dir.iterdir()) == sorted([".lock"] + ["config.yaml"] * bool(earlier_config))
     if earlier_config is not None:
         assert (exp_dir / "config.yaml").read_text() == earlier_config
+
+
+def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
+    """Runs evaluate on one schedule, each at the first step past the threshold (up to num_envs apart)."""
+    from online_trainer.analysis.curves import curves
+    from online_trainer.cli.report import aligned_evaluations
+
+    steps = [2000, 2002, 2003, 4001, 4000, 4003, 6002, 6001, 6000, 8002, 8003, 8003]
+    evals = pd.DataFrame({"run": [1, 2, 3] * 4, "seed": [0, 10000, 20000] * 4, "status": "finished",
+                          "eval_index": [k for k in (1, 2, 3, 4) for _ in range(3)], "global_step": steps,
+                          "eval_return": [float(s % 7) for s in steps]})
+    as_episodes = {"eval_return": "ep_return", "eval_index": "episode_index"}
+    raw = curves(evals.rename(columns=as_episodes), x="global_step", num_points=20)
+    assert raw["num_runs"].iloc[0] < 3 and raw["num_runs"].iloc[-1] < 3  # what the report drew before
+    aligned = aligned_evaluations(evals, "global_step")
+    assert aligned.groupby("eval_index")["global_step"].nunique().eq(1).all()
+    assert aligned["global_step"].tolist()[-3:] == [8003, 8003, 8003]
+    points = curves(aligned.rename(columns=as_episodes), x="global_step", num_points=20)
+    assert points["num_runs"].eq(3).all()
+    assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
