@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
                    "wall_time"]
-RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "error"]
+RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "error"]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
 #: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.core.evaluation`).
@@ -171,7 +171,7 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                            entry["episodes"], run)
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
         runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
-                     "last_step": last, "error": entry.get("error")})
+                     "last_step": last, "env_steps": entry.get("global_step"), "error": entry.get("error")})
     if filled:
         logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
                     "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
@@ -221,7 +221,9 @@ def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.D
     (``finished``, ``failed``, ``interrupted``, ``pending`` (not started), ``running``
     (under way: the experiment's writer is alive), ``stopped_early``, or ``unknown`` for
     an experiment without a manifest), ``num_episodes`` (episodes on
-    disk), ``last_step`` (``global_step`` of its last episode), ``error`` (the end of the
+    disk), ``last_step`` (``global_step`` of its last episode), ``env_steps`` (env steps the
+    run took, from the manifest: past ``last_step`` when the budget ended mid-episode; None
+    when the manifest does not say, e.g. a run that never ended), ``error`` (the end of the
     traceback of a failed run) and one column per hyperparameter.
 
     Args:

@@ -93,7 +93,8 @@ def final_results(df: pd.DataFrame, last_k: int,
 
     Returns:
         ``runs``: one row per run, runs left out and runs without episodes included, with
-        ``episodes``, ``env_steps``, ``final_return``, ``status`` (when known) and
+        ``episodes``, ``env_steps`` (the steps the run took when the manifest says, else the
+        ``global_step`` of its last episode), ``final_return``, ``status`` (when known) and
         ``left_out`` (bool); ``summary``: the table of :func:`online_trainer.analysis.stats.summarize`;
         ``excluded``: the runs left out (see :func:`online_trainer.analysis.selection.select_runs`).
     """
@@ -106,8 +107,11 @@ def final_results(df: pd.DataFrame, last_k: int,
     runs["episodes"] = runs["episodes"].fillna(0).astype(int)
     gone = {_ident_key(r, ident) for r in excluded.to_dict("records")}
     runs["left_out"] = [_ident_key(r, ident) in gone for r in runs.to_dict("records")]
-    errors = {_ident_key(r, ident): r.get("error") for r in df.attrs.get("runs") or []}
-    runs["error"] = [errors.get(_ident_key(r, ident)) for r in runs.to_dict("records")]
+    known = {_ident_key(r, ident): r for r in df.attrs.get("runs") or []}
+    runs["error"] = [known.get(_ident_key(r, ident), {}).get("error") for r in runs.to_dict("records")]
+    # the steps the run took (the manifest's), not those of its last finished episode, where known
+    steps = [known.get(_ident_key(r, ident), {}).get("env_steps") for r in runs.to_dict("records")]
+    runs["env_steps"] = [r if s is None else s for r, s in zip(runs["env_steps"], steps)]
     return runs, summary, excluded
 
 

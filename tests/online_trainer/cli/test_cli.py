@@ -351,3 +351,19 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     points = curves(aligned.rename(columns=as_episodes), x="global_step", num_points=20)
     assert points["num_runs"].eq(3).all()
     assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
+
+
+def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tmp_path):
+    from online_trainer import OnlineTrainer, load_episodes
+    from online_trainer.cli.report import final_table
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, total_steps=101, seed_offset=0, progress=False)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    table = load_episodes(tmp_path)
+    for entry in manifest["runs"]:
+        assert entry["global_step"] == 101
+        assert table[table["run"] == entry["run"]]["global_step"].max() < 101  # the budget ended mid-episode
+    rows = [line.split() for line in final_table(table, last_k=3).splitlines()[2:4]]
+    assert [row[3] for row in rows] == ["101", "101"]
