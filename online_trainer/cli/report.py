@@ -291,14 +291,19 @@ def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Se
 
 
 def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``evals`` with the ``x`` of each run's k-th evaluation set to the median over the experiment's runs.
+    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations, on a step schedule.
 
-    Runs of an experiment evaluate on one schedule, but each at the first step (or episode) past
-    its threshold, which differs by up to ``num_envs`` between runs; curves do not extrapolate a
-    run past its last point, so without this the first and last points of a curve would stand
-    on fewer runs than were evaluated there.
+    On a step schedule (``eval_freq`` in env steps) the runs of an experiment evaluate at the
+    same thresholds, but each at the first step past one, up to ``num_envs`` apart; curves do
+    not extrapolate a run past its last point, so without this a curve's first and last points
+    would stand on fewer runs than were evaluated there. On an episode schedule the runs'
+    ``episodes_trained`` agree at every evaluation and their steps genuinely differ: nothing
+    is moved, and neither is an ``x`` other than ``global_step``.
     """
     keys = [column for column in ("experiment",) if column in evals.columns] + ["eval_index"]
+    by_episode = evals.groupby(keys)["episodes_trained"].nunique().eq(1).all()
+    if x != "global_step" or by_episode:
+        return evals
     aligned = evals.copy()
     aligned[x] = evals.groupby(keys)[x].transform("median")
     return aligned

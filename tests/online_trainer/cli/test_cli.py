@@ -341,6 +341,7 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     steps = [2000, 2002, 2003, 4001, 4000, 4003, 6002, 6001, 6000, 8002, 8003, 8003]
     evals = pd.DataFrame({"run": [1, 2, 3] * 4, "seed": [0, 10000, 20000] * 4, "status": "finished",
                           "eval_index": [k for k in (1, 2, 3, 4) for _ in range(3)], "global_step": steps,
+                          "episodes_trained": [s // 20 + run for s, run in zip(steps, [1, 2, 3] * 4)],
                           "eval_return": [float(s % 7) for s in steps]})
     as_episodes = {"eval_return": "ep_return", "eval_index": "episode_index"}
     raw = curves(evals.rename(columns=as_episodes), x="global_step", num_points=20)
@@ -351,6 +352,10 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     points = curves(aligned.rename(columns=as_episodes), x="global_step", num_points=20)
     assert points["num_runs"].eq(3).all()
     assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
+    # on an episode schedule the runs' steps genuinely differ: nothing is moved
+    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]])
+    assert aligned_evaluations(by_episode, "global_step")["global_step"].tolist() == steps
+    assert aligned_evaluations(evals, "episodes_trained").equals(evals)
 
 
 def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tmp_path):
