@@ -108,10 +108,11 @@ def final_results(df: pd.DataFrame, last_k: int,
     gone = {_ident_key(r, ident) for r in excluded.to_dict("records")}
     runs["left_out"] = [_ident_key(r, ident) in gone for r in runs.to_dict("records")]
     known = {_ident_key(r, ident): r for r in df.attrs.get("runs") or []}
-    runs["error"] = [known.get(_ident_key(r, ident), {}).get("error") for r in runs.to_dict("records")]
+    entries = [known.get(_ident_key(r, ident), {}) for r in runs.to_dict("records")]
+    runs["error"] = [entry.get("error") for entry in entries]
     # the steps the run took (the manifest's), not those of its last finished episode, where known
-    steps = [known.get(_ident_key(r, ident), {}).get("env_steps") for r in runs.to_dict("records")]
-    runs["env_steps"] = [r if s is None else s for r, s in zip(runs["env_steps"], steps)]
+    runs["env_steps"] = [steps if entry.get("env_steps") is None else entry["env_steps"]
+                         for steps, entry in zip(runs["env_steps"], entries)]
     return runs, summary, excluded
 
 

@@ -214,7 +214,7 @@ class OnlineTrainer:
                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
-        parts = self.parts if eval_env is None else dataclasses.replace(self.parts, eval_env_factory=EnvFactory(eval_env))
+        parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution)
         if execution.in_workers and callable(options.frames_trigger):
             executors.check_picklable({"frames_trigger": options.frames_trigger})
@@ -234,7 +234,7 @@ class OnlineTrainer:
                 experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
         self.agents = experiment.agents()
         self.evaluations = experiment.evaluations()
-        self._eval_env_factory = parts.eval_env_factory if eval_env is not None else None
+        self._eval_env_factory = parts.eval_env_factory
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
         return runs
@@ -359,10 +359,11 @@ class OnlineTrainer:
         target = exp_dir if exp_dir is not None else self.exp_dir
         if target is None:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
-        factory = EnvFactory(eval_env) if eval_env is not None else None
-        if factory is None and self._eval_env_factory is not None and Path(target) == self.exp_dir:
-            factory = self._eval_env_factory
-        parts = self.parts if factory is None else dataclasses.replace(self.parts, eval_env_factory=factory)
+        if eval_env is not None:
+            factory = EnvFactory(eval_env)
+        else:  # the last multi_run's, to repeat its final evaluations
+            factory = self._eval_env_factory if Path(target) == self.exp_dir else None
+        parts = dataclasses.replace(self.parts, eval_env_factory=factory)
         options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
         parts.check_travel(options)
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
