@@ -83,6 +83,11 @@ class EpisodeTable:
         # those positions in increasing order
         self.extras: dict[str, dict[int, Any]] = {key: {} for key in EXTRA_KEYS}
         self._extra_positions: dict[str, list[int]] = {key: [] for key in EXTRA_KEYS}
+        # The metrics chunks made so far while, back to back, they hold the run's records from its first
+        # (positions 0 to _chunked - 1) and no frames: then they are the run's disk form too (see disk_form).
+        # _chunked is -1 once they cannot be (frames, a gap, cleared records).
+        self._chunks: list[bytes] = []
+        self._chunked = 0
 
     @property
     def count(self) -> int:
@@ -137,6 +142,7 @@ class EpisodeTable:
     def clear(self) -> None:
         """Forget the held records (they are on disk); positions go on from :attr:`count`."""
         self.first = self.count
+        self.release_chunks()
         self.returns, self.lengths, self.steps, self.times = [], [], [], []
         self._segments, self._segment_rows, self._ends = [], [], []
         if self._objects is not None:
@@ -228,7 +234,14 @@ class EpisodeTable:
                     in zip(returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times)]
 
     def disk_form(self, start: int | None = None, stop: int | None = None) -> Any:
-        """What pickles as the records of positions ``start:stop`` and loads as their list of dicts."""
+        """What pickles as the records of positions ``start:stop`` and loads as their list of dicts.
+
+        For every record of a run whose metrics chunks hold them all (:meth:`chunk`), it is those
+        chunks, unpickled one after the other when loaded: ``all_metrics.pkl`` then costs a copy
+        of bytes made already, not a second pickling of the run.
+        """
+        if start is None and stop is None and 0 < self._chunked == self.count and self.first == 0:
+            return _Call(list, _Call(itertools.chain.from_iterable, _Call(map, pickle.loads, self._chunks)))
         lo, hi = self._rows(start, stop)
         if hi <= lo:
             return []
@@ -236,8 +249,23 @@ class EpisodeTable:
         return _Call(list, _Call(map, dict, _Call(map, zip, _Call(itertools.repeat, RECORD_KEYS), rows)))
 
     def chunk(self, start: int, stop: int) -> bytes:
-        """One metrics chunk: the pickle of the records of positions ``start:stop``."""
-        return pickle.dumps(self.disk_form(start, stop), PROTOCOL)
+        """One metrics chunk: the pickle of the records of positions ``start:stop``.
+
+        Chunks made in order from the first record, none with frames, are kept for
+        :meth:`disk_form` until :meth:`release_chunks`.
+        """
+        data = pickle.dumps(self.disk_form(start, stop), PROTOCOL)
+        lo, hi = self._rows(start, stop)
+        if start == self._chunked and not self._has_extra("frames", lo, hi):
+            self._chunks.append(data)
+            self._chunked = stop
+        else:
+            self.release_chunks()
+        return data
+
+    def release_chunks(self) -> None:
+        """Forget the chunks kept for :meth:`disk_form` (it then pickles the columns)."""
+        self._chunks, self._chunked = [], -1
 
     def _rows(self, start: int | None, stop: int | None) -> tuple[int, int]:
         start = self.first if start is None else start

@@ -154,11 +154,17 @@ class Experiment:
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
-        """Write ``all_metrics.pkl`` (the list of runs) atomically; runs done here are pickled from their columns."""
+        """Write ``all_metrics.pkl`` (the list of runs) atomically.
+
+        Runs done here are written from their tables: the metrics chunks they kept, or their columns.
+        """
         if self.exp_dir is not None:
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
             storage.write_all_metrics(self.exp_dir, [table if isinstance(table, EpisodeTable) else run
                                                      for table, run in zip(tables, runs)])
+            for table in tables:
+                if isinstance(table, EpisodeTable):
+                    table.release_chunks()  # written: the memory goes back
 
 
 def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
