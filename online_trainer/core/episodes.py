@@ -32,8 +32,8 @@ class EpisodeTracker:
     reset step, and returns are summed in float64 in step order. Episodes that end on the
     same step are closed together (:meth:`close`: a few array operations for all of them);
     their records reach :attr:`table` (an :class:`~online_trainer.core.records.EpisodeTable`)
-    when :meth:`seal` is called, which gathers the actions of every episode closed since the
-    last call in one go.
+    when :meth:`seal` is called, which copies the actions of every episode closed since the
+    last call out of the buffer in one go.
 
     Args:
         num_envs: the number of sub-envs.
@@ -223,8 +223,11 @@ class EpisodeTracker:
             index += 1
         return self.keeps_frames(index)
 
-    def close(self, envs: list[int], global_step: int) -> tuple[list[float], list[int]]:
+    def close(self, envs: list[int], global_step: int, mask: np.ndarray | None = None) -> tuple[list[float], list[int]]:
         """Close the episodes of sub-envs ``envs`` (ascending), ended at this step.
+
+        ``mask``: a boolean array true for exactly ``envs`` (:attr:`done`, when every episode
+        that ended is closed), which spares a conversion.
 
         They become the run's next episodes, in the order of ``envs``; their records reach
         :attr:`table` at the next :meth:`seal`. The work is a few Python operations per
@@ -240,7 +243,7 @@ class EpisodeTracker:
             for i in envs:
                 returns[i] = 0.0
         if history is not None and history.is_array:
-            lengths = history.close(envs, skip)
+            lengths = history.close(envs, skip, mask)
         elif history is not None:
             lengths = []
             for i in envs:
@@ -304,13 +307,13 @@ class EpisodeTracker:
         if not self._returns:
             return
         history = self.actions
-        if history is None:
-            actions = None
-        elif history.is_array:
-            actions = history.take()
+        if history is not None and history.is_array:
+            self.table.add_slabs(self._returns, self._lengths, self._at_step, self._at_time, history.take())
         else:
-            actions, self._objects = self._objects, []
-        self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
+            actions = None
+            if history is not None:
+                actions, self._objects = self._objects, []
+            self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
         self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
 
     def _close_extras(self, envs: Any) -> None:

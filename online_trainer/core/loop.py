@@ -128,7 +128,7 @@ def run_loop(
             last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
             if last:
                 envs = envs[:int(max_episodes - episodes)]
-            returns, lengths = close(envs, global_step)
+            returns, lengths = close(envs, global_step, None if last else done)
             events.on_episodes(episodes + 1, returns, lengths, global_step)
             episodes += len(envs)
             if last:

@@ -4,20 +4,24 @@ A record is a dict with the keys :data:`RECORD_KEYS`. A fast vectorised env ends
 episodes on every step; building, pickling and collecting a dict per episode as it ends
 cost more than the env itself (about 10 us an episode, where 64 CartPole sub-envs take 21 us
 to play one). :class:`EpisodeTable` keeps a run's records as columns instead: Python lists of
-returns, lengths, steps and times, the array actions of the episodes added together back to
-back in one array, and the rarer per-episode extras (frames, transitions, agent logs) by
-position. Dicts are built in one comprehension when records are read
+returns, lengths, steps and times, the array actions of many episodes in one array (a
+vectorised env's closed episodes are copied out of the action buffer a sub-env at a time,
+with no index per action: see :class:`ActionSlab`), and the rarer per-episode extras (frames,
+transitions, agent logs) by position. Dicts are built in one comprehension when records are read
 (:meth:`EpisodeTable.records`); ``multi_run`` hands each run back as a
 :class:`~online_trainer.core.run_records.RunRecords`, a read-only sequence that builds them as
 they are read, so records nobody reads cost nothing.
 
 On disk a metrics chunk and each run of ``all_metrics.pkl`` are pickled from the columns
 (:meth:`EpisodeTable.disk_form`) so that ``pickle.load`` builds the list of record dicts
-itself with builtins only (and numpy for the actions: see :func:`_narrowed`)::
+itself with builtins only (and numpy for the actions: see :mod:`online_trainer.core.pickling`)::
 
     list(map(dict, map(zip, repeat(RECORD_KEYS), zip(returns, lengths, frames, ...))))
 
 so the files load with ``pickle.load`` as lists of records, with or without this package.
+Actions held in slabs are put back to back by ``numpy.take`` when a file is loaded, not
+while the run plays. ``all_metrics.pkl`` holds a run's metrics chunks themselves, when the
+table kept them, unpickled one after the other on load.
 """
 
 from __future__ import annotations
@@ -28,26 +32,16 @@ import gc
 import itertools
 import pickle
 from collections.abc import Sequence
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
+
+from online_trainer.core.pickling import ActionSlab, Call, narrowed
 
 RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
                "agent_logs", "global_step", "wall_time")
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
 PROTOCOL = 5
-
-
-class _Call:
-    """Pickles as the call ``func(*args)``: the unpickler makes the result, no class of ours needed."""
-
-    __slots__ = ("func", "args")
-
-    def __init__(self, func: Callable[..., Any], *args: Any) -> None:
-        self.func, self.args = func, args
-
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        return self.func, self.args
 
 
 class EpisodeTable:
@@ -73,11 +67,16 @@ class EpisodeTable:
         self.lengths: list[int] = []
         self.steps: list[int] = []
         self.times: list[float] = []
-        # Array actions come in segments (the episodes of one add, back to back): each segment, the
-        # held row of its first episode, and per held episode the row of its segment after its actions.
+        # Array actions come in segments: the episodes of one add back to back ("packed"), or a slab of
+        # add_slabs (see ActionSlab). Per segment: its array (integers may be narrower than the actions),
+        # the actions' dtype, whether it is packed, the held row of its first episode, and per episode the
+        # row of the segment after its actions (its first is that less its length).
         self._segments: list[np.ndarray] = []
+        self._segment_dtypes: list[np.dtype] = []
+        self._packed: list[bool] = []
         self._segment_rows: list[int] = []
-        self._ends: list[int] = []
+        self._segment_ends: list[list[int] | np.ndarray] = []
+        self._wide: dict[int, np.ndarray] = {}  # segments of narrow integers, widened when first read
         self._objects: list[Any] | None = None  # actions that are not arrays (or None), per held episode
         # position -> value, for the episodes that have one (frames, transitions, agent_logs), and
         # those positions in increasing order
@@ -114,15 +113,41 @@ class EpisodeTable:
         self.times.extend(times.tolist() if isinstance(times, np.ndarray) else times)
         added = len(self.returns) - first_new
         if isinstance(actions, np.ndarray) and self._objects is None:
-            self._segments.append(actions)
-            self._segment_rows.append(first_new)
-            self._ends.extend(itertools.accumulate(self.lengths[first_new:]))
+            self._add_segment(first_new, actions, actions.dtype, True, list(itertools.accumulate(self.lengths[first_new:])))
         else:
             if self._objects is None:
                 if self._segments:
                     raise TypeError("EpisodeTable: the actions of earlier episodes were arrays, these are not")
                 self._objects = [None] * first_new
             self._objects.extend([None] * added if actions is None else actions)
+
+    def add_slabs(self, returns: Sequence[float], lengths: Sequence[int], steps: Sequence[int],
+                  times: Sequence[float], slabs: Sequence[ActionSlab]) -> None:
+        """Append episodes, in the order they ended, whose array actions are in ``slabs``.
+
+        The slabs' episodes, one after the other, are those given (one value each in ``returns``,
+        ``lengths``, ``steps`` and ``times``, as for :meth:`add`).
+        """
+        if self._objects is not None:
+            raise TypeError("EpisodeTable: the actions of earlier episodes were not arrays, these are")
+        row = len(self.returns)
+        self.returns.extend(returns)
+        self.lengths.extend(lengths)
+        self.steps.extend(steps)
+        self.times.extend(times)
+        for slab in slabs:
+            self._add_segment(row, slab.data, slab.dtype, False, slab.ends)
+            row += len(slab.ends)
+        if row != len(self.returns):
+            raise ValueError(f"EpisodeTable.add_slabs: the slabs hold {row - len(self.returns) + len(returns)} "
+                             f"episodes, not {len(returns)}")
+
+    def _add_segment(self, row: int, data: np.ndarray, dtype: np.dtype, packed: bool, ends: Any) -> None:
+        self._segments.append(data)
+        self._segment_dtypes.append(dtype)
+        self._packed.append(packed)
+        self._segment_rows.append(row)
+        self._segment_ends.append(ends)
 
     def add_one(self, ep_return: float, length: int, step: int, wall_time: float, actions: Any) -> None:
         """Append one episode (``actions``: its array of ``length`` rows, another object, or None)."""
@@ -144,7 +169,9 @@ class EpisodeTable:
         self.first = self.count
         self.release_chunks()
         self.returns, self.lengths, self.steps, self.times = [], [], [], []
-        self._segments, self._segment_rows, self._ends = [], [], []
+        self._segments, self._segment_dtypes, self._packed, self._segment_rows = [], [], [], []
+        self._segment_ends = []
+        self._wide = {}
         if self._objects is not None:
             self._objects = []
         for key in EXTRA_KEYS:
@@ -152,32 +179,79 @@ class EpisodeTable:
 
     # ------------------------------------------------------------ reading
 
-    def _actions_column(self, lo: int, hi: int, for_disk: bool, read_only: bool = False) -> Any:
-        """The actions of held rows ``lo:hi``: a list (of read-only views), or (for disk) what loads as one."""
+    def _actions_column(self, lo: int, hi: int, for_disk: bool, read_only: bool = False,
+                        lengths: list[int] | None = None) -> Any:
+        """The actions of held rows ``lo:hi``: a list (of read-only views), or (for disk) what loads as one.
+
+        ``lengths``: ``self.lengths[lo:hi]``, when the caller has the list (pickled once, for both).
+        """
         n = hi - lo
         if self._objects is not None:
             return [_read_only(actions) for actions in self._objects[lo:hi]] if read_only else self._objects[lo:hi]
         if not self._segments:
-            return _Call(itertools.repeat, None, n) if for_disk else [None] * n
-        pieces, views = [], []
-        segments, rows, ends = self._segments, self._segment_rows, self._ends
-        for k in range(bisect.bisect_right(rows, lo) - 1, len(segments)):
-            first = rows[k]
-            if first >= hi:
+            return Call(itertools.repeat, None, n) if for_disk else [None] * n
+        if lengths is None:
+            lengths = self.lengths[lo:hi]
+        rows = self._segment_rows
+        parts = []  # (segment, its first and last held row in lo:hi)
+        for k in range(bisect.bisect_right(rows, lo) - 1, len(self._segments)):
+            if rows[k] >= hi:
                 break
-            a, b = max(lo, first), min(hi, rows[k + 1] if k + 1 < len(rows) else len(self.returns))
-            start = ends[a - 1] if a > first else 0
-            if for_disk:
-                pieces.append(segments[k][start:ends[b - 1]])
-            else:
-                segment = segments[k]
-                if read_only:  # views of a read-only view: the table's own arrays stay writeable (and pickle so)
-                    segment = segment.view()
-                    segment.flags.writeable = False
-                views.extend([segment[i:j] for i, j in zip([start, *ends[a:b - 1]], ends[a:b])])
-        if not for_disk:
-            return views
-        return _Call(np.split, _narrowed(pieces), list(itertools.accumulate(self.lengths[lo:hi - 1])))
+            parts.append((k, max(lo, rows[k]), min(hi, rows[k + 1] if k + 1 < len(rows) else len(self.returns))))
+        if for_disk:
+            return self._disk_actions(parts, lengths, lo)
+        views: list[np.ndarray] = []
+        for k, a, b in parts:
+            segment = self._widened(k)
+            if read_only:  # views of a read-only view: the table's own arrays stay writeable (and pickle so)
+                segment = segment.view()
+                segment.flags.writeable = False
+            ends = self._segment_ends[k][a - rows[k]:b - rows[k]]
+            if isinstance(ends, np.ndarray):
+                ends = ends.tolist()
+            views.extend([segment[end - length:end] for end, length in zip(ends, lengths[a - lo:b - lo])])
+        return views
+
+    def _widened(self, k: int) -> np.ndarray:
+        """Segment ``k`` in the actions' own dtype."""
+        segment, dtype = self._segments[k], self._segment_dtypes[k]
+        if segment.dtype == dtype:
+            return segment
+        wide = self._wide.get(k)
+        if wide is None:
+            wide = self._wide[k] = segment.astype(dtype)
+        return wide
+
+    def _disk_actions(self, parts: list[tuple[int, int, int]], lengths: list[int], lo: int) -> Any:
+        """What pickles as the actions of ``parts`` (see :meth:`_actions_column`) and loads as one array each.
+
+        Each episode's actions are cut from one array that holds them all (narrowed: see
+        :func:`narrowed`) by ``numpy.split``: packed segments are back to back already; slabs are
+        first put back to back by ``numpy.take`` when loaded.
+        """
+        rows, dtype = self._segment_rows, self._segment_dtypes[parts[0][0]]
+        cuts = Call(list, Call(itertools.accumulate, Call(itertools.islice, lengths, len(lengths) - 1)))
+        if all(self._packed[k] for k, _, _ in parts):
+            pieces = []
+            for k, a, b in parts:
+                ends = self._segment_ends[k]
+                pieces.append(self._segments[k][ends[a - rows[k]] - lengths[a - lo]:ends[b - 1 - rows[k]]])
+            return Call(np.split, narrowed(pieces, dtype), cuts)
+        pieces, shifts = [], []
+        taken = placed = 0  # rows of the pieces so far, and of their episodes back to back
+        for k, a, b in parts:
+            held_ends = np.asarray(self._segment_ends[k][a - rows[k]:b - rows[k]])
+            held_lengths = np.array(lengths[a - lo:b - lo])
+            starts = held_ends - held_lengths
+            first, last = int(starts.min()), int(held_ends.max())
+            pieces.append(self._segments[k][first:last])
+            # where each episode is among the pieces, less where it goes back to back
+            shifts.append(starts - first + taken - placed - (np.cumsum(held_lengths) - held_lengths))
+            taken += last - first
+            placed += int(held_lengths.sum())
+        shift = np.concatenate(shifts)
+        items = Call(np.add, Call(np.arange, placed), Call(np.repeat, narrowed([shift], None), lengths))
+        return Call(np.split, Call(np.asarray, Call(np.take, narrowed(pieces, None), items, 0), dtype), cuts)
 
     def _has_extra(self, key: str, lo: int, hi: int) -> bool:
         """Whether some held row in ``lo:hi`` has a ``key`` (frames, transitions, agent_logs)."""
@@ -191,17 +265,19 @@ class EpisodeTable:
         present = self._has_extra(key, lo, hi)
         if key == "agent_logs":
             if not present:
-                return _Call(itertools.repeat, None, n) if for_disk else itertools.repeat(None, n)
+                return Call(itertools.repeat, None, n) if for_disk else itertools.repeat(None, n)
             return [values.get(p) for p in range(base + lo, base + hi)]
         if not present:  # a fresh empty list per record
-            return _Call(map, list, _Call(itertools.repeat, (), n)) if for_disk else map(list, itertools.repeat((), n))
+            return Call(map, list, Call(itertools.repeat, (), n)) if for_disk else map(list, itertools.repeat((), n))
         return [values.get(p, []) for p in range(base + lo, base + hi)]
 
     def _columns(self, lo: int, hi: int, for_disk: bool, read_only: bool = False) -> list[Any]:
         n = hi - lo
-        seed = _Call(itertools.repeat, self.agent_seed, n) if for_disk else itertools.repeat(self.agent_seed, n)
-        return [self.returns[lo:hi], self.lengths[lo:hi], self._extra_column("frames", lo, hi, for_disk),
-                self._extra_column("transitions", lo, hi, for_disk), self._actions_column(lo, hi, for_disk, read_only), seed,
+        seed = Call(itertools.repeat, self.agent_seed, n) if for_disk else itertools.repeat(self.agent_seed, n)
+        lengths = self.lengths[lo:hi]
+        return [self.returns[lo:hi], lengths, self._extra_column("frames", lo, hi, for_disk),
+                self._extra_column("transitions", lo, hi, for_disk),
+                self._actions_column(lo, hi, for_disk, read_only, lengths), seed,
                 range(self.first + lo + 1, self.first + hi + 1), self._extra_column("agent_logs", lo, hi, for_disk),
                 self.steps[lo:hi], self.times[lo:hi]]
 
@@ -219,11 +295,12 @@ class EpisodeTable:
         if not any(self._has_extra(key, lo, hi) for key in EXTRA_KEYS):  # the common case: literals are cheaper
             seed = self.agent_seed
             indices = range(self.first + lo + 1, self.first + hi + 1)
-            actions = self._actions_column(lo, hi, False, read_only)
+            lengths = self.lengths[lo:hi]
+            actions = self._actions_column(lo, hi, False, read_only, lengths)
             with _gc_paused():
                 return [{"ep_return": r, "ep_length": n, "frames": [], "transitions": [], "actions": a,
                          "agent_seed": seed, "episode_index": i, "agent_logs": None, "global_step": s, "wall_time": w}
-                        for r, n, a, i, s, w in zip(self.returns[lo:hi], self.lengths[lo:hi], actions, indices,
+                        for r, n, a, i, s, w in zip(self.returns[lo:hi], lengths, actions, indices,
                                                     self.steps[lo:hi], self.times[lo:hi])]
         returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times = self._columns(
             lo, hi, False, read_only)
@@ -241,12 +318,12 @@ class EpisodeTable:
         of bytes made already, not a second pickling of the run.
         """
         if start is None and stop is None and 0 < self._chunked == self.count and self.first == 0:
-            return _Call(list, _Call(itertools.chain.from_iterable, _Call(map, pickle.loads, self._chunks)))
+            return Call(list, Call(itertools.chain.from_iterable, Call(map, pickle.loads, self._chunks)))
         lo, hi = self._rows(start, stop)
         if hi <= lo:
             return []
-        rows = _Call(zip, *self._columns(lo, hi, True))
-        return _Call(list, _Call(map, dict, _Call(map, zip, _Call(itertools.repeat, RECORD_KEYS), rows)))
+        rows = Call(zip, *self._columns(lo, hi, True))
+        return Call(list, Call(map, dict, Call(map, zip, Call(itertools.repeat, RECORD_KEYS), rows)))
 
     def chunk(self, start: int, stop: int) -> bytes:
         """One metrics chunk: the pickle of the records of positions ``start:stop``.
@@ -277,30 +354,15 @@ class EpisodeTable:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        if len(self._segments) > 1:  # one array travels faster than one per episode
+        state["_wide"] = {}
+        if len(self._segments) > 1 and all(self._packed) and len(set(self._segment_dtypes)) == 1:
+            # one array travels faster than one per episode (a single sub-env adds them one by one)
             state["_segments"] = [np.concatenate(self._segments)]
+            state["_segment_dtypes"] = self._segment_dtypes[:1]
+            state["_packed"] = [True]
             state["_segment_rows"] = [0]
-            state["_ends"] = list(itertools.accumulate(self.lengths))
+            state["_segment_ends"] = [list(itertools.accumulate(self.lengths))]
         return state
-
-
-def _narrowed(pieces: list[np.ndarray]) -> Any:
-    """What pickles as the actions ``pieces`` back to back: integers in the narrowest integer type that
-    holds them, widened back on load.
-
-    ``Discrete`` actions are int64 and mostly small: a run of CartPole's 0s and 1s takes an
-    eighth of the bytes in the files (the actions are most of a record's bytes), and loads as
-    the same int64 array. Other dtypes pickle as they are.
-    """
-    dtype = pieces[0].dtype
-    # joined, one reduction, not one per piece (numpy joins non-native byte orders into native ones)
-    flat = pieces[0] if len(pieces) == 1 else np.concatenate(pieces).astype(dtype, copy=False)
-    if dtype.kind not in "iu" or flat.size == 0:
-        return flat
-    narrow = np.result_type(np.min_scalar_type(flat.min()), np.min_scalar_type(flat.max()))
-    if narrow.itemsize >= dtype.itemsize:
-        return flat
-    return _Call(np.asarray, flat.astype(narrow), dtype)
 
 
 def _read_only(actions: Any) -> Any:

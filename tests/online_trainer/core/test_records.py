@@ -143,12 +143,18 @@ def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(
     tracker.seal()
     records = tracker.table.records()
     assert len(records) == len(expected) > 100 and max(n for n, _, _ in expected) > 20
+    count = tracker.table.count
+    assert same_values(pickle.loads(tracker.table.chunk(0, count)), records)
+    for start, stop in [(0, 1), (3, 40), (40, count - 1), (count - 1, count)]:
+        assert same_values(pickle.loads(tracker.table.chunk(start, stop)), records[start:stop])
+    assert same_values(pickle.loads(dump_runs([tracker.table]))[0], records)
+    assert same_values(pickle.loads(pickle.dumps(tracker.table)).records(), records)
     for index, (record, (length, actions, step)) in enumerate(zip(records, expected), start=1):
         assert record["episode_index"] == index and record["global_step"] == step and record["ep_length"] == length
         np.testing.assert_array_equal(record["actions"], actions)
 
 
-def test_action_history_gathers_episodes_back_to_back_and_skips_empty_ones():
+def test_action_history_copies_closed_episodes_into_a_narrow_slab_and_skips_empty_ones():
     history = ActionHistory(3, capacity=8)
     rows = [np.arange(6).reshape(3, 2) + 10 * t for t in range(5)]  # (num_envs, 2) actions a step
     for row in rows[:3]:
@@ -157,11 +163,22 @@ def test_action_history_gathers_episodes_back_to_back_and_skips_empty_ones():
     assert history.close([0], 0) == [0]  # sub-env 0 closes again before its next action
     for row in rows[3:]:
         history.append(row)
-    assert history.close([1, 0], 1) == [5, 2]
-    got = history.take()
-    expected = [rows[t][0] for t in range(3)] + [rows[t][2] for t in range(3)] \
-        + [rows[t][1] for t in range(5)] + [rows[t][0] for t in range(3, 5)]
-    assert same_values(got, np.array(expected))
+    with pytest.raises(ValueError, match=r"envs=\[1, 0\] must be ascending"):
+        history.close([1, 0], 1)
+    lengths = [3, 3, 0] + history.close([0, 1], 1)
+    assert lengths == [3, 3, 0, 2, 5]
+    slabs = history.take()  # two: the empty episode made the first episodes leave the buffer early
+    expected = [[rows[t][0] for t in range(3)], [rows[t][2] for t in range(3)], [],
+                [rows[t][0] for t in range(3, 5)], [rows[t][1] for t in range(5)]]
+    got, episode = [], 0
+    for slab in slabs:
+        assert slab.dtype == np.int64 and slab.data.dtype == np.uint8  # the values fit a byte
+        for end in slab.ends:
+            got.append(slab.data[end - lengths[episode]:end].astype(slab.dtype))
+            episode += 1
+    assert same_values(got, [np.array(e, dtype=np.int64).reshape(-1, 2) for e in expected])
+    assert [len(slab.data) for slab in slabs] == [3 + 3, 2 + 5]  # each sub-env's rows once a slab
+    assert history.take() == []
 
 
 def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_second(tmp_path, monkeypatch):
