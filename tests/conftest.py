@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from online_trainer.core.pickling import ActionSlab
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import RunRecords
 from online_trainer.core.seeding import run_seed
@@ -261,12 +262,16 @@ def expected_record(position, ep_return, length, step, actions, seed=3, **extras
 
 
 def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
-    """A table of 40 episodes added one by one and in batches, with extras here and there."""
+    """A table of 40 episodes added one by one and in batches, with extras here and there.
+
+    ``kind``: the actions: ``discrete``, ``box``, ``dict``, ``none``, or ``slabs`` (discrete,
+    batches added as narrow slabs with rows between episodes, as the action buffer gives them).
+    """
     rng = np.random.default_rng(0)
     table, expected = EpisodeTable(3), []
 
     def actions_of(length):
-        if kind == "discrete":
+        if kind in ("discrete", "slabs"):
             return rng.integers(0, 4, size=length)
         if kind == "box":
             return rng.normal(size=(length, 2)).astype(np.float32)
@@ -282,6 +287,14 @@ def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
         first = table.count
         if len(lengths) == 1 and rng.random() < 0.5:
             table.add_one(returns[0], lengths[0], step, 0.5 * step, episode_actions[0])
+        elif kind == "slabs":  # as a vectorised env's episodes leave the action buffer: narrow, rows between them
+            slabs, cut = [], (len(lengths) + 1) // 2
+            for part in (episode_actions[:cut], episode_actions[cut:]):
+                if part:
+                    pieces = [piece for actions in part for piece in (np.full(int(rng.integers(0, 3)), 9), actions)]
+                    ends = np.cumsum([len(piece) for piece in pieces])[1::2]
+                    slabs.append(ActionSlab(np.concatenate(pieces).astype(np.uint8), ends, np.dtype(np.int64)))
+            table.add_slabs(returns, lengths, [step] * len(lengths), [0.5 * step] * len(lengths), slabs)
         else:
             batch = (np.concatenate(episode_actions) if kind in ("discrete", "box")
                      else None if kind == "none" else episode_actions)

@@ -7,6 +7,8 @@ numpy that the pickle names (:class:`Call`), never by a class of ours.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -64,3 +66,42 @@ def narrowed(pieces: list[np.ndarray], dtype: np.dtype | None) -> Any:
         return flat.astype(target, copy=False)
     flat = flat.astype(narrow, copy=False)
     return flat if dtype is None else Call(np.asarray, flat, dtype)
+
+
+def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int]]], lengths: list[int],
+                         dtype: np.dtype) -> Call:
+    """What pickles as the array actions of consecutive episodes and loads as one array each, in ``dtype``.
+
+    Args:
+        pieces: in episode order, the arrays that hold the episodes' actions: each with whether
+            its episodes are back to back (packed) or in a slab (see :class:`ActionSlab`), and the
+            row after each of its episodes' actions.
+        lengths: the episodes' lengths: the very list the records pickle too (pickled once).
+
+    Each episode's actions are cut by ``numpy.split`` from one array that holds them all back to
+    back (narrowed: see :func:`narrowed`): packed pieces are so already; slabs are put so by
+    ``numpy.take`` when loaded, not while the run plays.
+    """
+    cuts = Call(list, Call(itertools.accumulate, Call(itertools.islice, lengths, len(lengths) - 1)))
+    episode = 0
+    if all(packed for _, packed, _ in pieces):
+        joined = []
+        for data, _, ends in pieces:
+            joined.append(data[ends[0] - lengths[episode]:ends[-1]])
+            episode += len(ends)
+        return Call(np.split, narrowed(joined, dtype), cuts)
+    spans, shifts = [], []
+    taken = placed = 0  # rows of the spans so far, and of their episodes back to back
+    for data, _, ends in pieces:
+        ends = np.asarray(ends)
+        held = np.array(lengths[episode:episode + len(ends)])
+        episode += len(ends)
+        starts = ends - held
+        first, last = int(starts.min()), int(ends.max())
+        spans.append(data[first:last])
+        # where each episode is among the spans, less where it goes back to back
+        shifts.append(starts - first + taken - placed - (np.cumsum(held) - held))
+        taken += last - first
+        placed += int(held.sum())
+    items = Call(np.add, Call(np.arange, placed), Call(np.repeat, narrowed([np.concatenate(shifts)], None), lengths))
+    return Call(np.split, Call(np.asarray, Call(np.take, narrowed(spans, None), items, 0), dtype), cuts)

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
-from online_trainer.core.pickling import ActionSlab, Call, narrowed
+from online_trainer.core.pickling import ActionSlab, Call, episode_actions_form
 
 RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
                "agent_logs", "global_step", "wall_time")
@@ -223,35 +223,11 @@ class EpisodeTable:
         return wide
 
     def _disk_actions(self, parts: list[tuple[int, int, int]], lengths: list[int], lo: int) -> Any:
-        """What pickles as the actions of ``parts`` (see :meth:`_actions_column`) and loads as one array each.
-
-        Each episode's actions are cut from one array that holds them all (narrowed: see
-        :func:`narrowed`) by ``numpy.split``: packed segments are back to back already; slabs are
-        first put back to back by ``numpy.take`` when loaded.
-        """
-        rows, dtype = self._segment_rows, self._segment_dtypes[parts[0][0]]
-        cuts = Call(list, Call(itertools.accumulate, Call(itertools.islice, lengths, len(lengths) - 1)))
-        if all(self._packed[k] for k, _, _ in parts):
-            pieces = []
-            for k, a, b in parts:
-                ends = self._segment_ends[k]
-                pieces.append(self._segments[k][ends[a - rows[k]] - lengths[a - lo]:ends[b - 1 - rows[k]]])
-            return Call(np.split, narrowed(pieces, dtype), cuts)
-        pieces, shifts = [], []
-        taken = placed = 0  # rows of the pieces so far, and of their episodes back to back
-        for k, a, b in parts:
-            held_ends = np.asarray(self._segment_ends[k][a - rows[k]:b - rows[k]])
-            held_lengths = np.array(lengths[a - lo:b - lo])
-            starts = held_ends - held_lengths
-            first, last = int(starts.min()), int(held_ends.max())
-            pieces.append(self._segments[k][first:last])
-            # where each episode is among the pieces, less where it goes back to back
-            shifts.append(starts - first + taken - placed - (np.cumsum(held_lengths) - held_lengths))
-            taken += last - first
-            placed += int(held_lengths.sum())
-        shift = np.concatenate(shifts)
-        items = Call(np.add, Call(np.arange, placed), Call(np.repeat, narrowed([shift], None), lengths))
-        return Call(np.split, Call(np.asarray, Call(np.take, narrowed(pieces, None), items, 0), dtype), cuts)
+        """What pickles as the actions of ``parts`` (see :meth:`_actions_column`) and loads as one array each."""
+        rows = self._segment_rows
+        pieces = [(self._segments[k], self._packed[k], self._segment_ends[k][a - rows[k]:b - rows[k]])
+                  for k, a, b in parts]
+        return episode_actions_form(pieces, lengths, self._segment_dtypes[parts[0][0]])
 
     def _has_extra(self, key: str, lo: int, hi: int) -> bool:
         """Whether some held row in ``lo:hi`` has a ``key`` (frames, transitions, agent_logs)."""

@@ -19,7 +19,7 @@ from online_trainer.core.records import RECORD_KEYS, EpisodeTable, dump_runs
 from tests.conftest import expected_record, filled_table, same_values
 
 
-KINDS = ["discrete", "box", "dict", "none"]
+KINDS = ["discrete", "box", "dict", "none", "slabs"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -84,18 +84,49 @@ def test_discrete_actions_take_a_byte_each_in_the_files():
     assert same_values(np.concatenate([r["actions"] for r in pickle.loads(table.chunk(0, 1000))]), actions)
 
 
-def test_chunks_load_with_pickle_alone(tmp_path):
-    """The files do not need this package: the chunk builds its dicts with builtins and numpy."""
-    table, expected = filled_table("discrete")
-    path = tmp_path / "chunk.pkl"
-    path.write_bytes(table.chunk(0, table.count))
+@pytest.mark.parametrize("kind", ["discrete", "slabs"])
+@pytest.mark.parametrize("name", ["chunk.pkl", "all_metrics.pkl"])
+def test_chunks_and_all_metrics_load_with_pickle_alone(tmp_path, kind, name):
+    """The files do not need this package: they build their dicts with builtins and numpy."""
+    table, expected = filled_table(kind)
+    table.drop_extra("frames")  # all_metrics.pkl then holds the chunks themselves
+    path = tmp_path / name
+    chunk = table.chunk(0, table.count)
+    path.write_bytes(chunk if name == "chunk.pkl" else dump_runs([table]))
     code = ("import sys, pickle; sys.modules['online_trainer'] = None; "
             f"records = pickle.load(open({str(path)!r}, 'rb')); "
+            f"records = records[0] if {name == 'all_metrics.pkl'} else records; "
             "print(len(records), records[1]['episode_index'], records[1]['actions'].tolist(), "
             "'online_trainer' in sys.modules and sys.modules['online_trainer'] is not None)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[:2] == [str(len(expected)), "2"] and out[-1] == "False"
     assert "".join(out[2:-1]) == str(expected[1]["actions"].tolist()).replace(" ", "")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_all_metrics_holds_the_chunks_when_they_hold_the_whole_run_without_frames(kind):
+    table, expected = filled_table(kind)
+    table.drop_extra("frames")
+    expected = [{**record, "frames": []} for record in expected]
+    chunks = [table.chunk(start, stop) for start, stop in [(0, 12), (12, 30), (30, table.count)]]
+    written = dump_runs([table, None])
+    assert all(chunk in written for chunk in chunks)  # copied, not pickled again
+    assert same_values(pickle.loads(written), [expected, None])
+    table.release_chunks()  # after all_metrics.pkl is written: from the columns again
+    assert not any(chunk in dump_runs([table]) for chunk in chunks)
+    assert same_values(pickle.loads(dump_runs([table]))[0], expected)
+
+
+def test_all_metrics_is_pickled_from_the_columns_when_the_chunks_do_not_hold_the_run():
+    with_frames, expected = filled_table("discrete")  # a chunk with frames (they stay in the stream only)
+    chunk = with_frames.chunk(0, with_frames.count)
+    assert chunk not in dump_runs([with_frames]) and same_values(pickle.loads(dump_runs([with_frames]))[0], expected)
+    for ranges in ([(0, 12), (30, 40)], [(0, 12), (0, 12)], [(0, 12)]):  # a gap, twice the same, not to the end
+        table, expected = filled_table("discrete")
+        table.drop_extra("frames")
+        chunks = [table.chunk(start, stop) for start, stop in ranges]
+        assert not any(chunk in dump_runs([table]) for chunk in chunks)
+        assert same_values(pickle.loads(dump_runs([table]))[0], [{**r, "frames": []} for r in expected])
 
 
 def test_a_stream_of_table_chunks_cut_anywhere_in_its_last_chunk_loads_its_complete_chunks(tmp_path):

@@ -25,7 +25,7 @@ def test_as_records_takes_tables_lists_and_none():
     assert as_records(expected) is expected and as_records(None) is None
 
 
-@pytest.mark.parametrize("kind", ["discrete", "box", "dict", "none"])
+@pytest.mark.parametrize("kind", ["discrete", "box", "dict", "none", "slabs"])
 def test_run_records_read_like_the_list_of_records(kind):
     table, expected = filled_table(kind)
     run = RunRecords(table)
