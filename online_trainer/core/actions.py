@@ -113,7 +113,7 @@ class ActionHistory:
             np.logical_or(closed, mask, out=closed)
         elif envs:
             if any(b <= a for a, b in zip(envs, envs[1:])):
-                raise ValueError(f"ActionHistory.close: envs={envs} must be ascending (the order episodes are numbered)")
+                raise ValueError(f"ActionHistory.close: envs={envs} must be ascending (episodes are numbered so)")
             if closed[envs].any():  # a sub-env closes again before its next action: an empty episode
                 self._copy_out()
             closed[envs] = True

@@ -75,7 +75,7 @@ class EpisodeTable:
         self._segment_dtypes: list[np.dtype] = []
         self._packed: list[bool] = []
         self._segment_rows: list[int] = []
-        self._segment_ends: list[list[int] | np.ndarray] = []
+        self._segment_ends: list[Sequence[int] | np.ndarray] = []
         self._wide: dict[int, np.ndarray] = {}  # segments of narrow integers, widened when first read
         self._objects: list[Any] | None = None  # actions that are not arrays (or None), per held episode
         # position -> value, for the episodes that have one (frames, transitions, agent_logs), and
@@ -113,7 +113,9 @@ class EpisodeTable:
         self.times.extend(times.tolist() if isinstance(times, np.ndarray) else times)
         added = len(self.returns) - first_new
         if isinstance(actions, np.ndarray) and self._objects is None:
-            self._add_segment(first_new, actions, actions.dtype, True, list(itertools.accumulate(self.lengths[first_new:])))
+            # a tuple of ints: the collector stops tracking it (one an episode with a single sub-env)
+            ends = tuple(itertools.accumulate(self.lengths[first_new:]))
+            self._add_segment(first_new, actions, actions.dtype, True, ends)
         else:
             if self._objects is None:
                 if self._segments:
