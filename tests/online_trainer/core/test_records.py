@@ -145,16 +145,27 @@ def test_a_stream_of_table_chunks_cut_anywhere_in_its_last_chunk_loads_its_compl
             assert same_values(load_run_metrics(tmp_path, 1), expected[:30])
 
 
+ACTION_BATCHES = {  # num_envs actions a step, of the dtypes and ranges agents return
+    "int64 pairs": lambda rng, n: rng.integers(0, 100, size=(n, 2)),
+    "int64 needing 32 bits": lambda rng, n: rng.integers(-2**20, 2**20, size=n) * rng.integers(0, 2, size=n),
+    "big-endian int32": lambda rng, n: rng.integers(-300, 300, size=n).astype(">i4"),
+    "uint64 extremes": lambda rng, n: rng.choice(np.array([0, 1, 2**64 - 1], dtype=np.uint64), size=n),
+    "float32 boxes": lambda rng, n: rng.normal(size=(n, 3)).astype(np.float32),
+    "int8 multibinary": lambda rng, n: rng.integers(0, 2, size=(n, 4)).astype(np.int8),
+}
+
+
+@pytest.mark.parametrize("batch", list(ACTION_BATCHES))
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
-def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(mode):
-    """Episodes closed in batches, with their actions gathered late (after the buffer was compacted and grown)."""
+def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(mode, batch):
+    """Episodes closed in batches, their actions copied out late (after the buffer was compacted and grown)."""
     num_envs, rng = 5, np.random.default_rng(4)
     tracker = EpisodeTracker(num_envs, mode)
     tracker.actions = ActionHistory(num_envs, capacity=4)  # compacts and grows often
     current = [[] for _ in range(num_envs)]
     expected = []
     for step in range(1, 400):
-        actions = rng.integers(0, 100, size=(num_envs, 2))
+        actions = ACTION_BATCHES[batch](rng, num_envs)
         valid = tracker.valid.copy()
         ends = rng.random(num_envs) < (0.02 if step < 100 else 0.3)  # long episodes first, then short ones
         terminated = ends & valid
@@ -166,7 +177,8 @@ def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(
             returns, lengths = tracker.close(envs, step)
             assert lengths == [len(current[i]) for i in envs] and returns == lengths
             for i in envs:
-                expected.append((len(current[i]), np.array(current[i]).reshape(-1, 2), step))
+                kept = np.array(current[i], dtype=actions.dtype).reshape(-1, *actions.shape[1:])
+                expected.append((len(current[i]), kept, step))
                 current[i] = []
         tracker.end_step(tracker.ended)
         if step % 37 == 0:
@@ -183,6 +195,7 @@ def test_episodes_closed_together_keep_their_actions_through_buffer_compactions(
     for index, (record, (length, actions, step)) in enumerate(zip(records, expected), start=1):
         assert record["episode_index"] == index and record["global_step"] == step and record["ep_length"] == length
         np.testing.assert_array_equal(record["actions"], actions)
+        assert record["actions"].dtype == actions.dtype
 
 
 def test_action_history_copies_closed_episodes_into_a_narrow_slab_and_skips_empty_ones():
