@@ -158,8 +158,9 @@ class ScalarBatch:
             raise ValueError(f"add_series: {count} values for {len(steps)} steps")
         group_key = (tag, key)
         group = self._groups.get(group_key) or self._group(group_key)
-        floats = [float(value) for value in values]
-        group.steps.extend([_index(step) for step in steps])
+        floats = list(map(float, values))  # all converted before any list grows
+        # the run passes a range of episode indices: integers already
+        group.steps.extend(steps if type(steps) is range else list(map(_index, steps)))
         group.values.extend(floats)
         group.walls.extend([_now()] * count)
         group.seqs.extend(range(self.count, self.count + count))
