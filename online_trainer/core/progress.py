@@ -6,7 +6,7 @@ stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as w
 Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
 Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it), and in a file
 or a CI log, the display keeps to the overall bar, one line of text, since neither can move
-the cursor; in a file or a log it redraws every 30 s.
+the cursor; in a file or a log it redraws every 30 s, each state on a line of its own.
 """
 
 from __future__ import annotations
@@ -44,10 +44,43 @@ def _terminal() -> bool:
 
 
 def _bar(**kwargs: Any) -> Any:
-    """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a second."""
+    """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a
+    second, each state on a line of its own."""
     if _text_bars() and not _terminal():
-        kwargs.setdefault("mininterval", 1.0 if _text_in_notebook() else 30.0)
+        in_notebook = _text_in_notebook()
+        kwargs.setdefault("mininterval", 1.0 if in_notebook else 30.0)
+        if not in_notebook:  # a notebook's output redraws a line after "\r"; a log file does not
+            kwargs.setdefault("file", _LogLines(sys.stderr))
     return tqdm(dynamic_ncols=True, **kwargs)
+
+
+class _LogLines:
+    """A stream for tqdm that writes each state of a bar on a line of its own.
+
+    tqdm redraws a bar by writing ``"\r" + state``: a terminal shows the last state, but a log
+    file (a cluster job's output, ``2> log.txt``, a CI log) keeps them all on one growing line.
+    Here every state ends its line instead, and a state drawn twice in a row is written once.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._last = ""
+
+    def write(self, text: str) -> int:
+        if text.startswith("\r"):
+            state = text[1:].rstrip()
+            if state and state != self._last:
+                self._stream.write(state + "\n")
+                self._last = state
+        elif text.strip():  # not the newline tqdm ends a bar with (each state has its own)
+            self._stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _text_in_notebook() -> bool:

@@ -52,6 +52,19 @@ def test_text_bars_in_a_file_keep_to_one_line_drawn_once_a_state(monkeypatch, ca
     assert "\x1b[" not in err and "run 1" not in err
     assert err.count("0/3 runs done]") == 1  # the bar is made with its postfix, not drawn twice
     assert err.count("3/3 runs done, 1 failed") == 1
+    lines = err.splitlines()  # a log keeps each state on a line of its own, none blank
+    assert "\r" not in err and err.endswith("\n") and all(line.startswith("all runs") for line in lines)
+    assert len(lines) == len(set(lines)) >= 3
+
+
+def test_a_bar_in_a_log_writes_each_state_once_on_its_own_line():
+    lines = []
+    stream = progress._LogLines(types.SimpleNamespace(write=lines.append, flush=lambda: None))
+    for text in ["\rall runs:   0%|", "\rall runs:  30%|   ", "\rall runs:  30%|", "", "\rall runs: 100%|", "\n"]:
+        assert stream.write(text) == len(text)  # as tqdm writes: "\r" + state, padded; "\n" when it closes
+    assert lines == ["all runs:   0%|\n", "all runs:  30%|\n", "all runs: 100%|\n"]
+    stream.write("a message\n")  # anything else passes as it is
+    assert lines[-1] == "a message\n"
 
 
 def test_importing_in_jupyter_without_ipywidgets_warns_of_nothing():
