@@ -47,11 +47,15 @@ class LoopEvents(Protocol):
 def agent_log(agent: Any) -> Callable[[], Any] | None:
     """``agent.log``, or None when the agent has none or its code can only return None.
 
-    A ``log`` whose body is ``return None``, ``pass`` or a docstring (the protocol's default,
+    A ``log`` attribute that is not callable (a list of the agent's own notes, a
+    ``logging.Logger``) is not the protocol's method: as for the other optional methods, it
+    is left alone. A ``log`` whose body is ``return None``, ``pass`` or a docstring (the protocol's default,
     ``AgentBase.log``) has no effect, so the loop need not call it. Any other ``log`` is
     called after every update, whatever it returned before.
     """
     log = getattr(agent, "log", None)
+    if not callable(log):
+        return None
     code = getattr(getattr(log, "__func__", log), "__code__", None)
     if isinstance(code, types.CodeType) and all(
         op.opname in _NONE_ONLY_OPS and (op.opname not in ("LOAD_CONST", "RETURN_CONST") or op.argval is None)

@@ -4,6 +4,8 @@ a sub-env is kept alike whatever the number of sub-envs, returns are summed in s
 
 from __future__ import annotations
 
+import logging
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -181,6 +183,14 @@ def test_agent_log_leaves_out_only_a_log_that_can_do_nothing_but_return_none():
 
     assert agent_log(object()) is None
     assert agent_log(NeverLogs()) is None and agent_log(Passes()) is None
+    notes = type("Notes", (RecordingAgent,), {})
+    for attribute in ([], logging.getLogger("agent")):  # an attribute named log, not the protocol's method
+        agent = notes(None)
+        agent.log = attribute
+        assert agent_log(agent) is None
+        (records,) = OnlineTrainer(make_counting_vec(2), agent).multi_run(1, num_episodes=4, seed_offset=0,
+                                                                          progress=False)
+        assert len(records) == 4 and agent.log is attribute
     for agent in (LogsAttribute(), SometimesLogging(), RecordingAgent()):
         assert agent_log(agent) == agent.log
     callable_object = type("Log", (), {"__call__": lambda self: None})()
