@@ -2,16 +2,16 @@
 
 Each agent is built from the env it will act in, so a lambda is an agent factory::
 
-    from agents import DQNAgent
+    from online_trainer.agents import DQNAgent
     agent_factory = lambda env: DQNAgent(env, lr=1e-3)
 
 :data:`AGENTS` maps short names (as used in configs) to the classes.
 """
 
-from agents._dqn import DQNAgent, DQNConfig
-from agents._ppo import PPOAgent, PPOConfig
-from agents._q_learning import QLearningAgent, QLearningConfig
-from agents._random import RandomAgent
+from online_trainer.agents._dqn import DQNAgent, DQNConfig
+from online_trainer.agents._ppo import PPOAgent, PPOConfig
+from online_trainer.agents._q_learning import QLearningAgent, QLearningConfig
+from online_trainer.agents._random import RandomAgent
 
 AGENTS: dict[str, type] = {
     "dqn": DQNAgent,

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from agents._state import numpy_rng_state, pack_state, read_state, set_numpy_rng_state, unpack_state, write_state
+from online_trainer.agents._state import numpy_rng_state, pack_state, read_state, set_numpy_rng_state, unpack_state, write_state
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents._base import AgentBase, require
-from agents._networks import ACTIVATIONS, ObsEncoder, mlp, resolve_device
-from agents._replay import ReplayBuffer
+from online_trainer.agents._base import AgentBase, require
+from online_trainer.agents._networks import ACTIVATIONS, ObsEncoder, mlp, resolve_device
+from online_trainer.agents._replay import ReplayBuffer
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

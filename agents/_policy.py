@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents._networks import mlp
+from online_trainer.agents._networks import mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents._base import AgentBase, require
-from agents._networks import ACTIVATIONS, ObsEncoder, resolve_device
-from agents._normalize import RewardScaler, RunningMeanStd
-from agents._policy import ActorCritic
-from agents._rollout import Rollout
+from online_trainer.agents._base import AgentBase, require
+from online_trainer.agents._networks import ACTIVATIONS, ObsEncoder, resolve_device
+from online_trainer.agents._normalize import RewardScaler, RunningMeanStd
+from online_trainer.agents._policy import ActorCritic
+from online_trainer.agents._rollout import Rollout
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class PPOAgent(AgentBase):
 
     A rollout is ``n_steps`` env steps of every sub-env. Autoreset steps (``valid``
     False) keep their slot but are masked out: they get no advantage, no loss, no
-    statistics, and GAE skips over them (see :mod:`agents._rollout`), so the losses use
+    statistics, and GAE skips over them (see :mod:`online_trainer.agents._rollout`), so the losses use
     only real transitions; a rollout holds up to ``n_steps`` of them per sub-env.
     Truncated episodes bootstrap from the value of the true final observation (computed
     in ``update``); terminated ones do not.

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import numpy as np
 
-from agents._base import AgentBase, require
+from online_trainer.agents._base import AgentBase, require
 
 EVAL_STREAM = 7_919
 """Second word of the seed of the eval-mode tie-breaking generator (the training one has none)."""

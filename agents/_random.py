@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from agents._base import AgentBase
+from online_trainer.agents._base import AgentBase
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -55,7 +55,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from callbacks import EmptyCallBack
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer
 
 DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}

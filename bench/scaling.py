@@ -34,9 +34,9 @@ import statistics
 import tempfile
 import time
 
-from agents import DQNAgent, PPOAgent
-from callbacks import EmptyCallBack
-from envs import make_env
+from online_trainer.agents import DQNAgent, PPOAgent
+from online_trainer.callbacks import EmptyCallBack
+from online_trainer.envs import make_env
 from online_trainer import OnlineTrainer, shutdown_workers
 
 

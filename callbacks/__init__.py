@@ -4,9 +4,9 @@
 lazily, so a callback can be pickled to a worker process until its first write.
 """
 
-from callbacks.base import CallBack
-from callbacks.empty import EmptyCallBack
-from callbacks.jsonl import JsonlCallback
-from callbacks.tensorboard import BasicCallBack, TBCallBack
+from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.empty import EmptyCallBack
+from online_trainer.callbacks.jsonl import JsonlCallback
+from online_trainer.callbacks.tensorboard import BasicCallBack, TBCallBack
 
 __all__ = ["BasicCallBack", "CallBack", "EmptyCallBack", "JsonlCallback", "TBCallBack"]

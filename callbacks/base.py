@@ -40,7 +40,7 @@ class CallBack:
 
         Optional: the runner calls it, when the callback has it, with each evaluation video
         (``record_video``) under ``eval/video/run_{i}`` at the env step. This one drops it;
-        :class:`callbacks.TBCallBack` writes an animated GIF.
+        :class:`online_trainer.callbacks.TBCallBack` writes an animated GIF.
         """
 
     def reset(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from callbacks.base import CallBack
+from online_trainer.callbacks.base import CallBack
 
 
 class EmptyCallBack(CallBack):

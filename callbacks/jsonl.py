@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from callbacks.base import CallBack
+from online_trainer.callbacks.base import CallBack
 
 
 def _jsonable(value: Any) -> Any:

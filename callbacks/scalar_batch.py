@@ -9,7 +9,7 @@ the constant bytes come from a template row, the variable ones are written colum
 The CRC32C of every payload comes from per-byte tables: for messages of one length the CRC is
 affine, ``crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0)``, so the CRC of a payload is the CRC of the
 template xor one table entry per variable byte. The records are byte for byte what
-:meth:`callbacks.event_file.ScalarEncoder.encode` gives one at a time, and every scalar's
+:meth:`online_trainer.callbacks.event_file.ScalarEncoder.encode` gives one at a time, and every scalar's
 records are in the order of its calls.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, Mapping, Sequence
 import crc32c
 import numpy as np
 
-from callbacks.base import scalar_name
-from callbacks.event_file import _CRC_MASK_DELTA, _PACK_U64, _masked_crc, _value_head, _varint
+from online_trainer.callbacks.base import scalar_name
+from online_trainer.callbacks.event_file import _CRC_MASK_DELTA, _PACK_U64, _masked_crc, _value_head, _varint
 
 # A step takes 1 + (the number of these limits it reaches) varint bytes; a negative step, as uint64, takes 10.
 _VARINT_LIMITS = np.array([1 << (7 * j) for j in range(1, 10)], dtype=np.uint64)

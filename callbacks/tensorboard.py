@@ -9,9 +9,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from callbacks.base import CallBack, scalar_name
-from callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
-from callbacks.scalar_batch import ScalarBatch
+from online_trainer.callbacks.base import CallBack, scalar_name
+from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
+from online_trainer.callbacks.scalar_batch import ScalarBatch
 
 
 class TBCallBack(CallBack):
@@ -20,7 +20,7 @@ class TBCallBack(CallBack):
     Values of one ``tag`` are summed per key; on every ``flush_every``-th call with that tag
     their means are written at the step of that call. ``force=True`` writes the given values
     at once, unaveraged (episode summaries use it). Written values are kept as numbers and
-    encoded in batches (:mod:`callbacks.scalar_batch`, well under a microsecond a scalar);
+    encoded in batches (:mod:`online_trainer.callbacks.scalar_batch`, well under a microsecond a scalar);
     they reach the file every 1024 scalars (50 to 64 KiB), at least every ``max_delay``
     seconds when a forced write comes, and on :meth:`close`. The event file is created by the
     first of these writes.
@@ -63,7 +63,7 @@ class TBCallBack(CallBack):
             self._write_batch()
 
     def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
-        """Keep every value of ``key`` as a forced point, at once (see :meth:`callbacks.CallBack.series`)."""
+        """Keep every value of ``key`` as a forced point, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         if len(values) == 0:
             return
         self._batch.add_series(key, tag, values, steps)

@@ -3,7 +3,7 @@
 Importing this package registers ``Corridor-v0`` with gymnasium.
 """
 
-from envs._corridor import (
+from online_trainer.envs._corridor import (
     CORRIDOR_ID,
     DEFAULT_LENGTH,
     MAX_EPISODE_STEPS,
@@ -12,7 +12,7 @@ from envs._corridor import (
     optimal_return,
     register_corridor,
 )
-from envs._factory import VECTORIZATIONS, VectorEnvFactory, make_env
+from online_trainer.envs._factory import VECTORIZATIONS, VectorEnvFactory, make_env
 
 register_corridor()
 

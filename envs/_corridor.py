@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 CORRIDOR_ID = "Corridor-v0"
-"""Gymnasium id under which :class:`CorridorEnv` is registered on ``import envs``."""
+"""Gymnasium id under which :class:`CorridorEnv` is registered on ``import online_trainer.envs``."""
 DEFAULT_LENGTH = 10
 """Default number of cells."""
 MAX_EPISODE_STEPS = 100
@@ -88,4 +88,4 @@ class CorridorEnv(gym.Env[np.int64, np.int64]):
 def register_corridor() -> None:
     """Register ``Corridor-v0`` with gymnasium (a no-op when it already is)."""
     if CORRIDOR_ID not in gym.registry:
-        gym.register(id=CORRIDOR_ID, entry_point="envs._corridor:CorridorEnv", max_episode_steps=MAX_EPISODE_STEPS)
+        gym.register(id=CORRIDOR_ID, entry_point="online_trainer.envs._corridor:CorridorEnv", max_episode_steps=MAX_EPISODE_STEPS)

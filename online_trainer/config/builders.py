@@ -25,7 +25,7 @@ class AgentBuilder:
         self.hyperparameters = dict(config.hyperparameters)
 
     def __call__(self, env: Any) -> Any:
-        from agents import AGENTS
+        from online_trainer.agents import AGENTS
 
         try:
             return AGENTS[self.name](env, **self.hyperparameters)
@@ -38,7 +38,7 @@ class AgentBuilder:
 
 
 class EnvBuilder:
-    """A picklable env factory wrapping ``envs.make_env``'s, whose failures name the config section."""
+    """A picklable env factory wrapping ``online_trainer.envs.make_env``'s, whose failures name the config section."""
 
     def __init__(self, make_env: Any) -> None:
         self.make_env = make_env
@@ -57,9 +57,9 @@ def env_factory(config: EnvConfig) -> EnvBuilder:
     """A picklable zero-argument factory of the vector env that ``config`` describes.
 
     Raises:
-        ConfigError: when ``envs.make_env`` rejects the settings.
+        ConfigError: when ``online_trainer.envs.make_env`` rejects the settings.
     """
-    from envs import make_env
+    from online_trainer.envs import make_env
 
     try:
         return EnvBuilder(make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization,

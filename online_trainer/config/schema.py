@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from callbacks import BasicCallBack, CallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from online_trainer.callbacks import BasicCallBack, CallBack, EmptyCallBack, JsonlCallback, TBCallBack
 
 __all__ = [
     "CALLBACKS",
@@ -63,7 +63,7 @@ class ConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class EnvConfig:
-    """The env of every run, built with :func:`envs.make_env`."""
+    """The env of every run, built with :func:`online_trainer.envs.make_env`."""
 
     id: str
     """A registered gymnasium id (``CartPole-v1``), or ``module:Env-v0`` to import ``module`` first."""
@@ -84,17 +84,17 @@ class EnvConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentConfig:
-    """The agent of every run: ``agents.AGENTS[name](env, **hyperparameters)``."""
+    """The agent of every run: ``online_trainer.agents.AGENTS[name](env, **hyperparameters)``."""
 
     name: str
-    """A key of ``agents.AGENTS``: ``dqn``, ``ppo``, ``q_learning`` or ``random``."""
+    """A key of ``online_trainer.agents.AGENTS``: ``dqn``, ``ppo``, ``q_learning`` or ``random``."""
     hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the agent's constructor (fields of its ``Config``); missing ones keep their defaults."""
 
     def __post_init__(self) -> None:
         _check_types(self, "agent.")
         object.__setattr__(self, "hyperparameters", dict(self.hyperparameters))
-        from agents import AGENTS
+        from online_trainer.agents import AGENTS
 
         if self.name not in AGENTS:
             raise ConfigError(f"unknown agent agent.name={self.name!r}{did_you_mean(self.name, AGENTS)}; "
@@ -107,7 +107,7 @@ class AgentConfig:
                     listed = ", ".join(valid) if valid else f"none: {self.name} has no hyperparameters"
                     raise ConfigError(f"unknown key 'agent.hyperparameters.{key}': agent {self.name!r} has no "
                                       f"hyperparameter {key!r}{did_you_mean(key, valid)}; valid ones: {listed}.")
-            from agents._base import check_keys
+            from online_trainer.agents._base import check_keys
 
             try:
                 check_keys(config_cls, self.hyperparameters, self.name)
@@ -202,7 +202,7 @@ def _check_env_id(env_id: str) -> None:
     """Raise ConfigError unless ``env_id`` is registered with gymnasium (listing close matches)."""
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers Corridor-v0)
+    import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
 
     module, _, name = env_id.rpartition(":")
     if module:

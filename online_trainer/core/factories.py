@@ -43,7 +43,7 @@ class EnvFactory(_InstanceOrFactory):
     env *instance* is used in place, by every run of this process in turn (each run resets
     it with its own seed) and left open for the user; sent to worker processes it travels
     as a copy, which an env holding processes or sockets (``AsyncVectorEnv``) cannot do:
-    pass a factory such as ``envs.make_env(...)`` instead.
+    pass a factory such as ``online_trainer.envs.make_env(...)`` instead.
     """
 
     def __init__(self, env: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from callbacks import EmptyCallBack
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer.core import seeding
 from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker

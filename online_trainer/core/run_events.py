@@ -8,7 +8,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from callbacks import EmptyCallBack
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer.core import storage
 from online_trainer.core.budget import INFINITY
 from online_trainer.core.episodes import EpisodeTracker

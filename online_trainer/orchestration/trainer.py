@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from callbacks import EmptyCallBack, TBCallBack
+from online_trainer.callbacks import EmptyCallBack, TBCallBack
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -101,8 +101,8 @@ class OnlineTrainer:
         if missing or isinstance(value, type):
             raise TypeError(
                 f"trainer.call_back must be a callback object (callable, with reset() and close()), but got "
-                f"{value!r}: use e.g. callbacks.TBCallBack(log_dir=exp_dir), callbacks.JsonlCallback(path) or "
-                "callbacks.EmptyCallBack()."
+                f"{value!r}: use e.g. online_trainer.callbacks.TBCallBack(log_dir=exp_dir), online_trainer.callbacks.JsonlCallback(path) or "
+                "online_trainer.callbacks.EmptyCallBack()."
             )
         self._call_back = value
 

@@ -69,7 +69,7 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
         except Exception as exc:
             raise TypeError(
                 f"{name}={obj!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}). Pass a factory "
-                "that builds it inside the worker (for envs: envs.make_env(...) or a function returning "
+                "that builds it inside the worker (for envs: online_trainer.envs.make_env(...) or a function returning "
                 "gym.make_vec(...)), keep locks, open files and processes out of it, or use num_workers=1."
             ) from exc
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import envs
+from online_trainer import envs
 
 torch.set_num_threads(1)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents._state import pack_state, read_state, state_file, unpack_state, write_state
+from online_trainer.agents._state import pack_state, read_state, state_file, unpack_state, write_state
 
 
 def sample_state():

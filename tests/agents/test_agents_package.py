@@ -1,6 +1,6 @@
 """The public names of the agents package."""
 
-import agents
+from online_trainer import agents
 
 
 def test_all_is_sorted_and_complete():

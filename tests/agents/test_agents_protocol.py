@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent
+from online_trainer.agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent
 from online_trainer.core.protocol import OPTIONAL_METHODS, missing_methods
 
 # Small settings so that a few dozen steps already exercise learning.

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import envs
-from agents import DQNAgent
+from online_trainer import envs
+from online_trainer.agents import DQNAgent
 from tests.conftest import feed
 
 SMALL = {"learning_starts": 8, "batch_size": 8, "train_freq": 1, "target_update_interval": 5,

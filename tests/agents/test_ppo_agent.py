@@ -6,9 +6,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs
-from agents import PPOAgent
-from agents._rollout import masked_gae
+from online_trainer import envs
+from online_trainer.agents import PPOAgent
+from online_trainer.agents._rollout import masked_gae
 from tests.conftest import feed
 
 SMALL = {"n_steps": 4, "minibatch_size": 4, "n_epochs": 2, "hidden_sizes": (8,)}

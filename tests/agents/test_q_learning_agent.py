@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import envs
-from agents import QLearningAgent
+from online_trainer import envs
+from online_trainer.agents import QLearningAgent
 
 
 def agent_on(env, **hp):

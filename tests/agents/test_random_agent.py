@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from agents import RandomAgent
+from online_trainer.agents import RandomAgent
 
 
 class _SpacesEnv(gym.Env):

@@ -12,10 +12,10 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
-import callbacks
-from callbacks import BasicCallBack, EmptyCallBack, JsonlCallback, TBCallBack
-from callbacks.base import scalar_name
-from callbacks.event_file import ScalarEncoder
+from online_trainer import callbacks
+from online_trainer.callbacks import BasicCallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from online_trainer.callbacks.base import scalar_name
+from online_trainer.callbacks.event_file import ScalarEncoder
 from tests.conftest import read_videos
 
 

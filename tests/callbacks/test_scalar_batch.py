@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from tensorboard.compat.proto import event_pb2
 
-from callbacks import TBCallBack
-from callbacks.base import scalar_name
-from callbacks.event_file import ScalarEncoder
-from callbacks.scalar_batch import ScalarBatch
+from online_trainer.callbacks import TBCallBack
+from online_trainer.callbacks.base import scalar_name
+from online_trainer.callbacks.event_file import ScalarEncoder
+from online_trainer.callbacks.scalar_batch import ScalarBatch
 from tests.callbacks.test_callbacks import read_scalars
 
 STEPS = [0, 1, 127, 128, 300, 16383, 16384, 2**40, 2**63 - 1, -1, -(2**63)]
@@ -45,7 +45,7 @@ def fill(batch, calls, monkeypatch):
     """Add ``calls`` ((data, tag, step, wall time)) to ``batch``; return the eager encoder's records."""
     encoder, expected = ScalarEncoder(), []
     for data, tag, step, wall in calls:
-        monkeypatch.setattr("callbacks.scalar_batch._now", lambda wall=wall: wall)
+        monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda wall=wall: wall)
         batch.add(data, tag, step)
         expected.append(encoder.encode(tuple(scalar_name(k, tag) for k in data), list(data.values()), step, wall))
     return expected
@@ -151,7 +151,7 @@ def test_a_run_that_crashes_leaves_every_scalar_logged_before_readable(tmp_path,
 
 def test_a_series_gives_the_records_of_one_call_a_value(monkeypatch):
     """add_series (a step's episode returns at once) writes what one add() per value writes, in order."""
-    monkeypatch.setattr("callbacks.scalar_batch._now", lambda: 1234.5)
+    monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda: 1234.5)
     one_by_one, at_once = ScalarBatch(), ScalarBatch()
     values, steps = [0.5, 3, np.float32(2.5), -1e30], [7, 8, 200, 2**40]
     for value, step in zip(values, steps):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs import CORRIDOR_ID, MAX_EPISODE_STEPS, CorridorEnv, optimal_episode_length, optimal_return
+from online_trainer import envs
+from online_trainer.envs import CORRIDOR_ID, MAX_EPISODE_STEPS, CorridorEnv, optimal_episode_length, optimal_return
 
 
 def rollout(env: gym.Env, policy, seed: int | None = 0) -> tuple[float, int, bool, bool]:

@@ -1,6 +1,6 @@
 """The public names of the envs package."""
 
-import envs
+from online_trainer import envs
 
 
 def test_all_is_sorted_and_complete():

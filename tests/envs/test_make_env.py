@@ -11,7 +11,7 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit, TransformReward
 
-from envs import CORRIDOR_ID, VectorEnvFactory, make_env
+from online_trainer.envs import CORRIDOR_ID, VectorEnvFactory, make_env
 
 
 def test_returns_a_factory_of_sync_vector_envs():

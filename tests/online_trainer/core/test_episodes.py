@@ -12,7 +12,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from callbacks.base import CallBack
+from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.loop import agent_log

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents import PPOAgent, QLearningAgent
+from online_trainer.agents import PPOAgent, QLearningAgent
 from online_trainer import OnlineTrainer
 
 EVAL_SEED = 12345

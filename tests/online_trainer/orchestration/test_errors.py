@@ -222,7 +222,7 @@ def test_a_render_mode_the_env_lacks_is_refused(tmp_path):
 def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
     import gymnasium as gym
 
-    from agents import DQNAgent
+    from online_trainer.agents import DQNAgent
 
     with pytest.raises(TypeError, match=r"DQNAgent hyperparameter lr must be of type float, but got lr='0.001' of "
                                         r"type str"):

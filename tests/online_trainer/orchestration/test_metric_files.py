@@ -9,7 +9,7 @@ from gymnasium import spaces
 import numpy as np
 import pytest
 
-from callbacks import EmptyCallBack
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
 from online_trainer.core import ownership, storage
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec, same_values

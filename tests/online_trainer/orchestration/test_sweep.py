@@ -8,9 +8,9 @@ import os
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers Corridor-v0)
-from agents import QLearningAgent
-from envs import make_env
+import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
+from online_trainer.agents import QLearningAgent
+from online_trainer.envs import make_env
 from online_trainer import (
     OnlineTrainer,
     RunsFailedError,

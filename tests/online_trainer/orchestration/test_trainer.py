@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from callbacks import CallBack, EmptyCallBack, JsonlCallback
+from online_trainer.callbacks import CallBack, EmptyCallBack, JsonlCallback
 from online_trainer import (
     OnlineTrainer,
     load_agent_logs,

@@ -27,8 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from callbacks import EmptyCallBack
-from callbacks.base import CallBack
+from online_trainer.callbacks import EmptyCallBack
+from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
 from online_trainer.core.budget import Budget
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -106,7 +106,7 @@ def load_every_chunk(exp_dir: Path) -> dict[str, int]:
 
 PARENT_SCRIPT = textwrap.dedent("""
     import sys, threading, time
-    from callbacks import JsonlCallback
+    from online_trainer.callbacks import JsonlCallback
     from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 

@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
-from callbacks import JsonlCallback
+from online_trainer.callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
 from online_trainer.core.seeding import run_seed
 from online_trainer.core.storage import run_indices
