@@ -23,7 +23,7 @@ from online_trainer.core.run import RunResult, RunSpec
 from online_trainer.experiment.checkpoints import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import ExperimentLock
 from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -27,8 +27,8 @@ from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run import RunSpec
 from online_trainer.experiment.manifest import Experiment, remove_created
-from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel import base, executors
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
@@ -108,7 +108,7 @@ class RunnerParts:
     def check_travel(self, execution: ExecutionOptions) -> None:
         """Check, without calling anything, that what runs need can be sent to worker processes."""
         if execution.in_workers:
-            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+            base.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
                                        "trainer.call_back": self.callback,
                                        "eval_env": getattr(self.eval_env_factory, "source", None)})
 

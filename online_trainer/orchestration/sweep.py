@@ -33,7 +33,7 @@ from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, pending_runs
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -18,8 +18,8 @@ from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel import base, executors
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -217,7 +217,7 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution)
         if execution.in_workers and callable(options.frames_trigger):
-            executors.check_picklable({"frames_trigger": options.frames_trigger})
+            base.check_picklable({"frames_trigger": options.frames_trigger})
         copy_agent = parts.copies_agent(num_runs, execution)
         with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:

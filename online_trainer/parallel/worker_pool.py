@@ -32,7 +32,7 @@ import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay
 from online_trainer.core.run import RunResult, RunSpec
-from online_trainer.parallel.executors import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, held_write_ends
 from online_trainer.parallel.worker_process import worker_main
 

@@ -35,21 +35,13 @@ import cloudpickle
 
 from online_trainer.core.progress import QueueProgress
 from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.parallel.executors import failed_result
+from online_trainer.parallel.base import failed_result, limit_torch_threads
 from online_trainer.parallel.lifeline import die_orphaned, guard
 
 logger = logging.getLogger(__name__)
 
 _POLL = 1.0  # seconds between an idle worker's checks of its idle time
 _PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
-
-
-def limit_torch_threads(torch_threads: int) -> None:
-    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(torch_threads)
 
 
 def leave(code: int = 0) -> NoReturn:
