@@ -17,6 +17,7 @@ from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.core.options import RunOptions
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
@@ -36,34 +37,18 @@ class RunSpec:
     seed: int
     env_factory: EnvFactory
     agent_factory: AgentFactory
-    budget: Budget
+    options: RunOptions
+    """What every run of the experiment shares (budget, checkpoints, records, evaluation)."""
     callback: Any
     train: bool = True
     copy_agent: bool = False
     """Run on a deep copy of the agent instance the user passed (several runs in one process)."""
-    keep_agent: bool = True
-    """Hand the run's final agent back in :attr:`RunResult.agent`."""
     tuning_hp: dict[str, Any] | None = None
     exp_dir: str | None = None
-    dump_metrics: bool = True
-    checkpoint_freq: int | None = None
-    dump_transitions: bool = False
-    keep_records: bool = True
-    metrics_flush_every: int | None = None
-    """Episode records per chunk of ``metrics_run{i}.pkl``; None: 100 per sub-env."""
     eval_env_factory: EnvFactory | None = None
     """The eval env's factory (None: the training env's, called once more) when evaluating."""
-    eval_freq: int | None = None
-    """Evaluate every this many env steps (step budget) or episodes (episode budget), and at the end."""
-    eval_episodes: int = 0
-    """Episodes per evaluation; 0: no evaluation."""
-    record_video: int | None = None
-    """Film the first episode of every this-many-th evaluation into ``exp_dir/videos/run{i}/``."""
-    frames_trigger: Any = None
-    """Training episodes that keep their frames when the env renders: ``k`` (every ``k``-th), a callable
-    ``episode_index -> bool``, or None (every one)."""
     eval_only: bool = False
-    """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
+    """Only evaluate the agent as built (a saved checkpoint): ``options.eval_episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
     """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
     task_id: int = -1
@@ -81,6 +66,11 @@ class RunSpec:
     @property
     def name(self) -> str:
         return self.label or f"run {self.run_idx}"
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget (``options.budget``)."""
+        return self.options.budget
 
 
 @dataclass
@@ -124,8 +114,8 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """
     agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source)
-    if spec.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
-        raise TypeError(f"checkpoint_freq={spec.checkpoint_freq} needs agent.save(path=None), which the agent "
+    if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
+        raise TypeError(f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
                         f"{agent!r} lacks: add it, or drop checkpoint_freq.")
     if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
         raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
@@ -188,25 +178,25 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     try:
         try:
             env = spec.env_factory()
-            _check_env(env, spec.frames_trigger)
+            _check_env(env, spec.options.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
             obs, _ = env.reset(seed=spec.seed)
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
-            if spec.eval_episodes:
+            if spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
-                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train,
-                                      video_dir, spec.record_video)
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.eval_episodes, spec.train,
+                                      video_dir, spec.options.record_video)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render_mode = getattr(env, "render_mode", None)
         render = render_mode in FRAME_RENDER_MODES
-        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.options.dump_transitions, keep_frames=render,
                                  observation_space=env.single_observation_space,
-                                 action_space=env.single_action_space, frames_trigger=spec.frames_trigger,
+                                 action_space=env.single_action_space, frames_trigger=spec.options.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         callback = spec.callback
         callback.reset()
@@ -236,12 +226,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=tracker.table if spec.keep_records else None,
+        records=tracker.table if spec.options.keep_records else None,
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start,
-        agent=agent if spec.keep_agent else None,
+        agent=agent if spec.options.keep_agents else None,
         evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
     )
@@ -255,7 +245,7 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     the result of its final evaluation during training.
     """
     start = time.perf_counter()
-    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.eval_episodes, "episodes")
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.options.eval_episodes, "episodes")
     env = None
     try:
         try:
@@ -263,9 +253,9 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False)
+        evaluator = Evaluator(env, agent, spec.seed, spec.options.eval_episodes, training=False)
         record = evaluator.evaluate(0, 0)
-        bar.advance(spec.eval_episodes)
+        bar.advance(spec.options.eval_episodes)
     finally:
         bar.close()
         if env is not None:

@@ -30,7 +30,7 @@ class RunEvents:
     """Handles every finished episode and step threshold of one run.
 
     The run's records are the columns of ``tracker.table``; they reach ``metrics_run{i}.pkl``
-    in chunks of ``spec.metrics_flush_every`` records (default: :data:`FLUSH_PER_SUB_ENV` per
+    in chunks of ``spec.options.metrics_flush_every`` records (default: :data:`FLUSH_PER_SUB_ENV` per
     sub-env; episodes that end on one step share a chunk), at once when an episode kept frames
     (frames go to the stream only), at least every :data:`FLUSH_SECONDS` while episodes end,
     and when the run ends.
@@ -44,17 +44,17 @@ class RunEvents:
         self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
         self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
         self.stream = None
-        if spec.exp_dir is not None and spec.dump_metrics:
+        if spec.exp_dir is not None and spec.options.dump_metrics:
             self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx))
-        self.flushing = self.stream is not None or not spec.keep_records  # records leave memory as they are written
-        self.flush_every = spec.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
+        self.flushing = self.stream is not None or not spec.options.keep_records  # records leave memory as they are written
+        self.flush_every = spec.options.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
         self.flushed = 0  # episodes written to the stream
         self.next_flush = self.flush_every
         self.flush_deadline = time.monotonic() + FLUSH_SECONDS
         budget = spec.budget
         self.by_episode = budget.num_episodes is not None
-        self.checkpoint_freq = spec.checkpoint_freq
-        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
+        self.checkpoint_freq = spec.options.checkpoint_freq
+        self.next_checkpoint = INFINITY if spec.options.checkpoint_freq is None or self.by_episode else spec.options.checkpoint_freq
         self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
         self.next_tick = self.progress_stride
         self.shown_steps = 0
@@ -65,10 +65,10 @@ class RunEvents:
         self.evals: RunEvaluations | None = None
         if evaluator is not None:
             eval_stream = None
-            if spec.exp_dir is not None and spec.dump_metrics:
+            if spec.exp_dir is not None and spec.options.dump_metrics:
                 eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
-            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
-                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
+            self.evals = RunEvaluations(evaluator, spec.options.eval_freq, self.by_episode, eval_stream, self.callback,
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.options.checkpoint_freq is not None,
                                         progress)
         # The callback takes a batch's returns and lengths at once, when it can.
         self.log_series = getattr(self.callback, "series", None) if self.log_episodes else None
@@ -124,7 +124,7 @@ class RunEvents:
                 if tracker.new_frames and self.stream is not None:  # frames are kept in the stream only
                     table.drop_extra("frames")
                 tracker.new_frames = False
-                if not self.spec.keep_records:
+                if not self.spec.options.keep_records:
                     table.clear()
 
     def on_step_event(self, global_step: int) -> float:

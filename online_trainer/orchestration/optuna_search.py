@@ -61,8 +61,8 @@ def optuna_objective(
 
     def objective(trial: "optuna.Trial") -> float:
         hp = search_space(trial)
-        ranking = trainer.sweep([hp], num_runs, num_episodes, total_steps, seed_offset=seed_offset, metric=metric,
-                                last_k=last_k, **sweep_options)
+        ranking = trainer.sweep([hp], num_runs, num_episodes=num_episodes, total_steps=total_steps,
+                                seed_offset=seed_offset, metric=metric, last_k=last_k, **sweep_options)
         row = ranking.iloc[0]
         trial.set_user_attr("experiment", str(row["experiment"]))
         trial.set_user_attr("ci_low", float(row[f"{metric}_lo"]))

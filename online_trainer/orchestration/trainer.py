@@ -19,7 +19,7 @@ from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import base, executors
-from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -115,15 +115,17 @@ class OnlineTrainer:
         dump_metrics: bool | None = None,
         checkpoint_freq: int | None = None,
         dump_transitions: bool = False,
-        num_workers: int = 1,
+        num_workers: int | None = None,
         tuning_hp: dict[str, Any] | None = None,
+        *,
         keep_records: bool = True,
         keep_agents: bool = True,
         overwrite: bool = False,
-        progress: bool = True,
-        start_method: str = "spawn",
-        torch_threads: int = 1,
-        backend: str = "local",
+        execution: ExecutionOptions | None = None,
+        progress: bool | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
+        backend: str | None = None,
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
         metrics_flush_every: int | None = None,
@@ -149,15 +151,21 @@ class OnlineTrainer:
                 steps (step budget), plus ``Run{i}_Last`` and ``Run{i}_Best_agent.t``.
             dump_transitions: keep ``(obs, action, reward, terminated, truncated)`` per step in
                 the records (slow and large: for debugging and offline datasets).
-            num_workers: runs going at once: worker processes (``backend="local"``; 1 runs
-                in this process) or Ray tasks in flight (``backend="ray"``).
+            num_workers: runs going at once: worker processes (``backend="local"``; 1, the default,
+                runs them in this process) or Ray tasks in flight (``backend="ray"``).
             tuning_hp: hyperparameters given to every agent through ``set_hp``.
             keep_records: False keeps records out of memory (they are on disk): memory stays
                 flat and ``None`` stands for each run in the result.
             keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
                 sent back to this process); False for agents too big to keep (large replay buffers).
             overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
-            progress: show an overall bar and a bar per active run.
+            execution: how the runs execute, as one object shared by :meth:`multi_run`, :meth:`sweep`
+                and :meth:`evaluate`: ``ExecutionOptions(num_workers=..., backend=..., start_method=...,
+                torch_threads=..., ray_address=..., ray_resources=..., progress=...)``. The flat keywords
+                (``num_workers``, ``progress``, ``start_method``, ``torch_threads``, ``backend``,
+                ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
+                ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
+            progress: show an overall bar and a bar per active run (default True).
             start_method: multiprocessing start method of the worker processes; ``"forkserver"``
                 starts new workers in about 0.2 s after the session's first call (the server
                 imports torch once).
@@ -209,9 +217,9 @@ class OnlineTrainer:
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
                              eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger)
-        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
-                                     torch_threads=torch_threads, ray_address=ray_address,
-                                     ray_resources=ray_resources, progress=progress).capped(num_runs)
+        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
+                                      torch_threads=torch_threads, ray_address=ray_address,
+                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
@@ -263,17 +271,19 @@ class OnlineTrainer:
         self,
         configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
         num_runs: int,
+        *,
         num_episodes: int | None = None,
         total_steps: int | None = None,
         seed_offset: int | None = None,
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
-        num_workers: int = 1,
-        backend: str = "local",
-        progress: bool = True,
-        start_method: str = "spawn",
-        torch_threads: int = 1,
+        execution: ExecutionOptions | None = None,
+        num_workers: int | None = None,
+        backend: str | None = None,
+        progress: bool | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
     ) -> "pd.DataFrame":
@@ -296,8 +306,9 @@ class OnlineTrainer:
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return is the mean return of its last ``last_k`` episodes.
-            checkpoint_freq, num_workers, backend, progress, start_method, torch_threads,
-                ray_address, ray_resources: as in :meth:`multi_run`.
+            checkpoint_freq, execution, num_workers, backend, progress, start_method, torch_threads,
+                ray_address, ray_resources: as in :meth:`multi_run`. Every parameter after
+                ``num_runs`` is keyword-only.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
@@ -309,22 +320,28 @@ class OnlineTrainer:
         """
         from online_trainer.orchestration.sweep import run_sweep
 
-        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
-                                     torch_threads=torch_threads, ray_address=ray_address,
-                                     ray_resources=ray_resources, progress=progress)
+        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
+                                      torch_threads=torch_threads, ray_address=ray_address,
+                                      ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
                          checkpoint_freq, execution)
 
     def evaluate(
         self,
         which: str = "last",
+        *,
         num_episodes: int = 10,
-        num_workers: int = 1,
         exp_dir: str | os.PathLike | None = None,
         eval_env: Any = None,
         overwrite: bool = False,
-        progress: bool = True,
-        **execution: Any,
+        execution: ExecutionOptions | None = None,
+        num_workers: int | None = None,
+        progress: bool | None = None,
+        backend: str | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
     ) -> "pd.DataFrame":
         """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
 
@@ -337,14 +354,13 @@ class OnlineTrainer:
             which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
                 (every checkpoint, the periodic ones included).
             num_episodes: episodes per checkpoint.
-            num_workers: runs evaluated at once (worker processes).
             exp_dir: the experiment to evaluate (default: this trainer's).
             eval_env: the env to evaluate on (default: the ``eval_env`` of this trainer's last
                 :meth:`multi_run`, when ``exp_dir`` is that run's; else the training env's factory).
             overwrite: replace an earlier ``evaluation_{which}.csv``.
-            progress: show the progress display.
-            **execution: ``backend``, ``start_method``, ``torch_threads``, ``ray_address``,
-                ``ray_resources``, as in :meth:`multi_run`.
+            execution, num_workers, progress, backend, start_method, torch_threads, ray_address,
+                ray_resources: as in :meth:`multi_run` (``num_workers``: runs evaluated at once).
+                Every parameter after ``which`` is keyword-only.
 
         Returns:
             One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
@@ -364,7 +380,9 @@ class OnlineTrainer:
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)
-        options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
+        options = resolve_execution(execution, num_workers=num_workers, progress=progress, backend=backend,
+                                    start_method=start_method, torch_threads=torch_threads, ray_address=ray_address,
+                                    ray_resources=ray_resources)
         parts.check_travel(options)
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
 

@@ -76,6 +76,29 @@ class ExecutionOptions:
         return self.backend == "ray" or self.num_workers > 1
 
 
+def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> ExecutionOptions:
+    """``execution`` (default: ``ExecutionOptions()``) with the flat keywords that were given (not None) applied.
+
+    ``multi_run``, ``sweep`` and ``evaluate`` accept both ``execution=ExecutionOptions(...)`` and the
+    flat keywords (``num_workers=2, backend="ray"``); this is where they meet.
+
+    Raises:
+        TypeError: ``execution`` is not an :class:`ExecutionOptions`.
+        ValueError: a flat keyword disagrees with the same field of ``execution``, or a value is invalid.
+    """
+    if execution is not None and not isinstance(execution, ExecutionOptions):
+        raise TypeError(f"execution must be an ExecutionOptions, but got execution={execution!r}: use "
+                        "execution=ExecutionOptions(num_workers=2, ...) from online_trainer.")
+    given = {name: value for name, value in keywords.items() if value is not None}
+    if execution is None:
+        return ExecutionOptions(**given)
+    for name, value in given.items():
+        if getattr(execution, name) != value:
+            raise ValueError(f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
+                             f"give {name} once, either as a keyword or in execution=ExecutionOptions(...).")
+    return execution
+
+
 def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool = False) -> RunResult:
     """The result of a run that raised ``exc`` (or died, described by a string).
 
