@@ -24,7 +24,8 @@ logger = logging.getLogger(__name__)
 
 EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
                    "wall_time"]
-RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "error"]
+RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "wall_time", "sps",
+               "stop_reason", "error"]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
 #: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.core.evaluation`).
@@ -171,7 +172,8 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                            entry["episodes"], run)
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
         runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
-                     "last_step": last, "env_steps": entry.get("global_step"), "error": entry.get("error")})
+                     "last_step": last, "env_steps": entry.get("global_step"), "wall_time": entry.get("wall_time"),
+                     "sps": entry.get("sps"), "stop_reason": entry.get("stop_reason"), "error": entry.get("error")})
     if filled:
         logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
                     "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
@@ -223,8 +225,10 @@ def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.D
     an experiment without a manifest), ``num_episodes`` (episodes on
     disk), ``last_step`` (``global_step`` of its last episode), ``env_steps`` (env steps the
     run took, from the manifest: past ``last_step`` when the budget ended mid-episode; None
-    when the manifest does not say, e.g. a run that never ended), ``error`` (the end of the
-    traceback of a failed run) and one column per hyperparameter.
+    when the manifest does not say, e.g. a run that never ended), ``wall_time`` and ``sps`` (the
+    run's seconds and env steps per second), ``stop_reason`` (what a hook said when it stopped
+    the run early), ``error`` (the end of the traceback of a failed run) and one column per
+    hyperparameter.
 
     Args:
         exp_dirs: an experiment directory, a sweep directory, or a list of either.

@@ -11,6 +11,7 @@ from typing import Any
 
 from online_trainer.core import validation
 from online_trainer.core.budget import Budget
+from online_trainer.core.hooks import check_hooks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +49,13 @@ class RunOptions:
     frames_trigger: Any = None
     """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
     callable ``episode_index -> bool``, or None (every one)."""
+    hooks: tuple[Any, ...] = ()
+    """Objects with any of ``on_run_start``, ``on_step``, ``on_episode_end``, ``on_eval``, ``on_checkpoint``,
+    ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
+    stats_window: int = 100
+    """Episodes averaged into the rolling return and length logged under ``stats/run_{i}``."""
+    stats_every_steps: int | None = None
+    """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
@@ -59,6 +67,9 @@ class RunOptions:
         validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
+        object.__setattr__(self, "hooks", check_hooks(self.hooks))
+        validation.positive_int("stats_window", self.stats_window)
+        validation.optional_positive_int("stats_every_steps", self.stats_every_steps)
         validation.optional_positive_int("record_video", self.record_video)
         object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
         validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)

@@ -16,6 +16,8 @@ from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
+from online_trainer.core.hooks import HookRunner, RunContext, StopRun
+from online_trainer.core.run_stats import RunStats
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.core.options import RunOptions
 from online_trainer.core.loop import StepLogger, run_loop
@@ -26,6 +28,8 @@ from online_trainer.core.run_events import RunEvents
 logger = logging.getLogger(__name__)
 
 FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
+COMPLETED = frozenset({"finished", "stopped_early"})
+"""Statuses of runs that ended as they should: their budget spent, or stopped by a hook."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ class RunResult:
     global_step: int = 0
     wall_time: float = 0.0
     status: str = "finished"
-    """``finished``, ``failed``, or ``setup_failed`` (raised before its first env step)."""
+    """``finished``, ``stopped_early`` (a hook called ``ctx.stop``; ``extra["stop_reason"]`` says why), ``failed``,
+    or ``setup_failed`` (raised before its first env step)."""
     error: str | None = None
     agent: Any = None
     """The run's agent after its last step (when the spec says ``keep_agent``)."""
@@ -174,7 +179,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = None
+    env = events = bar = evaluator = hooks = None
+    stop_reason = None
     try:
         try:
             env = spec.env_factory()
@@ -203,11 +209,20 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        events = RunEvents(spec, agent, bar, tracker, evaluator)
+        hooks, stats = _hook_runner(spec, env, agent, callback)
+        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats)
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
-        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
-                                         step_logger)
+        if hooks is not None:
+            hooks.start()
+            hooks.raise_if_stopped(0)
+        try:
+            global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
+                                             step_logger)
+        except StopRun as stop:
+            global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
+            logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
+                        stop_reason)
         events.finish(True, global_step)
     except BaseException:
         if events is not None:
@@ -217,6 +232,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
         raise
     finally:
+        if hooks is not None:
+            hooks.close()
         if bar is not None:
             bar.close()
         if env is not None:
@@ -234,7 +251,21 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent=agent if spec.options.keep_agents else None,
         evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+        status="finished" if stop_reason is None else "stopped_early",
+        extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
+
+
+def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[HookRunner | None, RunStats | None]:
+    """The run's hooks: the built-in :class:`RunStats` (when the callback logs), then a copy of each of the user's."""
+    options = spec.options
+    stats = None
+    if not isinstance(callback, EmptyCallBack):
+        stats = RunStats(options.stats_window, options.stats_every_steps)
+    if stats is None and not options.hooks:
+        return None, None
+    ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
+    return HookRunner(options.hooks, ctx, builtin=() if stats is None else (stats,)), stats
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:

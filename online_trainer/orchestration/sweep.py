@@ -102,13 +102,14 @@ def run_sweep(
     last_k: int = 10,
     checkpoint_freq: int | None = None,
     execution: ExecutionOptions = ExecutionOptions(),
+    hooks: Sequence[Any] | None = None,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                         keep_agents=False)
+                         keep_agents=False, hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:

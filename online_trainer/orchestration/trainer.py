@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from online_trainer.callbacks import EmptyCallBack, TBCallBack
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import base, executors
@@ -134,6 +133,9 @@ class OnlineTrainer:
         eval_episodes: int = 10,
         record_video: int | None = None,
         frames_trigger: int | Callable[[int], bool] | None = None,
+        hooks: Sequence[Any] | None = None,
+        stats_window: int = 100,
+        stats_every_steps: int | None = None,
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -166,16 +168,8 @@ class OnlineTrainer:
                 ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
                 ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
             progress: show an overall bar and a bar per active run (default True).
-            start_method: multiprocessing start method of the worker processes; ``"forkserver"``
-                starts new workers in about 0.2 s after the session's first call (the server
-                imports torch once).
-            torch_threads: torch threads in each worker process or Ray task, so that workers
-                do not fight over cores (runs in this process keep the current setting).
-            backend: ``"local"`` (this process or worker processes) or ``"ray"`` (Ray tasks,
-                on a local Ray or the cluster at ``ray_address``/``RAY_ADDRESS``; the
-                experiment directory must be on a filesystem all nodes share).
-            ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
-            ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
+            start_method, torch_threads, backend, ray_address, ray_resources: fields of
+                :class:`~online_trainer.parallel.base.ExecutionOptions`, documented there.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -199,6 +193,13 @@ class OnlineTrainer:
                 episode. With a metrics stream the frames are in ``metrics_run{i}.pkl`` only: the
                 records returned and ``all_metrics.pkl`` hold ``frames=[]`` (read them back with
                 :meth:`load_run_metrics`).
+            hooks: objects with any of ``on_run_start(ctx)``, ``on_step(ctx)`` (every ``every_steps`` env
+                steps or ``every_seconds`` seconds, as the hook declares), ``on_episode_end(ctx, record)``,
+                ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)``, ``on_run_end(ctx)``; ``ctx.stop(reason)``
+                ends the run (status ``stopped_early``). Each run gets its own copy of each hook. See
+                :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
+            stats_window, stats_every_steps: the rolling window of the SPS, return and timing logs
+                (``stats/run_{i}``, ``timing/run_{i}``) and their period; see :class:`RunOptions`.
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -216,7 +217,9 @@ class OnlineTrainer:
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger)
+                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
+                             hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
+                             stats_every_steps=stats_every_steps)
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress).capped(num_runs)
@@ -226,8 +229,10 @@ class OnlineTrainer:
         parts.check_travel(execution)
         if execution.in_workers and callable(options.frames_trigger):
             base.check_picklable({"frames_trigger": options.frames_trigger})
+        if execution.in_workers and options.hooks:
+            base.check_picklable({"hooks": options.hooks})
         copy_agent = parts.copies_agent(num_runs, execution)
-        with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
+        with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:
                 created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
             manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
@@ -252,16 +257,6 @@ class OnlineTrainer:
         """What this trainer contributes to every run (for :mod:`online_trainer.orchestration.planning`)."""
         return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[list[Path]]:
-        """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
-        if self.exp_dir is None:
-            yield []
-            return
-        created = [path for path in (self.exp_dir, self.exp_dir / LOCK_FILE) if not path.exists()]
-        with ExperimentLock(self.exp_dir):
-            yield created
-
     def _inputs(self) -> dict[str, str | None]:
         """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
         return {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
@@ -278,6 +273,7 @@ class OnlineTrainer:
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
+        hooks: Sequence[Any] | None = None,
         execution: ExecutionOptions | None = None,
         num_workers: int | None = None,
         backend: str | None = None,
@@ -306,7 +302,7 @@ class OnlineTrainer:
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return is the mean return of its last ``last_k`` episodes.
-            checkpoint_freq, execution, num_workers, backend, progress, start_method, torch_threads,
+            checkpoint_freq, hooks, execution, num_workers, backend, progress, start_method, torch_threads,
                 ray_address, ray_resources: as in :meth:`multi_run`. Every parameter after
                 ``num_runs`` is keyword-only.
 
@@ -324,7 +320,7 @@ class OnlineTrainer:
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution)
+                         checkpoint_freq, execution, hooks)
 
     def evaluate(
         self,

@@ -41,11 +41,14 @@ class ExecutionOptions:
     backend: str = "local"
     """``"local"`` (this process or worker processes) or ``"ray"``."""
     start_method: str = "spawn"
-    """Multiprocessing start method of the worker processes."""
+    """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
+    0.2 s after the session's first call (the server imports torch once)."""
     torch_threads: int = 1
-    """Torch threads per worker process or Ray task."""
+    """Torch threads per worker process or Ray task, so that workers do not fight over cores (runs in this
+    process keep the current setting)."""
     ray_address: str | None = None
-    """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray)."""
+    """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
+    be on a filesystem all nodes share."""
     ray_resources: Mapping[str, Any] | None = None
     """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
     progress: bool = True

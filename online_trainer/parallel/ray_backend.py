@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
-from online_trainer.core.run import RunResult, RunSpec, execute_run
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class RayExecutor:
                     except Exception as exc:  # the task's worker died, or Ray failed it
                         result = failed_result(spec, exc)
                     self._drain(queue, display)
-                    display.run_finished(spec.key, result.status == "failed")
+                    display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
                     on_result(result)
         except BaseException:
             self._cancel(list(in_flight))

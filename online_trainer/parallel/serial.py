@@ -7,7 +7,7 @@ from typing import Sequence
 
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import RunSpec, execute_run
+from online_trainer.core.run import COMPLETED, RunSpec, execute_run
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 
 logger = logging.getLogger(__name__)
@@ -24,5 +24,5 @@ def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, 
             if not isinstance(exc, RunSetupError):
                 logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
-        display.run_finished(spec.key, result.status != "finished")
+        display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
         on_result(result)

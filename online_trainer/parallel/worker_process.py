@@ -34,7 +34,7 @@ from typing import NoReturn
 import cloudpickle
 
 from online_trainer.core.progress import QueueProgress
-from online_trainer.core.run import RunResult, RunSpec, execute_run
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
 from online_trainer.parallel.base import failed_result, limit_torch_threads
 from online_trainer.parallel.lifeline import die_orphaned, guard
 
@@ -111,7 +111,7 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
     logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)
     reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
               f"({type(error).__name__}: {error}); its records up to the last flush are on disk.")
-    if result.status != "finished":
+    if result.status not in COMPLETED:
         reason += f" The run's own error: {result.extra.get('exception', result.error)}"
     return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -127,7 +127,7 @@ def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     finally:
         close_error = _close_callback(spec)
     if close_error is not None:
-        if result.status != "finished":
+        if result.status not in COMPLETED:
             result.error = f"{result.error}\nThen closing the callback raised: {close_error}"
         else:
             result = failed_result(spec, close_error)

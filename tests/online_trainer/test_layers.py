@@ -25,8 +25,9 @@ LOWER = {
     "parallel": {"core"},
     "analysis": {"core"},
     "config": {"core"},
-    "orchestration": {"core", "experiment", "parallel", "analysis", "config"},
-    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration"},
+    "hooks": {"core"},
+    "orchestration": {"core", "experiment", "parallel", "analysis", "config", "hooks"},
+    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration", "hooks"},
 }
 MAX_LINES = 400
 
