@@ -249,6 +249,7 @@ def _translate(exc: pydantic.ValidationError, cls: type, data: Any, prefix: str,
         loc = tuple(item["loc"])
         if item["type"] in _UNKNOWN + _MISSING and loc:
             parent = _locate(cls, data, loc[:-1], prefix)
+            parent = dataclasses.replace(parent, hint=_without_none(parent.hint, parent.value))
             if parent.complete and dataclasses.is_dataclass(parent.hint):
                 if item["type"] in _UNKNOWN:
                     section = f"{parent.path}." if parent.path else ""
