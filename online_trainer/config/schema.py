@@ -13,9 +13,10 @@ A config file names the env, the agent and how to run them::
 
 :func:`~online_trainer.config.loading.load_experiment_config` reads such a file, applies dotted ``key=value`` overrides
 (values parsed as YAML: ``agent.hyperparameters.lr=1e-3``, ``num_runs=3``) and returns an
-:class:`ExperimentConfig`. Every check (unknown keys, types, agent and env names,
-budget) runs in the dataclasses, before anything is built; problems raise :class:`ConfigError` with a
-message that names the key, the value and what was expected.
+:class:`ExperimentConfig`. Every check runs before anything is built: keys and types (the agent's
+hyperparameters against its ``Config`` included) in :func:`online_trainer.core.typed.build`, the one
+checker of the package; values (agent and env names, budget, ranges) in the dataclasses' ``__post_init__``.
+Problems raise :class:`ConfigError` with a message that names the key, the value and what was expected.
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import types
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
 from online_trainer.callbacks import BasicCallBack, CallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from online_trainer.core.typed import build, did_you_mean
 
 __all__ = [
     "CALLBACKS",
@@ -75,7 +75,6 @@ class EnvConfig:
     """Keyword arguments of the env's constructor (``gymnasium.make(id, **kwargs)``)."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "env.")
         object.__setattr__(self, "kwargs", dict(self.kwargs))
         _check_positive("env.num_envs", self.num_envs)
         _check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
@@ -92,7 +91,6 @@ class AgentConfig:
     """Keyword arguments of the agent's constructor (fields of its ``Config``); missing ones keep their defaults."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "agent.")
         object.__setattr__(self, "hyperparameters", dict(self.hyperparameters))
         from online_trainer.agents import AGENTS
 
@@ -101,18 +99,7 @@ class AgentConfig:
                               f"known agents: {', '.join(sorted(AGENTS))}.")
         config_cls = getattr(AGENTS[self.name], "Config", None)
         if dataclasses.is_dataclass(config_cls):
-            valid = [f.name for f in dataclasses.fields(config_cls)]
-            for key in self.hyperparameters:
-                if key not in valid:
-                    listed = ", ".join(valid) if valid else f"none: {self.name} has no hyperparameters"
-                    raise ConfigError(f"unknown key 'agent.hyperparameters.{key}': agent {self.name!r} has no "
-                                      f"hyperparameter {key!r}{did_you_mean(key, valid)}; valid ones: {listed}.")
-            from online_trainer.agents._base import check_keys
-
-            try:
-                check_keys(config_cls, self.hyperparameters, self.name)
-            except TypeError as exc:
-                raise ConfigError(f"agent.hyperparameters: {exc}") from exc
+            build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,7 +140,6 @@ class ExperimentConfig:
     """Torch threads of every process running seeds (null: torch's default, one per core)."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "")
         for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
             _check_positive(name, getattr(self, name))
         for name in ("num_episodes", "total_steps", "checkpoint_freq", "torch_threads", "eval_freq"):
@@ -175,12 +161,6 @@ class ExperimentConfig:
 
 
 # ------------------------------------------------------------------------- checks
-
-
-def did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any], prefix: str = "") -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` (difflib), or an empty string."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
 
 
 def _yaml_value(value: Any) -> str:
@@ -216,56 +196,3 @@ def _check_env_id(env_id: str) -> None:
     hint = f"; close matches: {', '.join(close)}" if close else ""
     raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry{hint}. "
                       "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'.")
-
-
-def _union_args(hint: Any) -> tuple[Any, ...] | None:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return None
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` has the type ``hint`` (``bool`` is not an int; an int is a float)."""
-    options = _union_args(hint)
-    if options is not None:
-        return any(_matches(value, option) for option in options)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if typing.get_origin(hint) is dict or hint is dict:
-        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
-    return isinstance(value, hint)
-
-
-_TYPE_NAMES = {int: "an int", float: "a number", bool: "a bool (true or false)", str: "a string",
-               type(None): "null"}
-
-
-def type_name(hint: Any) -> str:
-    options = _union_args(hint)
-    if options is not None:
-        return " or ".join(type_name(option) for option in options)
-    if typing.get_origin(hint) is dict or hint is dict:
-        return "a mapping with string keys"
-    if dataclasses.is_dataclass(hint):
-        return f"a mapping with keys {', '.join(f.name for f in dataclasses.fields(hint))}"
-    return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _check_types(obj: Any, prefix: str) -> None:
-    """Raise ConfigError naming the first field of the dataclass ``obj`` whose value has the wrong type."""
-    hints = typing.get_type_hints(type(obj))
-    for field in dataclasses.fields(obj):
-        value, hint = getattr(obj, field.name), hints[field.name]
-        if not _matches(value, hint):
-            hint_text = ""
-            if isinstance(value, float) and value.is_integer() and _matches(1, hint):
-                written = f"{int(value)} or {int(value):_}" if abs(value) >= 10_000 else f"{int(value)}"
-                hint_text = f" (write {written}, without a decimal point or exponent)"
-            raise ConfigError(f"{prefix}{field.name}={value!r} has the wrong type: expected {type_name(hint)}, "
-                              f"got {type(value).__name__}{hint_text}.")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -166,9 +168,11 @@ def test_set_hp_changes_the_value(cls, corridor):
 @pytest.mark.parametrize("cls", ALL)
 def test_set_hp_unknown_key_names_it_and_lists_the_valid_ones(cls, corridor):
     agent = build(cls, corridor())
-    with pytest.raises(ValueError, match=r"unknown hyperparameter\(s\) 'learning_rate'.*valid ones are"):
+    valid = ", ".join(field.name for field in dataclasses.fields(cls.Config)) or "none"
+    with pytest.raises(ValueError, match=rf"^{cls.__name__} hyperparameters: unknown key 'learning_rate'.*; valid "
+                                         rf"keys: {re.escape(valid)}\.$"):
         agent.set_hp({"learning_rate": 0.1})
-    with pytest.raises(ValueError, match="'bogus'"):
+    with pytest.raises(ValueError, match=f"^{cls.__name__} hyperparameters: unknown key 'bogus'; valid keys: "):
         cls(corridor(), bogus=1)
 
 

@@ -222,7 +222,19 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     [
         (["num_run=3"], "unknown key 'num_run' (did you mean 'num_runs'?); valid keys at the top level: env, agent, "),
         (["env.num_env=2"], "unknown key 'env.num_env' (did you mean 'env.num_envs'?)"),
-        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning' has no hyperparameter 'lrr' (did you mean 'lr'?)"),
+        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning': unknown key 'agent.hyperparameters.lrr' (did you "
+                                            "mean 'agent.hyperparameters.lr'?); valid keys of agent.hyperparameters: "
+                                            "lr, gamma, epsilon, "),
+        (["agent.hyperparameters.lr=1", "agent.hyperparameters.decay_unit=3"],
+         "agent 'q_learning': agent.hyperparameters.decay_unit=3 has the wrong type: expected a string, got int."),
+        (["checkpoint_freq=1e4"], "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
+                                  "(write 10000 or 10_000, without a decimal point or exponent)."),
+        (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
+        (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
+                    "got int."),
+        (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
+        (["env={num_envs: 2}"], "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
+                                "module:Env-v0 to import module first."),
         (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
         (["total_steps=1e3", "num_episodes=null"], "total_steps=1000.0 has the wrong type: expected an int or null"),
         (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
@@ -232,7 +244,8 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
                               "total_steps=100."),
         (["num_episodes=null"], "give exactly one budget"),
         (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty' (did you mean 'tb'?)"),
-        (["agent.hyperparameters.lr=-1"], "agent.hyperparameters: could not build agent 'q_learning'"),
+        (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got "
+                                          "lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
     ],
 )
@@ -302,7 +315,8 @@ def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_ru
     exp_dir = tmp_path / "exp"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "agent.hyperparameters.lr=abc") == 2
     captured = capsys.readouterr()
-    assert "agent.hyperparameters: q_learning hyperparameter lr must be of type float, but got lr='abc'" in captured.err
+    assert "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str." \
+        in captured.err
     assert "Running" not in captured.out and not exp_dir.exists()
 
 
