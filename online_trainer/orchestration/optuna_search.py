@@ -47,7 +47,9 @@ def optuna_objective(
             dict goes to ``agent.set_hp``, as a configuration of :meth:`OnlineTrainer.sweep`
             does.
         num_runs: seeds per trial.
-        num_episodes, total_steps: the budget of each run (exactly one).
+        num_episodes: episode budget of each run (exactly one of ``num_episodes`` and
+            ``total_steps``).
+        total_steps: env-step budget of each run.
         metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns.
         last_k: a run's final return is the mean of its last ``last_k`` episode returns.
         seed_offset: base seed shared by every trial.

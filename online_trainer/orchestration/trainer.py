@@ -296,8 +296,14 @@ class OnlineTrainer:
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return is the mean return of its last ``last_k`` episodes.
-            checkpoint_freq, num_workers, backend, progress, start_method, torch_threads,
-                ray_address, ray_resources: as in :meth:`multi_run`.
+            checkpoint_freq: as in :meth:`multi_run`.
+            num_workers: as in :meth:`multi_run`; all (configuration x seed) runs share the pool.
+            backend: as in :meth:`multi_run`.
+            progress: as in :meth:`multi_run`.
+            start_method: as in :meth:`multi_run`.
+            torch_threads: as in :meth:`multi_run`.
+            ray_address: as in :meth:`multi_run`.
+            ray_resources: as in :meth:`multi_run`.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
