@@ -72,18 +72,52 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
     return unique
 
 
+NAME_DIGITS = 4
+"""Significant digits of a float in a configuration's directory name (the exact value is in its files)."""
+
+
 def config_name(config: Mapping[str, Any]) -> str:
-    """A directory name for a configuration: ``lr=0.001,gamma=0.99`` (hashed when long)."""
+    """A directory name for a configuration: ``lr=0.001,gamma=0.99`` (hashed when long).
+
+    Floats are written to :data:`NAME_DIGITS` significant digits (an Optuna trial's
+    ``lr=0.3043617032940743`` is named ``lr=0.3044``); a float that needs no more digits is
+    written as Python writes it (``0.001``, ``1.0``). Two configurations can therefore share a
+    name: :func:`experiment_name` makes the names of a sweep unique.
+    """
     name = ",".join(f"{_clean(key)}={_clean(_text(value))}" for key, value in config.items()) or "default"
     if len(name) > 100:
-        digest = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
-        name = f"{name[:80]}-{digest}"
+        name = f"{name[:80]}-{_digest(config, 12)}"
     return name
+
+
+def experiment_name(root: Path, config: Mapping[str, Any], taken: Sequence[str] = ()) -> str:
+    """The directory under the sweep ``root`` of ``config``: its :func:`config_name`, unless that
+    name is in ``taken`` (names given to other configurations of this call) or its directory holds
+    another configuration (other exact values in its ``hyperparameters.yaml``); then the name
+    ends with a hash of the exact values (``lr=0.3044-1a2b3c4d``)."""
+    name = config_name(config)
+    if name in taken or _holds_other(root / name, config):
+        name = f"{name}-{_digest(config, 8)}"
+    return name
+
+
+def _holds_other(exp_dir: Path, config: Mapping[str, Any]) -> bool:
+    path = exp_dir / storage.HYPERPARAMETERS_FILE
+    if not path.is_file():
+        return False
+    return yaml.safe_load(path.read_text()) != yaml.safe_load(yaml.safe_dump(dict(config), sort_keys=False))
+
+
+def _digest(config: Mapping[str, Any], length: int) -> str:
+    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "-".join(_text(v) for v in value)
+    if isinstance(value, float):
+        short = f"{value:.{NAME_DIGITS}g}"
+        return short if float(short) != value else str(value)
     return str(value)
 
 
@@ -146,7 +180,7 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
     experiments, names = [], []
     task_id = 0
     for config in grid:
-        name = config_name(config)
+        name = experiment_name(root, config, names)
         names.append(name)
         exp_dir = root / name
         if not exp_dir.exists():

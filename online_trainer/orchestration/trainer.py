@@ -302,9 +302,16 @@ class OnlineTrainer:
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return is the mean return of its last ``last_k`` episodes.
-            checkpoint_freq, hooks, execution, num_workers, backend, progress, start_method, torch_threads,
-                ray_address, ray_resources: as in :meth:`multi_run`. Every parameter after
-                ``num_runs`` is keyword-only.
+            checkpoint_freq: as in :meth:`multi_run`.
+            hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
+            execution: as in :meth:`multi_run`; all (configuration x seed) runs share the pool.
+            num_workers: as in :meth:`multi_run`.
+            backend: as in :meth:`multi_run`.
+            progress: as in :meth:`multi_run`.
+            start_method: as in :meth:`multi_run`.
+            torch_threads: as in :meth:`multi_run`.
+            ray_address: as in :meth:`multi_run`.
+            ray_resources: as in :meth:`multi_run`.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
