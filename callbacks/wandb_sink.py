@@ -132,6 +132,7 @@ class WandbCallback(CallBack):
             dir=exp_dir,
         )
         self._run_tag = run_tag or f"run_{run_idx}"
+        self._last_flush = time.time()
         self._names.clear()
         self._defined.clear()
 
