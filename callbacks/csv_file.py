@@ -8,24 +8,26 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
-from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
 
-COLUMNS = ("run", "tag", "key", "step", "value", "wall_time")
+COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
 
 
 class CSVCallback(CallBack):
-    """Appends every value as a row ``run,tag,key,step,value,wall_time`` to one CSV file.
+    """Appends every value as a row ``run,metric,step,value,tag,key,wall_time`` to one CSV file.
 
     One tidy (long) file for every run and metric, the shape pandas works on::
 
         df = pd.read_csv(exp_dir / "scalars.csv")
-        returns = df[df.key == "ep_return"].pivot(index="step", columns="run", values="value")
+        returns = df[df.metric == "ep_return"].pivot(index="step", columns="run", values="value")
 
-    ``run`` is the run number (from 1; empty for values logged outside a run), ``tag`` and
-    ``key`` are as logged (``ep_return/run_1`` and ``ep_return``; ``agents/run_1`` and ``loss``),
-    ``step`` is the x value (the episode index for episode returns and lengths, the env step
-    for the agent's values and evaluations), ``wall_time`` is Unix time in seconds. NaN and
+    ``run`` is the run number (from 1; empty for values logged outside a run); ``metric`` is
+    the value's name without the run's part of the tag, the same in every run (``ep_return``,
+    ``eval/ep_return``, ``agents/loss``); ``step`` is the x value (the episode index for
+    episode returns and lengths, the env step for the agent's values and evaluations);
+    ``tag`` and ``key`` are as logged (``ep_return/run_1`` and ``ep_return``; ``agents/run_1``
+    and ``loss``); ``wall_time`` is Unix time in seconds. NaN and
     infinities are written ``nan``, ``inf`` and ``-inf``, which ``read_csv`` reads back as floats.
 
     Rows are kept in memory and appended ``flush_rows`` at a time, at least every ``max_delay``
@@ -57,25 +59,31 @@ class CSVCallback(CallBack):
         self._fd: int | None = None
         self._rows: list[tuple[Any, ...]] = []
         self._run: int | str = ""
+        self._run_tag = ""
+        self._names: dict[tuple[str, str], str] = {}
         self._last_flush = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state["_rows"] = []  # rows kept by the original are written by the original
+        state["_names"] = {}
         return state
 
     def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
                   run_tag: str = "") -> None:
-        self._run = run_idx
+        self._run, self._run_tag = run_idx, run_tag or f"run_{run_idx}"
+        self._names.clear()
 
     def end_run(self, run_idx: int, status: str) -> None:
         self.flush()
-        self._run = ""
+        self._run, self._run_tag = "", ""
+        self._names.clear()
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
-        now, run, rows = time.time(), self._run, self._rows
+        now, run, rows, names = time.time(), self._run, self._rows, self._names
         for key, value in data.items():
-            rows.append((run, tag, key, step, float(value), now))
+            name = names.get((key, tag)) or self._name(key, tag)
+            rows.append((run, name, step, float(value), tag, key, now))
         if len(rows) >= self.flush_rows:
             self.flush()
         elif force and now - self._last_flush > self.max_delay:
@@ -84,9 +92,14 @@ class CSVCallback(CallBack):
     def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
         """Keep every value of ``key`` as a row, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         now, run = time.time(), self._run
-        self._rows.extend([(run, tag, key, step, float(value), now) for value, step in zip(values, steps)])
+        name = self._names.get((key, tag)) or self._name(key, tag)
+        self._rows.extend([(run, name, step, float(value), tag, key, now) for value, step in zip(values, steps)])
         if len(self._rows) >= self.flush_rows or now - self._last_flush > self.max_delay:
             self.flush()
+
+    def _name(self, key: str, tag: str) -> str:
+        name = self._names[(key, tag)] = metric_name(key, tag, self._run_tag)
+        return name
 
     def flush(self) -> None:
         """Append the rows kept so far to the file."""
