@@ -12,6 +12,7 @@ import numpy as np
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from online_trainer.callbacks.scalar_batch import ScalarBatch
+from online_trainer.callbacks.tb_layout import LAYOUT_METRICS, write_layout
 
 
 class TBCallBack(CallBack):
@@ -30,15 +31,25 @@ class TBCallBack(CallBack):
         flush_every: number of calls per tag averaged into one point; 1 writes every call.
         max_delay: seconds after which a forced write also flushes the file, so TensorBoard
             shows progress while a run goes on.
+        layout_metrics: the metrics of TensorBoard's Custom Scalars tab, one chart each with every
+            run overlaid (the chart of ``ep_return`` shows ``ep_return/run_.*``). Names are the
+            scalars' without their run part: ``"loss/agents"`` charts the agent's ``loss``. The
+            layout is written once per ``log_dir``, before the runs start (:meth:`setup`), in
+            ``events.out.tfevents.0.custom_scalars_layout``; the scalars keep their own tags.
     """
 
     _unpicklable = ("_writer", "_batch")
     _BATCH_EVENTS = 1024
     """Events kept before they are encoded and written to the file (50 to 64 KiB of records)."""
 
-    def __init__(self, log_dir: str | os.PathLike, flush_every: int = 1, max_delay: float = 2.0) -> None:
+    def __init__(self, log_dir: str | os.PathLike, flush_every: int = 1, max_delay: float = 2.0,
+                 layout_metrics: Sequence[str] = LAYOUT_METRICS) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
+        if isinstance(layout_metrics, str) or not all(isinstance(m, str) and m for m in layout_metrics):
+            raise ValueError(f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"
+                             " e.g. ['ep_return', 'loss/agents'].")
+        self.layout_metrics = tuple(layout_metrics)
         self.log_dir = os.fspath(log_dir)
         self.flush_every = flush_every
         self.max_delay = max_delay
@@ -61,6 +72,11 @@ class TBCallBack(CallBack):
                 return
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Write the custom-scalars layout into ``log_dir``, unless one is there (see ``layout_metrics``)."""
+        if self.layout_metrics:
+            write_layout(self.log_dir, self.layout_metrics)
 
     def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
         """Keep every value of ``key`` as a forced point, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""

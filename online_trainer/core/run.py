@@ -140,6 +140,14 @@ def _call_if_present(agent: Any, name: str, *args: Any) -> None:
         method(*args)
 
 
+def _end_sink_run(spec: RunSpec, status: str) -> None:
+    """Tell the callback that the run ended without finishing; its own error must not hide the run's."""
+    try:
+        _call_if_present(spec.callback, "end_run", spec.run_idx, status)
+    except Exception as exc:
+        logger.error("run %d: the callback's end_run raised after the run ended (%s): %s", spec.run_idx, status, exc)
+
+
 def _check_env(env: Any, frames_trigger: Any = None) -> None:
     if env.num_envs > seeding.SEED_STRIDE:
         raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
@@ -181,6 +189,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     start = time.perf_counter()
     env = events = bar = evaluator = hooks = None
     stop_reason = None
+    sink_run_open = False
     try:
         try:
             env = spec.env_factory()
@@ -196,6 +205,10 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
                 evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.eval_episodes, spec.train,
                                       video_dir, spec.options.record_video)
+            # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
+            _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
+                             spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
+            sink_run_open = True
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render_mode = getattr(env, "render_mode", None)
@@ -207,7 +220,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
-        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
+        step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         hooks, stats = _hook_runner(spec, env, agent, callback)
         events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats)
@@ -224,12 +237,16 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
                         stop_reason)
         events.finish(True, global_step)
-    except BaseException:
+        sink_run_open = False
+        _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
+    except BaseException as error:
         if events is not None:
             try:
                 events.finish(False, 0)
             except Exception as exc:  # the run's own error is the one to report
                 logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+        if sink_run_open:
+            _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
     finally:
         if hooks is not None:

@@ -119,6 +119,13 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
     owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
     specs = [spec for experiment in experiments for spec in experiment.specs]
     try:
+        _setup_callback(callback, experiments)
+    except Exception:  # bad sink settings: no run started, nothing is kept
+        for experiment in experiments:
+            experiment.discard()
+        remove_created(created)
+        raise
+    try:
         executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
                           on_start=lambda spec: owners[spec.key].on_start(spec))
     except RunSetupError as error:
@@ -136,6 +143,19 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
         _close_quietly(callback)
         raise
     callback.close()
+
+
+def _setup_callback(callback: Any, experiments: Sequence[Experiment]) -> None:
+    """``callback.setup(exp_dir, {run: seed})`` for each experiment with runs to do, before any run starts.
+
+    Sinks create what runs share here, once, in this process (an MLflow store created by two
+    workers at once races inside MLflow); what they set travels with the callback to workers.
+    """
+    setup = getattr(callback, "setup", None)
+    if callable(setup):
+        for experiment in experiments:
+            if experiment.specs:
+                setup(experiment.exp_dir, {spec.run_idx: spec.seed for spec in experiment.specs})
 
 
 def _close_quietly(callback: Any) -> None:

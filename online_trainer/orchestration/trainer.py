@@ -9,7 +9,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from online_trainer.callbacks import EmptyCallBack, TBCallBack
+from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
+from online_trainer.callbacks.multi import check_callback
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -50,7 +51,8 @@ class OnlineTrainer:
 
     Attributes:
         call_back: the logging callback; ``TBCallBack(log_dir=exp_dir, flush_every=1)`` by
-            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
+            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely; a list of
+            callbacks logs to each (a :class:`~online_trainer.callbacks.MultiCallback`).
         agents: after :meth:`multi_run`, the final agent of each run (``agents[0]`` is run 1;
             None for a failed run, or with ``keep_agents=False``).
         evaluations: after a :meth:`multi_run` that evaluated, the evaluation records of each run.
@@ -96,13 +98,11 @@ class OnlineTrainer:
 
     @call_back.setter
     def call_back(self, value: Any) -> None:
-        missing = [name for name in ("__call__", "reset", "close") if not callable(getattr(value, name, None))]
-        if missing or isinstance(value, type):
-            raise TypeError(
-                f"trainer.call_back must be a callback object (callable, with reset() and close()), but got "
-                f"{value!r}: use e.g. online_trainer.callbacks.TBCallBack(log_dir=exp_dir), online_trainer.callbacks.JsonlCallback(path) or "
-                "online_trainer.callbacks.EmptyCallBack()."
-            )
+        if isinstance(value, (list, tuple)):  # several sinks at once
+            for index, callback in enumerate(value):
+                check_callback(callback, f"trainer.call_back[{index}]")
+            value = MultiCallback(value) if value else EmptyCallBack()
+        check_callback(value, "trainer.call_back")
         self._call_back = value
 
     def multi_run(
