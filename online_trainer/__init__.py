@@ -25,6 +25,7 @@ from online_trainer.core.storage import (
 _LAZY = {
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "aggregate": "online_trainer.analysis.stats",
+    "compare": "online_trainer.analysis.compare",
     "curves": "online_trainer.analysis.stats",
     "final_performance": "online_trainer.analysis.stats",
     "iqm": "online_trainer.analysis.stats",
@@ -58,6 +59,7 @@ __all__ = [
     "RunsFailedError",
     "TruncatedMetricsWarning",
     "aggregate",
+    "compare",
     "curves",
     "final_performance",
     "iqm",

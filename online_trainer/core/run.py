@@ -243,8 +243,19 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         wall_time=time.perf_counter() - start,
         agent=agent if spec.keep_agent else None,
         evaluations=events.evals.records if events.evals is not None else None,
-        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
+                  "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
     )
+
+
+def _env_id(env: Any) -> str | None:
+    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        envs = getattr(env, "envs", None)
+        spec = getattr(envs[0], "spec", None) if envs else None
+    env_id = getattr(spec, "id", None)
+    return env_id if isinstance(env_id, str) else None
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
