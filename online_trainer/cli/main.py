@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("exp_dirs", metavar="EXP_DIR", nargs="+", help="experiment directories, or sweeps of them")
     report.add_argument("--out", metavar="DIR", default=None,
                         help="output directory (default: EXP_DIR, or the common parent of several)")
-    report.add_argument("--x", choices=("global_step", "episode_index"), default="global_step",
-                        help="x axis of the learning curves (default: global_step)")
+    report.add_argument("--x", choices=("global_step", "episode_index"), default=None,
+                        help="x axis of the curves (default: follows the budget: episode_index for an episode "
+                             "budget, else global_step)")
     report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
     report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
