@@ -27,6 +27,8 @@ from online_trainer.analysis.selection import STATUS_COLUMN, describe_runs, iden
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
 
+logger = logging.getLogger(__name__)
+
 CI = 0.95
 """Confidence level of every interval the CLI prints."""
 DEFAULT_LAST_K = 10
@@ -291,19 +293,25 @@ def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Se
     return lines
 
 
-def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations, on a step schedule.
+def default_x(df: pd.DataFrame) -> str:
+    """The x axis that follows the budget: ``episode_index`` when every run had an episode budget, else ``global_step``."""
+    units = {record.get("budget_unit") for record in df.attrs.get("runs") or []}
+    return "episode_index" if units == {"episodes"} else "global_step"
 
-    On a step schedule (``eval_freq`` in env steps) the runs of an experiment evaluate at the
-    same thresholds, but each at the first step past one, up to ``num_envs`` apart; curves do
-    not extrapolate a run past its last point, so without this a curve's first and last points
-    would stand on fewer runs than were evaluated there. On an episode schedule the runs'
-    ``episodes_trained`` agree at every evaluation and their steps genuinely differ: nothing
-    is moved, and neither is an ``x`` other than ``global_step``.
+
+def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
+    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations.
+
+    The curves align the runs on the evaluation index. On a step schedule (``eval_freq`` in
+    env steps) the runs of an experiment evaluate at the same thresholds, but each at the
+    first step past one, up to ``num_envs`` apart; on an episode schedule they evaluate after
+    the same number of episodes, at steps that differ from run to run. Curves do not
+    extrapolate a run past its last point, so without this the curve would stand on fewer
+    runs than were evaluated (on an episode schedule, on disjoint thin stretches of one run
+    each). An ``x`` other than ``global_step`` is left as it is.
     """
     keys = [column for column in ("experiment",) if column in evals.columns] + ["eval_index"]
-    by_episode = evals.groupby(keys)["episodes_trained"].nunique().eq(1).all()
-    if x != "global_step" or by_episode:
+    if x != "global_step":
         return evals
     aligned = evals.copy()
     aligned[x] = evals.groupby(keys)[x].transform("median")
@@ -313,6 +321,10 @@ def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
 def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
     """The evaluation curves: the statistic across runs of each evaluation's mean return (see :func:`aligned_evaluations`)."""
     x = "episodes_trained" if args.x == "episode_index" else "global_step"
+    if x == "global_step" and evals.groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])[
+            "episodes_trained"].nunique().eq(1).all():
+        logger.info("The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
+                    "run, at the median env step of those evaluations.")
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
     figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
                                   span="common" if args.common_range else "all",
@@ -357,6 +369,7 @@ def report_command(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         names = [Path(p).resolve().name for p in paths]
         title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
+        args.x = args.x or default_x(df)
         figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
                                       span="common" if args.common_range else "all",
                                       ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,

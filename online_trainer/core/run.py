@@ -267,7 +267,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         wall_time=time.perf_counter() - start,
         agent=agent if spec.options.keep_agents else None,
         evaluations=events.evals.records if events.evals is not None else None,
-        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
+                  "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
@@ -283,6 +284,16 @@ def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[Ho
         return None, None
     ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
     return HookRunner(options.hooks, ctx, builtin=() if stats is None else (stats,)), stats
+
+
+def _env_id(env: Any) -> str | None:
+    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        envs = getattr(env, "envs", None)
+        spec = getattr(envs[0], "spec", None) if envs else None
+    env_id = getattr(spec, "id", None)
+    return env_id if isinstance(env_id, str) else None
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:

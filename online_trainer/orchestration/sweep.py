@@ -241,13 +241,21 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
 def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> "pd.DataFrame":
     """Rank the configurations ``names`` of the sweep at ``root`` by ``metric`` of their final returns.
 
+    A ranking is only as good as the intervals under it: each configuration is compared
+    with the top one (the statistics of :func:`online_trainer.analysis.compare.compare`), and a
+    warning is logged when the top ones cannot be told apart.
+
     Returns:
         One row per configuration, best first: ``rank``, the hyperparameters, ``experiment``,
         ``mean``/``median``/``iqm`` with their 95% bootstrap CIs (``*_lo``, ``*_hi``) of the
-        mean return of each run's last ``last_k`` episodes, and ``num_runs``.
+        final returns (the mean return of each run's last ``last_k`` episodes), ``num_runs``,
+        and against the top configuration: ``probability_of_improvement`` (P(top > this
+        one), with ``_lo``/``_hi``; NaN for the top one) and ``told_apart`` (the interval of the
+        ``metric`` difference excludes zero; False for the top one). ``attrs["note"]`` says
+        whether the top configurations can be told apart.
     """
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
-    from online_trainer.analysis.stats import summarize
+    from online_trainer.analysis.stats import final_performance, summarize
 
     dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
     if not dirs:
@@ -262,4 +270,42 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
+    finals = final_performance(episodes, last_k, group_by="experiment")
+    return _against_top(table, finals, metric)
+
+
+def _against_top(table: "pd.DataFrame", finals: "pd.DataFrame", metric: str) -> "pd.DataFrame":
+    """Add the comparison of each configuration with the top one, and the note of ``attrs``."""
+    from online_trainer.analysis.compare import CompareOptions, compare_scores
+
+    columns = ["probability_of_improvement", "probability_of_improvement_lo", "probability_of_improvement_hi"]
+    for column in columns:
+        table[column] = float("nan")
+    table["told_apart"] = False
+    scored = finals.dropna(subset=["final_return"])
+    if len(table) < 2 or scored.groupby("experiment").size().reindex(table["experiment"]).isna().any():
+        table.attrs["note"] = "A single configuration with scores: nothing to tell apart."
+        return table
+    scores = scored.rename(columns={"experiment": "candidate", "final_return": "raw_score"})
+    comparison = compare_scores(scores, CompareOptions(metric=metric), candidates=list(table["experiment"]))
+    top = table["experiment"].iloc[0]
+    pairs = comparison.improvement[comparison.improvement["candidate"] == top].set_index("versus")
+    for i, name in enumerate(table["experiment"].iloc[1:], start=1):
+        for column in columns:
+            table.loc[i, column] = pairs.loc[name, column]
+        table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
+    second = pairs.loc[table["experiment"].iloc[1]]
+    interval = (f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
+                f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]")
+    if second["distinguishable"]:
+        table.attrs["note"] = f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval})."
+        return table
+    tied = [top] + [n for n, t in zip(table["experiment"].iloc[1:], table["told_apart"].iloc[1:]) if not t]
+    needed = second["seeds_needed"]
+    more = f"; about {int(needed)} seeds per configuration would separate them if the difference holds" \
+        if needed == needed and needed != float("inf") else ""
+    table.attrs["note"] = (f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
+                           f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
+                           "among them is noise.")
+    logger.warning("sweep: %s", table.attrs["note"])
     return table

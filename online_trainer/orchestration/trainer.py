@@ -301,7 +301,10 @@ class OnlineTrainer:
             seed_offset: base seed shared by all configurations; None draws one, recorded in
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
-            last_k: a run's final return is the mean return of its last ``last_k`` episodes.
+            last_k: a run's final return, what the ranking ranks, is the mean return of its
+                last ``last_k`` training episodes (default 10). Choose it so that the window
+                covers the end of training and not a handful of noisy episodes; with
+                evaluations, ``compare(exp_dir, source="eval")`` ranks on them instead.
             checkpoint_freq: as in :meth:`multi_run`.
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
             execution: as in :meth:`multi_run`; all (configuration x seed) runs share the pool.
@@ -315,8 +318,12 @@ class OnlineTrainer:
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
-            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``. It is
-            also written to ``exp_dir/sweep_results.csv``.
+            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``, and
+            against the top configuration ``probability_of_improvement`` (P(top > this one),
+            with ``_lo``/``_hi``) and ``told_apart`` (the interval of the ``metric``
+            difference excludes zero). ``attrs["note"]`` says whether the top configurations
+            can be told apart (logged as a warning when they cannot: the order among them is
+            noise). It is also written to ``exp_dir/sweep_results.csv``.
 
         Raises:
             RunsFailedError: some runs failed (after the ranking of the others is written).

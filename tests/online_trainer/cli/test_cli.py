@@ -366,9 +366,13 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     points = curves(aligned.rename(columns=as_episodes), x="global_step", num_points=20)
     assert points["num_runs"].eq(3).all()
     assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
-    # on an episode schedule the runs' steps genuinely differ: nothing is moved
-    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]])
-    assert aligned_evaluations(by_episode, "global_step")["global_step"].tolist() == steps
+    # on an episode schedule the runs' steps differ widely; the curve aligns them on the evaluation index too
+    # (unaligned, each run's points would draw its own thin segment under a legend counting every run)
+    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]],
+                              global_step=[s + 700 * r for s, r in zip(steps, [0, 1, 2] * 4)])
+    moved = aligned_evaluations(by_episode, "global_step")
+    assert moved["global_step"].tolist() == [2702.0] * 3 + [4700.0] * 3 + [6701.0] * 3 + [8703.0] * 3
+    assert curves(moved.rename(columns=as_episodes), x="global_step", num_points=20)["num_runs"].eq(3).all()
     assert aligned_evaluations(evals, "episodes_trained").equals(evals)
 
 
