@@ -13,7 +13,7 @@ from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
 from online_trainer.agents._encoders import ObsEncoder, feature_layers
-from online_trainer.agents._networks import ACTIVATIONS, mlp, resolve_device
+from online_trainer.agents._networks import ACTIVATIONS, adam, mlp, resolve_device
 from online_trainer.agents._replay import ReplayBuffer
 
 
@@ -135,7 +135,7 @@ class DQNAgent(AgentBase):
         head = mlp((width, *cfg.hidden_sizes, self._n_actions), cfg.activation, self.torch_gen)
         self.q_net = nn.Sequential(*features, *head).to(self.device)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr)
+        self.optimizer = adam(self.q_net.parameters(), cfg.lr)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype)
         self.gradient_steps_done = 0
         self._loss_sum = self._q_sum = 0.0

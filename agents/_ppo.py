@@ -13,7 +13,7 @@ from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
 from online_trainer.agents._encoders import ObsEncoder, feature_layers
-from online_trainer.agents._networks import ACTIVATIONS, resolve_device
+from online_trainer.agents._networks import ACTIVATIONS, adam, resolve_device
 from online_trainer.agents._normalize import RewardScaler, RunningMeanStd
 from online_trainer.agents._policy import ActorCritic
 from online_trainer.agents._rollout import Rollout
@@ -163,7 +163,7 @@ class PPOAgent(AgentBase):
                                   cfg.log_std_init, self.torch_gen, features=features).to(self.device)
         self._lr_schedule = parse_schedule(cfg.lr, "lr")
         self._clip_schedule = parse_schedule(cfg.clip_coef, "clip_coef")
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=self._lr_schedule(1.0), eps=cfg.adam_eps)
+        self.optimizer = adam(self.policy.parameters(), self._lr_schedule(1.0), cfg.adam_eps)
         self.obs_rms = RunningMeanStd((self.encoder.dim,))
         self.updates = 0
         self._rollout_start = 0
