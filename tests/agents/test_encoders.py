@@ -112,11 +112,11 @@ def greedy_accuracy(agent, env, episodes=40, seed=7):
 
 def test_dqn_learns_from_images_with_the_cnn():
     env = vector(CueEnv, 2, kind="image")
-    agent = DQNAgent(env, seed=0, lr=1e-3, learning_starts=64, batch_size=32, train_freq=1, exploration_steps=200,
+    agent = DQNAgent(env, seed=0, lr=1e-3, learning_starts=64, batch_size=32, train_freq=2, exploration_steps=150,
                      target_update_interval=50, hidden_sizes=(32,), cnn_features=32, buffer_size=1000)
     assert isinstance(agent.q_net[0], ImageEncoder)
     assert agent.buffer.obs.dtype == np.uint8 and agent.buffer.obs.shape[1:] == (8, 8, 1)
-    run_loop(env, agent, 400)
+    run_loop(env, agent, 300)
     assert greedy_accuracy(agent, env) == 1.0
 
 
