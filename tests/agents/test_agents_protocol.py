@@ -19,7 +19,7 @@ FAST_HP = {
     RandomAgent: {},
     QLearningAgent: {"lr": 0.5},
     DQNAgent: {"learning_starts": 8, "batch_size": 8, "train_freq": 2, "target_update_interval": 10,
-               "exploration_steps": 50, "hidden_sizes": (16,), "buffer_size": 200},
+               "exploration_steps": 50, "hidden_sizes": (16,), "buffer_size": 200, "save_buffer": True},
     PPOAgent: {"n_steps": 8, "minibatch_size": 8, "n_epochs": 2, "hidden_sizes": (16,)},
 }
 # A hyperparameter each agent has, and a new valid value for it.
