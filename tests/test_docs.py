@@ -15,10 +15,12 @@ import online_trainer
 import online_trainer.agents
 import online_trainer.callbacks
 import online_trainer.envs
+import online_trainer.hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 API_DIR = ROOT / "docs" / "reference" / "api"
-PUBLIC_PACKAGES = (online_trainer, online_trainer.callbacks, online_trainer.agents, online_trainer.envs)
+PUBLIC_PACKAGES = (online_trainer, online_trainer.callbacks, online_trainer.agents, online_trainer.envs,
+                   online_trainer.hooks)
 DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
 
 
