@@ -168,8 +168,11 @@ class OnlineTrainer:
                 ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
                 ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
             progress: show an overall bar and a bar per active run (default True).
-            start_method, torch_threads, backend, ray_address, ray_resources: fields of
-                :class:`~online_trainer.parallel.base.ExecutionOptions`, documented there.
+            start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            backend: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            ray_resources: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -198,8 +201,8 @@ class OnlineTrainer:
                 ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)``, ``on_run_end(ctx)``; ``ctx.stop(reason)``
                 ends the run (status ``stopped_early``). Each run gets its own copy of each hook. See
                 :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
-            stats_window, stats_every_steps: the rolling window of the SPS, return and timing logs
-                (``stats/run_{i}``, ``timing/run_{i}``) and their period; see :class:`RunOptions`.
+            stats_window: episodes in the rolling means logged under ``stats/run_{i}`` (see RunOptions).
+            stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -301,20 +304,12 @@ class OnlineTrainer:
             seed_offset: base seed shared by all configurations; None draws one, recorded in
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
-            last_k: a run's final return, what the ranking ranks, is the mean return of its
-                last ``last_k`` training episodes (default 10). Choose it so that the window
-                covers the end of training and not a handful of noisy episodes; with
-                evaluations, ``compare(exp_dir, source="eval")`` ranks on them instead.
+            last_k: a run's final return (what is ranked) is the mean of its last ``last_k`` training
+                episodes; with evaluations, ``compare(exp_dir, source="eval")`` ranks on them.
             checkpoint_freq: as in :meth:`multi_run`.
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
-            execution: as in :meth:`multi_run`; all (configuration x seed) runs share the pool.
-            num_workers: as in :meth:`multi_run`.
-            backend: as in :meth:`multi_run`.
-            progress: as in :meth:`multi_run`.
-            start_method: as in :meth:`multi_run`.
-            torch_threads: as in :meth:`multi_run`.
-            ray_address: as in :meth:`multi_run`.
-            ray_resources: as in :meth:`multi_run`.
+            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
+                ``progress``, ...; all (configuration x seed) runs share the pool.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
@@ -368,9 +363,8 @@ class OnlineTrainer:
             eval_env: the env to evaluate on (default: the ``eval_env`` of this trainer's last
                 :meth:`multi_run`, when ``exp_dir`` is that run's; else the training env's factory).
             overwrite: replace an earlier ``evaluation_{which}.csv``.
-            execution, num_workers, progress, backend, start_method, torch_threads, ray_address,
-                ray_resources: as in :meth:`multi_run` (``num_workers``: runs evaluated at once).
-                Every parameter after ``which`` is keyword-only.
+            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers`` (runs evaluated
+                at once), ``progress``, ``backend``, ...
 
         Returns:
             One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
