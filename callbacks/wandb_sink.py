@@ -137,8 +137,8 @@ class WandbCallback(CallBack):
         self._defined.clear()
 
     def end_run(self, run_idx: int, status: str) -> None:
-        """Send what is kept and finish the W&B run (exit code 0 when the run finished, else 1)."""
-        self._finish(0 if status == "finished" else 1)
+        """Send what is kept and finish the W&B run (exit code 1 when it ``failed`` or was ``interrupted``, else 0)."""
+        self._finish(1 if status in ("failed", "interrupted") else 0)
 
     def _finish(self, exit_code: int) -> None:
         if self._run is None:
