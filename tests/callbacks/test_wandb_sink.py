@@ -65,7 +65,13 @@ def offline(monkeypatch):
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, offline, num_workers):
+def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, monkeypatch, num_workers):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    if num_workers > 1:  # workers kept warm from an earlier call never see WANDB_MODE set after they started
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=1, num_workers=2,
+                                                                        progress=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     exp_dir = tmp_path / "cartpole_dqn"
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir)
     trainer.call_back = WandbCallback(project="tests")
