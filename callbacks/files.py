@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 
 def _write_tmp(path: Path, data: bytes) -> Path:
@@ -68,9 +67,3 @@ def write_ids(path: str | os.PathLike, ids: dict[int, str]) -> None:
     text = json.dumps({str(run): ids[run] for run in sorted(ids)}, indent=2) + "\n"
     write_atomic(path, text.encode())
 
-
-def as_param(value: Any) -> str:
-    """``value`` as a short string, as tracking tools keep parameters."""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)

@@ -19,6 +19,7 @@ ARTIFACTS_DIR = "mlartifacts"
 RUN_IDS_FILE = "mlflow_runs.json"
 ARTIFACT_FILES = ("args.yaml", "config.py", "hyperparameters.yaml", "manifest.json")
 RUN_TAG = "online_trainer.run"
+DEFAULT_EXPERIMENT = "online_trainer"  # without an exp_dir or an experiment_name
 MAX_BATCH = 1000  # metrics per MlflowClient.log_batch call (MLflow's limit)
 _NOT_IN_NAME = re.compile(r"[^\w\-. /:]")
 
@@ -58,7 +59,8 @@ class MLflowCallback(CallBack):
         tracking_uri: where MLflow keeps runs; None: a SQLite database in the experiment
             directory, ``sqlite:///{exp_dir}/mlflow.db`` (artifacts in ``exp_dir/mlartifacts``).
             Read it with ``mlflow ui --backend-store-uri sqlite:///{exp_dir}/mlflow.db``.
-        experiment_name: the MLflow experiment; None: the experiment directory's name.
+        experiment_name: the MLflow experiment; None: the experiment directory's name
+            (``online_trainer`` without one).
         flush_values: metric values kept before they are sent.
         max_delay: seconds after which an episode's values also send what is kept.
 
@@ -105,7 +107,7 @@ class MLflowCallback(CallBack):
                              "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000').")
         uri = self.tracking_uri or f"sqlite:///{Path(exp_dir).resolve() / STORE_FILE}"
         client = self._client(uri)
-        name = self.experiment_name or Path(exp_dir).resolve().name
+        name = self.experiment_name or (Path(exp_dir).resolve().name if exp_dir is not None else DEFAULT_EXPERIMENT)
         experiment = client.get_experiment_by_name(name)
         if experiment is not None:
             experiment_id = experiment.experiment_id
@@ -158,8 +160,8 @@ class MLflowCallback(CallBack):
         self._names.clear()
 
     def end_run(self, run_idx: int, status: str) -> None:
-        """Send what is kept and mark the MLflow run FINISHED (``finished``), KILLED (``interrupted``) or FAILED."""
-        self._end_active({"finished": "FINISHED", "interrupted": "KILLED"}.get(status, "FAILED"))
+        """Send what is kept and mark the MLflow run FAILED (``failed``), KILLED (``interrupted``) or FINISHED."""
+        self._end_active({"failed": "FAILED", "interrupted": "KILLED"}.get(status, "FINISHED"))
 
     def _end_active(self, mlflow_status: str) -> None:
         if self._active is None:

@@ -47,6 +47,8 @@ def layout_event(metrics: Sequence[str], wall_time: float) -> bytes:
 
 def write_layout(log_dir: str | os.PathLike, metrics: Sequence[str]) -> bool:
     """Write the layout of ``metrics`` into ``log_dir`` unless one is there; return whether this call wrote it."""
+    if (Path(log_dir) / LAYOUT_FILE).exists():
+        return False
     Path(log_dir).mkdir(parents=True, exist_ok=True)
     now = time.time()
     return create_with(Path(log_dir) / LAYOUT_FILE, version_record(now) + layout_event(metrics, now))

@@ -34,8 +34,9 @@ class TBCallBack(CallBack):
         layout_metrics: the metrics of TensorBoard's Custom Scalars tab, one chart each with every
             run overlaid (the chart of ``ep_return`` shows ``ep_return/run_.*``). Names are the
             scalars' without their run part: ``"loss/agents"`` charts the agent's ``loss``. The
-            layout is written once per ``log_dir``, before the runs start (:meth:`setup`), in
-            ``events.out.tfevents.0.custom_scalars_layout``; the scalars keep their own tags.
+            layout is written once per ``log_dir``, with the first event file (by whichever
+            process opens one first), in ``events.out.tfevents.0.custom_scalars_layout``; the
+            scalars keep their own tags.
     """
 
     _unpicklable = ("_writer", "_batch")
@@ -73,11 +74,6 @@ class TBCallBack(CallBack):
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
 
-    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
-        """Write the custom-scalars layout into ``log_dir``, unless one is there (see ``layout_metrics``)."""
-        if self.layout_metrics:
-            write_layout(self.log_dir, self.layout_metrics)
-
     def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
         """Keep every value of ``key`` as a forced point, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         if len(values) == 0:
@@ -107,8 +103,14 @@ class TBCallBack(CallBack):
     def _write_batch(self) -> None:
         """Encode the values kept and write them to the file (opened on the first write)."""
         if self._writer is None:
+            self._open_layout()
             self._writer = EventFileWriter(self.log_dir, buffer_bytes=0)  # the batch is the buffer
         self._writer.write(self._batch.encode())
+
+    def _open_layout(self) -> None:
+        """Write the custom-scalars layout into ``log_dir`` unless one is there (see ``layout_metrics``)."""
+        if self.layout_metrics:
+            write_layout(self.log_dir, self.layout_metrics)
 
     def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
         """Write ``frames`` as an animated GIF under ``tag`` (TensorBoard's Images tab plays it).
@@ -189,6 +191,7 @@ class BasicCallBack(TBCallBack):
             return
         writer = self._writer
         if writer is None:
+            self._open_layout()
             writer = self._writer = EventFileWriter(self.log_dir)
         key = (tag, *data)
         names = self._names.get(key)

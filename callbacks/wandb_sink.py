@@ -18,6 +18,8 @@ EPISODE_AXIS = "episode"
 STEP_AXIS = "step"
 """The x of values logged through ``__call__`` (the agent's values, evaluations): the step they were logged at."""
 _ID_CHARS = string.ascii_lowercase + string.digits
+_PARENT_ENV = ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY")
+"""W&B settings read from the environment of the process that starts the runs (see :meth:`WandbCallback.setup`)."""
 
 
 def _wandb() -> Any:
@@ -87,6 +89,7 @@ class WandbCallback(CallBack):
         self.max_delay = max_delay
         self.init_kwargs = init_kwargs
         self._ids: dict[str, dict[int, str]] = {}
+        self._parent_env: dict[str, str] = {}
         self._run: Any = None
         self._run_tag = ""
         self._rows: list[dict[str, Any]] = []
@@ -101,7 +104,12 @@ class WandbCallback(CallBack):
         return state
 
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
-        """Draw (or read back) the W&B id of every run, here, once; keep them in ``exp_dir/wandb_runs.json``."""
+        """Draw (or read back) the W&B id of every run, here, once; keep them in ``exp_dir/wandb_runs.json``.
+
+        ``WANDB_MODE``, ``WANDB_PROJECT`` and ``WANDB_ENTITY`` are read here too, from this
+        process's environment, and hold in every run (worker processes started before they were
+        set would not see them); the callback's own arguments take precedence.
+        """
         _wandb()  # not installed: say so before any run starts
         path = None if exp_dir is None else Path(exp_dir) / RUN_IDS_FILE
         ids = read_ids(path) if path is not None else {}
@@ -110,6 +118,8 @@ class WandbCallback(CallBack):
         if path is not None:
             write_ids(path, ids)
         self._ids[self._key(exp_dir)] = ids
+        # workers started earlier (a warm pool) do not see later changes to this process's environment
+        self._parent_env = {name: os.environ[name] for name in _PARENT_ENV if name in os.environ}
 
     @staticmethod
     def _key(exp_dir: str | os.PathLike | None) -> str:
@@ -125,7 +135,9 @@ class WandbCallback(CallBack):
         settings = self.init_kwargs.get("settings") or wandb.Settings(console="off", silent=True)
         self._run = wandb.init(
             **{**self.init_kwargs, "settings": settings},
-            project=self.project, entity=self.entity, mode=self.mode,
+            project=self.project or self._parent_env.get("WANDB_PROJECT"),
+            entity=self.entity or self._parent_env.get("WANDB_ENTITY"),
+            mode=self.mode or self._parent_env.get("WANDB_MODE"),
             group=self.group or (Path(exp_dir).resolve().name if exp_dir is not None else None),
             name=f"run_{run_idx}", id=run_id, resume="allow", reinit="create_new",
             config={"seed": seed, "run": run_idx, **params},
@@ -137,8 +149,8 @@ class WandbCallback(CallBack):
         self._defined.clear()
 
     def end_run(self, run_idx: int, status: str) -> None:
-        """Send what is kept and finish the W&B run (exit code 0 when the run finished, else 1)."""
-        self._finish(0 if status == "finished" else 1)
+        """Send what is kept and finish the W&B run (exit code 1 when it ``failed`` or was ``interrupted``, else 0)."""
+        self._finish(1 if status in ("failed", "interrupted") else 0)
 
     def _finish(self, exit_code: int) -> None:
         if self._run is None:

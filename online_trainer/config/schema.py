@@ -28,11 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from online_trainer.callbacks import BasicCallBack, CallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
+                                     MLflowCallback, TBCallBack, WandbCallback)
 from online_trainer.core.typed import build, did_you_mean
 
 __all__ = [
     "CALLBACKS",
+    "CSV_FILE",
     "JSONL_FILE",
     "AgentConfig",
     "ConfigError",
@@ -42,12 +44,17 @@ __all__ = [
 
 JSONL_FILE = "callback.jsonl"
 """File written by the ``jsonl`` callback inside the experiment directory."""
+CSV_FILE = "scalars.csv"
+"""File written by the ``csv`` callback inside the experiment directory."""
 
 CALLBACKS: dict[str, Callable[[Path], CallBack]] = {
     "tb": lambda exp_dir: TBCallBack(log_dir=exp_dir),
     "jsonl": lambda exp_dir: JsonlCallback(Path(exp_dir) / JSONL_FILE),
     "basic": lambda exp_dir: BasicCallBack(log_dir=exp_dir),
     "empty": lambda exp_dir: EmptyCallBack(),
+    "csv": lambda exp_dir: CSVCallback(Path(exp_dir) / CSV_FILE),
+    "mlflow": lambda exp_dir: MLflowCallback(),
+    "wandb": lambda exp_dir: WandbCallback(),
 }
 """Callback factories ``factory(exp_dir) -> callback`` by the name the ``callback`` key takes."""
 
@@ -121,7 +128,8 @@ class ExperimentConfig:
     num_workers: int = 1
     """Worker processes running seeds in parallel; 1 runs them one after another in this process."""
     callback: str = "tb"
-    """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered) or ``empty``."""
+    """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
+    ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
     eval_freq: int | None = None

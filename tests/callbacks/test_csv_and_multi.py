@@ -275,3 +275,17 @@ def test_a_failing_run_ends_its_sink_run_as_failed(tmp_path):
         trainer.multi_run(3, num_episodes=8, seed_offset=0, progress=False)
     ends = [c for c in recorder.calls if c[0] == "end_run"]
     assert ends == [("end_run", 1, "finished"), ("end_run", 2, "finished"), ("end_run", 3, "failed")]
+
+
+def test_a_sink_whose_setup_raises_stops_before_any_run_and_keeps_nothing(tmp_path):
+    class NoStore(Recorder):
+        def setup(self, exp_dir, runs):
+            raise ValueError("tracking server unreachable: check tracking_uri")
+
+    exp_dir = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1})
+    sink = trainer.call_back = NoStore()
+    with pytest.raises(ValueError, match="tracking server unreachable"):
+        trainer.multi_run(2, num_episodes=2, seed_offset=0, progress=False)
+    assert not exp_dir.exists()
+    assert not [c for c in sink.calls if c[0] in ("start_run", "call", "series")]

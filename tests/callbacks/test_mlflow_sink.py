@@ -81,6 +81,13 @@ def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path):
     assert run.info.run_id == first["1"] and run.info.status == "FINISHED"
     assert history(client, run, "ep_return") == [(1, 1.0), (2, 2.0)]
 
+    # without an exp_dir, the runs go to the given store, under the experiment "online_trainer"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    trainer.call_back = MLflowCallback(tracking_uri=uri)
+    (records,) = trainer.multi_run(1, num_episodes=3, seed_offset=0, progress=False)
+    (run,) = client.search_runs([client.get_experiment_by_name("online_trainer").experiment_id])
+    assert history(client, run, "ep_return") == [(r["episode_index"], r["ep_return"]) for r in records]
+
 
 def test_values_outside_a_run_are_refused():
     with pytest.raises(RuntimeError, match="outside a run: .*call start_run"):

@@ -12,7 +12,7 @@ from tensorboard.plugins.custom_scalar.custom_scalars_plugin import CustomScalar
 from tensorboard.plugins.scalar.scalars_plugin import ScalarsPlugin
 
 from online_trainer import OnlineTrainer
-from online_trainer.callbacks import TBCallBack
+from online_trainer.callbacks import BasicCallBack, TBCallBack
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE
 from tests.callbacks.test_callbacks import read_scalars
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -47,12 +47,18 @@ def test_each_metric_gets_one_chart_with_every_run_overlaid(tmp_path):
             assert [(step, value) for _, step, value in events] == scalars[tag]
 
 
-def test_the_layout_is_written_once_per_log_dir(tmp_path):
-    TBCallBack(tmp_path, layout_metrics=["ep_return"]).setup(tmp_path, {1: 0})
+def test_the_layout_is_written_once_per_log_dir_with_the_first_event_file(tmp_path):
+    first_sink = TBCallBack(tmp_path, layout_metrics=["ep_return"])
+    first_sink.setup(tmp_path, {1: 0})
+    assert list(tmp_path.iterdir()) == []  # nothing before the first write: a run that fails to start leaves nothing
+    first_sink({"ep_return": 1.0}, "ep_return/run_1", 1, force=True)
+    first_sink.close()
     first = (tmp_path / LAYOUT_FILE).read_bytes()
-    TBCallBack(tmp_path, layout_metrics=["other"]).setup(tmp_path, {2: 1})
+    second_sink = BasicCallBack(tmp_path)
+    second_sink({"ep_return": 2.0}, "ep_return/run_2", 1)
+    second_sink.close()
     assert (tmp_path / LAYOUT_FILE).read_bytes() == first
-    assert [p.name for p in tmp_path.iterdir()] == [LAYOUT_FILE]
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 3
 
 
 def test_a_sweep_overlays_every_configuration_and_seed(tmp_path):

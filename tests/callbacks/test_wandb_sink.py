@@ -64,12 +64,19 @@ def offline(monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
-def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, offline):
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, monkeypatch, num_workers):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    if num_workers > 1:  # workers kept warm from an earlier call never see WANDB_MODE set after they started
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=1, num_workers=2,
+                                                                        progress=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     exp_dir = tmp_path / "cartpole_dqn"
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir)
     trainer.call_back = WandbCallback(project="tests")
     records = trainer.multi_run(2, num_episodes=6, seed_offset=0, tuning_hp={"gamma": 0.9}, eval_freq=3,
-                                eval_episodes=2, progress=False)
+                                eval_episodes=2, num_workers=num_workers, progress=False)
 
     ids = {int(run): run_id for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items()}
     assert sorted(ids) == [1, 2]

@@ -243,7 +243,8 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         (["total_steps=100"], "give exactly one budget, num_episodes or total_steps, but got num_episodes=6, "
                               "total_steps=100."),
         (["num_episodes=null"], "give exactly one budget"),
-        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty' (did you mean 'tb'?)"),
+        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', "
+                           "'wandb' (did you mean 'tb'?)"),
         (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got "
                                           "lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
