@@ -58,7 +58,7 @@ class Experiment:
             **fields,
             # every key of an ended run's entry, null until the run ends, so readers of the raw JSON find them
             "runs": [{"run": run, "seed": seed, "status": "pending", "episodes": None, "global_step": None,
-                      "wall_time": None, "error": None} for run, seed in enumerate(seeds, start=1)],
+                      "wall_time": None, "sps": None, "stop_reason": None, "error": None} for run, seed in enumerate(seeds, start=1)],
         }
 
     def _write(self) -> None:
@@ -89,8 +89,7 @@ class Experiment:
                      wall_time=round(result.wall_time, 3),
                      sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
                      error=result.error)
-        if "stop_reason" in result.extra:
-            entry["stop_reason"] = result.extra["stop_reason"]
+        entry["stop_reason"] = result.extra.get("stop_reason")
         self._write()
 
     def mark_interrupted(self) -> None:
