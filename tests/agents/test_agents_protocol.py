@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer.agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent
+from online_trainer.agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent, SACAgent
 from online_trainer.core.protocol import OPTIONAL_METHODS, missing_methods
 
 # Small settings so that a few dozen steps already exercise learning.
@@ -78,8 +78,9 @@ def test_agent_factory_lambda_builds_from_a_vector_env(corridor):
     assert agent.device == torch.device("cpu")
 
 
-def test_registry_names_the_four_agents():
-    assert AGENTS == {"random": RandomAgent, "q_learning": QLearningAgent, "dqn": DQNAgent, "ppo": PPOAgent}
+def test_registry_names_the_five_agents():
+    assert AGENTS == {"random": RandomAgent, "q_learning": QLearningAgent, "dqn": DQNAgent, "ppo": PPOAgent,
+                      "sac": SACAgent}
 
 
 @pytest.mark.parametrize("cls", ALL)
