@@ -122,6 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="*", default=["ppo", "dqn", "sac"], choices=sorted(ENV_IDS))
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first pair (then one more a pair)")
     parser.add_argument("--steps", nargs="*", default=[], help="budgets as algo=steps")
     parser.add_argument("--child", choices=["ours", "sb3"])
     parser.add_argument("--algo", choices=sorted(ENV_IDS))
@@ -136,7 +137,7 @@ def main() -> None:
     for pair in range(args.pairs):
         for algo in args.algos:
             order = ("ours", "sb3") if pair % 2 == 0 else ("sb3", "ours")
-            got = {lib: run_child(lib, algo, pair, steps[algo]) for lib in order}
+            got = {lib: run_child(lib, algo, args.first_seed + pair, steps[algo]) for lib in order}
             results[algo].append((got["ours"], got["sb3"]))
             print(f"{algo} pair {pair}: ours {got['ours']['wall']:.1f} s (greedy {got['ours']['greedy']:.1f}), "
                   f"SB3 {got['sb3']['wall']:.1f} s (greedy {got['sb3']['greedy']:.1f}), "
