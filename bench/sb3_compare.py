@@ -13,6 +13,7 @@ keeps that torch). Budgets default to the zoo's for PPO (100k) and DQN (50k), an
 for SAC (the zoo: 20k) so that a pair fits a few minutes on 2 cores::
 
     python bench/sb3_compare.py [--algos ppo dqn sac] [--pairs 3] [--steps ppo=100000 ...]
+    python bench/sb3_compare.py --phases    # DQN's and SAC's gradient phases alone, in one process
 """
 
 from __future__ import annotations
@@ -112,6 +113,47 @@ def child(lib: str, algo: str, seed: int, steps: int) -> dict:
     return {"wall": wall, "greedy": greedy(lambda obs: model.predict(obs, deterministic=True)[0], env_id)}
 
 
+def gradient_phases(repeats: int = 8) -> None:
+    """Time the gradient phases alone, in one process, alternating ours and SB3's on filled buffers:
+    DQN's 128 gradient steps of a training round, and 50 SAC gradient steps."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from online_trainer.agents import DQNAgent, SACAgent
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    for algo, n_steps, batch in (("dqn", 128, 64), ("sac", 50, 256)):
+        env_id = ENV_IDS[algo]
+        env = gym.make_vec(env_id, num_envs=1, vectorization_mode="sync")
+        if algo == "dqn":
+            ours = DQNAgent(env, seed=0, **ours_kwargs("dqn", STEPS["dqn"]))
+        else:
+            ours = SACAgent(env, seed=0, lr=1e-3, learning_starts=1000)
+        dim = env.single_observation_space.shape[0]
+        for _ in range(3000 if algo == "dqn" else 999):
+            obs = rng.normal(size=(1, dim)).astype(np.float32)
+            ours.act(obs)
+            ours.update(obs, np.ones(1), np.zeros(1, bool), np.zeros(1, bool))
+        model = sb3_model(algo, make_vec_env(env_id, n_envs=1, seed=0), 0)
+        model.learning_starts = 1000
+        model.learn(3000 if algo == "dqn" else 1000)
+        times: dict[str, list[float]] = {"ours": [], "sb3": []}
+        for rep in range(repeats):
+            for lib in (("ours", "sb3") if rep % 2 == 0 else ("sb3", "ours")):
+                start = time.perf_counter()
+                if lib == "ours":
+                    ours._train(n_steps, None)
+                else:
+                    model.train(gradient_steps=n_steps, batch_size=batch)
+                times[lib].append(time.perf_counter() - start)
+        ratios = np.array(times["ours"]) / np.array(times["sb3"])
+        print(f"{algo}: {n_steps} gradient steps, ours {1e3 * np.median(times['ours']):.1f} ms, SB3 "
+              f"{1e3 * np.median(times['sb3']):.1f} ms; ratio median {np.median(ratios):.3f} "
+              f"[{ratios.min():.3f}-{ratios.max():.3f}] over {repeats} pairs", flush=True)
+
+
 def run_child(lib: str, algo: str, seed: int, steps: int) -> dict:
     out = subprocess.run([sys.executable, __file__, "--child", lib, "--algo", algo, "--seed", str(seed),
                           "--budget", str(steps)], check=True, capture_output=True, text=True)
@@ -128,7 +170,11 @@ def main() -> None:
     parser.add_argument("--algo", choices=sorted(ENV_IDS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=int)
+    parser.add_argument("--phases", action="store_true", help="time the gradient phases alone, in one process")
     args = parser.parse_args()
+    if args.phases:
+        gradient_phases()
+        return
     if args.child:
         print(json.dumps(child(args.child, args.algo, args.seed, args.budget)))
         return
