@@ -179,19 +179,22 @@ class DQNAgent(AgentBase):
         ``learning_starts`` transitions), greedy ones after :meth:`eval`."""
         packed = self.encoder.pack(obs)
         n = packed.shape[0]
-        warm_up = self.training and self.steps < self.config.learning_starts
-        if warm_up and not self.config.log_step_values:
-            actions = self.np_rng.integers(self._n_actions, size=n)
+        cfg = self.config
+        explore = random_actions = None
+        if self.training:
+            if self.steps < cfg.learning_starts:
+                explore = np.ones(n, dtype=bool)
+                random_actions = self.np_rng.integers(self._n_actions, size=n)
+            else:
+                explore = self.np_rng.random(n) < self.epsilon
+                random_actions = self.np_rng.integers(self._n_actions, size=n)
+        if explore is not None and explore.all() and not cfg.log_step_values:
+            actions = random_actions  # no sub-env acts greedily: the Q-values are not needed
         else:
             with torch.inference_mode():
                 q = self.q_net(self._features(packed)).cpu().numpy()
-            actions = q.argmax(axis=1)
-            if warm_up:
-                actions = self.np_rng.integers(self._n_actions, size=n)
-            elif self.training:
-                explore = self.np_rng.random(n) < self.epsilon
-                actions = np.where(explore, self.np_rng.integers(self._n_actions, size=n), actions)
-            if self.training and self.config.log_step_values:
+            actions = q.argmax(axis=1) if explore is None else np.where(explore, random_actions, q.argmax(axis=1))
+            if self.training and cfg.log_step_values:
                 self._last = (q[np.arange(n), actions], np.ones(n, dtype=bool))
         if self.training:
             self._pending = (np.array(packed, copy=True), actions)

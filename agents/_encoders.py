@@ -215,21 +215,21 @@ class DictEncoder(nn.Module):
     def __init__(self, space: gym.spaces.Dict, features: int, generator: torch.Generator, orthogonal: bool) -> None:
         super().__init__()
         self.sizes = [_part_dim(space[key]) for key in space.spaces]
-        self.encoders = nn.ModuleDict()
+        self.encoders = nn.ModuleList()  # in key order (a ModuleDict would reject keys with a ".")
         self.out_dim = 0
         for key, size in zip(space.spaces, self.sizes):
             layout = image_layout(space[key])
             if layout is None:
-                self.encoders[key] = nn.Identity()
+                self.encoders.append(nn.Identity())
                 self.out_dim += size
             else:
-                self.encoders[key] = ImageEncoder(layout, features, generator, orthogonal)
+                self.encoders.append(ImageEncoder(layout, features, generator, orthogonal))
                 self.out_dim += features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Concatenated features of each key's columns of ``x``."""
         parts = x.split(self.sizes, dim=1)
-        return torch.cat([encoder(part) for encoder, part in zip(self.encoders.values(), parts)], dim=1)
+        return torch.cat([encoder(part) for encoder, part in zip(self.encoders, parts)], dim=1)
 
 
 def feature_layers(space: gym.Space, features: int, generator: torch.Generator,

@@ -289,6 +289,7 @@ class PPOAgent(AgentBase):
         old_values, adv, ret = flat(rollout.values), flat(advantages), flat(returns)
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in
                                                 ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+        params = list(self.policy.parameters())
         for _ in range(cfg.n_epochs):
             epoch_kl = []
             perm = torch.as_tensor(self.np_rng.permutation(idx.size), device=self.device)
@@ -311,7 +312,7 @@ class PPOAgent(AgentBase):
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()

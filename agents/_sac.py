@@ -208,7 +208,7 @@ class SACAgent(AgentBase):
             noise = torch.as_tensor(self.np_rng.standard_normal((n, self._action_dim), dtype=np.float32),
                                     device=self.device)
             with torch.inference_mode():
-                squashed = self.actor.sample(self._features(packed), noise)[0].cpu().numpy()
+                squashed = self.actor.act(self._features(packed), noise).cpu().numpy()
         self._pending = (np.array(packed, copy=True), squashed)
         return self._to_env(squashed)
 
@@ -276,11 +276,12 @@ class SACAgent(AgentBase):
         ent_coef = self.log_ent_coef.detach().exp()
         stats: dict[str, torch.Tensor] = {}
         if self.ent_optimizer is not None:
-            ent_loss = -(self.log_ent_coef * (log_prob.detach() + self.target_entropy)).mean()
-            self.ent_optimizer.zero_grad(set_to_none=True)
-            ent_loss.backward()
+            # loss -(log_alpha * (log_prob + target_entropy)).mean(): its gradient, written out, saves a
+            # backward pass
+            excess = (log_prob.detach() + self.target_entropy).mean()
+            stats["ent_coef_loss"] = -self.log_ent_coef.detach()[0] * excess
+            self.log_ent_coef.grad = -excess.reshape(1)
             self.ent_optimizer.step()
-            stats["ent_coef_loss"] = ent_loss.detach()
         with torch.no_grad():
             next_actions, next_log_prob = self.actor.sample(next_obs, next_noise)
             next_q = self.critic_target(next_obs, next_actions).min(dim=0).values - ent_coef * next_log_prob

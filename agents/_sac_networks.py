@@ -58,6 +58,11 @@ class SquashedGaussianActor(nn.Module):
         log_prob = log_prob - (2.0 * (_LOG_2 - u - nn.functional.softplus(-2.0 * u))).sum(-1)
         return torch.tanh(u), log_prob
 
+    def act(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Squashed actions from standard-normal ``noise``, without their log-probabilities."""
+        mu, log_std = self(x)
+        return torch.tanh(mu + log_std.exp() * noise)
+
     def greedy(self, x: torch.Tensor) -> torch.Tensor:
         """``tanh(mu)``: the squashed mean."""
         return torch.tanh(self(x)[0])
