@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from online_trainer.analysis.bootstrap import STATISTICS, GroupStreams, estimate
+from online_trainer.analysis.bootstrap import STATISTICS, GroupStreams
 from online_trainer.analysis.compare_inputs import RUN_KEYS, CompareOptions, normalized
-from online_trainer.analysis.curves import budget_ends
+from online_trainer.analysis.curves import budget_ends, pointwise
 from online_trainer.analysis.selection import drop_nonfinite, select_runs
 
 COLUMNS = ["candidate", "global_step", "value", "lo", "hi", "num_runs", "total_runs"]
@@ -75,15 +75,7 @@ def _curve(candidate: str, runs: list[tuple[str, np.ndarray, np.ndarray, float]]
     values = np.stack([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys, _ in runs], axis=-1)
     tasks = np.array([task for task, *_ in runs])
     rng = streams({"candidate": candidate, "statistic": "curve"})
-    out = np.full((3, len(grid)), np.nan)
-    patterns, inverse = np.unique(~np.isnan(values), axis=0, return_inverse=True)
-    inverse = np.asarray(inverse).reshape(-1)
-    for k, pattern in enumerate(patterns):
-        if not pattern.any():
-            continue
-        rows = inverse == k
-        strata = [values[rows][:, pattern & (tasks == task)] for task in dict.fromkeys(tasks[pattern])]
-        out[:, rows] = estimate(strata, STATISTICS[options.metric], options.ci, options.n_resamples, rng)
+    out = pointwise(values, STATISTICS[options.metric], options.ci, options.n_resamples, rng, strata=tasks)
     covered = ~np.isnan(values)
     return pd.DataFrame({"candidate": candidate, "global_step": grid, "value": out[0], "lo": out[1], "hi": out[2],
                          "num_runs": covered.sum(axis=-1), "total_runs": int(covered.any(axis=0).sum())})

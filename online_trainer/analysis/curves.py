@@ -205,7 +205,7 @@ def _group_curve(runs: list[tuple[np.ndarray, np.ndarray, float]], keys: dict, x
     values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys, _ in runs], axis=-1)
     covered = ~np.isnan(values)
     frame = pd.DataFrame({**keys, x: points}, index=range(len(points)))
-    frame["value"], frame["lo"], frame["hi"] = _pointwise(values, fn, ci, n_resamples, streams(keys))
+    frame["value"], frame["lo"], frame["hi"] = pointwise(values, fn, ci, n_resamples, streams(keys))
     frame["num_runs"] = covered.sum(axis=-1)
     frame["total_runs"] = int(covered.any(axis=0).sum())
     missed = len(runs) - frame["total_runs"].iloc[0]
@@ -217,12 +217,13 @@ def _group_curve(runs: list[tuple[np.ndarray, np.ndarray, float]], keys: dict, x
     return frame
 
 
-def _pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
-               rng: np.random.Generator) -> np.ndarray:
+def pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
+              rng: np.random.Generator, strata: np.ndarray | None = None) -> np.ndarray:
     """The statistic and CI at each point (row) over the runs (columns) that have data there.
 
     Points are batched by the set of runs that cover them, so each batch is one
-    vectorised bootstrap; where every point uses every run there is one batch.
+    vectorised bootstrap; where every point uses every run there is one batch. With
+    ``strata`` (a label per run, e.g. its task), runs are resampled within their stratum.
     """
     out = np.full((3, values.shape[0]), np.nan)
     patterns, inverse = np.unique(~np.isnan(values), axis=0, return_inverse=True)
@@ -231,5 +232,9 @@ def _pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples
         if not pattern.any():
             continue
         rows = inverse == k
-        out[:, rows] = estimate([values[rows][:, pattern]], stat, ci, n_resamples, rng)
+        if strata is None:
+            groups = [values[rows][:, pattern]]
+        else:
+            groups = [values[rows][:, pattern & (strata == label)] for label in dict.fromkeys(strata[pattern])]
+        out[:, rows] = estimate(groups, stat, ci, n_resamples, rng)
     return out
