@@ -9,12 +9,11 @@ stack every :data:`SAMPLE_SECONDS`, so the loop pays nothing per step.
 
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 import time
 from typing import Any
-
-import numpy as np
 
 from online_trainer.core.hooks import Hook, RunContext
 
@@ -70,24 +69,17 @@ class RunStats(Hook):
     """Logs SPS, rolling means and timing shares of a run (see the module docstring)."""
 
     def __init__(self, window: int = 100, every_steps: int | None = None, every_seconds: float = 10.0) -> None:
-        self.window = window
         self.every_steps = every_steps
         self.every_seconds = None if every_steps is not None else every_seconds
-        self.returns = np.full(window, np.nan)
-        self.lengths = np.full(window, np.nan)
-        self.filled = 0  # episodes seen
+        self.returns: collections.deque[float] = collections.deque(maxlen=window)
+        self.lengths: collections.deque[int] = collections.deque(maxlen=window)
         self.sampler: PhaseSampler | None = None
         self.mark = (0, 0.0)
 
     def add_batch(self, returns: Any, lengths: Any) -> None:
-        """Keep the returns and lengths of episodes that ended together (one numpy write, not one per episode)."""
-        count = len(returns)
-        if count >= self.window:
-            self.returns[:], self.lengths[:] = returns[-self.window:], lengths[-self.window:]
-        else:
-            at = (self.filled + np.arange(count)) % self.window
-            self.returns[at], self.lengths[at] = returns, lengths
-        self.filled += count
+        """Keep the returns and lengths of episodes that ended together (the window's oldest drop out)."""
+        self.returns.extend(returns)
+        self.lengths.extend(lengths)
 
     def on_run_start(self, ctx: RunContext) -> None:
         self.mark = (0, time.perf_counter())
@@ -99,9 +91,9 @@ class RunStats(Hook):
         now = time.perf_counter()
         self.mark = (ctx.global_step, now)
         stats = {"sps": (ctx.global_step - steps) / max(now - then, 1e-9)}
-        if self.filled:
-            stats["rolling_return"] = float(np.nanmean(self.returns))
-            stats["rolling_length"] = float(np.nanmean(self.lengths))
+        if self.returns:
+            stats["rolling_return"] = float(sum(self.returns)) / len(self.returns)
+            stats["rolling_length"] = float(sum(self.lengths)) / len(self.lengths)
         ctx.callback(stats, f"stats/{ctx.run_tag}", ctx.global_step, force=True)
         shares = self.sampler.shares() if self.sampler is not None else {}
         if shares:
