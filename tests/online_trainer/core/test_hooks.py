@@ -201,3 +201,37 @@ def test_stats_and_timing_are_logged_through_the_callback(tmp_path):
         assert set(shares) == {"act", "env_step", "update", "runner"} and abs(sum(shares.values()) - 1) < 1e-9
     entry = manifest(tmp_path / "exp")["runs"][0]
     assert entry["sps"] > 0 and entry["wall_time"] > 0
+
+
+def test_the_phase_sampler_attributes_time_to_act_step_and_update(monkeypatch):
+    import threading
+    import time
+
+    from online_trainer.core import run_stats
+
+    class SlowAgent:
+        def act(self, obs):
+            time.sleep(0.03)
+
+        def update(self, *args):
+            time.sleep(0.01)
+
+    class Env:
+        def step(self, actions):
+            pass
+
+    monkeypatch.setattr(run_stats, "SAMPLE_SECONDS", 0.002)
+    agent, env = SlowAgent(), Env()
+    sampler = run_stats.PhaseSampler(agent, env, threading.get_ident())
+    sampler.start()
+    try:
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:
+            agent.act(None)
+            env.step(None)
+            agent.update()
+    finally:
+        sampler.close()
+    shares = sampler.shares()
+    assert set(shares) == {"act", "env_step", "update", "runner"}
+    assert shares["act"] > 0.55 and 0.1 < shares["update"] < 0.4 and shares["act"] > 2 * shares["update"]
