@@ -141,11 +141,16 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
     lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
+    manifest = {(r.get("experiment"), r["run"]): r for r in df.attrs.get("runs") or []}
+    entries = [manifest.get((r.get("experiment"), r["run"]), {}) for r in runs.to_dict("records")]
     rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
-             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _num(r["final_return"]),
-             *([_status_cell(r)] if status else [])] for r in runs.to_dict("records")]
-    lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return", *status], rows,
-                     [False] * len(lead) + [True] * 5 + [False] * len(status))
+             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _sps(entry.get("sps")),
+             _num(r["final_return"]), *([_status_cell(r)] if status else [])]
+            for r, entry in zip(runs.to_dict("records"), entries)]
+    lines += _render([*lead, "run", "seed", "episodes", "env steps", "SPS", "final return", *status], rows,
+                     [False] * len(lead) + [True] * 6 + [False] * len(status))
+    lines += [f"Stopped early: run {entry['run']}: {entry['stop_reason']}" for entry in entries
+              if isinstance(entry.get("stop_reason"), str)]
     if summary is None:
         return "\n".join(lines + ["", f"Every run was left out: {describe_runs(excluded)} did not finish. "
                                        "Pass --include-unfinished to analyse them anyway."])
@@ -165,6 +170,11 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     if len(no_return):
         lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
     return "\n".join(lines)
+
+
+def _sps(value: object) -> str:
+    """Env steps per second as the table shows them ('-' when the manifest does not say)."""
+    return f"{value:,.0f}" if isinstance(value, (int, float)) and not pd.isna(value) else "-"
 
 
 def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:

@@ -145,12 +145,13 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
         assert cli.main(["show", str(mixed), "--last-k", "2"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "final", "return", "status"]
-    assert lines[2].split() == ["1", "11", "4", "40", "-11.00", "finished"]
-    assert lines[3].split() == ["2", "22", "7", "140", "-10.00", "finished"]  # the last two finite returns
-    assert lines[4].split() == ["3", "33", "1", "10", "-500.00", "failed,", "left", "out"]
-    assert lines[5].split() == ["4", "44", "0", "-", "n/a", "interrupted,", "left", "out"]
-    assert lines[6].split() == ["5", "55", "0", "-", "n/a", "finished"]
+    assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "SPS", "final", "return", "status"]
+    # hand-written manifests hold no sps: '-'
+    assert lines[2].split() == ["1", "11", "4", "40", "-", "-11.00", "finished"]
+    assert lines[3].split() == ["2", "22", "7", "140", "-", "-10.00", "finished"]  # the last two finite returns
+    assert lines[4].split() == ["3", "33", "1", "10", "-", "-500.00", "failed,", "left", "out"]
+    assert lines[5].split() == ["4", "44", "0", "-", "-", "n/a", "interrupted,", "left", "out"]
+    assert lines[6].split() == ["5", "55", "0", "-", "-", "n/a", "finished"]
     stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
     assert stats[:4] == ["2", "1", "2", "-10.50"]  # runs, no return, left out, mean of -11 and -10
     assert "Left out (did not finish): run 3 (failed), run 4 (interrupted). Pass --include-unfinished" in captured.out

@@ -235,3 +235,18 @@ def test_the_phase_sampler_attributes_time_to_act_step_and_update(monkeypatch):
     shares = sampler.shares()
     assert set(shares) == {"act", "env_step", "update", "runner"}
     assert shares["act"] > 0.55 and 0.1 < shares["update"] < 0.4 and shares["act"] > 2 * shares["update"]
+
+
+def test_show_prints_each_runs_sps_and_why_it_stopped(tmp_path, capsys):
+    from online_trainer.cli import main as cli
+
+    exp_dir = tmp_path / "exp"
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
+        2, num_episodes=50, seed_offset=SEED, progress=False, hooks=[StopAtEpisode(7)])
+    assert cli.main(["show", str(exp_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].split() == ["run", "seed", "episodes", "env", "steps", "SPS", "final", "return",
+                                           "status"]
+    assert "Stopped early: run 1: enough at episode 7" in out and "Stopped early: run 2: enough at episode 7" in out
+    sps = json.loads((exp_dir / "manifest.json").read_text())["runs"][0]["sps"]
+    assert f"{sps:,.0f}" in out.splitlines()[2]
