@@ -90,6 +90,26 @@ class CallBack:
     def reset(self) -> None:
         """Drop values averaged but not yet written (called when a run starts)."""
 
+    def checkpoint(self, run_tag: str) -> Any:
+        """Write what is buffered and return where this sink's outputs stand; called at a run's full
+        checkpoint, in the run's process.
+
+        Whatever it returns is kept in the checkpoint and handed back to :meth:`rewind` when the
+        run is resumed from it. None (this default) when there is nothing to cut back: a sink
+        that keeps one record per run (MLflow, W&B) continues that record.
+
+        Args:
+            run_tag: the last part of the run's tags (``run_1``; ``lr=0.1/run_1`` in a sweep).
+        """
+        return None
+
+    def rewind(self, run_tag: str, position: Any) -> None:
+        """Remove what the run ``run_tag`` logged after ``position`` (what :meth:`checkpoint` returned),
+        or everything it logged when ``position`` is None (it starts again from scratch).
+
+        Called in the parent process before the resumed run starts, with no run writing.
+        """
+
     def close(self) -> None:
         """Write everything buffered and release files. The callback may be used again."""
 

@@ -6,10 +6,12 @@ import csv
 import io
 import os
 import time
-from typing import Any, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
+from online_trainer.callbacks.rewind import FilePosition, position, rewind_files, text_lines
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
 
@@ -123,6 +125,16 @@ class CSVCallback(CallBack):
         create_with(self.log_path, (",".join(COLUMNS) + "\n").encode())
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
 
+    def checkpoint(self, run_tag: str) -> FilePosition:
+        """Write the rows kept; the file's size is the run's position."""
+        self.flush()
+        return position(self.log_path)
+
+    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+        """Remove the run's rows written after ``position`` (all of them when None)."""
+        if os.path.exists(self.log_path):
+            rewind_files([Path(self.log_path)], run_tag, position, _rows)
+
     def close(self) -> None:
         try:
             self.flush()
@@ -133,3 +145,15 @@ class CSVCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"CSVCallback(log_path={self.log_path!r})"
+
+
+_TAG_COLUMN = COLUMNS.index("tag")
+
+
+def _tag_of_row(line: bytes) -> str | None:
+    row = next(csv.reader([line.decode("utf-8")]), None)
+    return row[_TAG_COLUMN] if row and len(row) == len(COLUMNS) and row[0] != "run" else None
+
+
+def _rows(data: bytes) -> Iterator[tuple[int, int, str | None]]:
+    return text_lines(data, _tag_of_row)

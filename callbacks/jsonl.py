@@ -6,11 +6,13 @@ import json
 import math
 import os
 import time
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.rewind import FilePosition, position, rewind_files, text_lines
 
 
 def _jsonable(value: Any) -> Any:
@@ -93,6 +95,16 @@ class JsonlCallback(CallBack):
             written = os.write(self._fd, view)
             view = view[written:]
 
+    def checkpoint(self, run_tag: str) -> FilePosition:
+        """Write the buffered lines; the file's size is the run's position."""
+        self.flush()
+        return position(self.log_path)
+
+    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+        """Remove the run's lines written after ``position`` (all of them when None)."""
+        if os.path.exists(self.log_path):
+            rewind_files([Path(self.log_path)], run_tag, position, _lines)
+
     def close(self) -> None:
         self.flush()
         if self._fd is not None:
@@ -101,3 +113,14 @@ class JsonlCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"JsonlCallback(log_path={self.log_path!r}, flush_every={self.flush_every})"
+
+
+def _tag_of_line(line: bytes) -> str | None:
+    try:
+        return json.loads(line).get("tag")
+    except (ValueError, AttributeError):
+        return None
+
+
+def _lines(data: bytes) -> Iterator[tuple[int, int, str | None]]:
+    return text_lines(data, _tag_of_line)

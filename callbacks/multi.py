@@ -75,6 +75,18 @@ class MultiCallback(CallBack):
     def end_run(self, run_idx: int, status: str) -> None:
         self._each("end_run", run_idx, status)
 
+    def checkpoint(self, run_tag: str) -> list[Any]:
+        """Each sink's position, in order (see :meth:`online_trainer.callbacks.CallBack.checkpoint`)."""
+        return [checkpoint(run_tag) if callable(checkpoint := getattr(callback, "checkpoint", None)) else None
+                for callback in self.callbacks]
+
+    def rewind(self, run_tag: str, position: Any) -> None:
+        positions = position if isinstance(position, list) else [None] * len(self.callbacks)
+        for callback, at in zip(self.callbacks, positions):
+            rewind = getattr(callback, "rewind", None)
+            if callable(rewind):
+                rewind(run_tag, at)
+
     def reset(self) -> None:
         for callback in self.callbacks:
             callback.reset()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import time
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -12,7 +13,8 @@ import numpy as np
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from online_trainer.callbacks.scalar_batch import ScalarBatch
-from online_trainer.callbacks.tb_layout import LAYOUT_METRICS, write_layout
+from online_trainer.callbacks.rewind import FilePosition, event_records, position, rewind_files
+from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
 
 class TBCallBack(CallBack):
@@ -133,6 +135,24 @@ class TBCallBack(CallBack):
 
     def reset(self) -> None:
         self._pending.clear()
+
+    def checkpoint(self, run_tag: str) -> FilePosition:
+        """Write everything kept; the position is this process's event file and its size, and the
+        other event files of ``log_dir`` as they are (see :mod:`online_trainer.callbacks.rewind`)."""
+        if self._batch.count or self._writer is not None:
+            self._flush()
+        path = None if self._writer is None else self._writer.path
+        return position(path, self._event_files())
+
+    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+        """Remove the run's events written after ``position`` (all of them when None) from the event files."""
+        rewind_files(self._event_files(), run_tag, position, event_records)
+
+    def _event_files(self) -> list[Path]:
+        if not os.path.isdir(self.log_dir):
+            return []
+        return sorted(path for path in Path(self.log_dir).glob("events.out.tfevents.*")
+                      if path.name != LAYOUT_FILE)
 
     def close(self) -> None:
         try:

@@ -1,0 +1,121 @@
+"""Cutting a run's outputs back to a checkpoint, so that a resumed run writes nothing twice.
+
+A sink's :meth:`~online_trainer.callbacks.CallBack.checkpoint` flushes what it holds and says
+where its files stand (:class:`FilePosition`); before a resumed run starts,
+:meth:`~online_trainer.callbacks.CallBack.rewind` removes from those files what the run wrote
+after that point. Files are shared (runs of several worker processes append to one JSONL or
+CSV file; a worker's TensorBoard file holds each run it ran, one after the other), so only
+the resumed run's own entries are removed: those after its checkpoint's offset in the file it
+was writing then, and every one in a file created after the checkpoint (by an earlier attempt
+to resume it). A file is rewritten only when it holds something to remove, by a temporary
+file swapped in.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from online_trainer.callbacks.files import write_atomic
+
+
+@dataclass(frozen=True)
+class FilePosition:
+    """Where a sink's files stood at a run's checkpoint.
+
+    Attributes:
+        path: the file the run was writing (None when it had written none yet).
+        offset: its size then, everything flushed.
+        others: every other file of the sink that existed then (name -> size), left as they are.
+    """
+
+    path: str | None
+    offset: int = 0
+    others: dict[str, int] = field(default_factory=dict)
+
+
+def belongs(tag: str, run_tag: str) -> bool:
+    """Whether a value logged under ``tag`` is the run's whose tags end with ``run_tag`` (``run_1``, ``lr=0.1/run_1``)."""
+    return tag == run_tag or tag.endswith("/" + run_tag)
+
+
+def position(path: str | os.PathLike | None, siblings: Iterable[str | os.PathLike] = ()) -> FilePosition:
+    """The position of ``path`` (its size now) and of ``siblings`` (the sink's other files)."""
+    others = {os.fspath(p): os.path.getsize(p) for p in siblings if os.fspath(p) != os.fspath(path or "")}
+    if path is None or not os.path.exists(path):
+        return FilePosition(None, 0, others)
+    return FilePosition(os.fspath(path), os.path.getsize(path), others)
+
+
+def cut_file(path: str | os.PathLike, keep_before: int | None, entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+             run_tag: str) -> bool:
+    """Remove the run's entries of ``path`` from byte ``keep_before`` on (None: all of them).
+
+    Args:
+        path: the file.
+        keep_before: entries starting before this offset stay; None removes the run's entries everywhere.
+        entries: splits the file's bytes into ``(start, end, tag)`` entries (tag None: not a run's, kept);
+            an incomplete entry at the end (a killed writer) is dropped whoever wrote it.
+        run_tag: the run's tag suffix (see :func:`belongs`).
+
+    Returns:
+        Whether the file was rewritten.
+    """
+    data = Path(path).read_bytes()
+    start_at = 0 if keep_before is None else min(keep_before, len(data))
+    kept, changed, last_end = [data[:start_at]], False, start_at
+    for start, end, tag in entries(data):
+        if end <= start_at:
+            continue
+        if tag is not None and belongs(tag, run_tag):
+            changed = True
+        else:
+            kept.append(data[start:end])
+        last_end = end
+    if last_end < len(data):  # a torn last entry
+        changed = True
+    if changed:
+        write_atomic(path, b"".join(kept))
+    return changed
+
+
+def rewind_files(files: Iterable[Path], run_tag: str, at: FilePosition | None,
+                 entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]]) -> None:
+    """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries)."""
+    for file in files:
+        name = os.fspath(file)
+        if at is None:
+            cut_file(file, None, entries, run_tag)
+        elif name == at.path:
+            cut_file(file, at.offset, entries, run_tag)
+        elif name not in at.others:  # made after the checkpoint: by an earlier attempt at this run
+            cut_file(file, None, entries, run_tag)
+
+
+def text_lines(data: bytes, tag_of: Callable[[bytes], str | None]) -> Iterator[tuple[int, int, str | None]]:
+    """The complete lines of a text file as entries (a last line without its newline is torn)."""
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            return
+        yield start, end + 1, tag_of(data[start:end])
+        start = end + 1
+
+
+def event_records(data: bytes) -> Iterator[tuple[int, int, str | None]]:
+    """The TFRecords of a TensorBoard event file as entries, tagged with their first value's tag."""
+    from tensorboard.compat.proto import event_pb2
+
+    start = 0
+    while start + 12 <= len(data):
+        length = int.from_bytes(data[start:start + 8], "little")
+        end = start + 12 + length + 4
+        if end > len(data):
+            return
+        event = event_pb2.Event.FromString(data[start + 12:start + 12 + length])
+        values = event.summary.value
+        yield start, end, values[0].tag if values else None
+        start = end
