@@ -272,6 +272,17 @@ class RunEvaluations:
     def _video(self, frames: list[np.ndarray], fps: float, step: int) -> None:
         self.callback.video(self.video_tag, frames, fps, step)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The schedule, records and best state so far, for a full checkpoint."""
+        return {"next_step": self.next_step, "records": self.records, "best_mean": self.best_mean,
+                "best_state": self.best_state, "count": self.evaluator.count, "last_step": self.evaluator.last_step}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (a resumed run)."""
+        self.next_step, self.records, self.best_mean = state["next_step"], list(state["records"]), state["best_mean"]
+        self.best_state, self.evaluator.count, self.evaluator.last_step = state["best_state"], state["count"], \
+            state["last_step"]
+
     def finish(self, global_step: int, episodes: int) -> None:
         """The final evaluation, unless one was just made at this step."""
         if self.evaluator.last_step != global_step:

@@ -78,6 +78,8 @@ class RunContext:
         rng: a numpy generator seeded from the run's seed, for hooks that need randomness, so
             that runs stay reproducible.
         stop_reason: the reason given to :meth:`stop`, or None.
+        resumed: True when the run continues from a full checkpoint (``resume=True``): hooks'
+            ``state_dict()`` is restored before ``on_run_start``, and ``global_step`` is where it stopped.
     """
 
     def __init__(self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any,
@@ -87,6 +89,7 @@ class RunContext:
         self.episodes = 0
         self.rng = np.random.default_rng([seed, 0x686F6F6B])  # apart from the env's and the agent's streams
         self.stop_reason: str | None = None
+        self.resumed = False
         self.callback = callback
         """The run's logging callback (``callback(data, tag, step)``)."""
         self.run_tag = run_tag
@@ -221,6 +224,24 @@ class HookRunner:
             close = getattr(hook, "close", None)
             if callable(close):
                 close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each hook's ``state_dict()`` (None for hooks without one), the ``on_step`` schedules, ``ctx.rng``
+        and a stop asked for: what a full checkpoint keeps of the run's hooks."""
+        return {"hooks": [hook.state_dict() if callable(getattr(hook, "state_dict", None)) else None
+                          for hook in self.hooks],
+                "next_steps": [cadence.next_step for cadence in self.cadences],
+                "rng": self.ctx.rng.bit_generator.state, "stop_reason": self.ctx.stop_reason}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (a resumed run), before ``on_run_start``."""
+        for hook, hook_state in zip(self.hooks, state["hooks"]):
+            if hook_state is not None and callable(getattr(hook, "load_state_dict", None)):
+                hook.load_state_dict(hook_state)
+        for cadence, next_step in zip(self.cadences, state["next_steps"]):
+            cadence.next_step = next_step
+        self.ctx.rng.bit_generator.state = state["rng"]
+        self.ctx.stop_reason = state["stop_reason"]
 
     def raise_if_stopped(self, global_step: int) -> None:
         """Raise :class:`StopRun` when a hook asked the run to stop."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import types
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -30,18 +31,42 @@ class StepLogger:
         self.callback(data, self.tag, self.step)
 
 
+@dataclass
+class LoopState:
+    """Where a loop stands between two env steps: what a full checkpoint keeps of it, and where a resumed loop starts.
+
+    The tracker holds the rest (each sub-env's episode in progress). The single-sub-env loop
+    keeps its episode in locals, saved here.
+    """
+
+    global_step: int
+    episodes: int
+    obs: Any
+    """The observation the agent acts on next."""
+    episode_return: float = 0.0
+    reset_step: bool = False
+    episode_actions: list[Any] = field(default_factory=list)
+
+
 class LoopEvents(Protocol):
     """What the loop tells the rest of the run."""
 
-    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
+    snapshot_due: bool
+    """Set when a full checkpoint is due: the loop calls :meth:`snapshot` at the next step boundary."""
+
+    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> bool:
         """Episodes ``first_index, first_index + 1, ...`` ended at ``global_step`` with these returns and lengths.
 
         The tracker has closed them (:meth:`EpisodeTracker.close`); their records are in its
-        table once it is sealed.
+        table once it is sealed. Return True to have :meth:`on_step_event` called at the end of
+        this step (a full checkpoint after an episode-budget checkpoint).
         """
 
     def on_step_event(self, global_step: int) -> float:
         """``global_step`` reached the threshold last returned; return the next one."""
+
+    def snapshot(self, state: LoopState) -> None:
+        """Write a full checkpoint of the run at this step boundary."""
 
 
 def agent_log(agent: Any) -> Callable[[], Any] | None:
@@ -75,10 +100,12 @@ def run_loop(
     budget: Budget,
     train: bool,
     step_logger: StepLogger | None,
+    start: LoopState | None = None,
 ) -> tuple[int, int]:
     """Run until the budget is spent; return ``(global_step, episodes)``.
 
     ``actions`` are the agent's actions for ``obs`` (the run checked them before its first step).
+    ``start``: where a resumed run continues (its ``obs`` is ``obs``); None starts at step 0.
 
     ``events.on_step_event`` is called whenever the env-step count reaches the threshold it
     returned last (progress ticks, step checkpoints, the step budget), so the per-step cost
@@ -94,7 +121,7 @@ def run_loop(
     Python scalars.
     """
     if env.num_envs == 1 and tracker.actions is not None and tracker.frames is None and tracker.transitions is None:
-        return _run_single(env, agent, obs, actions, tracker, events, budget, train, step_logger)
+        return _run_single(env, agent, obs, actions, tracker, events, budget, train, step_logger, start)
     act, step = agent.act, env.step
     update = agent.update if train else None
     pass_valid = update is not None and accepts_valid(update)
@@ -107,8 +134,8 @@ def run_loop(
     valid, done = tracker.valid, tracker.done
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
-    global_step = episodes = 0
-    next_event = events.on_step_event(0)
+    global_step, episodes = (0, 0) if start is None else (start.global_step, start.episodes)
+    next_event = events.on_step_event(global_step)
     while True:
         next_obs, reward, terminated, truncated, info = step(actions)
         global_step += observe(obs, actions, reward, terminated, truncated)
@@ -133,7 +160,8 @@ def run_loop(
             if last:
                 envs = envs[:int(max_episodes - episodes)]
             returns, lengths = close(envs, global_step, None if last else done)
-            events.on_episodes(episodes + 1, returns, lengths, global_step)
+            if events.on_episodes(episodes + 1, returns, lengths, global_step):
+                next_event = global_step
             episodes += len(envs)
             if last:
                 return global_step, episodes
@@ -149,6 +177,8 @@ def run_loop(
             if global_step >= max_steps:
                 return global_step, episodes
             next_event = events.on_step_event(global_step)
+            if events.snapshot_due:
+                events.snapshot(LoopState(global_step, episodes, obs))
         actions = act(obs)
 
 
@@ -162,6 +192,7 @@ def _run_single(
     budget: Budget,
     train: bool,
     step_logger: StepLogger | None,
+    start: LoopState | None = None,
 ) -> tuple[int, int]:
     """:func:`run_loop` for one sub-env whose actions are kept, with no frames or transitions.
 
@@ -187,7 +218,11 @@ def _run_single(
     obs_space = env.single_observation_space
     global_step = episodes = 0
     ep_return, reset_step = 0.0, False
-    next_event = events.on_step_event(0)
+    if start is not None:
+        global_step, episodes, ep_return, reset_step = start.global_step, start.episodes, start.episode_return, \
+            start.reset_step
+        episode_actions = list(start.episode_actions)
+    next_event = events.on_step_event(global_step)
     while True:
         next_obs, reward, terminated, truncated, info = step(actions)
         ended = terminated[0] or truncated[0]
@@ -214,7 +249,8 @@ def _run_single(
             episodes += 1
             kept = np.array(episode_actions, dtype=dtype) if numbers else None
             length = close_one(global_step, ep_return, kept)
-            events.on_episodes(episodes, (ep_return,), (length,), global_step)
+            if events.on_episodes(episodes, (ep_return,), (length,), global_step):
+                next_event = global_step
             if episodes >= max_episodes:
                 return global_step, episodes
             ep_return, episode_actions = 0.0, []
@@ -230,4 +266,6 @@ def _run_single(
             if global_step >= max_steps:
                 return global_step, episodes
             next_event = events.on_step_event(global_step)
+            if events.snapshot_due:
+                events.snapshot(LoopState(global_step, episodes, obs, ep_return, reset_step, episode_actions))
         actions = act(obs)

@@ -28,6 +28,9 @@ class RunOptions:
     """Stop each run after this many env steps (real transitions of all sub-envs together)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
+    checkpoint_buffers: bool = False
+    """Put the agent's replay buffer in the run's full checkpoint (``save(buffers=True)``), so that a resumed
+    off-policy run continues exactly; without it the buffer starts empty again after a resume."""
     dump_metrics: bool = True
     """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
     dump_transitions: bool = False

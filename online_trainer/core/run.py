@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import seeding
+from online_trainer.core import resume, seeding
 from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
@@ -61,6 +61,8 @@ class RunSpec:
     """Name on the progress display; empty: ``run {run_idx}``."""
     tag_prefix: str = ""
     """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
+    resume: bool = False
+    """Continue from the run's full checkpoint (``Run{i}_Resume.pkl``) when it has one."""
 
     @property
     def key(self) -> int:
@@ -187,16 +189,23 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = hooks = None
+    env = events = bar = evaluator = hooks = saved = resumed_from = None
     stop_reason = None
     sink_run_open = False
     try:
         try:
-            env = spec.env_factory()
+            saved = resume.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
+            env = resume.restored_env(saved)
+            if env is None:
+                env = spec.env_factory()
             _check_env(env, spec.options.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
-            obs, _ = env.reset(seed=spec.seed)
+            if saved is None:
+                obs, _ = env.reset(seed=spec.seed)
+            else:
+                resumed_from = resume.continue_run(saved, env, agent, spec.seed)
+                obs = resumed_from.obs
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
@@ -217,21 +226,32 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                                  observation_space=env.single_observation_space,
                                  action_space=env.single_action_space, frames_trigger=spec.options.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
+        if saved is not None:
+            tracker = resume.restored_tracker(saved, tracker)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         hooks, stats = _hook_runner(spec, env, agent, callback)
-        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats)
-        if render and tracker.wants_frame():
+        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats, env,
+                           None if saved is None else saved["outputs"])
+        if saved is not None:
+            events.load_state_dict(saved["events"])
+            bar.advance(events.episodes if spec.budget.num_episodes is not None else events.shown_steps)
+            if hooks is not None:
+                hooks.ctx.resumed = True
+        elif render and tracker.wants_frame():
             tracker.add_frames(env.render())
         if hooks is not None:
+            hooks.ctx.global_step = 0 if resumed_from is None else resumed_from.global_step
             hooks.start()
-            hooks.raise_if_stopped(0)
+            hooks.raise_if_stopped(hooks.ctx.global_step)
+        if saved is not None:
+            resume.set_global_rng_state(saved["rng"])
         try:
             global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
-                                             step_logger)
+                                             step_logger, resumed_from)
         except StopRun as stop:
             global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
             logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
@@ -254,17 +274,20 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         if bar is not None:
             bar.close()
         if env is not None:
-            spec.env_factory.release(env)
+            if saved is not None and saved["env"] is not None:
+                env.close()  # the checkpoint's copy, not the factory's
+            else:
+                spec.env_factory.release(env)
         if evaluator is not None:
             evaluator.env.close()
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=tracker.table if spec.options.keep_records else None,
+        records=tracker.table if spec.options.keep_records and tracker.table.first == 0 else None,
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
-        wall_time=time.perf_counter() - start,
+        wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0),
         agent=agent if spec.options.keep_agents else None,
         evaluations=events.evals.records if events.evals is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
@@ -320,4 +343,4 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         if env is not None:
             (spec.eval_env_factory or spec.env_factory).release(env)
     return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
-                     wall_time=time.perf_counter() - start, evaluations=[record])
+                     wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0), evaluations=[record])

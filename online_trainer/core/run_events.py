@@ -9,11 +9,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import storage
+from online_trainer.core import resume, storage
 from online_trainer.core.budget import INFINITY
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.evaluation import Evaluator, RunEvaluations
 from online_trainer.core.hooks import HookRunner
+from online_trainer.core.loop import LoopState
 from online_trainer.core.run_stats import RunStats
 from online_trainer.core.progress import RunProgress
 
@@ -40,15 +41,19 @@ class RunEvents:
 
     def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, tracker: EpisodeTracker,
                  evaluator: Evaluator | None = None, hooks: HookRunner | None = None,
-                 stats: RunStats | None = None) -> None:
-        self.spec, self.agent, self.progress, self.tracker = spec, agent, progress, tracker
+                 stats: RunStats | None = None, env: Any = None, outputs: dict[str, Any] | None = None) -> None:
+        self.spec, self.agent, self.progress, self.tracker, self.env = spec, agent, progress, tracker, env
         self.callback = spec.callback
+        self.snapshot_due = False  # a full checkpoint is due at the end of this step (see snapshot)
+        self.preempted = False  # end the run as interrupted once that checkpoint is written
+        self.outputs = outputs or {}  # where a resumed run's streams continue
         self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
         self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
         self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
         self.stream = None
         if spec.exp_dir is not None and spec.options.dump_metrics:
-            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx))
+            self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx),
+                                                resume_at=self.outputs.get("metrics"))
         self.flushing = self.stream is not None or not spec.options.keep_records  # records leave memory as they are written
         self.flush_every = spec.options.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
         self.flushed = 0  # episodes written to the stream
@@ -69,7 +74,8 @@ class RunEvents:
         if evaluator is not None:
             eval_stream = None
             if spec.exp_dir is not None and spec.options.dump_metrics:
-                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
+                eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1,
+                                                    resume_at=self.outputs.get("evaluations"))
             self.evals = RunEvaluations(evaluator, spec.options.eval_freq, self.by_episode, eval_stream, self.callback,
                                         f"{spec.tag_prefix}run_{spec.run_idx}", spec.options.checkpoint_freq is not None,
                                         progress)
@@ -83,7 +89,7 @@ class RunEvents:
         self.each_episode = (self.log_episodes and self.log_series is None) or self.evals is not None \
             or self.checkpoint_freq is not None or self.hook_episodes
 
-    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
+    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> bool:
         count = len(returns)
         self.episodes = first_index + count - 1
         if self.log_series is not None:
@@ -107,6 +113,7 @@ class RunEvents:
         if self.hooks is not None:
             self.hooks.ctx.episodes = self.episodes
             self.hooks.raise_if_stopped(global_step)
+        return self.snapshot_due
 
     def _on_episode(self, index: int, ep_return: float, length: int, global_step: int) -> None:
         if self.log_episodes and self.log_series is None:  # a callback without series(): one call a value
@@ -183,8 +190,59 @@ class RunEvents:
         if hasattr(self.agent, "save"):
             path = os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label))
             self.agent.save(path)
+            self.snapshot_due = label != "Last"  # a periodic checkpoint: a full one at the end of the step
             if self.hooks is not None:
                 self.hooks.on_checkpoint(path)
+
+    def snapshot(self, loop: LoopState) -> None:
+        """Write the run's full checkpoint (see :mod:`online_trainer.core.resume`) at this step boundary.
+
+        Raises:
+            Preempted: when the checkpoint was asked for by a preemption signal: the run ends as interrupted.
+        """
+        self.snapshot_due = False
+        if self.spec.exp_dir is not None and callable(getattr(self.agent, "save", None)):
+            resume.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
+        if self.preempted:
+            raise resume.Preempted(self.spec.run_idx, loop.global_step)
+
+    def _full_state(self, loop: LoopState) -> dict[str, Any]:
+        spec = self.spec
+        self.flush()
+        outputs = {"metrics": None if self.stream is None else self.stream.position(),
+                   "evaluations": None if self.evals is None or self.evals.stream is None
+                   else self.evals.stream.position()}
+        checkpoint = getattr(self.callback, "checkpoint", None)
+        if callable(checkpoint):
+            outputs["callback"] = checkpoint(f"{spec.tag_prefix}run_{spec.run_idx}")
+        return {
+            "run": spec.run_idx, "seed": spec.seed, "num_envs": self.tracker.num_envs, "loop": loop,
+            "tracker": resume.tracker_bytes(self.tracker, keep_table=self.stream is None),
+            "events": self.state_dict(),
+            "agent": resume.agent_state(self.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoint_buffers),
+            "env": resume.env_bytes(self.env), "rng": resume.global_rng_state(), "outputs": outputs,
+            "elapsed": time.perf_counter() - self.tracker.start_time,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The schedules and state of the run's handlers, for a full checkpoint."""
+        return {
+            "flushed": self.flushed, "next_flush": self.next_flush, "next_checkpoint": self.next_checkpoint,
+            "next_tick": self.next_tick, "shown_steps": self.shown_steps, "best_return": self.best_return,
+            "best_state": self.best_state, "episodes": self.episodes, "last_returns": self.last_returns,
+            "evals": None if self.evals is None else self.evals.state_dict(),
+            "hooks": None if self.hooks is None else self.hooks.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (a resumed run)."""
+        for name in ("flushed", "next_flush", "next_checkpoint", "next_tick", "shown_steps", "best_return",
+                     "best_state", "episodes", "last_returns"):
+            setattr(self, name, state[name])
+        if self.evals is not None and state["evals"] is not None:
+            self.evals.load_state_dict(state["evals"])
+        if self.hooks is not None and state["hooks"] is not None:
+            self.hooks.load_state_dict(state["hooks"])
 
     def finish(self, completed: bool, global_step: int) -> None:
         """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
@@ -211,6 +269,8 @@ class RunEvents:
                 self.best_state = None if best is None else self.serialised(best)
             if self.best_state is not None:
                 storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
+        if completed and self.spec.exp_dir is not None:  # it will not be resumed
+            storage.resume_path(self.spec.exp_dir, self.spec.run_idx).unlink(missing_ok=True)
         if completed and self.hooks is not None:
             self.hooks.ctx.global_step = global_step
             self.hooks.end()

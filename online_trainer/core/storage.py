@@ -52,6 +52,8 @@ EXPERIMENT_PATTERNS = (
     "Run*_S*",
     "Run*_Last*",
     "Run*_Best_agent.t",
+    "Run*_Resume.pkl",
+    "Run*_Resume_agent*",
     "events.out.tfevents.*",
     "*.jsonl",
     # the sinks of online_trainer.callbacks: CSV files, the MLflow store and run ids, W&B's files and run ids
@@ -81,6 +83,11 @@ def evaluations_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
 def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Path:
     """Path prefix handed to ``agent.save``: ``Run{i}_{label}`` (``E10``, ``S5000``, ``Last``)."""
     return Path(exp_dir) / f"Run{run_idx}_{label}"
+
+
+def resume_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of run ``run_idx``'s full checkpoint: what continuing it needs (see :mod:`online_trainer.core.resume`)."""
+    return Path(exp_dir) / f"Run{run_idx}_Resume.pkl"
 
 
 def best_agent_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
@@ -160,13 +167,33 @@ class MetricsStream:
     pickled from its columns (:meth:`online_trainer.core.records.EpisodeTable.chunk`) and
     written with :meth:`write`; other records are buffered with :meth:`append`, ``flush_every``
     to a chunk.
+
+    Args:
+        path: the stream file.
+        flush_every: records buffered by :meth:`append` per chunk.
+        resume_at: continue the stream of a resumed run: the file is cut to this size (its
+            :meth:`position` at the checkpoint) and appended to. None creates a new file.
     """
 
-    def __init__(self, path: str | os.PathLike, flush_every: int = 10) -> None:
+    def __init__(self, path: str | os.PathLike, flush_every: int = 10, resume_at: int | None = None) -> None:
         self.path = Path(path)
         self.flush_every = flush_every
         self._buffer: list[dict[str, Any]] = []
-        self._file: BinaryIO = open(self.path, "xb", buffering=0)
+        if resume_at is None:
+            self._file: BinaryIO = open(self.path, "xb", buffering=0)
+        else:
+            size = self.path.stat().st_size if self.path.exists() else 0
+            if size < resume_at:
+                raise ValueError(f"{self.path} holds {size} bytes, fewer than the {resume_at} its run's checkpoint "
+                                 "recorded: the stream was changed since; the run cannot continue from it.")
+            self._file = open(self.path, "r+b" if self.path.exists() else "xb", buffering=0)
+            self._file.truncate(resume_at)
+            self._file.seek(resume_at)
+
+    def position(self) -> int:
+        """The stream's size with everything buffered written: where a resumed run continues it."""
+        self.flush()
+        return self._file.tell()
 
     def append(self, record: dict[str, Any]) -> None:
         """Buffer one record, writing a chunk when ``flush_every`` are buffered."""

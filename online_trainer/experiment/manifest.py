@@ -119,13 +119,15 @@ class Experiment:
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
 
     def runs(self, keep_records: bool) -> list[list[dict[str, Any]] | None]:
-        """Records per run: from memory for runs done now, from disk for runs done before."""
+        """Records per run: from memory for runs done now, from disk for runs done before (or resumed now)."""
         runs: list[list[dict[str, Any]] | None] = []
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
-            if result is not None or not keep_records:
-                runs.append(as_records(result.records) if result is not None else None)
-            elif entry["status"] in COMPLETED and self.exp_dir is not None:
+            if result is not None and result.records is not None:
+                runs.append(as_records(result.records))
+            elif not keep_records or result is not None and result.status not in COMPLETED:
+                runs.append(None)
+            elif entry["status"] in COMPLETED and self.exp_dir is not None:  # done earlier, or resumed now
                 runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
             else:
                 runs.append(None)
@@ -168,24 +170,6 @@ class Experiment:
             for table in tables:
                 if isinstance(table, EpisodeTable):
                     table.release_chunks()  # written: the memory goes back
-
-
-def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
-    """Runs of an earlier manifest to do (again): all but those finished with their stream on disk.
-
-    The caller holds the experiment's lock: runs the manifest says are ``running`` were cut off
-    with their writer, and are marked ``interrupted`` (in place) until they start again.
-    """
-    ownership.settle_running(exp_dir, manifest, owned=True)
-    todo = []
-    for entry in manifest["runs"]:
-        if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, entry["run"]).is_file():
-            continue
-        todo.append(entry["run"])
-        stream = storage.metrics_path(exp_dir, entry["run"])
-        if stream.exists():
-            os.remove(stream)  # the partial stream of a run that will run again from the start
-    return todo
 
 
 def remove_created(created: Sequence[Path]) -> None:

@@ -26,7 +26,8 @@ from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.options import RunOptions
 from online_trainer.core.run import RunSpec
-from online_trainer.experiment.manifest import Experiment, remove_created
+from online_trainer.experiment import resuming
+from online_trainer.experiment.manifest import Experiment, prepare_exp_dir, remove_created
 from online_trainer.parallel import base, executors
 from online_trainer.parallel.base import ExecutionOptions
 
@@ -47,12 +48,17 @@ class RunnerParts:
     eval_env_factory: EnvFactory | None = None
     """The eval env (None: the training env's factory, called once more per run)."""
 
-    def check_travel(self, execution: ExecutionOptions) -> None:
-        """Check, without calling anything, that what runs need can be sent to worker processes."""
+    def check_travel(self, execution: ExecutionOptions, options: RunOptions | None = None) -> None:
+        """Check, without calling anything, that what runs need (``options``' hooks and frames trigger
+        too) can be sent to worker processes."""
         if execution.in_workers:
             base.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                       "trainer.call_back": self.callback,
-                                       "eval_env": getattr(self.eval_env_factory, "source", None)})
+                                  "trainer.call_back": self.callback,
+                                  "eval_env": getattr(self.eval_env_factory, "source", None)})
+            if options is not None and callable(options.frames_trigger):
+                base.check_picklable({"frames_trigger": options.frames_trigger})
+            if options is not None and options.hooks:
+                base.check_picklable({"hooks": options.hooks})
 
     def copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
         """Whether each run takes a copy of the agent instance (several runs in this process)."""
@@ -73,7 +79,7 @@ class RunnerParts:
 
 def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int], exp_dir: Path | None,
               tuning_hp: dict[str, Any] | None = None, copy_agent: bool = False, label: str = "",
-              tag_prefix: str = "", first_task_id: int = -1) -> list[RunSpec]:
+              tag_prefix: str = "", first_task_id: int = -1, resume: bool = False) -> list[RunSpec]:
     """The specs of the runs ``seeds`` (run number -> seed) of one experiment.
 
     Args:
@@ -86,6 +92,7 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
         label: put before ``run {i}`` on the progress display (a sweep's configuration).
         tag_prefix: put before ``run_{i}`` in callback tags.
         first_task_id: ids for the executors when several experiments run together (-1: the run number).
+        resume: each run continues from its full checkpoint when it has one.
     """
     specs = []
     for offset, (run, seed) in enumerate(seeds.items()):
@@ -94,9 +101,30 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
             options=options, callback=parts.callback, train=parts.train, copy_agent=copy_agent, tuning_hp=tuning_hp,
             exp_dir=None if exp_dir is None else os.fspath(exp_dir), eval_env_factory=parts.eval_env_factory,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
-            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
+            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix, resume=resume,
         ))
     return specs
+
+
+def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None, fields: dict[str, Any],
+                   options: RunOptions, parts: RunnerParts, created: list[Path], *, resume: bool = False,
+                   overwrite: bool = False, inputs: Mapping[str, str | None] | None = None,
+                   ) -> tuple[dict[str, Any], dict[int, int]]:
+    """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
+
+    A new experiment: an earlier one in ``exp_dir`` is refused (or removed with ``overwrite``),
+    ``inputs`` are written (appended to ``created``) and every run is pending. With ``resume``: the
+    experiment's own manifest, checked against this call, and the runs left (see
+    :mod:`online_trainer.experiment.resuming`).
+    """
+    call = resuming.call_record(options, fields.get("tuning_hp"), parts.train)
+    if resume:
+        return resuming.resumed_manifest(exp_dir, num_runs, seed_offset, call, parts.callback)
+    if exp_dir is not None:
+        created += prepare_exp_dir(exp_dir, overwrite, dict(inputs or {}))
+    manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
+                                       {**fields, resuming.CALL_KEY: call})
+    return manifest, dict(enumerate(manifest["seeds"], start=1))
 
 
 def base_seed(seed_offset: int | None) -> int:

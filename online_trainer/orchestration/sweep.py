@@ -30,7 +30,8 @@ import yaml
 from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
-from online_trainer.experiment.manifest import Experiment, pending_runs
+from online_trainer.experiment.manifest import Experiment
+from online_trainer.experiment.resuming import CALL_KEY, call_record, rewind_outputs, runs_left
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions
@@ -137,13 +138,16 @@ def run_sweep(
     checkpoint_freq: int | None = None,
     execution: ExecutionOptions = ExecutionOptions(),
     hooks: Sequence[Any] | None = None,
+    resume: bool = False,
+    checkpoint_buffers: bool = False,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                         keep_agents=False, hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+                         keep_agents=False, hooks=tuple(hooks) if isinstance(hooks, list) else hooks,
+                         checkpoint_buffers=bool(checkpoint_buffers))
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
@@ -159,7 +163,7 @@ def run_sweep(
     with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
         seed = _sweep_seed(root, seed_offset, options.budget, created)
         experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
-                                   options, copy_agent, created)
+                                   options, copy_agent, created, resume)
         execute_experiments(experiments, execution, parts.callback, pool, created)
 
     ranking = rank(root, names, metric, last_k)
@@ -172,7 +176,7 @@ def run_sweep(
 
 def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
           seed: int, fields: dict[str, Any], options: RunOptions, copy_agent: bool,
-          created: list[Path]) -> tuple[list[Experiment], list[str]]:
+          created: list[Path], resume: bool = False) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names.
 
     Directories and files made here are appended to ``created``.
@@ -185,10 +189,12 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
         exp_dir = root / name
         if not exp_dir.exists():
             created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
-        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed, fields, options.budget)
+        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed,
+                                 {**fields, CALL_KEY: call_record(options, config, parts.train)}, parts.callback,
+                                 f"{name}/", resume)
         seeds = {run: manifest["seeds"][run - 1] for run in todo}
         specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
-                          first_task_id=task_id)
+                          first_task_id=task_id, resume=resume)
         task_id += len(specs)
         manifest[ownership.LOCK_KEY] = os.path.relpath(root / LOCK_FILE, exp_dir)  # the sweep's lock covers it
         experiments.append(Experiment(exp_dir, manifest, specs))
@@ -220,11 +226,14 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[
 
 
 def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, seed: int,
-            fields: dict[str, Any], budget: Any) -> tuple[dict[str, Any], list[int]]:
-    """The manifest of a configuration's experiment and the runs still to do."""
+            fields: dict[str, Any], callback: Any, tag_prefix: str, resume: bool) -> tuple[dict[str, Any], list[int]]:
+    """The manifest of a configuration's experiment and the runs still to do (with ``resume``, runs cut off
+    continue from their full checkpoints; else they start again); the callback's files are cut back."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
-        todo = pending_runs(manifest, exp_dir)
+        left = runs_left(manifest, exp_dir, continue_runs=resume)
+        rewind_outputs(callback, manifest, left, tag_prefix)
+        todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
         for entry in extra["runs"][len(manifest["runs"]):]:
             manifest["runs"].append(entry)

@@ -16,9 +16,9 @@ from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
-from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import base, executors
+from online_trainer.experiment.manifest import Experiment
+from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, plan_runs, start_manifest
+from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ class OnlineTrainer:
         hooks: Sequence[Any] | None = None,
         stats_window: int = 100,
         stats_every_steps: int | None = None,
+        resume: bool = False,
+        checkpoint_buffers: bool = False,
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -203,6 +205,9 @@ class OnlineTrainer:
                 :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
             stats_window: episodes in the rolling means logged under ``stats/run_{i}`` (see RunOptions).
             stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
+            resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
+                checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes".
+            checkpoint_buffers: put replay buffers in the full checkpoints, so off-policy runs resume exactly.
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -222,34 +227,28 @@ class OnlineTrainer:
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
                              eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
                              hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
-                             stats_every_steps=stats_every_steps)
+                             stats_every_steps=stats_every_steps, checkpoint_buffers=bool(checkpoint_buffers))
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
-        parts.check_travel(execution)
-        if execution.in_workers and callable(options.frames_trigger):
-            base.check_picklable({"frames_trigger": options.frames_trigger})
-        if execution.in_workers and options.hooks:
-            base.check_picklable({"hooks": options.hooks})
+        parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
+        validation.needs_exp_dir(self.exp_dir, resume=resume)
+        fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp}
         with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
-            if self.exp_dir is not None:
-                created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
-            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
-                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp})
-            seeds = dict(enumerate(manifest["seeds"], start=1))
-            specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
+            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, fields, options, parts, created,
+                                             resume=resume, overwrite=overwrite, inputs=self._inputs())
+            specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
             execute_experiments([experiment], execution, parts.callback, pool, created)
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
                 experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
-        self.agents = experiment.agents()
-        self.evaluations = experiment.evaluations()
+        self.agents, self.evaluations = experiment.agents(), experiment.evaluations()
         self._eval_env_factory = parts.eval_env_factory
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
@@ -262,8 +261,7 @@ class OnlineTrainer:
 
     def _inputs(self) -> dict[str, str | None]:
         """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
-        return {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
-                storage.ARGS_FILE: self.args_yaml}
+        return {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
 
     def sweep(
         self,
@@ -285,6 +283,8 @@ class OnlineTrainer:
         torch_threads: int | None = None,
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
+        resume: bool = False,
+        checkpoint_buffers: bool = False,
     ) -> "pd.DataFrame":
         """Run every configuration over ``num_runs`` seeds and rank the configurations.
 
@@ -310,6 +310,8 @@ class OnlineTrainer:
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
             execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
                 ``progress``, ...; all (configuration x seed) runs share the pool.
+            resume: runs cut off continue from their full checkpoints (else they start again).
+            checkpoint_buffers: as in :meth:`multi_run`.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
@@ -329,7 +331,7 @@ class OnlineTrainer:
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution, hooks)
+                         checkpoint_freq, execution, hooks, resume, checkpoint_buffers)
 
     def evaluate(
         self,

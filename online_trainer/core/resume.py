@@ -1,0 +1,210 @@
+"""Full checkpoints: everything a run needs to continue exactly where it stood.
+
+A full checkpoint (``Run{i}_Resume.pkl``, replaced atomically each time) is written at a step
+boundary: after the env step whose handlers ran (episodes closed, evaluations and checkpoints
+due done), before the agent acts on the next observation. It holds:
+
+- ``loop``: the loop's position (:class:`~online_trainer.core.loop.LoopState`: global step,
+  episodes, the observation to act on);
+- ``tracker``: the episodes in progress of every sub-env (return, length, actions, logs);
+- ``events``: the schedules and state of the run's event handlers and hooks;
+- ``agent``: the agent's ``save()`` (with its replay buffer when ``checkpoint_buffers``);
+- ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
+  or MuJoCo envs); None otherwise;
+- ``rng``: the global generators of ``random``, ``numpy`` and ``torch``, for agents that use them;
+- ``outputs``: where the metrics and evaluation streams and the callback's files stood.
+
+Resuming with the env in the checkpoint gives the records an uninterrupted run would have
+given (but ``wall_time``), when the agent's ``save``/``load`` hold its full state (the
+reference agents' do). Without it, the env restarts from a reset seeded from the run's seed
+and the resume point (:func:`restart_seed`); episodes in progress are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from online_trainer.core import seeding, storage
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 1
+
+
+def global_rng_state() -> dict[str, Any]:
+    """The state of the process-wide generators (``random``, ``numpy.random``, ``torch`` when imported)."""
+    torch = sys.modules.get("torch")
+    return {"random": random.getstate(), "numpy": np.random.get_state(),
+            "torch": None if torch is None else torch.get_rng_state()}
+
+
+def set_global_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`global_rng_state` returned."""
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    if state.get("torch") is not None:
+        import torch
+
+        torch.set_rng_state(state["torch"])
+
+
+def env_bytes(env: Any) -> bytes | None:
+    """``env`` pickled, or None when it does not pickle (an ``AsyncVectorEnv``, an env holding a window or a lock)."""
+    if hasattr(env, "processes") or hasattr(env, "parent_pipes"):  # an AsyncVectorEnv: its sub-envs live elsewhere
+        return None
+    try:
+        return cloudpickle.dumps(env)
+    except Exception as exc:  # anything can fail in a user's env's pickling
+        logger.debug("the env does not pickle (%s: %s): a resumed run restarts it from a reset", type(exc).__name__, exc)
+        return None
+
+
+def restart_seed(run_seed: int, global_step: int) -> int:
+    """The seed of the reset that restarts a resumed run's env when the env was not in the checkpoint."""
+    sequence = np.random.SeedSequence([run_seed, global_step, 0x726573756D65])  # apart from every other stream
+    return int(sequence.generate_state(1, dtype=np.uint32)[0] % (2**31 - seeding.SEED_STRIDE))
+
+
+HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
+
+
+def write(exp_dir: str, run_idx: int, state: dict[str, Any]) -> None:
+    """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
+
+    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts), which the
+    parent reads to cut outputs back, then the whole state.
+    """
+    loop = state["loop"]
+    header = {"format": FORMAT, **{key: state[key] for key in HEADER_KEYS},
+              "global_step": loop.global_step, "episodes": loop.episodes}
+
+    def dump(file: Any) -> None:
+        pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
+        cloudpickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
+
+    storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[str, Any] | None:
+    """Run ``run_idx``'s full checkpoint (or only its header), or None when it has none.
+
+    Raises:
+        ValueError: the file was written by another format version.
+    """
+    path = storage.resume_path(exp_dir, run_idx)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as file:
+        header = pickle.load(file)
+        if header.get("format") != FORMAT:
+            raise ValueError(f"{path} was written by another version of online_trainer (format "
+                             f"{header.get('format')!r}, this one reads {FORMAT}): the run cannot continue from it; "
+                             "remove it to start the run again.")
+        return header if header_only else pickle.load(file)
+
+
+class Preempted(KeyboardInterrupt):
+    """A run wrote a full checkpoint on a preemption signal (SIGTERM, SIGUSR1) and stopped: it is ``interrupted``,
+    and resuming continues it from there."""
+
+    def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
+        where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
+        super().__init__(f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or "
+                         "`online-trainer resume EXP_DIR`")
+
+
+def tracker_bytes(tracker: Any, keep_table: bool) -> bytes:
+    """The episode tracker pickled; without ``keep_table`` its records stay out (they are in the metrics stream)."""
+    if keep_table:
+        return cloudpickle.dumps(tracker)
+    table = tracker.table
+    held = type(table)(table.agent_seed)
+    held.first = table.count
+    held.release_chunks()  # it does not start at the run's first record
+    tracker.table = held
+    try:
+        return cloudpickle.dumps(tracker)
+    finally:
+        tracker.table = table
+
+
+def agent_state(agent: Any, exp_dir: str, run_idx: int, buffers: bool) -> dict[str, Any]:
+    """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
+    save = agent.save
+    state = save(buffers=True) if buffers and accepts_buffers(save) else save()
+    if state is not None:
+        return {"state": state}
+    path = str(storage.checkpoint_path(exp_dir, run_idx, "Resume_agent"))
+    save(path)
+    return {"path": path}
+
+
+def accepts_buffers(save: Any) -> bool:
+    """Whether ``agent.save`` takes ``buffers=`` (the reference agents': replay buffers in the checkpoint or not)."""
+    import inspect
+
+    try:
+        return "buffers" in inspect.signature(save).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def load_agent(agent: Any, entry: dict[str, Any]) -> None:
+    """Restore what :func:`agent_state` saved."""
+    agent.load(entry["state"] if "state" in entry else entry["path"])
+
+
+def restored_env(saved: dict[str, Any] | None) -> Any:
+    """The env of a full checkpoint, as it was (None when there is no checkpoint or the env did not pickle)."""
+    if saved is None or saved["env"] is None:
+        return None
+    return cloudpickle.loads(saved["env"])
+
+
+def continue_run(saved: dict[str, Any], env: Any, agent: Any, seed: int) -> Any:
+    """Load the agent's state and return the :class:`~online_trainer.core.loop.LoopState` the run goes on from.
+
+    With the env in the checkpoint the loop goes on with the observation it was about to act
+    on; without, the env is reset with :func:`restart_seed` and episodes in progress are dropped.
+
+    Raises:
+        ValueError: the env has another number of sub-envs than the checkpoint's run.
+    """
+    from online_trainer.core.loop import LoopState
+
+    if env.num_envs != saved["num_envs"]:
+        raise ValueError(f"num_envs={env.num_envs}, but run {saved['run']} was checkpointed with "
+                         f"num_envs={saved['num_envs']}: resume with the env the experiment ran with.")
+    load_agent(agent, saved["agent"])
+    loop = saved["loop"]
+    if saved["env"] is not None:
+        return loop
+    restart = restart_seed(seed, loop.global_step)
+    logger.info("run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
+                "the episodes in progress were dropped", saved["run"], restart, loop.global_step)
+    obs, _ = env.reset(seed=restart)
+    return LoopState(loop.global_step, loop.episodes, obs)
+
+
+def restored_tracker(saved: dict[str, Any], fresh: Any) -> Any:
+    """The tracker of a full checkpoint when its env was kept; else ``fresh`` (a new tracker) numbering on from it."""
+    import time
+
+    if saved["env"] is not None:
+        tracker = pickle.loads(saved["tracker"])
+    else:
+        tracker = fresh
+        episodes = saved["loop"].episodes
+        held = pickle.loads(saved["tracker"]).table  # the records, when the checkpoint kept them
+        tracker.table = held
+        tracker.closed = tracker._finished = episodes
+    tracker.start_time = time.perf_counter() - saved["elapsed"]
+    return tracker

@@ -1,0 +1,131 @@
+"""Continuing an experiment that was cut off: the same call, the runs left, and outputs cut back.
+
+``multi_run(..., resume=True)``, ``sweep(..., resume=True)`` and ``online-trainer resume`` go
+through here, holding the experiment's lock: finished runs stay as they are; each other run
+that had started continues from its full checkpoint (``Run{i}_Resume.pkl``) when it has one,
+or starts again, its partial outputs removed. Every output of a run that continues is cut back
+to its checkpoint: the streams by the run itself, the callback's files here, before any run
+starts (:meth:`online_trainer.callbacks.CallBack.rewind`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from online_trainer.core import ownership, resume, storage
+from online_trainer.core.run import COMPLETED
+
+logger = logging.getLogger(__name__)
+
+CALL_KEY = "call"
+"""The manifest's record of what a resumed call must repeat (see :func:`call_record`)."""
+
+
+def call_record(options: Any, tuning_hp: Mapping[str, Any] | None, train: bool) -> dict[str, Any]:
+    """What the records of a run depend on besides its seed: a resumed call must give the same."""
+    return {"num_episodes": options.num_episodes, "total_steps": options.total_steps,
+            "checkpoint_freq": options.checkpoint_freq, "eval_freq": options.eval_freq,
+            "eval_episodes": options.eval_episodes if options.evaluate else None,
+            "tuning_hp": dict(tuning_hp or {}) or None, "train": bool(train)}
+
+
+def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
+                    call: Mapping[str, Any]) -> None:
+    """Raise when a resumed call differs from the one that made the experiment.
+
+    Raises:
+        ValueError: naming the first field that differs and both values.
+    """
+    def refuse(name: str, before: Any, now: Any) -> None:
+        raise ValueError(f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
+                         f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or "
+                         "start a new experiment (another exp_dir, or overwrite=True).")
+
+    if num_runs != manifest["num_runs"]:
+        refuse("num_runs", manifest["num_runs"], num_runs)
+    if base_seed is not None and base_seed != manifest["base_seed"]:
+        refuse("seed_offset", manifest["base_seed"], base_seed)
+    for name, before in manifest.get(CALL_KEY, {}).items():
+        if call.get(name) != before:
+            refuse(name, before, call.get(name))
+
+
+def read_manifest(exp_dir: Path) -> dict[str, Any]:
+    """The manifest of the experiment to resume.
+
+    Raises:
+        FileNotFoundError: there is none: nothing to resume.
+    """
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        raise FileNotFoundError(f"resume=True, but exp_dir={os.fspath(exp_dir)!r} holds no experiment (no "
+                                f"{storage.MANIFEST_FILE}): run it without resume first.")
+    return storage.read_manifest(exp_dir)
+
+
+def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True) -> dict[int, dict[str, Any] | None]:
+    """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
+
+    The caller holds the experiment's lock: runs the manifest says are ``running`` were cut
+    off with their writer, and are marked ``interrupted`` (in place). A run that starts again
+    loses its partial streams and its checkpoint.
+
+    Args:
+        manifest: the experiment's manifest.
+        exp_dir: the experiment directory.
+        continue_runs: continue runs from their full checkpoints (False: every run left starts again).
+    """
+    ownership.settle_running(exp_dir, manifest, owned=True)
+    left: dict[int, dict[str, Any] | None] = {}
+    for entry in manifest["runs"]:
+        run = entry["run"]
+        if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, run).is_file():
+            continue
+        header = resume.read(exp_dir, run, header_only=True) if continue_runs else None
+        left[run] = header
+        if header is None:
+            for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
+                         storage.resume_path(exp_dir, run)):
+                path.unlink(missing_ok=True)  # a run that starts again from its first step
+        else:
+            logger.info("run %d continues from its checkpoint at step %d (%d episodes)", run, header["global_step"],
+                        header["episodes"])
+    return left
+
+
+def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int, dict[str, Any] | None],
+                   tag_prefix: str = "") -> None:
+    """Cut the callback's files back to each run's checkpoint; remove every entry of a run that starts again.
+
+    Runs that never started wrote nothing and are skipped.
+    """
+    rewind = getattr(callback, "rewind", None)
+    if not callable(rewind):
+        return
+    for run, header in left.items():
+        if manifest["runs"][run - 1]["status"] == "pending" and header is None:
+            continue
+        rewind(f"{tag_prefix}run_{run}", None if header is None else header["outputs"].get("callback"))
+
+
+def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call: Mapping[str, Any],
+                     callback: Any) -> tuple[dict[str, Any], dict[int, int]]:
+    """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
+
+    Checks the call against the manifest, settles runs cut off, and cuts the callback's files
+    back (see :func:`runs_left`, :func:`rewind_outputs`).
+
+    Raises:
+        FileNotFoundError: no experiment in ``exp_dir``.
+        ValueError: the call differs from the experiment's (the field is named).
+    """
+    manifest = read_manifest(exp_dir)
+    check_same_call(exp_dir, manifest, num_runs, seed_offset, call)
+    left = runs_left(manifest, exp_dir)
+    rewind_outputs(callback, manifest, left)
+    done = manifest["num_runs"] - len(left)
+    logger.info("resume: %d runs finished earlier, %d continue from a checkpoint, %d start again", done,
+                sum(header is not None for header in left.values()), sum(header is None for header in left.values()))
+    return manifest, {run: manifest["seeds"][run - 1] for run in left}
