@@ -90,6 +90,7 @@ class RunContext:
         self.rng = np.random.default_rng([seed, 0x686F6F6B])  # apart from the env's and the agent's streams
         self.stop_reason: str | None = None
         self.resumed = False
+        self.preempt = False  # a preemption signal came: write a full checkpoint and stop (core.preemption)
         self.callback = callback
         """The run's logging callback (``callback(data, tag, step)``)."""
         self.run_tag = run_tag

@@ -20,6 +20,7 @@ from online_trainer.core.hooks import HookRunner, RunContext, StopRun
 from online_trainer.core.run_stats import RunStats
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.core.options import RunOptions
+from online_trainer.core.preemption import PreemptionWatch
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
@@ -298,15 +299,19 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
 
 
 def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[HookRunner | None, RunStats | None]:
-    """The run's hooks: the built-in :class:`RunStats` (when the callback logs), then a copy of each of the user's."""
+    """The run's hooks: the built-ins (:class:`RunStats` when the callback logs, :class:`PreemptionWatch` when the
+    run can write full checkpoints), then a copy of each of the user's."""
     options = spec.options
     stats = None
     if not isinstance(callback, EmptyCallBack):
         stats = RunStats(options.stats_window, options.stats_every_steps)
-    if stats is None and not options.hooks:
+    builtin = () if stats is None else (stats,)
+    if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
+        builtin += (PreemptionWatch(),)  # a preemption signal is answered with a full checkpoint
+    if not builtin and not options.hooks:
         return None, None
     ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
-    return HookRunner(options.hooks, ctx, builtin=() if stats is None else (stats,)), stats
+    return HookRunner(options.hooks, ctx, builtin=builtin), stats
 
 
 def _env_id(env: Any) -> str | None:

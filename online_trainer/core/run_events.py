@@ -169,6 +169,8 @@ class RunEvents:
         if self.hooks is not None:
             if global_step >= self.hooks.next_step:
                 self.hooks.on_steps(global_step)
+                if self.hooks.ctx.preempt:
+                    self.snapshot_due = self.preempted = True
             self.hooks.raise_if_stopped(global_step)
             next_hook = self.hooks.next_step
         return min(self.next_tick, self.next_checkpoint, next_eval, next_hook, self.spec.budget.max_steps)

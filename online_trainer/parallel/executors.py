@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Sequence
 
+from online_trainer.core import preemption
 from online_trainer.core.progress import NoProgress, ProgressDisplay
 from online_trainer.core.run import RunSpec
 from online_trainer.parallel.base import ExecutionOptions, ResultHandler, StartHandler, no_start
@@ -54,8 +55,10 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             executor.run(specs, display, on_result, on_start)
         elif options.num_workers > 1:
             pool = pool or shared_pool(options.num_workers, options.start_method, options.torch_threads)
-            pool.run(specs, display, on_result, on_start)
+            with preemption.handling(forward=pool.signal_running):
+                pool.run(specs, display, on_result, on_start)
         else:
-            run_serial(specs, display, on_result, on_start)
+            with preemption.handling():
+                run_serial(specs, display, on_result, on_start)
     finally:
         display.close_all()

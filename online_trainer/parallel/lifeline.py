@@ -33,7 +33,7 @@ import signal
 import sys
 import threading
 from multiprocessing.connection import Connection
-from typing import NoReturn
+from typing import Any, NoReturn
 
 WATCH_INTERVAL = 0.25  # seconds between the watcher's checks of the parent pid
 _PR_SET_PDEATHSIG = 1
@@ -144,3 +144,32 @@ def _watch(reader: Connection, owner_pid: int, parent: int) -> None:
         ready, _, _ = select.select(watched, [], [], WATCH_INTERVAL)
         if ready or os.getppid() != parent:
             die_orphaned()
+
+
+def has_exited(process: Any) -> bool:
+    """Whether ``process`` exited, even when something else reaped it (``os.wait``, psutil, SIGCHLD ignored).
+
+    A child reaped elsewhere looks alive to multiprocessing for ever; its pid is gone, though.
+    """
+    if not process.is_alive():
+        return True
+    try:
+        os.kill(process.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL (exit code -9)``."""
+    if exitcode is None:
+        return "exited (its exit code is unknown: something else in this process reaped it)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name} (exit code {exitcode})"
+    return f"exited with code {exitcode}"

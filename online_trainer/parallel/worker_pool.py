@@ -30,10 +30,12 @@ from typing import Any, Sequence
 
 import cloudpickle
 
+from online_trainer.core import preemption
 from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.resume import Preempted
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
-from online_trainer.parallel.lifeline import Lifeline, held_write_ends
+from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
 from online_trainer.parallel.worker_process import worker_main
 
 logger = logging.getLogger(__name__)
@@ -60,35 +62,6 @@ class _Worker:
 
     def __post_init__(self) -> None:
         self.waited = {self.conn, self.process.sentinel}
-
-
-def has_exited(process: Any) -> bool:
-    """Whether ``process`` exited, even when something else reaped it (``os.wait``, psutil, SIGCHLD ignored).
-
-    A child reaped elsewhere looks alive to multiprocessing for ever; its pid is gone, though.
-    """
-    if not process.is_alive():
-        return True
-    try:
-        os.kill(process.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """``exited with code 3`` or ``was killed by SIGKILL (exit code -9)``."""
-    if exitcode is None:
-        return "exited (its exit code is unknown: something else in this process reaped it)"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        return f"was killed by {name} (exit code {exitcode})"
-    return f"exited with code {exitcode}"
 
 
 class _Call:
@@ -194,6 +167,8 @@ class WorkerPool:
         try:
             self.start(len(specs))
             while call.pending:
+                if preemption.requested() and not self._busy():  # every run out checkpointed and stopped
+                    raise Preempted()
                 self._dispatch(call)
                 if not self.workers:
                     self._fail_unstarted(call)
@@ -209,8 +184,19 @@ class WorkerPool:
             self.stop()
             raise
 
+    def signal_running(self, signum: int) -> None:
+        """Pass a preemption signal on to the workers with a run (as SIGUSR1: each checkpoints its run and stops it)."""
+        for worker in list(self.workers.values()):
+            if worker.spec is not None:
+                try:
+                    os.kill(worker.process.pid, signal.SIGUSR1)
+                except (ProcessLookupError, TypeError):
+                    pass
+
     def _dispatch(self, call: _Call) -> None:
-        """Send waiting runs to idle workers; start workers for the slots left empty."""
+        """Send waiting runs to idle workers (none once a preemption signal came); start workers for empty slots."""
+        if preemption.requested():
+            return
         for slot in range(min(self.num_workers, len(call.waiting) + self._busy())):
             if slot not in self.workers and call.waiting and not call.start_failures:
                 self._spawn(slot)

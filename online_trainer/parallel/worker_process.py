@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import os
 import pickle
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -33,7 +34,9 @@ from typing import NoReturn
 
 import cloudpickle
 
+from online_trainer.core import preemption
 from online_trainer.core.progress import QueueProgress
+from online_trainer.core.resume import Preempted
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
 from online_trainer.parallel.base import failed_result, limit_torch_threads
 from online_trainer.parallel.lifeline import die_orphaned, guard
@@ -120,6 +123,9 @@ def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     """Run ``spec``; an exception (a full disk included) becomes a failed result naming it."""
     try:
         result = execute_run(spec, progress)
+    except Preempted as exc:  # it wrote a full checkpoint and stopped: the worker stays
+        result = failed_result(spec, exc)
+        result.status = "interrupted"
     except Exception as exc:
         result = failed_result(spec, exc)
     except SystemExit as exc:
@@ -170,6 +176,7 @@ def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_si
         inherited_write_ends: lifeline write ends copied into this process by fork.
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
+    signal.signal(signal.SIGUSR1, preemption.request)  # the pool passes a preemption signal on as SIGUSR1
     limit_torch_threads(torch_threads)
     channel = PipeChannel(conn)
     progress = QueueProgress(channel)
