@@ -50,6 +50,7 @@ def _lazy(module: str, name: str):
 
 
 run_command = _lazy("online_trainer.cli.run", "run_command")
+resume_command = _lazy("online_trainer.cli.resume", "resume_command")
 show_command = _lazy("online_trainer.cli.report", "show_command")
 report_command = _lazy("online_trainer.cli.report", "report_command")
 compare_command = _lazy("online_trainer.cli.compare", "compare_command")
@@ -74,6 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("overrides", metavar="KEY=VALUE", nargs="*", help="config overrides, applied in order")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     run.set_defaults(handler=run_command)
+
+    resume = commands.add_parser(
+        "resume", help="continue an experiment of 'run' that was cut off (killed, preempted, failed)",
+        description="Keep the finished runs of EXP_DIR; continue every other run from its full checkpoint "
+                    "(written every checkpoint_freq steps and on SIGTERM/SIGUSR1), or start it again when it "
+                    "has none. Outputs are cut back to the checkpoint first, so nothing is written twice.")
+    resume.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'online-trainer run'")
+    resume.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    resume.set_defaults(handler=resume_command)
 
     show = commands.add_parser("show", help="print the final-performance table of an experiment on disk",
                                description="Print each run's final return and the mean, median and IQM "

@@ -179,6 +179,8 @@ class WorkerPool:
                         self._receive(worker, call)
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
+            if preemption.requested():
+                raise Preempted()
         except BaseException:
             self.broken = True
             self.stop()

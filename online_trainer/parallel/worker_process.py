@@ -161,6 +161,17 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
         channel.put(("result", pickle.dumps(failed_result(spec, reason))))
 
 
+_RUNNING = [False]  # whether this worker is executing a run
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM during a run (a cluster preempting the whole job) checkpoints it, as SIGUSR1 does; else the worker leaves."""
+    if _RUNNING[0]:
+        preemption.request(signum, frame)
+    else:
+        raise SystemExit(128 + signum)
+
+
 def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int,
                 idle_timeout: float, inherited_write_ends: tuple[int, ...] = ()) -> None:
     """The body of a worker process: run what the parent sends until told to leave.
@@ -177,6 +188,7 @@ def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_si
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
     signal.signal(signal.SIGUSR1, preemption.request)  # the pool passes a preemption signal on as SIGUSR1
+    signal.signal(signal.SIGTERM, _on_sigterm)
     limit_torch_threads(torch_threads)
     channel = PipeChannel(conn)
     progress = QueueProgress(channel)
@@ -191,7 +203,11 @@ def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_si
             except Exception as exc:
                 channel.put(("error", f"{type(exc).__name__}: the run could not be unpickled in the worker: {exc}"))
                 continue
-            result = _execute(spec, progress)
+            _RUNNING[0] = True
+            try:
+                result = _execute(spec, progress)
+            finally:
+                _RUNNING[0] = False
             _send_result(channel, spec, result)
             spec = None
     except KeyboardInterrupt:
