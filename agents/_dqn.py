@@ -311,6 +311,8 @@ class DQNAgent(AgentBase):
             "optimizer": self.optimizer.state_dict(),
             "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
             "gradient_steps": self.gradient_steps_done,
+            # the report in progress, so that a resumed run logs the means an uninterrupted one logs
+            "report": [float(self._loss_sum), float(self._q_sum), self._n_logged],
         }
 
     def _load_state(self, state: dict[str, Any]) -> None:
@@ -319,4 +321,8 @@ class DQNAgent(AgentBase):
         self.optimizer.load_state_dict(state["optimizer"])
         self.buffer.load_state_dict(state["buffer"])
         self.gradient_steps_done = int(state["gradient_steps"])
+        if "report" in state:
+            loss_sum, q_sum, n_logged = state["report"]
+            self._loss_sum, self._q_sum = torch.tensor(loss_sum), torch.tensor(q_sum)
+            self._n_logged = int(n_logged)
         self._set_lr()

@@ -312,6 +312,8 @@ class SACAgent(AgentBase):
             "ent_optimizer": None if self.ent_optimizer is None else self.ent_optimizer.state_dict(),
             "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
             "gradient_steps": self.gradient_steps_done,
+            # the report in progress, so that a resumed run logs the means an uninterrupted one logs
+            "report": [{key: float(value) for key, value in self._stats.items()}, self._n_logged],
         }
 
     def _load_state(self, state: dict[str, Any]) -> None:
@@ -326,3 +328,6 @@ class SACAgent(AgentBase):
             self.ent_optimizer.load_state_dict(state["ent_optimizer"])
         self.buffer.load_state_dict(state["buffer"])
         self.gradient_steps_done = int(state["gradient_steps"])
+        if "report" in state:
+            stats, n_logged = state["report"]
+            self._stats, self._n_logged = {key: torch.tensor(value) for key, value in stats.items()}, int(n_logged)

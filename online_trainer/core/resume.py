@@ -84,7 +84,7 @@ def write(exp_dir: str, run_idx: int, state: dict[str, Any]) -> None:
     """
     loop = state["loop"]
     header = {"format": FORMAT, **{key: state[key] for key in HEADER_KEYS},
-              "global_step": loop.global_step, "episodes": loop.episodes}
+              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None}
 
     def dump(file: Any) -> None:
         pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)

@@ -89,7 +89,9 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
             for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
                          storage.resume_path(exp_dir, run)):
                 path.unlink(missing_ok=True)  # a run that starts again from its first step
-        else:
+        else:  # the resume point, in the manifest: where the records of a restarted env begin
+            entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
+                                     "env_restored": header["env_kept"]}
             logger.info("run %d continues from its checkpoint at step %d (%d episodes)", run, header["global_step"],
                         header["episodes"])
     return left

@@ -16,7 +16,7 @@ from online_trainer import OnlineTrainer
 from online_trainer.analysis.dataframes import load_episodes, load_runs
 from online_trainer.core.ownership import is_held, settle_running
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
-from online_trainer.experiment.manifest import pending_runs
+from online_trainer.experiment.resuming import runs_left
 from tests.conftest import RecordingAgent, make_counting_vec, record, write_experiment
 
 
@@ -78,7 +78,7 @@ def test_resuming_redoes_the_running_runs_and_marks_them_interrupted_until_they_
     exp_dir = hand_written(tmp_path)
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     with ExperimentLock(exp_dir):  # the resuming call holds the lock: the running runs' writer is gone
-        assert pending_runs(manifest, exp_dir) == [2, 3, 4]
+        assert list(runs_left(manifest, exp_dir)) == [2, 3, 4]
     assert [r["status"] for r in manifest["runs"]] == ["finished", "interrupted", "interrupted", "pending"]
     assert not (exp_dir / "metrics_run2.pkl").exists()  # its partial stream goes: it runs again from the start
     assert settle_running(exp_dir, {"runs": [{"run": 1, "status": "finished"}]}) == []

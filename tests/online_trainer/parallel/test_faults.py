@@ -37,7 +37,7 @@ from online_trainer.core.progress import NoProgress
 from online_trainer.core.run import RunSpec
 from online_trainer.core.storage import iter_metrics_chunks
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
-from online_trainer.experiment.manifest import pending_runs
+from online_trainer.experiment.resuming import runs_left
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -186,7 +186,7 @@ def check_truthful_manifest(exp: Path, counts: dict[str, int]) -> None:
     assert {r["run"]: r["status"] for r in episodes.attrs["runs"]} == expected
     assert set(episodes["status"]) <= {"finished", "interrupted"}
     with ExperimentLock(exp):
-        redo = pending_runs(json.loads((exp / "manifest.json").read_text()), exp)
+        redo = list(runs_left(json.loads((exp / "manifest.json").read_text()), exp))
     assert redo == [run for run, status in sorted(recorded.items()) if status != "finished"]
 
 

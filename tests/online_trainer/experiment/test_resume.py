@@ -1,0 +1,190 @@
+"""Resuming an interrupted experiment: the records, streams and sink files of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_evaluations
+from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
+from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
+from online_trainer.core import resume, storage
+from online_trainer.hooks import Hook
+
+COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
+
+
+class Crash(Hook):
+    """Raises ``error`` in run 1 at ``at`` env steps (a kill, from inside)."""
+
+    every_steps = 50
+
+    def __init__(self, at: int, error: type[BaseException] = KeyboardInterrupt) -> None:
+        self.at, self.error = at, error
+
+    def on_step(self, ctx) -> None:
+        if ctx.run == 1 and ctx.global_step >= self.at:
+            raise self.error(f"crash at step {ctx.global_step}")
+
+
+def cartpole(num_envs: int = 2, mode: str = "sync"):
+    return lambda: gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode=mode)
+
+
+AGENTS = {
+    "ppo": (cartpole(2), lambda env: PPOAgent(env, n_steps=64)),
+    "dqn": (cartpole(1), lambda env: DQNAgent(env, learning_starts=100, save_buffer=True)),
+    "q_learning": (lambda: gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync"),
+                   lambda env: QLearningAgent(env)),
+}
+
+
+def trainer(root, name, env, agent):
+    t = OnlineTrainer(env, agent, exp_dir=root / name)
+    t.call_back = MultiCallback([TBCallBack(root / name, flush_every=1), JsonlCallback(root / name / "log.jsonl")])
+    return t
+
+
+def tb_scalars(exp_dir):
+    acc = EventAccumulator(str(exp_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
+            if not tag.startswith(("stats/", "timing/"))}
+
+
+def jsonl(path):
+    with open(path) as file:
+        lines = [json.loads(line) for line in file]
+    return sorted((l["tag"], l["step"], json.dumps(l["values"], sort_keys=True)) for l in lines
+                  if not l["tag"].startswith(("stats/", "timing/")))
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn", "q_learning"])
+def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_path, name):
+    env, agent = AGENTS[name]
+    kw = dict(total_steps=1500, seed_offset=3, checkpoint_freq=300, eval_freq=500, eval_episodes=2, progress=False)
+    reference = trainer(tmp_path, "ref", env, agent).multi_run(2, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        trainer(tmp_path, "cut", env, agent).multi_run(2, hooks=[Crash(1000)], **kw)
+    manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["interrupted", "pending"]
+    header = resume.read(tmp_path / "cut", 1, header_only=True)
+    assert 900 <= header["global_step"] < 902 and header["env_kept"]  # at the checkpoint (2 sub-envs may overshoot)
+    resumed = trainer(tmp_path, "cut", env, agent).multi_run(2, resume=True, **kw)
+    for ref_run, run in zip(reference, resumed):
+        assert [{k: r[k] for k in COLUMNS[2:]} for r in ref_run] == [{k: r[k] for k in COLUMNS[2:]} for r in run]
+        assert all(np.array_equal(a["actions"], b["actions"]) for a, b in zip(ref_run, run))
+    ref_df, cut_df = load_episodes(tmp_path / "ref"), load_episodes(tmp_path / "cut")
+    assert ref_df[COLUMNS].equals(cut_df[COLUMNS])
+    assert load_evaluations(tmp_path / "ref")[["run", "global_step", "eval_return"]].values.tolist() == \
+        load_evaluations(tmp_path / "cut")[["run", "global_step", "eval_return"]].values.tolist()
+    assert tb_scalars(tmp_path / "ref") == tb_scalars(tmp_path / "cut")
+    assert jsonl(tmp_path / "ref" / "log.jsonl") == jsonl(tmp_path / "cut" / "log.jsonl")
+    assert not storage.resume_path(tmp_path / "cut", 1).exists()  # a finished run needs none
+
+
+def test_a_failed_run_resumes_from_its_checkpoint(tmp_path):
+    env, agent = AGENTS["ppo"]
+    kw = dict(total_steps=1200, seed_offset=5, checkpoint_freq=400, progress=False)
+    reference = OnlineTrainer(env, agent, exp_dir=tmp_path / "ref").multi_run(1, **kw)
+    with pytest.raises(RunsFailedError):
+        OnlineTrainer(env, agent, exp_dir=tmp_path / "cut").multi_run(1, hooks=[Crash(1000, RuntimeError)], **kw)
+    resumed = OnlineTrainer(env, agent, exp_dir=tmp_path / "cut").multi_run(1, resume=True, **kw)
+    assert [r["ep_return"] for r in reference[0]] == [r["ep_return"] for r in resumed[0]]
+    point = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())["runs"][0]["resumed_from"]
+    assert 800 <= point["global_step"] < 802 and point["env_restored"] is True
+    assert point["episodes"] == sum(r["global_step"] <= point["global_step"] for r in resumed[0])
+
+
+def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
+    env = cartpole(2, mode="async")
+    agent = lambda e: PPOAgent(e, n_steps=64)  # noqa: E731
+    kw = dict(total_steps=1500, seed_offset=9, checkpoint_freq=500, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, hooks=[Crash(1200)], **kw)
+    assert not resume.read(tmp_path, 1, header_only=True)["env_kept"]
+    run = OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, resume=True, **kw)[0]
+    indices, steps = [r["episode_index"] for r in run], [r["global_step"] for r in run]
+    assert indices == list(range(1, len(run) + 1))
+    assert steps == sorted(steps) and steps[-1] >= 1500
+    assert all(r["agent_seed"] == 9 for r in run)
+    entry = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"][0]
+    assert entry["status"] == "finished" and entry["resumed_from"]["env_restored"] is False
+    assert 1000 <= entry["resumed_from"]["global_step"] < 1002
+    assert resume.restart_seed(9, 1000) == resume.restart_seed(9, 1000) != resume.restart_seed(9, 500)
+
+
+@pytest.mark.parametrize("change,field", [({"total_steps": 2000}, "total_steps"), ({"seed_offset": 4}, "seed_offset"),
+                                          ({"checkpoint_freq": 500}, "checkpoint_freq"),
+                                          ({"tuning_hp": {"lr": 0.1}}, "tuning_hp")])
+def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp_path, change, field):
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], **kw)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    with pytest.raises(ValueError, match=rf"{field}=.*but this call has {field}="):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **{**kw, **change})
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after == before  # a refused call changes nothing
+
+
+def test_resume_without_an_experiment_says_so(tmp_path):
+    env, agent = AGENTS["q_learning"]
+    with pytest.raises(FileNotFoundError, match="resume=True, but exp_dir="):
+        OnlineTrainer(env, agent, exp_dir=tmp_path / "none").multi_run(1, total_steps=100, resume=True)
+    with pytest.raises(ValueError, match="resume=True writes into the experiment directory"):
+        OnlineTrainer(env, agent).multi_run(1, total_steps=100, resume=True)
+
+
+JOB = textwrap.dedent("""
+    import sys, gymnasium as gym
+    from online_trainer import OnlineTrainer
+    from online_trainer.agents import QLearningAgent, PPOAgent
+
+    def env():
+        return gym.make_vec("{env_id}", num_envs=2, vectorization_mode="sync")
+
+    def agent(e):
+        return {agent}(e)
+
+    if __name__ == "__main__":
+        exp, workers, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+        OnlineTrainer(env, agent, exp_dir=exp).multi_run(2, total_steps={steps}, seed_offset=11,
+            checkpoint_freq={every}, num_workers=workers, progress=False, resume=resume)
+""")
+
+
+def run_job(script, exp_dir, workers, resume_flag, **popen):
+    return subprocess.Popen([sys.executable, str(script), str(exp_dir), str(workers), resume_flag],
+                            cwd=script.parent, **popen)
+
+
+def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB.format(env_id="CartPole-v1", agent="PPOAgent", steps=60_000, every=20_000))
+    job = run_job(script, tmp_path / "cut", 1, "0", stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "cut" / "metrics_run1.pkl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0 and b"Preempted" in err
+    manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
+    assert manifest["runs"][0]["status"] == "interrupted"
+    header = resume.read(tmp_path / "cut", 1, header_only=True)
+    assert 0 < header["global_step"] < 20_000  # written at once, not at checkpoint_freq
+    assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=300) == 0
+    assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=300) == 0
+    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
