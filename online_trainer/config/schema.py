@@ -73,13 +73,22 @@ class EnvConfig:
     """``sync`` (all sub-envs in the run's process) or ``async`` (one process per sub-env)."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor (``gymnasium.make(id, **kwargs)``)."""
+    wrappers: list[Any] = dataclasses.field(default_factory=list)
+    """Single-env wrappers applied to each sub-env, in order: import paths (``minigrid.wrappers:ImgObsWrapper``)
+    or one-key mappings of an import path to its keyword arguments
+    (``{gymnasium.wrappers:ClipReward: {min_reward: -1, max_reward: 1}}``)."""
+    vector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the vector env class, not of the env (``{shared_memory: false}`` with ``async``)."""
 
     def __post_init__(self) -> None:
         _check_types(self, "env.")
         object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "wrappers", list(self.wrappers))
+        object.__setattr__(self, "vector_kwargs", dict(self.vector_kwargs))
         _check_positive("env.num_envs", self.num_envs)
         _check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         _check_env_id(self.id)
+        _check_wrappers(self.wrappers)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -214,8 +223,24 @@ def _check_env_id(env_id: str) -> None:
         return
     close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.6)
     hint = f"; close matches: {', '.join(close)}" if close else ""
+    from online_trainer.envs._wrappers import env_id_hint
+
+    package_hint = env_id_hint(env_id)
+    if package_hint:
+        raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry.{package_hint}")
     raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry{hint}. "
-                      "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'.")
+                      "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'; "
+                      "ids of other packages need their module first: 'module:Env-v0'.")
+
+
+def _check_wrappers(wrappers: list[Any]) -> None:
+    """Raise ConfigError naming the first entry of ``env.wrappers`` that cannot be imported or called so."""
+    from online_trainer.envs._wrappers import resolve_wrappers
+
+    try:
+        resolve_wrappers(wrappers)
+    except ValueError as exc:
+        raise ConfigError(f"env.{exc}") from exc
 
 
 def _union_args(hint: Any) -> tuple[Any, ...] | None:
@@ -239,6 +264,8 @@ def _matches(value: Any, hint: Any) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if typing.get_origin(hint) is dict or hint is dict:
         return isinstance(value, dict) and all(isinstance(key, str) for key in value)
+    if typing.get_origin(hint) is list or hint is list:
+        return isinstance(value, list)
     return isinstance(value, hint)
 
 
@@ -252,6 +279,8 @@ def type_name(hint: Any) -> str:
         return " or ".join(type_name(option) for option in options)
     if typing.get_origin(hint) is dict or hint is dict:
         return "a mapping with string keys"
+    if typing.get_origin(hint) is list or hint is list:
+        return "a list"
     if dataclasses.is_dataclass(hint):
         return f"a mapping with keys {', '.join(f.name for f in dataclasses.fields(hint))}"
     return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))

@@ -75,7 +75,7 @@ def test_wrappers_as_classes_and_class_kwargs_pairs_apply_to_each_sub_env():
     _, reward, *_ = env.step(np.ones(2, dtype=np.int64))
     assert reward.tolist() == [1.0, 1.0]
     env.close()
-    with pytest.raises(ValueError, match="Each wrapper must be a wrapper class or a .class, kwargs. pair"):
+    with pytest.raises(ValueError, match=r"wrappers\[0\]=42 is not a wrapper: give a wrapper class, an import path"):
         make_env(CORRIDOR_ID, wrappers=[42])
 
 

@@ -60,7 +60,8 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
         assert (exp_dir / name).is_file(), name
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     assert resolved == yaml.safe_load((exp_dir / "args.yaml").read_text())
-    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {}}
+    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {},
+                               "wrappers": [], "vector_kwargs": {}}
     assert resolved["exp_dir"] == "runs/tiny" and resolved["last_k"] == 10 and resolved["total_steps"] is None
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert manifest["seeds"] == [0, 10000] and [r["status"] for r in manifest["runs"]] == ["finished"] * 2
