@@ -53,6 +53,7 @@ from numpy.typing import ArrayLike
 
 from online_trainer.analysis.bootstrap import STATISTICS, GroupStreams, Seed, estimate, iqm
 from online_trainer.analysis.curves import curves
+from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.selection import (
     STATUS_COLUMN,
     GroupBy,
@@ -212,11 +213,15 @@ def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "fi
 
 def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
               group_by: GroupBy = None, strata: GroupBy = None, ci: float | None = 0.95,
-              n_resamples: int = 10_000, seed: Seed = 0, include_unfinished: bool = False) -> pd.DataFrame:
+              n_resamples: int = 10_000, seed: Seed = 0, include_unfinished: bool = False,
+              score: str | None = None) -> pd.DataFrame:
     """:func:`final_performance` followed by :func:`aggregate`: one row per group.
 
     The arguments are those of the two functions; ``strata`` columns are kept per run so
-    that :func:`aggregate` can resample within them.
+    that :func:`aggregate` can resample within them. ``score``: ``"return"`` summarises
+    ``ep_return``, ``"raw"`` the raw scores (``raw_return``, see
+    :func:`~online_trainer.analysis.scores.score_table`); None: ``df.attrs["score"]``, which
+    ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
         The table of :func:`aggregate` with one more column, ``num_excluded``: the runs
@@ -228,6 +233,7 @@ def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | N
         ValueError: As :func:`final_performance` and :func:`aggregate`.
     """
     require_columns(df, ["run", "ep_return"])
+    df = score_table(df, score)
     group_cols, strata_cols = group_and_strata(df, group_by, strata)
     kept, excluded = select_runs(df, include_unfinished)
     if kept.empty:

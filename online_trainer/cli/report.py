@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
 from online_trainer.analysis.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
+from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
 
@@ -97,7 +98,9 @@ def final_results(df: pd.DataFrame, last_k: int,
         ``global_step`` of its last episode), ``final_return``, ``status`` (when known) and
         ``left_out`` (bool); ``summary``: the table of :func:`online_trainer.analysis.stats.summarize`;
         ``excluded``: the runs left out (see :func:`online_trainer.analysis.selection.select_runs`).
+        Returns are raw scores for experiments run with ``score="raw"`` (``df.attrs["score"]``).
     """
+    df = score_table(df, None)
     kept, excluded = select_runs(df, include_unfinished, log=False)
     summary = summarize(df, last_k=last_k, ci=CI, include_unfinished=include_unfinished) if len(kept) else None
     runs = final_performance(df, last_k=last_k, include_unfinished=True)

@@ -107,6 +107,7 @@ def run_loop(
     valid, done = tracker.valid, tracker.done
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
+    raw = tracker.raw
     global_step = episodes = 0
     next_event = events.on_step_event(0)
     while True:
@@ -133,6 +134,8 @@ def run_loop(
             if last:
                 envs = envs[:int(max_episodes - episodes)]
             returns, lengths = close(envs, global_step, None if last else done)
+            if raw is not None:
+                raw(info, envs)
             events.on_episodes(episodes + 1, returns, lengths, global_step)
             episodes += len(envs)
             if last:
@@ -185,6 +188,7 @@ def _run_single(
     next_step = mode is AutoresetMode.NEXT_STEP
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
+    raw = tracker.raw
     global_step = episodes = 0
     ep_return, reset_step = 0.0, False
     next_event = events.on_step_event(0)
@@ -214,6 +218,8 @@ def _run_single(
             episodes += 1
             kept = np.array(episode_actions, dtype=dtype) if numbers else None
             length = close_one(global_step, ep_return, kept)
+            if raw is not None:
+                raw(info, (0,))
             events.on_episodes(episodes, (ep_return,), (length,), global_step)
             if episodes >= max_episodes:
                 return global_step, episodes

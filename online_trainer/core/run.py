@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import seeding
+from online_trainer.core import raw_scores, seeding
 from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
@@ -72,6 +72,8 @@ class RunSpec:
     """Name on the progress display; empty: ``run {run_idx}``."""
     tag_prefix: str = ""
     """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
+    score: str = "return"
+    """What evaluations and the progress display report: ``return`` or ``raw`` (see :mod:`~online_trainer.core.raw_scores`)."""
 
     @property
     def key(self) -> int:
@@ -191,6 +193,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _check_env(env, spec.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
+            with_raw = raw_scores.detect(env, spec.score, "training env")
             obs, _ = env.reset(seed=spec.seed)
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
@@ -199,7 +202,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
                 evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train,
-                                      video_dir, spec.record_video)
+                                      video_dir, spec.record_video, score=spec.score)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render_mode = getattr(env, "render_mode", None)
@@ -208,6 +211,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                                  observation_space=env.single_observation_space,
                                  action_space=env.single_action_space, frames_trigger=spec.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
+        if with_raw:
+            tracker.raw = raw_scores.RawScores(tracker.table, mode)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
@@ -263,7 +268,7 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False)
+        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False, score=spec.score)
         record = evaluator.evaluate(0, 0)
         bar.advance(spec.eval_episodes)
     finally:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from online_trainer.core import seeding, validation
+from online_trainer.core import raw_scores, seeding, validation
 from online_trainer.core.budget import Budget
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -73,6 +73,9 @@ class RunOptions:
     callable ``episode_index -> bool``, or None (every one)."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
+    score: str = "return"
+    """What evaluations, the progress display and the analysis report: ``return`` (the sum of the rewards the agent
+    learns from) or ``raw`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's wrappers)."""
     budget: Budget = field(init=False, repr=False)
     """The budget the two first fields describe."""
 
@@ -83,6 +86,7 @@ class RunOptions:
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
         validation.optional_positive_int("record_video", self.record_video)
+        raw_scores.check_score(self.score)
         object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
         validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
         if self.record_video is not None and not self.evaluate:
@@ -158,7 +162,7 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
             eval_episodes=options.eval_episodes if options.evaluate else 0, record_video=options.record_video,
             frames_trigger=options.frames_trigger,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
-            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
+            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix, score=options.score,
         ))
     return specs
 

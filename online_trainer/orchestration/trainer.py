@@ -132,6 +132,7 @@ class OnlineTrainer:
         eval_episodes: int = 10,
         record_video: int | None = None,
         frames_trigger: int | Callable[[int], bool] | None = None,
+        score: str = "return",
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -191,6 +192,12 @@ class OnlineTrainer:
                 episode. With a metrics stream the frames are in ``metrics_run{i}.pkl`` only: the
                 records returned and ``all_metrics.pkl`` hold ``frames=[]`` (read them back with
                 :meth:`load_run_metrics`).
+            score: ``"raw"`` makes evaluations, the progress display and the analysis of the experiment
+                (``summarize``, ``curves``, the command's tables) use the raw scores of a
+                ``gymnasium.wrappers.RecordEpisodeStatistics`` inside each sub-env's wrappers (the game score
+                under ``ClipReward``), which the env must then have; ``"return"`` (default): the sums of the
+                rewards the agent learns from. Either way, the records of a run whose sub-envs have the
+                wrapper hold ``raw_return`` and ``raw_length`` beside ``ep_return`` and ``ep_length``.
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -208,7 +215,8 @@ class OnlineTrainer:
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger)
+                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
+                             score=score)
         execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
                                      torch_threads=torch_threads, ray_address=ray_address,
                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
@@ -223,7 +231,8 @@ class OnlineTrainer:
             if self.exp_dir is not None:
                 created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
             manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
-                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp})
+                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp,
+                                                **({"score": score} if score != "return" else {})})
             seeds = dict(enumerate(manifest["seeds"], start=1))
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
             experiment = Experiment(self.exp_dir, manifest, specs)
