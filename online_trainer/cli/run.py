@@ -119,6 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
                                   checkpoint_freq=config.checkpoint_freq, eval_freq=config.eval_freq,
                                   eval_episodes=config.eval_episodes, num_workers=config.num_workers,
                                   torch_threads=config.torch_threads or 1, overwrite=config.overwrite,
+                                  score=config.score,
                                   progress=not args.no_progress)
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)

@@ -160,6 +160,9 @@ class ExperimentConfig:
     """Episodes per run averaged into its final return in the printed table."""
     torch_threads: int | None = 1
     """Torch threads of every process running seeds (null: torch's default, one per core)."""
+    score: str = "return"
+    """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
+    agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""
 
     def __post_init__(self) -> None:
         _check_types(self, "")
@@ -175,6 +178,7 @@ class ExperimentConfig:
         if self.seed_offset is not None and self.seed_offset < 0:
             raise ConfigError(f"seed_offset must be a non-negative int or null, but got seed_offset={self.seed_offset}.")
         _check_choice("callback", self.callback, tuple(CALLBACKS))
+        _check_choice("score", self.score, ("return", "raw"))
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 
