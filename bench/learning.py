@@ -12,6 +12,7 @@ Targets (5 seeds, at least 4 must reach it):
   DQN on CartPole-v1, 150k env steps: last-10 return >= 450
   PPO on CartPole-v1, 150k env steps: last-10 return >= 450
   PPO on Pendulum-v1, 300k env steps: last-10 return > -400
+  PPO on MiniGrid-Empty-5x5-v0, 50k env steps: greedy return >= 0.9 (solved)
 
     python bench/learning.py [--only cartpole_ppo ...] [--out runs/bench]
 """
@@ -49,6 +50,7 @@ TARGETS = [
     Target("cartpole_dqn", "DQN, CartPole-v1, 150k steps", "last10", 450),
     Target("cartpole_ppo", "PPO, CartPole-v1, 150k steps", "last10", 450),
     Target("pendulum_ppo", "PPO, Pendulum-v1, 300k steps", "last10", -400, at_least=False),
+    Target("minigrid_ppo", "PPO, MiniGrid-Empty-5x5-v0 (flat image), 50k steps", "greedy", 0.9),
 ]
 
 

@@ -105,7 +105,7 @@ class RawScores:
 
     def __init__(self, table: Any, mode: AutoresetMode) -> None:
         self.table, self.same_step, self.last = table, mode is AutoresetMode.SAME_STEP, ()
-        table.keep_raw()
+        table.add_raw([], [])  # from now on the records have raw_return and raw_length
 
     def __call__(self, info: dict[str, Any], envs: Sequence[int]) -> None:
         """Record the raw scores of sub-envs ``envs`` (the episodes just closed, in that order)."""
