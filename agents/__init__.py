@@ -12,12 +12,14 @@ from online_trainer.agents._dqn import DQNAgent, DQNConfig
 from online_trainer.agents._ppo import PPOAgent, PPOConfig
 from online_trainer.agents._q_learning import QLearningAgent, QLearningConfig
 from online_trainer.agents._random import RandomAgent
+from online_trainer.agents._sac import SACAgent, SACConfig
 
 AGENTS: dict[str, type] = {
     "dqn": DQNAgent,
     "ppo": PPOAgent,
     "q_learning": QLearningAgent,
     "random": RandomAgent,
+    "sac": SACAgent,
 }
 """Agent classes by name."""
 
@@ -30,4 +32,6 @@ __all__ = [
     "QLearningAgent",
     "QLearningConfig",
     "RandomAgent",
+    "SACAgent",
+    "SACConfig",
 ]

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import numbers
 import os
-import types
-import typing
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -21,6 +18,7 @@ import numpy as np
 import torch
 
 from online_trainer.agents._state import numpy_rng_state, pack_state, read_state, set_numpy_rng_state, unpack_state, write_state
+from online_trainer.core.typed import build
 
 logger = logging.getLogger(__name__)
 
@@ -38,59 +36,18 @@ def spaces_of(env: Any) -> tuple[gym.Space, gym.Space, int]:
 
 
 def make_config(config_cls: type, hyperparameters: dict[str, Any], owner: str) -> Any:
-    """Build ``config_cls(**hyperparameters)``, naming unknown keys and the valid ones.
+    """Build ``config_cls(**hyperparameters)`` with the package's one checker (:func:`online_trainer.core.typed.build`).
+
+    Args:
+        config_cls: the agent's ``Config`` dataclass.
+        hyperparameters: field names to values; a list fills a tuple field, an int a float one.
+        owner: the agent's class name, put before every message.
 
     Raises:
-        ValueError: for keys that are not fields of ``config_cls``, or invalid values.
+        ValueError: naming unknown keys (with the valid ones), values of the wrong type, or what
+            ``config_cls.__post_init__`` rejects.
     """
-    check_keys(config_cls, hyperparameters, owner)
-    return config_cls(**hyperparameters)
-
-
-def check_keys(config_cls: type, hyperparameters: dict[str, Any], owner: str) -> None:
-    """Raise ValueError naming the keys of ``hyperparameters`` that ``config_cls`` lacks, and
-    TypeError naming a value whose type does not match its field's annotation."""
-    names = [field.name for field in dataclasses.fields(config_cls)]
-    unknown = sorted(set(hyperparameters) - set(names))
-    if unknown:
-        raise ValueError(
-            f"{owner} got unknown hyperparameter(s) {', '.join(map(repr, unknown))}; "
-            f"valid ones are: {', '.join(names)}."
-        )
-    hints = typing.get_type_hints(config_cls)
-    for key, value in hyperparameters.items():
-        expected = hints.get(key)
-        if expected is not None and not _has_type(value, expected):
-            raise TypeError(f"{owner} hyperparameter {key} must be of type {_type_name(expected)}, but got "
-                            f"{key}={value!r} of type {type(value).__name__}.")
-
-
-def _has_type(value: Any, expected: Any) -> bool:
-    """Whether ``value`` fits the annotation ``expected`` (an int fits a float; a list fits a tuple)."""
-    options = typing.get_args(expected) if isinstance(expected, types.UnionType) else (expected,)
-    for option in options:
-        origin = typing.get_origin(option) or option
-        if option is type(None):
-            if value is None:
-                return True
-        elif origin is float:
-            if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                return True
-        elif origin is int:
-            if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-                return True
-        elif origin is tuple:
-            if isinstance(value, (tuple, list)):
-                return True
-        elif isinstance(origin, type) and isinstance(value, origin):
-            return True
-        elif not isinstance(origin, type):
-            return True  # an annotation this check does not know: the config's own checks apply
-    return False
-
-
-def _type_name(expected: Any) -> str:
-    return getattr(expected, "__name__", None) or str(expected)
+    return build(config_cls, hyperparameters, owner=f"{owner} hyperparameters")
 
 
 def require(condition: bool, name: str, value: Any, expected: str) -> None:
@@ -192,9 +149,9 @@ class AgentBase:
         """
         if not isinstance(hp, dict):
             raise TypeError(f"set_hp expects a dict of hyperparameters but got {hp!r}.")
-        check_keys(self.Config, hp, type(self).__name__)
         old = self.config
-        self.config = dataclasses.replace(old, **hp)
+        current = {field.name: getattr(old, field.name) for field in dataclasses.fields(old) if field.init}
+        self.config = make_config(self.Config, {**current, **hp}, type(self).__name__)
         changed = {key for key in hp if getattr(self.config, key) != getattr(old, key)}
         if changed & self.STRUCTURAL:
             if self.steps:

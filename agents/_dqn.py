@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
-from online_trainer.agents._networks import ACTIVATIONS, ObsEncoder, mlp, resolve_device
+from online_trainer.agents._encoders import ObsEncoder, feature_layers
+from online_trainer.agents._networks import ACTIVATIONS, adam, mlp, resolve_device
 from online_trainer.agents._replay import ReplayBuffer
 
 
@@ -34,7 +35,8 @@ class DQNConfig:
     batch_size: int = 64
     """Transitions per gradient step."""
     learning_starts: int = 1000
-    """Transitions collected before the first gradient step."""
+    """Transitions collected with uniformly random actions, and no gradient step, before learning
+    starts (as SB3's ``learning_starts``). Epsilon still falls from step 0."""
     train_freq: int = 4
     """Transitions between two training rounds."""
     gradient_steps: int = 1
@@ -61,8 +63,11 @@ class DQNConfig:
     """Hidden activation: ``"relu"`` or ``"tanh"``."""
     log_interval: int = 100
     """Gradient steps between two ``call_back`` reports of loss and Q-values."""
-    save_buffer: bool = True
-    """Include the replay buffer's transitions in :meth:`DQNAgent.save` (counters always are)."""
+    save_buffer: bool = False
+    """Include the replay buffer's transitions in :meth:`DQNAgent.save` (counters always are). Off by
+    default: checkpoints stay small, and a run resumed from one refills its buffer from empty."""
+    cnn_features: int = 512
+    """Width of the CNN encoder's output for image observations (unused for vectors)."""
     log_step_values: bool = False
     """When True, :meth:`DQNAgent.log` returns per-sub-env ``q`` and ``epsilon`` each step."""
 
@@ -73,7 +78,7 @@ class DQNConfig:
         require(self.lr_decay_steps >= 0, "lr_decay_steps", self.lr_decay_steps, ">= 0")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
         for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "target_update_interval",
-                     "log_interval"):
+                     "log_interval", "cnn_features"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         for name in ("learning_starts", "exploration_steps"):
             require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
@@ -110,7 +115,7 @@ class DQNAgent(AgentBase):
     """
 
     Config = DQNConfig
-    STRUCTURAL = frozenset({"hidden_sizes", "activation", "buffer_size"})
+    STRUCTURAL = frozenset({"hidden_sizes", "activation", "buffer_size", "cnn_features"})
 
     def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
                  **hyperparameters: Any) -> None:
@@ -126,12 +131,12 @@ class DQNAgent(AgentBase):
 
     def _build(self) -> None:
         cfg = self.config
-        sizes = (self.encoder.dim, *cfg.hidden_sizes, self._n_actions)
-        self.q_net = mlp(sizes, cfg.activation, self.torch_gen).to(self.device)
+        features, width = feature_layers(self.observation_space, cfg.cnn_features, self.torch_gen)
+        head = mlp((width, *cfg.hidden_sizes, self._n_actions), cfg.activation, self.torch_gen)
+        self.q_net = nn.Sequential(*features, *head).to(self.device)
         self.target_net = copy.deepcopy(self.q_net).requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.q_net.parameters(), lr=cfg.lr)
-        space = self.observation_space
-        self.buffer = ReplayBuffer(cfg.buffer_size, space.shape, space.dtype)
+        self.optimizer = adam(self.q_net.parameters(), cfg.lr)
+        self.buffer = ReplayBuffer(cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype)
         self.gradient_steps_done = 0
         self._loss_sum = self._q_sum = 0.0
         self._n_logged = 0
@@ -166,21 +171,33 @@ class DQNAgent(AgentBase):
         frac = 1.0 if cfg.exploration_steps == 0 else min(1.0, self.steps / cfg.exploration_steps)
         return cfg.epsilon_start + frac * (cfg.epsilon_end - cfg.epsilon_start)
 
-    def _features(self, obs: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(self.encoder(obs), device=self.device)
+    def _features(self, packed: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(self.encoder(packed), device=self.device)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
-        """Epsilon-greedy actions in training mode, greedy ones after :meth:`eval`."""
-        with torch.no_grad():
-            q = self.q_net(self._features(obs)).cpu().numpy()
-        actions = q.argmax(axis=1)
+        """Epsilon-greedy actions in training mode (uniformly random ones for the first
+        ``learning_starts`` transitions), greedy ones after :meth:`eval`."""
+        packed = self.encoder.pack(obs)
+        n = packed.shape[0]
+        cfg = self.config
+        explore = random_actions = None
         if self.training:
-            n = q.shape[0]
-            explore = self.np_rng.random(n) < self.epsilon
-            actions = np.where(explore, self.np_rng.integers(self._n_actions, size=n), actions)
-            self._pending = (np.array(obs, copy=True), actions)
-            if self.config.log_step_values:
+            if self.steps < cfg.learning_starts:
+                explore = np.ones(n, dtype=bool)
+                random_actions = self.np_rng.integers(self._n_actions, size=n)
+            else:
+                explore = self.np_rng.random(n) < self.epsilon
+                random_actions = self.np_rng.integers(self._n_actions, size=n)
+        if explore is not None and explore.all() and not cfg.log_step_values:
+            actions = random_actions  # no sub-env acts greedily: the Q-values are not needed
+        else:
+            with torch.inference_mode():
+                q = self.q_net(self._features(packed)).cpu().numpy()
+            actions = q.argmax(axis=1) if explore is None else np.where(explore, random_actions, q.argmax(axis=1))
+            if self.training and cfg.log_step_values:
                 self._last = (q[np.arange(n), actions], np.ones(n, dtype=bool))
+        if self.training:
+            self._pending = (np.array(packed, copy=True), actions)
         return actions + self._act_start
 
     def update(
@@ -206,7 +223,7 @@ class DQNAgent(AgentBase):
         n_real = int(np.count_nonzero(real))
         if n_real == 0:
             return
-        self.buffer.add(obs[real], actions[real], np.asarray(reward)[real], np.asarray(next_obs)[real],
+        self.buffer.add(obs[real], actions[real], np.asarray(reward)[real], self.encoder.pack(next_obs)[real],
                         np.asarray(terminated, dtype=bool)[real])
         cfg = self.config
         before, self.steps = self.steps, self.steps + n_real
@@ -218,32 +235,44 @@ class DQNAgent(AgentBase):
             self._update_target()
 
     def _train(self, n_steps: int, call_back: Callable[[dict[str, Any]], None] | None) -> None:
+        """``n_steps`` gradient steps. The batches are drawn together, and without Double DQN their
+        targets are computed in one forward pass (the target network does not change in between)."""
         cfg = self.config
         self._set_lr()
         loss_fn = nn.functional.smooth_l1_loss if cfg.loss == "huber" else nn.functional.mse_loss
-        for _ in range(n_steps):
-            batch = self.buffer.sample(self.np_rng, cfg.batch_size)
-            obs, next_obs = self._features(batch["obs"]), self._features(batch["next_obs"])
-            actions = torch.as_tensor(batch["actions"], device=self.device)
-            rewards = torch.as_tensor(batch["rewards"], device=self.device)
-            not_terminal = torch.as_tensor(~batch["terminated"], device=self.device, dtype=torch.float32)
-            target = self.td_targets(rewards, next_obs, not_terminal)
-            q = self.q_net(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
+        batch = self.buffer.sample(self.np_rng, cfg.batch_size * n_steps)
+        obs = self._features(batch["obs"]).split(cfg.batch_size)
+        actions = torch.as_tensor(batch["actions"], device=self.device).unsqueeze(1).split(cfg.batch_size)
+        rewards = torch.as_tensor(batch["rewards"], device=self.device)
+        not_terminal = torch.as_tensor(~batch["terminated"], device=self.device, dtype=torch.float32)
+        next_obs = self._features(batch["next_obs"])
+        if cfg.double_dqn:
+            next_obs_split, rewards_split = next_obs.split(cfg.batch_size), rewards.split(cfg.batch_size)
+            not_terminal_split = not_terminal.split(cfg.batch_size)
+        else:
+            targets = self.td_targets(rewards, next_obs, not_terminal).split(cfg.batch_size)
+        params = list(self.q_net.parameters())
+        for i in range(n_steps):
+            if cfg.double_dqn:
+                target = self.td_targets(rewards_split[i], next_obs_split[i], not_terminal_split[i])
+            else:
+                target = targets[i]
+            q = self.q_net(obs[i]).gather(1, actions[i]).squeeze(1)
             loss = loss_fn(q, target)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.max_grad_norm is not None:
-                nn.utils.clip_grad_norm_(self.q_net.parameters(), cfg.max_grad_norm)
+                nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
             self.optimizer.step()
             self.gradient_steps_done += 1
             if call_back is not None:
-                self._loss_sum += loss.item()
-                self._q_sum += q.detach().mean().item()
+                self._loss_sum += loss.detach()
+                self._q_sum += q.detach().mean()
                 self._n_logged += 1
                 if self.gradient_steps_done % cfg.log_interval == 0:
                     call_back({
-                        "loss": self._loss_sum / self._n_logged,
-                        "q_mean": self._q_sum / self._n_logged,
+                        "loss": float(self._loss_sum) / self._n_logged,
+                        "q_mean": float(self._q_sum) / self._n_logged,
                         "epsilon": self.epsilon,
                         "gradient_steps": self.gradient_steps_done,
                     })

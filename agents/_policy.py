@@ -30,11 +30,15 @@ class ActorCritic(nn.Module):
         activation: hidden activation name.
         log_std_init: initial log std of the Gaussian policy.
         generator: torch generator for the initial weights (orthogonal, as in CleanRL).
+        features: layers shared by both networks before their MLPs (a CNN for images; none for
+            vectors), whose output has ``obs_dim`` columns.
     """
 
     def __init__(self, obs_dim: int, action_space: gym.Space, hidden_sizes: Sequence[int], activation: str,
-                 log_std_init: float, generator: torch.Generator) -> None:
+                 log_std_init: float, generator: torch.Generator, features: Sequence[nn.Module] = ()) -> None:
         super().__init__()
+        self.features = nn.Sequential(*features)
+        self._shared = len(features) > 0
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         out_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
         self.out_dim = out_dim
@@ -42,9 +46,22 @@ class ActorCritic(nn.Module):
         self.actor = mlp((obs_dim, *hidden_sizes, out_dim), activation, generator, orthogonal=True, out_gain=0.01)
         self.log_std = None if self.discrete else nn.Parameter(torch.full((out_dim,), float(log_std_init)))
 
+    def trunk(self, x: torch.Tensor) -> torch.Tensor:
+        """The shared features of observation features ``x`` (``x`` itself without shared layers)."""
+        return self.features(x) if self._shared else x
+
     def value(self, x: torch.Tensor) -> torch.Tensor:
         """State values, shape ``(batch,)``."""
-        return self.critic(x).squeeze(-1)
+        return self.critic(self.trunk(x)).squeeze(-1)
+
+    def policy_out(self, x: torch.Tensor) -> torch.Tensor:
+        """The actor's output (logits or Gaussian means)."""
+        return self.actor(self.trunk(x))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(actor output, state values)``, the shared layers run once."""
+        h = self.trunk(x)
+        return self.actor(h), self.critic(h).squeeze(-1)
 
     def log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities of ``actions`` and entropies under the actor output ``out``."""

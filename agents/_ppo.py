@@ -12,10 +12,12 @@ import torch
 from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
-from online_trainer.agents._networks import ACTIVATIONS, ObsEncoder, resolve_device
+from online_trainer.agents._encoders import ObsEncoder, feature_layers
+from online_trainer.agents._networks import ACTIVATIONS, adam, resolve_device
 from online_trainer.agents._normalize import RewardScaler, RunningMeanStd
 from online_trainer.agents._policy import ActorCritic
 from online_trainer.agents._rollout import Rollout
+from online_trainer.agents._schedules import is_scheduled, parse_schedule, progress_remaining
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +26,10 @@ logger = logging.getLogger(__name__)
 class PPOConfig:
     """Hyperparameters of :class:`PPOAgent`. Step counts are real env transitions, summed over sub-envs."""
 
-    lr: float = 3e-4
-    """Adam learning rate (the initial one when ``anneal_lr``)."""
+    lr: float | str = 3e-4
+    """Adam learning rate: a number, or ``"lin_<start>"`` (rl-zoo3's form) for a linear decay from
+    ``start`` to 0 over ``total_steps``, at the progress after each rollout (as SB3 does). With
+    ``anneal_lr`` a number is the initial rate."""
     n_steps: int = 128
     """Env steps per sub-env in one rollout (reset steps included, then masked out)."""
     n_epochs: int = 4
@@ -36,8 +40,9 @@ class PPOConfig:
     """Discount factor."""
     gae_lambda: float = 0.95
     """GAE's lambda."""
-    clip_coef: float = 0.2
-    """Clip range of the probability ratio."""
+    clip_coef: float | str = 0.2
+    """Clip range of the probability ratio: a number, or ``"lin_<start>"`` (SB3's ``clip_range``
+    schedule: linear from ``start`` to 0 over ``total_steps``)."""
     value_clip: float | None = None
     """Clip range of the value change around the rollout's values (None: unclipped value loss)."""
     ent_coef: float = 0.0
@@ -61,7 +66,7 @@ class PPOConfig:
     anneal_lr: bool = False
     """Decay the learning rate linearly to 0 over ``total_steps``."""
     total_steps: int | None = None
-    """Transitions of the whole run (needed by ``anneal_lr``)."""
+    """Transitions of the whole run (needed by ``anneal_lr`` and ``"lin_"`` schedules)."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """Hidden widths of the policy and value networks."""
     activation: str = "tanh"
@@ -70,17 +75,24 @@ class PPOConfig:
     """Initial log std of the Gaussian policy (Box actions)."""
     adam_eps: float = 1e-5
     """Adam's epsilon."""
+    cnn_features: int = 512
+    """Width of the CNN encoder's output for image observations (unused for vectors)."""
     log_step_values: bool = False
     """When True, :meth:`PPOAgent.log` returns per-sub-env ``value`` and ``log_prob`` each step."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
-        require(self.lr > 0, "lr", self.lr, "> 0")
-        for name in ("n_steps", "n_epochs", "minibatch_size"):
+        parse_schedule(self.lr, "lr")
+        parse_schedule(self.clip_coef, "clip_coef")
+        scheduled = [name for name in ("lr", "clip_coef") if is_scheduled(getattr(self, name))]
+        require(not self.anneal_lr or "lr" not in scheduled, "anneal_lr", self.anneal_lr,
+                f"False when lr is a schedule (lr={self.lr!r} decays already)")
+        require(not scheduled or (self.total_steps is not None and self.total_steps > 0), "total_steps",
+                self.total_steps, f"a positive int when {' and '.join(scheduled)} decay(s) over the run")
+        for name in ("n_steps", "n_epochs", "minibatch_size", "cnn_features"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
         require(0 <= self.gae_lambda <= 1, "gae_lambda", self.gae_lambda, "in [0, 1]")
-        require(self.clip_coef > 0, "clip_coef", self.clip_coef, "> 0")
         for name in ("value_clip", "max_grad_norm", "target_kl"):
             value = getattr(self, name)
             require(value is None or value > 0, name, value, "> 0 or None")
@@ -121,7 +133,8 @@ class PPOAgent(AgentBase):
     """
 
     Config = PPOConfig
-    STRUCTURAL = frozenset({"hidden_sizes", "activation", "n_steps", "log_std_init", "normalize_obs"})
+    STRUCTURAL = frozenset({"hidden_sizes", "activation", "n_steps", "log_std_init", "normalize_obs",
+                            "cnn_features"})
 
     def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
                  **hyperparameters: Any) -> None:
@@ -141,9 +154,16 @@ class PPOAgent(AgentBase):
 
     def _build(self) -> None:
         cfg = self.config
-        self.policy = ActorCritic(self.encoder.dim, self.action_space, cfg.hidden_sizes, cfg.activation,
-                                  cfg.log_std_init, self.torch_gen).to(self.device)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        if cfg.normalize_obs and not self.encoder.vector and not self.encoder.one_hot:
+            raise ValueError(f"normalize_obs=True applies to vector Box observations but got observation_space="
+                             f"{self.observation_space}: image pixels are scaled by the CNN encoder. Set "
+                             f"normalize_obs=False.")
+        features, width = feature_layers(self.observation_space, cfg.cnn_features, self.torch_gen, orthogonal=True)
+        self.policy = ActorCritic(width, self.action_space, cfg.hidden_sizes, cfg.activation,
+                                  cfg.log_std_init, self.torch_gen, features=features).to(self.device)
+        self._lr_schedule = parse_schedule(cfg.lr, "lr")
+        self._clip_schedule = parse_schedule(cfg.clip_coef, "clip_coef")
+        self.optimizer = adam(self.policy.parameters(), self._lr_schedule(1.0), cfg.adam_eps)
         self.obs_rms = RunningMeanStd((self.encoder.dim,))
         self.updates = 0
         self._rollout_start = 0
@@ -161,35 +181,36 @@ class PPOAgent(AgentBase):
         self._last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def _apply_config(self, changed: set[str]) -> None:
+        self._lr_schedule = parse_schedule(self.config.lr, "lr")
+        self._clip_schedule = parse_schedule(self.config.clip_coef, "clip_coef")
         if "lr" in changed:
             for group in self.optimizer.param_groups:
-                group["lr"] = self.config.lr
+                group["lr"] = self._lr_schedule(self._progress())
         self.reward_scaler.gamma = self.config.gamma
         self.reward_scaler.clip = self.config.reward_clip
 
     # ----------------------------------------------------------------- acting
-    def _features(self, obs: np.ndarray) -> np.ndarray:
-        x = self.encoder(obs)
-        if self.config.normalize_obs and not self.encoder.one_hot:
+    def _features(self, obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
+        x = self.encoder(self.encoder.pack(obs))
+        if self.config.normalize_obs and self.encoder.vector:
             x = self.obs_rms.normalize(x, self.config.obs_clip)
         return x
 
-    def _values(self, obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            x = torch.as_tensor(self._features(obs), device=self.device)
-            return self.policy.value(x).cpu().numpy()
+    def _values(self, x: np.ndarray) -> np.ndarray:
+        """State values of features ``x`` (from :meth:`_features`)."""
+        with torch.inference_mode():
+            return self.policy.value(torch.as_tensor(x, device=self.device)).cpu().numpy()
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Sampled actions in training mode, greedy ones after :meth:`eval`."""
         x = self._features(obs)
-        with torch.no_grad():
+        with torch.inference_mode():
             xt = torch.as_tensor(x, device=self.device)
-            out = self.policy.actor(xt)
             if not self.training:
-                return self._to_env(self.policy.greedy(out).cpu().numpy())
+                return self._to_env(self.policy.greedy(self.policy.policy_out(xt)).cpu().numpy())
+            out, values = self.policy(xt)
             actions = self.policy.sample(out, self.np_rng)
             log_probs, _ = self.policy.log_prob_entropy(out, actions)
-            values = self.policy.value(xt)
         actions_np = actions.cpu().numpy()
         self._pending = {"obs": x, "actions": actions_np, "log_probs": log_probs.cpu().numpy(),
                          "values": values.cpu().numpy()}
@@ -200,6 +221,11 @@ class PPOAgent(AgentBase):
             return actions.astype(np.int64) + self._act_start
         clipped = np.clip(actions, self._low, self._high)
         return clipped.reshape(-1, *self.action_space.shape).astype(self.action_space.dtype)
+
+    def _progress(self) -> float:
+        """SB3's progress remaining after the transitions seen (1.0 without ``total_steps``)."""
+        total = self.config.total_steps
+        return 1.0 if total is None else progress_remaining(self.steps, total)
 
     # --------------------------------------------------------------- learning
     def update(
@@ -224,21 +250,21 @@ class PPOAgent(AgentBase):
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
         reward = np.asarray(reward, dtype=np.float64)
-        if cfg.normalize_obs and not self.encoder.one_hot:
-            self.obs_rms.update(self.encoder(next_obs)[real])
+        if cfg.normalize_obs and self.encoder.vector:
+            self.obs_rms.update(self.encoder(self.encoder.pack(next_obs))[real])
         rewards = (self.reward_scaler(reward, terminated | truncated, real) if cfg.normalize_reward
                    else reward.astype(np.float32))
         final_values = np.zeros(self.num_envs, dtype=np.float32)
         bootstrap = real & truncated & ~terminated
         if bootstrap.any():
-            final_values[bootstrap] = self._values(np.asarray(next_obs)[bootstrap])
+            final_values[bootstrap] = self._values(self._features(next_obs)[bootstrap])
         self.rollout.add(**pending, rewards=rewards, terminated=terminated, truncated=truncated,
                          final_values=final_values, valid=real)
         if cfg.log_step_values:
             self._last = (pending["values"], pending["log_probs"], real)
         self.steps += int(np.count_nonzero(real))
         if self.rollout.full:
-            self._learn(self._values(next_obs), call_back)
+            self._learn(self._values(self._features(next_obs)), call_back)
 
     def _learn(self, last_values: np.ndarray, call_back: Callable[[dict[str, Any]], None] | None) -> None:
         cfg, rollout = self.config, self.rollout
@@ -248,11 +274,13 @@ class PPOAgent(AgentBase):
         start_steps, self._rollout_start = self._rollout_start, self.steps
         if idx.size == 0:
             return
-        lr = cfg.lr
         if cfg.anneal_lr:
-            lr = cfg.lr * max(0.0, 1.0 - start_steps / cfg.total_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+            lr = self._lr_schedule(1.0) * max(0.0, 1.0 - start_steps / cfg.total_steps)
+        else:
+            lr = self._lr_schedule(self._progress())
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        clip = self._clip_schedule(self._progress())
 
         def flat(array: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(array.reshape(-1, *array.shape[2:])[idx], device=self.device)
@@ -261,19 +289,19 @@ class PPOAgent(AgentBase):
         old_values, adv, ret = flat(rollout.values), flat(advantages), flat(returns)
         stats: dict[str, list[torch.Tensor]] = {k: [] for k in
                                                 ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+        params = list(self.policy.parameters())
         for _ in range(cfg.n_epochs):
             epoch_kl = []
             perm = torch.as_tensor(self.np_rng.permutation(idx.size), device=self.device)
             for mb in perm.split(cfg.minibatch_size):
-                out = self.policy.actor(obs[mb])
+                out, values = self.policy(obs[mb])
                 log_probs, entropy = self.policy.log_prob_entropy(out, actions[mb])
-                values = self.policy.value(obs[mb])
                 log_ratio = log_probs - old_log_probs[mb]
                 ratio = log_ratio.exp()
                 a = adv[mb]
                 if cfg.normalize_advantage and a.numel() > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+                policy_loss = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
                 value_loss = (values - ret[mb]).pow(2)
                 if cfg.value_clip is not None:
                     clipped = old_values[mb] + (values - old_values[mb]).clamp(-cfg.value_clip, cfg.value_clip)
@@ -284,11 +312,11 @@ class PPOAgent(AgentBase):
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if cfg.max_grad_norm is not None:
-                    nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+                    nn.utils.clip_grad_norm_(params, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - log_ratio).mean()
-                    clip_fraction = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
+                    clip_fraction = ((ratio - 1).abs() > clip).float().mean()
                 for key, value in zip(stats, (policy_loss, value_loss, entropy, approx_kl, clip_fraction)):
                     stats[key].append(value.detach())
                 epoch_kl.append(approx_kl)
@@ -301,6 +329,7 @@ class PPOAgent(AgentBase):
             report["explained_variance"] = (float("nan") if var_ret == 0 else
                                             1.0 - (ret - old_values).var().item() / var_ret)
             report["lr"] = lr
+            report["clip_range"] = clip
             report["updates"] = self.updates
             call_back(report)
 

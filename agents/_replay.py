@@ -14,13 +14,16 @@ class ReplayBuffer:
         capacity: number of transitions kept; the oldest are overwritten.
         obs_shape: shape of one observation.
         obs_dtype: dtype observations are stored with (that of the observation space).
+        action_shape: shape of one action (``()`` for a discrete action).
+        action_dtype: dtype actions are stored with.
     """
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any) -> None:
+    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any,
+                 action_shape: tuple[int, ...] = (), action_dtype: Any = np.int64) -> None:
         self.capacity = int(capacity)
         self.obs = np.zeros((self.capacity, *obs_shape), dtype=obs_dtype)
         self.next_obs = np.zeros_like(self.obs)
-        self.actions = np.zeros(self.capacity, dtype=np.int64)
+        self.actions = np.zeros((self.capacity, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros(self.capacity, dtype=np.float32)
         self.terminated = np.zeros(self.capacity, dtype=bool)
         self.pos = 0

@@ -21,6 +21,8 @@ autoreset), each env built before the timer starts:
 * ``empty``: ``multi_run`` with ``trainer.call_back = EmptyCallBack()``;
 * ``tb``: ``multi_run`` with the default ``TBCallBack(exp_dir, flush_every=1)``: two scalars
   per episode and the agent's one scalar per step;
+* ``hook``: as ``empty``, with one user hook whose ``on_step`` runs every 1,000 env steps (it
+  reads ``ctx.global_step``): the cost of the hooks' cadence;
 * ``read``: as ``empty``, then every returned record's ``ep_return`` and ``ep_length`` read
   through its dict (``[(r["ep_return"], r["ep_length"]) for r in run]``) inside the timer.
 
@@ -57,9 +59,10 @@ import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer
+from online_trainer.hooks import Hook
 
 DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}
-VARIANTS = ("bare", "empty", "tb", "read")
+VARIANTS = ("bare", "empty", "tb", "read", "hook")
 
 
 class CheapAgent:
@@ -85,6 +88,18 @@ class CheapAgent:
 
     def log(self) -> None:
         return None
+
+
+class EveryThousandSteps(Hook):
+    """A user hook with the cheapest ``on_step``: what the ``hook`` variant adds is the cadence itself."""
+
+    every_steps = 1000
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_step(self, ctx: Any) -> None:
+        self.calls += ctx.global_step > 0
 
 
 def make_env(num_envs: int) -> Any:
@@ -143,9 +158,10 @@ def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
 def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: str) -> Any:
     """The whole call; with ``variant="read"``, then every record's return and length read through its dict."""
     trainer = OnlineTrainer(env, CheapAgent, exp_dir=exp_dir)
-    if variant in ("empty", "read"):
+    if variant in ("empty", "read", "hook"):
         trainer.call_back = EmptyCallBack()
-    (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed)
+    hooks = [EveryThousandSteps()] if variant == "hook" else None
+    (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed, hooks=hooks)
     if variant == "read":
         return [(r["ep_return"], r["ep_length"]) for r in records]
     return records
@@ -167,7 +183,7 @@ def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tu
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         env.close()
-    if variant in ("empty", "tb"):  # read after the timer, for the check
+    if variant in ("empty", "tb", "hook"):  # read after the timer, for the check
         episodes = [(r["ep_return"], r["ep_length"]) for r in episodes]
     return wall, cpu, episodes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Mapping, Sequence
 
 
@@ -11,7 +12,22 @@ class CallBack:
     Subclasses open their writer lazily on the first write, so a callback can be pickled
     (or cloudpickled to a worker process) until then; a pickled copy never carries an open
     file and opens its own on its first write.
+
+    Every value reaches :meth:`__call__` unless the class itself takes a faster path: a
+    subclass that overrides ``__call__`` but not :meth:`series` gets the base ``series``, which
+    routes each value through its ``__call__``. So overriding ``__call__`` of any sink
+    (``TBCallBack`` included) sees every episode return; this is decided once, when the
+    subclass is defined.
+
+    Sinks that keep one record per run (MLflow, W&B) use the optional lifecycle methods
+    :meth:`setup`, :meth:`start_run` and :meth:`end_run`; they do nothing here.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A fast series() inherited from a sink would bypass the subclass's own __call__.
+        if "__call__" in cls.__dict__ and "series" not in cls.__dict__ and cls.series is not CallBack.series:
+            cls.series = CallBack.series
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         """Log the scalars of ``data`` as ``{key}/{tag}`` at ``step``.
@@ -43,6 +59,34 @@ class CallBack:
         :class:`online_trainer.callbacks.TBCallBack` writes an animated GIF.
         """
 
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Prepare what the runs of one experiment share; called in the parent, before any run starts.
+
+        Called once per experiment directory (a sweep has one per configuration), before the
+        callback is sent to worker processes, so what it creates there (a tracking store, an
+        experiment, run ids) is created once and travels with the copies.
+
+        Args:
+            exp_dir: the experiment directory, or None when records stay in memory.
+            runs: the runs about to execute: run number (from 1) -> seed.
+        """
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        """A run starts, in the process that executes it, before its first env step.
+
+        Args:
+            run_idx: the run's number, from 1.
+            seed: the run's seed.
+            params: the tuning hyperparameters given to the agent (empty when none).
+            exp_dir: the experiment directory, or None.
+            run_tag: the last part of every tag the run logs under (``run_1``; ``lr=0.1/run_1``
+                in a sweep); :func:`metric_name` takes it off.
+        """
+
+    def end_run(self, run_idx: int, status: str) -> None:
+        """A run ended (``finished``, ``failed`` or ``interrupted``), in its process, before :meth:`close`."""
+
     def reset(self) -> None:
         """Drop values averaged but not yet written (called when a run starts)."""
 
@@ -68,3 +112,19 @@ def scalar_name(key: str, tag: str) -> str:
     if not tag or tag == key:
         return key
     return tag if key in tag.split("/") else f"{key}/{tag}"
+
+
+def metric_name(key: str, tag: str, run_tag: str = "") -> str:
+    """Name of ``key`` logged with ``tag`` in a sink that keeps one record per run (MLflow, W&B).
+
+    The run's own part of the tag (``run_tag``) is taken off, so that every run's values share
+    a name: ``ep_return`` with ``ep_return/run_1`` is ``ep_return``, ``loss`` with
+    ``agents/run_1`` is ``agents/loss``, ``ep_return`` with ``eval/ep_return/run_1`` is
+    ``eval/ep_return``. A key that is a part of what is left names the metric alone.
+    """
+    group = tag
+    if run_tag and (tag == run_tag or tag.endswith("/" + run_tag)):
+        group = tag[: -len(run_tag)].rstrip("/")
+    if not group:
+        return key
+    return group if key in group.split("/") else f"{group}/{key}"

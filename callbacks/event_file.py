@@ -67,6 +67,12 @@ def _value_head(tag: str) -> bytes:
     return b"\x0a" + _varint(len(value) + 4) + value
 
 
+def version_record(wall_time: float) -> bytes:
+    """The framed event every event file starts with: ``Event { wall_time, file_version = "brain.Event:2" }``."""
+    version = b"brain.Event:2"
+    return _record(b"\x09" + _PACK_DOUBLE(wall_time) + b"\x1a" + _varint(len(version)) + version)
+
+
 def image_event(tag: str, image: bytes, height: int, width: int, channels: int, step: int,
                 wall_time: float) -> bytes:
     """One framed event holding the encoded ``image`` (PNG, GIF...) under ``tag``, at ``step``.
@@ -136,8 +142,7 @@ class EventFileWriter:
         self._file = open(self.path, "xb")
         self._buffer = bytearray()
         self._buffer_bytes = buffer_bytes
-        version = b"brain.Event:2"
-        self._file.write(_record(b"\x09" + _PACK_DOUBLE(time.time()) + b"\x1a" + _varint(len(version)) + version))
+        self._file.write(version_record(time.time()))
         self._file.flush()
 
     def write(self, record: bytes) -> None:

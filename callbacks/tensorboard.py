@@ -12,6 +12,7 @@ import numpy as np
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from online_trainer.callbacks.scalar_batch import ScalarBatch
+from online_trainer.callbacks.tb_layout import LAYOUT_METRICS, write_layout
 
 
 class TBCallBack(CallBack):
@@ -30,15 +31,26 @@ class TBCallBack(CallBack):
         flush_every: number of calls per tag averaged into one point; 1 writes every call.
         max_delay: seconds after which a forced write also flushes the file, so TensorBoard
             shows progress while a run goes on.
+        layout_metrics: the metrics of TensorBoard's Custom Scalars tab, one chart each with every
+            run overlaid (the chart of ``ep_return`` shows ``ep_return/run_.*``). Names are the
+            scalars' without their run part: ``"loss/agents"`` charts the agent's ``loss``. The
+            layout is written once per ``log_dir``, with the first event file (by whichever
+            process opens one first), in ``events.out.tfevents.0.custom_scalars_layout``; the
+            scalars keep their own tags.
     """
 
     _unpicklable = ("_writer", "_batch")
     _BATCH_EVENTS = 1024
     """Events kept before they are encoded and written to the file (50 to 64 KiB of records)."""
 
-    def __init__(self, log_dir: str | os.PathLike, flush_every: int = 1, max_delay: float = 2.0) -> None:
+    def __init__(self, log_dir: str | os.PathLike, flush_every: int = 1, max_delay: float = 2.0,
+                 layout_metrics: Sequence[str] = LAYOUT_METRICS) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
+        if isinstance(layout_metrics, str) or not all(isinstance(m, str) and m for m in layout_metrics):
+            raise ValueError(f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"
+                             " e.g. ['ep_return', 'loss/agents'].")
+        self.layout_metrics = tuple(layout_metrics)
         self.log_dir = os.fspath(log_dir)
         self.flush_every = flush_every
         self.max_delay = max_delay
@@ -91,8 +103,14 @@ class TBCallBack(CallBack):
     def _write_batch(self) -> None:
         """Encode the values kept and write them to the file (opened on the first write)."""
         if self._writer is None:
+            self._open_layout()
             self._writer = EventFileWriter(self.log_dir, buffer_bytes=0)  # the batch is the buffer
         self._writer.write(self._batch.encode())
+
+    def _open_layout(self) -> None:
+        """Write the custom-scalars layout into ``log_dir`` unless one is there (see ``layout_metrics``)."""
+        if self.layout_metrics:
+            write_layout(self.log_dir, self.layout_metrics)
 
     def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
         """Write ``frames`` as an animated GIF under ``tag`` (TensorBoard's Images tab plays it).
@@ -173,6 +191,7 @@ class BasicCallBack(TBCallBack):
             return
         writer = self._writer
         if writer is None:
+            self._open_layout()
             writer = self._writer = EventFileWriter(self.log_dir)
         key = (tag, *data)
         names = self._names.get(key)

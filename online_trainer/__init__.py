@@ -7,6 +7,7 @@ import importlib
 from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
+from online_trainer.core.options import RunOptions
 from online_trainer.core.protocol import Agent
 from online_trainer.core.run_records import RunRecords
 from online_trainer.core.storage import (
@@ -23,8 +24,10 @@ from online_trainer.core.storage import (
 # online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
 # analysis (pandas, scipy, matplotlib).
 _LAZY = {
+    "ExecutionOptions": "online_trainer.parallel.base",
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "aggregate": "online_trainer.analysis.stats",
+    "compare": "online_trainer.analysis.compare",
     "curves": "online_trainer.analysis.stats",
     "final_performance": "online_trainer.analysis.stats",
     "iqm": "online_trainer.analysis.stats",
@@ -51,13 +54,16 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "ExecutionOptions",
     "ExperimentInUseError",
     "OnlineTrainer",
     "RunFailure",
+    "RunOptions",
     "RunRecords",
     "RunsFailedError",
     "TruncatedMetricsWarning",
     "aggregate",
+    "compare",
     "curves",
     "final_performance",
     "iqm",

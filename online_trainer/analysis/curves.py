@@ -16,12 +16,15 @@ from numpy.typing import ArrayLike
 from online_trainer.analysis.bootstrap import GroupStreams, Seed, estimate, stat_fn
 from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.selection import (
+    RUNS_ATTR,
+    STATUS_COLUMN,
     GroupBy,
     check_ci,
     check_positive_int,
     drop_nonfinite,
     group_columns,
     groups,
+    ident_columns,
     require_columns,
     run_columns,
     runs_without_episodes,
@@ -64,6 +67,29 @@ def _default_grid(firsts: np.ndarray, lasts: np.ndarray, num_points: int, intege
     return np.unique(np.round(grid)).astype(np.int64) if integer else np.unique(grid)
 
 
+def budget_ends(df: pd.DataFrame) -> dict[tuple, float]:
+    """The step budget of each run that reached it, by its ``experiment`` (when present) and ``run``.
+
+    Read from ``df.attrs["runs"]`` (see :func:`online_trainer.analysis.dataframes.load_runs`):
+    a finished run whose budget counts env steps and whose ``env_steps`` reached it. Such a
+    run stops within ``num_envs`` steps of its budget, usually mid-episode; its curve is held
+    at the return of its last finished episode up to the budget, so that the curves of a
+    step budget end on every run instead of on the one whose last episode ended last.
+    """
+    records = df.attrs.get(RUNS_ATTR)
+    if not isinstance(records, list):
+        return {}
+    ident = ident_columns(df)
+    ends = {}
+    for record in records:
+        budget, steps = record.get("budget"), record.get("env_steps")
+        if (record.get("budget_unit") == "steps" and record.get(STATUS_COLUMN) == "finished"
+                and isinstance(budget, (int, float)) and isinstance(steps, (int, float)) and steps >= budget
+                and all(c in record for c in ident)):
+            ends[tuple(record[c] for c in ident)] = float(budget)
+    return ends
+
+
 def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarray | None:
     if span not in SPANS:
         raise ValueError(f"span must be one of {SPANS}, got span={span!r}: 'all' covers every x some run "
@@ -87,7 +113,10 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
     episodes; returns of episodes that end at the same x are averaged) are linearly
     interpolated onto the grid with ``numpy.interp``. A run is never extrapolated: at
     grid points before its first or after its last episode it has no value and is left
-    out of that point, so ``num_runs`` tells how many runs each point stands on. By
+    out of that point, so ``num_runs`` tells how many runs each point stands on. One
+    exception, on ``x="global_step"``: a run that reached its step budget (known from
+    ``df.attrs["runs"]``, see :func:`budget_ends`) covers the grid up to the budget, held
+    at the return of its last finished episode, and the grid ends at the budget. By
     default (``span="all"``) a group's grid has ``num_points`` evenly spaced points from
     the earliest first x to the latest last x of its runs: the whole range some run
     covers, where the ends may stand on fewer runs than the middle. ``span="common"``
@@ -150,30 +179,38 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
     no_episode = runs_without_episodes(data, run_cols)
     if len(no_episode):
         logger.info("%d run(s) have no finished episode and are not drawn.", len(no_episode))
+    ends = budget_ends(df) if x == "global_step" else {}
+    ident = [run_cols.index(c) for c in ident_columns(df)]
     series = _run_series(drop_nonfinite(data), run_cols, x, smooth)
     integer_x = pd.api.types.is_integer_dtype(df[x])
     frames = []
     for keys, sub in groups(series.reset_index(), group_cols):
-        frames.append(_group_curve(sub, keys, run_cols, x, grid, num_points, integer_x, span, fn, ci,
-                                   n_resamples, streams))
+        runs = []
+        for key, r in sub.groupby(run_cols, dropna=False, sort=True):
+            xs, ys = r[x].to_numpy(float), r["ep_return"].to_numpy(float)
+            key = key if isinstance(key, tuple) else (key,)
+            end = ends.get(tuple(key[i] for i in ident), xs[-1])
+            if end > xs[-1]:
+                xs, ys = np.append(xs, end), np.append(ys, ys[-1])
+            runs.append((xs, ys, min(end, xs[-1])))
+        frames.append(_group_curve(runs, keys, x, grid, num_points, integer_x, span, fn, ci, n_resamples, streams))
     out = pd.concat(frames, ignore_index=True)
     out.attrs.update(stat=stat, ci=ci, x=x, smooth=smooth, span=span, excluded=excluded.to_dict("records"),
                      no_episode=len(no_episode))
     return out
 
 
-def _group_curve(sub: pd.DataFrame, keys: dict, run_cols: list[str], x: str, grid: np.ndarray | None,
+def _group_curve(runs: list[tuple[np.ndarray, np.ndarray, float]], keys: dict, x: str, grid: np.ndarray | None,
                  num_points: int, integer_x: bool, span: str, fn: Callable, ci: float | None, n_resamples: int,
                  streams: GroupStreams) -> pd.DataFrame:
-    """The curve of one group: its runs interpolated onto its grid, the statistic at each point."""
-    runs = [(r[x].to_numpy(float), r["ep_return"].to_numpy(float))
-            for _, r in sub.groupby(run_cols, dropna=False, sort=True)]
+    """The curve of one group: its runs (x, returns, end of the grid for it) interpolated onto its grid."""
     points = grid if grid is not None else _default_grid(
-        np.array([xs[0] for xs, _ in runs]), np.array([xs[-1] for xs, _ in runs]), num_points, integer_x, span, keys)
-    values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys in runs], axis=-1)
+        np.array([xs[0] for xs, _, _ in runs]), np.array([end for *_, end in runs]), num_points, integer_x, span,
+        keys)
+    values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys, _ in runs], axis=-1)
     covered = ~np.isnan(values)
     frame = pd.DataFrame({**keys, x: points}, index=range(len(points)))
-    frame["value"], frame["lo"], frame["hi"] = _pointwise(values, fn, ci, n_resamples, streams(keys))
+    frame["value"], frame["lo"], frame["hi"] = pointwise(values, fn, ci, n_resamples, streams(keys))
     frame["num_runs"] = covered.sum(axis=-1)
     frame["total_runs"] = int(covered.any(axis=0).sum())
     missed = len(runs) - frame["total_runs"].iloc[0]
@@ -185,12 +222,13 @@ def _group_curve(sub: pd.DataFrame, keys: dict, run_cols: list[str], x: str, gri
     return frame
 
 
-def _pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
-               rng: np.random.Generator) -> np.ndarray:
+def pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
+              rng: np.random.Generator, strata: np.ndarray | None = None) -> np.ndarray:
     """The statistic and CI at each point (row) over the runs (columns) that have data there.
 
     Points are batched by the set of runs that cover them, so each batch is one
-    vectorised bootstrap; where every point uses every run there is one batch.
+    vectorised bootstrap; where every point uses every run there is one batch. With
+    ``strata`` (a label per run, e.g. its task), runs are resampled within their stratum.
     """
     out = np.full((3, values.shape[0]), np.nan)
     patterns, inverse = np.unique(~np.isnan(values), axis=0, return_inverse=True)
@@ -199,5 +237,9 @@ def _pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples
         if not pattern.any():
             continue
         rows = inverse == k
-        out[:, rows] = estimate([values[rows][:, pattern]], stat, ci, n_resamples, rng)
+        if strata is None:
+            groups = [values[rows][:, pattern]]
+        else:
+            groups = [values[rows][:, pattern & (strata == label)] for label in dict.fromkeys(strata[pattern])]
+        out[:, rows] = estimate(groups, stat, ci, n_resamples, rng)
     return out

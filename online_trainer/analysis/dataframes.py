@@ -8,6 +8,7 @@ sequence of pickled lists of episode dicts).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from online_trainer.analysis.scores import SCORE_ATTR
+from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
 from online_trainer.analysis.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
 from online_trainer.core import ownership, storage
 
@@ -25,15 +26,16 @@ logger = logging.getLogger(__name__)
 
 EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
                    "wall_time"]
-#: Columns of the raw scores, present when some run recorded them (RecordEpisodeStatistics in its env's wrappers).
-RAW_COLUMNS = ["raw_return", "raw_length"]
-RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "error"]
+RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "wall_time", "sps",
+               "stop_reason", "error", "env_id", "budget_unit", "budget"]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
 #: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.core.evaluation`).
 EVAL_PATTERN = "eval_run*.pkl"
 EVAL_COLUMNS = ["run", "seed", STATUS_COLUMN, "eval_index", "global_step", "episodes_trained", "eval_return",
                 "eval_std", "eval_episodes", "wall_time"]
+#: Columns of :func:`load_evaluations` with ``per_episode=True``: one row per evaluation episode.
+EVAL_EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "global_step", "eval_index", "episode", "return", "length"]
 
 
 def experiment_dirs(path: str | os.PathLike) -> list[Path]:
@@ -47,6 +49,68 @@ def experiment_dirs(path: str | os.PathLike) -> list[Path]:
     if not found:
         raise FileNotFoundError(f"{path} holds no experiment (no manifest.json or metrics_run*.pkl in it or below it).")
     return found
+
+
+def _expand(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[list[Path], bool]:
+    """The experiment directories under ``exp_dirs``, and whether they need an ``experiment`` column.
+
+    They do when there are several, or when a directory given holds experiments (a sweep,
+    even of one configuration): the column then names each configuration.
+    """
+    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    dirs, nested = [], False
+    for path in given:
+        found = experiment_dirs(path)
+        nested |= found != [Path(path)]
+        dirs += found
+    return dirs, nested or len(dirs) > 1
+
+
+def budget_of(exp_dir: str | os.PathLike) -> tuple[str | None, int | None]:
+    """``("steps", 5000)`` or ``("episodes", 200)``: the budget of an experiment's runs; ``(None, None)`` if unknown.
+
+    Read from ``manifest.json`` (written since runs record it), else from the sweep's
+    ``sweep.json`` one level up, else from ``config.yaml`` (experiments run by the command).
+    """
+    exp_dir = Path(exp_dir)
+    candidates: list[Any] = []
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        candidates.append(storage.read_manifest(exp_dir).get("budget"))
+    sweep_file = exp_dir.parent / "sweep.json"
+    if sweep_file.is_file():
+        try:
+            candidates.append(json.loads(sweep_file.read_text()).get("budget"))
+        except (OSError, ValueError):
+            pass
+    if (exp_dir / "config.yaml").is_file():
+        try:
+            candidates.append(yaml.safe_load((exp_dir / "config.yaml").read_text()))
+        except yaml.YAMLError:
+            pass
+    for found in candidates:
+        if isinstance(found, dict):
+            for unit, key in (("steps", "total_steps"), ("episodes", "num_episodes")):
+                if isinstance(found.get(key), int) and found[key] > 0:
+                    return unit, found[key]
+    return None, None
+
+
+def env_id_of(exp_dir: str | os.PathLike) -> str | None:
+    """The gymnasium id of an experiment's env: from ``manifest.json``, else ``config.yaml``; None if unknown."""
+    exp_dir = Path(exp_dir)
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        env_id = storage.read_manifest(exp_dir).get("env_id")
+        if isinstance(env_id, str):
+            return env_id
+    if (exp_dir / "config.yaml").is_file():
+        try:
+            config = yaml.safe_load((exp_dir / "config.yaml").read_text())
+        except yaml.YAMLError:
+            return None
+        env = config.get("env") if isinstance(config, dict) else None
+        if isinstance(env, dict) and isinstance(env.get("id"), str):
+            return env["id"]
+    return None
 
 
 def _is_experiment(path: Path) -> bool:
@@ -70,9 +134,9 @@ def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
     return sorted(Path(exp_dir).glob(EVAL_PATTERN))
 
 
-def _evaluation_rows(exp_dir: Path) -> dict[str, list[Any]]:
+def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list[Any]]:
     manifest = _manifest_runs(exp_dir)
-    columns: dict[str, list[Any]] = {name: [] for name in EVAL_COLUMNS}
+    columns: dict[str, list[Any]] = {name: [] for name in (EVAL_EPISODE_COLUMNS if per_episode else EVAL_COLUMNS)}
     numbers = sorted(int(p.stem[len("eval_run"):]) for p in evaluation_files(exp_dir)
                      if p.stem[len("eval_run"):].isdigit())
     for run in numbers:
@@ -81,6 +145,15 @@ def _evaluation_rows(exp_dir: Path) -> dict[str, list[Any]]:
         for chunk in storage.iter_metrics_chunks(exp_dir / f"eval_run{run}.pkl"):
             for record in chunk:
                 returns = np.asarray(record.get("returns", []), dtype=float)
+                if per_episode:
+                    lengths = np.asarray(record.get("lengths", [np.nan] * returns.size), dtype=float)
+                    for episode, (ret, length) in enumerate(zip(returns, lengths), start=1):
+                        values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
+                                  "global_step": record.get("global_step"), "eval_index": record.get("eval_index"),
+                                  "episode": episode, "return": ret, "length": length}
+                        for name in EVAL_EPISODE_COLUMNS:
+                            columns[name].append(values[name])
+                    continue
                 values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
                           "eval_index": record.get("eval_index"), "global_step": record.get("global_step"),
                           "episodes_trained": record.get("episodes_trained"),
@@ -92,32 +165,41 @@ def _evaluation_rows(exp_dir: Path) -> dict[str, list[Any]]:
     return columns
 
 
-def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
+def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike], *,
+                     per_episode: bool = False) -> pd.DataFrame:
     """Load the evaluations of experiments (``eval_run{i}.pkl``) as one DataFrame with a row per evaluation.
 
-    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status`` (as in
+    Columns: ``experiment`` (when several are loaded, or a sweep directory), ``run``, ``seed``, ``status`` (as in
     :func:`load_episodes`), ``eval_index`` (from 1), ``global_step`` and
     ``episodes_trained`` (when it was made), ``eval_return`` (the mean return of its
     episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time`` and one
     column per hyperparameter. Empty (with those columns) when no run was evaluated.
 
+    With ``per_episode=True``, one row per evaluation episode instead: ``experiment``
+    (as above), ``run``, ``seed``, ``status``, ``global_step``, ``eval_index``,
+    ``episode`` (from 1 within its evaluation), ``return``, ``length`` and the
+    hyperparameter columns. The episodes of one evaluation are not independent
+    replications: analyse them per run (the seed is the unit), never as runs.
+
     Args:
         exp_dirs: an experiment directory, a sweep directory, or a list of either.
+        per_episode: One row per evaluation episode rather than per evaluation.
 
     Raises:
         FileNotFoundError: a directory is missing or holds no experiment.
     """
-    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
-    dirs = [d for path in given for d in experiment_dirs(path)]
+    dirs, labelled = _expand(exp_dirs)
     frames = []
     for exp_dir, name in zip(dirs, _labels(dirs)):
-        frame = pd.DataFrame(_evaluation_rows(exp_dir))
+        frame = pd.DataFrame(_evaluation_rows(exp_dir, per_episode))
         for key, value in hyperparameters(exp_dir).items():
             frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
-        if len(dirs) > 1:
+        if labelled:
             frame.insert(0, "experiment", name)
         frames.append(frame)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if per_episode:
+        return out.astype({"return": "float64", "length": "float64"})
     return out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
 
 
@@ -151,6 +233,7 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                        exp_dir, ",".join(map(str, unlisted)), UNKNOWN_STATUS)
     columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS + RAW_COLUMNS}
     runs, filled, raw = [], set(), False
+    (unit, budget), env_id = budget_of(exp_dir), env_id_of(exp_dir)
     for run in sorted(set(manifest) | on_disk):
         entry = manifest.get(run, {})
         status = normalize_status(entry.get("status", UNKNOWN_STATUS))
@@ -166,24 +249,23 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 if name not in record:
                     filled.add(name)
                 columns[name].append(record.get(name, fallback))
-            columns["ep_return"].append(record.get("ep_return", np.nan))
-            columns["ep_length"].append(record.get("ep_length", np.nan))
+            for name in ("ep_return", "ep_length", *RAW_COLUMNS):
+                columns[name].append(record.get(name, np.nan))
             raw = raw or "raw_return" in record
-            columns["raw_return"].append(record.get("raw_return", np.nan))
-            columns["raw_length"].append(record.get("raw_length", np.nan))
         if not records and run not in on_disk and (entry.get("episodes") or 0) > 0:
             logger.warning("%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
                            "dump_metrics=False): it has no row in the table.", exp_dir, run, status,
                            entry["episodes"], run)
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
         runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
-                     "last_step": last, "env_steps": entry.get("global_step"), "error": entry.get("error")})
+                     "last_step": last, "env_steps": entry.get("global_step"), "wall_time": entry.get("wall_time"),
+                     "sps": entry.get("sps"), "stop_reason": entry.get("stop_reason"), "error": entry.get("error"),
+                     "env_id": env_id, "budget_unit": unit, "budget": budget})
     if filled:
         logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
                     "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
-    if not raw:
-        for name in RAW_COLUMNS:
-            del columns[name]
+    if not raw:  # no run recorded raw scores: no raw columns
+        columns = {name: values for name, values in columns.items() if name not in RAW_COLUMNS}
     return columns, runs
 
 
@@ -202,8 +284,7 @@ def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
 
 
 def _load(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
-    dirs = [d for path in given for d in experiment_dirs(path)]
+    dirs, labelled = _expand(exp_dirs)
     if not dirs:
         raise FileNotFoundError("load_episodes was given no experiment directory.")
     names = _labels(dirs)
@@ -214,31 +295,33 @@ def _load(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[pd
         for key, value in hyperparameters(exp_dir).items():
             for table in (frame, run_frame):
                 table[key] = [value] * len(table) if isinstance(value, (list, tuple, dict)) else value
-        if len(dirs) > 1:
+        if labelled:
             frame.insert(0, "experiment", name)
             run_frame.insert(0, "experiment", name)
         episode_frames.append(frame)
         run_frames.append(run_frame)
     episodes = pd.concat(episode_frames, ignore_index=True) if len(dirs) > 1 else episode_frames[0]
     runs = pd.concat(run_frames, ignore_index=True) if len(dirs) > 1 else run_frames[0]
-    scores = {storage.read_manifest(d).get("score", "return") if (d / storage.MANIFEST_FILE).is_file() else "return"
-              for d in dirs}
-    if scores == {"raw"}:
-        episodes.attrs[SCORE_ATTR] = "raw"
+    mark_score(episodes, dirs)
     return episodes, runs
 
 
 def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.DataFrame:
     """Load experiments as one DataFrame with a row per run, runs without episodes included.
 
-    Columns: ``experiment`` (when several are loaded), ``run``, ``seed``, ``status``
+    Columns: ``experiment`` (when several are loaded, or a sweep directory), ``run``, ``seed``, ``status``
     (``finished``, ``failed``, ``interrupted``, ``pending`` (not started), ``running``
     (under way: the experiment's writer is alive), ``stopped_early``, or ``unknown`` for
     an experiment without a manifest), ``num_episodes`` (episodes on
     disk), ``last_step`` (``global_step`` of its last episode), ``env_steps`` (env steps the
     run took, from the manifest: past ``last_step`` when the budget ended mid-episode; None
-    when the manifest does not say, e.g. a run that never ended), ``error`` (the end of the
-    traceback of a failed run) and one column per hyperparameter.
+    when the manifest does not say, e.g. a run that never ended), ``wall_time`` and ``sps`` (the
+    run's seconds and env steps per second), ``stop_reason`` (what a hook said when it stopped
+    the run early), ``error`` (the end of the traceback of a failed run), ``env_id`` (the
+    gymnasium id of its env, None when not recorded), ``budget_unit`` and ``budget``
+    (``"steps"`` and the step budget, or ``"episodes"`` and the episode budget; None when not
+    recorded) and one column per
+    hyperparameter.
 
     Args:
         exp_dirs: an experiment directory, a sweep directory, or a list of either.
@@ -262,8 +345,8 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     nobody holds the experiment's lock any more (its process was killed) is reported as
     ``interrupted``, with a logged warning; :mod:`online_trainer.analysis.stats` and the
     plots leave out runs that did not finish unless asked. When several experiments are
-    loaded (several directories, or a sweep directory holding one experiment per configuration) an
-    ``experiment`` column names each by its directory.
+    loaded (several directories), and always for a sweep directory (one experiment per
+    configuration, even a single one), an ``experiment`` column names each by its directory.
 
     Runs are read by the number in each manifest entry (``metrics_run{run}.pkl``).
     Experiments cut short by a crash load their complete chunks (with a
@@ -308,3 +391,9 @@ def _labels(dirs: list[Path]) -> list[str]:
         return names
     common = os.path.commonpath([str(d.resolve()) for d in dirs])
     return [os.path.relpath(d.resolve(), common) for d in dirs]
+
+
+def experiment_labels(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, Path]:
+    """The experiment directories under ``exp_dirs`` by the label their ``experiment`` column gives them."""
+    dirs, _ = _expand(exp_dirs)
+    return dict(zip(_labels(dirs), dirs))

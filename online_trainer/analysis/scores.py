@@ -9,9 +9,13 @@ one column whichever score it is.
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from pathlib import Path
+from typing import Any, Sequence
 
 import pandas as pd
+
+from online_trainer.core import storage
 
 SCORE_ATTR = "score"
 """``df.attrs`` key :func:`~online_trainer.analysis.dataframes.load_episodes` sets to ``"raw"`` when
@@ -19,6 +23,24 @@ every experiment it loaded ran with ``score="raw"``: the default score of the an
 
 SCORES = ("return", "raw")
 """Accepted values of the ``score`` argument of the analysis."""
+
+RAW_COLUMNS = ["raw_return", "raw_length"]
+"""Episode-table columns of the raw scores, present when some run recorded them (``RecordEpisodeStatistics``
+in its env's wrappers)."""
+
+
+def experiment_score(exp_dir: str | os.PathLike) -> str:
+    """The ``score`` an experiment ran with, from its manifest: ``"raw"`` or ``"return"`` (also without a manifest)."""
+    exp_dir = Path(exp_dir)
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        return "return"
+    return storage.read_manifest(exp_dir).get("score", "return")
+
+
+def mark_score(df: pd.DataFrame, exp_dirs: Sequence[str | os.PathLike]) -> None:
+    """Set ``df.attrs["score"]`` to ``"raw"`` when every experiment of ``exp_dirs`` ran with ``score="raw"``."""
+    if exp_dirs and all(experiment_score(exp_dir) == "raw" for exp_dir in exp_dirs):
+        df.attrs[SCORE_ATTR] = "raw"
 
 
 def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:

@@ -76,7 +76,8 @@ __all__ = ["STATISTICS", "GroupBy", "Seed", "aggregate", "curves", "final_perfor
 
 
 def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
-                      group_by: GroupBy = None, include_unfinished: bool = False) -> pd.DataFrame:
+                      group_by: GroupBy = None, include_unfinished: bool = False,
+                      score: str | None = None) -> pd.DataFrame:
     """The final return of each run: the mean return of its last episodes.
 
     Args:
@@ -88,6 +89,9 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         group_by: Columns that separate configurations (see the module docstring).
         include_unfinished: Keep failed, interrupted and pending runs (left out by
             default, with a logged warning naming them).
+        score: ``"return"`` averages ``ep_return``, ``"raw"`` the raw scores (``raw_return``, see
+            :func:`~online_trainer.analysis.scores.score_table`); None: ``df.attrs["score"]``, which
+            ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
         One row per run with the group columns, ``experiment`` (when present), ``run``,
@@ -109,6 +113,7 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         check_positive_int("last_k", last_k)
     needed = ["run", "episode_index", "ep_return"] + ([] if after_step is None else ["global_step"])
     require_columns(df, needed)
+    df = score_table(df, score)
     group_cols = group_columns(df, group_by)
     run_cols = run_columns(df, group_cols)
     data, excluded = select_runs(df, include_unfinished)
@@ -239,7 +244,8 @@ def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | N
     if kept.empty:
         raise ValueError(f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True "
                          "to analyse them anyway.")
-    final = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True)
+    final = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True,
+                              score="return")  # kept's ep_return is already the score asked for
     table = aggregate(final, group_by=group_cols, strata=strata_cols or None, ci=ci,
                       n_resamples=n_resamples, seed=seed)
     return _count_excluded(table, excluded, group_cols)

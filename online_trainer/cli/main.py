@@ -6,6 +6,7 @@
     online-trainer show EXP_DIR [--last-k K] [--include-unfinished]   its final-performance table
     online-trainer report EXP_DIR [EXP_DIR ...]         learning curves (PNG) and a summary (Markdown)
         [--ylim LOW HIGH] [--yscale symlog] [--common-range] [--include-unfinished]
+    online-trainer compare DIR [DIR ...] [--out DIR]    is A better than B? comparison.md and figures
 
 The config schema is :class:`online_trainer.config.schema.ExperimentConfig`. Errors in
 the user's input are printed as ``online-trainer: error: ...`` with exit status 2, before
@@ -51,6 +52,7 @@ def _lazy(module: str, name: str):
 run_command = _lazy("online_trainer.cli.run", "run_command")
 show_command = _lazy("online_trainer.cli.report", "show_command")
 report_command = _lazy("online_trainer.cli.report", "report_command")
+compare_command = _lazy("online_trainer.cli.compare", "compare_command")
 eval_command = _lazy("online_trainer.cli.run", "eval_command")
 
 
@@ -93,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("exp_dirs", metavar="EXP_DIR", nargs="+", help="experiment directories, or sweeps of them")
     report.add_argument("--out", metavar="DIR", default=None,
                         help="output directory (default: EXP_DIR, or the common parent of several)")
-    report.add_argument("--x", choices=("global_step", "episode_index"), default="global_step",
-                        help="x axis of the learning curves (default: global_step)")
+    report.add_argument("--x", choices=("global_step", "episode_index"), default=None,
+                        help="x axis of the curves (default: follows the budget: episode_index for an episode "
+                             "budget, else global_step)")
     report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
     report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
@@ -112,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="include failed, interrupted and pending runs in the curves and statistics")
     report.set_defaults(handler=report_command)
 
+    _add_compare(commands)
+
     evaluate = commands.add_parser(
         "eval", help="evaluate the saved checkpoints of an experiment greedily",
         description="Rebuild each run's agent from its checkpoint (with the env and agent of EXP_DIR/config.yaml), "
@@ -128,6 +133,39 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     evaluate.set_defaults(handler=eval_command)
     return parser
+
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
+    compare = commands.add_parser(
+        "compare", help="is A better than B? aggregate metrics, probability of improvement, profiles (Markdown, PNG)",
+        description="Compare experiments with the statistics of Agarwal et al. (2021): IQM, mean, median and "
+                    "optimality gap per candidate, the probability of improvement of each pair, performance "
+                    "profiles and sample-efficiency curves, each with a 95%% stratified-bootstrap CI over runs "
+                    "(seeds). Writes comparison.md and one PNG per figure; existing files are replaced.",
+        epilog="Each DIR is a candidate named by its directory; a sweep directory makes each configuration a "
+               "candidate. Tasks (envs) are matched by env id.")
+    compare.add_argument("dirs", metavar="DIR", nargs="+", help="experiment directories, or sweeps of them")
+    compare.add_argument("--out", metavar="DIR", default=None,
+                         help="output directory (default: DIR, or the common parent of several)")
+    compare.add_argument("--by", metavar="COLUMN", action="append", default=None,
+                         help="hyperparameter whose values are the candidates (repeat for several)")
+    compare.add_argument("--source", choices=("episodes", "eval"), default="episodes",
+                         help="score of a run: its last training episodes (default) or its last evaluation")
+    compare.add_argument("--last-k", type=_positive_int, default=10, metavar="K",
+                         help="training episodes averaged into a run's score (default: 10)")
+    compare.add_argument("--normalize", metavar="SPEC", action="append", default=None,
+                         help="minmax, RANDOM,REFERENCE, or ENV_ID=RANDOM,REFERENCE once per env: scores per "
+                              "task as (score - random) / (reference - random)")
+    compare.add_argument("--optimality-threshold", type=float, default=None, metavar="SCORE",
+                         help="optimal score of the optimality gap (default: 1 with --normalize, else none)")
+    compare.add_argument("--metric", choices=("iqm", "mean", "median"), default="iqm",
+                         help="statistic whose difference decides whether candidates can be told apart")
+    compare.add_argument("--resamples", type=_positive_int, default=2000, metavar="N",
+                         help="bootstrap resamples (default: 2000)")
+    compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
+    compare.add_argument("--include-unfinished", action="store_true",
+                         help="include failed, interrupted and pending runs")
+    compare.set_defaults(handler=compare_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,9 +24,10 @@ from matplotlib.figure import Figure
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
 from online_trainer.analysis.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
-from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
+
+logger = logging.getLogger(__name__)
 
 CI = 0.95
 """Confidence level of every interval the CLI prints."""
@@ -98,9 +99,7 @@ def final_results(df: pd.DataFrame, last_k: int,
         ``global_step`` of its last episode), ``final_return``, ``status`` (when known) and
         ``left_out`` (bool); ``summary``: the table of :func:`online_trainer.analysis.stats.summarize`;
         ``excluded``: the runs left out (see :func:`online_trainer.analysis.selection.select_runs`).
-        Returns are raw scores for experiments run with ``score="raw"`` (``df.attrs["score"]``).
     """
-    df = score_table(df, None)
     kept, excluded = select_runs(df, include_unfinished, log=False)
     summary = summarize(df, last_k=last_k, ci=CI, include_unfinished=include_unfinished) if len(kept) else None
     runs = final_performance(df, last_k=last_k, include_unfinished=True)
@@ -142,11 +141,16 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
     lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
+    manifest = {(r.get("experiment"), r["run"]): r for r in df.attrs.get("runs") or []}
+    entries = [manifest.get((r.get("experiment"), r["run"]), {}) for r in runs.to_dict("records")]
     rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
-             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _num(r["final_return"]),
-             *([_status_cell(r)] if status else [])] for r in runs.to_dict("records")]
-    lines += _render([*lead, "run", "seed", "episodes", "env steps", "final return", *status], rows,
-                     [False] * len(lead) + [True] * 5 + [False] * len(status))
+             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _sps(entry.get("sps")),
+             _num(r["final_return"]), *([_status_cell(r)] if status else [])]
+            for r, entry in zip(runs.to_dict("records"), entries)]
+    lines += _render([*lead, "run", "seed", "episodes", "env steps", "SPS", "final return", *status], rows,
+                     [False] * len(lead) + [True] * 6 + [False] * len(status))
+    lines += [f"Stopped early: run {entry['run']}: {entry['stop_reason']}" for entry in entries
+              if isinstance(entry.get("stop_reason"), str)]
     if summary is None:
         return "\n".join(lines + ["", f"Every run was left out: {describe_runs(excluded)} did not finish. "
                                        "Pass --include-unfinished to analyse them anyway."])
@@ -166,6 +170,11 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     if len(no_return):
         lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
     return "\n".join(lines)
+
+
+def _sps(value: object) -> str:
+    """Env steps per second as the table shows them ('-' when the manifest does not say)."""
+    return f"{value:,.0f}" if isinstance(value, (int, float)) and not pd.isna(value) else "-"
 
 
 def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
@@ -294,19 +303,25 @@ def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Se
     return lines
 
 
-def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations, on a step schedule.
+def default_x(df: pd.DataFrame) -> str:
+    """The x axis that follows the budget: ``episode_index`` when every run had an episode budget, else ``global_step``."""
+    units = {record.get("budget_unit") for record in df.attrs.get("runs") or []}
+    return "episode_index" if units == {"episodes"} else "global_step"
 
-    On a step schedule (``eval_freq`` in env steps) the runs of an experiment evaluate at the
-    same thresholds, but each at the first step past one, up to ``num_envs`` apart; curves do
-    not extrapolate a run past its last point, so without this a curve's first and last points
-    would stand on fewer runs than were evaluated there. On an episode schedule the runs'
-    ``episodes_trained`` agree at every evaluation and their steps genuinely differ: nothing
-    is moved, and neither is an ``x`` other than ``global_step``.
+
+def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
+    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations.
+
+    The curves align the runs on the evaluation index. On a step schedule (``eval_freq`` in
+    env steps) the runs of an experiment evaluate at the same thresholds, but each at the
+    first step past one, up to ``num_envs`` apart; on an episode schedule they evaluate after
+    the same number of episodes, at steps that differ from run to run. Curves do not
+    extrapolate a run past its last point, so without this the curve would stand on fewer
+    runs than were evaluated (on an episode schedule, on disjoint thin stretches of one run
+    each). An ``x`` other than ``global_step`` is left as it is.
     """
     keys = [column for column in ("experiment",) if column in evals.columns] + ["eval_index"]
-    by_episode = evals.groupby(keys)["episodes_trained"].nunique().eq(1).all()
-    if x != "global_step" or by_episode:
+    if x != "global_step":
         return evals
     aligned = evals.copy()
     aligned[x] = evals.groupby(keys)[x].transform("median")
@@ -316,6 +331,10 @@ def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
 def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
     """The evaluation curves: the statistic across runs of each evaluation's mean return (see :func:`aligned_evaluations`)."""
     x = "episodes_trained" if args.x == "episode_index" else "global_step"
+    if x == "global_step" and evals.groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])[
+            "episodes_trained"].nunique().eq(1).all():
+        logger.info("The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
+                    "run, at the median env step of those evaluations.")
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
     figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
                                   span="common" if args.common_range else "all",
@@ -360,6 +379,7 @@ def report_command(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         names = [Path(p).resolve().name for p in paths]
         title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
+        args.x = args.x or default_x(df)
         figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
                                       span="common" if args.common_range else "all",
                                       ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,

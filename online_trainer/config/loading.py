@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import inspect
 import os
 import re
 import typing
@@ -14,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from online_trainer.config.schema import ConfigError, ExperimentConfig, did_you_mean, type_name
+from online_trainer.config.schema import ConfigError, ExperimentConfig
+from online_trainer.core.typed import build, type_name, unknown_key_message
 
 
 class _Loader(yaml.SafeLoader):
@@ -30,52 +30,6 @@ _Loader.add_implicit_resolver(
                    |\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."),
 )
-
-
-# ------------------------------------------------------------- mapping -> dataclasses
-
-
-def _build(cls: type, data: Any, prefix: str) -> Any:
-    """``cls(**data)`` for the dataclass ``cls``, nested sections built recursively, keys checked."""
-    hints = typing.get_type_hints(cls)
-    names = [field.name for field in dataclasses.fields(cls)]
-    where = prefix.rstrip(".") or "the config"
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where}={data!r} has the wrong type: expected {type_name(cls)}, "
-                          f"got {type(data).__name__}.")
-    for key in data:
-        if key not in names:
-            raise _unknown_key(prefix, key, names)
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in data
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        name, hint = missing[0], hints[missing[0]]
-        if dataclasses.is_dataclass(hint):
-            required = [f.name for f in dataclasses.fields(hint) if f.default is dataclasses.MISSING
-                        and f.default_factory is dataclasses.MISSING]
-            raise ConfigError(f"missing section {prefix + name!r} in {where}: a mapping with keys "
-                              f"{', '.join(f.name for f in dataclasses.fields(hint))} (required: "
-                              f"{', '.join(required)}).")
-        raise ConfigError(f"missing key {prefix + name!r} in {where}: {_field_doc(cls, name)}")
-    kwargs = {key: _build(hints[key], value, f"{prefix}{key}.") if dataclasses.is_dataclass(hints[key]) else value
-              for key, value in data.items()}
-    return cls(**kwargs)
-
-
-def _unknown_key(prefix: str, key: Any, names: Sequence[str]) -> ConfigError:
-    section = f"of {prefix.rstrip('.')}" if prefix else "at the top level"
-    return ConfigError(f"unknown key {prefix + str(key)!r}{did_you_mean(str(key), names, prefix)}; valid keys {section}: "
-                       f"{', '.join(names)}.")
-
-
-def _field_doc(cls: type, name: str) -> str:
-    """The first sentence of a field's docstring, read from the class source (empty if unavailable)."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
-        return ""
-    match = re.search(rf"^\s+{name}:[^\n]*\n\s+\"\"\"(.*?)\"\"\"", source, re.M | re.S)
-    return match.group(1).strip().replace("``", "") if match else ""
 
 
 # ------------------------------------------------------------------------ overrides
@@ -106,7 +60,7 @@ def _check_override_path(path: tuple[str, ...]) -> None:
         prefix = "".join(f"{p}." for p in path[:depth])
         names = [field.name for field in dataclasses.fields(cls)]
         if part not in names:
-            raise _unknown_key(prefix, part, names)
+            raise ConfigError(unknown_key_message(prefix, part, names))
         hint = typing.get_type_hints(cls)[part]
         if dataclasses.is_dataclass(hint):
             cls = hint
@@ -164,7 +118,7 @@ def load_experiment_config(path: str | os.PathLike, overrides: Sequence[str] = (
     data = apply_overrides(data, overrides)
     if data.get("exp_dir") is None:
         data["exp_dir"] = os.path.join("runs", path.stem)
-    return _build(ExperimentConfig, data, "")
+    return build(ExperimentConfig, data, error=ConfigError)
 
 
 def dump_yaml(data: Mapping[str, Any]) -> str:

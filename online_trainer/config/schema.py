@@ -13,9 +13,10 @@ A config file names the env, the agent and how to run them::
 
 :func:`~online_trainer.config.loading.load_experiment_config` reads such a file, applies dotted ``key=value`` overrides
 (values parsed as YAML: ``agent.hyperparameters.lr=1e-3``, ``num_runs=3``) and returns an
-:class:`ExperimentConfig`. Every check (unknown keys, types, agent and env names,
-budget) runs in the dataclasses, before anything is built; problems raise :class:`ConfigError` with a
-message that names the key, the value and what was expected.
+:class:`ExperimentConfig`. Every check runs before anything is built: keys and types (the agent's
+hyperparameters against its ``Config`` included) in :func:`online_trainer.core.typed.build`, the one
+checker of the package; values (agent and env names, budget, ranges) in the dataclasses' ``__post_init__``.
+Problems raise :class:`ConfigError` with a message that names the key, the value and what was expected.
 """
 
 from __future__ import annotations
@@ -23,16 +24,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-import types
-import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from online_trainer.callbacks import BasicCallBack, CallBack, EmptyCallBack, JsonlCallback, TBCallBack
+from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
+                                     MLflowCallback, TBCallBack, WandbCallback)
+from online_trainer.core.raw_scores import SCORES
+from online_trainer.core.typed import build, did_you_mean
 
 __all__ = [
     "CALLBACKS",
+    "CSV_FILE",
     "JSONL_FILE",
     "AgentConfig",
     "ConfigError",
@@ -42,12 +45,17 @@ __all__ = [
 
 JSONL_FILE = "callback.jsonl"
 """File written by the ``jsonl`` callback inside the experiment directory."""
+CSV_FILE = "scalars.csv"
+"""File written by the ``csv`` callback inside the experiment directory."""
 
 CALLBACKS: dict[str, Callable[[Path], CallBack]] = {
     "tb": lambda exp_dir: TBCallBack(log_dir=exp_dir),
     "jsonl": lambda exp_dir: JsonlCallback(Path(exp_dir) / JSONL_FILE),
     "basic": lambda exp_dir: BasicCallBack(log_dir=exp_dir),
     "empty": lambda exp_dir: EmptyCallBack(),
+    "csv": lambda exp_dir: CSVCallback(Path(exp_dir) / CSV_FILE),
+    "mlflow": lambda exp_dir: MLflowCallback(),
+    "wandb": lambda exp_dir: WandbCallback(),
 }
 """Callback factories ``factory(exp_dir) -> callback`` by the name the ``callback`` key takes."""
 
@@ -81,7 +89,6 @@ class EnvConfig:
     """Keyword arguments of the vector env class, not of the env (``{shared_memory: false}`` with ``async``)."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "env.")
         object.__setattr__(self, "kwargs", dict(self.kwargs))
         object.__setattr__(self, "wrappers", list(self.wrappers))
         object.__setattr__(self, "vector_kwargs", dict(self.vector_kwargs))
@@ -101,7 +108,6 @@ class AgentConfig:
     """Keyword arguments of the agent's constructor (fields of its ``Config``); missing ones keep their defaults."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "agent.")
         object.__setattr__(self, "hyperparameters", dict(self.hyperparameters))
         from online_trainer.agents import AGENTS
 
@@ -110,18 +116,7 @@ class AgentConfig:
                               f"known agents: {', '.join(sorted(AGENTS))}.")
         config_cls = getattr(AGENTS[self.name], "Config", None)
         if dataclasses.is_dataclass(config_cls):
-            valid = [f.name for f in dataclasses.fields(config_cls)]
-            for key in self.hyperparameters:
-                if key not in valid:
-                    listed = ", ".join(valid) if valid else f"none: {self.name} has no hyperparameters"
-                    raise ConfigError(f"unknown key 'agent.hyperparameters.{key}': agent {self.name!r} has no "
-                                      f"hyperparameter {key!r}{did_you_mean(key, valid)}; valid ones: {listed}.")
-            from online_trainer.agents._base import check_keys
-
-            try:
-                check_keys(config_cls, self.hyperparameters, self.name)
-            except TypeError as exc:
-                raise ConfigError(f"agent.hyperparameters: {exc}") from exc
+            build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,7 +138,8 @@ class ExperimentConfig:
     num_workers: int = 1
     """Worker processes running seeds in parallel; 1 runs them one after another in this process."""
     callback: str = "tb"
-    """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered) or ``empty``."""
+    """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
+    ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
     eval_freq: int | None = None
@@ -165,7 +161,6 @@ class ExperimentConfig:
     agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""
 
     def __post_init__(self) -> None:
-        _check_types(self, "")
         for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
             _check_positive(name, getattr(self, name))
         for name in ("num_episodes", "total_steps", "checkpoint_freq", "torch_threads", "eval_freq"):
@@ -178,7 +173,7 @@ class ExperimentConfig:
         if self.seed_offset is not None and self.seed_offset < 0:
             raise ConfigError(f"seed_offset must be a non-negative int or null, but got seed_offset={self.seed_offset}.")
         _check_choice("callback", self.callback, tuple(CALLBACKS))
-        _check_choice("score", self.score, ("return", "raw"))
+        _check_choice("score", self.score, SCORES)
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 
@@ -188,12 +183,6 @@ class ExperimentConfig:
 
 
 # ------------------------------------------------------------------------- checks
-
-
-def did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any], prefix: str = "") -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` (difflib), or an empty string."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean {prefix + close[0]!r}?)" if close else ""
 
 
 def _yaml_value(value: Any) -> str:
@@ -245,60 +234,3 @@ def _check_wrappers(wrappers: list[Any]) -> None:
         resolve_wrappers(wrappers)
     except ValueError as exc:
         raise ConfigError(f"env.{exc}") from exc
-
-
-def _union_args(hint: Any) -> tuple[Any, ...] | None:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return typing.get_args(hint)
-    return None
-
-
-def _matches(value: Any, hint: Any) -> bool:
-    """Whether ``value`` has the type ``hint`` (``bool`` is not an int; an int is a float)."""
-    options = _union_args(hint)
-    if options is not None:
-        return any(_matches(value, option) for option in options)
-    if hint is Any:
-        return True
-    if hint is type(None):
-        return value is None
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if typing.get_origin(hint) is dict or hint is dict:
-        return isinstance(value, dict) and all(isinstance(key, str) for key in value)
-    if typing.get_origin(hint) is list or hint is list:
-        return isinstance(value, list)
-    return isinstance(value, hint)
-
-
-_TYPE_NAMES = {int: "an int", float: "a number", bool: "a bool (true or false)", str: "a string",
-               type(None): "null"}
-
-
-def type_name(hint: Any) -> str:
-    options = _union_args(hint)
-    if options is not None:
-        return " or ".join(type_name(option) for option in options)
-    if typing.get_origin(hint) is dict or hint is dict:
-        return "a mapping with string keys"
-    if typing.get_origin(hint) is list or hint is list:
-        return "a list"
-    if dataclasses.is_dataclass(hint):
-        return f"a mapping with keys {', '.join(f.name for f in dataclasses.fields(hint))}"
-    return _TYPE_NAMES.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _check_types(obj: Any, prefix: str) -> None:
-    """Raise ConfigError naming the first field of the dataclass ``obj`` whose value has the wrong type."""
-    hints = typing.get_type_hints(type(obj))
-    for field in dataclasses.fields(obj):
-        value, hint = getattr(obj, field.name), hints[field.name]
-        if not _matches(value, hint):
-            hint_text = ""
-            if isinstance(value, float) and value.is_integer() and _matches(1, hint):
-                written = f"{int(value)} or {int(value):_}" if abs(value) >= 10_000 else f"{int(value)}"
-                hint_text = f" (write {written}, without a decimal point or exponent)"
-            raise ConfigError(f"{prefix}{field.name}={value!r} has the wrong type: expected {type_name(hint)}, "
-                              f"got {type(value).__name__}{hint_text}.")

@@ -253,6 +253,8 @@ class RunEvaluations:
         self.on_video = self._video if callable(getattr(callback, "video", None)) else None
         self.next_step: float = freq if freq is not None and not by_episode else float("inf")
         self.records: list[dict[str, Any]] = []
+        self.on_record: Callable[[dict[str, Any]], None] | None = None
+        """Called with each record once it is written (the run's ``on_eval`` hooks)."""
         self.best_mean = -float("inf")
         self.best_state: Any = None
 
@@ -277,6 +279,8 @@ class RunEvaluations:
         self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
         if self.progress is not None:
             self.progress.eval_end(record["mean"])
+        if self.on_record is not None:
+            self.on_record(record)
         if self.keep_best and record["mean"] > self.best_mean:
             self.best_mean = record["mean"]
             save = getattr(self.evaluator.agent, "save", None)

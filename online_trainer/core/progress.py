@@ -159,7 +159,7 @@ class NoProgress:
     def close(self) -> None:
         pass
 
-    def run_finished(self, key: int, failed: bool) -> None:
+    def run_finished(self, key: int, failed: bool, stopped_early: bool = False) -> None:
         pass
 
     def handle(self, message: tuple) -> None:
@@ -191,7 +191,7 @@ class ProgressDisplay:
                            "pip install ipywidgets (the package's `notebook` extra) for a bar per run.")
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
-        self.done = self.failed = 0
+        self.done = self.failed = self.stopped_early = 0
         self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs", postfix=self._overall_postfix(),
                             **({} if self.one_line else {"position": 0}))
 
@@ -227,8 +227,8 @@ class ProgressDisplay:
         else:
             bar.refresh()
 
-    def run_finished(self, key: int, failed: bool) -> None:
-        """Remove run ``key``'s bar and count it on the overall bar."""
+    def run_finished(self, key: int, failed: bool, stopped_early: bool = False) -> None:
+        """Remove run ``key``'s bar and count it on the overall bar (failed, or stopped early by a hook)."""
         bar = self.bars.pop(key, None)
         self.positions.pop(key, None)
         if bar is not None:
@@ -237,10 +237,12 @@ class ProgressDisplay:
             bar.close()
         self.done += 1
         self.failed += failed
+        self.stopped_early += stopped_early
         self._refresh_overall()
 
     def _overall_postfix(self) -> str:
         failed = f", {self.failed} failed" if self.failed else ""
+        failed += f", {self.stopped_early} stopped early" if self.stopped_early else ""
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
         return f"{self.done}/{self.num_runs} runs done{failed}{running}"
 

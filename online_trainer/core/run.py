@@ -16,7 +16,10 @@ from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
+from online_trainer.core.hooks import HookRunner, RunContext, StopRun
+from online_trainer.core.run_stats import RunStats
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.core.options import RunOptions
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
@@ -25,6 +28,8 @@ from online_trainer.core.run_events import RunEvents
 logger = logging.getLogger(__name__)
 
 FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
+COMPLETED = frozenset({"finished", "stopped_early"})
+"""Statuses of runs that ended as they should: their budget spent, or stopped by a hook."""
 
 
 @dataclass(frozen=True)
@@ -36,34 +41,18 @@ class RunSpec:
     seed: int
     env_factory: EnvFactory
     agent_factory: AgentFactory
-    budget: Budget
+    options: RunOptions
+    """What every run of the experiment shares (budget, checkpoints, records, evaluation)."""
     callback: Any
     train: bool = True
     copy_agent: bool = False
     """Run on a deep copy of the agent instance the user passed (several runs in one process)."""
-    keep_agent: bool = True
-    """Hand the run's final agent back in :attr:`RunResult.agent`."""
     tuning_hp: dict[str, Any] | None = None
     exp_dir: str | None = None
-    dump_metrics: bool = True
-    checkpoint_freq: int | None = None
-    dump_transitions: bool = False
-    keep_records: bool = True
-    metrics_flush_every: int | None = None
-    """Episode records per chunk of ``metrics_run{i}.pkl``; None: 100 per sub-env."""
     eval_env_factory: EnvFactory | None = None
     """The eval env's factory (None: the training env's, called once more) when evaluating."""
-    eval_freq: int | None = None
-    """Evaluate every this many env steps (step budget) or episodes (episode budget), and at the end."""
-    eval_episodes: int = 0
-    """Episodes per evaluation; 0: no evaluation."""
-    record_video: int | None = None
-    """Film the first episode of every this-many-th evaluation into ``exp_dir/videos/run{i}/``."""
-    frames_trigger: Any = None
-    """Training episodes that keep their frames when the env renders: ``k`` (every ``k``-th), a callable
-    ``episode_index -> bool``, or None (every one)."""
     eval_only: bool = False
-    """Only evaluate the agent as built (a saved checkpoint): ``eval_episodes`` episodes, seeded with ``seed``."""
+    """Only evaluate the agent as built (a saved checkpoint): ``options.eval_episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
     """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
     task_id: int = -1
@@ -72,8 +61,6 @@ class RunSpec:
     """Name on the progress display; empty: ``run {run_idx}``."""
     tag_prefix: str = ""
     """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
-    score: str = "return"
-    """What evaluations and the progress display report: ``return`` or ``raw`` (see :mod:`~online_trainer.core.raw_scores`)."""
 
     @property
     def key(self) -> int:
@@ -83,6 +70,11 @@ class RunSpec:
     @property
     def name(self) -> str:
         return self.label or f"run {self.run_idx}"
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget (``options.budget``)."""
+        return self.options.budget
 
 
 @dataclass
@@ -98,7 +90,8 @@ class RunResult:
     global_step: int = 0
     wall_time: float = 0.0
     status: str = "finished"
-    """``finished``, ``failed``, or ``setup_failed`` (raised before its first env step)."""
+    """``finished``, ``stopped_early`` (a hook called ``ctx.stop``; ``extra["stop_reason"]`` says why), ``failed``,
+    or ``setup_failed`` (raised before its first env step)."""
     error: str | None = None
     agent: Any = None
     """The run's agent after its last step (when the spec says ``keep_agent``)."""
@@ -126,8 +119,8 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """
     agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source)
-    if spec.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
-        raise TypeError(f"checkpoint_freq={spec.checkpoint_freq} needs agent.save(path=None), which the agent "
+    if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
+        raise TypeError(f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
                         f"{agent!r} lacks: add it, or drop checkpoint_freq.")
     if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
         raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
@@ -145,6 +138,14 @@ def _call_if_present(agent: Any, name: str, *args: Any) -> None:
     method = getattr(agent, name, None)
     if callable(method):
         method(*args)
+
+
+def _end_sink_run(spec: RunSpec, status: str) -> None:
+    """Tell the callback that the run ended without finishing; its own error must not hide the run's."""
+    try:
+        _call_if_present(spec.callback, "end_run", spec.run_idx, status)
+    except Exception as exc:
+        logger.error("run %d: the callback's end_run raised after the run ended (%s): %s", spec.run_idx, status, exc)
 
 
 def _check_env(env: Any, frames_trigger: Any = None) -> None:
@@ -186,52 +187,73 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = None
+    env = events = bar = evaluator = hooks = None
+    stop_reason = None
+    sink_run_open = False
     try:
         try:
             env = spec.env_factory()
-            _check_env(env, spec.frames_trigger)
+            _check_env(env, spec.options.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
-            with_raw = raw_scores.detect(env, spec.score, "training env")
+            with_raw = raw_scores.detect(env, spec.options.score, "training env")
             obs, _ = env.reset(seed=spec.seed)
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
-            if spec.eval_episodes:
+            if spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
-                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.eval_episodes, spec.train,
-                                      video_dir, spec.record_video, score=spec.score)
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.eval_episodes, spec.train,
+                                      video_dir, spec.options.record_video, score=spec.options.score)
+            # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
+            _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
+                             spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
+            sink_run_open = True
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render_mode = getattr(env, "render_mode", None)
         render = render_mode in FRAME_RENDER_MODES
-        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.dump_transitions, keep_frames=render,
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.options.dump_transitions, keep_frames=render,
                                  observation_space=env.single_observation_space,
-                                 action_space=env.single_action_space, frames_trigger=spec.frames_trigger,
+                                 action_space=env.single_action_space, frames_trigger=spec.options.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         if with_raw:
             tracker.raw = raw_scores.RawScores(tracker.table, mode)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
-        step_logger = None if isinstance(callback, EmptyCallBack) else StepLogger(callback, agent_tag)
+        step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        events = RunEvents(spec, agent, bar, tracker, evaluator)
+        hooks, stats = _hook_runner(spec, env, agent, callback)
+        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats)
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
-        global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
-                                         step_logger)
+        if hooks is not None:
+            hooks.start()
+            hooks.raise_if_stopped(0)
+        try:
+            global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
+                                             step_logger)
+        except StopRun as stop:
+            global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
+            logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
+                        stop_reason)
         events.finish(True, global_step)
-    except BaseException:
+        sink_run_open = False
+        _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
+    except BaseException as error:
         if events is not None:
             try:
                 events.finish(False, 0)
             except Exception as exc:  # the run's own error is the one to report
                 logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+        if sink_run_open:
+            _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
     finally:
+        if hooks is not None:
+            hooks.close()
         if bar is not None:
             bar.close()
         if env is not None:
@@ -241,15 +263,40 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=tracker.table if spec.keep_records else None,
+        records=tracker.table if spec.options.keep_records else None,
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start,
-        agent=agent if spec.keep_agent else None,
+        agent=agent if spec.options.keep_agents else None,
         evaluations=events.evals.records if events.evals is not None else None,
-        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name},
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
+                  "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
+        status="finished" if stop_reason is None else "stopped_early",
+        extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
+
+
+def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[HookRunner | None, RunStats | None]:
+    """The run's hooks: the built-in :class:`RunStats` (when the callback logs), then a copy of each of the user's."""
+    options = spec.options
+    stats = None
+    if not isinstance(callback, EmptyCallBack):
+        stats = RunStats(options.stats_window, options.stats_every_steps)
+    if stats is None and not options.hooks:
+        return None, None
+    ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
+    return HookRunner(options.hooks, ctx, builtin=() if stats is None else (stats,)), stats
+
+
+def _env_id(env: Any) -> str | None:
+    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        envs = getattr(env, "envs", None)
+        spec = getattr(envs[0], "spec", None) if envs else None
+    env_id = getattr(spec, "id", None)
+    return env_id if isinstance(env_id, str) else None
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
@@ -260,7 +307,7 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     the result of its final evaluation during training.
     """
     start = time.perf_counter()
-    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.eval_episodes, "episodes")
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.options.eval_episodes, "episodes")
     env = None
     try:
         try:
@@ -268,9 +315,10 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.eval_episodes, training=False, score=spec.score)
+        evaluator = Evaluator(env, agent, spec.seed, spec.options.eval_episodes, training=False,
+                              score=spec.options.score)
         record = evaluator.evaluate(0, 0)
-        bar.advance(spec.eval_episodes)
+        bar.advance(spec.options.eval_episodes)
     finally:
         bar.close()
         if env is not None:

@@ -13,6 +13,8 @@ from online_trainer.core import storage
 from online_trainer.core.budget import INFINITY
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.evaluation import Evaluator, RunEvaluations
+from online_trainer.core.hooks import HookRunner
+from online_trainer.core.run_stats import RunStats
 from online_trainer.core.progress import RunProgress
 
 if TYPE_CHECKING:
@@ -30,31 +32,32 @@ class RunEvents:
     """Handles every finished episode and step threshold of one run.
 
     The run's records are the columns of ``tracker.table``; they reach ``metrics_run{i}.pkl``
-    in chunks of ``spec.metrics_flush_every`` records (default: :data:`FLUSH_PER_SUB_ENV` per
+    in chunks of ``spec.options.metrics_flush_every`` records (default: :data:`FLUSH_PER_SUB_ENV` per
     sub-env; episodes that end on one step share a chunk), at once when an episode kept frames
     (frames go to the stream only), at least every :data:`FLUSH_SECONDS` while episodes end,
     and when the run ends.
     """
 
     def __init__(self, spec: RunSpec, agent: Any, progress: RunProgress, tracker: EpisodeTracker,
-                 evaluator: Evaluator | None = None) -> None:
+                 evaluator: Evaluator | None = None, hooks: HookRunner | None = None,
+                 stats: RunStats | None = None) -> None:
         self.spec, self.agent, self.progress, self.tracker = spec, agent, progress, tracker
         self.callback = spec.callback
         self.log_episodes = type(spec.callback) is not EmptyCallBack  # it would drop them: skip the calls
         self.return_tag = f"ep_return/{spec.tag_prefix}run_{spec.run_idx}"
         self.length_tag = f"ep_length/{spec.tag_prefix}run_{spec.run_idx}"
         self.stream = None
-        if spec.exp_dir is not None and spec.dump_metrics:
+        if spec.exp_dir is not None and spec.options.dump_metrics:
             self.stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx))
-        self.flushing = self.stream is not None or not spec.keep_records  # records leave memory as they are written
-        self.flush_every = spec.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
+        self.flushing = self.stream is not None or not spec.options.keep_records  # records leave memory as they are written
+        self.flush_every = spec.options.metrics_flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
         self.flushed = 0  # episodes written to the stream
         self.next_flush = self.flush_every
         self.flush_deadline = time.monotonic() + FLUSH_SECONDS
         budget = spec.budget
         self.by_episode = budget.num_episodes is not None
-        self.checkpoint_freq = spec.checkpoint_freq
-        self.next_checkpoint = INFINITY if spec.checkpoint_freq is None or self.by_episode else spec.checkpoint_freq
+        self.checkpoint_freq = spec.options.checkpoint_freq
+        self.next_checkpoint = INFINITY if spec.options.checkpoint_freq is None or self.by_episode else spec.options.checkpoint_freq
         self.progress_stride = INFINITY if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
         self.next_tick = self.progress_stride
         self.shown_steps = 0
@@ -62,20 +65,24 @@ class RunEvents:
         self.best_state: bytes | None = None  # torch-serialised, see _state_copy
         self.episodes = 0
         self.last_returns: Any = None  # of the episodes that ended last
-        self.raw = tracker.raw if spec.score == "raw" else None  # the progress display shows raw scores
+        self.raw = tracker.raw if spec.options.score == "raw" else None  # the progress display shows raw scores
         self.evals: RunEvaluations | None = None
         if evaluator is not None:
             eval_stream = None
-            if spec.exp_dir is not None and spec.dump_metrics:
+            if spec.exp_dir is not None and spec.options.dump_metrics:
                 eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1)
-            self.evals = RunEvaluations(evaluator, spec.eval_freq, self.by_episode, eval_stream, self.callback,
-                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.checkpoint_freq is not None,
+            self.evals = RunEvaluations(evaluator, spec.options.eval_freq, self.by_episode, eval_stream, self.callback,
+                                        f"{spec.tag_prefix}run_{spec.run_idx}", spec.options.checkpoint_freq is not None,
                                         progress)
+        self.hooks, self.stats = hooks, stats
+        if hooks is not None and self.evals is not None:
+            self.evals.on_record = hooks.on_eval
+        self.hook_episodes = hooks is not None and bool(hooks.episode_end)
         # The callback takes a batch's returns and lengths at once, when it can.
         self.log_series = getattr(self.callback, "series", None) if self.log_episodes else None
         # Episodes need a look one by one only for these; else a batch costs a few operations.
         self.each_episode = (self.log_episodes and self.log_series is None) or self.evals is not None \
-            or self.checkpoint_freq is not None
+            or self.checkpoint_freq is not None or self.hook_episodes
 
     def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
         count = len(returns)
@@ -96,6 +103,11 @@ class RunEvents:
         if self.by_episode:
             self.progress.episode_end(float(self.last_returns[-1]))
             self.progress.advance(count)
+        if self.stats is not None:
+            self.stats.add_batch(returns, lengths)
+        if self.hooks is not None:
+            self.hooks.ctx.episodes = self.episodes
+            self.hooks.raise_if_stopped(global_step)
 
     def _on_episode(self, index: int, ep_return: float, length: int, global_step: int) -> None:
         if self.log_episodes and self.log_series is None:  # a callback without series(): one call a value
@@ -109,6 +121,11 @@ class RunEvents:
                 self.best_state = _state_copy(self.agent)
             if self.by_episode and index % self.checkpoint_freq == 0:
                 self._save(f"E{index}")
+        if self.hook_episodes:
+            ctx = self.hooks.ctx
+            ctx.global_step, ctx.episodes = global_step, index
+            self.hooks.on_episode({"episode_index": index, "ep_return": ep_return, "ep_length": length,
+                                   "global_step": global_step})
 
     def flush(self) -> None:
         """Write the records not yet in the stream as one chunk (frames then leave memory)."""
@@ -125,10 +142,12 @@ class RunEvents:
                 if tracker.new_frames and self.stream is not None:  # frames are kept in the stream only
                     table.drop_extra("frames")
                 tracker.new_frames = False
-                if not self.spec.keep_records:
+                if not self.spec.options.keep_records:
                     table.clear()
 
     def on_step_event(self, global_step: int) -> float:
+        if self.hooks is not None:
+            self.hooks.ctx.global_step = global_step
         if self.evals is not None:
             self.evals.on_steps(global_step, self.episodes)
         while global_step >= self.next_checkpoint:
@@ -140,7 +159,13 @@ class RunEvents:
             self.shown_steps = global_step
             self.next_tick = (global_step // self.progress_stride + 1) * self.progress_stride
         next_eval = self.evals.next_step if self.evals is not None else INFINITY
-        return min(self.next_tick, self.next_checkpoint, next_eval, self.spec.budget.max_steps)
+        next_hook = INFINITY
+        if self.hooks is not None:
+            if global_step >= self.hooks.next_step:
+                self.hooks.on_steps(global_step)
+            self.hooks.raise_if_stopped(global_step)
+            next_hook = self.hooks.next_step
+        return min(self.next_tick, self.next_checkpoint, next_eval, next_hook, self.spec.budget.max_steps)
 
     def _show_last_return(self) -> None:
         if self.last_returns is not None:
@@ -157,7 +182,10 @@ class RunEvents:
 
     def _save(self, label: str) -> None:
         if hasattr(self.agent, "save"):
-            self.agent.save(os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label)))
+            path = os.fspath(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, label))
+            self.agent.save(path)
+            if self.hooks is not None:
+                self.hooks.on_checkpoint(path)
 
     def finish(self, completed: bool, global_step: int) -> None:
         """Evaluate a last time, flush the streams, and write the last and best checkpoints of a completed run."""
@@ -184,6 +212,9 @@ class RunEvents:
                 self.best_state = None if best is None else self.serialised(best)
             if self.best_state is not None:
                 storage.write_atomic(storage.best_agent_path(self.spec.exp_dir, self.spec.run_idx), self.best_state)
+        if completed and self.hooks is not None:
+            self.hooks.ctx.global_step = global_step
+            self.hooks.end()
 
 
 def _state_copy(agent: Any) -> bytes | None:

@@ -54,6 +54,13 @@ EXPERIMENT_PATTERNS = (
     "Run*_Best_agent.t",
     "events.out.tfevents.*",
     "*.jsonl",
+    # the sinks of online_trainer.callbacks: CSV files, the MLflow store and run ids, W&B's files and run ids
+    "*.csv",
+    "mlflow.db",
+    "mlflow_runs.json",
+    "mlartifacts",
+    "wandb",
+    "wandb_runs.json",
 )
 
 

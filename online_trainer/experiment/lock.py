@@ -11,6 +11,7 @@ are (see :mod:`online_trainer.core.ownership`).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import logging
@@ -19,7 +20,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from online_trainer.core.errors import ExperimentInUseError
 from online_trainer.core.ownership import LOCK_FILE
@@ -151,3 +152,14 @@ def _describe(owner: dict[str, Any] | None) -> str:
     if "pid" not in owner:
         return f"owner {owner}"
     return f"pid {owner['pid']} on {owner.get('host', '?')}, started {owner.get('started', '?')}"
+
+
+@contextlib.contextmanager
+def hold_lock(exp_dir: Path | None) -> Iterator[list[Path]]:
+    """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
+    if exp_dir is None:
+        yield []
+        return
+    created = [path for path in (exp_dir, exp_dir / LOCK_FILE) if not path.exists()]
+    with ExperimentLock(exp_dir):
+        yield created

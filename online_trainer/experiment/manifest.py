@@ -13,7 +13,7 @@ from online_trainer.core import ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
-from online_trainer.core.run import RunResult, RunSpec
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Experiment:
             **fields,
             # every key of an ended run's entry, null until the run ends, so readers of the raw JSON find them
             "runs": [{"run": run, "seed": seed, "status": "pending", "episodes": None, "global_step": None,
-                      "wall_time": None, "error": None} for run, seed in enumerate(seeds, start=1)],
+                      "wall_time": None, "sps": None, "stop_reason": None, "error": None} for run, seed in enumerate(seeds, start=1)],
         }
 
     def _write(self) -> None:
@@ -86,7 +86,10 @@ class Experiment:
             self.manifest.setdefault(name, value)
         entry = self.manifest["runs"][result.run_idx - 1]
         entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                     wall_time=round(result.wall_time, 3), error=result.error)
+                     wall_time=round(result.wall_time, 3),
+                     sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
+                     error=result.error)
+        entry["stop_reason"] = result.extra.get("stop_reason")
         self._write()
 
     def mark_interrupted(self) -> None:
@@ -122,7 +125,7 @@ class Experiment:
             result = self.results.get(entry["run"])
             if result is not None or not keep_records:
                 runs.append(as_records(result.records) if result is not None else None)
-            elif entry["status"] == "finished" and self.exp_dir is not None:
+            elif entry["status"] in COMPLETED and self.exp_dir is not None:
                 runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
             else:
                 runs.append(None)
@@ -176,7 +179,7 @@ def pending_runs(manifest: dict[str, Any], exp_dir: Path) -> list[int]:
     ownership.settle_running(exp_dir, manifest, owned=True)
     todo = []
     for entry in manifest["runs"]:
-        if entry["status"] == "finished" and storage.metrics_path(exp_dir, entry["run"]).is_file():
+        if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, entry["run"]).is_file():
             continue
         todo.append(entry["run"])
         stream = storage.metrics_path(exp_dir, entry["run"])

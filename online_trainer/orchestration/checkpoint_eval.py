@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from online_trainer.config.builders import factories_from_config
 from online_trainer.core import storage, validation
-from online_trainer.core.budget import Budget
+from online_trainer.core.options import RunOptions
 from online_trainer.core.errors import RunSetupError, RunsFailedError
 from online_trainer.core.evaluation import eval_seed
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -23,7 +23,7 @@ from online_trainer.core.run import RunResult, RunSpec
 from online_trainer.experiment.checkpoints import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import ExperimentLock
 from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,6 +52,8 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
         raise FileExistsError(f"{out} holds an earlier evaluation: pass overwrite=True to replace it.")
     manifest = storage.read_manifest(exp_dir)
     base = parts.agent_factory
+    options = RunOptions(num_episodes=num_episodes, evaluate=True, eval_episodes=num_episodes, dump_metrics=False,
+                         keep_agents=False, has_exp_dir=False)
     specs = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":
@@ -60,9 +62,8 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
             loader = CheckpointAgent(lambda env, base=base: base(env, copy=base.is_instance), path)
             specs.append(RunSpec(
                 run_idx=entry["run"], seed=eval_seed(entry["seed"]), env_factory=parts.env_factory,
-                agent_factory=AgentFactory(loader), budget=Budget(num_episodes=num_episodes),
-                callback=parts.callback, train=False, keep_agent=False, exp_dir=None, dump_metrics=False,
-                eval_env_factory=parts.eval_env_factory, eval_episodes=num_episodes, eval_only=True,
+                agent_factory=AgentFactory(loader), options=options, callback=parts.callback, train=False,
+                exp_dir=None, eval_env_factory=parts.eval_env_factory, eval_only=True,
                 task_id=len(specs), label=f"run {entry['run']} {label}", checkpoint=label,
             ))
     if not specs:

@@ -41,10 +41,15 @@ def optuna_objective(
 
     Args:
         trainer: a trainer with an ``exp_dir`` (the sweep directory of the study).
-        search_space: ``search_space(trial) -> dict`` of hyperparameters, using
-            ``trial.suggest_*``; the dict goes to ``agent.set_hp``.
+        search_space: a function of an Optuna trial that returns the trial's hyperparameters
+            as a dict, drawing them with the trial's ``suggest_*`` methods, for example
+            ``lambda trial: {"lr": trial.suggest_float("lr", 1e-5, 1e-2, log=True)}``. The
+            dict goes to ``agent.set_hp``, as a configuration of :meth:`OnlineTrainer.sweep`
+            does.
         num_runs: seeds per trial.
-        num_episodes, total_steps: the budget of each run (exactly one).
+        num_episodes: episode budget of each run (exactly one of ``num_episodes`` and
+            ``total_steps``).
+        total_steps: env-step budget of each run.
         metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns.
         last_k: a run's final return is the mean of its last ``last_k`` episode returns.
         seed_offset: base seed shared by every trial.
@@ -52,7 +57,11 @@ def optuna_objective(
 
     Returns:
         ``objective(trial) -> float``, to maximise. The trial's user attributes hold the
-        experiment directory name and the 95% CI of the value (``ci_low``, ``ci_high``).
+        experiment directory name (``experiment``), the 95% CI of the value (``ci_low``,
+        ``ci_high``) and ``num_runs``. The directory is named after the hyperparameters, floats
+        to 4 significant digits (``lr=0.3044``; a hash of the exact values is appended when
+        another configuration already has that name); its ``hyperparameters.yaml`` and
+        manifest hold the exact values.
     """
     try:
         import optuna  # noqa: F401  (fail now, not in the first trial)
@@ -61,8 +70,8 @@ def optuna_objective(
 
     def objective(trial: "optuna.Trial") -> float:
         hp = search_space(trial)
-        ranking = trainer.sweep([hp], num_runs, num_episodes, total_steps, seed_offset=seed_offset, metric=metric,
-                                last_k=last_k, **sweep_options)
+        ranking = trainer.sweep([hp], num_runs, num_episodes=num_episodes, total_steps=total_steps,
+                                seed_offset=seed_offset, metric=metric, last_k=last_k, **sweep_options)
         row = ranking.iloc[0]
         trial.set_user_attr("experiment", str(row["experiment"]))
         trial.set_user_attr("ci_low", float(row[f"{metric}_lo"]))

@@ -17,85 +17,23 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from online_trainer.core import raw_scores, seeding, validation
-from online_trainer.core.budget import Budget
+from online_trainer.core import seeding, validation
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
+from online_trainer.core.options import RunOptions
 from online_trainer.core.run import RunSpec
 from online_trainer.experiment.manifest import Experiment, remove_created
-from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel import base, executors
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What every run of an experiment shares; validated when built.
-
-    Raises:
-        ValueError: naming the first bad field and its value.
-    """
-
-    num_episodes: int | None = None
-    """Stop each run after exactly this many finished episodes (all sub-envs together)."""
-    total_steps: int | None = None
-    """Stop each run after this many env steps (real transitions of all sub-envs together)."""
-    checkpoint_freq: int | None = None
-    """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
-    dump_metrics: bool = True
-    """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
-    dump_transitions: bool = False
-    """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
-    keep_records: bool = True
-    """Hand the records back in memory (False: on disk only; memory stays flat)."""
-    keep_agents: bool = True
-    """Hand each run's final agent back."""
-    metrics_flush_every: int | None = None
-    """Records per chunk of the metrics streams."""
-    evaluate: bool = False
-    """Evaluate the agent greedily on a separate env, every ``eval_freq`` and at the end."""
-    eval_freq: int | None = None
-    """Evaluate every this many env steps (step budget) or episodes (episode budget); None: at the end only."""
-    eval_episodes: int = 10
-    """Complete episodes per evaluation."""
-    record_video: int | None = None
-    """Film the first episode of every this-many-th evaluation (``exp_dir/videos/run{i}/*.mp4``)."""
-    frames_trigger: Any = None
-    """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
-    callable ``episode_index -> bool``, or None (every one)."""
-    has_exp_dir: bool = True
-    """Whether the experiment has a directory (options that write files need one)."""
-    score: str = "return"
-    """What evaluations, the progress display and the analysis report: ``return`` (the sum of the rewards the agent
-    learns from) or ``raw`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's wrappers)."""
-    budget: Budget = field(init=False, repr=False)
-    """The budget the two first fields describe."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
-        validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
-        validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
-        validation.optional_positive_int("eval_freq", self.eval_freq)
-        validation.positive_int("eval_episodes", self.eval_episodes)
-        validation.optional_positive_int("record_video", self.record_video)
-        raw_scores.check_score(self.score)
-        object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
-        validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
-        if self.record_video is not None and not self.evaluate:
-            raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
-                             "pass eval_freq=... (and an eval_env made with render_mode='rgb_array').")
-        validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
-                                 checkpoint_freq=self.checkpoint_freq)
-        if not self.keep_records and not self.dump_metrics:
-            raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
 
 
 @dataclass(frozen=True)
@@ -112,7 +50,7 @@ class RunnerParts:
     def check_travel(self, execution: ExecutionOptions) -> None:
         """Check, without calling anything, that what runs need can be sent to worker processes."""
         if execution.in_workers:
-            executors.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
+            base.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
                                        "trainer.call_back": self.callback,
                                        "eval_env": getattr(self.eval_env_factory, "source", None)})
 
@@ -131,6 +69,19 @@ class RunnerParts:
         here = torch.get_num_threads() if torch is not None else None
         return {"train": self.train, "backend": execution.backend, "num_workers": execution.num_workers,
                 "torch_threads": execution.torch_threads if execution.in_workers else here}
+
+
+def new_manifest(parts: RunnerParts, options: RunOptions, execution: ExecutionOptions, num_runs: int,
+                 seed_offset: int | None, tuning_hp: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
+
+    Besides how the runs execute and ``tuning_hp``, it records ``score`` when it is not ``"return"``: the
+    analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`).
+    """
+    fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp}
+    if options.score != "return":
+        fields["score"] = options.score
+    return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
 
 
 def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int], exp_dir: Path | None,
@@ -153,16 +104,10 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
     for offset, (run, seed) in enumerate(seeds.items()):
         specs.append(RunSpec(
             run_idx=run, seed=seed, env_factory=parts.env_factory, agent_factory=parts.agent_factory,
-            budget=options.budget, callback=parts.callback, train=parts.train, copy_agent=copy_agent,
-            keep_agent=options.keep_agents, tuning_hp=tuning_hp,
-            exp_dir=None if exp_dir is None else os.fspath(exp_dir), dump_metrics=options.dump_metrics,
-            checkpoint_freq=options.checkpoint_freq, dump_transitions=options.dump_transitions,
-            keep_records=options.keep_records, metrics_flush_every=options.metrics_flush_every,
-            eval_env_factory=parts.eval_env_factory, eval_freq=options.eval_freq,
-            eval_episodes=options.eval_episodes if options.evaluate else 0, record_video=options.record_video,
-            frames_trigger=options.frames_trigger,
+            options=options, callback=parts.callback, train=parts.train, copy_agent=copy_agent, tuning_hp=tuning_hp,
+            exp_dir=None if exp_dir is None else os.fspath(exp_dir), eval_env_factory=parts.eval_env_factory,
             task_id=first_task_id + offset if first_task_id >= 0 else -1,
-            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix, score=options.score,
+            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix,
         ))
     return specs
 
@@ -187,6 +132,13 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
     owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
     specs = [spec for experiment in experiments for spec in experiment.specs]
     try:
+        _setup_callback(callback, experiments)
+    except Exception:  # bad sink settings: no run started, nothing is kept
+        for experiment in experiments:
+            experiment.discard()
+        remove_created(created)
+        raise
+    try:
         executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
                           on_start=lambda spec: owners[spec.key].on_start(spec))
     except RunSetupError as error:
@@ -204,6 +156,19 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
         _close_quietly(callback)
         raise
     callback.close()
+
+
+def _setup_callback(callback: Any, experiments: Sequence[Experiment]) -> None:
+    """``callback.setup(exp_dir, {run: seed})`` for each experiment with runs to do, before any run starts.
+
+    Sinks create what runs share here, once, in this process (an MLflow store created by two
+    workers at once races inside MLflow); what they set travels with the callback to workers.
+    """
+    setup = getattr(callback, "setup", None)
+    if callable(setup):
+        for experiment in experiments:
+            if experiment.specs:
+                setup(experiment.exp_dir, {spec.run_idx: spec.seed for spec in experiment.specs})
 
 
 def _close_quietly(callback: Any) -> None:

@@ -33,7 +33,7 @@ from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.manifest import Experiment, pending_runs
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,18 +72,52 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
     return unique
 
 
+NAME_DIGITS = 4
+"""Significant digits of a float in a configuration's directory name (the exact value is in its files)."""
+
+
 def config_name(config: Mapping[str, Any]) -> str:
-    """A directory name for a configuration: ``lr=0.001,gamma=0.99`` (hashed when long)."""
+    """A directory name for a configuration: ``lr=0.001,gamma=0.99`` (hashed when long).
+
+    Floats are written to :data:`NAME_DIGITS` significant digits (an Optuna trial's
+    ``lr=0.3043617032940743`` is named ``lr=0.3044``); a float that needs no more digits is
+    written as Python writes it (``0.001``, ``1.0``). Two configurations can therefore share a
+    name: :func:`experiment_name` makes the names of a sweep unique.
+    """
     name = ",".join(f"{_clean(key)}={_clean(_text(value))}" for key, value in config.items()) or "default"
     if len(name) > 100:
-        digest = hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:12]
-        name = f"{name[:80]}-{digest}"
+        name = f"{name[:80]}-{_digest(config, 12)}"
     return name
+
+
+def experiment_name(root: Path, config: Mapping[str, Any], taken: Sequence[str] = ()) -> str:
+    """The directory under the sweep ``root`` of ``config``: its :func:`config_name`, unless that
+    name is in ``taken`` (names given to other configurations of this call) or its directory holds
+    another configuration (other exact values in its ``hyperparameters.yaml``); then the name
+    ends with a hash of the exact values (``lr=0.3044-1a2b3c4d``)."""
+    name = config_name(config)
+    if name in taken or _holds_other(root / name, config):
+        name = f"{name}-{_digest(config, 8)}"
+    return name
+
+
+def _holds_other(exp_dir: Path, config: Mapping[str, Any]) -> bool:
+    path = exp_dir / storage.HYPERPARAMETERS_FILE
+    if not path.is_file():
+        return False
+    return yaml.safe_load(path.read_text()) != yaml.safe_load(yaml.safe_dump(dict(config), sort_keys=False))
+
+
+def _digest(config: Mapping[str, Any], length: int) -> str:
+    return hashlib.sha1(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
 def _text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "-".join(_text(v) for v in value)
+    if isinstance(value, float):
+        short = f"{value:.{NAME_DIGITS}g}"
+        return short if float(short) != value else str(value)
     return str(value)
 
 
@@ -102,13 +136,14 @@ def run_sweep(
     last_k: int = 10,
     checkpoint_freq: int | None = None,
     execution: ExecutionOptions = ExecutionOptions(),
+    hooks: Sequence[Any] | None = None,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                         keep_agents=False)
+                         keep_agents=False, hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
@@ -145,7 +180,7 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
     experiments, names = [], []
     task_id = 0
     for config in grid:
-        name = config_name(config)
+        name = experiment_name(root, config, names)
         names.append(name)
         exp_dir = root / name
         if not exp_dir.exists():
@@ -206,13 +241,21 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
 def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> "pd.DataFrame":
     """Rank the configurations ``names`` of the sweep at ``root`` by ``metric`` of their final returns.
 
+    A ranking is only as good as the intervals under it: each configuration is compared
+    with the top one (the statistics of :func:`online_trainer.analysis.compare.compare`), and a
+    warning is logged when the top ones cannot be told apart.
+
     Returns:
         One row per configuration, best first: ``rank``, the hyperparameters, ``experiment``,
         ``mean``/``median``/``iqm`` with their 95% bootstrap CIs (``*_lo``, ``*_hi``) of the
-        mean return of each run's last ``last_k`` episodes, and ``num_runs``.
+        final returns (the mean return of each run's last ``last_k`` episodes), ``num_runs``,
+        and against the top configuration: ``probability_of_improvement`` (P(top > this
+        one), with ``_lo``/``_hi``; NaN for the top one) and ``told_apart`` (the interval of the
+        ``metric`` difference excludes zero; False for the top one). ``attrs["note"]`` says
+        whether the top configurations can be told apart.
     """
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
-    from online_trainer.analysis.stats import summarize
+    from online_trainer.analysis.stats import final_performance, summarize
 
     dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
     if not dirs:
@@ -227,4 +270,42 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
     table.insert(0, "rank", range(1, len(table) + 1))
+    finals = final_performance(episodes, last_k, group_by="experiment")
+    return _against_top(table, finals, metric)
+
+
+def _against_top(table: "pd.DataFrame", finals: "pd.DataFrame", metric: str) -> "pd.DataFrame":
+    """Add the comparison of each configuration with the top one, and the note of ``attrs``."""
+    from online_trainer.analysis.compare import CompareOptions, compare_scores
+
+    columns = ["probability_of_improvement", "probability_of_improvement_lo", "probability_of_improvement_hi"]
+    for column in columns:
+        table[column] = float("nan")
+    table["told_apart"] = False
+    scored = finals.dropna(subset=["final_return"])
+    if len(table) < 2 or scored.groupby("experiment").size().reindex(table["experiment"]).isna().any():
+        table.attrs["note"] = "A single configuration with scores: nothing to tell apart."
+        return table
+    scores = scored.rename(columns={"experiment": "candidate", "final_return": "raw_score"})
+    comparison = compare_scores(scores, CompareOptions(metric=metric), candidates=list(table["experiment"]))
+    top = table["experiment"].iloc[0]
+    pairs = comparison.improvement[comparison.improvement["candidate"] == top].set_index("versus")
+    for i, name in enumerate(table["experiment"].iloc[1:], start=1):
+        for column in columns:
+            table.loc[i, column] = pairs.loc[name, column]
+        table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
+    second = pairs.loc[table["experiment"].iloc[1]]
+    interval = (f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
+                f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]")
+    if second["distinguishable"]:
+        table.attrs["note"] = f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval})."
+        return table
+    tied = [top] + [n for n, t in zip(table["experiment"].iloc[1:], table["told_apart"].iloc[1:]) if not t]
+    needed = second["seeds_needed"]
+    more = f"; about {int(needed)} seeds per configuration would separate them if the difference holds" \
+        if needed == needed and needed != float("inf") else ""
+    table.attrs["note"] = (f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
+                           f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
+                           "among them is noise.")
+    logger.warning("sweep: %s", table.attrs["note"])
     return table

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from online_trainer.callbacks import EmptyCallBack, TBCallBack
+from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
+from online_trainer.callbacks.multi import check_callback
 from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
-from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import executors
-from online_trainer.parallel.executors import ExecutionOptions
+from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, new_manifest, plan_runs
+from online_trainer.parallel import base, executors
+from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,7 +51,8 @@ class OnlineTrainer:
 
     Attributes:
         call_back: the logging callback; ``TBCallBack(log_dir=exp_dir, flush_every=1)`` by
-            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely.
+            default (``EmptyCallBack()`` without an exp_dir). Reassign it freely; a list of
+            callbacks logs to each (a :class:`~online_trainer.callbacks.MultiCallback`).
         agents: after :meth:`multi_run`, the final agent of each run (``agents[0]`` is run 1;
             None for a failed run, or with ``keep_agents=False``).
         evaluations: after a :meth:`multi_run` that evaluated, the evaluation records of each run.
@@ -97,13 +98,11 @@ class OnlineTrainer:
 
     @call_back.setter
     def call_back(self, value: Any) -> None:
-        missing = [name for name in ("__call__", "reset", "close") if not callable(getattr(value, name, None))]
-        if missing or isinstance(value, type):
-            raise TypeError(
-                f"trainer.call_back must be a callback object (callable, with reset() and close()), but got "
-                f"{value!r}: use e.g. online_trainer.callbacks.TBCallBack(log_dir=exp_dir), online_trainer.callbacks.JsonlCallback(path) or "
-                "online_trainer.callbacks.EmptyCallBack()."
-            )
+        if isinstance(value, (list, tuple)):  # several sinks at once
+            for index, callback in enumerate(value):
+                check_callback(callback, f"trainer.call_back[{index}]")
+            value = MultiCallback(value) if value else EmptyCallBack()
+        check_callback(value, "trainer.call_back")
         self._call_back = value
 
     def multi_run(
@@ -115,15 +114,17 @@ class OnlineTrainer:
         dump_metrics: bool | None = None,
         checkpoint_freq: int | None = None,
         dump_transitions: bool = False,
-        num_workers: int = 1,
+        num_workers: int | None = None,
         tuning_hp: dict[str, Any] | None = None,
+        *,
         keep_records: bool = True,
         keep_agents: bool = True,
         overwrite: bool = False,
-        progress: bool = True,
-        start_method: str = "spawn",
-        torch_threads: int = 1,
-        backend: str = "local",
+        execution: ExecutionOptions | None = None,
+        progress: bool | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
+        backend: str | None = None,
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
         metrics_flush_every: int | None = None,
@@ -132,6 +133,9 @@ class OnlineTrainer:
         eval_episodes: int = 10,
         record_video: int | None = None,
         frames_trigger: int | Callable[[int], bool] | None = None,
+        hooks: Sequence[Any] | None = None,
+        stats_window: int = 100,
+        stats_every_steps: int | None = None,
         score: str = "return",
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
@@ -150,25 +154,26 @@ class OnlineTrainer:
                 steps (step budget), plus ``Run{i}_Last`` and ``Run{i}_Best_agent.t``.
             dump_transitions: keep ``(obs, action, reward, terminated, truncated)`` per step in
                 the records (slow and large: for debugging and offline datasets).
-            num_workers: runs going at once: worker processes (``backend="local"``; 1 runs
-                in this process) or Ray tasks in flight (``backend="ray"``).
+            num_workers: runs going at once: worker processes (``backend="local"``; 1, the default,
+                runs them in this process) or Ray tasks in flight (``backend="ray"``).
             tuning_hp: hyperparameters given to every agent through ``set_hp``.
             keep_records: False keeps records out of memory (they are on disk): memory stays
                 flat and ``None`` stands for each run in the result.
             keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
                 sent back to this process); False for agents too big to keep (large replay buffers).
             overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
-            progress: show an overall bar and a bar per active run.
-            start_method: multiprocessing start method of the worker processes; ``"forkserver"``
-                starts new workers in about 0.2 s after the session's first call (the server
-                imports torch once).
-            torch_threads: torch threads in each worker process or Ray task, so that workers
-                do not fight over cores (runs in this process keep the current setting).
-            backend: ``"local"`` (this process or worker processes) or ``"ray"`` (Ray tasks,
-                on a local Ray or the cluster at ``ray_address``/``RAY_ADDRESS``; the
-                experiment directory must be on a filesystem all nodes share).
-            ray_address: address of a Ray cluster; None uses ``RAY_ADDRESS`` or a local Ray.
-            ray_resources: Ray options per run, e.g. ``{"num_cpus": 2, "num_gpus": 0.5}``.
+            execution: how the runs execute, as one object shared by :meth:`multi_run`, :meth:`sweep`
+                and :meth:`evaluate`: ``ExecutionOptions(num_workers=..., backend=..., start_method=...,
+                torch_threads=..., ray_address=..., ray_resources=..., progress=...)``. The flat keywords
+                (``num_workers``, ``progress``, ``start_method``, ``torch_threads``, ``backend``,
+                ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
+                ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
+            progress: show an overall bar and a bar per active run (default True).
+            start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            backend: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            ray_resources: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -192,12 +197,15 @@ class OnlineTrainer:
                 episode. With a metrics stream the frames are in ``metrics_run{i}.pkl`` only: the
                 records returned and ``all_metrics.pkl`` hold ``frames=[]`` (read them back with
                 :meth:`load_run_metrics`).
-            score: ``"raw"`` makes evaluations, the progress display and the analysis of the experiment
-                (``summarize``, ``curves``, the command's tables) use the raw scores of a
-                ``gymnasium.wrappers.RecordEpisodeStatistics`` inside each sub-env's wrappers (the game score
-                under ``ClipReward``), which the env must then have; ``"return"`` (default): the sums of the
-                rewards the agent learns from. Either way, the records of a run whose sub-envs have the
-                wrapper hold ``raw_return`` and ``raw_length`` beside ``ep_return`` and ``ep_length``.
+            hooks: objects with any of ``on_run_start(ctx)``, ``on_step(ctx)`` (every ``every_steps`` env
+                steps or ``every_seconds`` seconds, as the hook declares), ``on_episode_end(ctx, record)``,
+                ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)``, ``on_run_end(ctx)``; ``ctx.stop(reason)``
+                ends the run (status ``stopped_early``). Each run gets its own copy of each hook. See
+                :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
+            stats_window: episodes in the rolling means logged under ``stats/run_{i}`` (see RunOptions).
+            stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
+            score: what evaluations, progress and analysis report: ``"return"`` (sums of the rewards the agent
+                learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -216,23 +224,24 @@ class OnlineTrainer:
                              has_exp_dir=self.exp_dir is not None,
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
                              eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
-                             score=score)
-        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
-                                     torch_threads=torch_threads, ray_address=ray_address,
-                                     ray_resources=ray_resources, progress=progress).capped(num_runs)
+                             hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
+                             stats_every_steps=stats_every_steps, score=score)
+        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
+                                      torch_threads=torch_threads, ray_address=ray_address,
+                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution)
         if execution.in_workers and callable(options.frames_trigger):
-            executors.check_picklable({"frames_trigger": options.frames_trigger})
+            base.check_picklable({"frames_trigger": options.frames_trigger})
+        if execution.in_workers and options.hooks:
+            base.check_picklable({"hooks": options.hooks})
         copy_agent = parts.copies_agent(num_runs, execution)
-        with self._lock() as created, executors.early_workers(execution, num_runs) as pool:
+        with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:
                 created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
-            manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
-                                               {**parts.manifest_fields(execution), "tuning_hp": tuning_hp,
-                                                **({"score": score} if score != "return" else {})})
+            manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
             seeds = dict(enumerate(manifest["seeds"], start=1))
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
             experiment = Experiment(self.exp_dir, manifest, specs)
@@ -253,16 +262,6 @@ class OnlineTrainer:
         """What this trainer contributes to every run (for :mod:`online_trainer.orchestration.planning`)."""
         return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
 
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[list[Path]]:
-        """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
-        if self.exp_dir is None:
-            yield []
-            return
-        created = [path for path in (self.exp_dir, self.exp_dir / LOCK_FILE) if not path.exists()]
-        with ExperimentLock(self.exp_dir):
-            yield created
-
     def _inputs(self) -> dict[str, str | None]:
         """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
         return {storage.CONFIG_FILE: self.config.read_text() if self.config is not None else None,
@@ -272,17 +271,20 @@ class OnlineTrainer:
         self,
         configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
         num_runs: int,
+        *,
         num_episodes: int | None = None,
         total_steps: int | None = None,
         seed_offset: int | None = None,
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
-        num_workers: int = 1,
-        backend: str = "local",
-        progress: bool = True,
-        start_method: str = "spawn",
-        torch_threads: int = 1,
+        hooks: Sequence[Any] | None = None,
+        execution: ExecutionOptions | None = None,
+        num_workers: int | None = None,
+        backend: str | None = None,
+        progress: bool | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
     ) -> "pd.DataFrame":
@@ -304,36 +306,49 @@ class OnlineTrainer:
             seed_offset: base seed shared by all configurations; None draws one, recorded in
                 ``exp_dir/sweep.json`` and reused when the sweep is called again.
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
-            last_k: a run's final return is the mean return of its last ``last_k`` episodes.
-            checkpoint_freq, num_workers, backend, progress, start_method, torch_threads,
-                ray_address, ray_resources: as in :meth:`multi_run`.
+            last_k: a run's final return (what is ranked) is the mean of its last ``last_k`` training
+                episodes; with evaluations, ``compare(exp_dir, source="eval")`` ranks on them.
+            checkpoint_freq: as in :meth:`multi_run`.
+            hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
+            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
+                ``progress``, ...; all (configuration x seed) runs share the pool.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
-            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``. It is
-            also written to ``exp_dir/sweep_results.csv``.
+            (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``, and
+            against the top configuration ``probability_of_improvement`` (P(top > this one),
+            with ``_lo``/``_hi``) and ``told_apart`` (the interval of the ``metric``
+            difference excludes zero). ``attrs["note"]`` says whether the top configurations
+            can be told apart (logged as a warning when they cannot: the order among them is
+            noise). It is also written to ``exp_dir/sweep_results.csv``.
 
         Raises:
             RunsFailedError: some runs failed (after the ranking of the others is written).
         """
         from online_trainer.orchestration.sweep import run_sweep
 
-        execution = ExecutionOptions(num_workers=num_workers, backend=backend, start_method=start_method,
-                                     torch_threads=torch_threads, ray_address=ray_address,
-                                     ray_resources=ray_resources, progress=progress)
+        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
+                                      torch_threads=torch_threads, ray_address=ray_address,
+                                      ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution)
+                         checkpoint_freq, execution, hooks)
 
     def evaluate(
         self,
         which: str = "last",
+        *,
         num_episodes: int = 10,
-        num_workers: int = 1,
         exp_dir: str | os.PathLike | None = None,
         eval_env: Any = None,
         overwrite: bool = False,
-        progress: bool = True,
-        **execution: Any,
+        execution: ExecutionOptions | None = None,
+        num_workers: int | None = None,
+        progress: bool | None = None,
+        backend: str | None = None,
+        start_method: str | None = None,
+        torch_threads: int | None = None,
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
     ) -> "pd.DataFrame":
         """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
 
@@ -346,14 +361,12 @@ class OnlineTrainer:
             which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
                 (every checkpoint, the periodic ones included).
             num_episodes: episodes per checkpoint.
-            num_workers: runs evaluated at once (worker processes).
             exp_dir: the experiment to evaluate (default: this trainer's).
             eval_env: the env to evaluate on (default: the ``eval_env`` of this trainer's last
                 :meth:`multi_run`, when ``exp_dir`` is that run's; else the training env's factory).
             overwrite: replace an earlier ``evaluation_{which}.csv``.
-            progress: show the progress display.
-            **execution: ``backend``, ``start_method``, ``torch_threads``, ``ray_address``,
-                ``ray_resources``, as in :meth:`multi_run`.
+            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers`` (runs evaluated
+                at once), ``progress``, ``backend``, ...
 
         Returns:
             One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
@@ -373,7 +386,9 @@ class OnlineTrainer:
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)
-        options = ExecutionOptions(num_workers=num_workers, progress=progress, **execution)
+        options = resolve_execution(execution, num_workers=num_workers, progress=progress, backend=backend,
+                                    start_method=start_method, torch_threads=torch_threads, ray_address=ray_address,
+                                    ray_resources=ray_resources)
         parts.check_travel(options)
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
 

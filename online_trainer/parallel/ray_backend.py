@@ -24,8 +24,8 @@ from typing import Any, Mapping, Sequence
 import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
-from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.parallel.executors import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
+from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def _import_ray() -> Any:
 
 def _ray_task(payload: bytes, queue: Any, torch_threads: int, token: str | None) -> RunResult:
     """Run one spec in a Ray worker; ``token`` is the content of every spec's token file."""
-    from online_trainer.parallel.workers import limit_torch_threads
+    from online_trainer.parallel.base import limit_torch_threads
 
     limit_torch_threads(torch_threads)
     spec: RunSpec = cloudpickle.loads(payload)
@@ -122,7 +122,7 @@ class RayExecutor:
                     except Exception as exc:  # the task's worker died, or Ray failed it
                         result = failed_result(spec, exc)
                     self._drain(queue, display)
-                    display.run_finished(spec.key, result.status == "failed")
+                    display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
                     on_result(result)
         except BaseException:
             self._cancel(list(in_flight))

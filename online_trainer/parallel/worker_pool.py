@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import cloudpickle
 
 from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import RunResult, RunSpec
-from online_trainer.parallel.executors import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, held_write_ends
 from online_trainer.parallel.worker_process import worker_main
 
@@ -107,7 +107,7 @@ class _Call:
         if spec.key not in self.pending:
             return
         self.pending.discard(spec.key)
-        self.display.run_finished(spec.key, result.status != "finished")
+        self.display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
         self.on_result(result)
 
 

@@ -34,22 +34,14 @@ from typing import NoReturn
 import cloudpickle
 
 from online_trainer.core.progress import QueueProgress
-from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.parallel.executors import failed_result
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
+from online_trainer.parallel.base import failed_result, limit_torch_threads
 from online_trainer.parallel.lifeline import die_orphaned, guard
 
 logger = logging.getLogger(__name__)
 
 _POLL = 1.0  # seconds between an idle worker's checks of its idle time
 _PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
-
-
-def limit_torch_threads(torch_threads: int) -> None:
-    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(torch_threads)
 
 
 def leave(code: int = 0) -> NoReturn:
@@ -119,7 +111,7 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
     logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)
     reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
               f"({type(error).__name__}: {error}); its records up to the last flush are on disk.")
-    if result.status != "finished":
+    if result.status not in COMPLETED:
         reason += f" The run's own error: {result.extra.get('exception', result.error)}"
     return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -135,7 +127,7 @@ def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     finally:
         close_error = _close_callback(spec)
     if close_error is not None:
-        if result.status != "finished":
+        if result.status not in COMPLETED:
             result.error = f"{result.error}\nThen closing the callback raised: {close_error}"
         else:
             result = failed_result(spec, close_error)

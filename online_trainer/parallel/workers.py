@@ -28,7 +28,7 @@ from online_trainer.parallel.worker_pool import (
     is_installed,
     preload_forkserver,
 )
-from online_trainer.parallel.worker_process import limit_torch_threads
+from online_trainer.parallel.base import limit_torch_threads
 
 __all__ = ["IDLE_TIMEOUT", "WorkerPool", "limit_torch_threads", "preload_forkserver", "shared_pool",
            "shutdown_workers"]

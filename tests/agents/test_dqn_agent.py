@@ -123,7 +123,7 @@ def test_call_back_reports_every_log_interval_gradient_steps(corridor):
 
 def test_checkpoint_loads_weights_only_with_buffer_and_counters(corridor, tmp_path):
     env = corridor(1)
-    agent = agent_on(env)
+    agent = agent_on(env, save_buffer=True)
     for i in range(30):
         feed(agent, [i % 4], [i % 4 + 1], [-1.0])
     path = agent.save(str(tmp_path / "dqn"))

@@ -98,7 +98,7 @@ def test_content_of_reset_steps_does_not_change_learning(corridor, params):
 def test_truncation_stores_the_value_of_the_true_final_obs(corridor):
     agent = agent_on(corridor(2), n_steps=10)
     feed(agent, [2, 2], [3, 3], [-1.0, -1.0], truncated=[True, False])
-    assert agent.rollout.final_values[0, 0] == pytest.approx(float(agent._values(np.array([3]))[0]))
+    assert agent.rollout.final_values[0, 0] == pytest.approx(float(agent._values(agent._features(np.array([3])))[0]))
     assert agent.rollout.final_values[0, 1] == 0.0
 
 

@@ -5,7 +5,8 @@
 The top-level package (``online_trainer/__init__.py``) may name anything: it resolves the
 public names lazily. The reference agents, envs and callbacks (the repository's top-level
 folders ``agents/``, ``envs/``, ``callbacks/``, installed as ``online_trainer.agents``,
-``online_trainer.envs``, ``online_trainer.callbacks``) import only themselves, never the runner.
+``online_trainer.envs``, ``online_trainer.callbacks``) import themselves and the runner's bottom layer,
+``online_trainer.core`` (the one config checker lives there), nothing above it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ LOWER = {
     "parallel": {"core"},
     "analysis": {"core"},
     "config": {"core"},
-    "orchestration": {"core", "experiment", "parallel", "analysis", "config"},
-    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration"},
+    "hooks": {"core"},
+    "orchestration": {"core", "experiment", "parallel", "analysis", "config", "hooks"},
+    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration", "hooks"},
 }
 MAX_LINES = 400
 
@@ -41,6 +43,97 @@ def imported_modules(path: Path) -> set[str]:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return {name for name in names if name.split(".")[0] == "online_trainer"}
+
+
+FOLDERS = {"online_trainer.callbacks": ROOT / "callbacks", "online_trainer.agents": ROOT / "agents",
+           "online_trainer.envs": ROOT / "envs", "online_trainer": PACKAGE}
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the installed package by its dotted name (``callbacks/`` is ``online_trainer.callbacks``)."""
+    files = {}
+    for name, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            if name == "online_trainer" and path.relative_to(folder).parts[0] in ("callbacks", "agents", "envs"):
+                continue
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            files[".".join([name, *parts])] = path
+    return files
+
+
+def _under_type_checking(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package modules ``path`` imports when it runs (imports inside functions included, ``TYPE_CHECKING`` aside)."""
+    tree = ast.parse(path.read_text(), str(path))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if _under_type_checking(node, parents):
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in modules else node.module)
+    return found & modules
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``graph`` (one per strongly connected component of more than one module, or a self-import)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_runtime_import_cycle():
+    files = module_files()
+    graph = {name: runtime_imports(path, set(files)) - {"online_trainer"} for name, path in files.items()}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path):
+    (tmp_path / "a.py").write_text("from online_trainer.parallel import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from online_trainer.parallel.a import x\n")
+    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import online_trainer.parallel.a\n")
+    modules = {"online_trainer.parallel.a", "online_trainer.parallel.b", "online_trainer.parallel.c"}
+    graph = {f"online_trainer.parallel.{n}": runtime_imports(tmp_path / f"{n}.py", modules) for n in "abc"}
+    assert graph["online_trainer.parallel.c"] == set()
+    assert import_cycles(graph) == [["online_trainer.parallel.a", "online_trainer.parallel.b"]]
 
 
 def layer_of(module: str) -> str | None:
@@ -70,8 +163,9 @@ def test_imports_point_down(path):
 
 @pytest.mark.parametrize("package", ["agents", "envs", "callbacks"])
 def test_reference_packages_stand_beside_the_runner(package):
-    own = f"online_trainer.{package}"
-    users = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if m != own and not m.startswith(own + "."))
+    allowed = (f"online_trainer.{package}", "online_trainer.core")
+    users = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
+                                              if not any(m == a or m.startswith(a + ".") for a in allowed))
              for p in (ROOT / package).rglob("*.py")}
     assert {path: mods for path, mods in users.items() if mods} == {}
 

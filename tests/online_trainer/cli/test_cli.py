@@ -146,12 +146,13 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
         assert cli.main(["show", str(mixed), "--last-k", "2"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "final", "return", "status"]
-    assert lines[2].split() == ["1", "11", "4", "40", "-11.00", "finished"]
-    assert lines[3].split() == ["2", "22", "7", "140", "-10.00", "finished"]  # the last two finite returns
-    assert lines[4].split() == ["3", "33", "1", "10", "-500.00", "failed,", "left", "out"]
-    assert lines[5].split() == ["4", "44", "0", "-", "n/a", "interrupted,", "left", "out"]
-    assert lines[6].split() == ["5", "55", "0", "-", "n/a", "finished"]
+    assert lines[1].split() == ["run", "seed", "episodes", "env", "steps", "SPS", "final", "return", "status"]
+    # hand-written manifests hold no sps: '-'
+    assert lines[2].split() == ["1", "11", "4", "40", "-", "-11.00", "finished"]
+    assert lines[3].split() == ["2", "22", "7", "140", "-", "-10.00", "finished"]  # the last two finite returns
+    assert lines[4].split() == ["3", "33", "1", "10", "-", "-500.00", "failed,", "left", "out"]
+    assert lines[5].split() == ["4", "44", "0", "-", "-", "n/a", "interrupted,", "left", "out"]
+    assert lines[6].split() == ["5", "55", "0", "-", "-", "n/a", "finished"]
     stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
     assert stats[:4] == ["2", "1", "2", "-10.50"]  # runs, no return, left out, mean of -11 and -10
     assert "Left out (did not finish): run 3 (failed), run 4 (interrupted). Pass --include-unfinished" in captured.out
@@ -223,7 +224,19 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     [
         (["num_run=3"], "unknown key 'num_run' (did you mean 'num_runs'?); valid keys at the top level: env, agent, "),
         (["env.num_env=2"], "unknown key 'env.num_env' (did you mean 'env.num_envs'?)"),
-        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning' has no hyperparameter 'lrr' (did you mean 'lr'?)"),
+        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning': unknown key 'agent.hyperparameters.lrr' (did you "
+                                            "mean 'agent.hyperparameters.lr'?); valid keys of agent.hyperparameters: "
+                                            "lr, gamma, epsilon, "),
+        (["agent.hyperparameters.lr=1", "agent.hyperparameters.decay_unit=3"],
+         "agent 'q_learning': agent.hyperparameters.decay_unit=3 has the wrong type: expected a string, got int."),
+        (["checkpoint_freq=1e4"], "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
+                                  "(write 10000 or 10_000, without a decimal point or exponent)."),
+        (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
+        (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
+                    "got int."),
+        (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
+        (["env={num_envs: 2}"], "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
+                                "module:Env-v0 to import module first."),
         (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
         (["total_steps=1e3", "num_episodes=null"], "total_steps=1000.0 has the wrong type: expected an int or null"),
         (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
@@ -232,8 +245,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         (["total_steps=100"], "give exactly one budget, num_episodes or total_steps, but got num_episodes=6, "
                               "total_steps=100."),
         (["num_episodes=null"], "give exactly one budget"),
-        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty' (did you mean 'tb'?)"),
-        (["agent.hyperparameters.lr=-1"], "agent.hyperparameters: could not build agent 'q_learning'"),
+        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', "
+                           "'wandb' (did you mean 'tb'?)"),
+        (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got "
+                                          "lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
     ],
 )
@@ -303,7 +318,8 @@ def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_ru
     exp_dir = tmp_path / "exp"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "agent.hyperparameters.lr=abc") == 2
     captured = capsys.readouterr()
-    assert "agent.hyperparameters: q_learning hyperparameter lr must be of type float, but got lr='abc'" in captured.err
+    assert "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str." \
+        in captured.err
     assert "Running" not in captured.out and not exp_dir.exists()
 
 
@@ -353,9 +369,13 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     points = curves(aligned.rename(columns=as_episodes), x="global_step", num_points=20)
     assert points["num_runs"].eq(3).all()
     assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
-    # on an episode schedule the runs' steps genuinely differ: nothing is moved
-    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]])
-    assert aligned_evaluations(by_episode, "global_step")["global_step"].tolist() == steps
+    # on an episode schedule the runs' steps differ widely; the curve aligns them on the evaluation index too
+    # (unaligned, each run's points would draw its own thin segment under a legend counting every run)
+    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]],
+                              global_step=[s + 700 * r for s, r in zip(steps, [0, 1, 2] * 4)])
+    moved = aligned_evaluations(by_episode, "global_step")
+    assert moved["global_step"].tolist() == [2702.0] * 3 + [4700.0] * 3 + [6701.0] * 3 + [8703.0] * 3
+    assert curves(moved.rename(columns=as_episodes), x="global_step", num_points=20)["num_runs"].eq(3).all()
     assert aligned_evaluations(evals, "episodes_trained").equals(evals)
 
 

@@ -12,7 +12,7 @@ from gymnasium.wrappers import ClipReward, RecordEpisodeStatistics
 from online_trainer import OnlineTrainer
 from online_trainer.agents import RandomAgent
 from online_trainer.analysis.dataframes import load_episodes
-from online_trainer.analysis.stats import summarize
+from online_trainer.analysis.stats import final_performance, summarize
 from online_trainer.core.raw_scores import has_episode_statistics
 from tests.conftest import CountingEnv
 
@@ -96,6 +96,10 @@ def test_score_raw_evaluates_and_summarizes_raw_scores(tmp_path, mode):
     assert clipped_sums["mean"].iloc[0] == pytest.approx(np.mean([np.mean([r["ep_return"] for r in run][-3:])
                                                                   for run in runs]))
     assert not math.isclose(raw["mean"].iloc[0], clipped_sums["mean"].iloc[0])
+    # final_performance (the command's per-run table, plot_final_performance, compare) reads the same score
+    assert final_performance(df, last_k=3)["final_return"].tolist() == pytest.approx(finals)
+    assert final_performance(df, last_k=3, score="return")["final_return"].tolist() == pytest.approx(
+        [np.mean([r["ep_return"] for r in run][-3:]) for run in runs])
 
 
 def test_summarize_score_raw_needs_the_column(tmp_path):
@@ -106,10 +110,10 @@ def test_summarize_score_raw_needs_the_column(tmp_path):
 
 
 def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
-    from online_trainer.core.budget import Budget
-    from online_trainer.core.factories import AgentFactory, EnvFactory
-    from online_trainer.core.run import RunSpec, execute_run
     from online_trainer.callbacks import EmptyCallBack
+    from online_trainer.core.factories import AgentFactory, EnvFactory
+    from online_trainer.core.options import RunOptions
+    from online_trainer.core.run import RunSpec, execute_run
 
     class Bar:
         def __init__(self):
@@ -132,8 +136,8 @@ def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
 
     bar = Bar()
     spec = RunSpec(run_idx=1, seed=0, env_factory=EnvFactory(make_vec(1, "NextStep")),
-                   agent_factory=AgentFactory(RandomAgent), budget=Budget(num_episodes=5), callback=EmptyCallBack(),
-                   score="raw")
+                   agent_factory=AgentFactory(RandomAgent), callback=EmptyCallBack(),
+                   options=RunOptions(num_episodes=5, dump_metrics=False, has_exp_dir=False, score="raw"))
     result = execute_run(spec, bar)
     lengths = [r["ep_length"] for r in result.records.records()]
     raw = [n * (n + 1) / 2 for n in lengths]

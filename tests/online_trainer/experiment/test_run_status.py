@@ -39,7 +39,8 @@ def test_runs_are_running_from_their_start_and_readers_see_them_running_while_th
     assert seen == [(["running", "pending"], ["running", "pending"]),
                     (["finished", "running"], ["finished", "running"])]
     assert manifest_statuses(tmp_path) == ["finished", "finished"]
-    every_key = sorted(["run", "seed", "status", "episodes", "global_step", "wall_time", "error"])
+    every_key = sorted(["run", "seed", "status", "episodes", "global_step", "wall_time", "sps", "stop_reason",
+                        "error"])
     assert all(entry_keys == every_key for call in keys for entry_keys in call)  # raw JSON readers find every key
 
 

@@ -224,8 +224,8 @@ def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
 
     from online_trainer.agents import DQNAgent
 
-    with pytest.raises(TypeError, match=r"DQNAgent hyperparameter lr must be of type float, but got lr='0.001' of "
-                                        r"type str"):
+    with pytest.raises(ValueError, match=r"DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a "
+                                         r"number, got str\."):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), DQNAgent).multi_run(
             1, num_episodes=1, tuning_hp={"lr": "0.001"}, progress=False)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
+import yaml
 
 import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
 from online_trainer.agents import QLearningAgent
@@ -131,6 +133,46 @@ def test_optuna_trials_aggregate_seeds(tmp_path):
         assert trial.user_attrs["ci_low"] <= trial.value <= trial.user_attrs["ci_high"]
         manifest = json.loads((tmp_path / trial.user_attrs["experiment"] / "manifest.json").read_text())
         assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
+
+
+def test_float_names_keep_4_significant_digits():
+    assert config_name({"lr": 0.3043617032940743, "gamma": 0.99}) == "lr=0.3044,gamma=0.99"
+    assert config_name({"lr": 1.0, "eps": 1e-05, "big": 100000.0, "tau": 0.1 + 0.2}) == \
+        "lr=1.0,eps=1e-05,big=100000.0,tau=0.3"
+    assert config_name({"net": [0.123456, 2]}) == "net=0.1235-2"
+
+
+def test_configurations_that_round_alike_get_directories_of_their_own(tmp_path):
+    agents = CountingAgents()
+    trainer = corridor_trainer(tmp_path, factory=agents)
+    ranking = trainer.sweep([{"lr": 0.30441}, {"lr": 0.30444}], num_runs=1, num_episodes=3, seed_offset=0,
+                            progress=False)
+    names = sorted(ranking["experiment"])
+    assert names[0] == "lr=0.3044" and re.fullmatch(r"lr=0\.3044-[0-9a-f]{8}", names[1])
+    exact = {name: yaml.safe_load((tmp_path / name / "hyperparameters.yaml").read_text())["lr"] for name in names}
+    assert sorted(exact.values()) == [0.30441, 0.30444]
+    # called again, in the other order, each configuration finds its own directory and runs nothing
+    again = trainer.sweep([{"lr": 0.30444}, {"lr": 0.30441}], num_runs=1, num_episodes=3, progress=False)
+    assert dict(zip(again["experiment"], again["lr"])) == exact
+    assert agents.built == 2
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == names
+
+
+def test_optuna_trial_directories_have_short_names_and_exact_records(tmp_path):
+    optuna = pytest.importorskip("optuna")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    objective = optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
+                                 num_runs=1, num_episodes=3, progress=False)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    study.optimize(objective, n_trials=2)
+    for trial in study.trials:
+        lr = trial.params["lr"]
+        name = trial.user_attrs["experiment"]
+        assert name == f"lr={lr:.4g}" and len(repr(lr)) > len(name) - 3
+        exp_dir = tmp_path / name
+        assert yaml.safe_load((exp_dir / "hyperparameters.yaml").read_text()) == {"lr": lr}
+        assert json.loads((exp_dir / "manifest.json").read_text())["tuning_hp"] == {"lr": lr}
+        assert load_episodes(exp_dir)["lr"].unique().tolist() == [lr]
 
 
 @pytest.mark.parametrize("metric", ["mean", "median", "iqm"])

@@ -1,0 +1,135 @@
+"""A callback writing one tidy CSV file: a row per value, ready for ``pandas.read_csv``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+from online_trainer.callbacks.base import CallBack, metric_name
+from online_trainer.callbacks.files import create_with
+
+COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
+
+
+class CSVCallback(CallBack):
+    """Appends every value as a row ``run,metric,step,value,tag,key,wall_time`` to one CSV file.
+
+    One tidy (long) file for every run and metric, the shape pandas works on::
+
+        df = pd.read_csv(exp_dir / "scalars.csv")
+        returns = df[df.metric == "ep_return"].pivot(index="step", columns="run", values="value")
+
+    ``run`` is the run number (from 1; empty for values logged outside a run); ``metric`` is
+    the value's name without the run's part of the tag, the same in every run (``ep_return``,
+    ``eval/ep_return``, ``agents/loss``); ``step`` is the x value (the episode index for
+    episode returns and lengths, the env step for the agent's values and evaluations);
+    ``tag`` and ``key`` are as logged (``ep_return/run_1`` and ``ep_return``; ``agents/run_1``
+    and ``loss``); ``wall_time`` is Unix time in seconds. NaN and
+    infinities are written ``nan``, ``inf`` and ``-inf``, which ``read_csv`` reads back as floats.
+
+    Rows are kept in memory and appended ``flush_rows`` at a time, at least every ``max_delay``
+    seconds when an episode ends, and on :meth:`close`, each time with one ``write`` of whole
+    lines to a file opened with ``O_APPEND``: several worker processes can share the file,
+    no line is ever torn, and a killed run leaves a readable file holding every row written
+    so far. The header is written once, with the file, by whichever process creates it.
+
+    Args:
+        log_path: the ``.csv`` file, appended to if it exists; its directory is created on the
+            first write.
+        flush_rows: rows kept in memory before they are written.
+        max_delay: seconds after which an episode's values also write what is kept.
+
+    Raises:
+        ValueError: ``flush_rows`` is not a positive int, or ``max_delay`` is negative.
+    """
+
+    _unpicklable = ("_fd",)
+
+    def __init__(self, log_path: str | os.PathLike, flush_rows: int = 4096, max_delay: float = 2.0) -> None:
+        if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
+            raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
+        if not isinstance(max_delay, (int, float)) or max_delay < 0:
+            raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
+        self.log_path = os.fspath(log_path)
+        self.flush_rows = flush_rows
+        self.max_delay = max_delay
+        self._fd: int | None = None
+        self._rows: list[tuple[Any, ...]] = []
+        self._run: int | str = ""
+        self._run_tag = ""
+        self._names: dict[tuple[str, str], str] = {}
+        self._last_flush = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_rows"] = []  # rows kept by the original are written by the original
+        state["_names"] = {}
+        return state
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        self._run, self._run_tag = run_idx, run_tag or f"run_{run_idx}"
+        self._names.clear()
+
+    def end_run(self, run_idx: int, status: str) -> None:
+        self.flush()
+        self._run, self._run_tag = "", ""
+        self._names.clear()
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        now, run, rows, names = time.time(), self._run, self._rows, self._names
+        for key, value in data.items():
+            name = names.get((key, tag)) or self._name(key, tag)
+            rows.append((run, name, step, float(value), tag, key, now))
+        if len(rows) >= self.flush_rows:
+            self.flush()
+        elif force and now - self._last_flush > self.max_delay:
+            self.flush()
+
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        """Keep every value of ``key`` as a row, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
+        now, run = time.time(), self._run
+        name = self._names.get((key, tag)) or self._name(key, tag)
+        self._rows.extend([(run, name, step, float(value), tag, key, now) for value, step in zip(values, steps)])
+        if len(self._rows) >= self.flush_rows or now - self._last_flush > self.max_delay:
+            self.flush()
+
+    def _name(self, key: str, tag: str) -> str:
+        name = self._names[(key, tag)] = metric_name(key, tag, self._run_tag)
+        return name
+
+    def flush(self) -> None:
+        """Append the rows kept so far to the file."""
+        self._last_flush = time.time()
+        if not self._rows:
+            return
+        if self._fd is None:
+            self._open()
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerows(self._rows)
+        self._rows.clear()
+        view = memoryview(buffer.getvalue().encode("utf-8"))
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def _open(self) -> None:
+        directory = os.path.dirname(self.log_path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        create_with(self.log_path, (",".join(COLUMNS) + "\n").encode())
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"CSVCallback(log_path={self.log_path!r})"

@@ -1,0 +1,69 @@
+"""Small files the sinks keep beside the experiment, written so that a crash never leaves half of one.
+
+(The callbacks stand beside the runner and do not import it, so these are their own helpers.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+
+def _write_tmp(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in."""
+    path = Path(path)
+    tmp = _write_tmp(path, data)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def create_with(path: str | os.PathLike, data: bytes) -> bool:
+    """Create ``path`` holding ``data``, all at once, unless it exists; return whether this call created it.
+
+    The file appears with its content (a hard link to a complete temporary file), so a process
+    that finds it never reads it half-written, and of several processes creating it at once
+    exactly one does.
+    """
+    path = Path(path)
+    if path.exists():
+        return False
+    tmp = _write_tmp(path, data)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    return True
+
+
+def read_ids(path: str | os.PathLike) -> dict[int, str]:
+    """The run number -> id map kept in ``path`` (empty when there is no such file)."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return {}
+    return {int(run): str(run_id) for run, run_id in json.loads(text).items()}
+
+
+def write_ids(path: str | os.PathLike, ids: dict[int, str]) -> None:
+    """Keep the run number -> id map ``ids`` in ``path`` (JSON, replaced atomically)."""
+    text = json.dumps({str(run): ids[run] for run in sorted(ids)}, indent=2) + "\n"
+    write_atomic(path, text.encode())
+

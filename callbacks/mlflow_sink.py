@@ -1,0 +1,233 @@
+"""A callback logging to MLflow: one MLflow run per seed, metrics in batches."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from online_trainer.callbacks.base import CallBack, metric_name
+from online_trainer.callbacks.files import read_ids, write_ids
+
+logger = logging.getLogger(__name__)
+
+STORE_FILE = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"
+RUN_IDS_FILE = "mlflow_runs.json"
+ARTIFACT_FILES = ("args.yaml", "config.py", "hyperparameters.yaml", "manifest.json")
+RUN_TAG = "online_trainer.run"
+DEFAULT_EXPERIMENT = "online_trainer"  # without an exp_dir or an experiment_name
+MAX_BATCH = 1000  # metrics per MlflowClient.log_batch call (MLflow's limit)
+_NOT_IN_NAME = re.compile(r"[^\w\-. /:]")
+
+
+def _mlflow() -> Any:
+    try:
+        import mlflow
+        import mlflow.entities  # noqa: F401
+    except ImportError as exc:
+        raise ImportError('MLflowCallback needs MLflow: pip install -e ".[mlflow]" (or pip install mlflow).') from exc
+    return mlflow
+
+
+class _Experiment:
+    """What :meth:`MLflowCallback.setup` made for one experiment directory (it travels to workers)."""
+
+    def __init__(self, uri: str, experiment_id: str, run_ids: dict[int, str]) -> None:
+        self.uri, self.experiment_id, self.run_ids = uri, experiment_id, run_ids
+
+
+class MLflowCallback(CallBack):
+    """Logs each run (seed) of an experiment as one MLflow run, under one MLflow experiment.
+
+    The store and the experiment are created once, in the parent process, before any run
+    starts (:meth:`setup`); so are the MLflow runs, one per seed, named ``run_{i}`` and tagged
+    ``online_trainer.run``. Their ids are kept in ``exp_dir/mlflow_runs.json``, so a run done
+    again (a resumed sweep) logs into the same MLflow run. Each run logs its seed, its run
+    number and the tuning hyperparameters as params, and its values as metrics named without
+    the run's part of the tag (``ep_return``, ``eval/ep_return``, ``agents/loss``), so that
+    MLflow's charts overlay the seeds. Metrics are kept in memory and sent with
+    ``MlflowClient.log_batch`` (up to 1000 at once): every ``flush_values`` values, at least
+    every ``max_delay`` seconds when an episode ends, and when the run ends. When every run
+    has ended, the experiment directory's small files (``args.yaml``, ``config.py``,
+    ``hyperparameters.yaml``, ``manifest.json``) are logged as artifacts of each run.
+
+    Args:
+        tracking_uri: where MLflow keeps runs; None: a SQLite database in the experiment
+            directory, ``sqlite:///{exp_dir}/mlflow.db`` (artifacts in ``exp_dir/mlartifacts``).
+            Read it with ``mlflow ui --backend-store-uri sqlite:///{exp_dir}/mlflow.db``.
+        experiment_name: the MLflow experiment; None: the experiment directory's name
+            (``online_trainer`` without one).
+        flush_values: metric values kept before they are sent.
+        max_delay: seconds after which an episode's values also send what is kept.
+
+    Raises:
+        ValueError: ``flush_values`` is not a positive int or ``max_delay`` is negative; at
+            setup, neither an exp_dir nor a tracking_uri.
+        ImportError: at setup, MLflow is not installed.
+    """
+
+    _unpicklable = ("_clients",)
+
+    def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None,
+                 flush_values: int = MAX_BATCH, max_delay: float = 5.0) -> None:
+        if not isinstance(flush_values, int) or isinstance(flush_values, bool) or flush_values < 1:
+            raise ValueError(f"flush_values must be a positive int, but got flush_values={flush_values!r}.")
+        if not isinstance(max_delay, (int, float)) or max_delay < 0:
+            raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment_name
+        self.flush_values = flush_values
+        self.max_delay = max_delay
+        self._experiments: dict[str, _Experiment] = {}
+        self._owner = False  # True in the process that ran setup (the parent): it logs the artifacts
+        self._clients: dict[str, Any] | None = None
+        self._active: tuple[str, str, str] | None = None  # (uri, run id, run tag) of the run under way
+        self._buffer: list[tuple[str, float, float, int]] = []
+        self._names: dict[tuple[str, str], str] = {}
+        self._last_flush = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_owner=False, _active=None, _buffer=[])
+        return state
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Create (or open) the store, the experiment and one MLflow run per run number, here, once."""
+        self._owner = True
+        self._experiments[self._key(exp_dir)] = self._prepare(exp_dir, runs)
+
+    def _prepare(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> _Experiment:
+        if exp_dir is None and self.tracking_uri is None:
+            raise ValueError("MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "
+                             "exp_dir is None: make the trainer with exp_dir=..., or pass tracking_uri=... "
+                             "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000').")
+        uri = self.tracking_uri or f"sqlite:///{Path(exp_dir).resolve() / STORE_FILE}"
+        client = self._client(uri)
+        name = self.experiment_name or (Path(exp_dir).resolve().name if exp_dir is not None else DEFAULT_EXPERIMENT)
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            experiment_id = experiment.experiment_id
+        else:
+            location = None if self.tracking_uri else (Path(exp_dir).resolve() / ARTIFACTS_DIR).as_uri()
+            experiment_id = client.create_experiment(name, artifact_location=location)
+        ids_path = None if exp_dir is None else Path(exp_dir) / RUN_IDS_FILE
+        run_ids = read_ids(ids_path) if ids_path is not None else {}
+        for run in runs:
+            if run not in run_ids or not self._exists(client, run_ids[run]):
+                run_ids[run] = client.create_run(experiment_id, run_name=f"run_{run}",
+                                                 tags={RUN_TAG: str(run)}).info.run_id
+        if ids_path is not None:
+            write_ids(ids_path, run_ids)
+        return _Experiment(uri, experiment_id, run_ids)
+
+    @staticmethod
+    def _exists(client: Any, run_id: str) -> bool:
+        try:
+            return client.get_run(run_id).info.lifecycle_stage == "active"
+        except Exception:  # MlflowException: no such run in this store
+            return False
+
+    def _client(self, uri: str) -> Any:
+        if self._clients is None:
+            self._clients = {}
+        client = self._clients.get(uri)
+        if client is None:
+            client = self._clients[uri] = _mlflow().MlflowClient(uri)
+        return client
+
+    @staticmethod
+    def _key(exp_dir: str | os.PathLike | None) -> str:
+        return "" if exp_dir is None else os.path.abspath(exp_dir)
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        """Make the run's MLflow run the one values go to, and log its params."""
+        self._end_active("KILLED")  # a run that never said it ended
+        experiment = self._experiments.get(self._key(exp_dir))
+        if experiment is None or run_idx not in experiment.run_ids:  # used without the trainer's setup
+            experiment = self._experiments[self._key(exp_dir)] = self._prepare(exp_dir, {run_idx: seed})
+        entities = _mlflow().entities
+        run_id = experiment.run_ids[run_idx]
+        client = self._client(experiment.uri)
+        values = {"seed": seed, "run": run_idx, **params}
+        client.log_batch(run_id, params=[entities.Param(str(k), str(v)) for k, v in values.items()])
+        client.update_run(run_id, status="RUNNING")
+        self._active = (experiment.uri, run_id, run_tag or f"run_{run_idx}")
+        self._names.clear()
+
+    def end_run(self, run_idx: int, status: str) -> None:
+        """Send what is kept and mark the MLflow run FAILED (``failed``), KILLED (``interrupted``) or FINISHED."""
+        self._end_active({"failed": "FAILED", "interrupted": "KILLED"}.get(status, "FINISHED"))
+
+    def _end_active(self, mlflow_status: str) -> None:
+        if self._active is None:
+            return
+        try:
+            self.flush()
+        finally:
+            uri, run_id, _ = self._active
+            self._active = None
+            self._names.clear()
+            self._client(uri).set_terminated(run_id, mlflow_status)
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        now = time.time()
+        for key, value in data.items():
+            self._buffer.append((self._name(key, tag), float(value), now, step))
+        if len(self._buffer) >= self.flush_values or (force and now - self._last_flush > self.max_delay):
+            self.flush()
+
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        """Keep every value of ``key`` at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
+        now, name = time.time(), self._name(key, tag)
+        self._buffer.extend([(name, float(value), now, step) for value, step in zip(values, steps)])
+        if len(self._buffer) >= self.flush_values or now - self._last_flush > self.max_delay:
+            self.flush()
+
+    def _name(self, key: str, tag: str) -> str:
+        name = self._names.get((key, tag))
+        if name is None:
+            if self._active is None:
+                raise RuntimeError(f"MLflowCallback got {key!r} under {tag!r} outside a run: it logs into the MLflow run "
+                                   "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
+                                   "(the trainer does).")
+            name = self._names[(key, tag)] = _NOT_IN_NAME.sub("_", metric_name(key, tag, self._active[2]))
+        return name
+
+    def flush(self) -> None:
+        """Send the metric values kept so far, with ``log_batch``."""
+        self._last_flush = time.time()
+        if not self._buffer or self._active is None:
+            return
+        uri, run_id, _ = self._active
+        metric = _mlflow().entities.Metric
+        buffer, self._buffer = self._buffer, []
+        client = self._client(uri)
+        for start in range(0, len(buffer), MAX_BATCH):
+            client.log_batch(run_id, metrics=[metric(name, value, int(wall * 1000), int(step))
+                                              for name, value, wall, step in buffer[start:start + MAX_BATCH]])
+
+    def reset(self) -> None:
+        """Nothing is averaged: values kept are sent (or dropped with the run, see :meth:`start_run`)."""
+
+    def close(self) -> None:
+        """End a run left open; in the process that ran :meth:`setup`, log the experiment's small files."""
+        self._end_active("FAILED")
+        if self._owner:
+            experiments, self._experiments, self._owner = self._experiments, {}, False
+            self._log_artifacts(experiments)
+
+    def _log_artifacts(self, experiments: dict[str, _Experiment]) -> None:
+        for key, experiment in experiments.items():
+            files = [Path(key) / name for name in ARTIFACT_FILES if key and (Path(key) / name).is_file()]
+            client = self._client(experiment.uri)
+            for run_id in experiment.run_ids.values():
+                for path in files:
+                    client.log_artifact(run_id, os.fspath(path))
+
+    def __repr__(self) -> str:
+        return f"MLflowCallback(tracking_uri={self.tracking_uri!r}, experiment_name={self.experiment_name!r})"

@@ -1,0 +1,100 @@
+"""Several sinks at once: :class:`MultiCallback` hands every call to each of them."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from online_trainer.callbacks.base import CallBack
+
+logger = logging.getLogger(__name__)
+
+
+def check_callback(value: Any, name: str) -> None:
+    """Raise TypeError unless ``value`` is a callback object: callable, with ``reset()`` and ``close()``.
+
+    Args:
+        value: the object to check.
+        name: how the user passed it, for the message (``trainer.call_back[1]``).
+    """
+    missing = [attr for attr in ("__call__", "reset", "close") if not callable(getattr(value, attr, None))]
+    if missing or isinstance(value, type):
+        raise TypeError(
+            f"{name} must be a callback object (callable, with reset() and close()), but got {value!r}: use e.g. "
+            "online_trainer.callbacks.TBCallBack(log_dir=exp_dir), online_trainer.callbacks.CSVCallback(path) or "
+            "online_trainer.callbacks.EmptyCallBack()."
+        )
+
+
+class MultiCallback(CallBack):
+    """Hands every value, video and lifecycle call to each of ``callbacks``, in order.
+
+    ``trainer.call_back = [cb1, cb2]`` makes one. Episode values reach each sink through its
+    own :meth:`~online_trainer.callbacks.CallBack.series`, so each keeps its fast path (or sees
+    them in its ``__call__``). :meth:`close` closes every sink even when one raises, then
+    raises the first error.
+
+    Args:
+        callbacks: the sinks, each callable with ``reset()`` and ``close()``.
+
+    Raises:
+        TypeError: an element is not a callback object (named by its index).
+    """
+
+    def __init__(self, callbacks: Iterable[Any]) -> None:
+        self.callbacks = list(callbacks)
+        for index, callback in enumerate(self.callbacks):
+            check_callback(callback, f"callbacks[{index}]")
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        for callback in self.callbacks:
+            callback(data, tag, step, force)
+
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        for callback in self.callbacks:
+            series = getattr(callback, "series", None)
+            if series is not None:
+                series(key, tag, values, steps)
+            else:
+                CallBack.series(callback, key, tag, values, steps)  # type: ignore[arg-type]
+
+    def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
+        for callback in self.callbacks:
+            video = getattr(callback, "video", None)
+            if callable(video):
+                video(tag, frames, fps, step)
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        self._each("setup", exp_dir, runs)
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        self._each("start_run", run_idx, seed, params, exp_dir, run_tag)
+
+    def end_run(self, run_idx: int, status: str) -> None:
+        self._each("end_run", run_idx, status)
+
+    def reset(self) -> None:
+        for callback in self.callbacks:
+            callback.reset()
+
+    def close(self) -> None:
+        errors = []
+        for callback in self.callbacks:
+            try:
+                callback.close()
+            except Exception as exc:  # close the others, then report the first
+                logger.error("could not close the callback %r: %s", callback, exc)
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _each(self, name: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            method = getattr(callback, name, None)
+            if callable(method):
+                method(*args)
+
+    def __repr__(self) -> str:
+        return f"MultiCallback({self.callbacks!r})"

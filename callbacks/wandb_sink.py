@@ -1,0 +1,219 @@
+"""A callback logging to Weights & Biases: one W&B run per seed, grouped by experiment."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import string
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from online_trainer.callbacks.base import CallBack, metric_name
+from online_trainer.callbacks.files import read_ids, write_ids
+
+RUN_IDS_FILE = "wandb_runs.json"
+EPISODE_AXIS = "episode"
+"""The x of values logged through ``series`` (the runner's episode returns and lengths): the episode index."""
+STEP_AXIS = "step"
+"""The x of values logged through ``__call__`` (the agent's values, evaluations): the step they were logged at."""
+_ID_CHARS = string.ascii_lowercase + string.digits
+_PARENT_ENV = ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY")
+"""W&B settings read from the environment of the process that starts the runs (see :meth:`WandbCallback.setup`)."""
+
+
+def _wandb() -> Any:
+    try:
+        import wandb
+    except ImportError as exc:
+        raise ImportError('WandbCallback needs wandb: pip install -e ".[wandb]" (or pip install wandb).') from exc
+    return wandb
+
+
+def new_run_id() -> str:
+    """A W&B run id: 8 random lowercase letters and digits, as W&B makes them."""
+    return "".join(secrets.choice(_ID_CHARS) for _ in range(8))
+
+
+class WandbCallback(CallBack):
+    """Logs each run (seed) of an experiment as one W&B run; the runs of an experiment share a group.
+
+    Each W&B run is named ``run_{i}``, grouped under the experiment directory's name (or
+    ``group``), with the seed, the run number and the tuning hyperparameters in its config.
+    Run ids are drawn in the parent before runs start and kept in ``exp_dir/wandb_runs.json``,
+    so a run done again (a resumed sweep) continues the same W&B run (``resume="allow"``)
+    instead of opening a new one. W&B's files go to ``exp_dir/wandb/``. Offline
+    (``WANDB_MODE=offline`` or ``mode="offline"``) nothing leaves the machine; ``wandb sync
+    exp_dir/wandb/offline-run-*`` uploads later.
+
+    Metric names leave out the run's part of the tag (``ep_return``, ``eval/ep_return``,
+    ``agents/loss``), so W&B overlays the seeds. W&B keeps one x per metric: values logged
+    through :meth:`series` (the episode returns and lengths) are plotted against ``episode``
+    (the episode index), values logged through ``__call__`` against ``step`` (the step they
+    were logged at: the env step for the agent's values and evaluations). Each ``run.log``
+    costs W&B a fraction of a millisecond, so values are kept and merged: those that share an
+    x (one episode's return and length, the values of one env step) go in one row; rows are
+    sent every ``flush_rows`` rows, at least every ``max_delay`` seconds when an episode
+    ends, and when the run ends.
+
+    Args:
+        project: the W&B project (None: ``WANDB_PROJECT`` or W&B's default).
+        entity: the W&B entity (None: yours).
+        group: the group of the runs (None: the experiment directory's name).
+        mode: ``"online"``, ``"offline"`` or ``"disabled"`` (None: ``WANDB_MODE`` or online).
+        flush_rows: rows kept before they are sent.
+        max_delay: seconds after which an episode's values also send what is kept.
+        **init_kwargs: more arguments of ``wandb.init`` (``tags``, ``notes``, ``settings``...).
+
+    Raises:
+        ValueError: ``flush_rows`` is not a positive int, ``max_delay`` is negative, or
+            ``init_kwargs`` sets what the callback sets itself (``id``, ``name``, ``config``...).
+        ImportError: at setup, wandb is not installed.
+    """
+
+    _unpicklable = ("_run",)
+    _OWN_ARGS = ("id", "name", "config", "resume", "dir", "reinit", "group", "project", "entity", "mode")
+
+    def __init__(self, project: str | None = None, entity: str | None = None, group: str | None = None,
+                 mode: str | None = None, flush_rows: int = 256, max_delay: float = 5.0, **init_kwargs: Any) -> None:
+        if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
+            raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
+        if not isinstance(max_delay, (int, float)) or max_delay < 0:
+            raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
+        taken = sorted(set(init_kwargs) & set(self._OWN_ARGS))
+        if taken:
+            raise ValueError(f"WandbCallback sets {taken} itself, but got them in init_kwargs: pass project, entity, "
+                             "group and mode as the callback's own arguments, and drop the others.")
+        self.project, self.entity, self.group, self.mode = project, entity, group, mode
+        self.flush_rows = flush_rows
+        self.max_delay = max_delay
+        self.init_kwargs = init_kwargs
+        self._ids: dict[str, dict[int, str]] = {}
+        self._parent_env: dict[str, str] = {}
+        self._run: Any = None
+        self._run_tag = ""
+        self._rows: list[dict[str, Any]] = []
+        self._last_row: dict[tuple[str, int], dict[str, Any]] = {}
+        self._names: dict[tuple[str, str], str] = {}
+        self._defined: set[str] = set()
+        self._last_flush = 0.0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_rows=[], _last_row={}, _names={}, _defined=set())
+        return state
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Draw (or read back) the W&B id of every run, here, once; keep them in ``exp_dir/wandb_runs.json``.
+
+        ``WANDB_MODE``, ``WANDB_PROJECT`` and ``WANDB_ENTITY`` are read here too, from this
+        process's environment, and hold in every run (worker processes started before they were
+        set would not see them); the callback's own arguments take precedence.
+        """
+        _wandb()  # not installed: say so before any run starts
+        path = None if exp_dir is None else Path(exp_dir) / RUN_IDS_FILE
+        ids = read_ids(path) if path is not None else {}
+        for run in runs:
+            ids.setdefault(run, new_run_id())
+        if path is not None:
+            write_ids(path, ids)
+        self._ids[self._key(exp_dir)] = ids
+        # workers started earlier (a warm pool) do not see later changes to this process's environment
+        self._parent_env = {name: os.environ[name] for name in _PARENT_ENV if name in os.environ}
+
+    @staticmethod
+    def _key(exp_dir: str | os.PathLike | None) -> str:
+        return "" if exp_dir is None else os.path.abspath(exp_dir)
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        """Open (or resume) the run's W&B run."""
+        wandb = _wandb()
+        self._finish(1)  # a run that never said it ended
+        ids = self._ids.setdefault(self._key(exp_dir), {})
+        run_id = ids.setdefault(run_idx, new_run_id())
+        settings = self.init_kwargs.get("settings") or wandb.Settings(console="off", silent=True)
+        self._run = wandb.init(
+            **{**self.init_kwargs, "settings": settings},
+            project=self.project or self._parent_env.get("WANDB_PROJECT"),
+            entity=self.entity or self._parent_env.get("WANDB_ENTITY"),
+            mode=self.mode or self._parent_env.get("WANDB_MODE"),
+            group=self.group or (Path(exp_dir).resolve().name if exp_dir is not None else None),
+            name=f"run_{run_idx}", id=run_id, resume="allow", reinit="create_new",
+            config={"seed": seed, "run": run_idx, **params},
+            dir=exp_dir,
+        )
+        self._run_tag = run_tag or f"run_{run_idx}"
+        self._last_flush = time.time()
+        self._names.clear()
+        self._defined.clear()
+
+    def end_run(self, run_idx: int, status: str) -> None:
+        """Send what is kept and finish the W&B run (exit code 1 when it ``failed`` or was ``interrupted``, else 0)."""
+        self._finish(1 if status in ("failed", "interrupted") else 0)
+
+    def _finish(self, exit_code: int) -> None:
+        if self._run is None:
+            return
+        try:
+            self.flush()
+        finally:
+            run, self._run = self._run, None
+            self._names.clear()
+            run.finish(exit_code=exit_code)
+
+    def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
+        for key, value in data.items():
+            self._add(STEP_AXIS, step, self._name(key, tag, STEP_AXIS), value)
+        if len(self._rows) >= self.flush_rows or (force and time.time() - self._last_flush > self.max_delay):
+            self.flush()
+
+    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+        """Keep every value of ``key`` against its episode index (see :meth:`online_trainer.callbacks.CallBack.series`)."""
+        name = self._name(key, tag, EPISODE_AXIS)
+        for value, step in zip(values, steps):
+            self._add(EPISODE_AXIS, step, name, value)
+        if len(self._rows) >= self.flush_rows or time.time() - self._last_flush > self.max_delay:
+            self.flush()
+
+    def _add(self, axis: str, x: int, name: str, value: Any) -> None:
+        """Put ``name: value`` in the row of ``(axis, x)``, or in a new one when that row has it already."""
+        row = self._last_row.get((axis, x))
+        if row is None or name in row:
+            row = self._last_row[(axis, x)] = {axis: int(x)}
+            self._rows.append(row)
+        row[name] = float(value)
+
+    def _name(self, key: str, tag: str, axis: str) -> str:
+        name = self._names.get((key, tag))
+        if name is None:
+            if self._run is None:
+                raise RuntimeError(f"WandbCallback got {key!r} under {tag!r} outside a run: it logs into the W&B run "
+                                   "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
+                                   "(the trainer does).")
+            name = self._names[(key, tag)] = metric_name(key, tag, self._run_tag)
+            if name not in self._defined:
+                self._defined.add(name)
+                self._run.define_metric(name, step_metric=axis)
+        return name
+
+    def flush(self) -> None:
+        """Send the rows kept so far, one ``run.log`` each."""
+        self._last_flush = time.time()
+        if self._run is None or not self._rows:
+            return
+        rows, self._rows = self._rows, []
+        self._last_row.clear()
+        log = self._run.log
+        for row in rows:
+            log(row)
+
+    def reset(self) -> None:
+        """Nothing is averaged: values kept are sent when the run ends."""
+
+    def close(self) -> None:
+        """Finish a W&B run left open (as failed: its run never said it ended)."""
+        self._finish(1)
+
+    def __repr__(self) -> str:
+        return f"WandbCallback(project={self.project!r}, group={self.group!r}, mode={self.mode!r})"

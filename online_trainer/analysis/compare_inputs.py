@@ -1,0 +1,289 @@
+"""What :func:`online_trainer.analysis.compare.compare` compares: its options, its candidates, their per-run scores.
+
+A *candidate* is what is compared (an agent, a configuration); a *task* is an env,
+matched across candidates by its gymnasium id; a *run* (a seed) is the unit of
+replication. The candidates' data end up in one table with the columns ``candidate``,
+``task``, ``experiment`` and ``run`` (which identify a run) and the returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+import pandas as pd
+
+from online_trainer.analysis.bootstrap import STATISTICS, Seed, check_seed
+from online_trainer.analysis.dataframes import env_id_of, experiment_labels, load_episodes, load_evaluations
+from online_trainer.analysis.selection import RUNS_ATTR, check_ci, check_positive_int, select_runs
+from online_trainer.analysis.stats import final_performance
+
+logger = logging.getLogger(__name__)
+
+Path_ = Union[str, os.PathLike]
+Data = Union[pd.DataFrame, Path_, Sequence[Path_], Mapping[str, Union[Path_, Sequence[Path_]]]]
+Normalize = Union[None, str, tuple[float, float], Mapping[str, tuple[float, float]]]
+
+SOURCES = ("episodes", "eval")
+#: The task of runs whose env id is not known.
+UNKNOWN_TASK = "task"
+RUN_KEYS = ["candidate", "task", "experiment", "run"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareOptions:
+    """How :func:`~online_trainer.analysis.compare.compare` scores runs and draws its intervals."""
+
+    source: str = "episodes"
+    """``"episodes"``: a run's score is the mean return of its last ``last_k`` training episodes (as
+    :func:`~online_trainer.analysis.stats.summarize`); ``"eval"``: the mean return of its last evaluation."""
+    last_k: int = 10
+    """Training episodes averaged into a run's score (``source="episodes"``) and into each point of its curve."""
+    normalize: Normalize = None
+    """``None``: raw returns; ``"minmax"``: per task, 0 the lowest and 1 the highest score of any run; a
+    ``(random, reference)`` pair for every task, or a mapping from env id to such a pair: per task,
+    ``(score - random) / (reference - random)``."""
+    optimality_threshold: float | None = None
+    """Score counted as optimal by the optimality gap; ``None``: 1 when scores are normalised, else the gap is NaN."""
+    metric: str = "iqm"
+    """``"iqm"``, ``"mean"`` or ``"median"``: the statistic whose differences decide "can be told apart"."""
+    ci: float = 0.95
+    """Confidence level of every interval."""
+    n_resamples: int = 2_000
+    """Bootstrap resamples of every interval."""
+    seed: Seed = 0
+    """Seed of the bootstrap: the same seed gives the same intervals."""
+    num_taus: int = 101
+    """Points of the performance profiles' grid of thresholds."""
+    num_points: int = 50
+    """Points of the sample-efficiency curves' common grid of env steps."""
+    include_unfinished: bool = False
+    """Keep failed, interrupted and pending runs (left out by default, with a logged warning)."""
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got source={self.source!r}: 'episodes' scores the "
+                             "last training episodes, 'eval' the last evaluation of each run.")
+        check_positive_int("last_k", self.last_k)
+        check_ci(self.ci)
+        if self.ci is None:
+            raise ValueError("ci must be a confidence level in (0, 1) such as 0.95, got ci=None: compare always "
+                             "reports intervals.")
+        check_positive_int("n_resamples", self.n_resamples, minimum=100)
+        check_seed(self.seed)
+        check_positive_int("num_taus", self.num_taus, minimum=2)
+        check_positive_int("num_points", self.num_points, minimum=2)
+        if self.metric not in STATISTICS:
+            raise ValueError(f"metric must be one of {sorted(STATISTICS)}, got metric={self.metric!r}.")
+        threshold = self.optimality_threshold
+        if threshold is not None and not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
+            raise ValueError(f"optimality_threshold must be a finite number or None, got "
+                             f"optimality_threshold={threshold!r}.")
+        _check_normalize(self.normalize)
+
+
+def _check_pair(name: str, pair: Any) -> None:
+    ok = (isinstance(pair, (tuple, list)) and len(pair) == 2
+          and all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair) and pair[0] != pair[1])
+    if not ok:
+        raise ValueError(f"{name} must be a pair (random score, reference score) of two different finite numbers, "
+                         f"got {pair!r}.")
+
+
+def _check_normalize(normalize: Normalize) -> None:
+    if normalize is None or normalize == "minmax":
+        return
+    if isinstance(normalize, Mapping):
+        for task, pair in normalize.items():
+            _check_pair(f"normalize[{task!r}]", pair)
+        return
+    if isinstance(normalize, str):
+        raise ValueError(f"normalize must be None, 'minmax', a (random, reference) pair or a mapping from env id "
+                         f"to such a pair, got normalize={normalize!r}.")
+    _check_pair("normalize", normalize)
+
+
+# ----------------------------------------------------------------------------- loading
+def _label(row: Mapping[str, Any], by: list[str]) -> str:
+    if len(by) == 1:
+        return str(row[by[0]])
+    return ", ".join(f"{c}={row[c]}" for c in by)
+
+
+def _tasks_from_dirs(df: pd.DataFrame, paths: Sequence[Path_]) -> pd.Series:
+    """The env id of each row's experiment (a column ``experiment`` or the single experiment of ``paths``)."""
+    labels = experiment_labels(paths)
+    ids = {label: env_id_of(path) or UNKNOWN_TASK for label, path in labels.items()}
+    if "experiment" in df.columns:
+        return df["experiment"].map(ids).fillna(UNKNOWN_TASK)
+    return pd.Series(next(iter(ids.values())), index=df.index)
+
+
+def _tasks_from_attrs(df: pd.DataFrame) -> pd.Series | str:
+    """A DataFrame's tasks: its ``env_id`` column, else the ``env_id`` of its runs in ``attrs["runs"]``."""
+    if "env_id" in df.columns:
+        return df["env_id"].fillna(UNKNOWN_TASK)
+    ident = [c for c in ("experiment", "run") if c in df.columns]
+    ids = {tuple(r.get(c) for c in ident): r.get("env_id") for r in df.attrs.get(RUNS_ATTR) or []}
+    if not ident or not any(ids.values()):
+        return UNKNOWN_TASK
+    keys = df[ident].itertuples(index=False, name=None)
+    return pd.Series([ids.get(tuple(k)) or UNKNOWN_TASK for k in keys], index=df.index)
+
+
+def _load_paths(paths: Sequence[Path_], source: str) -> pd.DataFrame:
+    df = load_evaluations(paths) if source == "eval" else load_episodes(paths)
+    runs = df.attrs.get(RUNS_ATTR)
+    df = df.copy()
+    df["task"] = _tasks_from_dirs(df, paths)
+    if "experiment" not in df.columns:
+        name = os.path.basename(os.path.normpath(os.fspath(paths[0])))
+        df.insert(0, "experiment", name)
+        if runs is not None:
+            runs = [{**r, "experiment": name} for r in runs]
+    if runs is not None:
+        df.attrs[RUNS_ATTR] = runs
+    return df
+
+
+def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> pd.DataFrame:
+    """The table of every candidate's runs (episodes, or evaluations with ``source="eval"``).
+
+    Columns ``candidate``, ``task``, ``experiment``, ``run`` and those of
+    :func:`~online_trainer.analysis.dataframes.load_episodes` (or ``load_evaluations``);
+    ``attrs["runs"]`` lists the runs; ``attrs["candidates"]`` the candidates in the order given.
+
+    Raises:
+        ValueError: the data cannot be split into candidates, or a ``by`` column is missing.
+        FileNotFoundError: a directory is missing or holds no experiment.
+    """
+    by_cols = [by] if isinstance(by, str) else (list(by) if by is not None else [])
+    if isinstance(data, Mapping):
+        if by_cols:
+            raise ValueError("by= applies to directories or a DataFrame; a mapping {label: directories} names its "
+                             f"candidates already, got by={by!r}.")
+        frames, runs = [], []
+        for label, paths in data.items():
+            paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+            frame = _load_paths(paths, source)
+            frame["experiment"] = f"{label}/" + frame["experiment"].astype(str)
+            frame.insert(0, "candidate", str(label))
+            runs += [{**r, "experiment": f"{label}/{r.get('experiment')}"} for r in frame.attrs.get(RUNS_ATTR) or []]
+            frames.append(frame)
+        df = pd.concat(frames, ignore_index=True)
+        df.attrs[RUNS_ATTR] = runs
+        df.attrs["candidates"] = [str(label) for label in data]
+        return _checked(df, source)
+    if isinstance(data, pd.DataFrame):
+        df = data.copy()
+        if "task" not in df.columns:
+            df["task"] = _tasks_from_attrs(df)
+        if not by_cols and "experiment" not in df.columns:
+            raise ValueError("A DataFrame to compare needs an 'experiment' column (several experiments loaded "
+                             "together) or by=<column> naming what tells the candidates apart; "
+                             f"its columns are {list(df.columns)}.")
+    else:
+        paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+        if not paths or not all(isinstance(p, (str, os.PathLike)) for p in paths):
+            raise TypeError("data must be a DataFrame, an experiment or sweep directory, a list of them, or a "
+                            f"mapping from candidate label to directories; got {type(data).__name__}: {data!r:.80}.")
+        df = _load_paths(paths, source)
+    missing = [c for c in by_cols if c not in df.columns]
+    if missing:
+        raise ValueError(f"by={by!r} names column(s) {missing} that the data does not have; available columns: "
+                         f"{list(df.columns)}.")
+    cols = by_cols or ["experiment"]
+    df.insert(0, "candidate", [_label(r, cols) for r in df[cols].to_dict("records")])
+    if "experiment" not in df.columns:
+        df["experiment"] = df["candidate"] + "/" + df["task"].astype(str)
+    df.attrs["candidates"] = list(dict.fromkeys(df["candidate"]))
+    return _checked(df, source)
+
+
+def _checked(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    value = "eval_return" if source == "eval" else "ep_return"
+    if value not in df.columns:
+        other = "source='episodes'" if source == "eval" else "source='eval'"
+        raise ValueError(f"source={source!r} reads the column {value!r}, which the data lacks (columns: "
+                         f"{list(df.columns)}); pass {other}, or data that has it.")
+    if df.empty:
+        raise ValueError(f"There is nothing to compare: no {'evaluation' if source == 'eval' else 'episode'} "
+                         "in the data.")
+    if len(df.attrs["candidates"]) < 2:
+        raise ValueError(f"compare needs at least two candidates, got {df.attrs['candidates']}: pass several "
+                         "directories, a sweep directory, or by=<hyperparameter column>.")
+    return df
+
+
+# ----------------------------------------------------------------------------- per-run scores
+def run_scores(df: pd.DataFrame, options: CompareOptions) -> pd.DataFrame:
+    """One row per run: ``candidate``, ``task``, ``experiment``, ``run``, ``seed``, ``raw_score`` (NaN: no score)."""
+    if options.source == "eval":
+        kept, _ = select_runs(df, options.include_unfinished)
+        order = [c for c in ("global_step", "eval_index") if c in kept.columns]
+        last = kept.sort_values(RUN_KEYS + order, kind="stable").groupby(RUN_KEYS, dropna=False).tail(1)
+        scores = last.rename(columns={"eval_return": "raw_score"})
+    else:
+        scores = final_performance(df, options.last_k, group_by=["candidate", "task"],
+                                   include_unfinished=options.include_unfinished)
+        scores = scores.rename(columns={"final_return": "raw_score"})
+    columns = RUN_KEYS + [c for c in ("seed",) if c in scores.columns] + ["raw_score"]
+    return scores[columns].reset_index(drop=True)
+
+
+def normalization_bounds(scores: pd.DataFrame, normalize: Normalize) -> dict[str, tuple[float, float]]:
+    """Per task, the ``(score of 0, score of 1)`` of the normalisation (empty: none).
+
+    Raises:
+        ValueError: a mapping lacks a task of the data, or the runs of a task all score the same under ``"minmax"``.
+    """
+    tasks = list(dict.fromkeys(scores["task"]))
+    if normalize is None:
+        return {}
+    if normalize == "minmax":
+        bounds = {}
+        for task in tasks:
+            values = scores.loc[scores["task"] == task, "raw_score"].to_numpy(float)
+            values = values[np.isfinite(values)]
+            if values.size == 0 or values.min() == values.max():
+                raise ValueError(f"normalize='minmax' needs runs that score differently on task {task!r}; give "
+                                 "(random, reference) scores instead.")
+            bounds[task] = (float(values.min()), float(values.max()))
+        return bounds
+    if isinstance(normalize, Mapping):
+        missing = [t for t in tasks if t not in normalize]
+        if missing:
+            raise ValueError(f"normalize has no (random, reference) scores for task(s) {missing}; the tasks are "
+                             f"{tasks}.")
+        return {t: (float(normalize[t][0]), float(normalize[t][1])) for t in tasks}
+    return {t: (float(normalize[0]), float(normalize[1])) for t in tasks}
+
+
+def normalized(values: np.ndarray, task: str, bounds: Mapping[str, tuple[float, float]]) -> np.ndarray:
+    """``values`` of ``task`` on the normalised scale (unchanged without normalisation)."""
+    if task not in bounds:
+        return values
+    low, high = bounds[task]
+    return (values - low) / (high - low)
+
+
+def check_tasks(scores: pd.DataFrame, candidates: Sequence[str]) -> list[str]:
+    """The tasks, each of which every candidate must have runs with a score on.
+
+    Raises:
+        ValueError: a candidate has no scored run on a task another candidate has.
+    """
+    tasks = list(dict.fromkeys(scores["task"]))
+    valid = scores[np.isfinite(scores["score"].to_numpy(float))]
+    have = valid.groupby("candidate")["task"].agg(set).to_dict()
+    gaps = {c: sorted(set(tasks) - have.get(c, set())) for c in candidates}
+    gaps = {c: t for c, t in gaps.items() if t}
+    if gaps:
+        raise ValueError(f"Every candidate must have scored runs on every task (tasks are matched by env id): "
+                         f"missing {gaps}. Compare on the tasks they share, or run the missing ones.")
+    return tasks

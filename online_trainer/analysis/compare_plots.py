@@ -1,0 +1,165 @@
+"""Figures of a :class:`~online_trainer.analysis.compare.Comparison`: every candidate with its interval.
+
+Each function returns a :class:`matplotlib.figure.Figure` built without ``pyplot`` (as in
+:mod:`online_trainer.analysis.plotting`), titled with the confidence level, the number of
+runs of each candidate and the number of tasks.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
+
+from online_trainer.analysis.compare import Comparison
+from online_trainer.analysis.plotting import COLORS, STAT_LABELS
+
+__all__ = ["plot_aggregates", "plot_improvement", "plot_profiles", "plot_sample_efficiency"]
+
+AGGREGATE_LABELS = {"iqm": "IQM", "mean": "Mean", "median": "Median", "optimality_gap": "Optimality gap"}
+
+
+def _style(ax) -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(True, color="0.85", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=8, length=3)
+
+
+def _colors(comparison: Comparison) -> dict[str, str]:
+    return {c: COLORS[i % len(COLORS)] for i, c in enumerate(comparison.info["candidates"])}
+
+
+def _runs(comparison: Comparison) -> dict[str, int]:
+    return dict(zip(comparison.aggregates["candidate"], comparison.aggregates["num_runs"]))
+
+
+def describe(comparison: Comparison) -> str:
+    """``"95% stratified-bootstrap CIs; runs: A 5, B 5; 1 task"``: what every figure states."""
+    tasks = len(comparison.info["tasks"])
+    runs = ", ".join(f"{c} {n}" for c, n in _runs(comparison).items())
+    scale = "normalised score" if comparison.info["normalization"] else "return"
+    return (f"{comparison.options.ci:.0%} stratified-bootstrap CIs over runs; runs: {runs}; "
+            f"{tasks} task{'s' if tasks != 1 else ''}; {scale}")
+
+
+def _title(fig: Figure, text: str) -> None:
+    width = max(50, int(fig.get_figwidth() * 72 / 4.6))
+    fig.suptitle(textwrap.fill(text, width), fontsize=8, color="0.3")
+
+
+def _score_label(comparison: Comparison) -> str:
+    if comparison.info["normalization"]:
+        return "Normalised score"
+    return "Score (final evaluation return)" if comparison.options.source == "eval" else \
+        f"Score (mean return, last {comparison.options.last_k} episodes)"
+
+
+def plot_aggregates(comparison: Comparison, stats: Sequence[str] = ("iqm", "mean", "median", "optimality_gap")) -> Figure:
+    """One panel per aggregate metric, one row per candidate: point estimate and interval, values written."""
+    table = comparison.aggregates
+    stats = [s for s in stats if table[s].notna().any()]
+    colors, runs = _colors(comparison), _runs(comparison)
+    fig = Figure(figsize=(2.6 * len(stats) + 1.4, 0.9 + 0.45 * len(table)), layout="constrained")
+    axes = fig.subplots(1, len(stats), sharey=True, squeeze=False)[0]
+    ys = np.arange(len(table))[::-1]
+    for ax, stat in zip(axes, stats):
+        for y, row in zip(ys, table.to_dict("records")):
+            color = colors[row["candidate"]]
+            ax.plot([row[f"{stat}_lo"], row[f"{stat}_hi"]], [y, y], color=color, linewidth=6, alpha=0.45,
+                    solid_capstyle="butt")
+            ax.plot([row[stat]], [y], marker="|", markersize=14, color=color, markeredgewidth=2)
+            ax.annotate(f"{row[stat]:.3g}", (row[stat], y), xytext=(0, 7), textcoords="offset points",
+                        ha="center", fontsize=7, color="0.25")
+        ax.set_title(AGGREGATE_LABELS[stat] + (" (lower is better)" if stat == "optimality_gap" else ""), fontsize=9)
+        _style(ax)
+        ax.margins(x=0.15)
+    axes[0].set_yticks(ys, [f"{c} (n={runs[c]})" for c in table["candidate"]], fontsize=8)
+    axes[0].set_ylim(-0.7, len(table) - 0.3)
+    fig.supxlabel(_score_label(comparison), fontsize=9)
+    _title(fig, describe(comparison))
+    return fig
+
+
+def plot_improvement(comparison: Comparison) -> Figure:
+    """P(X > Y) of each pair, X the first of the two in the candidates' order, with its interval."""
+    order = {c: i for i, c in enumerate(comparison.info["candidates"])}
+    table = comparison.improvement
+    table = table[[order[a] < order[b] for a, b in zip(table["candidate"], table["versus"])]]
+    colors, runs = _colors(comparison), _runs(comparison)
+    fig = Figure(figsize=(6.0, 1.0 + 0.45 * len(table)), layout="constrained")
+    ax = fig.add_subplot()
+    ys = np.arange(len(table))[::-1]
+    for y, row in zip(ys, table.to_dict("records")):
+        color = colors[row["candidate"]]
+        lo, hi = row["probability_of_improvement_lo"], row["probability_of_improvement_hi"]
+        ax.plot([lo, hi], [y, y], color=color, linewidth=6, alpha=0.45, solid_capstyle="butt")
+        ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color,
+                markeredgewidth=2)
+        ax.annotate(f"{row['probability_of_improvement']:.2f} [{lo:.2f}, {hi:.2f}]", (hi, y), xytext=(5, 0),
+                    textcoords="offset points", va="center", fontsize=7, color="0.25", annotation_clip=False)
+    ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.8)
+    ax.set_yticks(ys, [f"P({r['candidate']} > {r['versus']})  (n={runs[r['candidate']]}, {runs[r['versus']]})"
+                       for r in table.to_dict("records")], fontsize=8)
+    ax.set_xlim(0, 1.2)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
+    ax.set_ylim(-0.7, len(table) - 0.3)
+    ax.set_xlabel("Probability of improvement (0.5: cannot be told apart)", fontsize=9)
+    _style(ax)
+    _title(fig, describe(comparison))
+    return fig
+
+
+def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> None:
+    colors, runs = _colors(comparison), _runs(comparison)
+    for candidate in comparison.info["candidates"]:
+        rows = frame[frame["candidate"] == candidate]
+        if rows.empty:
+            continue
+        lo, hi = (f"{y}_lo", f"{y}_hi") if f"{y}_lo" in rows else ("lo", "hi")
+        xs, ys = rows[x].to_numpy(float), rows[y].to_numpy(float)
+        full = np.ones(len(rows), bool)
+        if "num_runs" in rows:
+            full = (rows["num_runs"] == rows["total_runs"]).to_numpy()
+            ax.plot(xs, ys, color=colors[candidate], linewidth=0.8)
+            last = np.flatnonzero(np.isfinite(ys))
+            if len(last) and not full[last[-1]]:
+                ax.annotate(f"n={int(rows['num_runs'].iloc[last[-1]])}", (xs[last[-1]], ys[last[-1]]), xytext=(3, 0),
+                            textcoords="offset points", fontsize=7, color=colors[candidate], va="center")
+        ax.plot(xs, np.where(full, ys, np.nan), color=colors[candidate], linewidth=1.8,
+                label=f"{candidate} (n={runs[candidate]})")
+        ax.fill_between(rows[x], rows[lo], rows[hi], color=colors[candidate], alpha=0.2, linewidth=0)
+    ax.legend(frameon=False, fontsize=8)
+    _style(ax)
+
+
+def plot_profiles(comparison: Comparison) -> Figure:
+    """Performance profiles: the fraction of runs scoring above ``tau``, with pointwise bands."""
+    fig = Figure(figsize=(5.5, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    _lines(ax, comparison.profiles, "tau", "fraction", comparison)
+    ax.set_xlabel(f"{_score_label(comparison)} threshold \u03c4", fontsize=9)
+    ax.set_ylabel("Fraction of runs with score > \u03c4", fontsize=9)
+    ax.set_ylim(-0.02, 1.02)
+    _title(fig, describe(comparison))
+    return fig
+
+
+def plot_sample_efficiency(comparison: Comparison) -> Figure:
+    """The metric across runs against env steps, with pointwise bands, on a grid common to all candidates."""
+    fig = Figure(figsize=(5.5, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    _lines(ax, comparison.curves, "global_step", "value", comparison)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_xlabel("Environment steps", fontsize=9)
+    what = "evaluation return" if comparison.options.source == "eval" else \
+        f"return, trailing mean of {comparison.options.last_k} episodes"
+    if comparison.info["normalization"]:
+        what = "normalised " + what
+    ax.set_ylabel(f"{STAT_LABELS[comparison.options.metric]} of {what}", fontsize=9)
+    _title(fig, describe(comparison) + "; runs never extrapolated: thin where fewer runs have data")
+    return fig

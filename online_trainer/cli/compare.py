@@ -1,0 +1,152 @@
+"""``online-trainer compare``: is A better than B? ``comparison.md`` and one PNG per figure.
+
+The statistics are those of :func:`online_trainer.analysis.compare.compare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from online_trainer.analysis import compare_plots
+from online_trainer.analysis.compare import Comparison, compare
+from online_trainer.analysis.plotting import STAT_LABELS
+from online_trainer.cli.report import _each_message_once, default_out_dir
+from online_trainer.config.schema import ConfigError
+
+MARKDOWN_FILE = "comparison.md"
+FIGURES = {"aggregates.png": compare_plots.plot_aggregates, "improvement.png": compare_plots.plot_improvement,
+           "profiles.png": compare_plots.plot_profiles, "sample_efficiency.png": compare_plots.plot_sample_efficiency}
+CAPTIONS = {"aggregates.png": "Aggregate metrics", "improvement.png": "Probability of improvement",
+            "profiles.png": "Performance profiles", "sample_efficiency.png": "Sample efficiency"}
+
+
+def parse_normalize(values: list[str] | None) -> object:
+    """``--normalize``: ``minmax``, ``RANDOM,REFERENCE`` or ``ENV_ID=RANDOM,REFERENCE`` (repeated) to the argument."""
+    if not values:
+        return None
+    if values == ["minmax"]:
+        return "minmax"
+    pairs: dict[str, tuple[float, float]] = {}
+    for value in values:
+        task, _, numbers = value.rpartition("=")
+        try:
+            low, high = (float(v) for v in numbers.split(","))
+        except ValueError:
+            raise ConfigError(f"--normalize {value!r}: give minmax, RANDOM,REFERENCE (e.g. 0,500) or "
+                              "ENV_ID=RANDOM,REFERENCE (e.g. CartPole-v1=9,500), once per env.") from None
+        if not task and len(values) > 1:
+            raise ConfigError(f"--normalize {value!r}: with several --normalize, name the env of each "
+                              "(ENV_ID=RANDOM,REFERENCE).")
+        pairs[task] = (low, high)
+    return pairs[""] if "" in pairs else pairs
+
+
+def _num(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.3g}"
+
+
+def _ci(row: dict, name: str) -> str:
+    return f"{_num(row[name])} [{_num(row[name + '_lo'])}, {_num(row[name + '_hi'])}]"
+
+
+def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
+    """The Markdown of ``compare``: the aggregates, the pairwise comparisons, the advice, the figures."""
+    options, info = comparison.options, comparison.info
+    metric = STAT_LABELS[options.metric]
+    ci = f"{options.ci:.0%}"
+    score = ("the mean return of its last evaluation" if options.source == "eval"
+             else f"the mean return of its last {options.last_k} training episodes")
+    scale = (f" Scores are normalised per task: (score - random) / (reference - random), with (random, reference) "
+             f"{', '.join(f'{t}: ({lo:g}, {hi:g})' for t, (lo, hi) in info['normalization'].items())}."
+             if info["normalization"] else "")
+    tasks = ", ".join(f"`{t}`" for t in info["tasks"])
+    lines = ["# Comparison", "",
+             f"Candidates: {', '.join(f'`{c}`' for c in info['candidates'])}; task(s): {tasks}. The score of a run "
+             f"(a seed, the unit of replication) is {score}.{scale} Every interval is a {ci} percentile "
+             "stratified-bootstrap confidence interval: runs are resampled within each task "
+             f"({options.n_resamples} resamples, seed {options.seed}).", "",
+             "## Aggregate metrics", "",
+             f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | "
+             f"optimality gap [{ci} CI] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in comparison.aggregates.to_dict("records"):
+        missing = f" ({row['num_missing']} without a score)" if row["num_missing"] else ""
+        lines.append(f"| {row['candidate']} | {row['num_runs']}{missing} | {row['num_tasks']} | {_ci(row, 'iqm')} | "
+                     f"{_ci(row, 'mean')} | {_ci(row, 'median')} | {_ci(row, 'optimality_gap')} |")
+    threshold = info["optimality_threshold"]
+    lines += ["", "Optimality gap: how far runs fall short of " + (
+        f"{threshold:g} on average (lower is better)." if threshold is not None else
+        "an optimal score: not computed on raw returns (pass --normalize or --optimality-threshold).")]
+    lines += ["", "## Pairwise comparisons", "",
+              f"P(X > Y): the probability that a run of X scores higher than a run of Y on the same task (ties count "
+              f"one half), averaged over tasks. Difference: {metric} of X minus {metric} of Y.", "",
+              f"| X | Y | P(X > Y) [{ci} CI] | {metric} difference [{ci} CI] | told apart? | seeds needed |",
+              "|---|---|---:|---:|---|---:|"]
+    order = {c: i for i, c in enumerate(info["candidates"])}
+    pairs = [r for r in comparison.improvement.to_dict("records") if order[r["candidate"]] < order[r["versus"]]]
+    for row in pairs:
+        told = "yes" if row["distinguishable"] else "no"
+        lines.append(f"| {row['candidate']} | {row['versus']} | {_ci(row, 'probability_of_improvement')} | "
+                     f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |")
+    lines += ["", "## What this says", ""] + [f"- {_advice(row, metric)}" for row in pairs]
+    lines += ["", "Seeds needed: seeds per candidate and task for the interval of the difference to exclude zero, "
+                  "if the difference stays as observed (the interval narrows as 1/sqrt(seeds); Colas et al., 2018, "
+                  "\"How many random seeds?\"). Run that many, then compare again: the difference may not stay."]
+    for name in figures:
+        lines += ["", f"### Figure: {CAPTIONS[name].lower()}", "", f"![{CAPTIONS[name]}]({name})"]
+    return "\n".join(lines) + "\n"
+
+
+def _seeds(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return "no number (equal)" if math.isinf(value) else str(int(value))
+
+
+def _advice(row: dict, metric: str) -> str:
+    a, b, n = row["candidate"], row["versus"], row["num_runs"]
+    p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
+    if row["distinguishable"]:
+        better = a if row["difference"] > 0 else b
+        return (f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}); "
+                f"{_seeds(row['seeds_needed'])} seeds would have sufficed for this difference.")
+    overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
+    needed = row["seeds_needed"]
+    more = ("no number of seeds separates equal scores" if math.isinf(needed) else
+            f"the observed difference would need about {_seeds(needed)} seeds per candidate (now {n}) for its "
+            "interval to exclude zero")
+    return f"`{a}` and `{b}` cannot be told apart: {overlap}the difference's interval includes zero ({p}); {more}."
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    """Write ``comparison.md`` and the figures of the experiments in ``args.dirs`` into ``args.out``."""
+    paths = list(args.dirs)
+    normalize = parse_normalize(args.normalize)
+    try:
+        with _each_message_once():
+            comparison = compare(paths, by=args.by, source=args.source, last_k=args.last_k, normalize=normalize,
+                                 optimality_threshold=args.optimality_threshold, metric=args.metric,
+                                 n_resamples=args.resamples, seed=args.seed,
+                                 include_unfinished=args.include_unfinished)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    out = Path(args.out) if args.out else default_out_dir(paths)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, plot in FIGURES.items():
+        if name == "sample_efficiency.png" and comparison.curves.empty:
+            continue
+        plot(comparison).savefig(out / name, dpi=150)
+        written.append(name)
+    (out / MARKDOWN_FILE).write_text(comparison_markdown(comparison, written))
+    table = comparison.aggregates
+    for row in table.to_dict("records"):
+        print(f"{row['candidate']}: {STAT_LABELS[args.metric]} {_ci(row, args.metric)} over {row['num_runs']} runs")
+    for row in comparison.improvement.to_dict("records"):
+        if comparison.info["candidates"].index(row["candidate"]) < comparison.info["candidates"].index(row["versus"]):
+            print(_advice(row, STAT_LABELS[args.metric]).replace("`", ""))
+    print()
+    for name in [*written, MARKDOWN_FILE]:
+        print(f"Wrote {out / name}")
+    return 0

@@ -1,0 +1,228 @@
+"""Hooks: user code that reacts to a run's events, and the context it sees.
+
+A hook is any object with some of ``on_run_start(ctx)``, ``on_step(ctx)``,
+``on_episode_end(ctx, record)``, ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)`` and
+``on_run_end(ctx)``. :class:`Hook` is a convenient base whose methods do nothing; a method a
+hook lacks (or inherits unchanged from :class:`Hook`) is never called and costs nothing.
+``on_step`` runs every ``every_steps`` env steps or every ``every_seconds`` seconds, as the
+hook declares; the loop pays for it only at those steps.
+
+Each run gets its own deep copy of each hook, so state kept on ``self`` is per run, here, in
+worker processes and on Ray alike.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from online_trainer.core.budget import INFINITY
+
+HOOK_METHODS = ("on_run_start", "on_step", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
+SECONDS_CHECKS = 10  # a seconds-based hook's clock is read about this many times per period
+
+
+class StopRun(Exception):
+    """Raised by the run's event handlers once a hook has called :meth:`RunContext.stop`."""
+
+    def __init__(self, global_step: int, reason: str) -> None:
+        super().__init__(reason)
+        self.global_step, self.reason = global_step, reason
+
+
+class Hook:
+    """A base for hooks: every method does nothing, so a subclass defines only what it needs.
+
+    Attributes:
+        every_steps: call :meth:`on_step` every this many env steps (real transitions of all
+            sub-envs together).
+        every_seconds: or every this many seconds of wall time (checked at env steps).
+    """
+
+    every_steps: int | None = None
+    every_seconds: float | None = None
+
+    def on_run_start(self, ctx: RunContext) -> None:
+        """The env is reset and the agent ready; no env step has been taken yet."""
+
+    def on_step(self, ctx: RunContext) -> None:
+        """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call."""
+
+    def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
+        """An episode ended: ``record`` has ``episode_index``, ``ep_return``, ``ep_length``, ``global_step``."""
+
+    def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
+        """An evaluation ended: ``result`` is its record (``mean_return``, ``returns``, ``global_step``, ...)."""
+
+    def on_checkpoint(self, ctx: RunContext, path: str) -> None:
+        """A checkpoint of the agent was written to ``path``."""
+
+    def on_run_end(self, ctx: RunContext) -> None:
+        """The run ended (its budget spent, or stopped by a hook); final evaluation and checkpoints are done."""
+
+
+class RunContext:
+    """What a hook sees of its run.
+
+    Attributes:
+        run: the run's number, from 1.
+        seed: the run's seed.
+        global_step: env steps so far (real transitions of all sub-envs together).
+        episodes: episodes finished so far.
+        env: the run's (vector) env: change it through its own methods (``env.call``, ``env.set_attr``).
+        agent: the run's agent.
+        exp_dir: the run's experiment directory, or None.
+        rng: a numpy generator seeded from the run's seed, for hooks that need randomness, so
+            that runs stay reproducible.
+        stop_reason: the reason given to :meth:`stop`, or None.
+    """
+
+    def __init__(self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any,
+                 run_tag: str) -> None:
+        self.run, self.seed, self.env, self.agent, self.exp_dir = run, seed, env, agent, exp_dir
+        self.global_step = 0
+        self.episodes = 0
+        self.rng = np.random.default_rng([seed, 0x686F6F6B])  # apart from the env's and the agent's streams
+        self.stop_reason: str | None = None
+        self.callback = callback
+        """The run's logging callback (``callback(data, tag, step)``)."""
+        self.run_tag = run_tag
+        """``run_{i}`` (a sweep puts its configuration before it): the suffix of the run's callback tags."""
+
+    def stop(self, reason: str) -> None:
+        """End the run after the current env step: status ``stopped_early`` with ``reason``; final
+        evaluation and checkpoints are done as at a normal end."""
+        if self.stop_reason is None:
+            self.stop_reason = str(reason)
+
+    def log(self, data: dict[str, Any], step: int | None = None) -> None:
+        """Log the scalars of ``data`` through the run's callback under ``hooks/run_{i}`` at ``step``
+        (default: the global step)."""
+        self.callback(data, f"hooks/{self.run_tag}", self.global_step if step is None else step, force=True)
+
+
+def _defines(hook: Any, name: str) -> bool:
+    """Whether ``hook`` has its own ``name`` (not :class:`Hook`'s no-op)."""
+    method = getattr(hook, name, None)
+    if not callable(method):
+        return False
+    return getattr(type(hook), name, None) is not getattr(Hook, name)
+
+
+def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
+    """The hooks as a tuple, each checked (before any env step).
+
+    Raises:
+        TypeError: a hook has none of the hook methods, or is a class.
+        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``.
+    """
+    if hooks is None:
+        return ()
+    if not isinstance(hooks, (list, tuple)):
+        raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
+    for hook in hooks:
+        if isinstance(hook, type):
+            raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
+        if not any(_defines(hook, name) for name in HOOK_METHODS):
+            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
+                            "define at least one (subclass online_trainer.hooks.Hook).")
+        if _defines(hook, "on_step"):
+            steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
+            valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
+            valid_seconds = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
+            if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
+                raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
+                                 f"or every_seconds (a positive number), but got every_steps={steps!r}, "
+                                 f"every_seconds={seconds!r}.")
+    return tuple(hooks)
+
+
+class _Cadence:
+    """When one hook's ``on_step`` is due, in env steps (seconds are turned into a step stride as the run goes)."""
+
+    def __init__(self, hook: Any) -> None:
+        self.hook = hook
+        self.every_steps = getattr(hook, "every_steps", None)
+        self.every_seconds = getattr(hook, "every_seconds", None)
+        self.next_step = float(self.every_steps) if self.every_steps else 1.0
+        self.due_time = time.monotonic() + (self.every_seconds or 0.0)
+        self.mark = (0, time.monotonic())  # (global_step, time) of the last look at the clock
+
+    def due(self, global_step: int) -> bool:
+        """Whether the hook is due at ``global_step`` (which reached :attr:`next_step`); schedules the next look."""
+        if self.every_steps:
+            self.next_step = (global_step // self.every_steps + 1) * self.every_steps
+            return True
+        now = time.monotonic()
+        steps, then = self.mark
+        if now > then and global_step > steps:  # look about SECONDS_CHECKS times a period, at the pace so far
+            stride = (global_step - steps) * self.every_seconds / (SECONDS_CHECKS * (now - then))
+            self.next_step = global_step + max(1, int(stride))
+        else:
+            self.next_step = global_step + 1
+        self.mark = (global_step, now)
+        if now >= self.due_time:
+            self.due_time = now + self.every_seconds
+            return True
+        return False
+
+
+class HookRunner:
+    """Calls the hooks of one run (each a copy of the one the user gave) in their order."""
+
+    def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Sequence[Any] = ()) -> None:
+        self.hooks = [*builtin, *(copy.deepcopy(hook) for hook in hooks)]  # built-ins first, then the user's
+        self.ctx = ctx
+        self.run_start = [h.on_run_start for h in self.hooks if _defines(h, "on_run_start")]
+        self.episode_end = [h.on_episode_end for h in self.hooks if _defines(h, "on_episode_end")]
+        self.eval = [h.on_eval for h in self.hooks if _defines(h, "on_eval")]
+        self.checkpoint = [h.on_checkpoint for h in self.hooks if _defines(h, "on_checkpoint")]
+        self.run_end = [h.on_run_end for h in self.hooks if _defines(h, "on_run_end")]
+        self.cadences = [_Cadence(h) for h in self.hooks if _defines(h, "on_step")]
+
+    @property
+    def next_step(self) -> float:
+        """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
+        return min((c.next_step for c in self.cadences), default=INFINITY)
+
+    def start(self) -> None:
+        for method in self.run_start:
+            method(self.ctx)
+
+    def on_steps(self, global_step: int) -> None:
+        """Call each ``on_step`` due at ``global_step``."""
+        self.ctx.global_step = global_step
+        for cadence in self.cadences:
+            if global_step >= cadence.next_step and cadence.due(global_step):
+                cadence.hook.on_step(self.ctx)
+
+    def on_episode(self, record: dict[str, Any]) -> None:
+        for method in self.episode_end:
+            method(self.ctx, record)
+
+    def on_eval(self, result: dict[str, Any]) -> None:
+        for method in self.eval:
+            method(self.ctx, result)
+
+    def on_checkpoint(self, path: str) -> None:
+        for method in self.checkpoint:
+            method(self.ctx, path)
+
+    def end(self) -> None:
+        for method in self.run_end:
+            method(self.ctx)
+
+    def close(self) -> None:
+        """Release what hooks hold (called however the run ended)."""
+        for hook in self.hooks:
+            close = getattr(hook, "close", None)
+            if callable(close):
+                close()
+
+    def raise_if_stopped(self, global_step: int) -> None:
+        """Raise :class:`StopRun` when a hook asked the run to stop."""
+        if self.ctx.stop_reason is not None:
+            raise StopRun(global_step, self.ctx.stop_reason)

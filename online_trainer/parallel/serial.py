@@ -1,0 +1,28 @@
+"""The serial executor: every run in this process, one after another."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from online_trainer.core.errors import RunSetupError
+from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.run import COMPLETED, RunSpec, execute_run
+from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
+
+logger = logging.getLogger(__name__)
+
+
+def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+               on_start: StartHandler = no_start) -> None:
+    """Run every spec here, one after another; a failing run does not stop the others."""
+    for spec in specs:
+        on_start(spec)
+        try:
+            result = execute_run(spec, display)
+        except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
+            if not isinstance(exc, RunSetupError):
+                logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
+            result = failed_result(spec, exc, keep_exception=True)
+        display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
+        on_result(result)

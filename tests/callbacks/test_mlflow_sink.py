@@ -1,0 +1,94 @@
+"""MLflowCallback: read back with MLflow's own client, from the SQLite store the parent created."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from online_trainer import OnlineTrainer
+from online_trainer.callbacks import MLflowCallback
+from tests.conftest import RecordingAgent, make_counting_vec
+
+mlflow = pytest.importorskip("mlflow")
+
+
+def mlflow_runs(exp_dir):
+    client = mlflow.MlflowClient(f"sqlite:///{exp_dir}/mlflow.db")
+    experiment = client.get_experiment_by_name(exp_dir.name)
+    runs = {int(r.data.tags["online_trainer.run"]): r for r in client.search_runs([experiment.experiment_id])}
+    return client, experiment, runs
+
+
+def history(client, run, name):
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_one_mlflow_run_per_seed_holds_what_the_runner_logged(tmp_path, num_workers):
+    exp_dir = tmp_path / "cartpole_dqn"
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1})
+    trainer.call_back = MLflowCallback()
+    records = trainer.multi_run(2, num_episodes=6, seed_offset=0, tuning_hp={"lr": 0.1}, num_workers=num_workers,
+                                eval_freq=3, eval_episodes=2, progress=False)
+
+    client, experiment, runs = mlflow_runs(exp_dir)
+    assert experiment.artifact_location == (exp_dir / "mlartifacts").as_uri()
+    assert sorted(runs) == [1, 2]
+    ids = json.loads((exp_dir / "mlflow_runs.json").read_text())
+    assert {int(k): v for k, v in ids.items()} == {run: r.info.run_id for run, r in runs.items()}
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    for run, mlflow_run in runs.items():
+        assert mlflow_run.info.run_name == f"run_{run}"
+        assert mlflow_run.info.status == "FINISHED"
+        assert mlflow_run.data.params == {"seed": str(manifest["seeds"][run - 1]), "run": str(run), "lr": "0.1"}
+        own = list(records[run - 1])
+        assert history(client, mlflow_run, "ep_return") == [(r["episode_index"], r["ep_return"]) for r in own]
+        assert history(client, mlflow_run, "ep_length") == [(r["episode_index"], r["ep_length"]) for r in own]
+        evaluations = trainer.evaluations[run - 1]
+        assert history(client, mlflow_run, "eval/ep_return") == [(e["global_step"], e["mean"]) for e in evaluations]
+        losses = history(client, mlflow_run, "agents/loss")
+        assert [value for _, value in losses] == [float(k) for k in range(1, len(losses) + 1)]
+        artifacts = {a.path for a in client.list_artifacts(mlflow_run.info.run_id)}
+        assert artifacts == {"args.yaml", "manifest.json"}
+
+
+def test_without_exp_dir_or_tracking_uri_it_stops_before_any_run(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    trainer.call_back = MLflowCallback()
+    with pytest.raises(ValueError, match=r"MLflowCallback\(tracking_uri=None\) .* exp_dir is None: .*tracking_uri="):
+        trainer.multi_run(1, num_episodes=2, progress=False)
+
+
+def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    callback.setup(exp_dir, {1: 7})
+    first = json.loads((exp_dir / "mlflow_runs.json").read_text())
+    callback.start_run(1, 7, {}, str(exp_dir), "run_1")
+    callback({"ep_return": 1.0}, "ep_return/run_1", 1, force=True)
+    callback.end_run(1, "failed")
+    callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
+    callback.setup(exp_dir, {1: 7})
+    assert json.loads((exp_dir / "mlflow_runs.json").read_text()) == first
+    callback.start_run(1, 7, {}, str(exp_dir), "run_1")
+    callback({"ep_return": 2.0}, "ep_return/run_1", 2, force=True)
+    callback.end_run(1, "finished")
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("shared").experiment_id])
+    assert run.info.run_id == first["1"] and run.info.status == "FINISHED"
+    assert history(client, run, "ep_return") == [(1, 1.0), (2, 2.0)]
+
+    # without an exp_dir, the runs go to the given store, under the experiment "online_trainer"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    trainer.call_back = MLflowCallback(tracking_uri=uri)
+    (records,) = trainer.multi_run(1, num_episodes=3, seed_offset=0, progress=False)
+    (run,) = client.search_runs([client.get_experiment_by_name("online_trainer").experiment_id])
+    assert history(client, run, "ep_return") == [(r["episode_index"], r["ep_return"]) for r in records]
+
+
+def test_values_outside_a_run_are_refused():
+    with pytest.raises(RuntimeError, match="outside a run: .*call start_run"):
+        MLflowCallback(tracking_uri="sqlite:///unused.db")({"x": 1.0}, "t", 0)

@@ -1,0 +1,132 @@
+"""WandbCallback, offline: read back from the W&B run files with W&B's own protobuf records."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from online_trainer import OnlineTrainer
+from online_trainer.callbacks import WandbCallback
+from tests.conftest import RecordingAgent, make_counting_vec
+
+wandb = pytest.importorskip("wandb")
+
+BLOCK = 32768  # the .wandb file is a LevelDB-style log of 32 KiB blocks after a 7-byte header
+
+
+def wandb_records(path):
+    """Every record of a ``run-<id>.wandb`` file, as ``wandb_internal_pb2.Record``."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    chunks, pending, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        if BLOCK - pos % BLOCK < 7:  # the rest of a block is padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 0:
+            break
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # full, or last piece
+            chunks.append(pending)
+    return [wandb_internal_pb2.Record.FromString(chunk) for chunk in chunks]
+
+
+def read_run(exp_dir, run_id):
+    """(config, {metric: [(x, value)]}, group, name) of the offline W&B run ``run_id``, over all its resumptions."""
+    wandb.teardown()  # W&B's service writes the run files behind finish(): let it finish them
+    config, series, group, name = {}, {}, None, None
+    for path in sorted(exp_dir.glob(f"wandb/offline-run-*-{run_id}*/run-{run_id}.wandb")):
+        for record in wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "run":
+                group, name = record.run.run_group, record.run.display_name
+                config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+            elif kind == "config":
+                config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+            elif kind == "history":
+                row = {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+                axis = "episode" if "episode" in row else "step"
+                for key, value in row.items():
+                    if not key.startswith("_") and key not in ("episode", "step"):
+                        series.setdefault(key, []).append((row[axis], value))
+    return config, series, group, name
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, monkeypatch, num_workers):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    if num_workers > 1:  # workers kept warm from an earlier call never see WANDB_MODE set after they started
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=1, num_workers=2,
+                                                                        progress=False)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    exp_dir = tmp_path / "cartpole_dqn"
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir)
+    trainer.call_back = WandbCallback(project="tests")
+    records = trainer.multi_run(2, num_episodes=6, seed_offset=0, tuning_hp={"gamma": 0.9}, eval_freq=3,
+                                eval_episodes=2, num_workers=num_workers, progress=False)
+
+    ids = {int(run): run_id for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items()}
+    assert sorted(ids) == [1, 2]
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    for run, run_id in ids.items():
+        config, series, group, name = read_run(exp_dir, run_id)
+        assert (group, name) == ("cartpole_dqn", f"run_{run}")
+        assert {k: config[k] for k in ("seed", "run", "gamma")} == {"seed": manifest["seeds"][run - 1], "run": run,
+                                                                    "gamma": 0.9}
+        own = list(records[run - 1])
+        assert series["ep_return"] == [(r["episode_index"], r["ep_return"]) for r in own]
+        assert series["ep_length"] == [(r["episode_index"], r["ep_length"]) for r in own]
+        assert series["eval/ep_return"] == [(e["global_step"], e["mean"]) for e in trainer.evaluations[run - 1]]
+        losses = series["agents/loss"]
+        assert [value for _, value in losses] == [float(k) for k in range(1, len(losses) + 1)]
+
+
+def test_a_run_done_again_continues_its_wandb_run(tmp_path, offline):
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    callback = WandbCallback(project="tests")
+    callback.setup(exp_dir, {1: 5})
+    run_id = json.loads((exp_dir / "wandb_runs.json").read_text())["1"]
+    callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [1.0, 2.0], range(1, 3))
+    callback.end_run(1, "interrupted")
+    callback = WandbCallback(project="tests")  # a later call: a new process reads the ids back
+    callback.setup(exp_dir, {1: 5})
+    assert json.loads((exp_dir / "wandb_runs.json").read_text())["1"] == run_id
+    callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [3.0], range(3, 4))
+    callback.end_run(1, "finished")
+    _, series, _, _ = read_run(exp_dir, run_id)
+    assert series["ep_return"] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    assert len(list(exp_dir.glob(f"wandb/offline-run-*-{run_id}*"))) == 2  # both under the one id
+
+
+def test_values_of_one_episode_share_a_row(tmp_path, offline):
+    callback = WandbCallback(project="tests")
+    callback.start_run(1, 0, {}, str(tmp_path), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [1.0, 2.0], range(1, 3))
+    callback.series("ep_length", "ep_length/run_1", [3, 4], range(1, 3))
+    callback({"loss": 0.5}, "agents/run_1", 10)
+    callback({"loss": 0.25}, "agents/run_1", 10)  # the same name at the same x: a row of its own
+    assert callback._rows == [{"episode": 1, "ep_return": 1.0, "ep_length": 3.0},
+                              {"episode": 2, "ep_return": 2.0, "ep_length": 4.0},
+                              {"step": 10, "agents/loss": 0.5}, {"step": 10, "agents/loss": 0.25}]
+    callback.close()
+
+
+def test_init_kwargs_cannot_set_what_the_callback_sets():
+    with pytest.raises(ValueError, match=r"WandbCallback sets \['id', 'name'\] itself"):
+        WandbCallback(id="x", name="y")

@@ -1,0 +1,210 @@
+"""compare(): hand-computed point estimates, intervals that behave, rliable's numbers, sweeps, files on disk."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from online_trainer import OnlineTrainer, compare, load_episodes
+from online_trainer.analysis.compare import compare_scores
+from online_trainer.analysis.compare_inputs import CompareOptions
+from online_trainer.analysis.compare_stats import probability_of_improvement
+from online_trainer.analysis.curves import curves
+from online_trainer.analysis.dataframes import load_evaluations
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+def table(values: dict[str, dict[str, list[float]]]) -> pd.DataFrame:
+    """Per-run scores: {candidate: {task: [score of run 1, ...]}}."""
+    return pd.DataFrame([{"candidate": c, "task": t, "experiment": f"{c}/{t}", "run": i, "raw_score": v}
+                         for c, tasks in values.items() for t, vs in tasks.items() for i, v in enumerate(vs, 1)])
+
+
+def test_point_estimates_equal_a_hand_computation():
+    scores = table({"A": {"t": [1, 2, 3, 4, 5, 6, 7, 8]}, "B": {"t": [0, 2, 2, 9, 9, 9, 9, 9]}})
+    out = compare_scores(scores, CompareOptions(optimality_threshold=6, n_resamples=200))
+    a = out.aggregates.set_index("candidate")
+    assert a.loc["A", "iqm"] == pytest.approx((3 + 4 + 5 + 6) / 4)   # int(0.25 * 8) = 2 dropped at each end
+    assert a.loc["B", "iqm"] == pytest.approx((2 + 9 + 9 + 9) / 4)
+    assert a.loc["A", "optimality_gap"] == pytest.approx(6 - (1 + 2 + 3 + 4 + 5 + 6 + 6 + 6) / 8)
+    # pairs (a, b) with a > b, plus one half per tie: 1 beats 0; 2 beats 0, ties two 2s; 3..8 beat 0, 2, 2
+    wins = sum((x > y) + 0.5 * (x == y) for x in range(1, 9) for y in [0, 2, 2, 9, 9, 9, 9, 9])
+    pair = out.improvement.set_index(["candidate", "versus"])
+    assert pair.loc[("A", "B"), "probability_of_improvement"] == pytest.approx(wins / 64) == pytest.approx(21 / 64)
+    assert pair.loc[("B", "A"), "probability_of_improvement"] == pytest.approx(43 / 64)
+    assert out.aggregates["num_runs"].tolist() == [8, 8] and out.aggregates["num_tasks"].tolist() == [1, 1]
+
+
+def test_probability_of_improvement_is_averaged_over_tasks():
+    assert probability_of_improvement([np.array([1.0, 2.0]), np.array([5.0])],
+                                      [np.array([2.0]), np.array([1.0, 9.0])]) == pytest.approx((0.25 + 0.5) / 2)  # (0 + 1/2) / 2, (1 + 0) / 2
+
+
+def test_identical_candidates_cannot_be_told_apart():
+    rng = np.random.default_rng(1)
+    same = list(rng.normal(size=10))
+    out = compare_scores(table({"A": {"t": same}, "B": {"t": same}}))
+    row = out.improvement.iloc[0]
+    assert row["probability_of_improvement"] == 0.5
+    assert row["probability_of_improvement_lo"] < 0.5 < row["probability_of_improvement_hi"]
+    assert not row["distinguishable"] and row["intervals_overlap"]
+    assert row["seeds_needed"] == np.inf  # a difference of exactly zero: no number of seeds separates them
+
+
+def test_a_clearly_better_candidate_has_an_interval_above_one_half():
+    rng = np.random.default_rng(2)
+    out = compare_scores(table({"good": {"t1": list(rng.normal(3, 1, 10)), "t2": list(rng.normal(3, 1, 10))},
+                                "bad": {"t1": list(rng.normal(0, 1, 10)), "t2": list(rng.normal(0, 1, 10))}}))
+    row = out.improvement.set_index(["candidate", "versus"]).loc[("good", "bad")]
+    assert row["probability_of_improvement_lo"] > 0.5 and row["distinguishable"]
+    assert row["difference_lo"] > 0 and row["seeds_needed"] <= 10
+    assert out.aggregates["num_tasks"].tolist() == [2, 2]
+
+
+def test_intervals_cover_the_known_answer_and_a_seed_repeats_them():
+    rng = np.random.default_rng(3)
+    scores = table({"A": {"t": list(rng.normal(0, 1, 30))}, "B": {"t": list(rng.normal(0.5, 1, 30))}})
+    first, again = compare_scores(scores), compare_scores(scores)
+    pd.testing.assert_frame_equal(first.aggregates, again.aggregates)
+    pd.testing.assert_frame_equal(first.improvement, again.improvement)
+    pd.testing.assert_frame_equal(first.profiles, again.profiles)
+    a = first.aggregates.set_index("candidate")
+    assert a.loc["A", "mean_lo"] < 0 < a.loc["A", "mean_hi"] and a.loc["B", "mean_lo"] < 0.5 < a.loc["B", "mean_hi"]
+    truth = 0.5 * (1 + math.erf(-0.5 / 2))  # P(N(0,1) > N(0.5,1))
+    row = first.improvement.set_index(["candidate", "versus"]).loc[("A", "B")]
+    assert row["probability_of_improvement_lo"] < truth < row["probability_of_improvement_hi"]
+    other = compare_scores(scores, CompareOptions(seed=7)).aggregates
+    assert not other[["iqm_lo", "iqm_hi"]].equals(first.aggregates[["iqm_lo", "iqm_hi"]])
+
+
+def test_profiles_count_runs_above_tau_averaged_over_tasks():
+    out = compare_scores(table({"A": {"t1": [0, 1], "t2": [0, 0]}, "B": {"t1": [1, 1], "t2": [1, 1]}}),
+                         CompareOptions(num_taus=3))
+    profiles = out.profiles.set_index(["candidate", "tau"])["fraction"]
+    assert profiles.loc["A"].tolist() == [0.25, 0.25, 0.0] and profiles.loc["B"].tolist() == [1.0, 1.0, 0.0]  # tau 0, 0.5, 1
+
+
+def test_normalisation_and_optimality_gap():
+    scores = table({"A": {"x": [10, 20], "y": [0, 1]}, "B": {"x": [20, 20], "y": [1, 1]}})
+    out = compare_scores(scores, CompareOptions(normalize={"x": (10, 20), "y": (0, 1)}, n_resamples=200))
+    assert out.scores["score"].tolist() == [0, 1, 0, 1, 1, 1, 1, 1]
+    assert out.aggregates.set_index("candidate").loc["A", "optimality_gap"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"normalize has no \(random, reference\) scores for task\(s\) \['y'\]"):
+        compare_scores(scores, CompareOptions(normalize={"x": (10, 20)}))
+
+
+def test_wrong_input_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match="source must be one of .* got source='evaluation'"):
+        CompareOptions(source="evaluation")
+    with pytest.raises(ValueError, match=r"normalize must be a pair \(random score, reference score\)"):
+        CompareOptions(normalize=(1, 1))
+    with pytest.raises(ValueError, match=r"missing \{'B': \['y'\]\}"):
+        compare_scores(table({"A": {"x": [1, 2], "y": [1, 2]}, "B": {"x": [1, 2]}}))
+    with pytest.raises(ValueError, match="needs an 'experiment' column .* or by=<column>"):
+        compare(pd.DataFrame({"run": [1], "ep_return": [1.0]}))
+
+
+def rliable_library():
+    pytest.importorskip("rliable")
+    try:
+        from rliable import library
+    except Exception as exc:  # rliable is archived: its arch < 8 does not import with pandas >= 3
+        pytest.skip(f"rliable.library does not import here: {exc}")
+    return library
+
+
+def cross_check_scores():
+    rng = np.random.default_rng(4)
+    return {"A": rng.normal(0, 1, (10, 3)), "B": rng.normal(0.4, 1, (10, 3))}   # runs x tasks, as rliable takes
+
+
+def as_table(scores):
+    return table({c: {f"t{j}": list(m[:, j]) for j in range(m.shape[1])} for c, m in scores.items()})
+
+
+def test_point_estimates_equal_rliable():
+    metrics = pytest.importorskip("rliable.metrics")
+    scores = cross_check_scores()
+    out = compare_scores(as_table(scores), CompareOptions(optimality_threshold=1, n_resamples=200))
+    a = out.aggregates.set_index("candidate")
+    for c, m in scores.items():
+        assert a.loc[c, "iqm"] == pytest.approx(metrics.aggregate_iqm(m))
+        assert a.loc[c, "mean"] == pytest.approx(metrics.aggregate_mean(m))
+        assert a.loc[c, "optimality_gap"] == pytest.approx(metrics.aggregate_optimality_gap(m, 1))
+    p = out.improvement.set_index(["candidate", "versus"]).loc[("A", "B"), "probability_of_improvement"]
+    assert p == pytest.approx(metrics.probability_of_improvement(scores["A"], scores["B"]))
+
+
+def test_intervals_equal_rliable_within_bootstrap_noise():
+    library = rliable_library()
+    from rliable import metrics
+
+    scores = cross_check_scores()
+    out = compare_scores(as_table(scores), CompareOptions(n_resamples=5000)).aggregates.set_index("candidate")
+    _, theirs = library.get_interval_estimates(scores, lambda m: np.array([metrics.aggregate_iqm(m)]), reps=5000)
+    for c in scores:
+        width = out.loc[c, "iqm_hi"] - out.loc[c, "iqm_lo"]
+        assert out.loc[c, "iqm_lo"] == pytest.approx(theirs[c][0, 0], abs=0.1 * width)
+        assert out.loc[c, "iqm_hi"] == pytest.approx(theirs[c][1, 0], abs=0.1 * width)
+
+
+# ----------------------------------------------------------------------------- experiments on disk
+def experiment(path, num_runs=3, tuning_hp=None, **kwargs):
+    kwargs.setdefault("num_episodes", 12)
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=path).multi_run(
+        num_runs, seed_offset=1, progress=False, tuning_hp=tuning_hp, **kwargs)
+    return path
+
+
+def test_directories_are_candidates_and_curves_share_a_grid(tmp_path):
+    experiment(tmp_path / "a")
+    experiment(tmp_path / "b", num_runs=4)
+    out = compare([tmp_path / "a", tmp_path / "b"], n_resamples=200)
+    assert out.info["candidates"] == ["a", "b"] and out.aggregates["num_runs"].tolist() == [3, 4]
+    assert len(out.scores) == 7 and out.scores["task"].nunique() == 1
+    grids = out.curves.groupby("candidate")["global_step"].apply(tuple)
+    assert grids["a"] == grids["b"]
+    assert (out.curves["num_runs"] <= out.curves["total_runs"]).all()
+
+
+def test_a_sweep_compares_its_configurations(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    ranking = trainer.sweep({"lr": [0.1, 0.2, 0.3]}, num_runs=3, num_episodes=8, seed_offset=0, progress=False)
+    # RecordingAgent ignores lr and the seeds are shared: the configurations are identical
+    assert ranking["told_apart"].tolist() == [False] * 3
+    assert ranking["probability_of_improvement"].iloc[1:].tolist() == [0.5, 0.5]
+    assert "cannot be told apart" in ranking.attrs["note"]
+    out = compare(tmp_path, n_resamples=200)
+    assert out.info["candidates"] == ["lr=0.1", "lr=0.2", "lr=0.3"]
+    assert len(out.improvement) == 6
+    by_lr = compare(tmp_path, by="lr", n_resamples=200)
+    assert by_lr.info["candidates"] == ["0.1", "0.2", "0.3"]
+
+
+def test_a_sweep_of_one_configuration_has_an_experiment_column(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
+    assert load_episodes(tmp_path)["experiment"].unique().tolist() == ["lr=0.1"]
+    assert "experiment" not in load_episodes(tmp_path / "lr=0.1").columns
+
+
+def test_evaluations_per_episode(tmp_path):
+    experiment(tmp_path, num_runs=2, num_episodes=10, eval_freq=5, eval_episodes=3)
+    rows = load_evaluations(tmp_path, per_episode=True)
+    assert list(rows.columns) == ["run", "seed", "status", "global_step", "eval_index", "episode", "return", "length"]
+    assert len(rows) == 2 * 2 * 3 and rows["episode"].tolist()[:3] == [1, 2, 3]
+    per_eval = load_evaluations(tmp_path)
+    assert rows.groupby(["run", "eval_index"])["return"].mean().tolist() == pytest.approx(
+        per_eval["eval_return"].tolist())
+
+
+def test_step_budget_curves_end_on_every_run(tmp_path):
+    experiment(tmp_path, num_runs=3, num_episodes=None, total_steps=101)
+    df = load_episodes(tmp_path)
+    assert {r["budget_unit"] for r in df.attrs["runs"]} == {"steps"} and {r["budget"] for r in df.attrs["runs"]} == {101}
+    table_ = curves(df, num_points=20)
+    assert table_["global_step"].iloc[-1] == 101
+    assert table_["num_runs"].iloc[-1] == 3  # before: the run whose last episode ended last, alone (n=1)

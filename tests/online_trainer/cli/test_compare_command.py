@@ -1,0 +1,49 @@
+"""online-trainer compare: comparison.md lists every candidate, one PNG per figure; report's default x axis."""
+
+from __future__ import annotations
+
+from online_trainer import OnlineTrainer
+from online_trainer.cli import main as cli
+from online_trainer.cli.compare import parse_normalize
+from online_trainer.cli.report import default_x
+from online_trainer.analysis.dataframes import load_episodes
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+def experiment(path, num_runs=3, **budget):
+    budget = budget or {"num_episodes": 10}
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=path).multi_run(num_runs, seed_offset=1,
+                                                                              progress=False, **budget)
+    return path
+
+
+def test_compare_writes_the_markdown_and_the_figures(tmp_path, capsys):
+    a, b = experiment(tmp_path / "agent_a"), experiment(tmp_path / "agent_b", num_runs=4)
+    out = tmp_path / "out"
+    assert cli.main(["compare", str(a), str(b), "--out", str(out), "--resamples", "200"]) == 0
+    for name in ("aggregates.png", "improvement.png", "profiles.png", "sample_efficiency.png"):
+        assert (out / name).stat().st_size > 10_000, name
+    text = (out / "comparison.md").read_text()
+    assert "| agent_a | 3 | 1 |" in text and "| agent_b | 4 | 1 |" in text
+    assert "`agent_a` and `agent_b` cannot be told apart" in text  # same seeds, same episodes
+    assert "![Probability of improvement](improvement.png)" in text
+    assert "Wrote" in capsys.readouterr().out
+
+
+def test_compare_refuses_a_single_candidate(tmp_path, capsys):
+    assert cli.main(["compare", str(experiment(tmp_path / "only")), "--out", str(tmp_path / "o")]) == 2
+    assert "compare needs at least two candidates" in capsys.readouterr().err
+    assert cli.main(["compare", str(tmp_path / "only"), str(tmp_path / "only"), "--normalize", "x"]) == 2
+    assert "--normalize 'x': give minmax, RANDOM,REFERENCE" in capsys.readouterr().err
+
+
+def test_parse_normalize():
+    assert parse_normalize(["minmax"]) == "minmax" and parse_normalize(None) is None
+    assert parse_normalize(["0,500"]) == (0.0, 500.0)
+    assert parse_normalize(["CartPole-v1=9,500", "Acrobot-v1=-500,-60"]) == {"CartPole-v1": (9.0, 500.0),
+                                                                             "Acrobot-v1": (-500.0, -60.0)}
+
+
+def test_report_x_axis_follows_the_budget(tmp_path):
+    assert default_x(load_episodes(experiment(tmp_path / "episodes"))) == "episode_index"
+    assert default_x(load_episodes(experiment(tmp_path / "steps", total_steps=40))) == "global_step"

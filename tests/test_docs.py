@@ -1,0 +1,121 @@
+"""The documentation site: it builds in strict mode, and every public name has an API reference entry."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import online_trainer
+import online_trainer.agents
+import online_trainer.callbacks
+import online_trainer.envs
+import online_trainer.hooks
+
+ROOT = Path(__file__).resolve().parents[1]
+API_DIR = ROOT / "docs" / "reference" / "api"
+PUBLIC_PACKAGES = (online_trainer, online_trainer.callbacks, online_trainer.agents, online_trainer.envs,
+                   online_trainer.hooks)
+DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
+
+
+def api_directives(api_dir: Path = API_DIR) -> dict[str, str]:
+    """Every ``::: identifier`` of the API pages, with the page it is on."""
+    found = {}
+    for page in sorted(api_dir.glob("*.md")):
+        for identifier in DIRECTIVE.findall(page.read_text()):
+            found[identifier] = page.name
+    return found
+
+
+def resolve(identifier: str) -> object:
+    """The object an identifier names: the longest importable module prefix, then attributes."""
+    parts = identifier.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            obj = getattr(obj, attribute)
+        return obj
+    raise ImportError(f"nothing of {identifier!r} can be imported")
+
+
+def missing_entries(packages=PUBLIC_PACKAGES, directives: dict[str, str] | None = None) -> list[str]:
+    """Public names (``package.name`` for each name of ``package.__all__``) without an API entry.
+
+    A name has an entry when a directive ends with ``.name`` and names that very object (the
+    entry may use the defining module's path: ``online_trainer.core.storage.load_args``).
+    """
+    directives = api_directives() if directives is None else directives
+    by_last: dict[str, list[str]] = {}
+    for identifier in directives:
+        by_last.setdefault(identifier.rsplit(".", 1)[-1], []).append(identifier)
+    missing = []
+    for package in packages:
+        for name in package.__all__:
+            obj = getattr(package, name)
+            if not any(_names(identifier, obj) for identifier in by_last.get(name, [])):
+                missing.append(f"{package.__name__}.{name}")
+    return missing
+
+
+def _names(identifier: str, obj: object) -> bool:
+    try:
+        return resolve(identifier) is obj
+    except (ImportError, AttributeError):
+        return False
+
+
+def test_every_public_name_has_an_api_reference_entry():
+    missing = missing_entries()
+    assert not missing, (
+        f"Public names without an entry in docs/reference/api/: {missing}. Add a line "
+        "'::: <module where it is defined>.<name>' to the page of its package (see docs/reference/api/index.md).")
+
+
+def test_every_api_directive_names_something_that_exists():
+    broken = {}
+    for identifier, page in api_directives().items():
+        try:
+            resolve(identifier)
+        except (ImportError, AttributeError) as exc:
+            broken[identifier] = f"{page}: {exc}"
+    assert broken == {}
+
+
+def test_the_check_names_a_public_name_left_out():
+    directives = {key: page for key, page in api_directives().items()
+                  if not key.endswith((".load_args", ".curves", ".make_env"))}
+    # an entry of something else with the same last name is not an entry: the module
+    # online_trainer.analysis.curves is not the function online_trainer.curves
+    directives["online_trainer.analysis.curves"] = "x.md"
+    directives["online_trainer.core.storage.load_args_of_nothing"] = "x.md"
+    assert missing_entries(directives=directives) == [
+        "online_trainer.curves", "online_trainer.load_args", "online_trainer.envs.make_env"]
+
+
+def test_the_site_builds_in_strict_mode(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("mkdocstrings_handlers.python")
+    pytest.importorskip("material")
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    # the reference was generated from the docstrings, the package_dir folders included
+    agents_page = (site / "reference" / "api" / "agents" / "index.html").read_text()
+    assert 'id="online_trainer.agents.DQNAgent"' in agents_page
+    assert "Double DQN" in agents_page
+    trainer_page = (site / "reference" / "api" / "trainer" / "index.html").read_text()
+    assert "a function of an Optuna trial" in trainer_page
+    assert ":meth:" not in trainer_page
+    # bench/README.md is included in the benchmarks page
+    assert "python bench/overhead.py" in (site / "reference" / "benchmarks" / "index.html").read_text()
