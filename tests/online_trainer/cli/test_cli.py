@@ -233,7 +233,7 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
                                   "(write 10000 or 10_000, without a decimal point or exponent)."),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
         (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
-                    "got int."),
+                    "wrappers, vector_kwargs, got int."),
         (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
         (["env={num_envs: 2}"], "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
                                 "module:Env-v0 to import module first."),
