@@ -213,6 +213,8 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None
     Raises:
         FileExistsError: an earlier experiment is there and ``overwrite`` is false, or an
             input file is there with other content.
+        OSError: naming the input file that could not be written (a full disk); the inputs
+            this call wrote before it are removed.
     """
     earlier = storage.existing_experiment_files(exp_dir) if exp_dir.is_dir() else []
     if earlier and not overwrite:
@@ -228,10 +230,14 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None
     for name, text in inputs.items():  # check every input before writing any
         if text is not None and (exp_dir / name).exists():
             storage.write_text_once(exp_dir / name, text)
-    created = []
+    created: list[Path] = []
     exp_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in inputs.items():
-        if text is not None and not (exp_dir / name).exists():
-            storage.write_text_once(exp_dir / name, text)
-            created.append(exp_dir / name)
+    try:
+        for name, text in inputs.items():
+            if text is not None and not (exp_dir / name).exists():
+                storage.write_text_once(exp_dir / name, text)
+                created.append(exp_dir / name)
+    except BaseException:
+        remove_created(created)  # a full disk at args.yaml leaves no config.py of a call that did not run
+        raise
     return created

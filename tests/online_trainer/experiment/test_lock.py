@@ -138,6 +138,28 @@ def test_a_full_disk_names_the_file_and_the_run(tmp_path, monkeypatch):
         trainer.multi_run(1, num_episodes=20, seed_offset=0, metrics_flush_every=5, progress=False)
 
 
+@pytest.mark.parametrize("full_at", [storage.CONFIG_FILE, storage.ARGS_FILE])
+def test_a_full_disk_names_config_py_and_args_yaml(tmp_path, monkeypatch, full_at):
+    """The disk fills up as the files that say what produced the experiment are written."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if full_at in os.readlink(f"/proc/self/fd/{fd}"):  # the temporary file beside config.py / args.yaml
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    config = tmp_path / "my_config.py"
+    config.write_text("lr = 0.1\n")
+    exp_dir = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, config=config, args={"lr": 0.1})
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match=rf"\[Errno 28\] could not write {exp_dir / full_at}: No space left on device\. "
+                                      r"Free some space or choose another exp_dir\."):
+        trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    # neither input is left half-written or alone: the corrected call starts from nothing
+    assert sorted(p.name for p in exp_dir.iterdir()) == [LOCK_FILE]
+
+
 def test_write_atomic_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
