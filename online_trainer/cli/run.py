@@ -108,10 +108,10 @@ def run_command(args: argparse.Namespace) -> int:
         status, locked = 0, False
         try:
             # The lock first, so that a second writer is refused before it writes anything (config.yaml
-            # included); multi_run joins it.
-            with ExperimentLock(exp_dir, reentrant=True):
+            # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
+            # ended meanwhile), before the lock file is written: a refused call changes nothing.
+            with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
                 locked = True
-                check_exp_dir(config, text)  # again, under the lock: a writer may have ended meanwhile
                 storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
                 print(f"Running {_describe(config)} into {exp_dir}", flush=True)
                 trainer.multi_run(config.num_runs, num_episodes=config.num_episodes,

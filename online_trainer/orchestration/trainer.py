@@ -15,8 +15,7 @@ from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
-from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
+from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, new_manifest, plan_runs
 from online_trainer.parallel import base, executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
@@ -238,9 +237,8 @@ class OnlineTrainer:
         if execution.in_workers and options.hooks:
             base.check_picklable({"hooks": options.hooks})
         copy_agent = parts.copies_agent(num_runs, execution)
-        with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
-            if self.exp_dir is not None:
-                created += prepare_exp_dir(self.exp_dir, overwrite, self._inputs())
+        with (hold_exp_dir(self.exp_dir, overwrite, self._inputs()) as created,
+              executors.early_workers(execution, num_runs) as pool):
             manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
             seeds = dict(enumerate(manifest["seeds"], start=1))
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent)
