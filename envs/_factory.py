@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 from online_trainer.envs._wrappers import Wrapper, WrapperEntry, env_id_hint, resolve_wrappers
+
+logger = logging.getLogger(__name__)
 
 VECTORIZATIONS: tuple[str, ...] = ("sync", "async")
 """Accepted values of ``make_env(vectorization=...)``."""
@@ -68,9 +72,10 @@ def make_env(
 ) -> VectorEnvFactory:
     """Return a picklable zero-argument factory building ``num_envs`` copies of ``env_id``.
 
-    Everything that can be checked without building the env is checked here (the id, every
-    wrapper's import path and keyword arguments, the vector env's keyword arguments), so a
-    typo fails at once rather than in a worker.
+    Everything that can be checked without building the env is checked here (the id, the
+    render mode against those the env's class declares, every wrapper's import path and
+    keyword arguments, the vector env's keyword arguments), so a typo fails at once rather
+    than in a worker.
 
     Example::
 
@@ -83,7 +88,10 @@ def make_env(
             and ``ale_py`` (``"ale_py:ALE/Pong-v5"``).
         num_envs: number of sub-envs.
         vectorization: ``"sync"`` (one process) or ``"async"`` (one process per sub-env).
-        render_mode: passed to every sub-env.
+        render_mode: passed to every sub-env (or as ``render_mode`` in ``env_kwargs``); one of the
+            ``render_modes`` of the env class's metadata when it declares them, or one that
+            ``gymnasium.make`` derives from them (``"human"`` from ``"rgb_array"``,
+            ``"rgb_array_list"`` from ``"rgb_array"``).
         wrappers: single-env wrappers applied to each sub-env, in order (the first wraps the
             env itself). Each entry is a wrapper class or callable ``env -> env``, an import
             path ``"package.module:Name"``, a one-key mapping of either to the wrapper's keyword
@@ -101,10 +109,11 @@ def make_env(
         A :class:`VectorEnvFactory`: call it to get a new ``VectorEnv``.
 
     Raises:
-        ValueError: for an unknown env id, a bad ``vectorization``, ``num_envs``,
+        ValueError: for an unknown env id, a bad ``vectorization``, ``num_envs``, ``render_mode``,
             ``autoreset_mode``, wrapper entry or ``vector_kwargs``.
     """
     _check_env_id(env_id)
+    _check_render_mode(env_id, env_kwargs.get("render_mode", render_mode))
     if vectorization not in VECTORIZATIONS:
         raise ValueError(f"vectorization must be one of {', '.join(map(repr, VECTORIZATIONS))} "
                          f"but got vectorization={vectorization!r}.")
@@ -125,6 +134,35 @@ def _check_env_id(env_id: str) -> None:
         gym.spec(name)
     except (gym.error.Error, ImportError) as e:
         raise ValueError(f"Unknown env id env_id={env_id!r}: {e}{env_id_hint(env_id)}") from e
+
+
+def _check_render_mode(env_id: str, render_mode: Any) -> None:
+    """Refuse a render mode that ``gymnasium.make`` would only warn about and the env then lacks.
+
+    The modes come from the metadata of the env's class (its entry point, imported, not built);
+    an env whose entry point declares none, or cannot be imported here, is left to its run.
+    """
+    if render_mode is None:
+        return
+    spec = gym.spec(env_id.rpartition(":")[2])
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        try:
+            creator = load_env_creator(creator)
+        except (ImportError, AttributeError) as exc:
+            logger.debug("render_mode=%r of %s not checked: its entry point cannot be imported here (%s)",
+                         render_mode, env_id, exc)
+            return
+    metadata = getattr(creator, "metadata", None)
+    supported = list(metadata.get("render_modes") or []) if isinstance(metadata, Mapping) else []
+    if not supported or render_mode in supported:
+        return
+    if render_mode == "human" and {"rgb_array", "rgb_array_list"} & set(supported):
+        return  # gymnasium.make adds HumanRendering
+    if isinstance(render_mode, str) and render_mode.endswith("_list") and render_mode[:-len("_list")] in supported:
+        return  # gymnasium.make adds RenderCollection
+    raise ValueError(f"render_mode={render_mode!r} is not a render mode of {env_id}, which supports {supported}: "
+                     "pass one of them, or None.")
 
 
 def _vector_kwargs(vector_kwargs: Mapping[str, Any] | None, vectorization: str) -> dict[str, Any]:

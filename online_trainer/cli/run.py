@@ -20,7 +20,7 @@ from online_trainer.config.schema import (
 )
 from online_trainer.core import storage
 from online_trainer.core.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
 
@@ -104,7 +104,7 @@ def run_command(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
         trainer.call_back = CALLBACKS[config.callback](exp_dir)
-        created = [path for path in (exp_dir, exp_dir / LOCK_FILE, exp_dir / CONFIG_YAML) if not path.exists()]
+        created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
         status, locked = 0, False
         try:
             # The lock first, so that a second writer is refused before it writes anything (config.yaml

@@ -150,6 +150,16 @@ def missing_dirs(path: Path) -> list[Path]:
     return [p for p in (path, *path.parents) if not p.exists()]
 
 
+def new_paths(exp_dir: Path, *names: str) -> list[Path]:
+    """What a call writing ``exp_dir/<name>`` for each of ``names`` would create: the directories
+    (``exp_dir`` and its missing ancestors, ``runs/`` of ``runs/exp`` say), then the files not there yet.
+
+    A call that ends up running nothing removes them (see
+    :func:`online_trainer.experiment.manifest.remove_created`), leaving the disk as it found it.
+    """
+    return [*reversed(missing_dirs(exp_dir)), *(exp_dir / name for name in names if not (exp_dir / name).exists())]
+
+
 def _remove_empty(dirs: list[Path]) -> None:
     """Remove the directories ``dirs`` (deepest first) that are empty; leave the others."""
     for path in dirs:
@@ -205,6 +215,6 @@ def hold_lock(exp_dir: Path | None, check: Callable[[], None] | None = None) -> 
     if exp_dir is None:
         yield []
         return
-    created = [path for path in (exp_dir, exp_dir / LOCK_FILE) if not path.exists()]
+    created = new_paths(exp_dir, LOCK_FILE)
     with ExperimentLock(exp_dir, check=check):
         yield created

@@ -261,6 +261,26 @@ def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, 
     assert not exp_dir.exists()
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.kwargs={render_mode: rgbarray}"], "env: render_mode='rgbarray' is not a render mode of Corridor-v0, "
+                                                 "which supports ['ansi']: pass one of them, or None."),
+        (["agent.hyperparameters.lr=-1"], "lr must be > 0 but got lr=-1.0."),
+        # known only once a run builds its agent on the env: what the call made is removed, runs/ included
+        (["env.id=Pendulum-v1"], "needs a Discrete"),
+        (["env.id=Pendulum-v1", "num_workers=2"], "needs a Discrete"),
+    ],
+)
+def test_a_refused_run_creates_nothing_in_the_working_directory(tmp_path, monkeypatch, capsys, overrides, message):
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path)
+    assert run(str(config), *overrides) == 2  # exp_dir: runs/tiny by default
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [config]  # no runs/, no runs/tiny
+
+
 def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):
     assert run(str(tmp_path / "nope.yaml")) == 2
     assert f"online-trainer: error: config file '{tmp_path / 'nope.yaml'}' does not exist." in capsys.readouterr().err
