@@ -12,6 +12,7 @@ Targets (5 seeds unless said, at least 4 of 5 must reach it):
   DQN on CartPole-v1, 150k env steps: last-10 return >= 450
   PPO on CartPole-v1, 150k env steps: last-10 return >= 450
   PPO on Pendulum-v1, 300k env steps: last-10 return > -400
+  PPO on MiniGrid-Empty-5x5-v0, 50k env steps: greedy return >= 0.9 (solved)
   SAC on Pendulum-v1, 20k env steps: greedy return > -200
   SAC on HalfCheetah-v5, 20k env steps, 2 seeds (a budget for 2 cores): last-10 return > 0 (random: about -300)
 
@@ -51,6 +52,7 @@ TARGETS = [
     Target("cartpole_dqn", "DQN, CartPole-v1, 150k steps", "last10", 450),
     Target("cartpole_ppo", "PPO, CartPole-v1, 150k steps", "last10", 450),
     Target("pendulum_ppo", "PPO, Pendulum-v1, 300k steps", "last10", -400, at_least=False),
+    Target("minigrid_ppo", "PPO, MiniGrid-Empty-5x5-v0 (flat image), 50k steps", "greedy", 0.9),
     Target("pendulum_sac", "SAC, Pendulum-v1, 20k steps", "greedy", -200, at_least=False),
     Target("halfcheetah_sac", "SAC, HalfCheetah-v5, 20k steps (2 seeds)", "last10", 0, at_least=False),
 ]

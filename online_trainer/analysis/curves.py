@@ -14,6 +14,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from online_trainer.analysis.bootstrap import GroupStreams, Seed, estimate, stat_fn
+from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.selection import (
     RUNS_ATTR,
     STATUS_COLUMN,
@@ -105,7 +106,7 @@ def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarra
 def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, grid: ArrayLike | None = None,
            span: Literal["all", "common"] = "all", group_by: GroupBy = None, stat: str = "iqm",
            ci: float | None = 0.95, smooth: int | None = None, n_resamples: int = 2_000, seed: Seed = 0,
-           include_unfinished: bool = False) -> pd.DataFrame:
+           include_unfinished: bool = False, score: str | None = None) -> pd.DataFrame:
     """Learning curves: a statistic across runs of the return on an x grid.
 
     Each run's returns (optionally smoothed by a trailing moving average over ``smooth``
@@ -139,6 +140,9 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
         seed: Seed or generator of the bootstrap; each group has its own stream.
         include_unfinished: Keep failed, interrupted and pending runs (left out by
             default, with a logged warning naming them).
+        score: ``"return"`` (``ep_return``) or ``"raw"`` (``raw_return``, the raw scores:
+            see :func:`~online_trainer.analysis.scores.score_table`); None: ``df.attrs["score"]``,
+            which ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
         Long table with the group columns, ``x``, ``value`` (the statistic), ``lo`` and
@@ -154,6 +158,7 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
             was left out.
     """
     require_columns(df, ["run", "ep_return"])
+    df = score_table(df, score)
     if not isinstance(x, str) or x not in df.columns:
         raise ValueError(f"x={x!r} is not a column of the data; available columns: {list(df.columns)}.")
     if not pd.api.types.is_numeric_dtype(df[x]):

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
 from online_trainer.analysis.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
 from online_trainer.core import ownership, storage
 
@@ -230,8 +231,8 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     if unlisted:
         logger.warning("%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",
                        exp_dir, ",".join(map(str, unlisted)), UNKNOWN_STATUS)
-    columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS}
-    runs, filled = [], set()
+    columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS + RAW_COLUMNS}
+    runs, filled, raw = [], set(), False
     (unit, budget), env_id = budget_of(exp_dir), env_id_of(exp_dir)
     for run in sorted(set(manifest) | on_disk):
         entry = manifest.get(run, {})
@@ -248,8 +249,9 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 if name not in record:
                     filled.add(name)
                 columns[name].append(record.get(name, fallback))
-            columns["ep_return"].append(record.get("ep_return", np.nan))
-            columns["ep_length"].append(record.get("ep_length", np.nan))
+            for name in ("ep_return", "ep_length", *RAW_COLUMNS):
+                columns[name].append(record.get(name, np.nan))
+            raw = raw or "raw_return" in record
         if not records and run not in on_disk and (entry.get("episodes") or 0) > 0:
             logger.warning("%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
                            "dump_metrics=False): it has no row in the table.", exp_dir, run, status,
@@ -262,12 +264,15 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     if filled:
         logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
                     "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
+    if not raw:  # no run recorded raw scores: no raw columns
+        columns = {name: values for name, values in columns.items() if name not in RAW_COLUMNS}
     return columns, runs
 
 
 def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(columns)
-    types = {"run": "int64", "ep_return": "float64", "wall_time": "float64", STATUS_COLUMN: "object"}
+    types = {"run": "int64", "ep_return": "float64", "wall_time": "float64", STATUS_COLUMN: "object",
+             **{name: "float64" for name in RAW_COLUMNS if name in frame}}
     for name in ("episode_index", "global_step", "ep_length"):
         values = pd.to_numeric(frame[name], errors="coerce")
         whole = values.notna().all() and bool((values == values.round()).all())
@@ -297,6 +302,7 @@ def _load(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[pd
         run_frames.append(run_frame)
     episodes = pd.concat(episode_frames, ignore_index=True) if len(dirs) > 1 else episode_frames[0]
     runs = pd.concat(run_frames, ignore_index=True) if len(dirs) > 1 else run_frames[0]
+    mark_score(episodes, dirs)
     return episodes, runs
 
 
@@ -330,8 +336,11 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     """Load experiments as one DataFrame with a row per episode.
 
     Columns: ``run``, ``seed``, ``status``, ``episode_index``, ``global_step``,
-    ``ep_return``, ``ep_length``, ``wall_time`` and one column per hyperparameter of
-    the run; no frames or transitions. ``status`` is the run's status in the manifest
+    ``ep_return``, ``ep_length``, ``wall_time``, then ``raw_return`` and ``raw_length`` when
+    some run recorded raw scores (its env had a ``RecordEpisodeStatistics`` among its wrappers;
+    NaN for episodes without), and one column per hyperparameter of the run; no frames or
+    transitions. When every experiment ran with ``score="raw"``, ``df.attrs["score"]`` is
+    ``"raw"`` and the analysis (``summarize``, ``curves``, the plots) uses ``raw_return``. ``status`` is the run's status in the manifest
     (see :func:`load_runs`), except that a run the manifest says is ``running`` while
     nobody holds the experiment's lock any more (its process was killed) is reported as
     ``interrupted``, with a logged warning; :mod:`online_trainer.analysis.stats` and the

@@ -53,6 +53,7 @@ from numpy.typing import ArrayLike
 
 from online_trainer.analysis.bootstrap import STATISTICS, GroupStreams, Seed, estimate, iqm
 from online_trainer.analysis.curves import curves
+from online_trainer.analysis.scores import score_table
 from online_trainer.analysis.selection import (
     STATUS_COLUMN,
     GroupBy,
@@ -75,7 +76,8 @@ __all__ = ["STATISTICS", "GroupBy", "Seed", "aggregate", "curves", "final_perfor
 
 
 def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
-                      group_by: GroupBy = None, include_unfinished: bool = False) -> pd.DataFrame:
+                      group_by: GroupBy = None, include_unfinished: bool = False,
+                      score: str | None = None) -> pd.DataFrame:
     """The final return of each run: the mean return of its last episodes.
 
     Args:
@@ -87,6 +89,9 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         group_by: Columns that separate configurations (see the module docstring).
         include_unfinished: Keep failed, interrupted and pending runs (left out by
             default, with a logged warning naming them).
+        score: ``"return"`` averages ``ep_return``, ``"raw"`` the raw scores (``raw_return``, see
+            :func:`~online_trainer.analysis.scores.score_table`); None: ``df.attrs["score"]``, which
+            ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
         One row per run with the group columns, ``experiment`` (when present), ``run``,
@@ -108,6 +113,7 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         check_positive_int("last_k", last_k)
     needed = ["run", "episode_index", "ep_return"] + ([] if after_step is None else ["global_step"])
     require_columns(df, needed)
+    df = score_table(df, score)
     group_cols = group_columns(df, group_by)
     run_cols = run_columns(df, group_cols)
     data, excluded = select_runs(df, include_unfinished)
@@ -212,11 +218,15 @@ def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "fi
 
 def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
               group_by: GroupBy = None, strata: GroupBy = None, ci: float | None = 0.95,
-              n_resamples: int = 10_000, seed: Seed = 0, include_unfinished: bool = False) -> pd.DataFrame:
+              n_resamples: int = 10_000, seed: Seed = 0, include_unfinished: bool = False,
+              score: str | None = None) -> pd.DataFrame:
     """:func:`final_performance` followed by :func:`aggregate`: one row per group.
 
     The arguments are those of the two functions; ``strata`` columns are kept per run so
-    that :func:`aggregate` can resample within them.
+    that :func:`aggregate` can resample within them. ``score``: ``"return"`` summarises
+    ``ep_return``, ``"raw"`` the raw scores (``raw_return``, see
+    :func:`~online_trainer.analysis.scores.score_table`); None: ``df.attrs["score"]``, which
+    ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
         The table of :func:`aggregate` with one more column, ``num_excluded``: the runs
@@ -228,12 +238,14 @@ def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | N
         ValueError: As :func:`final_performance` and :func:`aggregate`.
     """
     require_columns(df, ["run", "ep_return"])
+    df = score_table(df, score)
     group_cols, strata_cols = group_and_strata(df, group_by, strata)
     kept, excluded = select_runs(df, include_unfinished)
     if kept.empty:
         raise ValueError(f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True "
                          "to analyse them anyway.")
-    final = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True)
+    final = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True,
+                              score="return")  # kept's ep_return is already the score asked for
     table = aggregate(final, group_by=group_cols, strata=strata_cols or None, ci=ci,
                       n_resamples=n_resamples, seed=seed)
     return _count_excluded(table, excluded, group_cols)

@@ -20,7 +20,7 @@ from online_trainer.config.schema import (
 )
 from online_trainer.core import storage
 from online_trainer.core.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
 
@@ -104,14 +104,14 @@ def run_command(args: argparse.Namespace) -> int:
         except (TypeError, ValueError) as exc:
             raise ConfigError(str(exc)) from exc
         trainer.call_back = CALLBACKS[config.callback](exp_dir)
-        created = [path for path in (exp_dir, exp_dir / LOCK_FILE, exp_dir / CONFIG_YAML) if not path.exists()]
+        created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
         status, locked = 0, False
         try:
             # The lock first, so that a second writer is refused before it writes anything (config.yaml
-            # included); multi_run joins it.
-            with ExperimentLock(exp_dir, reentrant=True):
+            # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
+            # ended meanwhile), before the lock file is written: a refused call changes nothing.
+            with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
                 locked = True
-                check_exp_dir(config, text)  # again, under the lock: a writer may have ended meanwhile
                 storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
                 print(f"Running {_describe(config)} into {exp_dir}", flush=True)
                 trainer.multi_run(config.num_runs, num_episodes=config.num_episodes,
@@ -119,6 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
                                   checkpoint_freq=config.checkpoint_freq, eval_freq=config.eval_freq,
                                   eval_episodes=config.eval_episodes, num_workers=config.num_workers,
                                   torch_threads=config.torch_threads or 1, overwrite=config.overwrite,
+                                  score=config.score,
                                   progress=not args.no_progress)
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)

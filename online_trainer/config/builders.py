@@ -63,6 +63,7 @@ def env_factory(config: EnvConfig) -> EnvBuilder:
 
     try:
         return EnvBuilder(make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization,
+                                   wrappers=config.wrappers, vector_kwargs=config.vector_kwargs or None,
                                    **config.kwargs))
     except ValueError as exc:
         raise ConfigError(f"env: {exc}") from exc

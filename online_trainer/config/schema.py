@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
                                      MLflowCallback, TBCallBack, WandbCallback)
+from online_trainer.core.raw_scores import SCORES
 from online_trainer.core.typed import build, did_you_mean
 
 __all__ = [
@@ -80,12 +81,21 @@ class EnvConfig:
     """``sync`` (all sub-envs in the run's process) or ``async`` (one process per sub-env)."""
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the env's constructor (``gymnasium.make(id, **kwargs)``)."""
+    wrappers: list[Any] = dataclasses.field(default_factory=list)
+    """Single-env wrappers applied to each sub-env, in order: import paths (``minigrid.wrappers:ImgObsWrapper``)
+    or one-key mappings of an import path to its keyword arguments
+    (``{gymnasium.wrappers:ClipReward: {min_reward: -1, max_reward: 1}}``)."""
+    vector_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of the vector env class, not of the env (``{shared_memory: false}`` with ``async``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kwargs", dict(self.kwargs))
+        object.__setattr__(self, "wrappers", list(self.wrappers))
+        object.__setattr__(self, "vector_kwargs", dict(self.vector_kwargs))
         _check_positive("env.num_envs", self.num_envs)
         _check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         _check_env_id(self.id)
+        _check_wrappers(self.wrappers)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -146,6 +156,9 @@ class ExperimentConfig:
     """Episodes per run averaged into its final return in the printed table."""
     torch_threads: int | None = 1
     """Torch threads of every process running seeds (null: torch's default, one per core)."""
+    score: str = "return"
+    """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
+    agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""
 
     def __post_init__(self) -> None:
         for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
@@ -160,6 +173,7 @@ class ExperimentConfig:
         if self.seed_offset is not None and self.seed_offset < 0:
             raise ConfigError(f"seed_offset must be a non-negative int or null, but got seed_offset={self.seed_offset}.")
         _check_choice("callback", self.callback, tuple(CALLBACKS))
+        _check_choice("score", self.score, SCORES)
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 
@@ -202,5 +216,21 @@ def _check_env_id(env_id: str) -> None:
         return
     close = difflib.get_close_matches(name, list(gym.registry), n=5, cutoff=0.6)
     hint = f"; close matches: {', '.join(close)}" if close else ""
+    from online_trainer.envs._wrappers import env_id_hint
+
+    package_hint = env_id_hint(env_id)
+    if package_hint:
+        raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry.{package_hint}")
     raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry{hint}. "
-                      "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'.")
+                      "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'; "
+                      "ids of other packages need their module first: 'module:Env-v0'.")
+
+
+def _check_wrappers(wrappers: list[Any]) -> None:
+    """Raise ConfigError naming the first entry of ``env.wrappers`` that cannot be imported or called so."""
+    from online_trainer.envs._wrappers import resolve_wrappers
+
+    try:
+        resolve_wrappers(wrappers)
+    except ValueError as exc:
+        raise ConfigError(f"env.{exc}") from exc

@@ -108,6 +108,8 @@ class EpisodeTracker:
         self._extras = keep_transitions or keep_frames
         self.start_time = time.perf_counter()
         self.table = EpisodeTable(agent_seed)
+        # Reads the raw scores of the episodes the loop closes (RecordEpisodeStatistics); set by the run
+        self.raw: Any = None
         self.closed = 0  # episodes closed (sealed or not)
         self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
         # Closed episodes not yet sealed into the table: their returns, lengths, steps and times.

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from online_trainer.core import raw_scores
 from online_trainer.core.factories import autoreset_mode
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def eval_seed(run_seed: int) -> int:
 
 def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
                   max_episode_steps: int | None = None,
-                  frames: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  frames: list[np.ndarray] | None = None, raw: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
     The episodes are spread evenly over the sub-envs, each playing its share to the end
@@ -58,10 +59,13 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     With ``frames`` (a list), the frames of sub-env 0's first episode (``env.render()``, the
     env made with ``render_mode="rgb_array"``) are appended to it: the reset frame, then one
     per step.
+    With ``raw``, the returns and lengths are the raw scores a ``RecordEpisodeStatistics``
+    inside each sub-env's wrappers reports (see :mod:`online_trainer.core.raw_scores`); an
+    episode cut by ``max_episode_steps`` has none (NaN).
 
     Returns:
-        ``(returns, lengths)``: float64 and int64 arrays of ``num_episodes`` entries, in the
-        order the episodes ended.
+        ``(returns, lengths)``: float64 arrays (int64 lengths unless ``raw``) of ``num_episodes``
+        entries, in the order the episodes ended.
     """
     num_envs = env.num_envs
     if max_episode_steps is None:
@@ -78,8 +82,9 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     filming = frames is not None
     if filming:
         frames.append(np.asarray(env.render()[0]))
+    same_step = mode is AutoresetMode.SAME_STEP
     while (counts < targets).any():
-        obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        obs, reward, terminated, truncated, info = env.step(agent.act(obs))
         if filming:
             frames.append(np.asarray(env.render()[0]))
         returns += np.where(valid, reward, 0.0)
@@ -94,10 +99,13 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
             done |= cut
         if filming and done[0]:
             filming = False
-        for i in np.flatnonzero(done):
+        ended = np.flatnonzero(done).tolist()
+        if raw and ended:
+            raw_returns, raw_lengths = raw_scores.episode_statistics(info, ended, same_step)
+        for k, i in enumerate(ended):
             if counts[i] < targets[i]:
-                done_returns.append(float(returns[i]))
-                done_lengths.append(int(lengths[i]))
+                done_returns.append(raw_returns[k] if raw else float(returns[i]))
+                done_lengths.append(raw_lengths[k] if raw else int(lengths[i]))
                 counts[i] += 1
             returns[i] = 0.0
             lengths[i] = 0
@@ -107,7 +115,7 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
             mask = cut if mode is not AutoresetMode.DISABLED else done
             reset_obs, _ = env.reset(options={"reset_mask": mask})
             obs = reset_obs
-    return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.int64)
+    return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.float64 if raw else np.int64)
 
 
 def evaluation_record(returns: np.ndarray, lengths: np.ndarray, index: int, global_step: int, episodes_trained: int,
@@ -134,10 +142,16 @@ class Evaluator:
         seed: the eval env's seed (:func:`eval_seed` of the run's seed).
         num_episodes: episodes per evaluation.
         training: switch the agent back to ``train()`` after each evaluation.
+        score: ``"raw"`` reports the raw scores of a ``RecordEpisodeStatistics`` inside the eval
+            env's wrappers (ValueError when it has none); ``"return"`` the sums of the rewards.
     """
 
     def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True,
-                 video_dir: str | os.PathLike | None = None, video_every: int | None = None) -> None:
+                 video_dir: str | os.PathLike | None = None, video_every: int | None = None,
+                 score: str = "return") -> None:
+        self.raw = raw_scores.check_score(score) == "raw"
+        if self.raw:
+            raw_scores.require_episode_statistics(env, "eval env")
         self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
         self.video_dir, self.video_every = video_dir, video_every
         if video_every is not None and getattr(env, "render_mode", None) != "rgb_array":
@@ -162,12 +176,15 @@ class Evaluator:
         film = self.video_every is not None and self.count % self.video_every == 0
         frames: list[np.ndarray] | None = [] if film else None
         try:
-            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed, frames=frames)
+            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed, frames=frames,
+                                             raw=self.raw)
         finally:
             back = getattr(self.agent, "train", None)
             if self.training and callable(back):
                 back()
         record = evaluation_record(returns, lengths, self.count, global_step, episodes_trained, self.start)
+        if self.raw:
+            record["score"] = "raw"
         if frames:
             fps = self.env.metadata.get("render_fps") or 30
             path = Path(self.video_dir) / f"eval{self.count}_step{global_step}.mp4"

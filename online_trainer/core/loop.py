@@ -134,6 +134,7 @@ def run_loop(
     valid, done = tracker.valid, tracker.done
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
+    raw = tracker.raw
     global_step, episodes = (0, 0) if start is None else (start.global_step, start.episodes)
     next_event = events.on_step_event(global_step)
     while True:
@@ -160,6 +161,8 @@ def run_loop(
             if last:
                 envs = envs[:int(max_episodes - episodes)]
             returns, lengths = close(envs, global_step, None if last else done)
+            if raw is not None:
+                raw(info, envs)
             if events.on_episodes(episodes + 1, returns, lengths, global_step):
                 next_event = global_step
             episodes += len(envs)
@@ -216,6 +219,7 @@ def _run_single(
     next_step = mode is AutoresetMode.NEXT_STEP
     max_steps, max_episodes = budget.max_steps, budget.max_episodes
     obs_space = env.single_observation_space
+    raw = tracker.raw
     global_step = episodes = 0
     ep_return, reset_step = 0.0, False
     if start is not None:
@@ -249,6 +253,8 @@ def _run_single(
             episodes += 1
             kept = np.array(episode_actions, dtype=dtype) if numbers else None
             length = close_one(global_step, ep_return, kept)
+            if raw is not None:
+                raw(info, (0,))
             if events.on_episodes(episodes, (ep_return,), (length,), global_step):
                 next_event = global_step
             if episodes >= max_episodes:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from online_trainer.core import validation
+from online_trainer.core import raw_scores, validation
 from online_trainer.core.budget import Budget
 from online_trainer.core.hooks import check_hooks
 
@@ -59,6 +59,9 @@ class RunOptions:
     """Episodes averaged into the rolling return and length logged under ``stats/run_{i}``."""
     stats_every_steps: int | None = None
     """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds."""
+    score: str = "return"
+    """What evaluations, the progress display and the analysis report: ``return`` (the sum of the rewards the agent
+    learns from) or ``raw`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's wrappers)."""
     has_exp_dir: bool = True
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
@@ -73,6 +76,7 @@ class RunOptions:
         object.__setattr__(self, "hooks", check_hooks(self.hooks))
         validation.positive_int("stats_window", self.stats_window)
         validation.optional_positive_int("stats_every_steps", self.stats_every_steps)
+        raw_scores.check_score(self.score)
         validation.optional_positive_int("record_video", self.record_video)
         object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
         validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)

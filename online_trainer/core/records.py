@@ -41,6 +41,7 @@ from online_trainer.core.pickling import ActionSlab, Call, episode_actions_form
 RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
                "agent_logs", "global_step", "wall_time")
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
+RAW_KEYS = ("raw_return", "raw_length")  # after RECORD_KEYS in runs with raw scores (core.raw_scores)
 PROTOCOL = 5
 
 
@@ -87,6 +88,15 @@ class EpisodeTable:
         # _chunked is -1 once they cannot be (frames, a gap, cleared records).
         self._chunks: list[bytes] = []
         self._chunked = 0
+        self.raw_returns: list[float] | None = None  # raw scores per held episode, when the run has them
+        self.raw_lengths: list[Any] | None = None
+
+    def add_raw(self, returns: Sequence[float], lengths: Sequence[Any]) -> None:
+        """Append the raw scores of the next episodes, in the order they ended; from then on records have RAW_KEYS."""
+        if self.raw_returns is None:
+            self.raw_returns, self.raw_lengths = [], []
+        self.raw_returns += returns
+        self.raw_lengths += lengths
 
     @property
     def count(self) -> int:
@@ -171,6 +181,8 @@ class EpisodeTable:
         self.first = self.count
         self.release_chunks()
         self.returns, self.lengths, self.steps, self.times = [], [], [], []
+        if self.raw_returns is not None:
+            self.raw_returns, self.raw_lengths = [], []
         self._segments, self._segment_dtypes, self._packed, self._segment_rows = [], [], [], []
         self._segment_ends = []
         self._wide = {}
@@ -257,7 +269,12 @@ class EpisodeTable:
                 self._extra_column("transitions", lo, hi, for_disk),
                 self._actions_column(lo, hi, for_disk, read_only, lengths), seed,
                 range(self.first + lo + 1, self.first + hi + 1), self._extra_column("agent_logs", lo, hi, for_disk),
-                self.steps[lo:hi], self.times[lo:hi]]
+                self.steps[lo:hi], self.times[lo:hi]] + (
+                    [] if self.raw_returns is None else [self.raw_returns[lo:hi], self.raw_lengths[lo:hi]])
+
+    def keys(self) -> tuple[str, ...]:
+        """The keys of this table's records: :data:`RECORD_KEYS`, then :data:`RAW_KEYS` with raw scores."""
+        return RECORD_KEYS if self.raw_returns is None else RECORD_KEYS + RAW_KEYS
 
     def records(self, start: int | None = None, stop: int | None = None, read_only: bool = False) -> list[dict[str, Any]]:
         """The records of positions ``start:stop`` (default: every held one), as dicts.
@@ -270,6 +287,9 @@ class EpisodeTable:
         lo, hi = self._rows(start, stop)
         if hi <= lo:
             return []
+        if self.raw_returns is not None:
+            with _gc_paused():
+                return [dict(zip(self.keys(), row)) for row in zip(*self._columns(lo, hi, False, read_only))]
         if not any(self._has_extra(key, lo, hi) for key in EXTRA_KEYS):  # the common case: literals are cheaper
             seed = self.agent_seed
             indices = range(self.first + lo + 1, self.first + hi + 1)
@@ -301,7 +321,7 @@ class EpisodeTable:
         if hi <= lo:
             return []
         rows = Call(zip, *self._columns(lo, hi, True))
-        return Call(list, Call(map, dict, Call(map, zip, Call(itertools.repeat, RECORD_KEYS), rows)))
+        return Call(list, Call(map, dict, Call(map, zip, Call(itertools.repeat, self.keys()), rows)))
 
     def chunk(self, start: int, stop: int) -> bytes:
         """One metrics chunk: the pickle of the records of positions ``start:stop``.
@@ -328,7 +348,6 @@ class EpisodeTable:
         if start < self.first or stop > self.count:
             raise IndexError(f"positions {start}:{stop} are not held (held: {self.first}:{self.count})")
         return start - self.first, stop - self.first
-
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import resume, seeding
+from online_trainer.core import raw_scores, resume, seeding
 from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
@@ -202,6 +202,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _check_env(env, spec.options.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
+            with_raw = raw_scores.detect(env, spec.options.score, "training env")
             if saved is None:
                 obs, _ = env.reset(seed=spec.seed)
             else:
@@ -214,7 +215,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
                 evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.eval_episodes, spec.train,
-                                      video_dir, spec.options.record_video)
+                                      video_dir, spec.options.record_video, score=spec.options.score)
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
             _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
                              spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
@@ -229,6 +230,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         if saved is not None:
             tracker = resume.restored_tracker(saved, tracker)
+        if with_raw:  # reads the (restored) table
+            tracker.raw = raw_scores.RawScores(tracker.table, mode)
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
@@ -340,7 +343,8 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.options.eval_episodes, training=False)
+        evaluator = Evaluator(env, agent, spec.seed, spec.options.eval_episodes, training=False,
+                              score=spec.options.score)
         record = evaluator.evaluate(0, 0)
         bar.advance(spec.options.eval_episodes)
     finally:

@@ -70,6 +70,7 @@ class RunEvents:
         self.best_state: bytes | None = None  # torch-serialised, see _state_copy
         self.episodes = 0
         self.last_returns: Any = None  # of the episodes that ended last
+        self.raw = tracker.raw if spec.options.score == "raw" else None  # the progress display shows raw scores
         self.evals: RunEvaluations | None = None
         if evaluator is not None:
             eval_stream = None
@@ -104,9 +105,9 @@ class RunEvents:
         if self.flushing and (self.episodes >= self.next_flush or self.tracker.new_frames
                               or time.monotonic() >= self.flush_deadline):
             self.flush()
-        self.last_returns = returns  # the bar shows the last one as it moves
+        self.last_returns = returns if self.raw is None else self.raw.last  # the bar shows the last one as it moves
         if self.by_episode:
-            self.progress.episode_end(float(returns[-1]))
+            self.progress.episode_end(float(self.last_returns[-1]))
             self.progress.advance(count)
         if self.stats is not None:
             self.stats.add_batch(returns, lengths)

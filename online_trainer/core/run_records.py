@@ -98,8 +98,8 @@ class RunRecords(Sequence):
             return np.arange(table.first + 1, table.count + 1)
         if key == "agent_seed":
             return np.full(len(table), table.agent_seed)
-        if key not in RECORD_KEYS:
-            raise KeyError(f"column({key!r}): not a record key; the keys are {list(RECORD_KEYS)}")
+        if key not in table.keys():
+            raise KeyError(f"column({key!r}): not a record key; the keys are {list(table.keys())}")
         return [record[key] for record in self]
 
 

@@ -326,12 +326,17 @@ def _not_yaml(value: Any) -> bool:
 
 
 def write_text_once(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` unless the same text is there; different text is an error."""
+    """Write ``text`` to ``path`` (crash-safe, see :func:`write_atomic`) unless the same text is there.
+
+    Raises:
+        FileExistsError: ``path`` holds other text.
+        OSError: naming ``path`` (a full disk, a read-only directory); ``path`` is left as it was.
+    """
     if path.exists():
-        if path.read_text() == text:
+        if path.read_text(encoding="utf-8") == text:
             return
         raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
-    path.write_text(text)
+    write_atomic(path, text.encode("utf-8"))
 
 
 def load_args(exp_dir: str | os.PathLike) -> argparse.Namespace:

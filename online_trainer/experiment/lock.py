@@ -5,6 +5,9 @@ time) as JSON. The kernel releases a ``flock`` when its owner dies, however it d
 lock left by a killed process is free: the next writer takes it over, with a logged warning
 naming the dead owner. A live owner, on this host or (on a filesystem that supports
 ``flock``, as NFSv4 does) another, makes a second writer fail within 0.2 s, naming the owner.
+A call refused under the lock (its ``check`` raises: an earlier experiment is in the way) is
+refused before the owner is written, and removes the lock file and directories it created:
+it changes nothing on disk, the earlier experiment's ``.lock`` included.
 Readers tell from the same ``flock`` whether the runs a manifest says are ``running`` still
 are (see :mod:`online_trainer.core.ownership`).
 """
@@ -20,7 +23,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from online_trainer.core.errors import ExperimentInUseError
 from online_trainer.core.ownership import LOCK_FILE
@@ -47,14 +50,20 @@ class ExperimentLock:
         reentrant: later acquisitions of this directory's lock by the same thread, while this
             one is held, join it instead of being refused: for a caller that writes files of
             its own (the command's ``config.yaml``) before a call that takes the lock itself.
+        check: called once the lock is held (or joined) and before anything is written: what it
+            raises refuses the call, and the disk is left as it was (the lock file and the
+            directories this acquisition created are removed, an existing lock file is untouched).
 
     Raises:
         ExperimentInUseError: on entering, when a live process holds the lock.
+        Exception: on entering, what ``check`` raises.
     """
 
-    def __init__(self, exp_dir: str | os.PathLike, reentrant: bool = False) -> None:
+    def __init__(self, exp_dir: str | os.PathLike, reentrant: bool = False,
+                 check: Callable[[], None] | None = None) -> None:
         self.path = Path(exp_dir) / LOCK_FILE
         self.reentrant = reentrant
+        self.check = check
         self._fd: int | None = None
         self._joined = False  # whether acquire() joined a reentrant lock held by this thread
         self._registered: tuple[str, int, int] | None = None  # where a reentrant lock can be joined
@@ -63,14 +72,18 @@ class ExperimentLock:
         return os.path.realpath(self.path), os.getpid(), threading.get_ident()
 
     def acquire(self) -> None:
-        """Take the lock, or raise :class:`ExperimentInUseError` naming its owner."""
+        """Take the lock, or raise :class:`ExperimentInUseError` naming its owner (or what ``check`` raises)."""
         if self._key() in _JOINABLE:
+            if self.check is not None:
+                self.check()
             self._joined = True
             return
+        new_dirs = missing_dirs(self.path.parent)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd, created = _open_lock_file(self.path)
         except OSError as exc:
+            _remove_empty(new_dirs)
             raise type(exc)(exc.errno, f"exp_dir={os.fspath(self.path.parent)!r} cannot be written "
                                        f"({exc.strerror}): choose a directory you can write to, or fix its "
                                        "permissions.") from exc
@@ -81,6 +94,15 @@ class ExperimentLock:
                     f"exp_dir={os.fspath(self.path.parent)!r} is being written by another call ({_describe(owner)}): "
                     "wait for it to end, stop it, or choose another exp_dir."
                 )
+            if self.check is not None:
+                self.check()  # refused here, the call has written nothing: not even its owner line
+        except BaseException:
+            os.close(fd)
+            if created:
+                self.path.unlink(missing_ok=True)
+            _remove_empty(new_dirs)
+            raise
+        try:
             earlier = _read_owner(fd)
             if earlier:
                 logger.warning("exp_dir %s: taking over the lock of %s, which ended without releasing it",
@@ -123,6 +145,36 @@ class ExperimentLock:
         self.release()
 
 
+def missing_dirs(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first: what ``mkdir(parents=True)`` would create."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
+def new_paths(exp_dir: Path, *names: str) -> list[Path]:
+    """What a call writing ``exp_dir/<name>`` for each of ``names`` would create: the directories
+    (``exp_dir`` and its missing ancestors, ``runs/`` of ``runs/exp`` say), then the files not there yet.
+
+    A call that ends up running nothing removes them (see
+    :func:`online_trainer.experiment.manifest.remove_created`), leaving the disk as it found it.
+    """
+    return [*reversed(missing_dirs(exp_dir)), *(exp_dir / name for name in names if not (exp_dir / name).exists())]
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    """Remove the directories ``dirs`` (deepest first) that are empty; leave the others."""
+    for path in dirs:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def _open_lock_file(path: Path) -> tuple[int, bool]:
+    """A read-write descriptor of the lock file ``path``, and whether this call created it."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        return os.open(path, os.O_RDWR), False
+
+
 def _flock_soon(fd: int) -> bool:
     """Take the exclusive ``flock`` of ``fd``, trying for :data:`_RETRY_FOR` seconds; False if it stays taken."""
     end = time.monotonic() + _RETRY_FOR
@@ -155,11 +207,14 @@ def _describe(owner: dict[str, Any] | None) -> str:
 
 
 @contextlib.contextmanager
-def hold_lock(exp_dir: Path | None) -> Iterator[list[Path]]:
-    """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created."""
+def hold_lock(exp_dir: Path | None, check: Callable[[], None] | None = None) -> Iterator[list[Path]]:
+    """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created.
+
+    ``check`` is the lock's (see :class:`ExperimentLock`): a call it refuses changes nothing on disk.
+    """
     if exp_dir is None:
         yield []
         return
-    created = [path for path in (exp_dir, exp_dir / LOCK_FILE) if not path.exists()]
-    with ExperimentLock(exp_dir):
+    created = new_paths(exp_dir, LOCK_FILE)
+    with ExperimentLock(exp_dir, check=check):
         yield created

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from online_trainer.core import ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +184,56 @@ def remove_created(created: Sequence[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
-def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None]) -> list[Path]:
+def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | None]) -> None:
+    """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``); this only reads.
+
+    Args:
+        exp_dir: the experiment directory (it may not exist yet).
+        overwrite: an earlier experiment will be replaced: nothing is refused.
+        inputs: file name -> text of the files that say what produced the experiment
+            (``config.py``, ``args.yaml``; None: not given).
+
+    Raises:
+        FileExistsError: an earlier experiment is there, or an input file is there with other
+            content, and ``overwrite`` is false.
+    """
+    if overwrite or not exp_dir.is_dir():
+        return
+    earlier = storage.existing_experiment_files(exp_dir)
+    if earlier:
+        names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        raise FileExistsError(
+            f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
+            "overwrite=True to replace it, or choose another exp_dir."
+        )
+    for name, text in inputs.items():
+        path = exp_dir / name
+        if text is not None and path.is_file() and path.read_text(encoding="utf-8") != text:
+            raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
+
+
+@contextlib.contextmanager
+def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str | None]) -> Iterator[list[Path]]:
+    """Hold the lock of ``exp_dir`` and prepare it (:func:`prepare_exp_dir`); yield the paths this call created.
+
+    An earlier experiment is refused (:func:`check_exp_dir`) under the lock and before anything is
+    written, so a refused call changes nothing on disk, the earlier experiment's ``.lock``
+    included. When the inputs cannot be written (a full disk), what the call created is removed.
+    Without an ``exp_dir`` there is nothing to lock or write.
+    """
+    if exp_dir is None:
+        yield []
+        return
+    with hold_lock(exp_dir, check=functools.partial(check_exp_dir, exp_dir, overwrite, inputs)) as created:
+        try:
+            created += prepare_exp_dir(exp_dir, overwrite, inputs)
+        except BaseException:
+            remove_created(created)  # nothing ran: leave no trace for the corrected call
+            raise
+        yield created
+
+
+def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | None]) -> list[Path]:
     """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``), then write ``inputs``.
 
     Args:
@@ -197,25 +248,22 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: dict[str, str | None
     Raises:
         FileExistsError: an earlier experiment is there and ``overwrite`` is false, or an
             input file is there with other content.
+        OSError: naming the input file that could not be written (a full disk); the inputs
+            this call wrote before it are removed.
     """
-    earlier = storage.existing_experiment_files(exp_dir) if exp_dir.is_dir() else []
-    if earlier and not overwrite:
-        names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-        raise FileExistsError(
-            f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
-            "overwrite=True to replace it, or choose another exp_dir."
-        )
+    check_exp_dir(exp_dir, overwrite, inputs)  # every input checked before any is written
     if overwrite and exp_dir.is_dir():
         storage.remove_experiment_files(exp_dir)
         for name in inputs:
             (exp_dir / name).unlink(missing_ok=True)
-    for name, text in inputs.items():  # check every input before writing any
-        if text is not None and (exp_dir / name).exists():
-            storage.write_text_once(exp_dir / name, text)
-    created = []
+    created: list[Path] = []
     exp_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in inputs.items():
-        if text is not None and not (exp_dir / name).exists():
-            storage.write_text_once(exp_dir / name, text)
-            created.append(exp_dir / name)
+    try:
+        for name, text in inputs.items():
+            if text is not None and not (exp_dir / name).exists():
+                storage.write_text_once(exp_dir / name, text)
+                created.append(exp_dir / name)
+    except BaseException:
+        remove_created(created)  # a full disk at args.yaml leaves no config.py of a call that did not run
+        raise
     return created

@@ -27,7 +27,7 @@ from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.options import RunOptions
 from online_trainer.core.run import RunSpec
 from online_trainer.experiment import resuming
-from online_trainer.experiment.manifest import Experiment, prepare_exp_dir, remove_created
+from online_trainer.experiment.manifest import Experiment, remove_created
 from online_trainer.parallel import base, executors
 from online_trainer.parallel.base import ExecutionOptions
 
@@ -77,6 +77,20 @@ class RunnerParts:
                 "torch_threads": execution.torch_threads if execution.in_workers else here}
 
 
+def new_manifest(parts: RunnerParts, options: RunOptions, execution: ExecutionOptions, num_runs: int,
+                 seed_offset: int | None, tuning_hp: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
+
+    Besides how the runs execute and ``tuning_hp``, it records ``score`` when it is not ``"return"``: the
+    analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`).
+    """
+    fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp,
+              resuming.CALL_KEY: resuming.call_record(options, tuning_hp, parts.train)}
+    if options.score != "return":
+        fields["score"] = options.score
+    return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
+
+
 def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int], exp_dir: Path | None,
               tuning_hp: dict[str, Any] | None = None, copy_agent: bool = False, label: str = "",
               tag_prefix: str = "", first_task_id: int = -1, resume: bool = False) -> list[RunSpec]:
@@ -106,24 +120,18 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
     return specs
 
 
-def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None, fields: dict[str, Any],
-                   options: RunOptions, parts: RunnerParts, created: list[Path], *, resume: bool = False,
-                   overwrite: bool = False, inputs: Mapping[str, str | None] | None = None,
-                   ) -> tuple[dict[str, Any], dict[int, int]]:
+def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None, tuning_hp: dict[str, Any] | None,
+                   options: RunOptions, parts: RunnerParts, execution: ExecutionOptions,
+                   resume: bool = False) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
 
-    A new experiment: an earlier one in ``exp_dir`` is refused (or removed with ``overwrite``),
-    ``inputs`` are written (appended to ``created``) and every run is pending. With ``resume``: the
-    experiment's own manifest, checked against this call, and the runs left (see
-    :mod:`online_trainer.experiment.resuming`).
+    A new experiment has every run pending; with ``resume``, the experiment's own manifest,
+    checked against this call, and the runs left (see :mod:`online_trainer.experiment.resuming`).
     """
-    call = resuming.call_record(options, fields.get("tuning_hp"), parts.train)
     if resume:
-        return resuming.resumed_manifest(exp_dir, num_runs, seed_offset, call, parts.callback)
-    if exp_dir is not None:
-        created += prepare_exp_dir(exp_dir, overwrite, dict(inputs or {}))
-    manifest = Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset),
-                                       {**fields, resuming.CALL_KEY: call})
+        return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
+                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback)
+    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 
 

@@ -29,7 +29,7 @@ import yaml
 
 from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import Experiment
 from online_trainer.experiment.resuming import CALL_KEY, call_record, rewind_outputs, runs_left
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
@@ -159,7 +159,7 @@ def run_sweep(
     parts.check_travel(execution)
     copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
     root = Path(trainer.exp_dir)
-    created: list[Path] = [path for path in (root, root / LOCK_FILE) if not path.exists()]
+    created: list[Path] = new_paths(root, LOCK_FILE)
     with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
         seed = _sweep_seed(root, seed_offset, options.budget, created)
         experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),

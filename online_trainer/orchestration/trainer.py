@@ -16,7 +16,7 @@ from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import Experiment
+from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, plan_runs, start_manifest
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
@@ -138,6 +138,7 @@ class OnlineTrainer:
         stats_every_steps: int | None = None,
         resume: bool = False,
         checkpoint_buffers: bool = False,
+        score: str = "return",
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -208,6 +209,8 @@ class OnlineTrainer:
             resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
                 checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes".
             checkpoint_buffers: put replay buffers in the full checkpoints, so off-policy runs resume exactly.
+            score: what evaluations, progress and analysis report: ``"return"`` (sums of the rewards the agent
+                learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -227,7 +230,8 @@ class OnlineTrainer:
                              evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
                              eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
                              hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
-                             stats_every_steps=stats_every_steps, checkpoint_buffers=bool(checkpoint_buffers))
+                             stats_every_steps=stats_every_steps, checkpoint_buffers=bool(checkpoint_buffers),
+                             score=score)
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress).capped(num_runs)
@@ -237,10 +241,10 @@ class OnlineTrainer:
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
         validation.needs_exp_dir(self.exp_dir, resume=resume)
-        fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp}
-        with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
-            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, fields, options, parts, created,
-                                             resume=resume, overwrite=overwrite, inputs=self._inputs())
+        inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
+        hold = hold_lock(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
+        with hold as created, executors.early_workers(execution, num_runs) as pool:
+            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
             execute_experiments([experiment], execution, parts.callback, pool, created)
@@ -258,10 +262,6 @@ class OnlineTrainer:
     def parts(self) -> RunnerParts:
         """What this trainer contributes to every run (for :mod:`online_trainer.orchestration.planning`)."""
         return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
-
-    def _inputs(self) -> dict[str, str | None]:
-        """The files that say what produced the experiment: config.py and args.yaml (None: not given)."""
-        return {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
 
     def sweep(
         self,

@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import cloudpickle
 
+from online_trainer.core import storage
 from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
@@ -142,7 +143,7 @@ class RayExecutor:
             return None
         token = uuid.uuid4().hex
         for exp_dir in exp_dirs:
-            (exp_dir / TOKEN_FILE).write_text(token)
+            storage.write_atomic(exp_dir / TOKEN_FILE, token.encode())  # an OSError names the file
         return token
 
     @staticmethod

@@ -75,7 +75,7 @@ def test_wrappers_as_classes_and_class_kwargs_pairs_apply_to_each_sub_env():
     _, reward, *_ = env.step(np.ones(2, dtype=np.int64))
     assert reward.tolist() == [1.0, 1.0]
     env.close()
-    with pytest.raises(ValueError, match="Each wrapper must be a wrapper class or a .class, kwargs. pair"):
+    with pytest.raises(ValueError, match=r"wrappers\[0\]=42 is not a wrapper: give a wrapper class, an import path"):
         make_env(CORRIDOR_ID, wrappers=[42])
 
 
@@ -101,6 +101,22 @@ def test_render_mode_and_env_kwargs_reach_the_sub_envs():
     env.reset(seed=0)
     assert env.render() == ("A.G", "A.G")
     env.close()
+
+
+def test_a_render_mode_the_env_class_lacks_is_refused_before_any_env_is_built():
+    with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of CartPole-v1, which supports "
+                                         r"\['human', 'rgb_array'\]: pass one of them, or None\."):
+        make_env("CartPole-v1", render_mode="rgbarray")
+    with pytest.raises(ValueError, match=r"render_mode='human' is not a render mode of .*Corridor-v0"):
+        make_env(CORRIDOR_ID, length=3, render_mode="human")  # as an env kwarg too: make_env(..., **env_kwargs)
+    with pytest.raises(ValueError, match=r"render_mode='human' is not a render mode of .*Corridor-v0"):
+        make_env(CORRIDOR_ID, **{"render_mode": "human"})
+    # what gymnasium.make derives from the declared modes is accepted: RenderCollection, HumanRendering
+    env = make_env("CartPole-v1", render_mode="rgb_array_list")()
+    assert env.render_mode == "rgb_array_list"
+    env.close()
+    make_env(CORRIDOR_ID, render_mode="ansi_list")
+    make_env("CartPole-v1", render_mode="human")
 
 
 def test_repr_shows_the_id_and_num_envs():

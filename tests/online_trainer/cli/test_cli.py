@@ -60,7 +60,8 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
         assert (exp_dir / name).is_file(), name
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     assert resolved == yaml.safe_load((exp_dir / "args.yaml").read_text())
-    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {}}
+    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {},
+                               "wrappers": [], "vector_kwargs": {}}
     assert resolved["exp_dir"] == "runs/tiny" and resolved["last_k"] == 10 and resolved["total_steps"] is None
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert manifest["seeds"] == [0, 10000] and [r["status"] for r in manifest["runs"]] == ["finished"] * 2
@@ -232,7 +233,7 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
                                   "(write 10000 or 10_000, without a decimal point or exponent)."),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
         (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
-                    "got int."),
+                    "wrappers, vector_kwargs, got int."),
         (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
         (["env={num_envs: 2}"], "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
                                 "module:Env-v0 to import module first."),
@@ -258,6 +259,26 @@ def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, 
     assert err.startswith("online-trainer: error: ") and message in err
     assert "Traceback" not in err
     assert not exp_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["env.kwargs={render_mode: rgbarray}"], "env: render_mode='rgbarray' is not a render mode of Corridor-v0, "
+                                                 "which supports ['ansi']: pass one of them, or None."),
+        (["agent.hyperparameters.lr=-1"], "lr must be > 0 but got lr=-1.0."),
+        # known only once a run builds its agent on the env: what the call made is removed, runs/ included
+        (["env.id=Pendulum-v1"], "needs a Discrete"),
+        (["env.id=Pendulum-v1", "num_workers=2"], "needs a Discrete"),
+    ],
+)
+def test_a_refused_run_creates_nothing_in_the_working_directory(tmp_path, monkeypatch, capsys, overrides, message):
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path)
+    assert run(str(config), *overrides) == 2  # exp_dir: runs/tiny by default
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == [config]  # no runs/, no runs/tiny
 
 
 def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):

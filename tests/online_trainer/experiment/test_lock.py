@@ -138,6 +138,28 @@ def test_a_full_disk_names_the_file_and_the_run(tmp_path, monkeypatch):
         trainer.multi_run(1, num_episodes=20, seed_offset=0, metrics_flush_every=5, progress=False)
 
 
+@pytest.mark.parametrize("full_at", [storage.CONFIG_FILE, storage.ARGS_FILE])
+def test_a_full_disk_names_config_py_and_args_yaml(tmp_path, monkeypatch, full_at):
+    """The disk fills up as the files that say what produced the experiment are written."""
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if full_at in os.readlink(f"/proc/self/fd/{fd}"):  # the temporary file beside config.py / args.yaml
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    config = tmp_path / "my_config.py"
+    config.write_text("lr = 0.1\n")
+    exp_dir = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, config=config, args={"lr": 0.1})
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match=rf"\[Errno 28\] could not write {exp_dir / full_at}: No space left on device\. "
+                                      r"Free some space or choose another exp_dir\."):
+        trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    # nothing of the call is left (no input half-written or alone, no lock): the corrected call starts afresh
+    assert not exp_dir.exists()
+
+
 def test_write_atomic_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -146,3 +168,80 @@ def test_write_atomic_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypat
     with pytest.raises(OSError, match=r"could not write .*manifest.json: No space left on device"):
         storage.write_manifest(tmp_path, {"runs": []})
     assert list(tmp_path.iterdir()) == []
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes | None, int]]:
+    """Every path under ``root`` (``root`` included): its bytes (None for a directory) and its mtime in ns."""
+    return {os.fspath(p.relative_to(root)): (None if p.is_dir() else p.read_bytes(), p.stat().st_mtime_ns)
+            for p in [root, *sorted(root.rglob("*"))]}
+
+
+def earlier_experiment(exp_dir: Path, owner: dict | None = None) -> dict[str, tuple[bytes | None, int]]:
+    """Run an experiment into ``exp_dir``, put ``owner`` in its lock, age every mtime; return its snapshot."""
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1}).multi_run(
+        1, num_episodes=2, seed_offset=0, progress=False)
+    if owner is not None:  # the owner line a killed writer left behind
+        (exp_dir / LOCK_FILE).write_text(json.dumps(owner))
+    for path in [*exp_dir.rglob("*"), exp_dir]:
+        os.utime(path, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))  # 2001: any write would show
+    return snapshot(exp_dir)
+
+
+@pytest.mark.parametrize("owner", [None, {"pid": 999999, "host": "gone", "started": "2001-09-09T01:46:40+00:00"}])
+def test_a_call_refused_for_an_earlier_experiment_changes_nothing_on_disk(tmp_path, caplog, owner):
+    exp_dir = tmp_path / "exp"
+    before = earlier_experiment(exp_dir, owner)
+    with caplog.at_level(logging.WARNING), pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.2}).multi_run(
+            1, num_episodes=2, seed_offset=0, progress=False)
+    assert snapshot(exp_dir) == before  # byte for byte, mtimes included: the .lock and its owner line too
+    assert "taking over the lock" not in caplog.text  # the refused call took nothing over
+    # an input file of another content is refused the same way
+    for path in exp_dir.iterdir():
+        if path.name not in (LOCK_FILE, storage.ARGS_FILE):
+            path.unlink()
+    before = snapshot(exp_dir)
+    with pytest.raises(FileExistsError, match=r"args.yaml already exists with other content"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.2}).multi_run(
+            1, num_episodes=2, seed_offset=0, progress=False)
+    assert snapshot(exp_dir) == before
+
+
+def test_a_refused_command_changes_nothing_on_disk(tmp_path, monkeypatch, capsys):
+    """``online-trainer run`` into an experiment that a writer finished between its first check and its lock."""
+    from online_trainer.cli import main as cli
+    from online_trainer.cli import run as cli_run
+
+    config = tmp_path / "c.yaml"
+    config.write_text("env: {id: Corridor-v0, kwargs: {length: 3}}\nagent: {name: random}\nnum_runs: 1\n"
+                      "num_episodes: 2\ncallback: empty\n")
+    exp_dir = tmp_path / "exp"
+    real_check, checks, before = cli_run.check_exp_dir, [], {}
+
+    def check_later(config, text):  # the first check finds no exp_dir; an experiment lands there before the lock
+        checks.append(text)
+        result = real_check(config, text)
+        if len(checks) == 1:
+            before.update(earlier_experiment(exp_dir))
+        return result
+
+    monkeypatch.setattr(cli_run, "check_exp_dir", check_later)
+    assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 2
+    assert "already holds an experiment" in capsys.readouterr().err
+    assert len(checks) == 2 and snapshot(exp_dir) == before
+
+
+def test_a_lock_refused_by_its_check_leaves_what_it_found(tmp_path):
+    class Refused(Exception):
+        pass
+
+    def refuse():
+        raise Refused("earlier experiment")
+
+    new = tmp_path / "runs" / "exp"
+    with pytest.raises(Refused):
+        ExperimentLock(new, check=refuse).acquire()
+    assert list(tmp_path.iterdir()) == []  # neither the lock file nor the directories it made
+    with ExperimentLock(new, check=lambda: None):
+        assert json.loads((new / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert (new / LOCK_FILE).read_bytes() == b""

@@ -219,6 +219,16 @@ def test_a_render_mode_the_env_lacks_is_refused(tmp_path):
     assert not (tmp_path / "exp").exists()
 
 
+def test_a_run_refused_at_its_setup_leaves_none_of_the_directories_it_made(tmp_path):
+    import gymnasium as gym
+
+    exp_dir = tmp_path / "runs" / "sweeps" / "exp"
+    with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of this env"):
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"), RecordingAgent,
+                      exp_dir=exp_dir).multi_run(1, num_episodes=1, progress=False)
+    assert list(tmp_path.iterdir()) == []  # runs/ and runs/sweeps/ too
+
+
 def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
     import gymnasium as gym
 

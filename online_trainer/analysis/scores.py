@@ -1,0 +1,69 @@
+"""Which score the analysis reads: the return the agent learned from, or the raw score.
+
+Runs whose env has a ``gymnasium.wrappers.RecordEpisodeStatistics`` inside its wrappers record
+``raw_return`` and ``raw_length`` beside ``ep_return`` and ``ep_length`` (the game score beside
+the sum of clipped rewards, say). :func:`score_table` hands the analysis a table whose
+``ep_return`` and ``ep_length`` are the score asked for, so every statistic and curve reads
+one column whichever score it is.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from online_trainer.core import storage
+
+SCORE_ATTR = "score"
+"""``df.attrs`` key :func:`~online_trainer.analysis.dataframes.load_episodes` sets to ``"raw"`` when
+every experiment it loaded ran with ``score="raw"``: the default score of the analysis."""
+
+SCORES = ("return", "raw")
+"""Accepted values of the ``score`` argument of the analysis."""
+
+RAW_COLUMNS = ["raw_return", "raw_length"]
+"""Episode-table columns of the raw scores, present when some run recorded them (``RecordEpisodeStatistics``
+in its env's wrappers)."""
+
+
+def experiment_score(exp_dir: str | os.PathLike) -> str:
+    """The ``score`` an experiment ran with, from its manifest: ``"raw"`` or ``"return"`` (also without a manifest)."""
+    exp_dir = Path(exp_dir)
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        return "return"
+    return storage.read_manifest(exp_dir).get("score", "return")
+
+
+def mark_score(df: pd.DataFrame, exp_dirs: Sequence[str | os.PathLike]) -> None:
+    """Set ``df.attrs["score"]`` to ``"raw"`` when every experiment of ``exp_dirs`` ran with ``score="raw"``."""
+    if exp_dirs and all(experiment_score(exp_dir) == "raw" for exp_dir in exp_dirs):
+        df.attrs[SCORE_ATTR] = "raw"
+
+
+def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
+    """``df`` itself for ``score="return"``; for ``"raw"``, a copy whose ``ep_return`` and ``ep_length`` are raw.
+
+    Args:
+        df: an episode table.
+        score: ``"return"``, ``"raw"``, or None for ``df.attrs["score"]`` (``"return"`` when unset).
+
+    Raises:
+        ValueError: an unknown ``score``, or ``"raw"`` for a table without ``raw_return``.
+    """
+    chosen: Any = df.attrs.get(SCORE_ATTR, "return") if score is None else score
+    if chosen not in SCORES:
+        raise ValueError(f"score must be one of {', '.join(map(repr, SCORES))} or None but got score={score!r}.")
+    if chosen == "return":
+        return df
+    if "raw_return" not in df.columns:
+        raise ValueError("score='raw' needs the raw_return column, which this table lacks: its runs recorded no raw "
+                         "scores (add gymnasium.wrappers:RecordEpisodeStatistics inside the env's wrappers), or "
+                         "pass score='return'.")
+    table = df.copy()
+    table["ep_return"] = df["raw_return"]
+    if "raw_length" in df.columns:
+        table["ep_length"] = df["raw_length"]
+    return table

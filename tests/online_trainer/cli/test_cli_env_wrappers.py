@@ -1,0 +1,93 @@
+"""``online-trainer run`` with env.wrappers, env.vector_kwargs and score: from a config file to the records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from online_trainer.analysis.dataframes import load_episodes
+from online_trainer.cli import main as cli
+from online_trainer.config.loading import load_experiment_config
+from online_trainer.config.schema import ConfigError, EnvConfig
+
+CONFIG = """\
+env:
+  id: Corridor-v0
+  num_envs: 2
+  vectorization: async
+  kwargs: {length: 4}
+  vector_kwargs: {shared_memory: false}
+  wrappers:
+    - gymnasium.wrappers:RecordEpisodeStatistics
+    - gymnasium.wrappers:ClipReward: {min_reward: -0.5, max_reward: 0.5}
+agent:
+  name: random
+num_runs: 1
+num_episodes: 6
+callback: empty
+score: raw
+eval_freq: 3
+eval_episodes: 2
+"""
+
+
+def write(tmp_path: Path, text: str = CONFIG) -> Path:
+    path = tmp_path / "wrapped.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(write(tmp_path)), f"exp_dir={exp_dir}", "--no-progress"]) == 0
+    resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
+    assert resolved["env"]["wrappers"] == [
+        "gymnasium.wrappers:RecordEpisodeStatistics",
+        {"gymnasium.wrappers:ClipReward": {"min_reward": -0.5, "max_reward": 0.5}}]
+    assert resolved["env"]["vector_kwargs"] == {"shared_memory": False} and resolved["score"] == "raw"
+    # the resolved config loads back to the same config
+    assert load_experiment_config(exp_dir / "config.yaml").to_dict() == resolved
+    df = load_episodes(exp_dir)
+    assert df.attrs["score"] == "raw"
+    assert (df["ep_return"] == -0.5 * df["ep_length"]).all()  # the agent's reward: clipped
+    assert (df["raw_return"] == -df["ep_length"]).all() and (df["raw_length"] == df["ep_length"]).all()
+    out = capsys.readouterr().out
+    table = out[out.index("final return"):].splitlines()
+    assert float(table[1].split()[-2]) == pytest.approx(df["raw_return"].mean(), abs=0.01)  # before the status
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("env.wrappers=[gymnasium.wrappers:ClipRewards]",
+     "env.wrappers[0]='gymnasium.wrappers:ClipRewards': 'gymnasium.wrappers' has no attribute 'ClipRewards' "
+     "(did you mean 'ClipReward'?)"),
+    ("env.wrappers=[{gymnasium.wrappers:ClipReward: {low: 1}}]",
+     "env.wrappers[0]: gymnasium.wrappers:ClipReward cannot be called as"),
+    ("env.wrappers=gymnasium.wrappers:ClipReward",
+     "env.wrappers='gymnasium.wrappers:ClipReward' has the wrong type: expected a list, got str."),
+    ("env.vector_kwargs={copy: false, shared_memry: false}",
+     "AsyncVectorEnv (vectorization='async') takes no argument 'shared_memry'"),
+    ("score=game", "score='game' is not one of 'return', 'raw'"),
+    ("env.id=ALE/Pong-v5", "unknown env env.id='ALE/Pong-v5': it is not in gymnasium.registry. Ids of ale_py are "
+                           "registered when it is imported: try 'ale_py:ALE/Pong-v5'"),
+])
+def test_bad_wrapper_keys_exit_2_before_anything_runs(tmp_path, capsys, override, message):
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(write(tmp_path)), f"exp_dir={exp_dir}", override, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not exp_dir.exists()
+
+
+def test_score_raw_without_the_wrapper_fails_before_anything_is_kept(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    text = CONFIG.replace("    - gymnasium.wrappers:RecordEpisodeStatistics\n", "")
+    assert cli.main(["run", str(write(tmp_path, text)), f"exp_dir={exp_dir}", "--no-progress"]) != 0
+    assert "score='raw' reports the episode statistics" in capsys.readouterr().err
+    assert not (exp_dir / "metrics_run1.pkl").exists()
+
+
+def test_wrapper_entries_are_checked_in_the_schema():
+    with pytest.raises(ConfigError, match=r"env.wrappers\[1\]=.*must be a mapping with one key"):
+        EnvConfig(id="Corridor-v0", wrappers=["gymnasium.wrappers:RecordEpisodeStatistics", {"a:B": {}, "c:D": {}}])
