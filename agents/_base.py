@@ -109,6 +109,11 @@ class AgentBase:
     def _state(self) -> dict[str, Any]:
         return {}
 
+    def _with_buffer(self) -> bool:
+        """Whether :meth:`save` puts the replay buffer in the state (its ``buffers`` argument, else ``save_buffer``)."""
+        buffers = getattr(self, "_save_buffers", None)
+        return bool(getattr(self.config, "save_buffer", False) if buffers is None else buffers)
+
     def _load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`_state` returned (after :meth:`_build`)."""
 
@@ -191,7 +196,7 @@ class AgentBase:
         """Per-sub-env values of the last step (None: nothing to log)."""
         return None
 
-    def save(self, path: str | os.PathLike | None = None) -> Any:
+    def save(self, path: str | os.PathLike | None = None, *, buffers: bool | None = None) -> Any:
         """Return the full learning state, or write it to ``path + ".pt"``.
 
         The state (returned, or written with ``torch.save``) holds only tensors and
@@ -200,10 +205,13 @@ class AgentBase:
 
         Args:
             path: file-name prefix; None returns the state object instead.
+            buffers: put replay buffers in the state (None: as the config's ``save_buffer`` says, for
+                agents that have one); the runner passes True for ``checkpoint_buffers=True``.
 
         Returns:
             The state object, or the name of the file written.
         """
+        self._save_buffers = buffers
         state = pack_state({
             "agent": type(self).__name__,
             "config": dataclasses.asdict(self.config),

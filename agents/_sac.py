@@ -310,7 +310,7 @@ class SACAgent(AgentBase):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "log_ent_coef": self.log_ent_coef.detach(),
             "ent_optimizer": None if self.ent_optimizer is None else self.ent_optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
+            "buffer": self.buffer.state_dict(with_data=self._with_buffer()),
             "gradient_steps": self.gradient_steps_done,
             # the report in progress, so that a resumed run logs the means an uninterrupted one logs
             "report": [{key: float(value) for key, value in self._stats.items()}, self._n_logged],

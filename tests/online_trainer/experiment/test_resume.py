@@ -219,3 +219,18 @@ def test_a_run_killed_at_any_moment_resumes_to_the_uninterrupted_records(kill_jo
     job.wait(timeout=60)
     assert run_job(script, tmp_path, workers, "1").wait(timeout=300) == 0
     assert load_episodes(tmp_path)[COLUMNS].equals(references[workers])
+
+
+def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
+    env, _ = AGENTS["dqn"]
+    kw = dict(total_steps=1200, seed_offset=3, checkpoint_freq=1000, progress=False)
+    sizes = {}
+    for buffers in (False, True):
+        with pytest.raises(KeyboardInterrupt):
+            OnlineTrainer(env, lambda e: DQNAgent(e, learning_starts=100), exp_dir=tmp_path / str(buffers)).multi_run(
+                1, hooks=[Crash(1100)], checkpoint_buffers=buffers, **kw)
+        sizes[buffers] = storage.resume_path(tmp_path / str(buffers), 1).stat().st_size
+        agent = DQNAgent(env())
+        agent.load(resume.read(tmp_path / str(buffers), 1)["agent"]["state"])
+        assert agent.buffer.size == (1000 if buffers else 0)  # the buffer at the checkpoint, or an empty one
+    assert sizes[False] < sizes[True]
