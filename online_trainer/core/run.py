@@ -352,4 +352,4 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         if env is not None:
             (spec.eval_env_factory or spec.env_factory).release(env)
     return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
-                     wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0), evaluations=[record])
+                     wall_time=time.perf_counter() - start, evaluations=[record])
