@@ -123,17 +123,17 @@ class Preempted(KeyboardInterrupt):
 
 def tracker_bytes(tracker: Any, keep_table: bool) -> bytes:
     """The episode tracker pickled; without ``keep_table`` its records stay out (they are in the metrics stream)."""
-    if keep_table:
-        return cloudpickle.dumps(tracker)
+    raw, tracker.raw = getattr(tracker, "raw", None), None  # it points at the whole table; the run makes a new one
     table = tracker.table
-    held = type(table)(table.agent_seed)
-    held.first = table.count
-    held.release_chunks()  # it does not start at the run's first record
-    tracker.table = held
+    if not keep_table:
+        held = type(table)(table.agent_seed)
+        held.first = table.count
+        held.release_chunks()  # it does not start at the run's first record
+        tracker.table = held
     try:
         return cloudpickle.dumps(tracker)
     finally:
-        tracker.table = table
+        tracker.table, tracker.raw = table, raw
 
 
 def agent_state(agent: Any, exp_dir: str, run_idx: int, buffers: bool) -> dict[str, Any]:

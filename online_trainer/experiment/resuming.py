@@ -29,7 +29,8 @@ def call_record(options: Any, tuning_hp: Mapping[str, Any] | None, train: bool) 
     return {"num_episodes": options.num_episodes, "total_steps": options.total_steps,
             "checkpoint_freq": options.checkpoint_freq, "eval_freq": options.eval_freq,
             "eval_episodes": options.eval_episodes if options.evaluate else None,
-            "tuning_hp": dict(tuning_hp or {}) or None, "train": bool(train)}
+            "tuning_hp": dict(tuning_hp or {}) or None, "train": bool(train),
+            "score": getattr(options, "score", "return")}
 
 
 def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
