@@ -86,7 +86,7 @@ def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Pat
 
 
 def resume_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
-    """Path of run ``run_idx``'s full checkpoint: what continuing it needs (see :mod:`online_trainer.core.resume`)."""
+    """Path of run ``run_idx``'s full checkpoint (see :mod:`online_trainer.core.resume`)."""
     return Path(exp_dir) / f"Run{run_idx}_Resume.pkl"
 
 
@@ -171,8 +171,7 @@ class MetricsStream:
     Args:
         path: the stream file.
         flush_every: records buffered by :meth:`append` per chunk.
-        resume_at: continue the stream of a resumed run: the file is cut to this size (its
-            :meth:`position` at the checkpoint) and appended to. None creates a new file.
+        resume_at: continue a resumed run's stream, cut to this size (its :meth:`position` at the checkpoint).
     """
 
     def __init__(self, path: str | os.PathLike, flush_every: int = 10, resume_at: int | None = None) -> None:
@@ -182,16 +181,14 @@ class MetricsStream:
         if resume_at is None:
             self._file: BinaryIO = open(self.path, "xb", buffering=0)
         else:
-            size = self.path.stat().st_size if self.path.exists() else 0
-            if size < resume_at:
-                raise ValueError(f"{self.path} holds {size} bytes, fewer than the {resume_at} its run's checkpoint "
-                                 "recorded: the stream was changed since; the run cannot continue from it.")
             self._file = open(self.path, "r+b" if self.path.exists() else "xb", buffering=0)
+            if os.fstat(self._file.fileno()).st_size < resume_at:
+                raise ValueError(f"{self.path} is shorter than its run's checkpoint recorded ({resume_at} bytes).")
             self._file.truncate(resume_at)
             self._file.seek(resume_at)
 
     def position(self) -> int:
-        """The stream's size with everything buffered written: where a resumed run continues it."""
+        """The stream's size, everything buffered written: where a resumed run continues it."""
         self.flush()
         return self._file.tell()
 
