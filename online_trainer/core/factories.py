@@ -158,13 +158,18 @@ def check_agent(agent: Any, source: Any = None) -> None:
         )
 
 
-def accepts_valid(update: Callable[..., Any]) -> bool:
-    """True when ``update`` takes a ``valid`` keyword (or ``**kwargs``)."""
+def accepts_keyword(function: Callable[..., Any], name: str) -> bool:
+    """True when ``function`` takes a ``name`` keyword (or ``**kwargs``)."""
     try:
-        params = inspect.signature(update).parameters.values()
+        params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):
         return False
-    return any(p.name == "valid" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def accepts_valid(update: Callable[..., Any]) -> bool:
+    """True when ``update`` takes a ``valid`` keyword (or ``**kwargs``)."""
+    return accepts_keyword(update, "valid")
 
 
 def _describe(obj: Any) -> str:

@@ -33,6 +33,7 @@ import cloudpickle
 import numpy as np
 
 from online_trainer.core import seeding, storage
+from online_trainer.core.factories import accepts_keyword
 
 logger = logging.getLogger(__name__)
 
@@ -139,22 +140,12 @@ def tracker_bytes(tracker: Any, keep_table: bool) -> bytes:
 def agent_state(agent: Any, exp_dir: str, run_idx: int, buffers: bool) -> dict[str, Any]:
     """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
     save = agent.save
-    state = save(buffers=True) if buffers and accepts_buffers(save) else save()
+    state = save(buffers=True) if buffers and accepts_keyword(save, "buffers") else save()
     if state is not None:
         return {"state": state}
     path = str(storage.checkpoint_path(exp_dir, run_idx, "Resume_agent"))
     save(path)
     return {"path": path}
-
-
-def accepts_buffers(save: Any) -> bool:
-    """Whether ``agent.save`` takes ``buffers=`` (the reference agents': replay buffers in the checkpoint or not)."""
-    import inspect
-
-    try:
-        return "buffers" in inspect.signature(save).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def load_agent(agent: Any, entry: dict[str, Any]) -> None:
