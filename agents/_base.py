@@ -109,6 +109,11 @@ class AgentBase:
     def _state(self) -> dict[str, Any]:
         return {}
 
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        """The replay buffer's part of :meth:`_state` (its transitions only when ``data``); restored by
+        :meth:`_load_state` with the rest."""
+        return {}
+
     def _load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`_state` returned (after :meth:`_build`)."""
 
@@ -191,7 +196,7 @@ class AgentBase:
         """Per-sub-env values of the last step (None: nothing to log)."""
         return None
 
-    def save(self, path: str | os.PathLike | None = None) -> Any:
+    def save(self, path: str | os.PathLike | None = None, *, buffers: bool | None = None) -> Any:
         """Return the full learning state, or write it to ``path + ".pt"``.
 
         The state (returned, or written with ``torch.save``) holds only tensors and
@@ -200,10 +205,15 @@ class AgentBase:
 
         Args:
             path: file-name prefix; None returns the state object instead.
+            buffers: include the transitions of the agent's replay buffer (DQN, SAC; its position
+                and size are always saved); None: as the config's ``save_buffer`` says (False for
+                agents without one). The runner passes ``buffers=False`` for the best-agent state,
+                and ``buffers=True`` for checkpoints with ``checkpoint_buffers=True``.
 
         Returns:
             The state object, or the name of the file written.
         """
+        with_buffers = bool(getattr(self.config, "save_buffer", False)) if buffers is None else bool(buffers)
         state = pack_state({
             "agent": type(self).__name__,
             "config": dataclasses.asdict(self.config),
@@ -213,6 +223,7 @@ class AgentBase:
             "np_rng": numpy_rng_state(self.np_rng),
             "torch_rng": self.torch_gen.get_state(),
             **self._state(),
+            **self._buffer_state(with_buffers),
         })
         return state if path is None else write_state(path, state)
 

@@ -64,8 +64,9 @@ class DQNConfig:
     log_interval: int = 100
     """Gradient steps between two ``call_back`` reports of loss and Q-values."""
     save_buffer: bool = False
-    """Include the replay buffer's transitions in :meth:`DQNAgent.save` (counters always are). Off by
-    default: checkpoints stay small, and a run resumed from one refills its buffer from empty."""
+    """Include the replay buffer's transitions in :meth:`DQNAgent.save` when its ``buffers`` is None (counters
+    always are). Off by default: checkpoints stay small, and a run resumed from one refills its buffer from
+    empty; ``checkpoint_buffers=True`` puts them into the run's checkpoints whatever this says."""
     cnn_features: int = 512
     """Width of the CNN encoder's output for image observations (unused for vectors)."""
     log_step_values: bool = False
@@ -309,9 +310,11 @@ class DQNAgent(AgentBase):
             "q_net": self.q_net.state_dict(),
             "target_net": self.target_net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
             "gradient_steps": self.gradient_steps_done,
         }
+
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict(with_data=data)}
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.q_net.load_state_dict(state["q_net"])

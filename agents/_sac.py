@@ -79,8 +79,9 @@ class SACConfig:
     log_interval: int = 100
     """Gradient steps between two ``call_back`` reports."""
     save_buffer: bool = False
-    """Include the replay buffer's transitions in :meth:`SACAgent.save` (counters always are). Off by
-    default: checkpoints stay small, and a run resumed from one refills its buffer from empty."""
+    """Include the replay buffer's transitions in :meth:`SACAgent.save` when its ``buffers`` is None (counters
+    always are). Off by default: checkpoints stay small, and a run resumed from one refills its buffer from
+    empty; ``checkpoint_buffers=True`` puts them into the run's checkpoints whatever this says."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hidden_sizes", tuple(int(h) for h in self.hidden_sizes))
@@ -310,9 +311,11 @@ class SACAgent(AgentBase):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "log_ent_coef": self.log_ent_coef.detach(),
             "ent_optimizer": None if self.ent_optimizer is None else self.ent_optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(with_data=self.config.save_buffer),
             "gradient_steps": self.gradient_steps_done,
         }
+
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict(with_data=data)}
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])

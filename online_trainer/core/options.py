@@ -28,6 +28,12 @@ class RunOptions:
     """Stop each run after this many env steps (real transitions of all sub-envs together)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
+    keep_checkpoints: int | None = None
+    """Keep only the last this many periodic checkpoints of each run (``Run{i}_S*``/``Run{i}_E*``; ``Run{i}_Last``
+    and ``Run{i}_Best_agent.t`` are never deleted); None keeps them all."""
+    checkpoint_buffers: bool = False
+    """Put replay buffers into the checkpoints (``agent.save(path, buffers=True)``, for agents whose ``save``
+    takes ``buffers``); False leaves it to the agent (its ``save_buffer`` setting). The best state never has them."""
     dump_metrics: bool = True
     """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
     dump_transitions: bool = False
@@ -50,8 +56,8 @@ class RunOptions:
     """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
     callable ``episode_index -> bool``, or None (every one)."""
     hooks: tuple[Any, ...] = ()
-    """Objects with any of ``on_run_start``, ``on_step``, ``on_episode_end``, ``on_eval``, ``on_checkpoint``,
-    ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
+    """Objects with any of ``on_run_start``, ``on_step``, ``on_episodes``, ``on_episode_end``, ``on_eval``,
+    ``on_checkpoint``, ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
     stats_window: int = 100
     """Episodes averaged into the rolling return and length logged under ``stats/run_{i}``."""
     stats_every_steps: int | None = None
@@ -64,6 +70,15 @@ class RunOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
         validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
+        validation.optional_positive_int("keep_checkpoints", self.keep_checkpoints)
+        if not isinstance(self.checkpoint_buffers, bool):
+            raise ValueError(f"checkpoint_buffers must be True or False, but got "
+                             f"checkpoint_buffers={self.checkpoint_buffers!r}.")
+        for name in ("keep_checkpoints", "checkpoint_buffers"):
+            if getattr(self, name) and self.checkpoint_freq is None:
+                raise ValueError(f"{name}={getattr(self, name)!r} applies to periodic checkpoints, but "
+                                 "checkpoint_freq is None: pass checkpoint_freq=... too, or drop "
+                                 f"{name}.")
         validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)

@@ -16,14 +16,13 @@ from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
-from online_trainer.core.hooks import HookRunner, RunContext, StopRun
-from online_trainer.core.run_stats import RunStats
+from online_trainer.core.hooks import StopRun
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.core.options import RunOptions
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_events import RunEvents
+from online_trainer.core.run_events import run_events
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +186,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = hooks = None
+    env = events = bar = evaluator = None
     stop_reason = None
     sink_run_open = False
     try:
@@ -222,14 +221,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        hooks, stats = _hook_runner(spec, env, agent, callback)
-        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats)
+        events = run_events(spec, env, agent, bar, tracker, evaluator)
         if render and tracker.wants_frame():
             tracker.add_frames(env.render())
-        if hooks is not None:
-            hooks.start()
-            hooks.raise_if_stopped(0)
         try:
+            events.start()
             global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
                                              step_logger)
         except StopRun as stop:
@@ -249,8 +245,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
     finally:
-        if hooks is not None:
-            hooks.close()
+        if events is not None:
+            events.hooks.close()  # closed already, unless finishing failed
         if bar is not None:
             bar.close()
         if env is not None:
@@ -266,24 +262,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         global_step=global_step,
         wall_time=time.perf_counter() - start,
         agent=agent if spec.options.keep_agents else None,
-        evaluations=events.evals.records if events.evals is not None else None,
+        evaluations=events.evaluations.records if events.evaluations is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
                   "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
-
-
-def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[HookRunner | None, RunStats | None]:
-    """The run's hooks: the built-in :class:`RunStats` (when the callback logs), then a copy of each of the user's."""
-    options = spec.options
-    stats = None
-    if not isinstance(callback, EmptyCallBack):
-        stats = RunStats(options.stats_window, options.stats_every_steps)
-    if stats is None and not options.hooks:
-        return None, None
-    ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
-    return HookRunner(options.hooks, ctx, builtin=() if stats is None else (stats,)), stats
 
 
 def _env_id(env: Any) -> str | None:

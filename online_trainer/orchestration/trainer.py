@@ -18,7 +18,7 @@ from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.manifest import Experiment, prepare_exp_dir
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import base, executors
+from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ class OnlineTrainer:
         hooks: Sequence[Any] | None = None,
         stats_window: int = 100,
         stats_every_steps: int | None = None,
+        keep_checkpoints: int | None = None,
+        checkpoint_buffers: bool = False,
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
@@ -203,6 +205,8 @@ class OnlineTrainer:
                 :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
             stats_window: episodes in the rolling means logged under ``stats/run_{i}`` (see RunOptions).
             stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
+            keep_checkpoints: keep the last this many periodic checkpoints of each run (see RunOptions).
+            checkpoint_buffers: checkpoints hold the agent's replay buffer, the best state never (see RunOptions).
 
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
@@ -215,25 +219,21 @@ class OnlineTrainer:
         """
         num_runs = validation.positive_int("num_runs", num_runs)
         options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                             keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers,
                              dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
                              dump_transitions=bool(dump_transitions), keep_records=bool(keep_records),
                              keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
-                             has_exp_dir=self.exp_dir is not None,
-                             evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
-                             hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
-                             stats_every_steps=stats_every_steps)
+                             has_exp_dir=self.exp_dir is not None, eval_freq=eval_freq, eval_episodes=eval_episodes,
+                             evaluate=eval_env is not None or eval_freq is not None, record_video=record_video,
+                             frames_trigger=frames_trigger, hooks=tuple(hooks) if isinstance(hooks, list) else hooks,
+                             stats_window=stats_window, stats_every_steps=stats_every_steps)
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
-        parts.check_travel(execution)
-        if execution.in_workers and callable(options.frames_trigger):
-            base.check_picklable({"frames_trigger": options.frames_trigger})
-        if execution.in_workers and options.hooks:
-            base.check_picklable({"hooks": options.hooks})
+        parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
         with hold_lock(self.exp_dir) as created, executors.early_workers(execution, num_runs) as pool:
             if self.exp_dir is not None:
@@ -276,6 +276,8 @@ class OnlineTrainer:
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
+        keep_checkpoints: int | None = None,
+        checkpoint_buffers: bool = False,
         hooks: Sequence[Any] | None = None,
         execution: ExecutionOptions | None = None,
         num_workers: int | None = None,
@@ -306,7 +308,7 @@ class OnlineTrainer:
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return (what is ranked) is the mean of its last ``last_k`` training
                 episodes; with evaluations, ``compare(exp_dir, source="eval")`` ranks on them.
-            checkpoint_freq: as in :meth:`multi_run`.
+            checkpoint_freq: as in :meth:`multi_run`, like ``keep_checkpoints`` and ``checkpoint_buffers``.
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
             execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
                 ``progress``, ...; all (configuration x seed) runs share the pool.
@@ -329,7 +331,7 @@ class OnlineTrainer:
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution, hooks)
+                         checkpoint_freq, execution, hooks, keep_checkpoints, checkpoint_buffers)
 
     def evaluate(
         self,
