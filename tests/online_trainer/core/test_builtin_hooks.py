@@ -254,7 +254,7 @@ def dqn_factory(save_buffer=False):
 def test_dqn_checkpoints_hold_the_buffer_only_when_asked_and_the_best_state_never(tmp_path, save_buffer):
     import gymnasium as gym
 
-    from agents._state import unpack_state
+    from online_trainer.agents._state import unpack_state
 
     sizes, buffers = {}, {}
     for asked in (False, True):
