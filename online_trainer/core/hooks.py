@@ -19,7 +19,7 @@ The runner's own jobs are hooks of this interface, called before the user's, in 
 
 then the user's hooks in the order given. So a user's ``on_eval`` and ``on_checkpoint`` see
 each evaluation and checkpoint once it is written, its ``on_episodes``/``on_episode_end`` see
-episodes already logged and flushed, and its ``on_run_end`` comes after the final evaluation
+episodes the callback has logged, and its ``on_run_end`` comes after the final evaluation
 and the last and best checkpoints. At each batch of episodes, every hook's ``on_episodes`` runs
 first (in the order above), then every ``on_episode_end``, episode by episode.
 

@@ -3,17 +3,14 @@
 The runner's own jobs are built-in hooks of the interface users get (:mod:`online_trainer.core.hooks`),
 called in this order before the user's hooks:
 
-========================  =========================================  ===============================
-name (``state_dict`` key)  hook                                       job
-========================  =========================================  ===============================
-``metrics``               :class:`~.metrics_flush.MetricsFlush`       records to ``metrics_run{i}.pkl``
-``episode_log``           :class:`~.episode_log.EpisodeLog`           ``ep_return``/``ep_length`` to the callback
-``evaluations``           :class:`~.run_evaluations.RunEvaluations`   evaluations and their records
-``checkpoints``           :class:`~.run_checkpoints.RunCheckpoints`   checkpoints and the best agent state
-``progress``              :class:`~.progress_ticks.ProgressTicks`     the run's progress bar
-``stats``                 :class:`~.run_stats.RunStats`               SPS, rolling means, timing shares
-========================  =========================================  ===============================
+1. ``metrics``: :class:`~.metrics_flush.MetricsFlush`, the records to ``metrics_run{i}.pkl``;
+2. ``episode_log``: :class:`~.episode_log.EpisodeLog`, ``ep_return``/``ep_length`` to the callback;
+3. ``evaluations``: :class:`~.run_evaluations.RunEvaluations`, evaluations and their records;
+4. ``checkpoints``: :class:`~.run_checkpoints.RunCheckpoints`, checkpoints and the best agent state;
+5. ``progress``: :class:`~.progress_ticks.ProgressTicks`, the run's progress bar;
+6. ``stats``: :class:`~.run_stats.RunStats`, SPS, rolling means and timing shares.
 
+The names key their state in :meth:`HookRunner.state_dict <online_trainer.core.hooks.HookRunner.state_dict>`.
 A job the run does not need is left out (evaluation without ``eval_freq``/``eval_env``,
 checkpoints without ``checkpoint_freq``, the episode log and stats with ``EmptyCallBack``).
 """
