@@ -109,10 +109,10 @@ class AgentBase:
     def _state(self) -> dict[str, Any]:
         return {}
 
-    def _with_buffer(self) -> bool:
-        """Whether :meth:`save` puts the replay buffer in the state (its ``buffers`` argument, else ``save_buffer``)."""
-        buffers = getattr(self, "_save_buffers", None)
-        return bool(getattr(self.config, "save_buffer", False) if buffers is None else buffers)
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        """The replay buffer's part of :meth:`_state` (its transitions only when ``data``); restored by
+        :meth:`_load_state` with the rest."""
+        return {}
 
     def _load_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`_state` returned (after :meth:`_build`)."""
@@ -205,13 +205,15 @@ class AgentBase:
 
         Args:
             path: file-name prefix; None returns the state object instead.
-            buffers: put replay buffers in the state (None: as the config's ``save_buffer`` says, for
-                agents that have one); the runner passes True for ``checkpoint_buffers=True``.
+            buffers: include the transitions of the agent's replay buffer (DQN, SAC; its position
+                and size are always saved); None: as the config's ``save_buffer`` says (False for
+                agents without one). The runner passes ``buffers=False`` for the best-agent state,
+                and ``buffers=True`` for checkpoints with ``checkpoint_buffers=True``.
 
         Returns:
             The state object, or the name of the file written.
         """
-        self._save_buffers = buffers
+        with_buffers = bool(getattr(self.config, "save_buffer", False)) if buffers is None else bool(buffers)
         state = pack_state({
             "agent": type(self).__name__,
             "config": dataclasses.asdict(self.config),
@@ -221,6 +223,7 @@ class AgentBase:
             "np_rng": numpy_rng_state(self.np_rng),
             "torch_rng": self.torch_gen.get_state(),
             **self._state(),
+            **self._buffer_state(with_buffers),
         })
         return state if path is None else write_state(path, state)
 

@@ -309,11 +309,13 @@ class DQNAgent(AgentBase):
             "q_net": self.q_net.state_dict(),
             "target_net": self.target_net.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(with_data=self._with_buffer()),
             "gradient_steps": self.gradient_steps_done,
             # the report in progress, so that a resumed run logs the means an uninterrupted one logs
             "report": [float(self._loss_sum), float(self._q_sum), self._n_logged],
         }
+
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict(with_data=data)}
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.q_net.load_state_dict(state["q_net"])

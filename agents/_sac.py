@@ -310,11 +310,13 @@ class SACAgent(AgentBase):
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "log_ent_coef": self.log_ent_coef.detach(),
             "ent_optimizer": None if self.ent_optimizer is None else self.ent_optimizer.state_dict(),
-            "buffer": self.buffer.state_dict(with_data=self._with_buffer()),
             "gradient_steps": self.gradient_steps_done,
             # the report in progress, so that a resumed run logs the means an uninterrupted one logs
             "report": [{key: float(value) for key, value in self._stats.items()}, self._n_logged],
         }
+
+    def _buffer_state(self, data: bool) -> dict[str, Any]:
+        return {"buffer": self.buffer.state_dict(with_data=data)}
 
     def _load_state(self, state: dict[str, Any]) -> None:
         self.actor.load_state_dict(state["actor"])

@@ -117,6 +117,8 @@ def run_command(args: argparse.Namespace) -> int:
                 trainer.multi_run(config.num_runs, num_episodes=config.num_episodes,
                                   total_steps=config.total_steps, seed_offset=config.seed_offset,
                                   checkpoint_freq=config.checkpoint_freq, eval_freq=config.eval_freq,
+                                  keep_checkpoints=config.keep_checkpoints,
+                                  checkpoint_buffers=config.checkpoint_buffers,
                                   eval_episodes=config.eval_episodes, num_workers=config.num_workers,
                                   torch_threads=config.torch_threads or 1, overwrite=config.overwrite,
                                   score=config.score,

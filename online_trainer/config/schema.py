@@ -142,6 +142,10 @@ class ExperimentConfig:
     ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
+    keep_checkpoints: int | None = None
+    """Keep only the last this many periodic checkpoints of each run (``Last`` and ``Best`` stay); null: all."""
+    checkpoint_buffers: bool = False
+    """Put the agent's replay buffer into its checkpoints (DQN, SAC); false: as the agent's ``save_buffer`` says."""
     eval_freq: int | None = None
     """Evaluate greedily every this many env steps (step budget) or episodes, and at the end; null: never."""
     eval_episodes: int = 10
@@ -163,7 +167,8 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
             _check_positive(name, getattr(self, name))
-        for name in ("num_episodes", "total_steps", "checkpoint_freq", "torch_threads", "eval_freq"):
+        for name in ("num_episodes", "total_steps", "checkpoint_freq", "keep_checkpoints", "torch_threads",
+                     "eval_freq"):
             if getattr(self, name) is not None:
                 _check_positive(name, getattr(self, name))
         if (self.num_episodes is None) == (self.total_steps is None):

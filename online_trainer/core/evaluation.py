@@ -9,7 +9,6 @@ eval env ever shares a seed with a training env (training seeds are below 2**31)
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import time
@@ -220,87 +219,3 @@ def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -
     finally:
         writer.close()
         tmp.unlink(missing_ok=True)
-
-
-class RunEvaluations:
-    """A run's evaluations: when they are due, and where their records go.
-
-    Each record goes to ``exp_dir/eval_run{i}.pkl`` (one chunk per evaluation, so a killed
-    run keeps every evaluation it finished), to memory, and to the callback as the mean
-    return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}``, at the
-    env step. A filmed evaluation's frames go to the mp4 file and, when the callback has a
-    ``video`` method, to ``callback.video("eval/video/run_{i}", frames, fps, step)``; no
-    record holds them. With ``keep_best`` the agent's state at the best mean is kept (for
-    ``Run{i}_Best_agent.t``).
-
-    Args:
-        evaluator: plays the evaluations.
-        freq: evaluate every this many env steps (``by_episode`` False) or finished episodes.
-        by_episode: the run has an episode budget.
-        stream: the evaluation stream, or None.
-        callback: the run's callback.
-        tag: ``run_{i}`` with the sweep's prefix.
-        keep_best: keep the agent's state at its best evaluation.
-        progress: the run's progress bar (shows the last evaluation mean).
-    """
-
-    def __init__(self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any,
-                 tag: str, keep_best: bool, progress: Any = None) -> None:
-        self.evaluator, self.freq, self.by_episode, self.stream = evaluator, freq, by_episode, stream
-        self.callback, self.keep_best, self.progress = callback, keep_best, progress
-        self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
-        self.video_tag = f"eval/video/{tag}"
-        self.on_video = self._video if callable(getattr(callback, "video", None)) else None
-        self.next_step: float = freq if freq is not None and not by_episode else float("inf")
-        self.records: list[dict[str, Any]] = []
-        self.on_record: Callable[[dict[str, Any]], None] | None = None
-        """Called with each record once it is written (the run's ``on_eval`` hooks)."""
-        self.best_mean = -float("inf")
-        self.best_state: Any = None
-
-    def due_after_episode(self, index: int) -> bool:
-        """Whether an evaluation is due after the run's ``index``-th episode (episode budget)."""
-        return self.by_episode and self.freq is not None and index % self.freq == 0
-
-    def on_steps(self, global_step: int, episodes: int) -> None:
-        """Evaluate when ``global_step`` reached the next evaluation step (step budget)."""
-        if global_step >= self.next_step:
-            self.evaluate(global_step, episodes)
-            self.next_step = (global_step // self.freq + 1) * self.freq
-
-    def evaluate(self, global_step: int, episodes: int) -> None:
-        """Play an evaluation now and route its record."""
-        record = self.evaluator.evaluate(global_step, episodes, self.on_video)
-        self.records.append(record)
-        if self.stream is not None:
-            self.stream.append(record)
-            self.stream.flush()
-        self.callback({"ep_return": record["mean"]}, self.return_tag, global_step, force=True)
-        self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
-        if self.progress is not None:
-            self.progress.eval_end(record["mean"])
-        if self.on_record is not None:
-            self.on_record(record)
-        if self.keep_best and record["mean"] > self.best_mean:
-            self.best_mean = record["mean"]
-            save = getattr(self.evaluator.agent, "save", None)
-            self.best_state = copy.deepcopy(save()) if callable(save) else None
-
-    def _video(self, frames: list[np.ndarray], fps: float, step: int) -> None:
-        self.callback.video(self.video_tag, frames, fps, step)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The schedule, records and best state so far, for a full checkpoint."""
-        return {"next_step": self.next_step, "records": self.records, "best_mean": self.best_mean,
-                "best_state": self.best_state, "count": self.evaluator.count, "last_step": self.evaluator.last_step}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (a resumed run)."""
-        self.next_step, self.records, self.best_mean = state["next_step"], list(state["records"]), state["best_mean"]
-        self.best_state, self.evaluator.count, self.evaluator.last_step = state["best_state"], state["count"], \
-            state["last_step"]
-
-    def finish(self, global_step: int, episodes: int) -> None:
-        """The final evaluation, unless one was just made at this step."""
-        if self.evaluator.last_step != global_step:
-            self.evaluate(global_step, episodes)

@@ -1,27 +1,45 @@
-"""Hooks: user code that reacts to a run's events, and the context it sees.
+"""Hooks: code that reacts to a run's events, and the context it sees.
 
 A hook is any object with some of ``on_run_start(ctx)``, ``on_step(ctx)``,
-``on_episode_end(ctx, record)``, ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)`` and
-``on_run_end(ctx)``. :class:`Hook` is a convenient base whose methods do nothing; a method a
-hook lacks (or inherits unchanged from :class:`Hook`) is never called and costs nothing.
+``on_episodes(ctx, first_index, returns, lengths)``, ``on_episode_end(ctx, record)``,
+``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)`` and ``on_run_end(ctx)``. :class:`Hook`
+is a convenient base whose methods do nothing; a method a hook lacks (or inherits unchanged
+from :class:`Hook`, or sets to None on the instance) is never called and costs nothing.
 ``on_step`` runs every ``every_steps`` env steps or every ``every_seconds`` seconds, as the
 hook declares; the loop pays for it only at those steps.
 
-Each run gets its own deep copy of each hook, so state kept on ``self`` is per run, here, in
-worker processes and on Ray alike.
+The runner's own jobs are hooks of this interface, called before the user's, in this order:
+
+1. the metrics stream (``metrics_run{i}.pkl``: its flush policy),
+2. the callback's episode logs (``ep_return/run_{i}``, ``ep_length/run_{i}``),
+3. evaluation (every ``eval_freq`` and at the end; its ``on_eval`` dispatch reaches every hook),
+4. checkpoints and the best agent state (every ``checkpoint_freq``, ``Run{i}_Last``, ``Run{i}_Best_agent.t``),
+5. progress (the run's bar),
+6. :class:`~online_trainer.core.run_stats.RunStats` (SPS, rolling means, timing shares),
+7. :class:`~online_trainer.core.preemption.PreemptionWatch` (a SIGTERM/SIGUSR1 check, when the run can resume),
+
+then the user's hooks in the order given. So a user's ``on_eval`` and ``on_checkpoint`` see
+each evaluation and checkpoint once it is written, its ``on_episodes``/``on_episode_end`` see
+episodes the callback has logged, and its ``on_run_end`` comes after the final evaluation
+and the last and best checkpoints. At each batch of episodes, every hook's ``on_episodes`` runs
+first (in the order above), then every ``on_episode_end``, episode by episode.
+
+Each run gets its own deep copy of each user hook, so state kept on ``self`` is per run, here,
+in worker processes and on Ray alike. :meth:`HookRunner.state_dict` collects the state of
+every hook that has a ``state_dict()`` (and the step schedules), for exact resume.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from online_trainer.core.budget import INFINITY
 
-HOOK_METHODS = ("on_run_start", "on_step", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
+HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
 SECONDS_CHECKS = 10  # a seconds-based hook's clock is read about this many times per period
 
 
@@ -50,6 +68,15 @@ class Hook:
 
     def on_step(self, ctx: RunContext) -> None:
         """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call."""
+
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        """Episodes ``first_index, first_index + 1, ...`` ended at the same env step (``ctx.global_step``).
+
+        The batched form of :meth:`on_episode_end`, for hooks that look at every episode:
+        ``returns`` and ``lengths`` are numpy arrays (a tuple of one value each with one
+        sub-env), one entry per episode; ``ctx.episodes`` is the last index. Read them, do
+        not keep them: copy what you keep (``list(returns)``).
+        """
 
     def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
         """An episode ended: ``record`` has ``episode_index``, ``ep_return``, ``ep_length``, ``global_step``."""
@@ -152,8 +179,12 @@ class _Cadence:
         self.every_steps = getattr(hook, "every_steps", None)
         self.every_seconds = getattr(hook, "every_seconds", None)
         self.next_step = float(self.every_steps) if self.every_steps else 1.0
+        self.restart(0)
+
+    def restart(self, global_step: int) -> None:
+        """Start the clock of a seconds-based cadence now, at ``global_step``."""
         self.due_time = time.monotonic() + (self.every_seconds or 0.0)
-        self.mark = (0, time.monotonic())  # (global_step, time) of the last look at the clock
+        self.mark = (global_step, time.monotonic())  # (global_step, time) of the last look at the clock
 
     def due(self, global_step: int) -> bool:
         """Whether the hook is due at ``global_step`` (which reached :attr:`next_step`); schedules the next look."""
@@ -175,37 +206,74 @@ class _Cadence:
 
 
 class HookRunner:
-    """Calls the hooks of one run (each a copy of the one the user gave) in their order."""
+    """Calls the hooks of one run in their order: the run's built-ins, then a copy of each of the user's.
 
-    def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Sequence[Any] = ()) -> None:
-        self.hooks = [*builtin, *(copy.deepcopy(hook) for hook in hooks)]  # built-ins first, then the user's
+    It is what the loop's events reach (:class:`~online_trainer.core.run_events.RunEvents` hands
+    them on): each method calls the hooks that define the matching hook method, in order.
+
+    Args:
+        hooks: the user's hooks (each is deep-copied: the run works on its own copy).
+        ctx: the run's context.
+        builtin: the runner's own hooks by name (``"checkpoints"``, ...), called first in this
+            order; their names key their state in :meth:`state_dict`.
+    """
+
+    def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Mapping[str, Any] | Sequence[Any] = ()) -> None:
+        named = dict(builtin) if isinstance(builtin, Mapping) else {f"builtin[{i}]": h for i, h in enumerate(builtin)}
+        user = {f"hooks[{i}]": copy.deepcopy(hook) for i, hook in enumerate(hooks)}
+        self.keys = [*named, *user]
+        self.hooks = [*named.values(), *user.values()]  # built-ins first, then the user's
         self.ctx = ctx
-        self.run_start = [h.on_run_start for h in self.hooks if _defines(h, "on_run_start")]
-        self.episode_end = [h.on_episode_end for h in self.hooks if _defines(h, "on_episode_end")]
-        self.eval = [h.on_eval for h in self.hooks if _defines(h, "on_eval")]
-        self.checkpoint = [h.on_checkpoint for h in self.hooks if _defines(h, "on_checkpoint")]
-        self.run_end = [h.on_run_end for h in self.hooks if _defines(h, "on_run_end")]
-        self.cadences = [_Cadence(h) for h in self.hooks if _defines(h, "on_step")]
-
-    @property
-    def next_step(self) -> float:
+        self.run_start = self._methods("on_run_start")
+        self.episodes = self._methods("on_episodes")
+        self.episode_end = self._methods("on_episode_end")
+        self.eval = self._methods("on_eval")
+        self.checkpoint = self._methods("on_checkpoint")
+        self.run_end = self._methods("on_run_end")
+        self.cadences = {key: _Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")}
+        self.next_step = self._next_step()
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
-        return min((c.next_step for c in self.cadences), default=INFINITY)
+        self.closed = False
+
+    def _methods(self, name: str) -> list[Any]:
+        return [getattr(h, name) for h in self.hooks if _defines(h, name)]
+
+    def _next_step(self) -> float:
+        return min((c.next_step for c in self.cadences.values()), default=INFINITY)
 
     def start(self) -> None:
         for method in self.run_start:
             method(self.ctx)
 
     def on_steps(self, global_step: int) -> None:
-        """Call each ``on_step`` due at ``global_step``."""
-        self.ctx.global_step = global_step
-        for cadence in self.cadences:
+        """Call each ``on_step`` due at ``global_step``; raise :class:`StopRun` when a hook asked to stop."""
+        ctx = self.ctx
+        ctx.global_step = global_step
+        for cadence in self.cadences.values():
             if global_step >= cadence.next_step and cadence.due(global_step):
-                cadence.hook.on_step(self.ctx)
+                cadence.hook.on_step(ctx)
+        self.next_step = self._next_step()
+        if ctx.stop_reason is not None:
+            raise StopRun(global_step, ctx.stop_reason)
 
-    def on_episode(self, record: dict[str, Any]) -> None:
-        for method in self.episode_end:
-            method(self.ctx, record)
+    def on_episodes(self, first_index: int, returns: Sequence[float], lengths: Sequence[int], global_step: int) -> None:
+        """Episodes ``first_index, ...`` ended at ``global_step``: every ``on_episodes``, then every
+        ``on_episode_end`` episode by episode; raise :class:`StopRun` when a hook asked to stop."""
+        ctx = self.ctx
+        ctx.global_step = global_step
+        ctx.episodes = last = first_index + len(returns) - 1
+        for method in self.episodes:
+            method(ctx, first_index, returns, lengths)
+        if self.episode_end:
+            for j in range(len(returns)):
+                ctx.episodes = index = first_index + j
+                record = {"episode_index": index, "ep_return": float(returns[j]), "ep_length": int(lengths[j]),
+                          "global_step": global_step}
+                for method in self.episode_end:
+                    method(ctx, record)
+            ctx.episodes = last
+        if ctx.stop_reason is not None:
+            raise StopRun(global_step, ctx.stop_reason)
 
     def on_eval(self, result: dict[str, Any]) -> None:
         for method in self.eval:
@@ -220,31 +288,79 @@ class HookRunner:
             method(self.ctx)
 
     def close(self) -> None:
-        """Release what hooks hold (called however the run ended)."""
+        """Release what hooks hold (called however the run ended; once): every hook's ``close()``
+        is called, and the first error raised is raised again after them all."""
+        if self.closed:
+            return
+        self.closed = True
+        error: BaseException | None = None
         for hook in self.hooks:
             close = getattr(hook, "close", None)
             if callable(close):
-                close()
-
-    def state_dict(self) -> dict[str, Any]:
-        """Each hook's ``state_dict()`` (None for hooks without one), the ``on_step`` schedules, ``ctx.rng``
-        and a stop asked for: what a full checkpoint keeps of the run's hooks."""
-        return {"hooks": [hook.state_dict() if callable(getattr(hook, "state_dict", None)) else None
-                          for hook in self.hooks],
-                "next_steps": [cadence.next_step for cadence in self.cadences],
-                "rng": self.ctx.rng.bit_generator.state, "stop_reason": self.ctx.stop_reason}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (a resumed run), before ``on_run_start``."""
-        for hook, hook_state in zip(self.hooks, state["hooks"]):
-            if hook_state is not None and callable(getattr(hook, "load_state_dict", None)):
-                hook.load_state_dict(hook_state)
-        for cadence, next_step in zip(self.cadences, state["next_steps"]):
-            cadence.next_step = next_step
-        self.ctx.rng.bit_generator.state = state["rng"]
-        self.ctx.stop_reason = state["stop_reason"]
+                try:
+                    close()
+                except BaseException as exc:  # the others still release what they hold
+                    error = error or exc
+        if error is not None:
+            raise error
 
     def raise_if_stopped(self, global_step: int) -> None:
         """Raise :class:`StopRun` when a hook asked the run to stop."""
         if self.ctx.stop_reason is not None:
             raise StopRun(global_step, self.ctx.stop_reason)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state of the run's hooks, for exact resume.
+
+        Returns:
+            ``{"hooks": {key: {"state": ..., "next_step": ...}}, "rng": ...}``: for each hook
+            with a ``state_dict()`` or an ``on_step`` schedule, keyed by the built-in's name
+            (``"metrics"``, ``"evaluations"``, ``"checkpoints"``, ``"progress"``, ``"stats"``) or
+            ``"hooks[j]"`` for the user's ``j``-th hook (by position), its state (None without
+            ``state_dict``) and the env step its ``on_step`` is next due (None without one);
+            ``rng`` is the state of ``ctx.rng``, ``stop_reason`` a stop asked for.
+        """
+        hooks = {}
+        for key, hook in zip(self.keys, self.hooks):
+            save = getattr(hook, "state_dict", None)
+            cadence = self.cadences.get(key)
+            if callable(save) or cadence is not None:
+                hooks[key] = {"state": save() if callable(save) else None,
+                              "next_step": None if cadence is None else cadence.next_step}
+        return {"hooks": hooks, "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
+                "stop_reason": self.ctx.stop_reason}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into this run's hooks (built the same way, not yet run).
+
+        A built-in this run lacks (stats without a logging callback) ignores its saved state; a
+        user hook without ``state_dict`` may come or go (an ``on_step`` schedule the run lacks is
+        dropped, a new one starts afresh).
+
+        Raises:
+            ValueError: the state holds a user hook with state this run does not have (or lacks one
+                it has), or a hook with state has no ``load_state_dict``.
+        """
+        saved = state["hooks"]
+        users = {key for key, entry in saved.items() if key.startswith("hooks[") and entry["state"] is not None}
+        expected = {key for key, hook in zip(self.keys, self.hooks) if key.startswith("hooks[")
+                    and callable(getattr(hook, "state_dict", None))}
+        if users != expected:
+            raise ValueError(f"The saved state holds the user hooks {sorted(users)}, but this run's hooks with state "
+                             f"are {sorted(expected)}: resume with the hooks the run was started with.")
+        for key, hook in zip(self.keys, self.hooks):
+            entry = saved.get(key)
+            if entry is None:
+                continue
+            if entry["state"] is not None:
+                load = getattr(hook, "load_state_dict", None)
+                if not callable(load):
+                    raise ValueError(f"hook {hook!r} ({key}) has saved state but no load_state_dict(state) method.")
+                load(entry["state"])
+            cadence = self.cadences.get(key)
+            if cadence is not None and entry["next_step"] is not None:
+                cadence.next_step = entry["next_step"]
+                cadence.restart(self.ctx.global_step)
+        self.ctx.rng.bit_generator.state = copy.deepcopy(state["rng"])
+        self.ctx.stop_reason = state.get("stop_reason")
+        self.next_step = self._next_step()

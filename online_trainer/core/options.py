@@ -28,9 +28,14 @@ class RunOptions:
     """Stop each run after this many env steps (real transitions of all sub-envs together)."""
     checkpoint_freq: int | None = None
     """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
+    keep_checkpoints: int | None = None
+    """Keep only the last this many periodic checkpoints of each run (``Run{i}_S*``/``Run{i}_E*``; ``Run{i}_Last``
+    and ``Run{i}_Best_agent.t`` are never deleted); None keeps them all."""
     checkpoint_buffers: bool = False
-    """Put the agent's replay buffer in the run's full checkpoint (``save(buffers=True)``), so that a resumed
-    off-policy run continues exactly; without it the buffer starts empty again after a resume."""
+    """Put the agent's replay buffer in the run's full checkpoint (``save(buffers=True)``, for agents whose ``save``
+    takes ``buffers``), so that a resumed off-policy run continues exactly; without it the buffer starts empty
+    again after a resume. Periodic checkpoints hold it as the agent's own setting says (``save_buffer``); the best
+    state never does."""
     dump_metrics: bool = True
     """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
     dump_transitions: bool = False
@@ -53,8 +58,8 @@ class RunOptions:
     """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
     callable ``episode_index -> bool``, or None (every one)."""
     hooks: tuple[Any, ...] = ()
-    """Objects with any of ``on_run_start``, ``on_step``, ``on_episode_end``, ``on_eval``, ``on_checkpoint``,
-    ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
+    """Objects with any of ``on_run_start``, ``on_step``, ``on_episodes``, ``on_episode_end``, ``on_eval``,
+    ``on_checkpoint``, ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
     stats_window: int = 100
     """Episodes averaged into the rolling return and length logged under ``stats/run_{i}``."""
     stats_every_steps: int | None = None
@@ -70,6 +75,13 @@ class RunOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
         validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
+        validation.optional_positive_int("keep_checkpoints", self.keep_checkpoints)
+        if not isinstance(self.checkpoint_buffers, bool):
+            raise ValueError(f"checkpoint_buffers must be True or False, but got "
+                             f"checkpoint_buffers={self.checkpoint_buffers!r}.")
+        if self.keep_checkpoints and self.checkpoint_freq is None:
+            raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} applies to periodic checkpoints, but "
+                             "checkpoint_freq is None: pass checkpoint_freq=... too, or drop keep_checkpoints.")
         validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
@@ -84,7 +96,7 @@ class RunOptions:
             raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
                              "pass eval_freq=... (and an eval_env made with render_mode='rgb_array').")
         validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
-                                 checkpoint_freq=self.checkpoint_freq)
+                                 checkpoint_freq=self.checkpoint_freq, checkpoint_buffers=self.checkpoint_buffers)
         if not self.keep_records and not self.dump_metrics:
             raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
 

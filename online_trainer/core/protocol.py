@@ -97,7 +97,12 @@ class FullAgent(Agent, Protocol):
         """Return one entry per sub-env (dict of arrays, or None) for the last step."""
 
     def save(self, path: str | None = None) -> Any:
-        """Without ``path`` return a state object; with one, write files starting with it."""
+        """Without ``path`` return a state object; with one, write files starting with it.
+
+        A ``save`` may also take a ``buffers`` keyword (``save(path=None, *, buffers=None)``): the
+        runner then passes ``buffers=False`` for the best-agent state and, with
+        ``checkpoint_buffers=True``, ``buffers=True`` for checkpoints.
+        """
 
     def load(self, path: str) -> None:
         """Restore the state written by ``save(path)``."""

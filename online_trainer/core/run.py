@@ -16,15 +16,13 @@ from online_trainer.core.budget import Budget
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
-from online_trainer.core.hooks import HookRunner, RunContext, StopRun
-from online_trainer.core.run_stats import RunStats
+from online_trainer.core.hooks import StopRun
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
 from online_trainer.core.options import RunOptions
-from online_trainer.core.preemption import PreemptionWatch
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_events import RunEvents
+from online_trainer.core.run_events import run_events
 
 logger = logging.getLogger(__name__)
 
@@ -190,7 +188,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = hooks = saved = resumed_from = None
+    env = events = bar = evaluator = saved = resumed_from = None
     stop_reason = None
     sink_run_open = False
     try:
@@ -237,23 +235,17 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        hooks, stats = _hook_runner(spec, env, agent, callback)
-        events = RunEvents(spec, agent, bar, tracker, evaluator, hooks, stats, env,
-                           None if saved is None else saved["outputs"])
-        if saved is not None:
-            events.load_state_dict(saved["events"])
-            bar.advance(events.episodes if spec.budget.num_episodes is not None else events.shown_steps)
-            if hooks is not None:
-                hooks.ctx.resumed = True
+        events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved["outputs"])
+        if resumed_from is not None:
+            ctx = events.hooks.ctx
+            ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
+            events.load_state_dict(saved["events"])  # the bar too shows where the run stood
         elif render and tracker.wants_frame():
             tracker.add_frames(env.render())
-        if hooks is not None:
-            hooks.ctx.global_step = 0 if resumed_from is None else resumed_from.global_step
-            hooks.start()
-            hooks.raise_if_stopped(hooks.ctx.global_step)
-        if saved is not None:
-            resume.set_global_rng_state(saved["rng"])
         try:
+            events.start()
+            if saved is not None:  # after on_run_start: the loop goes on with the generators it had
+                resume.set_global_rng_state(saved["rng"])
             global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
                                              step_logger, resumed_from)
         except StopRun as stop:
@@ -273,8 +265,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
     finally:
-        if hooks is not None:
-            hooks.close()
+        if events is not None:
+            events.hooks.close()  # closed already, unless finishing failed
         if bar is not None:
             bar.close()
         if env is not None:
@@ -293,28 +285,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         global_step=global_step,
         wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0),
         agent=agent if spec.options.keep_agents else None,
-        evaluations=events.evals.records if events.evals is not None else None,
+        evaluations=events.evaluations.records if events.evaluations is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
                   "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
-
-
-def _hook_runner(spec: RunSpec, env: Any, agent: Any, callback: Any) -> tuple[HookRunner | None, RunStats | None]:
-    """The run's hooks: the built-ins (:class:`RunStats` when the callback logs, :class:`PreemptionWatch` when the
-    run can write full checkpoints), then a copy of each of the user's."""
-    options = spec.options
-    stats = None
-    if not isinstance(callback, EmptyCallBack):
-        stats = RunStats(options.stats_window, options.stats_every_steps)
-    builtin = () if stats is None else (stats,)
-    if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
-        builtin += (PreemptionWatch(),)  # a preemption signal is answered with a full checkpoint
-    if not builtin and not options.hooks:
-        return None, None
-    ctx = RunContext(spec.run_idx, spec.seed, env, agent, spec.exp_dir, callback, f"{spec.tag_prefix}run_{spec.run_idx}")
-    return HookRunner(options.hooks, ctx, builtin=builtin), stats
 
 
 def _env_id(env: Any) -> str | None:

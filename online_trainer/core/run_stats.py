@@ -15,7 +15,7 @@ import collections
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from online_trainer.core.hooks import Hook, RunContext
 
@@ -76,9 +76,10 @@ class RunStats(Hook):
         self.returns: collections.deque[float] = collections.deque(maxlen=window)
         self.lengths: collections.deque[int] = collections.deque(maxlen=window)
         self.sampler: PhaseSampler | None = None
+        self.phase_counts = dict.fromkeys(PHASES, 0)  # samples restored by load_state_dict, before the run starts
         self.mark = (0, 0.0)
 
-    def add_batch(self, returns: Any, lengths: Any) -> None:
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """Keep the returns and lengths of episodes that ended together (the window's oldest drop out)."""
         self.returns.extend(returns)
         self.lengths.extend(lengths)
@@ -95,6 +96,7 @@ class RunStats(Hook):
     def on_run_start(self, ctx: RunContext) -> None:
         self.mark = (ctx.global_step, time.perf_counter())
         self.sampler = PhaseSampler(ctx.agent, ctx.env, threading.get_ident())
+        self.sampler.counts.update(self.phase_counts)
         self.sampler.start()
 
     def on_step(self, ctx: RunContext) -> None:
@@ -114,4 +116,21 @@ class RunStats(Hook):
         """Stop the sampling thread (the run ended, however it ended)."""
         if self.sampler is not None:
             self.sampler.close()
+            self.phase_counts = dict(self.sampler.counts)
             self.sampler = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """``returns`` and ``lengths``: the window of the rolling means, oldest first; ``phase_counts``:
+        the timing samples per phase so far (the SPS period starts again on resume)."""
+        counts = self.sampler.counts if self.sampler is not None else self.phase_counts
+        return {"returns": [float(r) for r in self.returns], "lengths": [int(n) for n in self.lengths],
+                "phase_counts": dict(counts)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.returns.clear()
+        self.returns.extend(state["returns"])
+        self.lengths.clear()
+        self.lengths.extend(state["lengths"])
+        self.phase_counts = {phase: int(state["phase_counts"].get(phase, 0)) for phase in PHASES}
+        if self.sampler is not None:  # already sampling: its counts go on from the saved ones
+            self.sampler.counts = dict(self.phase_counts)

@@ -1,9 +1,13 @@
-"""Built-in hooks that end a run early: on a return threshold, without improvement, on a plateau."""
+"""Built-in hooks that end a run early: on a return threshold, without improvement, on a plateau.
+
+They look at training episodes through the batched ``on_episodes`` (no dict per episode), and
+have ``state_dict``/``load_state_dict`` for exact resume.
+"""
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Sequence
 
 from online_trainer.core import validation
 from online_trainer.core.hooks import Hook, RunContext
@@ -34,12 +38,13 @@ class StopOnReturn(Hook):
         self.returns: collections.deque[float] = collections.deque(maxlen=self.window)
         self.held = 0
 
-    def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if self.source != "train":
             return
-        self.returns.append(record["ep_return"])
-        if len(self.returns) == self.window:
-            self._check(ctx, sum(self.returns) / self.window, f"mean return of the last {self.window} episodes")
+        for value in returns:
+            self.returns.append(float(value))
+            if len(self.returns) == self.window:
+                self._check(ctx, sum(self.returns) / self.window, f"mean return of the last {self.window} episodes")
 
     def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
         if self.source == "eval":
@@ -50,6 +55,15 @@ class StopOnReturn(Hook):
         if self.held >= self.patience:
             ctx.stop(f"StopOnReturn: {what} {value:.4g} >= {self.threshold:g} for {self.held} consecutive "
                      f"check(s) at step {ctx.global_step}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window of training returns and the consecutive checks that held."""
+        return {"returns": list(self.returns), "held": self.held}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.returns.clear()
+        self.returns.extend(state["returns"])
+        self.held = int(state["held"])
 
 
 class StopOnNoImprovement(Hook):
@@ -77,6 +91,13 @@ class StopOnNoImprovement(Hook):
             ctx.stop(f"StopOnNoImprovement: no better evaluation mean than {self.best:.4g} in {self.without} "
                      f"evaluations, at step {ctx.global_step}")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The best mean, the evaluations seen, and those in a row without a new best."""
+        return {"best": self.best, "evals": self.evals, "without": self.without}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.evals, self.without = float(state["best"]), int(state["evals"]), int(state["without"])
+
 
 class StopOnPlateau(Hook):
     """Stop when the rolling training return changes by less than ``rel_tol`` (relative) ``patience`` times in a row.
@@ -101,10 +122,13 @@ class StopOnPlateau(Hook):
         self.previous: float | None = None
         self.flat = 0
 
-    def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
-        self.block.append(record["ep_return"])
-        if len(self.block) < self.window:
-            return
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        for value in returns:
+            self.block.append(float(value))
+            if len(self.block) == self.window:
+                self._close_block(ctx)
+
+    def _close_block(self, ctx: RunContext) -> None:
         mean, self.block = sum(self.block) / self.window, []
         if self.previous is not None:
             change = abs(mean - self.previous) / max(abs(self.previous), 1e-8)
@@ -114,3 +138,10 @@ class StopOnPlateau(Hook):
                          f"{self.rel_tol:g} (relative) {self.flat} times in a row, at {mean:.4g}, step "
                          f"{ctx.global_step}")
         self.previous = mean
+
+    def state_dict(self) -> dict[str, Any]:
+        """The returns of the block so far, the mean of the block before, and the flat blocks in a row."""
+        return {"block": list(self.block), "previous": self.previous, "flat": self.flat}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.block, self.previous, self.flat = list(state["block"]), state["previous"], int(state["flat"])

@@ -49,16 +49,15 @@ class RunnerParts:
     """The eval env (None: the training env's factory, called once more per run)."""
 
     def check_travel(self, execution: ExecutionOptions, options: RunOptions | None = None) -> None:
-        """Check, without calling anything, that what runs need (``options``' hooks and frames trigger
-        too) can be sent to worker processes."""
+        """Check, without calling anything, that what runs need can be sent to worker processes (with
+        ``options``, their callable ``frames_trigger`` and their hooks too)."""
         if execution.in_workers:
-            base.check_picklable({"env": self.env_factory.source, "agent": self.agent_factory.source,
-                                  "trainer.call_back": self.callback,
-                                  "eval_env": getattr(self.eval_env_factory, "source", None)})
-            if options is not None and callable(options.frames_trigger):
-                base.check_picklable({"frames_trigger": options.frames_trigger})
-            if options is not None and options.hooks:
-                base.check_picklable({"hooks": options.hooks})
+            objects = {"env": self.env_factory.source, "agent": self.agent_factory.source,
+                       "trainer.call_back": self.callback, "eval_env": getattr(self.eval_env_factory, "source", None)}
+            if options is not None:
+                objects.update({"frames_trigger": options.frames_trigger} if callable(options.frames_trigger) else {})
+                objects.update({"hooks": options.hooks} if options.hooks else {})
+            base.check_picklable(objects)
 
     def copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
         """Whether each run takes a copy of the agent instance (several runs in this process)."""

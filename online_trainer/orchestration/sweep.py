@@ -139,6 +139,7 @@ def run_sweep(
     execution: ExecutionOptions = ExecutionOptions(),
     hooks: Sequence[Any] | None = None,
     resume: bool = False,
+    keep_checkpoints: int | None = None,
     checkpoint_buffers: bool = False,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
@@ -146,8 +147,8 @@ def run_sweep(
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                         keep_agents=False, hooks=tuple(hooks) if isinstance(hooks, list) else hooks,
-                         checkpoint_buffers=bool(checkpoint_buffers))
+                         keep_checkpoints=keep_checkpoints, checkpoint_buffers=bool(checkpoint_buffers), keep_agents=False,
+                         hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
@@ -156,7 +157,7 @@ def run_sweep(
     grid = expand_grid(configurations)
     execution = execution.capped(len(grid) * num_runs)
     parts = trainer.parts
-    parts.check_travel(execution)
+    parts.check_travel(execution, options)
     copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
     root = Path(trainer.exp_dir)
     created: list[Path] = new_paths(root, LOCK_FILE)

@@ -137,6 +137,7 @@ class OnlineTrainer:
         stats_window: int = 100,
         stats_every_steps: int | None = None,
         resume: bool = False,
+        keep_checkpoints: int | None = None,
         checkpoint_buffers: bool = False,
         score: str = "return",
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
@@ -208,7 +209,8 @@ class OnlineTrainer:
             stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
             resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
                 checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes".
-            checkpoint_buffers: put replay buffers in the full checkpoints, so off-policy runs resume exactly.
+            keep_checkpoints: keep the last this many periodic checkpoints of each run (see RunOptions).
+            checkpoint_buffers: full checkpoints hold the replay buffer: exact off-policy resume (see RunOptions).
             score: what evaluations, progress and analysis report: ``"return"`` (sums of the rewards the agent
                 learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
@@ -222,16 +224,14 @@ class OnlineTrainer:
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
-        options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
-                             dump_transitions=bool(dump_transitions), keep_records=bool(keep_records),
-                             keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
-                             has_exp_dir=self.exp_dir is not None,
-                             evaluate=eval_env is not None or eval_freq is not None, eval_freq=eval_freq,
-                             eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
-                             hooks=tuple(hooks) if isinstance(hooks, list) else hooks, stats_window=stats_window,
-                             stats_every_steps=stats_every_steps, checkpoint_buffers=bool(checkpoint_buffers),
-                             score=score)
+        options = RunOptions(
+            num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+            keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers, dump_metrics=self.exp_dir is not
+            None if dump_metrics is None else bool(dump_metrics), dump_transitions=bool(dump_transitions),
+            keep_records=bool(keep_records), keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
+            has_exp_dir=self.exp_dir is not None, evaluate=eval_env is not None or eval_freq is not None,
+            eval_freq=eval_freq, eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
+            hooks=hooks, stats_window=stats_window, stats_every_steps=stats_every_steps, score=score)
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress).capped(num_runs)
@@ -274,6 +274,8 @@ class OnlineTrainer:
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
+        keep_checkpoints: int | None = None,
+        checkpoint_buffers: bool = False,
         hooks: Sequence[Any] | None = None,
         execution: ExecutionOptions | None = None,
         num_workers: int | None = None,
@@ -284,7 +286,6 @@ class OnlineTrainer:
         ray_address: str | None = None,
         ray_resources: Mapping[str, Any] | None = None,
         resume: bool = False,
-        checkpoint_buffers: bool = False,
     ) -> "pd.DataFrame":
         """Run every configuration over ``num_runs`` seeds and rank the configurations.
 
@@ -306,12 +307,11 @@ class OnlineTrainer:
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return (what is ranked) is the mean of its last ``last_k`` training
                 episodes; with evaluations, ``compare(exp_dir, source="eval")`` ranks on them.
-            checkpoint_freq: as in :meth:`multi_run`.
+            checkpoint_freq: as in :meth:`multi_run`, like ``keep_checkpoints`` and ``checkpoint_buffers``.
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
             execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
                 ``progress``, ...; all (configuration x seed) runs share the pool.
             resume: runs cut off continue from their full checkpoints (else they start again).
-            checkpoint_buffers: as in :meth:`multi_run`.
 
         Returns:
             One row per configuration, best first: ``rank``, its hyperparameters, ``experiment``
@@ -331,7 +331,7 @@ class OnlineTrainer:
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution, hooks, resume, checkpoint_buffers)
+                         checkpoint_freq, execution, hooks, resume, keep_checkpoints, checkpoint_buffers)
 
     def evaluate(
         self,

@@ -232,6 +232,9 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         (["checkpoint_freq=1e4"], "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
                                   "(write 10000 or 10_000, without a decimal point or exponent)."),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
+        (["keep_checkpoints=0"], "keep_checkpoints must be a positive int, but got keep_checkpoints=0."),
+        (["keep_checkpoints=2"], "keep_checkpoints=2 applies to periodic checkpoints, but checkpoint_freq is None"),
+        (["checkpoint_buffers=1"], "checkpoint_buffers=1 has the wrong type: expected a bool (true or false), got int."),
         (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
                     "wrappers, vector_kwargs, got int."),
         (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
@@ -413,3 +416,12 @@ def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tm
         assert table[table["run"] == entry["run"]]["global_step"].max() < 101  # the budget ended mid-episode
     rows = [line.split() for line in final_table(table, last_k=3).splitlines()[2:4]]
     assert [row[3] for row in rows] == ["101", "101"]
+
+
+def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=2", "keep_checkpoints=1",
+               "checkpoint_buffers=true") == 0
+    for i in (1, 2):
+        assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
+        assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()

@@ -227,7 +227,7 @@ def test_action_history_copies_closed_episodes_into_a_narrow_slab_and_skips_empt
 
 def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_second(tmp_path, monkeypatch):
     from online_trainer import OnlineTrainer
-    from online_trainer.core import run_events
+    from online_trainer.core import metrics_flush
     from tests.conftest import RecordingAgent, make_counting_vec
 
     def chunk_sizes(exp_dir):
@@ -237,7 +237,7 @@ def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_seco
     (records,) = trainer.multi_run(1, num_episodes=700, seed_offset=0, progress=False)
     sizes = chunk_sizes(tmp_path / "default")
     assert sum(sizes) == 700 and len(sizes) >= 3 and all(size >= 300 for size in sizes[:-1])  # 100 per sub-env, whole steps
-    monkeypatch.setattr(run_events, "FLUSH_SECONDS", 0.0)  # a slow run: every step's episodes at once
+    monkeypatch.setattr(metrics_flush, "FLUSH_SECONDS", 0.0)  # a slow run: every step's episodes at once
     trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path / "slow")
     (slow,) = trainer.multi_run(1, num_episodes=100, seed_offset=0, progress=False, metrics_flush_every=1000)
     sizes = chunk_sizes(tmp_path / "slow")
