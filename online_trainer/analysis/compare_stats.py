@@ -9,12 +9,20 @@ the unit of replication; evaluation episodes never are). This is what ``rliable`
 estimates:
 
 * IQM: ``scipy.stats.trim_mean(scores, 0.25)`` of every run of every task pooled;
+* mean: the mean of the pooled runs (rliable's mean of per-task means when every task
+  has as many runs, the only case rliable takes);
 * optimality gap: ``threshold - mean(min(scores, threshold))`` over the pooled runs;
 * probability of improvement P(X > Y): per task, the Mann-Whitney U statistic of X's
   runs against Y's over ``n_x * n_y`` (the fraction of pairs of runs where X scores
   higher, ties counting one half), averaged over tasks;
 * performance profile at ``tau``: per task, the fraction of runs scoring above ``tau``,
   averaged over tasks.
+
+The median is not rliable's: ours is the median of the pooled runs (as
+:func:`~online_trainer.analysis.stats.aggregate`), ``rliable.metrics.aggregate_median`` is
+the median of the per-task means (on one task, the mean). Its interval is the same
+stratified bootstrap. ``tests/online_trainer/analysis/test_compare_rliable.py`` checks all
+of this against rliable's numbers.
 """
 
 from __future__ import annotations
