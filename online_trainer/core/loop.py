@@ -54,12 +54,12 @@ class LoopEvents(Protocol):
     snapshot_due: bool
     """Set when a full checkpoint is due: the loop calls :meth:`snapshot` at the next step boundary."""
 
-    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> bool:
+    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
         """Episodes ``first_index, first_index + 1, ...`` ended at ``global_step`` with these returns and lengths.
 
         The tracker has closed them (:meth:`EpisodeTracker.close`); their records are in its
-        table once it is sealed. Return True to have :meth:`on_step_event` called at the end of
-        this step (a full checkpoint after an episode-budget checkpoint).
+        table once it is sealed. Setting :attr:`snapshot_due` here (an episode-budget checkpoint)
+        has :meth:`on_step_event` and :meth:`snapshot` called at the end of this step.
         """
 
     def on_step_event(self, global_step: int) -> float:
@@ -163,7 +163,8 @@ def run_loop(
             returns, lengths = close(envs, global_step, None if last else done)
             if raw is not None:
                 raw(info, envs)
-            if events.on_episodes(episodes + 1, returns, lengths, global_step):
+            events.on_episodes(episodes + 1, returns, lengths, global_step)
+            if events.snapshot_due:
                 next_event = global_step
             episodes += len(envs)
             if last:
@@ -255,7 +256,8 @@ def _run_single(
             length = close_one(global_step, ep_return, kept)
             if raw is not None:
                 raw(info, (0,))
-            if events.on_episodes(episodes, (ep_return,), (length,), global_step):
+            events.on_episodes(episodes, (ep_return,), (length,), global_step)
+            if events.snapshot_due:
                 next_event = global_step
             if episodes >= max_episodes:
                 return global_step, episodes

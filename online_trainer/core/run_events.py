@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 class RunEvents:
     """What the loop tells the rest of the run (:class:`~online_trainer.core.loop.LoopEvents`), handed to its hooks.
 
-    :meth:`on_episodes` is the hook runner's (every hook's ``on_episodes``, then every
+    ``on_episodes`` is the hook runner's (every hook's ``on_episodes``, then every
     ``on_episode_end``); :meth:`on_step_event` calls the ``on_step`` of each hook due and
     returns the next step at which one may be due (or the end of the step budget), so that the
     loop pays one comparison a step for all of them.
@@ -71,15 +71,12 @@ class RunEvents:
         self.preempted = False  # end the run as interrupted once that checkpoint is written
         if checkpoints is not None:
             checkpoints.on_saved = self._saved
+        self.on_episodes = hooks.on_episodes
 
     @property
     def episodes(self) -> int:
         """Episodes finished so far."""
         return self.hooks.ctx.episodes
-
-    def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> bool:
-        self.hooks.on_episodes(first_index, returns, lengths, global_step)
-        return self.snapshot_due
 
     def on_step_event(self, global_step: int) -> float:
         hooks = self.hooks
