@@ -13,7 +13,7 @@ from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
 from online_trainer.agents._encoders import ObsEncoder, feature_layers
-from online_trainer.agents._networks import ACTIVATIONS, adam, mlp, resolve_device
+from online_trainer.agents._networks import ACTIVATIONS, adam, flush_denormals, mlp, resolve_device
 from online_trainer.agents._replay import ReplayBuffer
 
 
@@ -234,6 +234,7 @@ class DQNAgent(AgentBase):
         if self.steps // cfg.target_update_interval > before // cfg.target_update_interval:
             self._update_target()
 
+    @flush_denormals()
     def _train(self, n_steps: int, call_back: Callable[[dict[str, Any]], None] | None) -> None:
         """``n_steps`` gradient steps. The batches are drawn together, and without Double DQN their
         targets are computed in one forward pass (the target network does not change in between)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -71,3 +72,30 @@ def adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     the small networks of these agents on a CPU.
     """
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
+
+
+_SMALLEST_DENORMAL = torch.tensor([1], dtype=torch.int32).view(torch.float32)
+"""2**-149, built from its bits so that it exists whatever the flush mode is at import."""
+
+
+@contextlib.contextmanager
+def flush_denormals() -> Iterator[None]:
+    """Run the block with denormal floats flushed to zero (``torch.set_flush_denormal``), then
+    restore the mode found on entry.
+
+    Adam's first moment of a weight whose gradient stays zero (a dead ReLU unit) shrinks by
+    ``beta1`` a step and falls below float32's smallest normal number (1.2e-38) within a few
+    hundred steps, and a CPU computes on such numbers many times slower: after 15k DQN steps on
+    CartPole, 37k of the 65k first moments of the 256x256 layer were denormal and a fused Adam
+    step took 0.97 ms instead of 0.19 ms. Flushed to zero, such a moment would have moved its
+    weight by less than ``lr * 1e-30``. The mode belongs to the calling thread (torch's intra-op
+    worker threads keep theirs); where the CPU cannot flush, nothing changes.
+    """
+    flushing = bool((_SMALLEST_DENORMAL * 1.0).item() == 0.0)
+    if not flushing:
+        torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        if not flushing:
+            torch.set_flush_denormal(False)

@@ -12,7 +12,7 @@ import torch
 
 from online_trainer.agents._base import AgentBase, require
 from online_trainer.agents._encoders import ObsEncoder, feature_layers
-from online_trainer.agents._networks import ACTIVATIONS, adam, resolve_device
+from online_trainer.agents._networks import ACTIVATIONS, adam, flush_denormals, resolve_device
 from online_trainer.agents._replay import ReplayBuffer
 from online_trainer.agents._sac_networks import SquashedGaussianActor, TwinQ
 
@@ -243,7 +243,9 @@ class SACAgent(AgentBase):
             if rounds:
                 self._train(rounds * cfg.gradient_steps, call_back)
 
+    @flush_denormals()
     def _train(self, n_steps: int, call_back: Callable[[dict[str, Any]], None] | None) -> None:
+        """``n_steps`` gradient steps, each on a batch of its own, with Polyak updates on schedule."""
         cfg = self.config
         for _ in range(n_steps):
             batch = self.buffer.sample(self.np_rng, cfg.batch_size)

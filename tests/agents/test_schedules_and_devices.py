@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from online_trainer.agents import DQNAgent, PPOAgent
-from online_trainer.agents._networks import resolve_device
+from online_trainer.agents._networks import flush_denormals, resolve_device
 from online_trainer.agents._schedules import parse_schedule, progress_remaining
 from tests.agents.conftest import run_loop
 
@@ -96,3 +96,25 @@ def test_dqn_checkpoint_holds_the_buffer_only_when_asked(corridor, tmp_path):
         sizes[save_buffer] = os.path.getsize(agent.save(str(tmp_path / f"dqn_{save_buffer}")))
         assert ("obs" in agent.save()["buffer"]) is save_buffer
     assert sizes[True] - sizes[False] > 500 * (8 + 8 + 8 + 4 + 1)  # two obs, action, reward, flag a transition
+
+
+def _flushes() -> bool:
+    return float(torch.tensor([1], dtype=torch.int32).view(torch.float32) * 1.0) == 0.0
+
+
+def test_flush_denormals_flushes_inside_and_restores_the_mode_found():
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush denormals")
+    with flush_denormals():
+        assert _flushes()
+        with flush_denormals():
+            assert _flushes()
+        assert _flushes()
+    assert not _flushes()
+    torch.set_flush_denormal(True)
+    try:
+        with flush_denormals():
+            pass
+        assert _flushes()
+    finally:
+        torch.set_flush_denormal(False)
