@@ -22,6 +22,7 @@ from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run import RunResult, RunSpec
 from online_trainer.experiment.checkpoints import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import ExperimentLock
+from online_trainer.experiment.resuming import CALL_KEY
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions
 
@@ -52,8 +53,9 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
         raise FileExistsError(f"{out} holds an earlier evaluation: pass overwrite=True to replace it.")
     manifest = storage.read_manifest(exp_dir)
     base = parts.agent_factory
+    score = manifest.get(CALL_KEY, {}).get("score", "return")  # a score="raw" experiment is evaluated on raw scores
     options = RunOptions(num_episodes=num_episodes, evaluate=True, eval_episodes=num_episodes, dump_metrics=False,
-                         keep_agents=False, has_exp_dir=False)
+                         keep_agents=False, has_exp_dir=False, score=score)
     specs = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":

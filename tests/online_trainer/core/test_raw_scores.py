@@ -143,3 +143,15 @@ def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
     raw = [n * (n + 1) / 2 for n in lengths]
     assert bar.shown[:5] == raw and bar.shown[-1] == raw[-1]  # each episode's, then the last one at the end
     assert raw != [float(n) for n in lengths]
+
+
+def test_evaluating_the_checkpoints_of_a_raw_score_experiment_reports_raw_scores(tmp_path):
+    trainer = OnlineTrainer(make_vec(2), RandomAgent, exp_dir=tmp_path / "raw")
+    trainer.multi_run(1, num_episodes=6, progress=False, score="raw", checkpoint_freq=6, seed_offset=0)
+    episodes = trainer.evaluate("last", num_episodes=4, progress=False)
+    lengths = episodes["ep_length"].to_numpy()
+    assert episodes["ep_return"].tolist() == (lengths * (lengths + 1) / 2).tolist()  # not the clipped lengths
+    plain = OnlineTrainer(make_vec(2), RandomAgent, exp_dir=tmp_path / "plain")
+    plain.multi_run(1, num_episodes=6, progress=False, checkpoint_freq=6, seed_offset=0)
+    episodes = plain.evaluate("last", num_episodes=4, progress=False)
+    assert episodes["ep_return"].tolist() == episodes["ep_length"].tolist()
