@@ -15,6 +15,10 @@ Targets (5 seeds unless said, at least 4 of 5 must reach it):
   PPO on MiniGrid-Empty-5x5-v0, 50k env steps: greedy return >= 0.9 (solved)
   SAC on Pendulum-v1, 20k env steps: greedy return > -200
   SAC on HalfCheetah-v5, 20k env steps, 2 seeds (a budget for 2 cores): last-10 return > 0 (random: about -300)
+  PPO on Breakout (ALE v5, the standard Atari pipeline), 20k env steps, 1 seed: the pipeline runs end to end and
+    reports raw game scores (last-10 >= 0); learning Breakout takes millions of steps
+
+Configs with ``score: raw`` are measured on raw scores (``raw_return``; their greedy evaluation too).
 
     python bench/learning.py [--only cartpole_ppo ...] [--out runs/bench]
 """
@@ -55,6 +59,7 @@ TARGETS = [
     Target("minigrid_ppo", "PPO, MiniGrid-Empty-5x5-v0 (flat image), 50k steps", "greedy", 0.9),
     Target("pendulum_sac", "SAC, Pendulum-v1, 20k steps", "greedy", -200, at_least=False),
     Target("halfcheetah_sac", "SAC, HalfCheetah-v5, 20k steps (2 seeds)", "last10", 0, at_least=False),
+    Target("breakout_ppo", "PPO, Breakout (ALE v5, Atari pipeline, raw game score), 20k steps (1 seed)", "last10", 0),
 ]
 
 
@@ -87,7 +92,8 @@ def last10_returns(exp_dir: Path) -> list[float]:
     from online_trainer import load_episodes
 
     df = load_episodes(exp_dir)
-    return [float(g["ep_return"].tail(10).mean()) for _, g in df.sort_values("episode_index").groupby("run")]
+    column = "raw_return" if df.attrs.get("score") == "raw" else "ep_return"
+    return [float(g[column].tail(10).mean()) for _, g in df.sort_values("episode_index").groupby("run")]
 
 
 def main() -> None:

@@ -179,14 +179,14 @@ def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     while not (tmp_path / "cut" / "metrics_run1.pkl").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     job.send_signal(signal.SIGTERM)
-    _, err = job.communicate(timeout=120)
+    _, err = job.communicate(timeout=300)
     assert job.returncode != 0 and b"Preempted" in err
     manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
     assert manifest["runs"][0]["status"] == "interrupted"
     header = resume.read(tmp_path / "cut", 1, header_only=True)
     assert 0 < header["global_step"] < 8_000  # written at once, not at checkpoint_freq
-    assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=300) == 0
-    assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=300) == 0
+    assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=900) == 0
+    assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=900) == 0
     assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
 
 
@@ -201,7 +201,7 @@ def kill_job(tmp_path_factory):
     script.write_text(JOB.format(env_id="CliffWalking-v1", agent="QLearningAgent", steps=30_000, every=1_000))
     references = {}
     for workers in (1, 2):
-        assert run_job(script, root / f"ref{workers}", workers, "0").wait(timeout=300) == 0
+        assert run_job(script, root / f"ref{workers}", workers, "0").wait(timeout=900) == 0
         references[workers] = load_episodes(root / f"ref{workers}")[COLUMNS]
     return script, references
 
@@ -218,7 +218,7 @@ def test_a_run_killed_at_any_moment_resumes_to_the_uninterrupted_records(kill_jo
     if job.poll() is None:
         os.killpg(job.pid, signal.SIGKILL)
     job.wait(timeout=60)
-    assert run_job(script, tmp_path, workers, "1").wait(timeout=300) == 0
+    assert run_job(script, tmp_path, workers, "1").wait(timeout=900) == 0
     assert load_episodes(tmp_path)[COLUMNS].equals(references[workers])
 
 
