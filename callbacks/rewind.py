@@ -83,14 +83,21 @@ def cut_file(path: str | os.PathLike, keep_before: int | None, entries: Callable
 
 def rewind_files(files: Iterable[Path], run_tag: str, at: FilePosition | None,
                  entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]]) -> None:
-    """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries)."""
+    """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries).
+
+    Files are matched by name, not by the path spelled at the checkpoint: a sink's files share one
+    folder, and an experiment directory reached by another path (relative or absolute, copied,
+    moved) holds the same files.
+    """
+    current = None if at is None or at.path is None else os.path.basename(at.path)
+    before = set() if at is None else {os.path.basename(other) for other in at.others}
     for file in files:
-        name = os.fspath(file)
+        name = os.path.basename(os.fspath(file))
         if at is None:
             cut_file(file, None, entries, run_tag)
-        elif name == at.path:
+        elif name == current:
             cut_file(file, at.offset, entries, run_tag)
-        elif name not in at.others:  # made after the checkpoint: by an earlier attempt at this run
+        elif name not in before:  # made after the checkpoint: by an earlier attempt at this run
             cut_file(file, None, entries, run_tag)
 
 

@@ -94,6 +94,24 @@ def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_pa
     assert not storage.resume_path(tmp_path / "cut", 1).exists()  # a finished run needs none
 
 
+def test_an_experiment_moved_or_reached_by_another_path_resumes_its_logs_whole(tmp_path, monkeypatch):
+    """The sinks' files are matched by name: a moved directory (or a relative path at resume) loses no entry."""
+    import shutil
+
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=1500, seed_offset=3, checkpoint_freq=300, progress=False)
+    trainer(tmp_path, "ref", env, agent).multi_run(2, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        trainer(tmp_path, "cut", env, agent).multi_run(2, hooks=[Crash(1000)], **kw)
+    shutil.move(tmp_path / "cut", tmp_path / "moved")
+    monkeypatch.chdir(tmp_path)
+    resumed = OnlineTrainer(env, agent, exp_dir="moved")  # relative, where the checkpoint has an absolute path
+    resumed.call_back = MultiCallback([TBCallBack("moved", flush_every=1), JsonlCallback("moved/log.jsonl")])
+    resumed.multi_run(2, resume=True, **kw)
+    assert tb_scalars(tmp_path / "ref") == tb_scalars(tmp_path / "moved")
+    assert jsonl(tmp_path / "ref" / "log.jsonl") == jsonl(tmp_path / "moved" / "log.jsonl")
+
+
 def test_a_failed_run_resumes_from_its_checkpoint(tmp_path):
     env, agent = AGENTS["ppo"]
     kw = dict(total_steps=1200, seed_offset=5, checkpoint_freq=400, progress=False)
