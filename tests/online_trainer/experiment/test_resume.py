@@ -98,7 +98,7 @@ def test_an_experiment_moved_or_reached_by_another_path_resumes_its_logs_whole(t
     """The sinks' files are matched by name: a moved directory (or a relative path at resume) loses no entry."""
     import shutil
 
-    env, agent = AGENTS["q_learning"]
+    env, agent = AGENTS["ppo"]
     kw = dict(total_steps=1500, seed_offset=3, checkpoint_freq=300, progress=False)
     trainer(tmp_path, "ref", env, agent).multi_run(2, **kw)
     with pytest.raises(KeyboardInterrupt):
