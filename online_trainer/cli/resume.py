@@ -8,6 +8,7 @@ from pathlib import Path
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
+from online_trainer.cli.run import multi_run_kwargs
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError
@@ -39,11 +40,7 @@ def resume_command(args: argparse.Namespace) -> int:
     print(f"Resuming {exp_dir}", flush=True)
     status = 0
     try:
-        trainer.multi_run(config.num_runs, num_episodes=config.num_episodes, total_steps=config.total_steps,
-                          seed_offset=config.seed_offset, checkpoint_freq=config.checkpoint_freq,
-                          eval_freq=config.eval_freq, eval_episodes=config.eval_episodes,
-                          num_workers=config.num_workers, torch_threads=config.torch_threads or 1,
-                          progress=not args.no_progress, resume=True)
+        trainer.multi_run(config.num_runs, progress=not args.no_progress, resume=True, **multi_run_kwargs(config))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1

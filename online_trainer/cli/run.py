@@ -69,6 +69,15 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = old_env
 
 
+def multi_run_kwargs(config: ExperimentConfig) -> dict[str, Any]:
+    """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
+    return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
+                checkpoint_freq=config.checkpoint_freq, keep_checkpoints=config.keep_checkpoints,
+                checkpoint_buffers=config.checkpoint_buffers, eval_freq=config.eval_freq,
+                eval_episodes=config.eval_episodes, num_workers=config.num_workers,
+                torch_threads=config.torch_threads or 1, score=config.score)
+
+
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
     header = [f"# Resolved by `online-trainer run` from {source}"]
     if overrides:
@@ -114,15 +123,8 @@ def run_command(args: argparse.Namespace) -> int:
                 locked = True
                 storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
                 print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-                trainer.multi_run(config.num_runs, num_episodes=config.num_episodes,
-                                  total_steps=config.total_steps, seed_offset=config.seed_offset,
-                                  checkpoint_freq=config.checkpoint_freq, eval_freq=config.eval_freq,
-                                  keep_checkpoints=config.keep_checkpoints,
-                                  checkpoint_buffers=config.checkpoint_buffers,
-                                  eval_episodes=config.eval_episodes, num_workers=config.num_workers,
-                                  torch_threads=config.torch_threads or 1, overwrite=config.overwrite,
-                                  score=config.score,
-                                  progress=not args.no_progress)
+                trainer.multi_run(config.num_runs, overwrite=config.overwrite, progress=not args.no_progress,
+                                  **multi_run_kwargs(config))
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)
             status = 1

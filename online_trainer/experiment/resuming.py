@@ -13,10 +13,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ContextManager, Mapping
 
-from online_trainer.core import ownership, resume, storage
+from online_trainer.core import ownership, resume, storage, validation
 from online_trainer.core.run import COMPLETED
+from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,23 @@ def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, b
     for name, before in manifest.get(CALL_KEY, {}).items():
         if call.get(name) != before:
             refuse(name, before, call.get(name))
+
+
+def check_resumable(exp_dir: str | os.PathLike | None) -> None:
+    """Raise, before anything is created or locked, when ``exp_dir`` holds no experiment to resume.
+
+    Raises:
+        ValueError: ``exp_dir`` is None.
+        FileNotFoundError: it holds no manifest (or does not exist).
+    """
+    validation.needs_exp_dir(exp_dir, resume=True)
+    read_manifest(Path(exp_dir))
+
+
+def hold_resumable(exp_dir: str | os.PathLike | None) -> ContextManager[list[Path]]:
+    """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`)."""
+    check_resumable(exp_dir)
+    return hold_lock(Path(exp_dir))
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:

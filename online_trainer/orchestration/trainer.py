@@ -15,8 +15,8 @@ from online_trainer.core import storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
-from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
+from online_trainer.experiment.resuming import hold_resumable
 from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, plan_runs, start_manifest
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
@@ -210,7 +210,7 @@ class OnlineTrainer:
             resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
                 checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes".
             keep_checkpoints: keep the last this many periodic checkpoints of each run (see RunOptions).
-            checkpoint_buffers: full checkpoints hold the replay buffer: exact off-policy resume (see RunOptions).
+            checkpoint_buffers: full checkpoints hold the replay buffer: exact off-policy resume.
             score: what evaluations, progress and analysis report: ``"return"`` (sums of the rewards the agent
                 learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
@@ -240,9 +240,8 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        validation.needs_exp_dir(self.exp_dir, resume=resume)
         inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
-        hold = hold_lock(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
+        hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         with hold as created, executors.early_workers(execution, num_runs) as pool:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)

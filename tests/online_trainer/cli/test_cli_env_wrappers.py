@@ -91,3 +91,25 @@ def test_score_raw_without_the_wrapper_fails_before_anything_is_kept(tmp_path, c
 def test_wrapper_entries_are_checked_in_the_schema():
     with pytest.raises(ConfigError, match=r"env.wrappers\[1\]=.*must be a mapping with one key"):
         EnvConfig(id="Corridor-v0", wrappers=["gymnasium.wrappers:RecordEpisodeStatistics", {"a:B": {}, "c:D": {}}])
+
+
+def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_included(tmp_path):
+    import json
+
+    from online_trainer.core import storage
+
+    exp_dir = tmp_path / "exp"
+    overrides = [f"exp_dir={exp_dir}", "checkpoint_freq=2", "keep_checkpoints=1", "seed_offset=4"]
+    assert cli.main(["run", "--no-progress", str(write(tmp_path)), *overrides]) == 0
+    before = load_episodes(exp_dir)
+    manifest = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())
+    manifest["runs"][0]["status"] = "interrupted"  # as if it was cut off before its first full checkpoint
+    (exp_dir / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
+    for path in exp_dir.glob("Run1_*"):
+        path.unlink()
+    # the call must match the manifest: score='raw' and the checkpoint keys come from config.yaml
+    assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 0
+    after = load_episodes(exp_dir)
+    columns = ["run", "episode_index", "global_step", "ep_return", "ep_length", "raw_return"]
+    assert before[columns].equals(after[columns])
+    assert sorted(path.name for path in exp_dir.glob("Run1_E*")) == ["Run1_E6.pt"]  # keep_checkpoints=1 applied

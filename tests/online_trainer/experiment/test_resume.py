@@ -162,6 +162,11 @@ def test_resume_without_an_experiment_says_so(tmp_path):
     env, agent = AGENTS["q_learning"]
     with pytest.raises(FileNotFoundError, match="resume=True, but exp_dir="):
         OnlineTrainer(env, agent, exp_dir=tmp_path / "none").multi_run(1, total_steps=100, resume=True)
+    assert not (tmp_path / "none").exists()  # refused before anything is created
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="holds no experiment"):
+        OnlineTrainer(env, agent, exp_dir=tmp_path / "empty").multi_run(1, total_steps=100, resume=True)
+    assert list((tmp_path / "empty").iterdir()) == []  # no .lock either
     with pytest.raises(ValueError, match="resume=True writes into the experiment directory"):
         OnlineTrainer(env, agent).multi_run(1, total_steps=100, resume=True)
 
