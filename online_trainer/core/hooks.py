@@ -325,7 +325,7 @@ class HookRunner:
             save = getattr(hook, "state_dict", None)
             cadence = self.cadences.get(key)
             if callable(save) or cadence is not None:
-                hooks[key] = {"state": save() if callable(save) else None,
+                hooks[key] = {"state": save() if callable(save) else None, "type": type(hook).__qualname__,
                               "next_step": None if cadence is None else cadence.next_step}
         return {"hooks": hooks, "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
                 "stop_reason": self.ctx.stop_reason}
@@ -353,6 +353,10 @@ class HookRunner:
             if entry is None:
                 continue
             if entry["state"] is not None:
+                if entry.get("type", type(hook).__qualname__) != type(hook).__qualname__:
+                    raise ValueError(f"The saved state of {key} is a {entry['type']}'s, but this run's {key} is a "
+                                     f"{type(hook).__qualname__}: resume with the hooks in the order the run was "
+                                     "started with.")
                 load = getattr(hook, "load_state_dict", None)
                 if not callable(load):
                     raise ValueError(f"hook {hook!r} ({key}) has saved state but no load_state_dict(state) method.")

@@ -210,6 +210,13 @@ def test_load_state_dict_refuses_other_user_hooks():
                                          r"are \[\]"):
         HookRunner([], ctx).load_state_dict(state)
 
+    class Other(Stateful):
+        pass
+
+    with pytest.raises(ValueError, match=r"The saved state of hooks\[0\] is a .*Stateful's, but this run's "
+                                         r"hooks\[0\] is a .*Other: resume with the hooks in the order"):
+        HookRunner([Other()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
+
 
 def periodic(exp_dir, run=1):
     return sorted((p.name for p in exp_dir.iterdir() if p.name.startswith((f"Run{run}_S", f"Run{run}_E"))),
