@@ -84,15 +84,6 @@ class RunStats(Hook):
         self.returns.extend(returns)
         self.lengths.extend(lengths)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The rolling window, for a full checkpoint."""
-        return {"returns": list(self.returns), "lengths": list(self.lengths)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (a resumed run)."""
-        self.returns.extend(state["returns"])
-        self.lengths.extend(state["lengths"])
-
     def on_run_start(self, ctx: RunContext) -> None:
         self.mark = (ctx.global_step, time.perf_counter())
         self.sampler = PhaseSampler(ctx.agent, ctx.env, threading.get_ident())

@@ -44,7 +44,6 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
     before a run can begin, ``on_result(result)`` when it has ended; either raising stops
     every run and propagates.
     """
-    from online_trainer.parallel.ray_backend import RayExecutor
     if not specs:
         return
     budget = specs[0].budget
