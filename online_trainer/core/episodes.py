@@ -56,8 +56,8 @@ class EpisodeTracker:
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
             transition. It is the array handed to agents as ``update(..., valid=...)``; kept up
-            to date while ``keep_valid`` is True (the loop sets it False when no agent, log or
-            transition reads it: one array operation a step saved).
+            to date while ``keep_valid`` is True (the loop sets it False when neither the agent
+            nor kept transitions read it: one array operation a step saved).
         done: ``terminated | truncated`` of the current step.
         ended: whether any sub-env's episode ended at the current step (``done.any()``).
         resetting: the sub-envs whose entry of the current step is not a transition (their
@@ -165,13 +165,13 @@ class EpisodeTracker:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.
 
         Only real transitions' entries belong to an episode: the entries of sub-envs whose
-        step is not one (``valid`` is False: a reset step under NEXT_STEP) are dropped.
+        step is not one (:attr:`resetting`: a reset step under NEXT_STEP) are dropped.
         """
         if entries is None:
             return
-        valid = self.valid
+        resetting = self.resetting
         for i, entry in enumerate(entries):
-            if entry is not None and valid[i]:
+            if entry is not None and i not in resetting:
                 self.logs[i].append(entry)
                 self._has_logs = True
 
@@ -268,35 +268,6 @@ class EpisodeTracker:
         self._at_time += [time.perf_counter() - self.start_time] * count
         self.closed += count
         return ep_returns, lengths
-
-    def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
-        """Close sub-env 0's episode, whose return the caller summed (the loop of a single sub-env).
-
-        Args:
-            global_step: env steps of the run so far.
-            ep_return: the episode's return.
-            actions: the episode's actions when the caller kept them (their number is the
-                episode's length); None: those :meth:`observe` kept.
-
-        Returns:
-            The episode's length.
-        """
-        history, skip = self.actions, self._reset_skip
-        if actions is not None:
-            length = len(actions)
-        elif history is not None:
-            length, actions = history.t - history.start[0], history.episode(0)
-            history.restart(0, skip)
-        else:
-            length = self._steps - self._starts[0]
-            self._starts[0] = self._steps + skip
-        if self._extras or self._has_logs:
-            self._close_extras((0,))
-        if self._returns:
-            self.seal()
-        self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
-        self.closed += 1
-        return length
 
     def finish(self, i: int, global_step: int = 0) -> dict[str, Any]:
         """Close sub-env ``i``'s episode alone and return its record (the loop closes episodes in batches)."""

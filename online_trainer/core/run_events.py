@@ -67,11 +67,14 @@ class RunEvents:
         self.spec, self.hooks, self.tracker, self.metrics = spec, hooks, tracker, metrics
         self.evaluations, self.checkpoints = evaluations, checkpoints
         self.max_steps = spec.options.budget.max_steps
-        self.snapshot_due = False  # a full checkpoint is due at the end of this step (see snapshot)
-        self.preempted = False  # end the run as interrupted once that checkpoint is written
-        if checkpoints is not None:
-            checkpoints.on_saved = self._saved
+        self.preempted = False  # end the run as interrupted once its full checkpoint is written
         self.on_episodes = hooks.on_episodes
+
+    @property
+    def snapshot_due(self) -> bool:
+        """A full checkpoint is due at the end of this step (see :meth:`snapshot`): a hook announced a
+        checkpoint (``ctx.checkpointed``), or a preemption signal came."""
+        return self.hooks.checkpoint_written or self.preempted
 
     @property
     def episodes(self) -> int:
@@ -82,14 +85,9 @@ class RunEvents:
         hooks = self.hooks
         hooks.on_steps(global_step)
         if hooks.ctx.preempt:
-            self.snapshot_due = self.preempted = True
+            self.preempted = True
         next_step = hooks.next_step
         return next_step if next_step < self.max_steps else self.max_steps
-
-    def _saved(self, path: str) -> None:
-        """A checkpoint was written: a full one follows at the end of the step; then the hooks' ``on_checkpoint``."""
-        self.snapshot_due = True
-        self.hooks.on_checkpoint(path)
 
     def start(self) -> None:
         """Every hook's ``on_run_start``; raise :class:`~.hooks.StopRun` when one asked to stop."""
@@ -102,7 +100,7 @@ class RunEvents:
         Raises:
             Preempted: when the checkpoint was asked for by a preemption signal: the run ends as interrupted.
         """
-        self.snapshot_due = False
+        self.hooks.checkpoint_written = False
         agent = self.hooks.ctx.agent
         if self.spec.exp_dir is not None and callable(getattr(agent, "save", None)):
             resume.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
@@ -184,6 +182,4 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)
-    if evaluations is not None:
-        evaluations.on_record = hooks.on_eval
     return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)
