@@ -289,6 +289,53 @@ class EpisodeTracker:
             self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
         self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
 
+    def to_state(self, keep_table: bool = True) -> dict[str, Any]:
+        """Every sub-env's episode in progress (return, actions, logs, transitions, frames), the closed episodes not
+        yet sealed, and the table's records (with ``keep_table``; else none, numbered on from its count), as plain
+        data: what a full checkpoint keeps. The configuration (spaces, trigger, modes) is the run's, not saved."""
+        table = self.table
+        if not keep_table:  # the records are in the metrics stream
+            table = EpisodeTable(table.agent_seed)
+            table.first = self.table.count
+        return {"num_envs": self.num_envs, "returns": self.returns.copy(), "valid": self.valid.copy(),
+                "resetting": list(self.resetting), "steps": self._steps, "starts": list(self._starts),
+                "actions": None if self.actions is None else self.actions.to_state(),
+                "transitions": self.transitions, "frames": self.frames, "next_frames": self._next_frames,
+                "triggered": dict(self._triggered), "finished": self._finished, "logs": self.logs,
+                "has_logs": self._has_logs, "closed": self.closed, "new_frames": self.new_frames,
+                "unsealed": {"returns": self._returns, "lengths": self._lengths, "at_step": self._at_step,
+                             "at_time": self._at_time, "objects": self._objects},
+                "table": table.to_state()}
+
+    def from_state(self, state: dict[str, Any]) -> EpisodeTracker:
+        """Set this tracker (new, built with the run's configuration) to the one :meth:`to_state` described, and
+        return it.
+
+        Raises:
+            ValueError: the state is of a tracker of another number of sub-envs, or keeping actions differs.
+        """
+        if state["num_envs"] != self.num_envs or (state["actions"] is None) != (self.actions is None):
+            raise ValueError(f"the saved episode tracker has num_envs={state['num_envs']} and keeps actions: "
+                             f"{state['actions'] is not None}; this run's: {self.num_envs}, {self.actions is not None}")
+        self.returns[:], self.valid[:] = state["returns"], state["valid"]
+        self.resetting, self._steps, self._starts = list(state["resetting"]), state["steps"], list(state["starts"])
+        if self.actions is not None:
+            self.actions.from_state(state["actions"])
+        self.transitions, self.frames, self._next_frames = state["transitions"], state["frames"], state["next_frames"]
+        self._triggered, self._finished, self.logs = dict(state["triggered"]), state["finished"], state["logs"]
+        self._has_logs, self.closed, self.new_frames = state["has_logs"], state["closed"], state["new_frames"]
+        unsealed = state["unsealed"]
+        self._returns, self._lengths, self._at_step = unsealed["returns"], unsealed["lengths"], unsealed["at_step"]
+        self._at_time, self._objects = unsealed["at_time"], unsealed["objects"]
+        self.table = EpisodeTable.from_state(state["table"])
+        return self
+
+    def number_from(self, episodes: int, table: dict[str, Any]) -> None:
+        """Go on from ``episodes`` closed episodes, with the table :meth:`to_state` kept (a run whose env restarts
+        from a reset: the episodes in progress are dropped)."""
+        self.table = EpisodeTable.from_state(table)
+        self.closed = self._finished = episodes
+
     def _close_extras(self, envs: Any) -> None:
         """Hand the table the agent logs, transitions and frames of the episodes being closed."""
         table = self.table

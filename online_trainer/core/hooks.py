@@ -40,16 +40,15 @@ class), so hooks of different classes may be listed in another order when the ru
 from __future__ import annotations
 
 import copy
-import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from online_trainer.core.budget import INFINITY
+from online_trainer.core.cadence import Cadence
 
 HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
-SECONDS_CHECKS = 10  # a seconds-based hook's clock is read about this many times per period
 
 
 class StopRun(Exception):
@@ -216,40 +215,6 @@ def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
     return tuple(hooks)
 
 
-class _Cadence:
-    """When one hook's ``on_step`` is due, in env steps (seconds are turned into a step stride as the run goes)."""
-
-    def __init__(self, hook: Any) -> None:
-        self.hook = hook
-        self.every_steps = getattr(hook, "every_steps", None)
-        self.every_seconds = getattr(hook, "every_seconds", None)
-        self.next_step = float(self.every_steps) if self.every_steps else 1.0
-        self.restart(0)
-
-    def restart(self, global_step: int) -> None:
-        """Start the clock of a seconds-based cadence now, at ``global_step``."""
-        self.due_time = time.monotonic() + (self.every_seconds or 0.0)
-        self.mark = (global_step, time.monotonic())  # (global_step, time) of the last look at the clock
-
-    def due(self, global_step: int) -> bool:
-        """Whether the hook is due at ``global_step`` (which reached :attr:`next_step`); schedules the next look."""
-        if self.every_steps:
-            self.next_step = (global_step // self.every_steps + 1) * self.every_steps
-            return True
-        now = time.monotonic()
-        steps, then = self.mark
-        if now > then and global_step > steps:  # look about SECONDS_CHECKS times a period, at the pace so far
-            stride = (global_step - steps) * self.every_seconds / (SECONDS_CHECKS * (now - then))
-            self.next_step = global_step + max(1, int(stride))
-        else:
-            self.next_step = global_step + 1
-        self.mark = (global_step, now)
-        if now >= self.due_time:
-            self.due_time = now + self.every_seconds
-            return True
-        return False
-
-
 class HookRunner:
     """Calls the hooks of one run in their order: the run's built-ins, then a copy of each of the user's.
 
@@ -281,7 +246,7 @@ class HookRunner:
         self.checkpoint = self._methods("on_checkpoint")
         self.run_end = self._methods("on_run_end")
         # a hook's on_step runs at the cadence it declares (a built-in configured without one takes no on_step)
-        self.cadences = {key: _Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")
+        self.cadences = {key: Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")
                          and (getattr(h, "every_steps", None) or getattr(h, "every_seconds", None))}
         self.next_step = self._next_step()
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""

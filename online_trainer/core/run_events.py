@@ -107,7 +107,7 @@ class RunEvents:
         if self.preempted:
             raise resume.Preempted(self.spec.run_idx, loop.global_step)
 
-    def _full_state(self, loop: LoopState) -> dict[str, Any]:
+    def _full_state(self, loop: LoopState) -> resume.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics
         metrics.flush()
         evaluations = self.evaluations
@@ -117,14 +117,12 @@ class RunEvents:
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
             outputs["callback"] = checkpoint(ctx.run_tag)
-        return {
-            "run": spec.run_idx, "seed": spec.seed, "num_envs": self.tracker.num_envs, "loop": loop,
-            "tracker": resume.tracker_bytes(self.tracker, keep_table=metrics.stream is None),
-            "events": self.hooks.state_dict(),
-            "agent": resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoint_buffers),
-            "env": resume.env_bytes(ctx.env), "rng": resume.global_rng_state(), "outputs": outputs,
-            "elapsed": time.perf_counter() - self.tracker.start_time,
-        }
+        return resume.FullCheckpoint(
+            run=spec.run_idx, seed=spec.seed, num_envs=self.tracker.num_envs, loop=loop,
+            tracker=self.tracker.to_state(keep_table=metrics.stream is None), events=self.hooks.state_dict(),
+            agent=resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoint_buffers),
+            env=resume.env_bytes(ctx.env), rng=resume.global_rng_state(), outputs=outputs,
+            elapsed=time.perf_counter() - self.tracker.start_time)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the hooks' state from a full checkpoint's ``events`` (a resumed run, before :meth:`start`)."""

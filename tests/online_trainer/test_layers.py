@@ -30,7 +30,7 @@ LOWER = {
     "orchestration": {"core", "experiment", "parallel", "analysis", "config", "hooks"},
     "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration", "hooks"},
 }
-MAX_LINES = 400
+MAX_LINES = 450  # lifted from 400 (issue 39: code crowded in at 399-400 lines); split modules by job, not by count
 
 
 def imported_modules(path: Path) -> set[str]:
