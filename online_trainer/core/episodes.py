@@ -269,6 +269,25 @@ class EpisodeTracker:
         self.closed += count
         return ep_returns, lengths
 
+    def running_lengths(self) -> list[int]:
+        """The length so far of every sub-env's episode in progress (a tracker that keeps no actions)."""
+        steps = self._steps
+        return [max(0, steps - start) for start in self._starts]
+
+    def restarted(self, envs: list[int]) -> None:
+        """Sub-envs ``envs``, whose episodes were just closed, were reset by the caller (not by the env's
+        autoreset): their next step is a real transition, whatever the autoreset mode."""
+        history = self.actions
+        for i in envs:
+            self.returns[i] = 0.0
+            if history is not None:
+                history.restart(i, 0)
+            else:
+                self._starts[i] = self._steps
+        if self.resetting:
+            self.resetting = [i for i in self.resetting if i not in envs]
+        self.valid[envs] = True
+
     def finish(self, i: int, global_step: int = 0) -> dict[str, Any]:
         """Close sub-env ``i``'s episode alone and return its record (the loop closes episodes in batches)."""
         self.close([i], global_step)
