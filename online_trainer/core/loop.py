@@ -50,8 +50,9 @@ class LoopState:
 class LoopEvents(Protocol):
     """What the loop tells the rest of the run."""
 
-    snapshot_due: bool
-    """Set when a full checkpoint is due: the loop calls :meth:`snapshot` at the next step boundary."""
+    @property
+    def snapshot_due(self) -> bool:
+        """True when a full checkpoint is due: the loop calls :meth:`snapshot` at the next step boundary."""
 
     def on_episodes(self, first_index: int, returns: Any, lengths: Any, global_step: int) -> None:
         """Episodes ``first_index, first_index + 1, ...`` ended at ``global_step`` with these returns and lengths.
