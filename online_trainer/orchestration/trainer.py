@@ -215,7 +215,9 @@ class OnlineTrainer:
                 learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
         Returns:
-            The episode records of each run (``None`` per run when ``keep_records`` is False), as a
+            With ``execution=ExecutionOptions(backend="slurm", slurm=SlurmOptions(wait=False))``, a
+            :class:`~online_trainer.parallel.slurm.SlurmRuns` handle as soon as the jobs are submitted.
+            Otherwise the episode records of each run (``None`` per run when ``keep_records`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own).
 
@@ -246,7 +248,9 @@ class OnlineTrainer:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            execute_experiments([experiment], execution, parts.callback, pool, created)
+            handle = execute_experiments([experiment], execution, parts.callback, pool, created)
+            if handle is not None:  # submitted to Slurm without waiting: the jobs record their results
+                return handle
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
@@ -329,6 +333,7 @@ class OnlineTrainer:
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
+        execution.check_waits("sweep")
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
                          checkpoint_freq, execution, hooks, resume, keep_checkpoints, checkpoint_buffers)
 
@@ -389,6 +394,7 @@ class OnlineTrainer:
                                     start_method=start_method, torch_threads=torch_threads, ray_address=ray_address,
                                     ray_resources=ray_resources)
         parts.check_travel(options)
+        options.check_waits("evaluate")
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
 
     load_run_metrics = staticmethod(storage.load_run_metrics)

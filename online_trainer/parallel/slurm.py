@@ -1,0 +1,414 @@
+"""Runs as Slurm jobs, submitted through submitit (``pip install -e ".[slurm]"``).
+
+The process that submits (on a login node, in a notebook) hands each run, or each group of
+``runs_per_job`` runs, to a Slurm job of one job array, ``num_workers`` of them running at once
+(the array's ``%N`` throttle). A job runs in the same Python (``sys.executable``) and leaves
+everything in the experiment directory itself (see :mod:`online_trainer.parallel.slurm_job`),
+which must therefore be on a filesystem every node shares. The submitting process only reads:
+it shows the jobs' progress, takes each result as it appears, and asks ``squeue`` how the jobs
+stand, so that a job that ends without a result (cancelled, killed, out of memory, its node
+lost) fails its runs, naming the seed, the job id and the end of the job's log. It may also
+return at once with a :class:`SlurmRuns` handle, and end: the jobs record how their runs end
+in the manifest themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import cloudpickle
+
+from online_trainer.core import storage
+from online_trainer.core.errors import RunsFailedError
+from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.experiment.manifest import SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
+from online_trainer.parallel.base import ResultHandler, SlurmOptions, StartHandler, no_start
+
+logger = logging.getLogger(__name__)
+
+SubmitHandler = Callable[[RunSpec, str], None]
+# squeue states after which a job runs no more (a PREEMPTED or REQUEUED job may come back: PENDING again)
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+                   "OUT_OF_MEMORY", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                  "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "POWER_UP_NODE"})
+GONE = "GONE"  # not known to squeue (any more)
+_LOG_LINES = 20
+
+
+def import_submitit() -> Any:
+    """submitit, or an ImportError that says how to install it."""
+    try:
+        import submitit
+    except ImportError as exc:
+        raise ImportError("backend='slurm' needs submitit: pip install -e '.[slurm]' (or pip install submitit).") \
+            from exc
+    return submitit
+
+
+def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:
+    """The ``squeue`` state of each job (``GONE`` when squeue knows it no more); None when squeue cannot be asked.
+
+    Args:
+        job_ids: ids as the manifest holds them: ``123`` or ``123_4`` (a task of an array).
+    """
+    job_ids = list(dict.fromkeys(job_ids))
+    if not job_ids:
+        return {}
+    if shutil.which("squeue") is None:
+        return None
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    states = _squeue(bases)
+    if states is None:  # one purged id fails the whole query: ask for each
+        states = {}
+        for base in bases:
+            one = _squeue([base])
+            if one is None:
+                return None
+            states.update(one)
+    return {job_id: states.get(job_id, GONE) for job_id in job_ids}
+
+
+def _squeue(bases: list[str]) -> dict[str, str] | None:
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("squeue failed (%s): trying again", exc)
+        return None
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return {} if len(bases) == 1 else None
+        logger.warning("squeue failed (%s): trying again", done.stderr.strip())
+        return None
+    states = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        states[job_id] = state.split()[0] if state else "?"
+    return states
+
+
+def log_tail(folder: str | os.PathLike, job_id: str, lines: int = _LOG_LINES) -> tuple[Path, str]:
+    """The job's log file (submitit's stderr, else its stdout) and its last ``lines`` lines."""
+    submitit = import_submitit()
+    paths = submitit.core.utils.JobPaths(folder, job_id=job_id, task_id=0)
+    for path in (paths.stderr, paths.stdout):
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            return Path(path), "\n".join(text.rstrip().splitlines()[-lines:])
+    return Path(paths.stderr), "(the log is empty or missing)"
+
+
+def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state: str, folder: str) -> RunResult:
+    """The failed result of a run whose job ended (``state``) before the run had a result."""
+    path, tail = log_tail(folder, job_id)
+    how = "is no longer known to Slurm" if state == GONE else f"ended {state}"
+    summary = f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result"
+    error = f"{summary}. The end of its log {path}:\n{tail}"
+    return RunResult(run_idx=spec_run, seed=seed, records=None, key=key, status="failed", error=error,
+                     extra={"exception": summary, "slurm_job": job_id})
+
+
+class _Watch:
+    """What the submitting process follows: each run's job, its progress file, and its result file."""
+
+    def __init__(self, runs: Sequence[tuple[int, str, int, int, str]], folder: str) -> None:
+        # (key, exp_dir, run, seed, job id) of every run still followed
+        self.runs = {key: (exp_dir, run, seed, job_id) for key, exp_dir, run, seed, job_id in runs}
+        self.folder = folder
+        self.offsets: dict[int, int] = {}
+        self.ended_seen: dict[str, int] = {}  # job id -> polls in a row that saw it ended
+
+    def progress(self, display: ProgressDisplay | NoProgress) -> None:
+        """Hand the progress messages written since the last call to ``display``."""
+        if isinstance(display, NoProgress):
+            return
+        for key, (exp_dir, run, _, _) in self.runs.items():
+            path = storage.slurm_progress_path(exp_dir, run)
+            offset = self.offsets.get(key, 0)
+            try:
+                with open(path, "rb") as file:
+                    file.seek(offset)
+                    while True:
+                        try:
+                            batch = pickle.load(file)
+                        except Exception:  # the end, or a batch still being written
+                            break
+                        offset = file.tell()
+                        for message in batch:
+                            display.handle(message)
+            except OSError:
+                continue
+            self.offsets[key] = offset
+
+    def results(self, states: dict[str, str] | None) -> list[RunResult]:
+        """The results of runs that ended since the last call: read from their files, or failed when their job
+        ended without writing one (seen ended by two polls in a row: its file may lag behind on a shared fs).
+
+        Args:
+            states: the jobs' states from a fresh ``squeue``; None: none (only result files are read).
+        """
+        ended: list[RunResult] = []
+        for job_id in list(self.ended_seen):
+            if states is not None and states.get(job_id) not in ENDED and states.get(job_id) != GONE:
+                del self.ended_seen[job_id]  # requeued: it runs again
+        seen_now = set()
+        for key, (exp_dir, run, seed, job_id) in list(self.runs.items()):
+            result = read_job_result(Path(exp_dir), run)
+            if result is not None:
+                result.key = key
+                ended.append(result)
+                del self.runs[key]
+                continue
+            state = None if states is None else states.get(job_id)
+            if state in ENDED or state == GONE:
+                if job_id not in seen_now:
+                    self.ended_seen[job_id] = self.ended_seen.get(job_id, 0) + 1
+                    seen_now.add(job_id)
+                if self.ended_seen[job_id] >= 2:
+                    logger.error("run %d (seed %d): Slurm job %s ended %s without a result", run, seed, job_id, state)
+                    ended.append(ended_without_result(run, seed, key, job_id, state, self.folder))
+                    del self.runs[key]
+        return ended
+
+    def job_ids(self) -> list[str]:
+        return [job_id for _, _, _, job_id in self.runs.values()]
+
+
+class SlurmExecutor:
+    """Submits runs as the tasks of one Slurm job array, at most ``max_running`` running at once.
+
+    Args:
+        options: the jobs' Slurm parameters and how many runs go in each job.
+        max_running: jobs running at once (the ``num_workers`` of ``multi_run``).
+        torch_threads: torch threads in each job.
+    """
+
+    def __init__(self, options: SlurmOptions, max_running: int = 1, torch_threads: int = 1) -> None:
+        self.submitit = import_submitit()
+        self.options, self.max_running, self.torch_threads = options, max_running, torch_threads
+
+    def folder(self, specs: Sequence[RunSpec]) -> Path:
+        """Where job scripts and logs go: ``options.folder``, else ``slurm/`` beside the experiments."""
+        if self.options.folder is not None:
+            return Path(self.options.folder)
+        return Path(os.path.commonpath([os.path.abspath(spec.exp_dir) for spec in specs])) / storage.SLURM_DIR
+
+    def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
+               on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
+        """Submit ``specs`` (``on_start(spec)`` before, ``on_submitted(spec, job_id)`` after); return each with its job id.
+
+        Raises:
+            ValueError: a spec has no experiment directory.
+            FailedSubmissionError (submitit's): ``sbatch`` refused the jobs (its message says why).
+        """
+        missing = [spec.run_idx for spec in specs if spec.exp_dir is None]
+        if missing:
+            raise ValueError("backend='slurm' needs an exp_dir on a filesystem the nodes share (jobs write their "
+                             f"results there), but got exp_dir=None for run(s) {missing}: pass exp_dir=...")
+        folder = self.folder(specs)
+        folder.mkdir(parents=True, exist_ok=True)
+        for spec in specs:  # what an earlier call's jobs left for the runs done now
+            Path(spec.exp_dir, storage.SLURM_DIR).mkdir(exist_ok=True)
+            storage.slurm_result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+            storage.slurm_progress_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+        executor = self.submitit.SlurmExecutor(folder=folder, max_num_timeout=self.options.max_requeues)
+        # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
+        executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
+                                   signal_delay_s=self.options.signal_delay_s, array_parallelism=self.max_running)
+        size = self.options.runs_per_job
+        groups = [list(specs[i:i + size]) for i in range(0, len(specs), size)]
+        for spec in specs:
+            on_start(spec)
+        write_all = not self.options.wait
+        jobs = []
+        with executor.batch():
+            for group in groups:
+                payloads = [cloudpickle.dumps(spec) for spec in group]
+                from online_trainer.parallel.slurm_job import SlurmRunJob
+
+                jobs.append(executor.submit(SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues,
+                                                        write_all)))
+        submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
+        logger.info("submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s", len(specs),
+                    len(jobs), ", ".join(str(job.job_id) for job in jobs[:3]) + (", ..." if len(jobs) > 3 else ""),
+                    self.max_running, folder)
+        if on_submitted is not None:
+            for spec, job_id in submitted:
+                on_submitted(spec, job_id)
+        return submitted
+
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+            on_start: StartHandler = no_start, on_submitted: SubmitHandler | None = None) -> "SlurmRuns | None":
+        """Submit every spec; with ``options.wait`` return once each has a result, else return a handle at once.
+
+        An exception here (Ctrl-C, ``on_result`` raising) cancels the jobs still queued or running:
+        each run in progress writes a full checkpoint first (SIGTERM), for ``resume=True``.
+        """
+        submitted = self.submit(specs, on_start, on_submitted)
+        folder = str(self.folder(specs))
+        if not self.options.wait:
+            return SlurmRuns([(spec.exp_dir, spec.run_idx) for spec in specs], folder)
+        watch = _Watch([(spec.key, spec.exp_dir, spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
+                       folder)
+        try:
+            follow(watch, display, self.options.poll_interval, on_result)
+        except BaseException:
+            cancel(watch.job_ids())
+            raise
+        return None
+
+
+def follow(watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float,
+           on_result: Callable[[RunResult], None]) -> None:
+    """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``."""
+    last_poll = 0.0
+    while watch.runs:
+        watch.progress(display)
+        states = None  # results only: a job is judged ended on a fresh squeue
+        if time.monotonic() - last_poll >= poll_interval:
+            states = job_states(watch.job_ids())
+            last_poll = time.monotonic()
+        for result in watch.results(states):
+            watch.progress(display)
+            display.run_finished(result.key, result.status not in COMPLETED, result.status == "stopped_early")
+            on_result(result)
+        if watch.runs:
+            time.sleep(min(0.5, poll_interval))
+
+
+def cancel(job_ids: Sequence[str]) -> None:
+    """``scancel`` the jobs (SIGTERM: each run in progress checkpoints, within the cluster's KillWait)."""
+    if job_ids and shutil.which("scancel"):
+        logger.warning("cancelling Slurm jobs %s", ", ".join(job_ids))
+        subprocess.run(["scancel", *dict.fromkeys(job_ids)], check=False, timeout=60)
+
+
+class SlurmRuns:
+    """The handle of runs submitted to Slurm without waiting (``SlurmOptions(wait=False)``).
+
+    It reads only the experiment directory and ``squeue``, so it can also be made later, in
+    another process: ``SlurmRuns.of(exp_dir)``.
+
+    Args:
+        runs: ``(exp_dir, run)`` of each run followed.
+        folder: where the jobs' logs are.
+    """
+
+    def __init__(self, runs: Sequence[tuple[str, int]], folder: str) -> None:
+        self.runs, self.folder = [(os.fspath(exp_dir), run) for exp_dir, run in runs], folder
+
+    @classmethod
+    def of(cls, exp_dir: str | os.PathLike, folder: str | os.PathLike | None = None) -> "SlurmRuns":
+        """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, default ``exp_dir/slurm``)."""
+        manifest = storage.read_manifest(exp_dir)
+        runs = [(os.fspath(exp_dir), entry["run"]) for entry in manifest["runs"] if SLURM_JOB_KEY in entry]
+        return cls(runs, os.fspath(folder or Path(exp_dir) / storage.SLURM_DIR))
+
+    def _entries(self) -> list[dict[str, Any]]:
+        manifests = {exp_dir: storage.read_manifest(exp_dir) for exp_dir in dict.fromkeys(d for d, _ in self.runs)}
+        return [manifests[exp_dir]["runs"][run - 1] for exp_dir, run in self.runs]
+
+    @property
+    def job_ids(self) -> list[str]:
+        """The Slurm job of each run, in order (runs sharing a job repeat its id)."""
+        return [entry.get(SLURM_JOB_KEY) for entry in self._entries()]
+
+    def done(self) -> bool:
+        """Whether every run has ended (finished, failed, or its job gone without a result, then recorded as failed)."""
+        self._settle(self._watch_unended())
+        return not self._watch_unended().runs
+
+    def wait(self, progress: bool = True, poll_interval: float = 2.0) -> list[list[dict[str, Any]] | None]:
+        """Wait until every run has ended; return the records of each run of the experiment(s), read from disk.
+
+        Raises:
+            RunsFailedError: some runs failed (their jobs' errors, or jobs that ended without a result).
+        """
+        watch = self._watch_unended()
+        display = NoProgress()
+        if progress and watch.runs:
+            entries = self._entries()
+            budget = entries and storage.read_manifest(self.runs[0][0]).get("budget") or {}
+            total = budget.get("total_steps") or budget.get("num_episodes") or 0
+            unit = "steps" if budget.get("total_steps") else "episodes"
+            display = ProgressDisplay(len(watch.runs), total, unit) if total else NoProgress()
+        try:
+            follow(watch, display, poll_interval, lambda result: self._record(result))
+        finally:
+            display.close_all()
+        failures, runs = [], []
+        from online_trainer.core.errors import RunFailure
+
+        for (exp_dir, run), entry in zip(self.runs, self._entries()):
+            if entry["status"] in COMPLETED:
+                runs.append(storage.load_run_metrics(exp_dir, run))
+            else:
+                runs.append(None)
+                failures.append(RunFailure(run, entry["seed"], (entry.get("error") or "?").splitlines()[0],
+                                           entry.get("error") or ""))
+        if failures:
+            raise RunsFailedError(failures, runs)
+        return runs
+
+    def _watch_unended(self) -> _Watch:
+        followed = []
+        for key, ((exp_dir, run), entry) in enumerate(zip(self.runs, self._entries()), start=1):
+            if entry["status"] in ("pending", "running") and SLURM_JOB_KEY in entry:
+                followed.append((key, exp_dir, run, entry["seed"], entry[SLURM_JOB_KEY]))
+        return _Watch(followed, self.folder)
+
+    def _settle(self, watch: _Watch) -> None:
+        """Record the runs whose jobs ended without a result (the jobs record the others themselves)."""
+        states = job_states(watch.job_ids())
+        for _ in range(2):  # two looks: a result file may lag behind its job's end
+            for result in watch.results(states):
+                self._record(result)
+
+    def _record(self, result: RunResult) -> None:
+        if "slurm_job" not in result.extra:
+            return  # the job recorded it itself
+        exp_dir = next(Path(d) for d, run in self.runs if run == result.run_idx)
+        with manifest_lock(exp_dir):
+            manifest = storage.read_manifest(exp_dir)
+            if manifest["runs"][result.run_idx - 1]["status"] in ("pending", "running"):
+                apply_result(manifest, result)
+                storage.write_manifest(exp_dir, manifest)
+
+
+def refuse_live_jobs(exp_dir: Path) -> None:
+    """Raise when runs of the experiment in ``exp_dir`` are still in Slurm jobs that may run (before a resume).
+
+    Raises:
+        RuntimeError: naming the runs, their jobs and their states, and what to do.
+    """
+    try:
+        manifest = storage.read_manifest(exp_dir)
+    except (OSError, ValueError):
+        return
+    entries = [e for e in manifest.get("runs", []) if e.get("status") == "running" and SLURM_JOB_KEY in e
+               and read_job_result(exp_dir, e["run"]) is None]
+    if not entries:
+        return
+    states = job_states(e[SLURM_JOB_KEY] for e in entries)
+    if states is None:
+        live = {e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here") for e in entries}
+    else:
+        live = {e["run"]: (e[SLURM_JOB_KEY], states[e[SLURM_JOB_KEY]]) for e in entries
+                if states[e[SLURM_JOB_KEY]] in LIVE}
+    if live:
+        described = ", ".join(f"run {run} in job {job} ({state})" for run, (job, state) in live.items())
+        raise RuntimeError(f"resume=True, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
+                           "for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and resume then.")
+
