@@ -60,28 +60,14 @@ EXPERIMENT_PATTERNS = (
     "*.csv",
     "mlflow.db",
     "mlflow_runs.json",
-    "mlartifacts",
-    "wandb",
+    "mlartifacts", "wandb",
     "wandb_runs.json",
-    # the Slurm backend's results, progress and (by default) job logs
-    "slurm",
+    "slurm",  # the Slurm backend's results, progress and job logs
 )
-SLURM_DIR = "slurm"
-"""Folder of an experiment where the Slurm backend's jobs leave each run's result and progress."""
 
 
 class TruncatedMetricsWarning(RuntimeWarning):
     """A metrics stream ends in an incomplete chunk (its run was killed while writing)."""
-
-
-def slurm_result_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
-    """Path of the result a Slurm job writes when run ``run_idx`` has ended (a pickled ``RunResult``)."""
-    return Path(exp_dir) / SLURM_DIR / f"result_run{run_idx}.pkl"
-
-
-def slurm_progress_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
-    """Path of the progress messages a Slurm job appends while run ``run_idx`` goes on."""
-    return Path(exp_dir) / SLURM_DIR / f"progress_run{run_idx}.pkl"
 
 
 def metrics_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:

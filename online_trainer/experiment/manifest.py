@@ -15,6 +15,7 @@ from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class Experiment:
             storage.write_manifest(self.exp_dir, self.manifest)
             return
         with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
-            on_disk = _read_quietly(self.exp_dir)
+            on_disk = read_manifest_quietly(self.exp_dir)
             for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
                 if entry["status"] == ownership.RUNNING and written.get("status") not in (None, ownership.RUNNING,
                                                                                            "pending"):
@@ -182,80 +183,6 @@ class Experiment:
             for table in tables:
                 if isinstance(table, EpisodeTable):
                     table.release_chunks()  # written: the memory goes back
-
-
-SLURM_JOB_KEY = ownership.SLURM_JOB_KEY
-"""Key of a run's manifest entry: the Slurm job it was handed to (its id, ``123`` or ``123_4`` in an array)."""
-MANIFEST_LOCK_FILE = ".manifest.lock"
-
-
-def apply_result(manifest: dict[str, Any], result: RunResult) -> None:
-    """Write how a run ended into its entry of ``manifest`` (in place), and the env's facts when missing."""
-    for name, value in result.env_info.items():
-        manifest.setdefault(name, value)
-    entry = manifest["runs"][result.run_idx - 1]
-    entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                 wall_time=round(result.wall_time, 3),
-                 sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
-                 error=result.error)
-    entry["stop_reason"] = result.extra.get("stop_reason")
-
-
-@contextlib.contextmanager
-def manifest_lock(exp_dir: Path) -> Iterator[None]:
-    """Hold ``exp_dir/.manifest.lock`` (``flock``) while the manifest is read, changed and written.
-
-    The writers it orders are the Slurm jobs of one experiment, each recording its own run's end,
-    and the process that submitted them.
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: no Slurm there either
-        yield
-        return
-    fd = os.open(exp_dir / MANIFEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _read_quietly(exp_dir: Path) -> dict[str, Any]:
-    try:
-        return storage.read_manifest(exp_dir)
-    except (OSError, ValueError):
-        return {}
-
-
-def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool) -> None:
-    """Record the end of a run in the manifest, from the Slurm job that ran it.
-
-    Once every run of the experiment has completed, the job that records the last one writes
-    ``all_metrics.pkl`` (with ``write_all_metrics``) from the metrics streams.
-    """
-    with manifest_lock(exp_dir):
-        manifest = storage.read_manifest(exp_dir)
-        apply_result(manifest, result)
-        storage.write_manifest(exp_dir, manifest)
-        if write_all_metrics and all(entry["status"] in COMPLETED for entry in manifest["runs"]):
-            storage.write_all_metrics(exp_dir, [storage.load_run_metrics(exp_dir, entry["run"])
-                                                for entry in manifest["runs"]])
-
-
-def read_job_result(exp_dir: Path, run_idx: int) -> RunResult | None:
-    """The result a Slurm job wrote for run ``run_idx`` (None when there is none, or it cannot be read)."""
-    import pickle
-
-    path = storage.slurm_result_path(exp_dir, run_idx)
-    try:
-        with open(path, "rb") as file:
-            return pickle.load(file)
-    except FileNotFoundError:
-        return None
-    except Exception as exc:  # cut off, or written by another version
-        logger.warning("could not read %s (%s: %s)", path, type(exc).__name__, exc)
-        return None
 
 
 def remove_created(created: Sequence[Path]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, ContextManager, Mapping
 from online_trainer.core import ownership, resume, storage, validation
 from online_trainer.core.run import COMPLETED
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import apply_result, read_job_result
+from online_trainer.core.job_results import apply_result, read_job_result
 
 logger = logging.getLogger(__name__)
 
@@ -108,30 +108,13 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
         run = entry["run"]
         if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, run).is_file():
             continue
-        header = left[run] = restart_point(exp_dir, run, continue_runs)
+        header = left[run] = resume.restart_point(exp_dir, run, continue_runs)
         if header is not None:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
                                      "env_restored": header["env_kept"]}
             logger.info("run %d continues from its checkpoint at step %d (%d episodes)", run, header["global_step"],
                         header["episodes"])
     return left
-
-
-def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
-    """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
-    streams and its checkpoint removed.
-
-    Args:
-        exp_dir: the experiment directory.
-        run: the run's number.
-        continue_run: continue from the full checkpoint (False: start again whatever there is).
-    """
-    header = resume.read(exp_dir, run, header_only=True) if continue_run else None
-    if header is None:
-        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
-                     storage.resume_path(exp_dir, run)):
-            path.unlink(missing_ok=True)  # a run that starts again from its first step
-    return header
 
 
 def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int, dict[str, Any] | None],

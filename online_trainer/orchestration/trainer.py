@@ -172,11 +172,8 @@ class OnlineTrainer:
                 ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
                 ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
             progress: show an overall bar and a bar per active run (default True).
-            start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            backend: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_resources: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            start_method, torch_threads, backend, ray_address, ray_resources: see
+                :class:`~online_trainer.parallel.base.ExecutionOptions` (``backend="slurm"``: a Slurm job per run).
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -215,11 +212,10 @@ class OnlineTrainer:
                 learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
 
         Returns:
-            With ``execution=ExecutionOptions(backend="slurm", slurm=SlurmOptions(wait=False))``, a
-            :class:`~online_trainer.parallel.slurm.SlurmRuns` handle as soon as the jobs are submitted.
-            Otherwise the episode records of each run (``None`` per run when ``keep_records`` is False), as a
+            The episode records of each run (``None`` per run when ``keep_records`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
-            built as they are read (``list(run)`` for a list of your own).
+            built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
+            a :class:`~online_trainer.parallel.slurm.SlurmRuns` handle, as soon as the jobs are submitted.
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
@@ -248,9 +244,8 @@ class OnlineTrainer:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            handle = execute_experiments([experiment], execution, parts.callback, pool, created)
-            if handle is not None:  # submitted to Slurm without waiting: the jobs record their results
-                return handle
+            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
+                return handle  # submitted to Slurm without waiting: the jobs record their results
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
@@ -333,7 +328,6 @@ class OnlineTrainer:
         execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
                                       torch_threads=torch_threads, ray_address=ray_address,
                                       ray_resources=ray_resources, progress=progress)
-        execution.check_waits("sweep")
         return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
                          checkpoint_freq, execution, hooks, resume, keep_checkpoints, checkpoint_buffers)
 
@@ -394,7 +388,6 @@ class OnlineTrainer:
                                     start_method=start_method, torch_threads=torch_threads, ray_address=ray_address,
                                     ray_resources=ray_resources)
         parts.check_travel(options)
-        options.check_waits("evaluate")
         return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
 
     load_run_metrics = staticmethod(storage.load_run_metrics)

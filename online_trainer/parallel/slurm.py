@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import cloudpickle
 
-from online_trainer.core import storage
+from online_trainer.core import job_results, storage
 from online_trainer.core.errors import RunsFailedError
+from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
 from online_trainer.core.progress import NoProgress, ProgressDisplay
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
-from online_trainer.experiment.manifest import SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
 from online_trainer.parallel.base import ResultHandler, SlurmOptions, StartHandler, no_start
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ class _Watch:
         if isinstance(display, NoProgress):
             return
         for key, (exp_dir, run, _, _) in self.runs.items():
-            path = storage.slurm_progress_path(exp_dir, run)
+            path = job_results.progress_path(exp_dir, run)
             offset = self.offsets.get(key, 0)
             try:
                 with open(path, "rb") as file:
@@ -203,7 +203,7 @@ class SlurmExecutor:
         """Where job scripts and logs go: ``options.folder``, else ``slurm/`` beside the experiments."""
         if self.options.folder is not None:
             return Path(self.options.folder)
-        return Path(os.path.commonpath([os.path.abspath(spec.exp_dir) for spec in specs])) / storage.SLURM_DIR
+        return Path(os.path.commonpath([os.path.abspath(spec.exp_dir) for spec in specs])) / job_results.SLURM_DIR
 
     def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
                on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
@@ -220,9 +220,9 @@ class SlurmExecutor:
         folder = self.folder(specs)
         folder.mkdir(parents=True, exist_ok=True)
         for spec in specs:  # what an earlier call's jobs left for the runs done now
-            Path(spec.exp_dir, storage.SLURM_DIR).mkdir(exist_ok=True)
-            storage.slurm_result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
-            storage.slurm_progress_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+            Path(spec.exp_dir, job_results.SLURM_DIR).mkdir(exist_ok=True)
+            job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+            job_results.progress_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
         executor = self.submitit.SlurmExecutor(folder=folder, max_num_timeout=self.options.max_requeues)
         # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
         executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
@@ -314,7 +314,7 @@ class SlurmRuns:
         """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, default ``exp_dir/slurm``)."""
         manifest = storage.read_manifest(exp_dir)
         runs = [(os.fspath(exp_dir), entry["run"]) for entry in manifest["runs"] if SLURM_JOB_KEY in entry]
-        return cls(runs, os.fspath(folder or Path(exp_dir) / storage.SLURM_DIR))
+        return cls(runs, os.fspath(folder or Path(exp_dir) / job_results.SLURM_DIR))
 
     def _entries(self) -> list[dict[str, Any]]:
         manifests = {exp_dir: storage.read_manifest(exp_dir) for exp_dir in dict.fromkeys(d for d, _ in self.runs)}

@@ -33,12 +33,11 @@ from typing import Any
 import cloudpickle
 import submitit
 
-from online_trainer.core import preemption, storage
+from online_trainer.core import job_results, preemption, storage
+from online_trainer.core.job_results import record_job_result
 from online_trainer.core.progress import QueueProgress
-from online_trainer.core.resume import Preempted
+from online_trainer.core.resume import Preempted, restart_point
 from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.experiment.manifest import record_job_result
-from online_trainer.experiment.resuming import restart_point
 from online_trainer.parallel.base import failed_result, limit_torch_threads
 from online_trainer.parallel.worker_process import pack_result
 
@@ -109,7 +108,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             try:
                 for payload in self.payloads:
                     spec: RunSpec = cloudpickle.loads(payload)
-                    if storage.slurm_result_path(spec.exp_dir, spec.run_idx).is_file():
+                    if job_results.result_path(spec.exp_dir, spec.run_idx).is_file():
                         continue  # it ended during an earlier start of this job
                     self._run(spec, restarts, time_limit)
                     done.append(spec.run_idx)
@@ -130,7 +129,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             return
         if restarts:
             spec = self._continued(spec)
-        channel = FileChannel(storage.slurm_progress_path(spec.exp_dir, spec.run_idx))
+        channel = FileChannel(job_results.progress_path(spec.exp_dir, spec.run_idx))
         try:
             result = execute_run(spec, QueueProgress(channel, interval=1.0))
         except Preempted:
@@ -158,13 +157,13 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         rewind = getattr(spec.callback, "rewind", None)
         if callable(rewind):
             rewind(f"{spec.tag_prefix}run_{spec.run_idx}", None if header is None else header["outputs"].get("callback"))
-        where = "from its checkpoint at step %d" % header["global_step"] if header is not None else "from its start"
+        where = f"from its checkpoint at step {header['global_step']}" if header is not None else "from its start"
         logger.warning("Slurm restarted this job: run %d continues %s", spec.run_idx, where)
         return dataclasses.replace(spec, resume=True)
 
     def _finish(self, spec: RunSpec, result: RunResult) -> None:
         """Leave the result in the experiment directory, then record the run's end in the manifest."""
-        storage.write_atomic(storage.slurm_result_path(spec.exp_dir, spec.run_idx), pack_result(spec, result))
+        storage.write_atomic(job_results.result_path(spec.exp_dir, spec.run_idx), pack_result(spec, result))
         record_job_result(Path(spec.exp_dir), result, self.write_all_metrics and spec.options.dump_metrics)
 
 
