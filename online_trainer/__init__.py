@@ -27,7 +27,7 @@ _LAZY = {
     "ExecutionOptions": "online_trainer.parallel.base",
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "SlurmOptions": "online_trainer.parallel.base",
-    "SlurmRuns": "online_trainer.parallel.slurm",
+    "SlurmRuns": "online_trainer.parallel.slurm_handle",
     "aggregate": "online_trainer.analysis.stats",
     "compare": "online_trainer.analysis.compare",
     "curves": "online_trainer.analysis.stats",

@@ -128,7 +128,7 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
     checked against this call, and the runs left (see :mod:`online_trainer.experiment.resuming`).
     """
     if resume:
-        from online_trainer.parallel.slurm import refuse_live_jobs
+        from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
         refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,

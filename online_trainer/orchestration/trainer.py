@@ -215,7 +215,7 @@ class OnlineTrainer:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
-            a :class:`~online_trainer.parallel.slurm.SlurmRuns` handle, as soon as the jobs are submitted.
+            a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.

@@ -48,7 +48,7 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
 
     Returns:
         None once every run has ended; with Slurm and ``SlurmOptions(wait=False)``, a
-        :class:`~online_trainer.parallel.slurm.SlurmRuns` handle right after submitting.
+        :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle right after submitting.
     """
     if not specs:
         return None
@@ -57,9 +57,14 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
     try:
         if options.backend == "slurm":
             from online_trainer.parallel.slurm import SlurmExecutor
+            from online_trainer.parallel.slurm_handle import SlurmRuns
 
             slurm = SlurmExecutor(options.slurm, options.num_workers, options.torch_threads)
-            return slurm.run(specs, display, on_result, on_start, on_submitted)
+            if not options.slurm.wait:
+                submitted = slurm.submit(specs, on_start, on_submitted)
+                return SlurmRuns([(spec.exp_dir, spec.run_idx) for spec, _ in submitted], str(slurm.folder(specs)))
+            slurm.run(specs, display, on_result, on_start, on_submitted)
+            return None
         if options.backend == "ray":
             executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
             executor.run(specs, display, on_result, on_start)
