@@ -1,0 +1,136 @@
+"""The Slurm backend against a real Slurm cluster (``.ci/slurm-up.sh`` starts a one-node one as root).
+
+Skipped, with the reason, where ``sinfo`` is missing or the cluster does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import gymnasium as gym
+import pytest
+
+from online_trainer import (ExecutionOptions, OnlineTrainer, RunsFailedError, SlurmOptions, SlurmRuns, load_episodes,
+                            load_run_metrics)
+from online_trainer.agents import QLearningAgent
+from online_trainer.hooks import Hook
+from tests.conftest import RecordingAgent, make_counting_vec, strip
+
+pytest.importorskip("submitit")
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("sinfo") is None:
+        return "sinfo is missing: no Slurm here (as root, .ci/slurm-up.sh starts a one-node cluster)"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return "the Slurm cluster does not answer (sinfo timed out)"
+    usable = [line for line in done.stdout.splitlines() if line.startswith("up") and line.split()[1].rstrip("*")
+              in ("idle", "mix", "alloc")]
+    if done.returncode != 0 or not usable:
+        return f"the Slurm cluster is down (sinfo: {(done.stderr or done.stdout).strip() or 'no node up'})"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_cluster_problem() is not None, reason=str(_cluster_problem()))
+COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def by_value():
+    # Jobs import by name what travels by reference: ship the test helpers by value.
+    modules = [sys.modules["tests.conftest"], sys.modules[__name__]]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in modules:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+class JobIdHook(Hook):
+    """Writes the ``SLURM_JOB_ID`` its run sees into the experiment directory."""
+
+    def on_run_start(self, ctx):
+        Path(ctx.exp_dir, f"job_of_run{ctx.run}").write_text(os.environ.get("SLURM_JOB_ID", "none"))
+
+
+def cliff():
+    return gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync")
+
+
+def slurm(workers: int = 2, **options) -> ExecutionOptions:
+    return ExecutionOptions(backend="slurm", num_workers=workers, progress=False,
+                            slurm=SlurmOptions(poll_interval=1.0, **options))
+
+
+def wait_for(path: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.2)
+
+
+def test_records_on_slurm_equal_a_local_run_and_each_run_ran_in_a_job(tmp_path):
+    local = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(3, num_episodes=6, seed_offset=4,
+                                                                         progress=False)
+    on_slurm = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, num_episodes=6, seed_offset=4, execution=slurm(), hooks=[JobIdHook()])
+    assert strip(on_slurm) == strip(local)
+    assert strip([load_run_metrics(tmp_path, run) for run in (1, 2, 3)]) == strip(local)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["backend"] == "slurm" and [r["status"] for r in manifest["runs"]] == ["finished"] * 3
+    jobs = [(tmp_path / f"job_of_run{run}").read_text() for run in (1, 2, 3)]
+    assert all(job.isdigit() for job in jobs) and len(set(jobs)) == 3  # a job each
+    assert all(entry["slurm_job"] for entry in manifest["runs"])
+
+
+def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path):
+    reference = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "ref")
+    reference.multi_run(1, total_steps=150_000, seed_offset=11, progress=False)
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "cut").multi_run(
+        1, total_steps=150_000, seed_offset=11, execution=slurm(1, wait=False))
+    assert isinstance(handle, SlurmRuns) and not handle.done()
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "cut" / "metrics_run1.pkl")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    assert handle.wait(progress=False) is not None
+    log = (tmp_path / "cut" / "slurm" / f"{job}_0_log.err").read_text()
+    assert "Slurm restarted this job: run 1 continues from its checkpoint at step" in log
+    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
+    manifest = json.loads((tmp_path / "cut" / "manifest.json").read_text())
+    assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "cut" / "all_metrics.pkl").is_file()
+
+
+def test_a_cancelled_job_is_reported_by_seed_job_and_log_and_the_other_runs_finish(tmp_path):
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        3, total_steps=150_000, seed_offset=0, execution=slurm(2, wait=False))
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scancel", job], check=True)
+    with pytest.raises(RunsFailedError) as caught:
+        handle.wait(progress=False)
+    (failure,) = caught.value.failures
+    assert (failure.run_idx, failure.seed) == (1, 0)
+    assert f"Slurm job {job} ended CANCELLED before run 1 (seed 0) had a result" in failure.exception
+    assert f"{job}_0_log.err" in failure.traceback
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
+
+
+def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
+    local = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "local").multi_run(
+        50, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+    on_slurm = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "slurm").multi_run(
+        50, num_episodes=2, seed_offset=0, execution=slurm(2, runs_per_job=5))
+    assert strip(on_slurm) == strip(local)
+    manifest = json.loads((tmp_path / "slurm" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished"] * 50
+    assert len({r["slurm_job"] for r in manifest["runs"]}) == 10  # five runs a job
