@@ -73,9 +73,9 @@ class Experiment:
         with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
             on_disk = read_manifest_quietly(self.exp_dir)
             for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
-                if entry["status"] == ownership.RUNNING and written.get("status") not in (None, ownership.RUNNING,
-                                                                                           "pending"):
-                    entry.update(written)
+                if (entry["status"] == ownership.RUNNING and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
+                        and written.get("status") not in (None, ownership.RUNNING, "pending")):
+                    entry.update(written)  # its job (this call's: the same id) recorded its end
             storage.write_manifest(self.exp_dir, self.manifest)
 
     def on_submitted(self, spec: RunSpec, job_id: str) -> None:
@@ -90,6 +90,7 @@ class Experiment:
             return
         self._before[spec.run_idx] = entry["status"]
         entry["status"] = ownership.RUNNING
+        entry.pop(SLURM_JOB_KEY, None)  # the job of an earlier call, if any: a new one takes the run
         self._write()
 
     def on_result(self, result: RunResult) -> None:

@@ -172,8 +172,10 @@ class OnlineTrainer:
                 ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
                 ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
             progress: show an overall bar and a bar per active run (default True).
-            start_method, torch_threads, backend, ray_address, ray_resources: see
-                :class:`~online_trainer.parallel.base.ExecutionOptions` (``backend="slurm"``: a Slurm job per run).
+            start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            backend: ``"local"``, ``"ray"`` or ``"slurm"`` (a Slurm job per run; see ExecutionOptions).
+            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`, as for ``ray_resources``.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.

@@ -109,7 +109,7 @@ def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one
     assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "cut" / "all_metrics.pkl").is_file()
 
 
-def test_a_cancelled_job_is_reported_by_seed_job_and_log_and_the_other_runs_finish(tmp_path):
+def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_resume_submits_it_alone(tmp_path):
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
         3, total_steps=150_000, seed_offset=0, execution=slurm(2, wait=False))
     job = handle.job_ids[0]
@@ -123,6 +123,16 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_and_the_other_runs_fini
     assert f"{job}_0_log.err" in failure.traceback
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
+    # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(3, total_steps=150_000, seed_offset=0,
+                                                                     execution=slurm(2), resume=True)
+    resumed = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in resumed["runs"]] == ["finished"] * 3
+    assert resumed["runs"][0]["slurm_job"] != job and resumed["runs"][1:] == manifest["runs"][1:]
+    reference = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "ref")
+    reference.multi_run(1, total_steps=150_000, seed_offset=0, progress=False)
+    run1 = load_episodes(tmp_path).query("run == 1")[COLUMNS].reset_index(drop=True)
+    assert run1.equals(load_episodes(tmp_path / "ref")[COLUMNS])
 
 
 def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
