@@ -92,26 +92,52 @@ def test_records_on_slurm_equal_a_local_run_and_each_run_ran_in_a_job(tmp_path):
     assert all(entry["slurm_job"] for entry in manifest["runs"])
 
 
-def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path):
-    reference = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "ref")
-    reference.multi_run(1, total_steps=150_000, seed_offset=11, progress=False)
-    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "cut").multi_run(
-        1, total_steps=150_000, seed_offset=11, execution=slurm(1, wait=False))
+STEPS = 60_000
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The records of one uninterrupted run of the requeue trials, run here."""
+    exp_dir = tmp_path_factory.mktemp("uninterrupted")
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=exp_dir).multi_run(1, total_steps=STEPS, seed_offset=11, progress=False)
+    return load_episodes(exp_dir)[COLUMNS]
+
+
+@pytest.mark.parametrize("interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
+                         ids=["requeue", "time-limit-signal"])
+def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path, uninterrupted, interrupt):
+    """``scontrol requeue`` (SIGTERM, Slurm requeues), or the signal before a time limit (the job requeues itself)."""
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False))
     assert isinstance(handle, SlurmRuns) and not handle.done()
     job = handle.job_ids[0]
-    wait_for(tmp_path / "cut" / "metrics_run1.pkl")
-    subprocess.run(["scontrol", "requeue", job], check=True)
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run([*interrupt, job], check=True)
     assert handle.wait(progress=False) is not None
-    log = (tmp_path / "cut" / "slurm" / f"{job}_0_log.err").read_text()
+    log = (tmp_path / "slurm" / f"{job}_0_log.err").read_text()
     assert "Slurm restarted this job: run 1 continues from its checkpoint at step" in log
-    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
-    manifest = json.loads((tmp_path / "cut" / "manifest.json").read_text())
-    assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "cut" / "all_metrics.pkl").is_file()
+    assert load_episodes(tmp_path)[COLUMNS].equals(uninterrupted)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "all_metrics.pkl").is_file()
+
+
+def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_checkpoint(tmp_path):
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False, max_requeues=0))
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    with pytest.raises(RunsFailedError) as caught:
+        handle.wait(progress=False)
+    (failure,) = caught.value.failures
+    assert f"RequeueLimit: Slurm job {job} was requeued 1 times, more than max_requeues=0, so run 1 (seed 11)" \
+        in failure.exception
+    assert (tmp_path / "Run1_Resume.pkl").is_file()
 
 
 def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_resume_submits_it_alone(tmp_path):
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        3, total_steps=150_000, seed_offset=0, execution=slurm(2, wait=False))
+        3, total_steps=STEPS, seed_offset=0, execution=slurm(2, wait=False))
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
     subprocess.run(["scancel", job], check=True)
@@ -124,13 +150,13 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
     # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
-    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(3, total_steps=150_000, seed_offset=0,
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(3, total_steps=STEPS, seed_offset=0,
                                                                      execution=slurm(2), resume=True)
     resumed = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in resumed["runs"]] == ["finished"] * 3
     assert resumed["runs"][0]["slurm_job"] != job and resumed["runs"][1:] == manifest["runs"][1:]
     reference = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "ref")
-    reference.multi_run(1, total_steps=150_000, seed_offset=0, progress=False)
+    reference.multi_run(1, total_steps=STEPS, seed_offset=0, progress=False)
     run1 = load_episodes(tmp_path).query("run == 1")[COLUMNS].reset_index(drop=True)
     assert run1.equals(load_episodes(tmp_path / "ref")[COLUMNS])
 
