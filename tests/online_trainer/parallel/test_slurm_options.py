@@ -72,3 +72,37 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
         load_experiment_config(path, ["execution.slurm.time=30"])
     with pytest.raises(ConfigError, match="execution.backend='ray' is not one of 'local', 'slurm'"):
         load_experiment_config(path, ["execution.backend=ray"])
+
+
+class Display:
+    """Records what reaches the submitting process's progress display."""
+
+    def __init__(self):
+        self.messages = []
+
+    def handle(self, message):
+        self.messages.append(message)
+
+
+def test_a_jobs_progress_reaches_the_display_once_even_when_read_mid_write(tmp_path):
+    from online_trainer.core import job_results
+    from online_trainer.core.progress import QueueProgress
+    from online_trainer.parallel.slurm import _Watch
+    from online_trainer.parallel.slurm_job import FileChannel
+
+    (tmp_path / "slurm").mkdir()
+    path = job_results.progress_path(tmp_path, 2)
+    bar = QueueProgress(FileChannel(path, interval=0.0), interval=0.0).open_run(7, "run 2", 100, "steps")
+    bar.advance(5)
+    bar.advance(6)
+    complete = path.read_bytes()
+    bar.advance(7)
+    path.write_bytes(path.read_bytes()[:-3])  # the last batch still being written
+    watch, display = _Watch([(7, str(tmp_path), 2, 10_000, "5_1")], str(tmp_path / "slurm")), Display()
+    watch.progress(display)
+    assert display.messages == [("start", 7, "run 2"), ("progress", 7, 5, None, None), ("progress", 7, 6, None, None)]
+    assert watch.offsets[7] == len(complete)
+    path.write_bytes(complete)
+    bar.advance(8)  # appended after the batch that was cut off
+    watch.progress(display)
+    assert display.messages[3:] == [("progress", 7, 8, None, None)]
