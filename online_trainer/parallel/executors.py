@@ -53,7 +53,9 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
     if not specs:
         return None
     budget = specs[0].budget
-    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress else NoProgress()
+    detached = options.slurm is not None and not options.slurm.wait  # nothing to show: no run ends here
+    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress and not detached \
+        else NoProgress()
     try:
         if options.backend == "slurm":
             from online_trainer.parallel.slurm import SlurmExecutor
