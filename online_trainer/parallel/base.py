@@ -69,9 +69,10 @@ class SlurmOptions:
     """Where job scripts and logs go; None: ``slurm/`` in the experiment directory. It must be on the filesystem
     the nodes share."""
     wait: bool = True
-    """Wait for the jobs and return the records. False returns a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns`
-    handle right after submitting (``.job_ids``, ``.done()``, ``.wait()``): the jobs record their results in the
-    experiment directory themselves, so this process may end."""
+    """Wait for the jobs and return the records. False returns a
+    :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle right after submitting (``.job_ids``,
+    ``.done()``, ``.wait()``): the jobs record their results in the experiment directory themselves, so this
+    process may end."""
     poll_interval: float = 2.0
     """Seconds between two looks at the jobs' states (``squeue``) while waiting."""
 

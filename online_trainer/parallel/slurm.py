@@ -8,8 +8,8 @@ which must therefore be on a filesystem every node shares. The submitting proces
 it shows the jobs' progress, takes each result as it appears, and asks ``squeue`` how the jobs
 stand, so that a job that ends without a result (cancelled, killed, out of memory, its node
 lost) fails its runs, naming the seed, the job id and the end of the job's log. It may also
-return at once with a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, and end: the jobs record how their runs end
-in the manifest themselves.
+return at once with a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, and end:
+the jobs record how their runs end in the manifest themselves.
 """
 
 from __future__ import annotations
@@ -206,7 +206,9 @@ class SlurmExecutor:
 
     def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
                on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
-        """Submit ``specs`` (``on_start(spec)`` before, ``on_submitted(spec, job_id)`` after); return each with its job id.
+        """Submit ``specs``; return each with its job id.
+
+        ``on_start(spec)`` is called before the jobs are submitted, ``on_submitted(spec, job_id)`` after.
 
         Raises:
             ValueError: a spec has no experiment directory.

@@ -30,7 +30,7 @@ class SlurmRuns:
 
     @classmethod
     def of(cls, exp_dir: str | os.PathLike, folder: str | os.PathLike | None = None) -> "SlurmRuns":
-        """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, default ``exp_dir/slurm``)."""
+        """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, else ``exp_dir/slurm``)."""
         manifest = storage.read_manifest(exp_dir)
         runs = [(os.fspath(exp_dir), entry["run"]) for entry in manifest["runs"] if SLURM_JOB_KEY in entry]
         return cls(runs, os.fspath(folder or Path(exp_dir) / SLURM_DIR))
@@ -114,13 +114,15 @@ def refuse_live_jobs(exp_dir: Path) -> None:
         manifest = storage.read_manifest(exp_dir)
     except (OSError, ValueError):
         return
-    entries = [e for e in manifest.get("runs", []) if e.get("status") == "running" and SLURM_JOB_KEY in e
-               and read_job_result(exp_dir, e["run"]) is None]
+    # an interrupted run's job may still be writing its checkpoint (cancelled, within the cluster's KillWait)
+    entries = [e for e in manifest.get("runs", []) if e.get("status") in ("running", "interrupted")
+               and SLURM_JOB_KEY in e and read_job_result(exp_dir, e["run"]) is None]
     if not entries:
         return
     states = job_states(e[SLURM_JOB_KEY] for e in entries)
     if states is None:
-        live = {e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here") for e in entries}
+        live = {e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here") for e in entries
+                if e["status"] == "running"}
     else:
         live = {e["run"]: (e[SLURM_JOB_KEY], states[e[SLURM_JOB_KEY]]) for e in entries
                 if states[e[SLURM_JOB_KEY]] in LIVE}

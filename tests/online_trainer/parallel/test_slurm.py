@@ -99,7 +99,8 @@ STEPS = 60_000
 def uninterrupted(tmp_path_factory):
     """The records of one uninterrupted run of the requeue trials, run here."""
     exp_dir = tmp_path_factory.mktemp("uninterrupted")
-    OnlineTrainer(cliff, QLearningAgent, exp_dir=exp_dir).multi_run(1, total_steps=STEPS, seed_offset=11, progress=False)
+    trainer = OnlineTrainer(cliff, QLearningAgent, exp_dir=exp_dir)
+    trainer.multi_run(1, total_steps=STEPS, seed_offset=11, progress=False)
     return load_episodes(exp_dir)[COLUMNS]
 
 
