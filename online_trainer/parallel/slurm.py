@@ -202,7 +202,7 @@ class SlurmExecutor:
         """Where job scripts and logs go: ``options.folder``, else ``slurm/`` beside the experiments."""
         if self.options.folder is not None:
             return Path(self.options.folder)
-        return Path(os.path.commonpath([os.path.abspath(spec.exp_dir) for spec in specs])) / job_results.SLURM_DIR
+        return Path(os.path.commonpath([os.path.abspath(str(spec.exp_dir)) for spec in specs])) / job_results.SLURM_DIR
 
     def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
                on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
@@ -221,9 +221,10 @@ class SlurmExecutor:
         folder = self.folder(specs)
         folder.mkdir(parents=True, exist_ok=True)
         for spec in specs:  # what an earlier call's jobs left for the runs done now
-            Path(spec.exp_dir, job_results.SLURM_DIR).mkdir(exist_ok=True)
-            job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
-            job_results.progress_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+            exp_dir = str(spec.exp_dir)  # checked above
+            Path(exp_dir, job_results.SLURM_DIR).mkdir(exist_ok=True)
+            job_results.result_path(exp_dir, spec.run_idx).unlink(missing_ok=True)
+            job_results.progress_path(exp_dir, spec.run_idx).unlink(missing_ok=True)
         executor = self.submitit.SlurmExecutor(folder=folder, max_num_timeout=self.options.max_requeues)
         # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
         executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
@@ -258,7 +259,7 @@ class SlurmExecutor:
         each run in progress writes a full checkpoint first (SIGTERM), for ``resume=True``.
         """
         submitted = self.submit(specs, on_start, on_submitted)
-        watch = _Watch([(spec.key, spec.exp_dir, spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
+        watch = _Watch([(spec.key, str(spec.exp_dir), spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
                        str(self.folder(specs)))
         try:
             follow(watch, display, self.options.poll_interval, on_result)

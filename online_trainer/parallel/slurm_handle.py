@@ -40,7 +40,7 @@ class SlurmRuns:
         return [manifests[exp_dir]["runs"][run - 1] for exp_dir, run in self.runs]
 
     @property
-    def job_ids(self) -> list[str]:
+    def job_ids(self) -> list[str | None]:
         """The Slurm job of each run, in order (runs sharing a job repeat its id)."""
         return [entry.get(SLURM_JOB_KEY) for entry in self._entries()]
 
@@ -56,7 +56,7 @@ class SlurmRuns:
             RunsFailedError: some runs failed (their jobs' errors, or jobs that ended without a result).
         """
         watch = self._watch_unended()
-        display = NoProgress()
+        display: ProgressDisplay | NoProgress = NoProgress()
         if progress and watch.runs:
             entries = self._entries()
             budget = entries and storage.read_manifest(self.runs[0][0]).get("budget") or {}
@@ -67,7 +67,8 @@ class SlurmRuns:
             follow(watch, display, poll_interval, lambda result: self._record(result))
         finally:
             display.close_all()
-        failures, runs = [], []
+        failures: list[RunFailure] = []
+        runs: list[list[dict[str, Any]] | None] = []
         for (exp_dir, run), entry in zip(self.runs, self._entries()):
             if entry["status"] in COMPLETED:
                 runs.append(storage.load_run_metrics(exp_dir, run))

@@ -108,7 +108,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             try:
                 for payload in self.payloads:
                     spec: RunSpec = cloudpickle.loads(payload)
-                    if job_results.result_path(spec.exp_dir, spec.run_idx).is_file():
+                    if job_results.result_path(str(spec.exp_dir), spec.run_idx).is_file():
                         continue  # it ended during an earlier start of this job
                     self._run(spec, restarts, time_limit)
                     done.append(spec.run_idx)
@@ -129,7 +129,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             return
         if restarts:
             spec = self._continued(spec)
-        channel = FileChannel(job_results.progress_path(spec.exp_dir, spec.run_idx))
+        channel = FileChannel(job_results.progress_path(str(spec.exp_dir), spec.run_idx))
         try:
             result = execute_run(spec, QueueProgress(channel, interval=1.0))
         except Preempted:
@@ -153,7 +153,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
     @staticmethod
     def _continued(spec: RunSpec) -> RunSpec:
         """``spec`` on a restart of its job: every output cut back to its full checkpoint (or removed, without one)."""
-        header = restart_point(spec.exp_dir, spec.run_idx)
+        header = restart_point(str(spec.exp_dir), spec.run_idx)
         rewind = getattr(spec.callback, "rewind", None)
         if callable(rewind):
             position = None if header is None else header["outputs"].get("callback")
@@ -164,8 +164,8 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
 
     def _finish(self, spec: RunSpec, result: RunResult) -> None:
         """Leave the result in the experiment directory, then record the run's end in the manifest."""
-        storage.write_atomic(job_results.result_path(spec.exp_dir, spec.run_idx), pack_result(spec, result))
-        record_job_result(Path(spec.exp_dir), result, self.write_all_metrics and spec.options.dump_metrics)
+        storage.write_atomic(job_results.result_path(str(spec.exp_dir), spec.run_idx), pack_result(spec, result))
+        record_job_result(Path(str(spec.exp_dir)), result, self.write_all_metrics and spec.options.dump_metrics)
 
 
 def _job_id() -> str:
