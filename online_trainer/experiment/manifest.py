@@ -7,10 +7,11 @@ import datetime
 import functools
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.core import ownership, seeding, storage
+from online_trainer.core import job_results, ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
@@ -159,6 +160,10 @@ class Experiment:
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             if path.is_file():
                 path.unlink(missing_ok=True)
+            elif path.name == job_results.SLURM_DIR:  # this call's Slurm jobs' scripts and logs
+                shutil.rmtree(path, ignore_errors=True)
+        if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
+            (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._before and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # an earlier manifest: as it was
             for run, status in self._before.items():
                 self.manifest["runs"][run - 1]["status"] = status

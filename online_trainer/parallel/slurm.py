@@ -286,8 +286,18 @@ def follow(watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: 
             time.sleep(min(0.5, poll_interval))
 
 
-def cancel(job_ids: Sequence[str]) -> None:
-    """``scancel`` the jobs (SIGTERM: each run in progress checkpoints, within the cluster's KillWait)."""
-    if job_ids and shutil.which("scancel"):
-        logger.warning("cancelling Slurm jobs %s", ", ".join(job_ids))
-        subprocess.run(["scancel", *dict.fromkeys(job_ids)], check=False, timeout=60)
+def cancel(job_ids: Sequence[str], wait_s: float = 90.0) -> None:
+    """``scancel`` the jobs and wait (up to ``wait_s``) until they have left: each run in progress gets SIGTERM and
+    checkpoints within the cluster's KillWait, so that nothing writes into the experiment afterwards."""
+    job_ids = list(dict.fromkeys(job_ids))
+    if not job_ids or shutil.which("scancel") is None:
+        return
+    logger.warning("cancelling Slurm jobs %s", ", ".join(job_ids))
+    subprocess.run(["scancel", *job_ids], check=False, timeout=60)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        states = job_states(job_ids)
+        if states is None or not any(state in LIVE for state in states.values()):
+            return
+        time.sleep(1.0)
+    logger.warning("Slurm jobs %s had not ended %.0f s after scancel", ", ".join(job_ids), wait_s)

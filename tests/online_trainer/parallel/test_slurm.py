@@ -162,6 +162,20 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
     assert run1.equals(load_episodes(tmp_path / "ref")[COLUMNS])
 
 
+class RejectsHyperparameters(RecordingAgent):
+    def __init__(self, env=None):
+        raise ValueError("lr=-1 must be positive")
+
+
+def test_a_setup_error_in_a_job_stops_every_run_with_that_error_and_leaves_nothing(tmp_path):
+    exp = tmp_path / "exp"
+    with pytest.raises(ValueError, match=r"^lr=-1 must be positive") as info:
+        OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=exp).multi_run(
+            3, num_episodes=50, seed_offset=0, execution=slurm(2))
+    assert "before its first env step" in "".join(getattr(info.value, "__notes__", []))
+    assert not exp.exists()  # the corrected call finds nothing in its way
+
+
 def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
     local = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "local").multi_run(
         50, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
