@@ -95,13 +95,26 @@ def test_records_on_slurm_equal_a_local_run_and_each_run_ran_in_a_job(tmp_path):
 STEPS = 60_000
 
 
+def tensorboard_returns(exp_dir: Path) -> list[tuple[int, float]]:
+    """The ``ep_return/run_1`` points of the experiment's TensorBoard files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = []
+    for path in sorted(exp_dir.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        events.Reload()
+        if "ep_return/run_1" in events.Tags()["scalars"]:
+            points += [(event.step, event.value) for event in events.Scalars("ep_return/run_1")]
+    return sorted(points)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
-    """The records of one uninterrupted run of the requeue trials, run here."""
+    """The records and TensorBoard returns of one uninterrupted run of the requeue trials, run here."""
     exp_dir = tmp_path_factory.mktemp("uninterrupted")
     trainer = OnlineTrainer(cliff, QLearningAgent, exp_dir=exp_dir)
     trainer.multi_run(1, total_steps=STEPS, seed_offset=11, progress=False)
-    return load_episodes(exp_dir)[COLUMNS]
+    return load_episodes(exp_dir)[COLUMNS], tensorboard_returns(exp_dir)
 
 
 @pytest.mark.parametrize("interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
@@ -117,7 +130,9 @@ def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one
     assert handle.wait(progress=False) is not None
     log = (tmp_path / "slurm" / f"{job}_0_log.err").read_text()
     assert "Slurm restarted this job: run 1 continues from its checkpoint at step" in log
-    assert load_episodes(tmp_path)[COLUMNS].equals(uninterrupted)
+    records, returns = uninterrupted
+    assert load_episodes(tmp_path)[COLUMNS].equals(records)
+    assert tensorboard_returns(tmp_path) == returns  # the sink too: no gap, no duplicate
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "all_metrics.pkl").is_file()
 
