@@ -220,6 +220,39 @@ def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
     assert os.getpid() not in markers.values()  # written by the workers as they ended
 
 
+def test_a_worker_stopped_while_it_leaves_prints_nothing(tmp_path, capfd):
+    """SIGTERM to workers running their exit handlers (a notebook kernel's process group stopped while the pool
+    sends its workers away) prints no "Exception ignored in atexit ... SystemExit: 143"."""
+    shutdown_workers()  # new workers, whose stderr capfd captures
+    marker_dir = tmp_path / "leaving"
+    marker_dir.mkdir()
+
+    class SlowExitAgent(RecordingAgent):
+        def reset(self, seed):
+            super().reset(seed)
+            import atexit
+
+            def slow_exit(path=marker_dir / str(os.getpid())):
+                path.touch()
+                time.sleep(3)  # the SIGTERM below comes meanwhile
+
+            atexit.register(slow_exit)
+
+    OnlineTrainer(make_counting_vec(1), SlowExitAgent).multi_run(2, num_episodes=2, num_workers=2, progress=False)
+    closer = threading.Thread(target=shutdown_workers)
+    closer.start()
+    deadline = time.monotonic() + 60
+    while not list(marker_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    leaving = [int(marker.name) for marker in marker_dir.iterdir()]
+    assert leaving
+    for pid in leaving:
+        os.kill(pid, signal.SIGTERM)
+    closer.join(60)
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "SystemExit" not in err, err
+
+
 class PidAgent(RecordingAgent):
     def log(self):
         return [{"pid": np.array([os.getpid()])}] * self.num_envs
