@@ -74,13 +74,14 @@ def task_options(resources: Mapping[str, Any], torch_threads: int | None) -> dic
     """Ray options of each task: ``resources``, and a ``runtime_env`` whose ``env_vars`` limit its thread pools.
 
     Ray starts the task's worker process with those variables set, so numpy's BLAS reads the limit
-    when it is loaded. Variables the caller set in ``resources["runtime_env"]["env_vars"]`` are kept.
+    when it is loaded. The caller's other ``resources["runtime_env"]["env_vars"]`` are kept; for the
+    thread variables ``torch_threads`` is the setting, as in worker processes.
     """
     options = dict(resources)
     variables = thread_variables(torch_threads)
     if variables:
         runtime_env = dict(options.get("runtime_env") or {})
-        runtime_env["env_vars"] = {**variables, **(runtime_env.get("env_vars") or {})}
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **variables}
         options["runtime_env"] = runtime_env
     return options
 

@@ -23,8 +23,16 @@ from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics,
 from online_trainer.core.seeding import run_seed
 from online_trainer.core.storage import run_indices
 from online_trainer.parallel import worker_pool, workers
+from online_trainer.parallel.threads import THREAD_VARIABLES
 from online_trainer.parallel.workers import WorkerPool
-from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, strip
+from tests.conftest import (
+    FailsOnThirdRun,
+    RecordingAgent,
+    make_counting_vec,
+    pool_reports,
+    pool_threads,
+    strip,
+)
 
 
 def worker_processes():
@@ -79,6 +87,32 @@ def test_workers_limit_torch_threads(torch_threads):
     runs = OnlineTrainer(make_counting_vec(1), ThreadCountAgent).multi_run(
         2, num_episodes=2, num_workers=2, torch_threads=torch_threads, progress=False)
     assert {int(t) for run in runs for r in run for t in r["agent_logs"]["threads"]} == {torch_threads}
+
+
+POOLS_SCRIPT = textwrap.dedent("""
+    import sys
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, ReportPools, make_counting_vec
+
+    if __name__ == "__main__":
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+            2, num_episodes=2, num_workers=2, start_method=sys.argv[2], hooks=[ReportPools(sys.argv[1])],
+            progress=False)
+""")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_workers_limit_every_thread_pool_in_the_users_environment(tmp_path, start_method):
+    """In a fresh process started without OMP_NUM_THREADS and the like, each worker's BLAS, OpenMP and torch
+    pools have torch_threads threads, numpy's BLAS (loaded before the worker's code runs) included."""
+    script = tmp_path / "pools.py"
+    script.write_text(POOLS_SCRIPT)
+    env = {name: value for name, value in os.environ.items() if name not in THREAD_VARIABLES}
+    env["PYTHONPATH"] = os.getcwd()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), start_method], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert pool_threads(pool_reports(tmp_path)) == {1}
 
 
 def test_unpicklable_factory_fails_before_any_run(tmp_path):
