@@ -11,7 +11,13 @@ import torch
 from online_trainer import ExecutionOptions, OnlineTrainer
 from online_trainer.parallel.ray_backend import task_options
 from online_trainer.parallel.threads import THREAD_VARIABLES, limited_threads
-from tests.conftest import RecordingAgent, ReportPools, make_counting_vec, pool_reports, pool_threads
+from tests.conftest import (
+    RecordingAgent,
+    ReportPools,
+    make_counting_vec,
+    pool_reports,
+    pool_threads,
+)
 
 
 @pytest.fixture
