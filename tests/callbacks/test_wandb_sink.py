@@ -11,7 +11,6 @@ import pytest
 
 from online_trainer import OnlineTrainer
 from online_trainer.callbacks import WandbCallback
-from online_trainer.callbacks.store_points import StorePosition
 from tests.conftest import RecordingAgent, make_counting_vec
 
 wandb = pytest.importorskip("wandb")
@@ -137,6 +136,8 @@ def test_init_kwargs_cannot_set_what_the_callback_sets():
 
 def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, offline, caplog):
     """Run files cut by a kill lack the last points before the checkpoint, and hold some after it."""
+    from online_trainer.callbacks.store_points import StorePosition
+
     exp_dir = tmp_path / "exp"
     exp_dir.mkdir()
     callback = WandbCallback(project="tests")
