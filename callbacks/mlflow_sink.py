@@ -180,7 +180,7 @@ class MLflowCallback(CallBack):
     @staticmethod
     def _held(client: Any, run_id: str) -> list[tuple[str, float, float]]:
         """Every metric point of the MLflow run, per name in the order of its steps."""
-        points = []
+        points: list[tuple[str, float, float]] = []
         for name in client.get_run(run_id).data.metrics:
             history = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
             points.extend((name, m.step, m.value) for m in history)

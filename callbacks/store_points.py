@@ -27,7 +27,7 @@ import collections
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,9 @@ class Resumption:
     def keep(self, name: str, x: float, value: float) -> bool:
         """Whether to send a point the resumed run logs (False: the store holds it already)."""
         at = self.skip.get(name)
-        held = None if at is None else at.get(x)
+        if at is None:
+            return True
+        held = at.get(x)
         if not held:
             return True
         if not _same(held.pop(0), value) and not name.startswith(WALL_CLOCK):
@@ -165,7 +167,3 @@ def as_position(position: object) -> StorePosition | None:
     """The :class:`StorePosition` a checkpoint kept for a sink (None: none, or one of another kind)."""
     return position if isinstance(position, StorePosition) else None
 
-
-def points_of(series: Mapping[str, Sequence[tuple[float, float]]]) -> list[Point]:
-    """``{name: [(x, value)]}`` as points."""
-    return [(name, x, value) for name, values in series.items() for x, value in values]

@@ -49,7 +49,7 @@ def history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 
     for chunk in record_bytes(Path(path).read_bytes()):
         try:
-            record = wandb_internal_pb2.Record.FromString(chunk)
+            record = wandb_internal_pb2.Record.FromString(chunk)  # type: ignore[attr-defined]
         except Exception:  # a record cut by a kill: the file ends there
             return
         if record.WhichOneof("record_type") == "history":

@@ -183,7 +183,7 @@ class WandbCallback(CallBack):
     @staticmethod
     def _held(exp_dir: str | None, run_id: str) -> list[tuple[str, float, float]]:
         """Every point the earlier run files of ``run_id`` hold, in the order they were logged."""
-        points = []
+        points: list[tuple[str, float, float]] = []
         if exp_dir is None:
             return points
         for path in run_files(Path(exp_dir) / "wandb", run_id):
