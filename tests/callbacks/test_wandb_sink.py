@@ -168,3 +168,22 @@ def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, off
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert re.search(r"WandbCallback, W&B run \w+, run_1: the store lacks 1 of the 2 points of 'agents/loss' logged "
                      r"before step 30 \(the run resumes from its checkpoint at step 30\)", warning)
+
+
+def test_a_run_started_again_sends_nothing_its_files_hold(tmp_path, offline):
+    """A run without a checkpoint starts again from its first step: what it logged before is not logged twice."""
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    for attempt, episodes in enumerate((3, 5)):
+        callback = WandbCallback(project="tests")
+        if attempt:
+            callback.rewind("run_1", None)  # what resume=True does for a run that starts again
+        callback.setup(exp_dir, {1: 5})
+        callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+        callback.series("ep_return", "ep_return/run_1", [float(k) for k in range(1, episodes + 1)],
+                        range(1, episodes + 1))
+        callback({"loss": 0.5}, "agents/run_1", 10)
+        callback.end_run(1, "interrupted" if not attempt else "finished")
+    _, series, _, _ = read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
+    assert series["ep_return"] == [(k, float(k)) for k in range(1, 6)]
+    assert series["agents/loss"] == [(10, 0.5)]
