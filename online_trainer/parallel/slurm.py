@@ -30,6 +30,7 @@ from online_trainer.core.job_results import read_job_result
 from online_trainer.core.progress import NoProgress, ProgressDisplay
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
 from online_trainer.parallel.base import ResultHandler, SlurmOptions, StartHandler, no_start
+from online_trainer.parallel.threads import thread_variables
 
 logger = logging.getLogger(__name__)
 
@@ -191,10 +192,10 @@ class SlurmExecutor:
     Args:
         options: the jobs' Slurm parameters and how many runs go in each job.
         max_running: jobs running at once (the ``num_workers`` of ``multi_run``).
-        torch_threads: torch threads in each job.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) in each job (None: as the node sets them).
     """
 
-    def __init__(self, options: SlurmOptions, max_running: int = 1, torch_threads: int = 1) -> None:
+    def __init__(self, options: SlurmOptions, max_running: int = 1, torch_threads: int | None = 1) -> None:
         self.submitit = import_submitit()
         self.options, self.max_running, self.torch_threads = options, max_running, torch_threads
 
@@ -227,8 +228,11 @@ class SlurmExecutor:
             job_results.progress_path(exp_dir, spec.run_idx).unlink(missing_ok=True)
         executor = self.submitit.SlurmExecutor(folder=folder, max_num_timeout=self.options.max_requeues)
         # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
+        # the thread variables in the job script: numpy's BLAS reads them when the job unpickles its runs
+        setup = [f"export {name}={value}" for name, value in thread_variables(self.torch_threads).items()]
         executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
-                                   signal_delay_s=self.options.signal_delay_s, array_parallelism=self.max_running)
+                                   signal_delay_s=self.options.signal_delay_s, array_parallelism=self.max_running,
+                                   setup=setup)
         size = self.options.runs_per_job
         groups = [list(specs[i:i + size]) for i in range(0, len(specs), size)]
         for spec in specs:

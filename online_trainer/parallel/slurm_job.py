@@ -38,7 +38,8 @@ from online_trainer.core.job_results import record_job_result
 from online_trainer.core.progress import QueueProgress
 from online_trainer.core.resume import Preempted, restart_point
 from online_trainer.core.run import RunResult, RunSpec, execute_run
-from online_trainer.parallel.base import failed_result, limit_torch_threads
+from online_trainer.parallel.base import failed_result
+from online_trainer.parallel.threads import limit_threads
 from online_trainer.parallel.worker_process import pack_result
 
 logger = logging.getLogger(__name__)
@@ -82,19 +83,19 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
 
     Args:
         payloads: the cloudpickled :class:`RunSpec` of each run, in order.
-        torch_threads: torch threads of the job's process.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) of the job's process (None: as they are).
         max_requeues: requeues after which the job's runs fail.
         write_all_metrics: the job recording the last run of the experiment writes ``all_metrics.pkl``.
     """
 
-    def __init__(self, payloads: list[bytes], torch_threads: int, max_requeues: int,
+    def __init__(self, payloads: list[bytes], torch_threads: int | None, max_requeues: int,
                  write_all_metrics: bool = False) -> None:
         self.payloads, self.torch_threads, self.max_requeues = payloads, torch_threads, max_requeues
         self.write_all_metrics = write_all_metrics
 
     def __call__(self) -> list[int]:
         """Run every run that has no result yet; return their numbers."""
-        limit_torch_threads(self.torch_threads)
+        limit_threads(self.torch_threads)
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         time_limit = threading.Event()
 
