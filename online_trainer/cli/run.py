@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import signal
@@ -24,7 +25,8 @@ from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
-from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.parallel.base import ExecutionOptions, SlurmOptions
+from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -52,12 +54,31 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
-    execution = ExecutionOptions(num_workers=config.num_workers, torch_threads=config.torch_threads,
-                                 progress=progress)
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
                 checkpoint_freq=config.checkpoint_freq, keep_checkpoints=config.keep_checkpoints,
                 checkpoint_buffers=config.checkpoint_buffers, eval_freq=config.eval_freq,
-                eval_episodes=config.eval_episodes, execution=execution, score=config.score)
+                eval_episodes=config.eval_episodes, execution=execution_options(config, progress), score=config.score)
+
+
+def execution_options(config: ExperimentConfig, progress: bool = True) -> ExecutionOptions:
+    """The config's ``num_workers``, ``torch_threads`` and ``execution`` section as one option object.
+
+    Raises:
+        ConfigError: an ``execution.slurm`` key is unknown or its value invalid (the key is named).
+    """
+    slurm = None
+    if config.execution.backend == "slurm":
+        known = {field.name for field in dataclasses.fields(SlurmOptions)}
+        for key in config.execution.slurm:
+            if key not in known:
+                raise ConfigError(f"unknown key execution.slurm.{key}; the keys are the fields of SlurmOptions: "
+                                  f"{', '.join(sorted(known))}.")
+        try:
+            slurm = SlurmOptions(**config.execution.slurm)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"execution.slurm: {exc}") from exc
+    return ExecutionOptions(num_workers=config.num_workers, torch_threads=config.torch_threads,
+                            backend=config.execution.backend, slurm=slurm, progress=progress)
 
 
 def interrupted(exp_dir: Path) -> int:
@@ -110,7 +131,7 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from exc
     trainer.call_back = CALLBACKS[config.callback](exp_dir)
     created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
-    status, locked = 0, False
+    status, locked, handle = 0, False, None
     try:
         # The lock first, so that a second writer is refused before it writes anything (config.yaml
         # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
@@ -119,8 +140,8 @@ def run_command(args: argparse.Namespace) -> int:
             locked = True
             storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
             print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-            trainer.multi_run(config.num_runs, overwrite=config.overwrite,
-                              **multi_run_kwargs(config, progress=not args.no_progress))
+            handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                                       **multi_run_kwargs(config, progress=not args.no_progress))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
@@ -132,6 +153,10 @@ def run_command(args: argparse.Namespace) -> int:
         if isinstance(exc, (TypeError, ValueError, FileExistsError)):
             raise ConfigError(str(exc)) from exc
         raise
+    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
+        print(f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
+              f"they stand with: online-trainer show {exp_dir}")
+        return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")

@@ -23,6 +23,7 @@ and the resume point (:func:`restart_seed`); episodes in progress are dropped.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import random
 import sys
@@ -199,3 +200,20 @@ def restored_tracker(saved: dict[str, Any], fresh: Any) -> Any:
         tracker.closed = tracker._finished = episodes
     tracker.start_time = time.perf_counter() - saved["elapsed"]
     return tracker
+
+
+def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
+    """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
+    streams and its checkpoint removed.
+
+    Args:
+        exp_dir: the experiment directory.
+        run: the run's number.
+        continue_run: continue from the full checkpoint (False: start again whatever there is).
+    """
+    header = read(exp_dir, run, header_only=True) if continue_run else None
+    if header is None:
+        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
+                     storage.resume_path(exp_dir, run)):
+            path.unlink(missing_ok=True)  # a run that starts again from its first step
+    return header

@@ -60,9 +60,9 @@ EXPERIMENT_PATTERNS = (
     "*.csv",
     "mlflow.db",
     "mlflow_runs.json",
-    "mlartifacts",
-    "wandb",
+    "mlartifacts", "wandb",
     "wandb_runs.json",
+    "slurm",  # the Slurm backend's results, progress and job logs
 )
 
 

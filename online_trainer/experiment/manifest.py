@@ -7,14 +7,16 @@ import datetime
 import functools
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.core import ownership, seeding, storage
+from online_trainer.core import job_results, ownership, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
@@ -64,8 +66,23 @@ class Experiment:
         }
 
     def _write(self) -> None:
-        if self.exp_dir is not None:
+        if self.exp_dir is None:
+            return
+        if not any(SLURM_JOB_KEY in entry for entry in self.manifest["runs"]):
             storage.write_manifest(self.exp_dir, self.manifest)
+            return
+        with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
+            on_disk = read_manifest_quietly(self.exp_dir)
+            for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
+                if (entry["status"] == ownership.RUNNING and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
+                        and written.get("status") not in (None, ownership.RUNNING, "pending")):
+                    entry.update(written)  # its job (this call's: the same id) recorded its end
+            storage.write_manifest(self.exp_dir, self.manifest)
+
+    def on_submitted(self, spec: RunSpec, job_id: str) -> None:
+        """Record the Slurm job a run was handed to (``slurm_job`` in its entry); the job records how it ends."""
+        self.manifest["runs"][spec.run_idx - 1][SLURM_JOB_KEY] = job_id
+        self._write()
 
     def on_start(self, spec: RunSpec) -> None:
         """Record that a run is handed out, before it can write anything (a second hand-out writes nothing)."""
@@ -74,6 +91,7 @@ class Experiment:
             return
         self._before[spec.run_idx] = entry["status"]
         entry["status"] = ownership.RUNNING
+        entry.pop(SLURM_JOB_KEY, None)  # the job of an earlier call, if any: a new one takes the run
         self._write()
 
     def on_result(self, result: RunResult) -> None:
@@ -86,12 +104,7 @@ class Experiment:
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
             self.manifest.setdefault(name, value)
-        entry = self.manifest["runs"][result.run_idx - 1]
-        entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                     wall_time=round(result.wall_time, 3),
-                     sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
-                     error=result.error)
-        entry["stop_reason"] = result.extra.get("stop_reason")
+        apply_result(self.manifest, result)
         self._write()
 
     def mark_interrupted(self) -> None:
@@ -147,6 +160,10 @@ class Experiment:
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             if path.is_file():
                 path.unlink(missing_ok=True)
+            elif path.name == job_results.SLURM_DIR:  # this call's Slurm jobs' scripts and logs
+                shutil.rmtree(path, ignore_errors=True)
+        if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
+            (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._before and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # an earlier manifest: as it was
             for run, status in self._before.items():
                 self.manifest["runs"][run - 1]["status"] = status

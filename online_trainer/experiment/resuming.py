@@ -18,6 +18,7 @@ from typing import Any, ContextManager, Mapping
 from online_trainer.core import ownership, resume, storage, validation
 from online_trainer.core.run import COMPLETED
 from online_trainer.experiment.lock import hold_lock
+from online_trainer.core.job_results import apply_result, read_job_result
 
 logger = logging.getLogger(__name__)
 
@@ -96,19 +97,19 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
         exp_dir: the experiment directory.
         continue_runs: continue runs from their full checkpoints (False: every run left starts again).
     """
+    for entry in manifest["runs"]:  # a Slurm job that ended after its submitting process: its result counts
+        if entry["status"] not in COMPLETED and ownership.SLURM_JOB_KEY in entry:
+            result = read_job_result(exp_dir, entry["run"])
+            if result is not None and result.status in COMPLETED:
+                apply_result(manifest, result)
     ownership.settle_running(exp_dir, manifest, owned=True)
     left: dict[int, dict[str, Any] | None] = {}
     for entry in manifest["runs"]:
         run = entry["run"]
         if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, run).is_file():
             continue
-        header = resume.read(exp_dir, run, header_only=True) if continue_runs else None
-        left[run] = header
-        if header is None:
-            for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
-                         storage.resume_path(exp_dir, run)):
-                path.unlink(missing_ok=True)  # a run that starts again from its first step
-        else:  # the resume point, in the manifest: where the records of a restarted env begin
+        header = left[run] = resume.restart_point(exp_dir, run, continue_runs)
+        if header is not None:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
                                      "env_restored": header["env_kept"]}
             logger.info("run %d continues from its checkpoint at step %d (%d episodes)", run, header["global_step"],

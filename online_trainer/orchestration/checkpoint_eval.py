@@ -42,6 +42,7 @@ def evaluation_path(exp_dir: str | os.PathLike, which: str) -> Path:
 def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which: str, num_episodes: int,
                          execution: ExecutionOptions, overwrite: bool = False) -> "pd.DataFrame":
     """Evaluate the ``which`` checkpoints of every finished run of ``exp_dir``; see :meth:`OnlineTrainer.evaluate`."""
+    execution.check_waits("evaluate")
     import pandas as pd
 
     exp_dir = Path(exp_dir)

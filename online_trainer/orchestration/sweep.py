@@ -143,6 +143,7 @@ def run_sweep(
     checkpoint_buffers: bool = False,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
+    execution.check_waits("sweep")
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")

@@ -174,9 +174,8 @@ class OnlineTrainer:
             progress: show an overall bar and a bar per active run (default True).
             start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
             torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            backend: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_resources: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            backend: ``"local"``, ``"ray"`` or ``"slurm"`` (a Slurm job per run; see ExecutionOptions).
+            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`, as for ``ray_resources``.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -217,7 +216,8 @@ class OnlineTrainer:
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
-            built as they are read (``list(run)`` for a list of your own).
+            built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
+            a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
@@ -246,7 +246,8 @@ class OnlineTrainer:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            execute_experiments([experiment], execution, parts.callback, pool, created)
+            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
+                return handle  # submitted to Slurm without waiting: the jobs record their results
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
