@@ -40,6 +40,8 @@ CONFIG_FILE = "config.py"
 MANIFEST_FILE = "manifest.json"
 ALL_METRICS_FILE = "all_metrics.pkl"
 HYPERPARAMETERS_FILE = "hyperparameters.yaml"
+SET_ASIDE_DIR = ".replaced"
+"""Where ``overwrite=True`` keeps an earlier experiment until a run of the new call has started."""
 # Files that belong to one multi_run: an earlier experiment is recognised by them and
 # ``overwrite=True`` removes them.
 EXPERIMENT_PATTERNS = (
