@@ -250,3 +250,17 @@ def test_nan_in_the_first_observation_is_warned_about(caplog):
     OnlineTrainer(lambda: NanObs(gym.make("CartPole-v1")), RecordingAgent).multi_run(1, num_episodes=1,
                                                                                      progress=False)
     assert "run 1: the env's first observation holds NaN" in caplog.text
+
+
+class NoArgAgent(RecordingAgent):
+    def __init__(self):
+        super().__init__()
+
+
+@pytest.mark.parametrize("factory", [lambda: RecordingAgent(), NoArgAgent, lambda env, config: RecordingAgent()])
+def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factory):
+    env = CountingFactory()
+    with pytest.raises(TypeError, match=r"The agent factory agent=.* cannot be called with one argument .*, but it is "
+                                        r"called with the run's env, once per run.*lambda env: MyAgent\(env\)"):
+        OnlineTrainer(env, factory, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
+    assert env.built == 0 and not (tmp_path / "exp").exists()
