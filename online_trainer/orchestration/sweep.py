@@ -146,6 +146,7 @@ def run_sweep(
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
+    resume = validation.flag("resume", resume)
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
                          keep_checkpoints=keep_checkpoints, checkpoint_buffers=bool(checkpoint_buffers), keep_agents=False,
                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)

@@ -224,6 +224,7 @@ class OnlineTrainer:
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
+        resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunOptions(
             num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
             keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers, dump_metrics=self.exp_dir is not
