@@ -58,10 +58,13 @@ class Hook:
         every_steps: call :meth:`on_step` every this many env steps (real transitions of all
             sub-envs together).
         every_seconds: or every this many seconds of wall time (checked at env steps).
+        needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
+            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
     """
 
     every_steps: int | None = None
     every_seconds: float | None = None
+    needs_eval_freq: bool = False
 
     def on_run_start(self, ctx: RunContext) -> None:
         """The env is reset and the agent ready; no env step has been taken yet."""
@@ -143,18 +146,23 @@ def _defines(hook: Any, name: str) -> bool:
     return getattr(type(hook), name, None) is not getattr(Hook, name)
 
 
-def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
+def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
     """The hooks as a tuple, each checked (before any env step).
+
+    Args:
+        hooks: the user's hooks.
+        eval_freq: the runs' evaluation period (None: no evaluation during the run).
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class.
-        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``.
+        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
+            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
     """
     if hooks is None:
         return ()
     if not isinstance(hooks, (list, tuple)):
         raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
-    for hook in hooks:
+    for index, hook in enumerate(hooks):
         if isinstance(hook, type):
             raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
         if not any(_defines(hook, name) for name in HOOK_METHODS):
@@ -168,6 +176,10 @@ def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
                 raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
                                  f"or every_seconds (a positive number), but got every_steps={steps!r}, "
                                  f"every_seconds={seconds!r}.")
+        if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
+            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
+                             "None: no evaluation would come before the run's end, so it would never act. Pass "
+                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
     return tuple(hooks)
 
 

@@ -250,3 +250,15 @@ def test_show_prints_each_runs_sps_and_why_it_stopped(tmp_path, capsys):
     assert "Stopped early: run 1: enough at episode 7" in out and "Stopped early: run 2: enough at episode 7" in out
     sps = json.loads((exp_dir / "manifest.json").read_text())["runs"][0]["sps"]
     assert f"{sps:,.0f}" in out.splitlines()[2]
+
+
+@pytest.mark.parametrize("hook, name", [(StopOnNoImprovement(patience=2), "StopOnNoImprovement"),
+                                        (StopOnReturn(5, source="eval"), "StopOnReturn")])
+@pytest.mark.parametrize("evaluation", [{}, {"eval_env": make_counting_vec(1)}])
+def test_a_hook_on_evaluations_is_refused_without_eval_freq(tmp_path, hook, name, evaluation):
+    """Without eval_freq no evaluation comes before the run's end (at most the final one): the hook would never act."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(ValueError, match=rf"hooks\[1\], a {name}, acts on the evaluations made during the run, but "
+                                         r"eval_freq is None: .* Pass eval_freq=\.\.\."):
+        trainer.multi_run(1, total_steps=500, hooks=[StopOnPlateau(), hook], progress=False, **evaluation)
+    assert not (tmp_path / "exp").exists()
