@@ -262,3 +262,18 @@ def test_a_hook_on_evaluations_is_refused_without_eval_freq(tmp_path, hook, name
                                          r"eval_freq is None: .* Pass eval_freq=\.\.\."):
         trainer.multi_run(1, total_steps=500, hooks=[StopOnPlateau(), hook], progress=False, **evaluation)
     assert not (tmp_path / "exp").exists()
+
+
+def test_a_run_shorter_than_the_stats_period_logs_its_stats_when_it_ends(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl")
+    runs = trainer.multi_run(2, total_steps=300, seed_offset=SEED, progress=False, stats_window=5)  # period: 10 s
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    for run, entry in enumerate(manifest(tmp_path / "exp")["runs"], start=1):
+        stats = [line for line in lines if line.get("tag") == f"stats/run_{run}"]
+        assert stats and stats[-1]["step"] == entry["global_step"] >= 300  # logged at the run's end
+        assert len({line["step"] for line in stats}) == len(stats)  # never twice at one step
+        values = stats[-1]["values"]
+        assert values["sps"] > 0
+        assert values["rolling_return"] == pytest.approx(sum(r["ep_return"] for r in runs[run - 1][-5:]) / 5)
+        assert values["rolling_length"] == pytest.approx(sum(r["ep_length"] for r in runs[run - 1][-5:]) / 5)
