@@ -43,7 +43,8 @@ class Experiment:
         self._before: dict[int, str] = {}  # run -> its status before this call started it
         self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
             else set()
-        self._write()
+        if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
+            self._write()  # with nothing to do (a finished experiment resumed), nothing is written
 
     @staticmethod
     def new_manifest(num_runs: int, seed_offset: int | None, base_seed: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -161,11 +162,11 @@ class Experiment:
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
-        """Write ``all_metrics.pkl`` (the list of runs) atomically.
+        """Write ``all_metrics.pkl`` (the list of runs) atomically, unless no run was done now and it is there.
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.
         """
-        if self.exp_dir is not None:
+        if self.exp_dir is not None and (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
             storage.write_all_metrics(self.exp_dir, [table if isinstance(table, EpisodeTable) else run
                                                      for table, run in zip(tables, runs)])

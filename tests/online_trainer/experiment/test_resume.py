@@ -258,3 +258,22 @@ def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
         agent.load(resume.read(tmp_path / str(buffers), 1)["agent"]["state"])
         assert agent.buffer.size == (1000 if buffers else 0)  # the buffer at the checkpoint, or an empty one
     assert sizes[False] < sizes[True]
+
+
+def files_with_times(root):
+    """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside: taking the lock
+    writes its owner into it, and releasing it empties it again)."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
+    env, agent = AGENTS["ppo"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, eval_freq=300, eval_episodes=2, progress=False)
+    first = trainer(tmp_path, "exp", env, agent).multi_run(2, **kw)
+    before = files_with_times(tmp_path / "exp")
+    assert "all_metrics.pkl" in before and "log.jsonl" in before and all(len(run) > 5 for run in first)
+    time.sleep(0.01)  # a file written again would get another modification time
+    again = trainer(tmp_path, "exp", env, agent).multi_run(2, resume=True, **kw)
+    assert files_with_times(tmp_path / "exp") == before
+    assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
