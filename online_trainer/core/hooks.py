@@ -183,6 +183,34 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
     return tuple(hooks)
 
 
+def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
+    """``"hooks[j]"`` -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full checkpoint keeps)."""
+    return {f"hooks[{j}]": type(hook).__qualname__ for j, hook in enumerate(hooks)
+            if callable(getattr(hook, "state_dict", None))}
+
+
+def saved_hooks(state: Mapping[str, Any]) -> dict[str, str | None]:
+    """What :func:`stateful_hooks` said of the hooks whose state :meth:`HookRunner.state_dict` returned (the class
+    name None when the state does not record it)."""
+    return {key: entry.get("type") for key, entry in state["hooks"].items()
+            if key.startswith("hooks[") and entry["state"] is not None}
+
+
+def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state") -> None:
+    """Raise unless the user hooks whose state was saved (:func:`saved_hooks`) are those of the run (:func:`stateful_hooks`).
+
+    Raises:
+        ValueError: a user hook with state is missing or extra, or of another class at its position.
+    """
+    if set(saved) != set(hooks):
+        raise ValueError(f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
+                         f"are {sorted(hooks)}: resume with the hooks the run was started with.")
+    for key, name in saved.items():
+        if name is not None and name != hooks[key]:
+            raise ValueError(f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
+                             "the hooks in the order the run was started with.")
+
+
 class _Cadence:
     """When one hook's ``on_step`` is due, in env steps (seconds are turned into a step stride as the run goes)."""
 
@@ -233,6 +261,7 @@ class HookRunner:
     def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Mapping[str, Any] | Sequence[Any] = ()) -> None:
         named = dict(builtin) if isinstance(builtin, Mapping) else {f"builtin[{i}]": h for i, h in enumerate(builtin)}
         user = {f"hooks[{i}]": copy.deepcopy(hook) for i, hook in enumerate(hooks)}
+        self.user_hooks = list(user.values())
         self.keys = [*named, *user]
         self.hooks = [*named.values(), *user.values()]  # built-ins first, then the user's
         self.ctx = ctx
@@ -354,21 +383,12 @@ class HookRunner:
                 it has), or a hook with state has no ``load_state_dict``.
         """
         saved = state["hooks"]
-        users = {key for key, entry in saved.items() if key.startswith("hooks[") and entry["state"] is not None}
-        expected = {key for key, hook in zip(self.keys, self.hooks) if key.startswith("hooks[")
-                    and callable(getattr(hook, "state_dict", None))}
-        if users != expected:
-            raise ValueError(f"The saved state holds the user hooks {sorted(users)}, but this run's hooks with state "
-                             f"are {sorted(expected)}: resume with the hooks the run was started with.")
+        check_saved_hooks(saved_hooks(state), stateful_hooks(self.user_hooks))
         for key, hook in zip(self.keys, self.hooks):
             entry = saved.get(key)
             if entry is None:
                 continue
             if entry["state"] is not None:
-                if entry.get("type", type(hook).__qualname__) != type(hook).__qualname__:
-                    raise ValueError(f"The saved state of {key} is a {entry['type']}'s, but this run's {key} is a "
-                                     f"{type(hook).__qualname__}: resume with the hooks in the order the run was "
-                                     "started with.")
                 load = getattr(hook, "load_state_dict", None)
                 if not callable(load):
                     raise ValueError(f"hook {hook!r} ({key}) has saved state but no load_state_dict(state) method.")

@@ -27,13 +27,14 @@ import pickle
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cloudpickle
 import numpy as np
 
 from online_trainer.core import seeding, storage
 from online_trainer.core.factories import accepts_keyword
+from online_trainer.core.hooks import check_saved_hooks, saved_hooks, stateful_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +81,38 @@ HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
 def write(exp_dir: str, run_idx: int, state: dict[str, Any]) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
 
-    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts), which the
-    parent reads to cut outputs back, then the whole state.
+    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts, the seconds the run
+    had taken, the user hooks whose state it holds), which the parent reads to cut outputs back and check
+    the call, then the whole state.
     """
     loop = state["loop"]
     header = {"format": FORMAT, **{key: state[key] for key in HEADER_KEYS},
-              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None}
+              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None,
+              "elapsed": state["elapsed"], "hooks": saved_hooks(state["events"])}
 
     def dump(file: Any) -> None:
         pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
         cloudpickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
 
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any]) -> None:
+    """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
+
+    Args:
+        exp_dir: the experiment directory.
+        header: the checkpoint's header (:func:`read` with ``header_only``).
+        hooks: the user hooks of the call.
+
+    Raises:
+        ValueError: naming the run, its checkpoint and the hooks that differ.
+    """
+    saved = header.get("hooks")
+    if saved is None:  # written before headers listed them: the whole checkpoint says
+        saved = saved_hooks(read(exp_dir, header["run"])["events"])
+    where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
+    check_saved_hooks(saved, stateful_hooks(hooks), where)
 
 
 def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[str, Any] | None:
