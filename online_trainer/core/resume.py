@@ -26,6 +26,7 @@ import logging
 import pickle
 import random
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -131,6 +132,34 @@ def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[s
                              f"{header.get('format')!r}, this one reads {FORMAT}): the run cannot continue from it; "
                              "remove it to start the run again.")
         return header if header_only else pickle.load(file)
+
+
+def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
+    """How far run ``run_idx`` got, as its records on disk and its full checkpoint say.
+
+    For a run that ended without finishing (failed, interrupted, preempted): ``global_step`` and
+    ``wall_time`` (seconds since the run started) of its last record or of its checkpoint, whichever
+    is further on, and ``episodes``, the records on disk (or the checkpoint's count when higher);
+    None where neither says (no metrics stream, no checkpoint).
+    """
+    progress: dict[str, Any] = {"episodes": None, "global_step": None, "wall_time": None}
+    path = storage.metrics_path(exp_dir, run_idx)
+    if path.is_file():
+        count, last = 0, None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", storage.TruncatedMetricsWarning)  # a killed run: its complete chunks
+            for chunk in storage.iter_metrics_chunks(path):
+                count, last = count + len(chunk), chunk[-1] if chunk else last
+        if last is not None:
+            progress = {"episodes": count, "global_step": last.get("global_step"), "wall_time": last.get("wall_time")}
+    try:
+        header = read(exp_dir, run_idx, header_only=True)
+    except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
+        header = None
+    if header is not None and header["global_step"] >= (progress["global_step"] or 0):
+        progress = {"episodes": max(progress["episodes"] or 0, header["episodes"]),
+                    "global_step": header["global_step"], "wall_time": header.get("elapsed", progress["wall_time"])}
+    return progress
 
 
 class Preempted(KeyboardInterrupt):

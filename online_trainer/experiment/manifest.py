@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.core import ownership, seeding, storage
+from online_trainer.core import ownership, resume, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
@@ -93,7 +93,27 @@ class Experiment:
                      sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
                      error=result.error)
         entry["stop_reason"] = result.extra.get("stop_reason")
+        if result.status not in COMPLETED:
+            self._progress_from_disk(entry)
         self._write()
+
+    def _progress_from_disk(self, entry: dict[str, Any]) -> None:
+        """Set the counts of a run that ended without finishing as its records and its full checkpoint say, where
+        they say more than the run told (a run that raised, or was preempted, tells nothing)."""
+        if self.exp_dir is None:
+            return
+        try:
+            progress = resume.run_progress(self.exp_dir, entry["run"])
+        except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
+            logger.error("could not read how far run %d got: %s", entry["run"], exc)
+            return
+        if progress["global_step"] is None or progress["global_step"] < (entry.get("global_step") or 0):
+            return
+        entry.update(episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
+                     global_step=progress["global_step"], wall_time=progress["wall_time"])
+        if entry["wall_time"]:
+            entry["wall_time"] = round(entry["wall_time"], 3)
+            entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
 
     def mark_interrupted(self) -> None:
         """Mark the runs that started and did not end as interrupted (Ctrl-C, or an error in the parent).
@@ -104,6 +124,7 @@ class Experiment:
             entry = self.manifest["runs"][spec.run_idx - 1]
             if spec.run_idx not in self.results and entry["status"] == ownership.RUNNING:
                 entry["status"] = ownership.INTERRUPTED
+                self._progress_from_disk(entry)
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news

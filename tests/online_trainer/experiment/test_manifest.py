@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import numpy as np
 import pytest
 
-from online_trainer import OnlineTrainer
-from online_trainer.core import storage
+from online_trainer import OnlineTrainer, RunsFailedError, load_runs
+from online_trainer.core import resume, storage
+from online_trainer.hooks import Hook
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -63,3 +66,63 @@ def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, progress=False)
     assert snapshot(tmp_path) == before
     assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
+
+
+class FailAt(Hook):
+    """Raises in run 1 at env step ``at``."""
+
+    every_steps = 1
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step(self, ctx):
+        if ctx.run == 1 and ctx.global_step == self.at:
+            raise RuntimeError(f"hook failed at step {ctx.global_step}")
+
+
+def entries(exp_dir):
+    return json.loads((exp_dir / storage.MANIFEST_FILE).read_text())["runs"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_run_reports_the_progress_its_records_show(tmp_path, workers):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError):
+        trainer.multi_run(2, total_steps=1000, seed_offset=0, hooks=[FailAt(499)], num_workers=workers, progress=False)
+    records = storage.load_run_metrics(tmp_path, 1)
+    assert len(records) >= 20 and records[-1]["global_step"] <= 499
+    failed, finished = entries(tmp_path)
+    assert failed["status"] == "failed" and finished["status"] == "finished" and finished["global_step"] == 1000
+    assert failed["episodes"] == len(records) and failed["global_step"] == records[-1]["global_step"]
+    assert failed["wall_time"] == pytest.approx(records[-1]["wall_time"], abs=1e-3) and failed["sps"] > 0
+    runs = load_runs(tmp_path)
+    assert runs["env_steps"].tolist() == [records[-1]["global_step"], 1000]
+    assert runs["num_episodes"].tolist()[0] == len(records)
+
+
+class Preempt(Hook):
+    """Sends this process SIGTERM at env step ``at`` of run 1, as a scheduler about to preempt the job would."""
+
+    every_steps = 1
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step(self, ctx):
+        if ctx.run == 1 and ctx.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(resume.Preempted):
+        trainer.multi_run(1, total_steps=10**8, seed_offset=0, hooks=[Preempt(200)], progress=False)
+    header = resume.read(tmp_path, 1, header_only=True)
+    assert header["global_step"] > 200
+    (entry,) = entries(tmp_path)
+    assert entry["status"] == "interrupted" and entry["global_step"] == header["global_step"]
+    assert entry["episodes"] == header["episodes"] == len(storage.load_run_metrics(tmp_path, 1)) > 0
+    assert entry["wall_time"] == pytest.approx(header["elapsed"], abs=1e-3)
+    runs = load_runs(tmp_path)
+    assert runs["env_steps"].tolist() == [header["global_step"]] and runs["wall_time"].tolist()[0] > 0
