@@ -111,7 +111,8 @@ def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any
     """
     saved = header.get("hooks")
     if saved is None:  # written before headers listed them: the whole checkpoint says
-        saved = saved_hooks(read(exp_dir, header["run"])["events"])
+        state = read(exp_dir, header["run"])
+        saved = {} if state is None else saved_hooks(state["events"])
     where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
     check_saved_hooks(saved, stateful_hooks(hooks), where)
 

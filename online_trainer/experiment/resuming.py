@@ -107,9 +107,9 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
                if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()}
     left: dict[int, dict[str, Any] | None] = {}
     for run in entries:
-        left[run] = resume.read(exp_dir, run, header_only=True) if continue_runs else None
-        if left[run] is not None:
-            resume.check_hooks(exp_dir, left[run], hooks)
+        header = left[run] = resume.read(exp_dir, run, header_only=True) if continue_runs else None
+        if header is not None:
+            resume.check_hooks(exp_dir, header, hooks)
     for run, header in left.items():
         entry = entries[run]
         if header is None:

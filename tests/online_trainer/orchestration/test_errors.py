@@ -271,8 +271,8 @@ def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factor
     ({"resume": 1}, TypeError, r"resume must be True or False, but got resume=1"),
     ({"overwrite": "no"}, TypeError, r"overwrite must be True or False, but got overwrite='no'"),
     ({"overwrite": 0}, TypeError, r"overwrite must be True or False, but got overwrite=0"),
-    ({"resume": True, "overwrite": True}, ValueError, r"resume=True continues the experiment in exp_dir and "
-                                                     r"overwrite=True replaces it: pass only one of them"),
+    ({"resume": True, "overwrite": True}, ValueError,
+     r"resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only one of them"),
 ])
 def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, message):
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, progress=False)
