@@ -425,3 +425,17 @@ def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
     for i in (1, 2):
         assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
         assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()
+
+
+def test_overwrite_keeps_the_earlier_experiment_and_its_config_when_no_run_starts(tmp_path, capsys):
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+
+    def files():
+        return {p.relative_to(exp_dir).as_posix(): p.read_bytes() for p in sorted(exp_dir.rglob("*")) if p.is_file()}
+
+    before = files()
+    assert "config.yaml" in before and "metrics_run2.pkl" in before
+    assert run(str(config), f"exp_dir={exp_dir}", "overwrite=true", "env.id=Pendulum-v1") == 2
+    assert "needs a Discrete" in capsys.readouterr().err
+    assert files() == before
