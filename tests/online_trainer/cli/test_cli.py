@@ -150,7 +150,8 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     # hand-written manifests hold no sps: '-'
     assert lines[2].split() == ["1", "11", "4", "40", "-", "-11.00", "finished"]
     assert lines[3].split() == ["2", "22", "7", "140", "-", "-10.00", "finished"]  # the last two finite returns
-    assert lines[4].split() == ["3", "33", "1", "10", "-", "-500.00", "failed,", "left", "out"]
+    # a run that did not finish: its steps and SPS as its records say (10 steps, the last at 0.1 s)
+    assert lines[4].split() == ["3", "33", "1", "10", "100", "-500.00", "failed,", "left", "out"]
     assert lines[5].split() == ["4", "44", "0", "-", "-", "n/a", "interrupted,", "left", "out"]
     assert lines[6].split() == ["5", "55", "0", "-", "-", "n/a", "finished"]
     stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
