@@ -159,7 +159,8 @@ class ExperimentConfig:
     last_k: int = 10
     """Episodes per run averaged into its final return in the printed table."""
     torch_threads: int | None = 1
-    """Torch threads of every process running seeds (null: torch's default, one per core)."""
+    """Threads of every pool (torch, BLAS, OpenMP) of each process running seeds, this one included while its runs
+    go (null: as the environment and the libraries set them, one per core by default)."""
     score: str = "return"
     """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
     agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""

@@ -1,4 +1,4 @@
-"""What every executor shares: the execution options, the handler types, failed results and thread limits.
+"""What every executor shares: the execution options, the handler types and failed results.
 
 It imports nothing of :mod:`online_trainer.parallel`: the serial, worker-pool and Ray executors
 import it, and :mod:`online_trainer.parallel.executors` dispatches to them.
@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
-import os
-import sys
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
@@ -43,9 +41,12 @@ class ExecutionOptions:
     start_method: str = "spawn"
     """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
     0.2 s after the session's first call (the server imports torch once)."""
-    torch_threads: int = 1
-    """Torch threads per worker process or Ray task, so that workers do not fight over cores (runs in this
-    process keep the current setting)."""
+    torch_threads: int | None = 1
+    """Threads of every pool (torch, BLAS, OpenMP) of each process running runs, so that N runs at once use N
+    cores: each worker process and Ray task, and this process while its runs go (its own settings are given
+    back after them). It replaces the ``OMP_NUM_THREADS``-like variables a worker would inherit. None leaves
+    the pools as the environment and the libraries set them (one thread per core, by default); the flat
+    keyword ``torch_threads=None`` means "not given" (1): pass ``ExecutionOptions(torch_threads=None)``."""
     ray_address: str | None = None
     """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
     be on a filesystem all nodes share."""
@@ -56,7 +57,7 @@ class ExecutionOptions:
 
     def __post_init__(self) -> None:
         validation.positive_int("num_workers", self.num_workers, "Use 1 to run in this process.")
-        validation.positive_int("torch_threads", self.torch_threads)
+        validation.optional_positive_int("torch_threads", self.torch_threads)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got backend={self.backend!r}.")
         if self.ray_resources is not None and self.backend != "ray":
@@ -146,11 +147,3 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
 
 def no_start(spec: RunSpec) -> None:
     """The ``on_start`` handler that records nothing."""
-
-
-def limit_torch_threads(torch_threads: int) -> None:
-    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(torch_threads)
