@@ -138,10 +138,17 @@ def run_command(args: argparse.Namespace) -> int:
         # ended meanwhile), before the lock file is written: a refused call changes nothing.
         with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
             locked = True
+            earlier = _earlier_config(exp_dir)
             storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
             print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-            handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
-                                       **multi_run_kwargs(config, progress=not args.no_progress))
+            try:
+                handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                                           **multi_run_kwargs(config, progress=not args.no_progress))
+            except BaseException:
+                if earlier is not None and _manifest_bytes(exp_dir) == earlier[1]:
+                    # overwrite=true, and no run started: the earlier experiment is back, with its config
+                    storage.write_atomic(exp_dir / CONFIG_YAML, earlier[0])
+                raise
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
@@ -162,6 +169,19 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
+
+
+def _manifest_bytes(exp_dir: Path) -> bytes | None:
+    path = exp_dir / storage.MANIFEST_FILE
+    return path.read_bytes() if path.is_file() else None
+
+
+def _earlier_config(exp_dir: Path) -> tuple[bytes, bytes] | None:
+    """The ``config.yaml`` and manifest of an experiment in ``exp_dir`` (that ``overwrite=true`` replaces), or None."""
+    manifest = _manifest_bytes(exp_dir)
+    if manifest is None or not (exp_dir / CONFIG_YAML).is_file():
+        return None
+    return (exp_dir / CONFIG_YAML).read_bytes(), manifest
 
 
 def eval_command(args: argparse.Namespace) -> int:

@@ -129,7 +129,8 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
 
         refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
-                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback)
+                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback,
+                                         options.hooks)
     manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 

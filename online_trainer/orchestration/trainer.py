@@ -164,7 +164,8 @@ class OnlineTrainer:
                 flat and ``None`` stands for each run in the result.
             keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
                 sent back to this process); False for agents too big to keep (large replay buffers).
-            overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
+            overwrite: replace the outputs of an earlier experiment in ``exp_dir`` (they are set aside, and put
+                back when no run gets past its first env step).
             execution: how the runs execute, as one object shared by :meth:`multi_run`, :meth:`sweep`
                 and :meth:`evaluate`: ``ExecutionOptions(num_workers=..., backend=..., start_method=...,
                 torch_threads=..., ray_address=..., ray_resources=..., progress=...)``. The flat keywords
@@ -224,6 +225,7 @@ class OnlineTrainer:
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
+        resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunOptions(
             num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
             keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers, dump_metrics=self.exp_dir is not
