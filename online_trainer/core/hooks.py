@@ -70,11 +70,14 @@ class Hook:
             None: every hook method the class defines. A hook whose configuration leaves an
             event of no use to it (the runner's checkpoints under an episode budget take no
             ``on_step``) says so here, once, when it is built.
+        needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
+            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
     """
 
     every_steps: int | None = None
     every_seconds: float | None = None
     handles: frozenset[str] | None = None
+    needs_eval_freq: bool = False
 
     def on_run_start(self, ctx: RunContext) -> None:
         """The env is reset and the agent ready; no env step has been taken yet."""
@@ -187,18 +190,23 @@ def hook_keys(hooks: Sequence[Any]) -> list[str]:
     return keys
 
 
-def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
+def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
     """The hooks as a tuple, each checked (before any env step).
+
+    Args:
+        hooks: the user's hooks.
+        eval_freq: the runs' evaluation period (None: no evaluation during the run).
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class.
-        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``.
+        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
+            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
     """
     if hooks is None:
         return ()
     if not isinstance(hooks, (list, tuple)):
         raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
-    for hook in hooks:
+    for index, hook in enumerate(hooks):
         if isinstance(hook, type):
             raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
         if not any(_defines(hook, name) for name in HOOK_METHODS):
@@ -212,7 +220,41 @@ def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
                 raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
                                  f"or every_seconds (a positive number), but got every_steps={steps!r}, "
                                  f"every_seconds={seconds!r}.")
+        if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
+            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
+                             "None: no evaluation would come before the run's end, so it would never act. Pass "
+                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
     return tuple(hooks)
+
+
+def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
+    """:func:`hook_keys` name -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full
+    checkpoint keeps)."""
+    return {key: type(hook).__qualname__ for key, hook in zip(hook_keys(hooks), hooks)
+            if callable(getattr(hook, "state_dict", None))}
+
+
+def saved_hooks(state: Mapping[str, Any]) -> dict[str, str | None]:
+    """What :func:`stateful_hooks` said of the hooks whose state :meth:`HookRunner.state_dict` returned (the class
+    name None when the state does not record it)."""
+    return {key: entry.get("type") for key, entry in state["hooks"].items()
+            if entry.get("user") and entry["state"] is not None}
+
+
+def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state") -> None:
+    """Raise unless the user hooks whose state was saved (:func:`saved_hooks`) are those of the run (:func:`stateful_hooks`).
+
+    Raises:
+        ValueError: a user hook with state is missing or extra, or of another class at its position.
+    """
+    if set(saved) != set(hooks):
+        raise ValueError(f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
+                         f"are {sorted(hooks)}: resume with the hooks the run was started with (hooks of one class "
+                         "in the same order; classes in any order).")
+    for key, name in saved.items():
+        if name is not None and name != hooks[key]:
+            raise ValueError(f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
+                             "the hooks in the order the run was started with.")
 
 
 class HookRunner:
@@ -232,6 +274,7 @@ class HookRunner:
     def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Mapping[str, Any] | Sequence[Any] = ()) -> None:
         named = dict(builtin) if isinstance(builtin, Mapping) else {f"builtin[{i}]": h for i, h in enumerate(builtin)}
         user = {key: copy.deepcopy(hook) for key, hook in zip(hook_keys(hooks), hooks)}
+        self.user_hooks = list(user.values())
         self.keys = [*named, *user]
         self.user_keys = frozenset(user)
         self.hooks = [*named.values(), *user.values()]  # built-ins first, then the user's
@@ -344,6 +387,7 @@ class HookRunner:
             cadence = self.cadences.get(key)
             if callable(save) or cadence is not None:
                 hooks[key] = {"state": save() if callable(save) else None, "user": key in self.user_keys,
+                              "type": type(hook).__qualname__,
                               "next_step": None if cadence is None else cadence.next_step}
         return {"hooks": hooks, "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
                 "stop_reason": self.ctx.stop_reason}
@@ -360,13 +404,7 @@ class HookRunner:
                 it has), or a hook with state has no ``load_state_dict``.
         """
         saved = state["hooks"]
-        users = {key for key, entry in saved.items() if entry.get("user") and entry["state"] is not None}
-        expected = {key for key, hook in zip(self.keys, self.hooks) if key in self.user_keys
-                    and callable(getattr(hook, "state_dict", None))}
-        if users != expected:
-            raise ValueError(f"The saved state holds the user hooks {sorted(users)}, but this run's hooks with state "
-                             f"are {sorted(expected)}: resume with the hooks the run was started with (hooks of one "
-                             "class in the same order).")
+        check_saved_hooks(saved_hooks(state), stateful_hooks(self.user_hooks))
         for key, hook in zip(self.keys, self.hooks):
             entry = saved.get(key)
             if entry is None:

@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pickle
 import random
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cloudpickle
 import numpy as np
@@ -42,6 +44,7 @@ import numpy as np
 from online_trainer.core import seeding, storage
 from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.factories import accepts_keyword
+from online_trainer.core.hooks import check_saved_hooks, saved_hooks, stateful_hooks
 from online_trainer.core.loop import LoopState
 
 logger = logging.getLogger(__name__)
@@ -81,10 +84,11 @@ class FullCheckpoint:
     version: int = FORMAT
 
     def header(self) -> dict[str, Any]:
-        """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts."""
+        """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
+        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.core.hooks.saved_hooks`)."""
         return {"format": self.version, "run": self.run, "seed": self.seed, "num_envs": self.num_envs,
                 "outputs": self.outputs, "global_step": self.loop.global_step, "episodes": self.loop.episodes,
-                "env_kept": self.env is not None}
+                "env_kept": self.env is not None, "elapsed": self.elapsed, "hooks": saved_hooks(self.events)}
 
     def to_state(self) -> dict[str, Any]:
         """The checkpoint as plain data (what the file holds after the header)."""
@@ -171,6 +175,25 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
 
 
+def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any]) -> None:
+    """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
+
+    Args:
+        exp_dir: the experiment directory.
+        header: the checkpoint's header (:func:`read` with ``header_only``).
+        hooks: the user hooks of the call.
+
+    Raises:
+        ValueError: naming the run, its checkpoint and the hooks that differ.
+    """
+    saved = header.get("hooks")
+    if saved is None:  # written before headers listed them: the whole checkpoint says
+        state = read(exp_dir, header["run"])
+        saved = {} if state is None else saved_hooks(state.events)
+    where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
+    check_saved_hooks(saved, stateful_hooks(hooks), where)
+
+
 def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> Any:
     """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its header, a dict of
     :data:`HEADER_KEYS` and the loop's counts), or None when it has none.
@@ -185,6 +208,34 @@ def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> Any:
         header = pickle.load(file)
         check_version(header.get("format") if isinstance(header, dict) else None, path)
         return header if header_only else FullCheckpoint.from_state(pickle.load(file), path)
+
+
+def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
+    """How far run ``run_idx`` got, as its records on disk and its full checkpoint say.
+
+    For a run that ended without finishing (failed, interrupted, preempted): ``global_step`` and
+    ``wall_time`` (seconds since the run started) of its last record or of its checkpoint, whichever
+    is further on, and ``episodes``, the records on disk (or the checkpoint's count when higher);
+    None where neither says (no metrics stream, no checkpoint).
+    """
+    progress: dict[str, Any] = {"episodes": None, "global_step": None, "wall_time": None}
+    path = storage.metrics_path(exp_dir, run_idx)
+    if path.is_file():
+        count, last = 0, None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", storage.TruncatedMetricsWarning)  # a killed run: its complete chunks
+            for chunk in storage.iter_metrics_chunks(path):
+                count, last = count + len(chunk), chunk[-1] if chunk else last
+        if last is not None:
+            progress = {"episodes": count, "global_step": last.get("global_step"), "wall_time": last.get("wall_time")}
+    try:
+        header = read(exp_dir, run_idx, header_only=True)
+    except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
+        header = None
+    if header is not None and header["global_step"] >= (progress["global_step"] or 0):
+        progress = {"episodes": max(progress["episodes"] or 0, header["episodes"]),
+                    "global_step": header["global_step"], "wall_time": header.get("elapsed", progress["wall_time"])}
+    return progress
 
 
 class Preempted(KeyboardInterrupt):
@@ -252,3 +303,20 @@ def restored_tracker(saved: FullCheckpoint, fresh: EpisodeTracker) -> EpisodeTra
         fresh.number_from(saved.loop.episodes, saved.tracker["table"])
     fresh.start_time = time.perf_counter() - saved.elapsed
     return fresh
+
+
+def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
+    """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
+    streams and its checkpoint removed.
+
+    Args:
+        exp_dir: the experiment directory.
+        run: the run's number.
+        continue_run: continue from the full checkpoint (False: start again whatever there is).
+    """
+    header = read(exp_dir, run, header_only=True) if continue_run else None
+    if header is None:
+        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
+                     storage.resume_path(exp_dir, run)):
+            path.unlink(missing_ok=True)  # a run that starts again from its first step
+    return header
