@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions
 from online_trainer.core.protocol import Agent
 from online_trainer.core.run_records import RunRecords
 from online_trainer.core.storage import (
@@ -44,6 +44,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "RunOptions":  # the previous release's; deprecated (it warns when called)
+        from online_trainer.core.options import RunOptions
+
+        return RunOptions
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'online_trainer' has no attribute {name!r}")
@@ -54,11 +58,13 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "CheckpointOptions",
+    "EvaluationOptions",
     "ExecutionOptions",
     "ExperimentInUseError",
     "OnlineTrainer",
     "RunFailure",
-    "RunOptions",
+    "RecordOptions",
     "RunRecords",
     "RunsFailedError",
     "TruncatedMetricsWarning",

@@ -1,106 +1,398 @@
-"""What every run of an experiment shares, as one frozen, validated object.
+"""The options of a call, each declared once: a field of a frozen, keyword-only, validated dataclass.
 
-A run's :class:`~online_trainer.core.run.RunSpec` holds it as it is: adding an option means a
-field here (with its docstring and check), the code that uses it, and its docs.
+``multi_run``, ``sweep`` and ``evaluate`` take a few option objects grouped the way users think
+about a run::
+
+    trainer.multi_run(5, total_steps=50_000, checkpoint_freq=10_000,
+                      evaluation=EvaluationOptions(freq=5_000, episodes=10),
+                      checkpoints=CheckpointOptions(keep=3),
+                      records=RecordOptions(score="raw"),
+                      execution=ExecutionOptions(num_workers=4))
+
+Everything else derives from the fields: the YAML keys of the command (``evaluation.freq=5000``,
+:mod:`online_trainer.config.schema`), the manifest's record of the call and the resume comparison
+(:func:`call_record`: every field but those declared ``affects_records=False``), and the reference
+page ``docs/reference/trainer-options.md`` (:mod:`online_trainer.config.reference`). Adding an option
+is one field here, with its docstring and check, plus the code that uses it.
+
+Each field is declared with :func:`option`: its default, the check of its value (a function of
+:mod:`online_trainer.core.validation`, the one value checker of the package) and whether it can change
+what a run records. The flat keywords of the previous release (``eval_freq=``, ``keep_checkpoints=``,
+...) are translated by :data:`LEGACY_NAMES`, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, ClassVar, Mapping
 
-from online_trainer.core import raw_scores, validation
+from online_trainer.core import validation
 from online_trainer.core.budget import Budget
 from online_trainer.core.hooks import check_hooks
+from online_trainer.core.raw_scores import SCORES
+
+__all__ = [
+    "LEGACY_NAMES",
+    "CheckpointOptions",
+    "EvaluationOptions",
+    "OptionGroup",
+    "RecordOptions",
+    "RunPlan",
+    "call_record",
+    "field_docs",
+    "option",
+]
+
+SECTIONS: dict[str, type["OptionGroup"]] = {}
+"""Every option group by its section name (``"evaluation"``): what the YAML keys and the legacy keywords name."""
+
+
+def option(default: Any = dataclasses.MISSING, *, check: Callable[[str, Any], Any] | None = None,
+           affects_records: bool = True, default_factory: Any = dataclasses.MISSING) -> Any:
+    """A field of an option group.
+
+    Args:
+        default: the default value.
+        check: ``check(name, value) -> value``, run when the object is built; ``name`` is the dotted key
+            (``evaluation.freq``) named by its error.
+        affects_records: False for options that cannot change what a run records (progress display, number
+            of workers, ...): a resumed call may give another value. Every other option is in the manifest's
+            record of the call, and a resumed call that gives another value is refused.
+        default_factory: as :func:`dataclasses.field`'s.
+    """
+    metadata = {"check": check, "affects_records": affects_records}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, kw_only=True)
-class RunOptions:
-    """What every run of an experiment shares; validated when built.
+class OptionGroup:
+    """Base of the option groups: runs each field's check, then :meth:`_check` for rules across fields.
 
     Raises:
-        ValueError: naming the first bad field and its value.
+        ValueError: naming the first bad option by its dotted key (``evaluation.freq``) and its value.
     """
 
-    num_episodes: int | None = None
-    """Stop each run after exactly this many finished episodes (all sub-envs together)."""
-    total_steps: int | None = None
-    """Stop each run after this many env steps (real transitions of all sub-envs together)."""
-    checkpoint_freq: int | None = None
-    """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
-    keep_checkpoints: int | None = None
-    """Keep only the last this many periodic checkpoints of each run (``Run{i}_S*``/``Run{i}_E*``; ``Run{i}_Last``
-    and ``Run{i}_Best_agent.t`` are never deleted); None keeps them all."""
-    checkpoint_buffers: bool = False
-    """Put the agent's replay buffer in the run's full checkpoint (``save(buffers=True)``, for agents whose ``save``
-    takes ``buffers``), so that a resumed off-policy run continues exactly; without it the buffer starts empty
-    again after a resume. Periodic checkpoints hold it as the agent's own setting says (``save_buffer``); the best
-    state never does."""
-    dump_metrics: bool = True
-    """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
-    dump_transitions: bool = False
-    """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
-    keep_records: bool = True
-    """Hand the records back in memory (False: on disk only; memory stays flat)."""
-    keep_agents: bool = True
-    """Hand each run's final agent back."""
-    metrics_flush_every: int | None = None
-    """Records per chunk of the metrics streams."""
-    evaluate: bool = False
-    """Evaluate the agent greedily on a separate env, every ``eval_freq`` and at the end."""
-    eval_freq: int | None = None
-    """Evaluate every this many env steps (step budget) or episodes (episode budget); None: at the end only."""
-    eval_episodes: int = 10
-    """Complete episodes per evaluation."""
-    record_video: int | None = None
-    """Film the first episode of every this-many-th evaluation (``exp_dir/videos/run{i}/*.mp4``)."""
-    frames_trigger: Any = None
-    """Training episodes that keep their frames when the env renders: ``k`` (episodes ``k, 2k, ...``), a
-    callable ``episode_index -> bool``, or None (every one)."""
-    hooks: tuple[Any, ...] = ()
-    """Objects with any of ``on_run_start``, ``on_step``, ``on_episodes``, ``on_episode_end``, ``on_eval``,
-    ``on_checkpoint``, ``on_run_end`` (see :mod:`online_trainer.hooks`); each run gets its own copy of each."""
-    stats_window: int = 100
+    section: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.section:
+            SECTIONS[cls.section] = cls
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            check = spec.metadata.get("check")
+            if check is not None:
+                object.__setattr__(self, spec.name, check(self.key(spec.name), getattr(self, spec.name)))
+        self._check()
+
+    def _check(self) -> None:
+        """Rules that tie several fields together (none by default)."""
+
+    @classmethod
+    def key(cls, name: str) -> str:
+        """The dotted key of the field ``name``: ``evaluation.freq``."""
+        return f"{cls.section}.{name}" if cls.section else name
+
+
+def _episodes_trigger(name: str, value: Any) -> Any:
+    return validation.episode_trigger(name, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationOptions(OptionGroup):
+    """Greedy evaluation of each run's agent on a separate env, every ``freq`` and once at the end.
+
+    Given (even as ``EvaluationOptions()``), the runs are evaluated; ``evaluation=None`` (the default) is no
+    evaluation. The agent is switched to ``eval()``, plays ``episodes`` complete episodes and goes back to
+    ``train()``; the training env and episode are untouched. Records: ``exp_dir/eval_run{i}.pkl``,
+    ``trainer.evaluations``, ``eval/ep_return/run_{i}``. With evaluation, ``Run{i}_Best_agent.t`` is the state
+    at the best evaluation mean.
+    """
+
+    section: ClassVar[str] = "evaluation"
+
+    env: Any = option(None)
+    """The env to evaluate on: an env or a zero-argument factory; None: the training env's factory, called once
+    more per run (in :meth:`~OnlineTrainer.evaluate`: the last ``multi_run``'s). Compared on resume only when it
+    is plain data."""
+    freq: int | None = option(None, check=validation.optional_positive_int)
+    """Evaluate every this many env steps (step budget) or finished episodes (episode budget), and once at the
+    end; None: at the end only."""
+    episodes: int = option(10, check=validation.positive_int)
+    """Complete episodes per evaluation, spread evenly over the eval env's sub-envs."""
+    record_video: int | None = option(None, check=validation.optional_positive_int)
+    """Film the first episode (of sub-env 0) of every this-many-th evaluation into
+    ``exp_dir/videos/run{i}/eval{k}_step{n}.mp4`` (the eval env must be made with ``render_mode="rgb_array"``;
+    needs ``pip install -e ".[video]"``). A callback with a ``video`` method gets each video too."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointOptions(OptionGroup):
+    """What the checkpoints of ``checkpoint_freq`` keep (``Run{i}_Last`` and ``Run{i}_Best_agent.t`` always stay)."""
+
+    section: ClassVar[str] = "checkpoints"
+
+    keep: int | None = option(None, check=validation.optional_positive_int, affects_records=False)
+    """Keep only the last this many periodic checkpoints of each run (``Run{i}_S*``/``Run{i}_E*``); None keeps
+    them all. Needs ``checkpoint_freq``."""
+    buffers: bool = option(False, check=validation.boolean)
+    """Put the agent's replay buffer in the run's full checkpoint (``save(buffers=True)``, for agents whose
+    ``save`` takes ``buffers``), so that a resumed off-policy run continues exactly; without it the buffer starts
+    empty again after a resume. Periodic checkpoints hold it as the agent's own ``save_buffer`` says."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordOptions(OptionGroup):
+    """What the runs keep and log: records in memory, agents, metrics streams, frames, statistics, the score."""
+
+    section: ClassVar[str] = "records"
+
+    in_memory: bool = option(True, check=validation.boolean, affects_records=False)
+    """Hand the records back in memory; False keeps them on disk only (memory stays flat) and ``None`` stands for
+    each run in the result (needs ``dump_metrics`` and an exp_dir)."""
+    keep_agents: bool = option(True, check=validation.boolean, affects_records=False)
+    """Keep each run's final agent in ``trainer.agents`` (with workers they are sent back to this process);
+    False for agents too big to keep (large replay buffers)."""
+    flush_every: int | None = option(None, check=validation.optional_positive_int, affects_records=False)
+    """Episode records per chunk of the metrics streams; None: 100 per sub-env. Records reach the disk at least
+    every second while episodes end, at once for an episode that keeps its frames, and when the run ends."""
+    frames_trigger: Any = option(None, check=_episodes_trigger)
+    """When the training env renders frames (``render_mode="rgb_array"``, ``"rgb_array_list"`` or ``"ansi"``),
+    the episodes whose records keep them: ``k`` keeps episodes ``k, 2k, ...``, a callable
+    ``episode_index -> bool`` (indices from 1) those it accepts; None: every episode. With a metrics stream the
+    frames are in ``metrics_run{i}.pkl`` only."""
+    stats_window: int = option(100, check=validation.positive_int)
     """Episodes averaged into the rolling return and length logged under ``stats/run_{i}``."""
-    stats_every_steps: int | None = None
-    """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds."""
-    score: str = "return"
-    """What evaluations, the progress display and the analysis report: ``return`` (the sum of the rewards the agent
-    learns from) or ``raw`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's wrappers)."""
-    has_exp_dir: bool = True
+    stats_every_steps: int | None = option(None, check=validation.optional_positive_int)
+    """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds (and once
+    more when a run ends)."""
+    score: str = option("return", check=validation.choice(SCORES))
+    """What evaluations, the progress display and the analysis report: ``"return"`` (the sum of the rewards the
+    agent learns from) or ``"raw"`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's
+    wrappers: game scores under reward clipping)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan(OptionGroup):
+    """What every run of one call shares: ``multi_run``'s positional options and its option groups, validated.
+
+    Built by ``multi_run``, ``sweep`` and ``evaluate``; a run's :class:`~online_trainer.core.run.RunSpec` holds it.
+    """
+
+    num_episodes: int | None = option(None)
+    """Stop each run after exactly this many finished episodes (of all its sub-envs together)."""
+    total_steps: int | None = option(None)
+    """Stop each run after this many env steps (real transitions of all sub-envs together)."""
+    checkpoint_freq: int | None = option(None, check=validation.optional_positive_int)
+    """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
+    dump_metrics: bool = option(True, check=validation.boolean)
+    """Stream records to ``exp_dir/metrics_run{i}.pkl`` (needs an exp_dir)."""
+    dump_transitions: bool = option(False, check=validation.boolean)
+    """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
+    evaluation: EvaluationOptions | None = option(None)
+    """Greedy evaluation (None: none)."""
+    checkpoints: CheckpointOptions = option(default_factory=CheckpointOptions)
+    """What the checkpoints keep."""
+    records: RecordOptions = option(default_factory=RecordOptions)
+    """What the runs keep and log."""
+    hooks: tuple[Any, ...] = option((), affects_records=False)
+    """User hooks; each run gets its own copy (a resumed run checks their classes against its checkpoint)."""
+    has_exp_dir: bool = option(True, affects_records=False)
     """Whether the experiment has a directory (options that write files need one)."""
     budget: Budget = field(init=False, repr=False)
     """The budget the two first fields describe."""
 
-    def __post_init__(self) -> None:
+    def _check(self) -> None:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
-        validation.optional_positive_int("checkpoint_freq", self.checkpoint_freq)
-        validation.optional_positive_int("keep_checkpoints", self.keep_checkpoints)
-        if not isinstance(self.checkpoint_buffers, bool):
-            raise ValueError(f"checkpoint_buffers must be True or False, but got "
-                             f"checkpoint_buffers={self.checkpoint_buffers!r}.")
-        if self.keep_checkpoints and self.checkpoint_freq is None:
-            raise ValueError(f"keep_checkpoints={self.keep_checkpoints!r} applies to periodic checkpoints, but "
-                             "checkpoint_freq is None: pass checkpoint_freq=... too, or drop keep_checkpoints.")
-        validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
-        validation.optional_positive_int("eval_freq", self.eval_freq)
-        validation.positive_int("eval_episodes", self.eval_episodes)
+        for name, cls in (("evaluation", EvaluationOptions), ("checkpoints", CheckpointOptions),
+                          ("records", RecordOptions)):
+            value = getattr(self, name)
+            if not isinstance(value, cls) and not (value is None and name == "evaluation"):
+                raise TypeError(f"{name} must be a {cls.__name__}, but got {name}={value!r}: pass "
+                                f"{name}={cls.__name__}(...) from online_trainer.")
         object.__setattr__(self, "hooks", check_hooks(self.hooks))
-        validation.positive_int("stats_window", self.stats_window)
-        validation.optional_positive_int("stats_every_steps", self.stats_every_steps)
-        raw_scores.check_score(self.score)
-        validation.optional_positive_int("record_video", self.record_video)
-        object.__setattr__(self, "frames_trigger", validation.episode_trigger("frames_trigger", self.frames_trigger))
-        validation.needs_exp_dir(self.has_exp_dir or None, record_video=self.record_video)
-        if self.record_video is not None and not self.evaluate:
-            raise ValueError(f"record_video={self.record_video} films evaluation episodes, but evaluation is off: "
-                             "pass eval_freq=... (and an eval_env made with render_mode='rgb_array').")
-        validation.needs_exp_dir(self.has_exp_dir or None, dump_metrics=self.dump_metrics,
-                                 checkpoint_freq=self.checkpoint_freq, checkpoint_buffers=self.checkpoint_buffers)
-        if not self.keep_records and not self.dump_metrics:
-            raise ValueError("keep_records=False needs dump_metrics=True and an exp_dir, or the records would be lost.")
+        if self.checkpoints.keep and self.checkpoint_freq is None:
+            raise ValueError(f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
+                             "checkpoint_freq is None: pass checkpoint_freq=... too, or drop checkpoints.keep.")
+        exp_dir = self.has_exp_dir or None
+        if self.evaluation is not None:
+            validation.needs_exp_dir(exp_dir, **{"evaluation.record_video": self.evaluation.record_video})
+        validation.needs_exp_dir(exp_dir, dump_metrics=self.dump_metrics, checkpoint_freq=self.checkpoint_freq,
+                                 **{"checkpoints.buffers": self.checkpoints.buffers})
+        if not self.records.in_memory and not self.dump_metrics:
+            raise ValueError("records.in_memory=False needs dump_metrics=True and an exp_dir, or the records would "
+                             "be lost.")
 
     @property
     def num_eval_episodes(self) -> int:
         """Episodes per evaluation; 0 when the runs are not evaluated."""
-        return self.eval_episodes if self.evaluate else 0
+        return self.evaluation.episodes if self.evaluation is not None else 0
+
+
+# ------------------------------------------------------------------------ the record of a call
+
+
+def call_record(plan: OptionGroup, tuning_hp: Mapping[str, Any] | None, train: bool) -> dict[str, Any]:
+    """What the records of a run depend on besides its seed, by dotted key: a resumed call must give the same.
+
+    Every field of ``plan`` and of its groups, but those declared ``affects_records=False``; a group that is
+    None (no evaluation) is recorded as ``{"evaluation": False}``, a given one as ``True`` and its fields.
+    Values that are not plain data (a callable, an env) are recorded as None: they cannot be compared.
+    """
+    record: dict[str, Any] = {}
+    _record_fields(plan, "", record)
+    record.update(tuning_hp=dict(tuning_hp or {}) or None, train=bool(train))
+    return json.loads(json.dumps(record))
+
+
+def _record_fields(group: OptionGroup, prefix: str, record: dict[str, Any]) -> None:
+    for spec in dataclasses.fields(group):
+        if not spec.init or not spec.metadata.get("affects_records", True):
+            continue
+        value, key = getattr(group, spec.name), prefix + spec.name
+        if isinstance(value, OptionGroup):
+            record[key] = True
+            _record_fields(value, key + ".", record)
+        elif value is None and spec.name in SECTIONS:
+            record[key] = False
+        else:
+            record[key] = _plain(value)
+
+
+def _plain(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+# ------------------------------------------------------------------------ the previous release's names
+
+
+LEGACY_NAMES: dict[str, str] = {
+    "eval_env": "evaluation.env",
+    "eval_freq": "evaluation.freq",
+    "eval_episodes": "evaluation.episodes",
+    "record_video": "evaluation.record_video",
+    "keep_checkpoints": "checkpoints.keep",
+    "checkpoint_buffers": "checkpoints.buffers",
+    "keep_records": "records.in_memory",
+    "keep_agents": "records.keep_agents",
+    "metrics_flush_every": "records.flush_every",
+    "frames_trigger": "records.frames_trigger",
+    "stats_window": "records.stats_window",
+    "stats_every_steps": "records.stats_every_steps",
+    "score": "records.score",
+    "num_workers": "execution.num_workers",
+    "progress": "execution.progress",
+    "start_method": "execution.start_method",
+    "torch_threads": "execution.torch_threads",
+    "backend": "execution.backend",
+    "ray_address": "execution.ray_address",
+    "ray_resources": "execution.ray_resources",
+    "num_episodes": "evaluation.episodes",
+}
+"""The flat keywords (and YAML keys) of the previous release, by their new dotted spelling; they work for one
+release, with a ``DeprecationWarning``. Only names that are not parameters of the call are translated:
+``num_workers`` and ``num_episodes`` stay ``multi_run``'s own; ``num_episodes`` of ``evaluate`` is
+``evaluation.episodes``."""
+
+
+def fold_legacy(call: str, legacy: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
+    """The option groups of ``call`` with the flat keywords ``legacy`` folded in, each with a DeprecationWarning.
+
+    Args:
+        call: what was called (``"multi_run"``), for the messages.
+        legacy: flat keywords of the previous release (names of :data:`LEGACY_NAMES`).
+        given: the groups the call was given (``{"evaluation": EvaluationOptions(...) or None, ...}``).
+
+    Returns:
+        ``given`` with each group that a flat keyword sets built or checked.
+
+    Raises:
+        TypeError: a flat keyword sets a group the call does not take.
+        ValueError: a flat keyword disagrees with the group given too.
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    for old, value in legacy.items():
+        section, name = LEGACY_NAMES[old].split(".")
+        cls = SECTIONS[section]
+        shown = repr(value) if len(repr(value)) <= 40 else "..."
+        warnings.warn(f"{call}({old}={shown}) is deprecated and will be removed in the next release: pass "
+                      f"{section}={cls.__name__}({name}={shown}) instead.", DeprecationWarning, stacklevel=3)
+        if section not in given:
+            raise TypeError(f"{call}() got an unexpected keyword argument {old!r} ({call} takes no {section}).")
+        default = _default(cls, name)
+        if value is None and default is not None:  # the previous release's "None: the default"
+            continue
+        groups.setdefault(section, {})[name] = value
+    result = dict(given)
+    evaluation = groups.get("evaluation")
+    if evaluation is not None and not ({"env", "freq", "record_video"} & set(evaluation)) and call != "evaluate":
+        del groups["evaluation"]  # eval_episodes alone never evaluated: it still does not
+    for section, values in groups.items():
+        current = given[section]
+        if current is None:
+            result[section] = SECTIONS[section](**values)
+            continue
+        for name, value in values.items():
+            if getattr(current, name) != value:
+                old = next(k for k, v in LEGACY_NAMES.items() if v == f"{section}.{name}" and k in legacy)
+                raise ValueError(f"{old}={value!r} disagrees with {section}.{name}={getattr(current, name)!r}: give it "
+                                 f"once, as {section}={type(current).__name__}({name}=...).")
+    return result
+
+
+def _default(cls: type, name: str) -> Any:
+    spec = next(spec for spec in dataclasses.fields(cls) if spec.name == name)
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return spec.default
+
+
+def RunOptions(**flat: Any) -> RunPlan:  # noqa: N802  (the previous release's class)
+    """Deprecated: the previous release's flat options object, now a :class:`RunPlan` of option groups.
+
+    ``RunOptions(total_steps=10, eval_freq=5)`` is ``RunPlan(total_steps=10, evaluation=EvaluationOptions(freq=5))``.
+    """
+    warnings.warn("RunOptions is deprecated and will be removed in the next release: pass the option groups "
+                  "(EvaluationOptions, CheckpointOptions, RecordOptions, ExecutionOptions) to multi_run.",
+                  DeprecationWarning, stacklevel=2)
+    evaluate = flat.pop("evaluate", None)
+    own = {name: flat.pop(name) for name in list(flat) if name in {f.name for f in dataclasses.fields(RunPlan)}}
+    groups = fold_legacy("RunOptions", flat, {"evaluation": None, "checkpoints": None, "records": None})
+    if evaluate and groups["evaluation"] is None:
+        groups["evaluation"] = EvaluationOptions(episodes=flat.get("eval_episodes", 10))
+    return RunPlan(**own, **{name: value for name, value in groups.items() if value is not None})
+
+
+# ------------------------------------------------------------------------ docstrings
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstring of each field of the dataclass ``cls`` (and of its bases), whitespace folded."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or klass is object:
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        for node, after in zip(body, body[1:]):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
+                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
+                    and isinstance(after.value.value, str):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs

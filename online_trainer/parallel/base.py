@@ -13,11 +13,12 @@ import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import cloudpickle
 
 from online_trainer.core import validation
+from online_trainer.core.options import OptionGroup, option
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.run import RunResult, RunSpec
 
@@ -28,43 +29,42 @@ StartHandler = Callable[[RunSpec], None]
 BACKENDS = ("local", "ray")
 
 
+def _workers(name: str, value: Any) -> int:
+    return validation.positive_int(name, value, "Use 1 to run in this process.")
+
+
 @dataclass(frozen=True, kw_only=True)
-class ExecutionOptions:
-    """How runs execute; validated when built.
+class ExecutionOptions(OptionGroup):
+    """How runs execute; none of it changes what a run records (a resumed call may change any of it).
 
     Raises:
         ValueError: naming the first bad option and its value.
     """
 
-    num_workers: int = 1
+    section: ClassVar[str] = "execution"
+
+    num_workers: int = option(1, check=_workers, affects_records=False)
     """Runs going at once (worker processes, or Ray tasks in flight); 1 runs them in this process."""
-    backend: str = "local"
+    backend: str = option("local", check=validation.choice(BACKENDS), affects_records=False)
     """``"local"`` (this process or worker processes) or ``"ray"``."""
-    start_method: str = "spawn"
+    start_method: str = option("spawn", affects_records=False)
     """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
     0.2 s after the session's first call (the server imports torch once)."""
-    torch_threads: int = 1
-    """Torch threads per worker process or Ray task, so that workers do not fight over cores (runs in this
-    process keep the current setting)."""
-    ray_address: str | None = None
+    torch_threads: int = option(1, check=validation.positive_int, affects_records=False)
+    """Torch threads per worker process or Ray task, so that workers do not fight over cores."""
+    ray_address: str | None = option(None, affects_records=False)
     """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
     be on a filesystem all nodes share."""
-    ray_resources: Mapping[str, Any] | None = None
+    ray_resources: Mapping[str, Any] | None = option(None, affects_records=False)
     """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
-    progress: bool = True
-    """Show the progress display."""
+    progress: bool = option(True, check=validation.boolean, affects_records=False)
+    """Show the progress display: an overall bar and a bar per active run."""
 
-    def __post_init__(self) -> None:
-        validation.positive_int("num_workers", self.num_workers, "Use 1 to run in this process.")
-        validation.positive_int("torch_threads", self.torch_threads)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, but got backend={self.backend!r}.")
+    def _check(self) -> None:
         if self.ray_resources is not None and self.backend != "ray":
-            raise ValueError(f"ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, but got "
-                             f"backend={self.backend!r}.")
-        methods = multiprocessing.get_all_start_methods()
-        if self.start_method not in methods:
-            raise ValueError(f"start_method must be one of {methods}, but got start_method={self.start_method!r}.")
+            raise ValueError(f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
+                             f"but got execution.backend={self.backend!r}.")
+        validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
 
     def capped(self, num_runs: int) -> "ExecutionOptions":
         """These options with at most ``num_runs`` workers (more would have nothing to do)."""
