@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
-from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.core.protocol import Agent
 from online_trainer.core.run_records import RunRecords
 from online_trainer.core.storage import (
@@ -24,7 +24,6 @@ from online_trainer.core.storage import (
 # online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
 # analysis (pandas, scipy, matplotlib).
 _LAZY = {
-    "ExecutionOptions": "online_trainer.parallel.base",
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "aggregate": "online_trainer.analysis.stats",
     "compare": "online_trainer.analysis.compare",

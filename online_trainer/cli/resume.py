@@ -40,7 +40,7 @@ def resume_command(args: argparse.Namespace) -> int:
     print(f"Resuming {exp_dir}", flush=True)
     status = 0
     try:
-        trainer.multi_run(config.num_runs, progress=not args.no_progress, resume=True, **multi_run_kwargs(config))
+        trainer.multi_run(config.num_runs, resume=True, **multi_run_kwargs(config, args.no_progress))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from online_trainer.config.schema import (
     ExperimentConfig,
 )
 from online_trainer.core import storage
+from online_trainer.core.options import EvaluationOptions, ExecutionOptions
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
@@ -69,13 +71,15 @@ def torch_threads(num_threads: int | None) -> Iterator[None]:
             os.environ["OMP_NUM_THREADS"] = old_env
 
 
-def multi_run_kwargs(config: ExperimentConfig) -> dict[str, Any]:
+def multi_run_kwargs(config: ExperimentConfig, no_progress: bool = False) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
+    execution = config.execution
+    if no_progress:
+        execution = dataclasses.replace(execution, progress=False)
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
-                checkpoint_freq=config.checkpoint_freq, keep_checkpoints=config.keep_checkpoints,
-                checkpoint_buffers=config.checkpoint_buffers, eval_freq=config.eval_freq,
-                eval_episodes=config.eval_episodes, num_workers=config.num_workers,
-                torch_threads=config.torch_threads or 1, score=config.score)
+                checkpoint_freq=config.checkpoint_freq, dump_transitions=config.dump_transitions,
+                evaluation=config.evaluation, checkpoints=config.checkpoints, records=config.records,
+                execution=execution)
 
 
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
@@ -88,7 +92,7 @@ def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) 
 def _describe(config: ExperimentConfig) -> str:
     budget = (f"{config.num_episodes} episodes" if config.num_episodes is not None
               else f"{config.total_steps} env steps")
-    workers = f", {config.num_workers} workers" if config.num_workers > 1 else ""
+    workers = f", {config.execution.num_workers} workers" if config.execution.num_workers > 1 else ""
     return (f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
             f"(x{config.env.num_envs}), {budget} each{workers}")
 
@@ -106,7 +110,7 @@ def run_command(args: argparse.Namespace) -> int:
     text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
     exp_dir = check_exp_dir(config, text)
     make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
-    with torch_threads(config.torch_threads):
+    with torch_threads(config.execution.torch_threads):
         try:
             trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
                                     args=config.to_dict())
@@ -123,8 +127,8 @@ def run_command(args: argparse.Namespace) -> int:
                 locked = True
                 storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
                 print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-                trainer.multi_run(config.num_runs, overwrite=config.overwrite, progress=not args.no_progress,
-                                  **multi_run_kwargs(config))
+                trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                                  **multi_run_kwargs(config, args.no_progress))
         except RunsFailedError as exc:
             print(f"online-trainer: {exc}", file=sys.stderr)
             status = 1
@@ -155,8 +159,9 @@ def eval_command(args: argparse.Namespace) -> int:
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent)
     try:
-        episodes = trainer.evaluate(args.which, num_episodes=args.episodes, num_workers=args.workers,
-                                    exp_dir=exp_dir, overwrite=args.overwrite, progress=not args.no_progress)
+        episodes = trainer.evaluate(args.which, exp_dir=exp_dir, overwrite=args.overwrite,
+                                    evaluation=EvaluationOptions(episodes=args.episodes),
+                                    execution=ExecutionOptions(num_workers=args.workers, progress=not args.no_progress))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         return 1

@@ -27,6 +27,8 @@ import ast
 import dataclasses
 import inspect
 import json
+import logging
+import multiprocessing
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -37,10 +39,13 @@ from online_trainer.core.budget import Budget
 from online_trainer.core.hooks import check_hooks
 from online_trainer.core.raw_scores import SCORES
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "LEGACY_NAMES",
     "CheckpointOptions",
     "EvaluationOptions",
+    "ExecutionOptions",
     "OptionGroup",
     "RecordOptions",
     "RunPlan",
@@ -175,7 +180,9 @@ class RecordOptions(OptionGroup):
     stats_every_steps: int | None = option(None, check=validation.optional_positive_int)
     """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds (and once
     more when a run ends)."""
-    score: str = option("return", check=validation.choice(SCORES))
+    score: str = option("return", check=validation.choice(SCORES, "'return' sums the rewards the agent learns from, "
+                                                          "'raw' uses the episode statistics of a "
+                                                          "RecordEpisodeStatistics wrapper inside the env's wrappers."))
     """What evaluations, the progress display and the analysis report: ``"return"`` (the sum of the rewards the
     agent learns from) or ``"raw"`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's
     wrappers: game scores under reward clipping)."""
@@ -236,6 +243,59 @@ class RunPlan(OptionGroup):
     def num_eval_episodes(self) -> int:
         """Episodes per evaluation; 0 when the runs are not evaluated."""
         return self.evaluation.episodes if self.evaluation is not None else 0
+
+
+BACKENDS = ("local", "ray")
+
+
+def _workers(name: str, value: Any) -> int:
+    return validation.positive_int(name, value, "Use 1 to run in this process.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionOptions(OptionGroup):
+    """How runs execute; none of it changes what a run records (a resumed call may change any of it).
+
+    Raises:
+        ValueError: naming the first bad option and its value.
+    """
+
+    section: ClassVar[str] = "execution"
+
+    num_workers: int = option(1, check=_workers, affects_records=False)
+    """Runs going at once (worker processes, or Ray tasks in flight); 1 runs them in this process."""
+    backend: str = option("local", check=validation.choice(BACKENDS), affects_records=False)
+    """``"local"`` (this process or worker processes) or ``"ray"``."""
+    start_method: str = option("spawn", affects_records=False)
+    """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
+    0.2 s after the session's first call (the server imports torch once)."""
+    torch_threads: int = option(1, check=validation.positive_int, affects_records=False)
+    """Torch threads per worker process or Ray task, so that workers do not fight over cores."""
+    ray_address: str | None = option(None, affects_records=False)
+    """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
+    be on a filesystem all nodes share."""
+    ray_resources: Mapping[str, Any] | None = option(None, affects_records=False)
+    """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
+    progress: bool = option(True, check=validation.boolean, affects_records=False)
+    """Show the progress display: an overall bar and a bar per active run."""
+
+    def _check(self) -> None:
+        if self.ray_resources is not None and self.backend != "ray":
+            raise ValueError(f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
+                             f"but got execution.backend={self.backend!r}.")
+        validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
+
+    def capped(self, num_runs: int) -> "ExecutionOptions":
+        """These options with at most ``num_runs`` workers (more would have nothing to do)."""
+        if self.num_workers <= num_runs:
+            return self
+        logger.info("num_workers=%d is more than num_runs=%d: using %d workers", self.num_workers, num_runs, num_runs)
+        return dataclasses.replace(self, num_workers=num_runs)
+
+    @property
+    def in_workers(self) -> bool:
+        """Whether runs leave this process (so what they need must be picklable)."""
+        return self.backend == "ray" or self.num_workers > 1
 
 
 # ------------------------------------------------------------------------ the record of a call

@@ -32,15 +32,19 @@ def boolean(name: str, value: Any) -> bool:
     return value
 
 
-def choice(choices: tuple[str, ...]) -> Any:
-    """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise."""
+def choice(choices: tuple[str, ...], hint: str = "") -> Any:
+    """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise
+    (then ``hint``, what the choices mean)."""
+    meaning = hint
+
     def check(name: str, value: Any) -> str:
         if value not in choices:
             import difflib
 
             close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}{hint}.")
+            hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
+                             f"{hint}.{(' ' + explained) if explained else ''}")
         return value
     return check
 

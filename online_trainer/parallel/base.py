@@ -1,24 +1,23 @@
 """What every executor shares: the execution options, the handler types, failed results and thread limits.
 
+:class:`ExecutionOptions` is declared with the other option groups in :mod:`online_trainer.core.options`
+(the command's config reads it too) and imported from here as before.
+
 It imports nothing of :mod:`online_trainer.parallel`: the serial, worker-pool and Ray executors
 import it, and :mod:`online_trainer.parallel.executors` dispatches to them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import multiprocessing
 import os
 import sys
 import traceback
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping
 
 import cloudpickle
 
-from online_trainer.core import validation
-from online_trainer.core.options import OptionGroup, option
+from online_trainer.core.options import BACKENDS, ExecutionOptions  # noqa: F401  (imported from here too)
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.run import RunResult, RunSpec
 
@@ -26,57 +25,6 @@ logger = logging.getLogger(__name__)
 
 ResultHandler = Callable[[RunResult], None]
 StartHandler = Callable[[RunSpec], None]
-BACKENDS = ("local", "ray")
-
-
-def _workers(name: str, value: Any) -> int:
-    return validation.positive_int(name, value, "Use 1 to run in this process.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecutionOptions(OptionGroup):
-    """How runs execute; none of it changes what a run records (a resumed call may change any of it).
-
-    Raises:
-        ValueError: naming the first bad option and its value.
-    """
-
-    section: ClassVar[str] = "execution"
-
-    num_workers: int = option(1, check=_workers, affects_records=False)
-    """Runs going at once (worker processes, or Ray tasks in flight); 1 runs them in this process."""
-    backend: str = option("local", check=validation.choice(BACKENDS), affects_records=False)
-    """``"local"`` (this process or worker processes) or ``"ray"``."""
-    start_method: str = option("spawn", affects_records=False)
-    """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
-    0.2 s after the session's first call (the server imports torch once)."""
-    torch_threads: int = option(1, check=validation.positive_int, affects_records=False)
-    """Torch threads per worker process or Ray task, so that workers do not fight over cores."""
-    ray_address: str | None = option(None, affects_records=False)
-    """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
-    be on a filesystem all nodes share."""
-    ray_resources: Mapping[str, Any] | None = option(None, affects_records=False)
-    """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
-    progress: bool = option(True, check=validation.boolean, affects_records=False)
-    """Show the progress display: an overall bar and a bar per active run."""
-
-    def _check(self) -> None:
-        if self.ray_resources is not None and self.backend != "ray":
-            raise ValueError(f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
-                             f"but got execution.backend={self.backend!r}.")
-        validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
-
-    def capped(self, num_runs: int) -> "ExecutionOptions":
-        """These options with at most ``num_runs`` workers (more would have nothing to do)."""
-        if self.num_workers <= num_runs:
-            return self
-        logger.info("num_workers=%d is more than num_runs=%d: using %d workers", self.num_workers, num_runs, num_runs)
-        return dataclasses.replace(self, num_workers=num_runs)
-
-    @property
-    def in_workers(self) -> bool:
-        """Whether runs leave this process (so what they need must be picklable)."""
-        return self.backend == "ray" or self.num_workers > 1
 
 
 def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> ExecutionOptions:
