@@ -56,10 +56,22 @@ def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, b
         now = call.get(key, False if key in SECTIONS else None)
         if now != before:
             refuse(key, before, now)
-    if num_envs is not None and manifest.get("num_envs") is not None:
-        now = num_envs()
-        if now != manifest["num_envs"]:
-            refuse("num_envs (of the env)", manifest["num_envs"], now)
+    recorded = recorded_num_envs(exp_dir, manifest) if num_envs is not None else None
+    if recorded is not None:
+        now = num_envs()  # type: ignore[misc]
+        if now != recorded:
+            refuse("num_envs (of the env)", recorded, now)
+
+
+def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
+    """The number of sub-envs the experiment ran with: the manifest's (a run ended), else a full checkpoint's."""
+    if manifest.get("num_envs") is not None:
+        return int(manifest["num_envs"])
+    for entry in manifest["runs"]:
+        header = resume.read(exp_dir, entry["run"], header_only=True)
+        if header is not None:
+            return int(header["num_envs"])
+    return None
 
 
 def env_num_envs(env_factory: Any) -> int:

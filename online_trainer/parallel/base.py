@@ -9,6 +9,7 @@ import it, and :mod:`online_trainer.parallel.executors` dispatches to them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -28,14 +29,14 @@ StartHandler = Callable[[RunSpec], None]
 
 
 def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> ExecutionOptions:
-    """``execution`` (default: ``ExecutionOptions()``) with the flat keywords that were given (not None) applied.
+    """``execution`` (default: ``ExecutionOptions()``) with the keywords that were given (not None) applied.
 
-    ``multi_run``, ``sweep`` and ``evaluate`` accept both ``execution=ExecutionOptions(...)`` and the
-    flat keywords (``num_workers=2, backend="ray"``); this is where they meet.
+    ``multi_run``'s positional ``num_workers`` (the original's) and ``execution.num_workers`` say the same: a
+    keyword fills a field ``execution`` leaves at its default, and must agree with one it sets.
 
     Raises:
         TypeError: ``execution`` is not an :class:`ExecutionOptions`.
-        ValueError: a flat keyword disagrees with the same field of ``execution``, or a value is invalid.
+        ValueError: a keyword disagrees with the same field set in ``execution``, or a value is invalid.
     """
     if execution is not None and not isinstance(execution, ExecutionOptions):
         raise TypeError(f"execution must be an ExecutionOptions, but got execution={execution!r}: use "
@@ -43,11 +44,12 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
     given = {name: value for name, value in keywords.items() if value is not None}
     if execution is None:
         return ExecutionOptions(**given)
+    default = ExecutionOptions()
     for name, value in given.items():
-        if getattr(execution, name) != value:
+        if getattr(execution, name) not in (value, getattr(default, name)):
             raise ValueError(f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
                              f"give {name} once, either as a keyword or in execution=ExecutionOptions(...).")
-    return execution
+    return dataclasses.replace(execution, **given)
 
 
 def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool = False) -> RunResult:
