@@ -44,7 +44,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name == "RunOptions":  # the previous release's; deprecated (it warns when called)
-        from online_trainer.core.options import RunOptions
+        from online_trainer.core.options_derived import RunOptions
 
         return RunOptions
     if name in _LAZY:

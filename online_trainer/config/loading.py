@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 
 from online_trainer.config.schema import ConfigError, ExperimentConfig
-from online_trainer.core.options import LEGACY_NAMES, SECTIONS
+from online_trainer.core.options import SECTIONS
+from online_trainer.core.options_derived import LEGACY_NAMES
 from online_trainer.core.typed import build, type_name, unknown_key_message
 
 

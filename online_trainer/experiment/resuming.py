@@ -16,21 +16,22 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping
 
 from online_trainer.core import ownership, resume, storage, validation
-from online_trainer.core.options import LEGACY_NAMES, SECTIONS
+from online_trainer.core.options import SECTIONS
+from online_trainer.core.options_derived import LEGACY_NAMES
 from online_trainer.core.run import COMPLETED
 from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
 
 CALL_KEY = "call"
-"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.core.options.call_record`)."""
+"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.core.options_derived.call_record`)."""
 
 
 def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
                     call: Mapping[str, Any], num_envs: Callable[[], int] | None = None) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
-    ``call`` is :func:`~online_trainer.core.options.call_record` of this call: every option that can change
+    ``call`` is :func:`~online_trainer.core.options_derived.call_record` of this call: every option that can change
     what runs record (an option declared ``affects_records=False`` may differ). A manifest of the previous
     release, whose record has flat keys (``eval_freq``), is read through the legacy names. Keys the experiment
     did not record (options added since) are not compared.

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from online_trainer.core import seeding, validation
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.options import RunPlan, call_record
+from online_trainer.core.options import RunPlan
+from online_trainer.core.options_derived import call_record
 from online_trainer.core.run import RunSpec
 from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created

@@ -31,7 +31,8 @@ from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.core.options import RunPlan, call_record
+from online_trainer.core.options import RunPlan
+from online_trainer.core.options_derived import call_record
 from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
 from online_trainer.orchestration.planning import RunnerParts, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import executors

@@ -19,8 +19,8 @@ from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
-from online_trainer.core.options import (LEGACY_NAMES, CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan,
-                                         fold_legacy)
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
 from online_trainer.orchestration.planning import RunnerParts, execute_experiments, plan_runs, start_manifest
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
