@@ -74,11 +74,11 @@ def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
         if value is None and getattr(SECTIONS[section](), name) is not None:
             continue
         moved.setdefault(section, {})[name] = value
-    if "evaluation" in moved and "freq" not in moved["evaluation"]:
+    if "evaluation" in moved and moved["evaluation"].get("freq") is None:
         del moved["evaluation"]
     for section, values in moved.items():
         current = data.get(section)
-        data[section] = {**values, **(current if isinstance(current, dict) else {})}
+        data[section] = {**(current if isinstance(current, dict) else {}), **values}
     return data
 
 

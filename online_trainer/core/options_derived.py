@@ -119,8 +119,9 @@ def fold_legacy(call: str, legacy: Mapping[str, Any], given: Mapping[str, Any]) 
         groups.setdefault(section, {})[name] = value
     result = dict(given)
     evaluation = groups.get("evaluation")
-    if evaluation is not None and not ({"env", "freq", "record_video"} & set(evaluation)) and call != "evaluate":
-        del groups["evaluation"]  # eval_episodes alone never evaluated: it still does not
+    on = {name for name, value in (evaluation or {}).items() if value is not None} & {"env", "freq", "record_video"}
+    if evaluation is not None and not on and call != "evaluate":
+        del groups["evaluation"]  # without eval_env, eval_freq or record_video nothing was evaluated: still not
     for section, values in groups.items():
         current = given[section]
         if current is None:

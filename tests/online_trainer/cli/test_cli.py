@@ -432,3 +432,21 @@ def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
     for i in (1, 2):
         assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
         assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()
+
+
+def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_dotted_keys(tmp_path):
+    from online_trainer.config.loading import load_experiment_config
+
+    flat = write_config(tmp_path, TINY + "num_workers: 2\neval_freq: 3\neval_episodes: 4\nkeep_checkpoints: 1\n"
+                        "checkpoint_freq: 2\ntorch_threads: null\nscore: return\n", "flat.yaml")
+    dotted = write_config(tmp_path, TINY + "execution: {num_workers: 2}\nevaluation: {freq: 3, episodes: 4}\n"
+                          "checkpoints: {keep: 1}\ncheckpoint_freq: 2\n", "dotted.yaml")
+    with pytest.warns(DeprecationWarning, match=r"the key 'eval_freq' is deprecated .* write evaluation.freq"):
+        old = load_experiment_config(flat, [f"exp_dir={tmp_path}"])
+    assert old == load_experiment_config(dotted, [f"exp_dir={tmp_path}"])
+    # eval_episodes without eval_freq never evaluated (the resolved config.yaml of the previous release has both)
+    with pytest.warns(DeprecationWarning):
+        quiet = load_experiment_config(write_config(tmp_path, TINY + "eval_freq: null\neval_episodes: 10\n", "q.yaml"))
+    assert quiet.evaluation is None
+    with pytest.warns(DeprecationWarning, match=r"override 'num_workers=3': the key 'num_workers' is deprecated"):
+        assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
