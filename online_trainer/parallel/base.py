@@ -44,8 +44,9 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
     given = {name: value for name, value in keywords.items() if value is not None}
     checks = {spec.name: spec.metadata.get("check") for spec in dataclasses.fields(ExecutionOptions)}
     for name, value in given.items():  # named as the caller spelled it: num_workers=0, not execution.num_workers=0
-        if checks.get(name) is not None:
-            given[name] = checks[name](name, value)
+        check = checks.get(name)
+        if check is not None:
+            given[name] = check(name, value)
     if execution is None:
         return ExecutionOptions(**given)
     default = ExecutionOptions()
