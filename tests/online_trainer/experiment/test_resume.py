@@ -61,7 +61,7 @@ def tb_scalars(exp_dir):
     acc.Reload()
     # stats/ and timing/ (SPS, timing shares: wall-clock figures, logged at a cadence in seconds) differ by design
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
-            if tag.split("/")[-2] not in ("stats", "timing")}
+            if tag.split("/")[0] not in ("stats", "timing")}
 
 
 def jsonl(path):
