@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
@@ -19,9 +20,9 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.core import storage
-from online_trainer.core.options import EvaluationOptions, ExecutionOptions
+from online_trainer.core import preemption, storage
 from online_trainer.core.errors import RunsFailedError
+from online_trainer.core.options import EvaluationOptions, ExecutionOptions
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
@@ -50,36 +51,29 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
     return exp_dir
 
 
-@contextlib.contextmanager
-def torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Use ``num_threads`` torch threads here and in worker processes started meanwhile."""
-    if num_threads is None:
-        yield
-        return
-    import torch
-
-    old_threads, old_env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(num_threads)  # read by torch in spawned workers
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old_threads)
-        if old_env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = old_env
-
-
-def multi_run_kwargs(config: ExperimentConfig, no_progress: bool = False) -> dict[str, Any]:
+def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
-    execution = config.execution
-    if no_progress:
-        execution = dataclasses.replace(execution, progress=False)
+    execution = dataclasses.replace(config.execution, progress=config.execution.progress and progress)
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
                 checkpoint_freq=config.checkpoint_freq, dump_transitions=config.dump_transitions,
                 evaluation=config.evaluation, checkpoints=config.checkpoints, records=config.records,
                 execution=execution)
+
+
+def interrupted(exp_dir: Path) -> int:
+    """Say what stopped the runs and the exact command that continues them; return the exit status (128 + signal).
+
+    A preemption signal (SIGTERM, SIGUSR1) had each run write a full checkpoint first; Ctrl-C
+    flushed each run's records. Either way ``online-trainer resume`` continues the experiment.
+    """
+    signum = preemption.received() or signal.SIGINT
+    cause = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        print(f"online-trainer: {cause}; the runs' records are on disk up to where each stopped. Continue the experiment "
+              f"with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}", file=sys.stderr)
+    else:
+        print(f"online-trainer: {cause} before any run started; nothing was kept in {exp_dir}.", file=sys.stderr)
+    return 128 + signum
 
 
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
@@ -110,34 +104,34 @@ def run_command(args: argparse.Namespace) -> int:
     text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
     exp_dir = check_exp_dir(config, text)
     make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
-    with torch_threads(config.execution.torch_threads):
-        try:
-            trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
-                                    args=config.to_dict())
-        except (TypeError, ValueError) as exc:
+    try:
+        trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train, args=config.to_dict())
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    trainer.call_back = CALLBACKS[config.callback](exp_dir)
+    created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
+    status, locked = 0, False
+    try:
+        # The lock first, so that a second writer is refused before it writes anything (config.yaml
+        # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
+        # ended meanwhile), before the lock file is written: a refused call changes nothing.
+        with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
+            locked = True
+            storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
+            print(f"Running {_describe(config)} into {exp_dir}", flush=True)
+            trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                              **multi_run_kwargs(config, progress=not args.no_progress))
+    except RunsFailedError as exc:
+        print(f"online-trainer: {exc}", file=sys.stderr)
+        status = 1
+    except BaseException as exc:  # multi_run checks its input and each run's setup before any step
+        if locked and not storage.existing_experiment_files(exp_dir):
+            remove_created(created)  # nothing ran: leave no trace for the corrected call
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or a preemption signal (Preempted)
+            return interrupted(exp_dir)
+        if isinstance(exc, (TypeError, ValueError, FileExistsError)):
             raise ConfigError(str(exc)) from exc
-        trainer.call_back = CALLBACKS[config.callback](exp_dir)
-        created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
-        status, locked = 0, False
-        try:
-            # The lock first, so that a second writer is refused before it writes anything (config.yaml
-            # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
-            # ended meanwhile), before the lock file is written: a refused call changes nothing.
-            with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
-                locked = True
-                storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
-                print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-                trainer.multi_run(config.num_runs, overwrite=config.overwrite,
-                                  **multi_run_kwargs(config, args.no_progress))
-        except RunsFailedError as exc:
-            print(f"online-trainer: {exc}", file=sys.stderr)
-            status = 1
-        except BaseException as exc:  # multi_run checks its input and each run's setup before any step
-            if locked and not storage.existing_experiment_files(exp_dir):
-                remove_created(created)  # nothing ran: leave no trace for the corrected call
-            if isinstance(exc, (TypeError, ValueError, FileExistsError)):
-                raise ConfigError(str(exc)) from exc
-            raise
+        raise
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")

@@ -60,7 +60,7 @@ def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     """``data`` with the previous release's flat keys (``eval_freq: 5000``) moved into their sections
     (``evaluation: {freq: 5000}``), each with a DeprecationWarning; :data:`LEGACY_NAMES` is the one table.
 
-    A flat key set to null where the section's field is not optional meant "the default" and is dropped,
+    A flat key set to null where the section's field takes no null meant "the default" and is dropped,
     and an ``eval_episodes`` without ``eval_freq`` never evaluated, so it makes no ``evaluation`` section.
     """
     own = {spec.name for spec in dataclasses.fields(ExperimentConfig)}
@@ -71,8 +71,8 @@ def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
         value = data.pop(key)
         warnings.warn(f"{where}: the key {key!r} is deprecated and will be removed in the next release: write "
                       f"{section}.{name} ({section}: {{{name}: ...}}).", DeprecationWarning, stacklevel=3)
-        if value is None and getattr(SECTIONS[section](), name) is not None:
-            continue
+        if value is None and type(None) not in typing.get_args(typing.get_type_hints(SECTIONS[section])[name]):
+            continue  # null where the field takes no null meant "the default" (eval_episodes: null)
         moved.setdefault(section, {})[name] = value
     if "evaluation" in moved and moved["evaluation"].get("freq") is None:
         del moved["evaluation"]

@@ -262,8 +262,11 @@ class ExecutionOptions(OptionGroup):
     start_method: str = option("spawn", affects_records=False)
     """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
     0.2 s after the session's first call (the server imports torch once)."""
-    torch_threads: int = option(1, check=validation.positive_int, affects_records=False)
-    """Torch threads per worker process or Ray task, so that workers do not fight over cores."""
+    torch_threads: int | None = option(1, check=validation.optional_positive_int, affects_records=False)
+    """Threads of every pool (torch, BLAS, OpenMP) of each process running runs, so that N runs at once use N
+    cores: each worker process and Ray task, and this process while its runs go (its own settings are given
+    back after them). It replaces the ``OMP_NUM_THREADS``-like variables a worker would inherit. None leaves
+    the pools as the environment and the libraries set them (one thread per core, by default)."""
     ray_address: str | None = option(None, affects_records=False)
     """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
     be on a filesystem all nodes share."""

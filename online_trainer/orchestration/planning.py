@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -72,10 +71,8 @@ class RunnerParts:
 
     def manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
         """How the runs execute, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
-        torch = sys.modules.get("torch")
-        here = torch.get_num_threads() if torch is not None else None
         return {"train": self.train, "backend": execution.backend, "num_workers": execution.num_workers,
-                "torch_threads": execution.torch_threads if execution.in_workers else here}
+                "torch_threads": execution.torch_threads}
 
 
 def new_manifest(parts: RunnerParts, options: RunPlan, execution: ExecutionOptions, num_runs: int,

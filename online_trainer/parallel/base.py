@@ -1,4 +1,4 @@
-"""What every executor shares: the execution options, the handler types, failed results and thread limits.
+"""What every executor shares: the execution options, the handler types and failed results.
 
 :class:`ExecutionOptions` is declared with the other option groups in :mod:`online_trainer.core.options`
 (the command's config reads it too) and imported from here as before.
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
-import sys
 import traceback
 from typing import Any, Callable, Mapping
 
@@ -101,11 +99,3 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
 
 def no_start(spec: RunSpec) -> None:
     """The ``on_start`` handler that records nothing."""
-
-
-def limit_torch_threads(torch_threads: int) -> None:
-    """Make torch (imported now or later in this process) use ``torch_threads`` threads."""
-    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(torch_threads)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.set_num_threads(torch_threads)

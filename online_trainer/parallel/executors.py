@@ -18,6 +18,7 @@ from online_trainer.core.run import RunSpec
 from online_trainer.parallel.base import ExecutionOptions, ResultHandler, StartHandler, no_start
 from online_trainer.parallel.ray_backend import RayExecutor
 from online_trainer.parallel.serial import run_serial
+from online_trainer.parallel.threads import limited_threads
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 
 
@@ -58,7 +59,7 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             with preemption.handling(forward=pool.signal_running):
                 pool.run(specs, display, on_result, on_start)
         else:
-            with preemption.handling():
+            with preemption.handling(), limited_threads(options.torch_threads):
                 run_serial(specs, display, on_result, on_start)
     finally:
         display.close_all()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -439,7 +442,8 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
 
     flat = write_config(tmp_path, TINY + "num_workers: 2\neval_freq: 3\neval_episodes: 4\nkeep_checkpoints: 1\n"
                         "checkpoint_freq: 2\ntorch_threads: null\nscore: return\n", "flat.yaml")
-    dotted = write_config(tmp_path, TINY + "execution: {num_workers: 2}\nevaluation: {freq: 3, episodes: 4}\n"
+    dotted = write_config(tmp_path, TINY + "execution: {num_workers: 2, torch_threads: null}\n"
+                          "evaluation: {freq: 3, episodes: 4}\n"
                           "checkpoints: {keep: 1}\ncheckpoint_freq: 2\n", "dotted.yaml")
     with pytest.warns(DeprecationWarning, match=r"the key 'eval_freq' is deprecated .* write evaluation.freq"):
         old = load_experiment_config(flat, [f"exp_dir={tmp_path}"])
@@ -450,3 +454,26 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
     assert quiet.evaluation is None
     with pytest.warns(DeprecationWarning, match=r"override 'num_workers=3': the key 'num_workers' is deprecated"):
         assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
+
+
+@pytest.mark.parametrize("target", ["the command", "its process group"])
+def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
+    """SIGTERM to ``online-trainer run`` with 2 workers, alone (``kill PID``) or with its workers (as a cluster
+    stops a job): one line for the signal, none from the workers, and the command that continues the experiment."""
+    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "execution: {num_workers: 2}\n")
+    exp_dir = Path("runs") / "cut"  # relative to the working directory, as users type it
+    job = subprocess.Popen([sys.executable, "-m", "online_trainer", "run", str(config), f"exp_dir={exp_dir}",
+                            "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / exp_dir).glob("metrics_run*.pkl"))) < 2 and job.poll() is None:
+        assert time.monotonic() < deadline, "the runs did not start stepping within 120 s"
+        time.sleep(0.05)
+    (os.kill if target == "the command" else os.killpg)(job.pid, signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert (out + err).count(f"online-trainer resume {exp_dir}\n") == 1
+    assert err.count("SIGTERM received") == 1
+    assert "SIGUSR1" not in out + err and "Exception ignored" not in out + err and "Traceback" not in err
+    manifest = json.loads((tmp_path / exp_dir / "manifest.json").read_text())
+    assert [entry["status"] for entry in manifest["runs"]] == ["interrupted", "interrupted"]
