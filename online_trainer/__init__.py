@@ -25,6 +25,8 @@ from online_trainer.core.storage import (
 # analysis (pandas, scipy, matplotlib).
 _LAZY = {
     "OnlineTrainer": "online_trainer.orchestration.trainer",
+    "SlurmOptions": "online_trainer.parallel.base",
+    "SlurmRuns": "online_trainer.parallel.slurm_handle",
     "aggregate": "online_trainer.analysis.stats",
     "compare": "online_trainer.analysis.compare",
     "curves": "online_trainer.analysis.stats",
@@ -66,6 +68,8 @@ __all__ = [
     "RecordOptions",
     "RunRecords",
     "RunsFailedError",
+    "SlurmOptions",
+    "SlurmRuns",
     "TruncatedMetricsWarning",
     "aggregate",
     "compare",

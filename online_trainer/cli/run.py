@@ -26,6 +26,7 @@ from online_trainer.core.options import EvaluationOptions, ExecutionOptions
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
+from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -53,11 +54,16 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
-    execution = dataclasses.replace(config.execution, progress=config.execution.progress and progress)
+    execution = execution_options(config, progress)
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
                 checkpoint_freq=config.checkpoint_freq, dump_transitions=config.dump_transitions,
                 evaluation=config.evaluation, checkpoints=config.checkpoints, records=config.records,
                 execution=execution)
+
+
+def execution_options(config: ExperimentConfig, progress: bool = True) -> ExecutionOptions:
+    """The config's ``execution`` section, with the progress display off when ``progress`` is False."""
+    return dataclasses.replace(config.execution, progress=config.execution.progress and progress)
 
 
 def interrupted(exp_dir: Path) -> int:
@@ -110,17 +116,24 @@ def run_command(args: argparse.Namespace) -> int:
         raise ConfigError(str(exc)) from exc
     trainer.call_back = CALLBACKS[config.callback](exp_dir)
     created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
-    status, locked = 0, False
+    status, locked, handle = 0, False, None
     try:
         # The lock first, so that a second writer is refused before it writes anything (config.yaml
         # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
         # ended meanwhile), before the lock file is written: a refused call changes nothing.
         with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
             locked = True
+            earlier = _earlier_config(exp_dir)
             storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
             print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-            trainer.multi_run(config.num_runs, overwrite=config.overwrite,
-                              **multi_run_kwargs(config, progress=not args.no_progress))
+            try:
+                handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                                           **multi_run_kwargs(config, progress=not args.no_progress))
+            except BaseException:
+                if earlier is not None and _manifest_bytes(exp_dir) == earlier[1]:
+                    # overwrite=true, and no run started: the earlier experiment is back, with its config
+                    storage.write_atomic(exp_dir / CONFIG_YAML, earlier[0])
+                raise
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
@@ -132,11 +145,28 @@ def run_command(args: argparse.Namespace) -> int:
         if isinstance(exc, (TypeError, ValueError, FileExistsError)):
             raise ConfigError(str(exc)) from exc
         raise
+    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
+        print(f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
+              f"they stand with: online-trainer show {exp_dir}")
+        return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
+
+
+def _manifest_bytes(exp_dir: Path) -> bytes | None:
+    path = exp_dir / storage.MANIFEST_FILE
+    return path.read_bytes() if path.is_file() else None
+
+
+def _earlier_config(exp_dir: Path) -> tuple[bytes, bytes] | None:
+    """The ``config.yaml`` and manifest of an experiment in ``exp_dir`` (that ``overwrite=true`` replaces), or None."""
+    manifest = _manifest_bytes(exp_dir)
+    if manifest is None or not (exp_dir / CONFIG_YAML).is_file():
+        return None
+    return (exp_dir / CONFIG_YAML).read_bytes(), manifest
 
 
 def eval_command(args: argparse.Namespace) -> int:

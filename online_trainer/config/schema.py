@@ -123,6 +123,8 @@ class AgentConfig:
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """One experiment: ``num_runs`` seeds of ``agent`` on ``env``, each for the same budget.

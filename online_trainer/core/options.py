@@ -44,6 +44,7 @@ __all__ = [
     "OptionGroup",
     "RecordOptions",
     "RunPlan",
+    "SlurmOptions",
     "option",
 ]
 
@@ -219,7 +220,7 @@ class RunPlan(OptionGroup):
             if not isinstance(value, cls) and not (value is None and name == "evaluation"):
                 raise TypeError(f"{name} must be a {cls.__name__}, but got {name}={value!r}: pass "
                                 f"{name}={cls.__name__}(...) from online_trainer.")
-        object.__setattr__(self, "hooks", check_hooks(self.hooks))
+        object.__setattr__(self, "hooks", check_hooks(self.hooks, None if self.evaluation is None else self.evaluation.freq))
         if self.checkpoints.keep and self.checkpoint_freq is None:
             raise ValueError(f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
                              "checkpoint_freq is None: pass checkpoint_freq=... too, or drop checkpoints.keep.")
@@ -238,7 +239,83 @@ class RunPlan(OptionGroup):
         return self.evaluation.episodes if self.evaluation is not None else 0
 
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "slurm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmOptions:
+    """How runs go to a Slurm cluster (``ExecutionOptions(backend="slurm", slurm=SlurmOptions(...))``).
+
+    The Slurm parameters keep submitit's names (those of ``submitit.SlurmExecutor``); one left
+    None takes the cluster's default. See the how-to "Run seeds on a Slurm cluster".
+
+    Raises:
+        ValueError: naming the first bad option and its value.
+    """
+
+    partition: str | None = None
+    """Partition (``--partition``); None: the cluster's default partition."""
+    time: int | None = None
+    """Time limit of each job in minutes (``--time``); None: the partition's. A job near it checkpoints its run and
+    requeues itself (see ``signal_delay_s``)."""
+    cpus_per_task: int | None = None
+    """CPUs of each job (``--cpus-per-task``)."""
+    mem: str | None = None
+    """Memory of each job, as Slurm writes it: ``"4G"``, ``"500M"`` (``--mem``)."""
+    gres: str | None = None
+    """Generic resources of each job, e.g. ``"gpu:1"`` (``--gres``)."""
+    account: str | None = None
+    """Account charged (``--account``)."""
+    qos: str | None = None
+    """Quality of service (``--qos``)."""
+    additional_parameters: Mapping[str, Any] | None = None
+    """Any other ``sbatch`` option, by its long name: ``{"constraint": "v100", "exclude": "node3"}``."""
+    runs_per_job: int = 1
+    """Runs one job does, one after another: 1 gives each run its own job (the most parallel, the most scheduling
+    per run); more suits short runs on a cluster that is slow to start jobs."""
+    signal_delay_s: int = 90
+    """Slurm signals a job (SIGUSR2) this many seconds before its time limit: the run writes a full checkpoint and the
+    job requeues itself, then continues from it."""
+    max_requeues: int = 10
+    """Times a job may be requeued (preempted, or at its time limit) before its run fails; its checkpoint stays,
+    so ``resume=True`` can continue it."""
+    folder: str | None = None
+    """Where job scripts and logs go; None: ``slurm/`` in the experiment directory. It must be on the filesystem
+    the nodes share."""
+    wait: bool = True
+    """Wait for the jobs and return the records. False returns a
+    :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle right after submitting (``.job_ids``,
+    ``.done()``, ``.wait()``): the jobs record their results in the experiment directory themselves, so this
+    process may end."""
+    poll_interval: float = 2.0
+    """Seconds between two looks at the jobs' states (``squeue``) while waiting."""
+
+    def __post_init__(self) -> None:
+        for name in ("time", "cpus_per_task"):
+            if getattr(self, name) is not None:
+                validation.positive_int(name, getattr(self, name), "Use None for the cluster's default.")
+        validation.positive_int("runs_per_job", self.runs_per_job)
+        validation.positive_int("signal_delay_s", self.signal_delay_s)
+        if not isinstance(self.max_requeues, int) or isinstance(self.max_requeues, bool) or self.max_requeues < 0:
+            raise ValueError(f"max_requeues must be a non-negative int, but got max_requeues={self.max_requeues!r}.")
+        for name in ("partition", "mem", "gres", "account", "qos", "folder"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string or None, but got {name}={value!r}.")
+        if self.additional_parameters is not None and not isinstance(self.additional_parameters, Mapping):
+            raise ValueError("additional_parameters must be a dict of sbatch options, but got "
+                             f"additional_parameters={self.additional_parameters!r}.")
+        if not isinstance(self.poll_interval, (int, float)) or not self.poll_interval > 0:
+            raise ValueError(f"poll_interval must be a positive number of seconds, but got "
+                             f"poll_interval={self.poll_interval!r}.")
+
+    def sbatch_parameters(self) -> dict[str, Any]:
+        """The parameters of ``submitit.SlurmExecutor.update_parameters`` that were given."""
+        names = ("partition", "time", "cpus_per_task", "mem", "gres", "account", "qos")
+        given: dict[str, Any] = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        if self.additional_parameters:
+            given["additional_parameters"] = dict(self.additional_parameters)
+        return given
 
 
 def _workers(name: str, value: Any) -> int:
@@ -258,7 +335,8 @@ class ExecutionOptions(OptionGroup):
     num_workers: int = option(1, check=_workers, affects_records=False)
     """Runs going at once (worker processes, or Ray tasks in flight); 1 runs them in this process."""
     backend: str = option("local", check=validation.choice(BACKENDS), affects_records=False)
-    """``"local"`` (this process or worker processes) or ``"ray"``."""
+    """``"local"`` (this process or worker processes), ``"ray"``, or ``"slurm"`` (each run a Slurm job, see
+    ``slurm``)."""
     start_method: str = option("spawn", affects_records=False)
     """Multiprocessing start method of the worker processes; ``"forkserver"`` starts new workers in about
     0.2 s after the session's first call (the server imports torch once)."""
@@ -272,6 +350,9 @@ class ExecutionOptions(OptionGroup):
     be on a filesystem all nodes share."""
     ray_resources: Mapping[str, Any] | None = option(None, affects_records=False)
     """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
+    slurm: SlurmOptions | None = option(None, affects_records=False)
+    """The Slurm jobs' parameters with ``backend="slurm"`` (None: ``SlurmOptions()``, the cluster's defaults);
+    ``num_workers`` is then the number of jobs running at once."""
     progress: bool = option(True, check=validation.boolean, affects_records=False)
     """Show the progress display: an overall bar and a bar per active run."""
 
@@ -280,6 +361,14 @@ class ExecutionOptions(OptionGroup):
             raise ValueError(f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
                              f"but got execution.backend={self.backend!r}.")
         validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
+        if self.slurm is not None and self.backend != "slurm":
+            raise ValueError(f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got "
+                             f"execution.backend={self.backend!r}.")
+        if self.slurm is not None and not isinstance(self.slurm, SlurmOptions):
+            raise ValueError(f"execution.slurm must be a SlurmOptions, but got execution.slurm={self.slurm!r}: use "
+                             "slurm=SlurmOptions(partition=..., time=...) from online_trainer.")
+        if self.backend == "slurm" and self.slurm is None:
+            object.__setattr__(self, "slurm", SlurmOptions())
 
     def capped(self, num_runs: int) -> "ExecutionOptions":
         """These options with at most ``num_runs`` workers (more would have nothing to do)."""
@@ -288,7 +377,13 @@ class ExecutionOptions(OptionGroup):
         logger.info("num_workers=%d is more than num_runs=%d: using %d workers", self.num_workers, num_runs, num_runs)
         return dataclasses.replace(self, num_workers=num_runs)
 
+    def check_waits(self, caller: str) -> None:
+        """Raise ValueError when ``caller`` (which needs every result) is asked not to wait for Slurm jobs."""
+        if self.slurm is not None and not self.slurm.wait:
+            raise ValueError(f"{caller} needs the results of its runs, but got slurm=SlurmOptions(wait=False): "
+                             "wait=False is for multi_run; drop it here.")
+
     @property
     def in_workers(self) -> bool:
         """Whether runs leave this process (so what they need must be picklable)."""
-        return self.backend == "ray" or self.num_workers > 1
+        return self.backend != "local" or self.num_workers > 1

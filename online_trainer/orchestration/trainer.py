@@ -181,7 +181,8 @@ class OnlineTrainer:
             records: what the runs keep and log: ``RecordOptions(in_memory=..., keep_agents=...,
                 flush_every=..., frames_trigger=..., stats_window=..., stats_every_steps=..., score=...)``.
             execution: how the runs execute: ``ExecutionOptions(num_workers=..., backend=...,
-                start_method=..., torch_threads=..., ray_address=..., ray_resources=..., progress=...)``.
+                start_method=..., torch_threads=..., ray_address=..., ray_resources=..., slurm=..., progress=...)``
+                (``backend="slurm"``: a Slurm job per run).
             hooks: objects with any of ``on_run_start(ctx)``, ``on_step(ctx)`` (every ``every_steps`` env
                 steps or ``every_seconds`` seconds, as the hook declares), ``on_episode_end(ctx, record)``,
                 ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)``, ``on_run_end(ctx)``; ``ctx.stop(reason)``
@@ -195,13 +196,15 @@ class OnlineTrainer:
         Returns:
             The episode records of each run (``None`` per run when ``records.in_memory`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
-            built as they are read (``list(run)`` for a list of your own).
+            built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
+            a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
+        resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunPlan(
             num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
@@ -223,7 +226,8 @@ class OnlineTrainer:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            execute_experiments([experiment], execution, parts.callback, pool, created)
+            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
+                return handle  # submitted to Slurm without waiting: the jobs record their results
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import cloudpickle
 
-from online_trainer.core.options import BACKENDS, ExecutionOptions  # noqa: F401  (imported from here too)
+from online_trainer.core.options import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.run import RunResult, RunSpec
 

@@ -153,7 +153,8 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     # hand-written manifests hold no sps: '-'
     assert lines[2].split() == ["1", "11", "4", "40", "-", "-11.00", "finished"]
     assert lines[3].split() == ["2", "22", "7", "140", "-", "-10.00", "finished"]  # the last two finite returns
-    assert lines[4].split() == ["3", "33", "1", "10", "-", "-500.00", "failed,", "left", "out"]
+    # a run that did not finish: its steps and SPS as its records say (10 steps, the last at 0.1 s)
+    assert lines[4].split() == ["3", "33", "1", "10", "100", "-500.00", "failed,", "left", "out"]
     assert lines[5].split() == ["4", "44", "0", "-", "-", "n/a", "interrupted,", "left", "out"]
     assert lines[6].split() == ["5", "55", "0", "-", "-", "n/a", "finished"]
     stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
@@ -477,3 +478,17 @@ def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_p
     assert "SIGUSR1" not in out + err and "Exception ignored" not in out + err and "Traceback" not in err
     manifest = json.loads((tmp_path / exp_dir / "manifest.json").read_text())
     assert [entry["status"] for entry in manifest["runs"]] == ["interrupted", "interrupted"]
+
+
+def test_overwrite_keeps_the_earlier_experiment_and_its_config_when_no_run_starts(tmp_path, capsys):
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+
+    def files():
+        return {p.relative_to(exp_dir).as_posix(): p.read_bytes() for p in sorted(exp_dir.rglob("*")) if p.is_file()}
+
+    before = files()
+    assert "config.yaml" in before and "metrics_run2.pkl" in before
+    assert run(str(config), f"exp_dir={exp_dir}", "overwrite=true", "env.id=Pendulum-v1") == 2
+    assert "needs a Discrete" in capsys.readouterr().err
+    assert files() == before

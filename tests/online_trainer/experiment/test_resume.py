@@ -20,7 +20,7 @@ from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptio
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.core import resume, storage
-from online_trainer.hooks import Hook
+from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 
@@ -361,3 +361,41 @@ def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted
     assert {("mlflow", "run_1", "ep_return"), ("wandb", "1", "ep_return"), ("mlflow", "run_2", "agents/policy_loss"),
             ("wandb", "1", "eval/ep_return")} <= set(reference)
     assert sink_points(tmp_path / "cut", store) == reference
+
+
+def files_with_times(root):
+    """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside: taking the lock
+    writes its owner into it, and releasing it empties it again)."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
+    env, agent = AGENTS["ppo"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, eval_freq=300, eval_episodes=2, progress=False)
+    first = trainer(tmp_path, "exp", env, agent).multi_run(2, **kw)
+    before = files_with_times(tmp_path / "exp")
+    assert "all_metrics.pkl" in before and "log.jsonl" in before and all(len(run) > 5 for run in first)
+    time.sleep(0.01)  # a file written again would get another modification time
+    again = trainer(tmp_path, "exp", env, agent).multi_run(2, resume=True, **kw)
+    assert files_with_times(tmp_path / "exp") == before
+    assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
+
+
+@pytest.mark.parametrize("hooks, message", [
+    ([], r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \[\]"),
+    ([StopOnPlateau(window=10**6), StopOnReturn(10**6)],
+     r"holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \['hooks\[0\]', 'hooks\[1\]'\]"),
+    ([StopOnReturn(10**6)], r"of hooks\[0\] is a StopOnPlateau's, but this run's hooks\[0\] is a StopOnReturn"),
+])
+def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_changes(tmp_path, hooks, message):
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[StopOnPlateau(window=10**6), Crash(400)], **kw)
+    assert resume.read(tmp_path, 1, header_only=True) is not None
+    before = files_with_times(tmp_path)
+    time.sleep(0.01)
+    with pytest.raises(ValueError, match=message + r": resume with the hooks"):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, hooks=hooks, **kw)
+    assert files_with_times(tmp_path) == before

@@ -134,7 +134,7 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anythin
 
 
 def test_option_objects_are_frozen_and_name_the_dotted_key_of_a_bad_value():
-    with pytest.raises(ValueError, match=r"execution.backend must be one of 'local', 'ray', but got "
+    with pytest.raises(ValueError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
                                          r"execution.backend='rey' \(did you mean 'ray'\?\)"):
         ExecutionOptions(backend="rey")
     with pytest.raises(ValueError, match=r"execution.num_workers must be a positive int, but got "
