@@ -363,7 +363,7 @@ class ExecutionOptions(OptionGroup):
         validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
         if self.slurm is not None and self.backend != "slurm":
             raise ValueError(f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got "
-                             f"execution.backend={self.backend!r}.")
+                             f"backend={self.backend!r}.")
         if self.slurm is not None and not isinstance(self.slurm, SlurmOptions):
             raise ValueError(f"execution.slurm must be a SlurmOptions, but got execution.slurm={self.slurm!r}: use "
                              "slurm=SlurmOptions(partition=..., time=...) from online_trainer.")
