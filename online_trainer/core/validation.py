@@ -27,6 +27,30 @@ def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
     return None if value is None else positive_int(name, value, hint)
 
 
+def boolean(name: str, value: Any) -> bool:
+    """Return ``value``; raise ValueError naming ``name`` unless it is True or False (``"yes"`` and 1 are not)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, but got {name}={value!r}.")
+    return value
+
+
+def choice(choices: tuple[str, ...], hint: str = "") -> Any:
+    """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise
+    (then ``hint``, what the choices mean)."""
+    meaning = hint
+
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
+                             f"{hint}.{(' ' + explained) if explained else ''}")
+        return value
+    return check
+
+
 def episode_trigger(name: str, value: Any) -> Any:
     """None, a positive int ``k`` (every ``k``-th episode) or a callable ``episode_index -> bool``.
 

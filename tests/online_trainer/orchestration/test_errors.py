@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from online_trainer import OnlineTrainer
+from online_trainer import RecordOptions, OnlineTrainer
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -121,8 +121,9 @@ def test_different_args_in_reused_dir_refused(tmp_path):
 
 
 def test_keep_records_false_needs_disk():
-    with pytest.raises(ValueError, match=r"keep_records=False needs dump_metrics=True"):
-        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, keep_records=False)
+    with pytest.raises(ValueError, match=r"records.in_memory=False needs dump_metrics=True"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1,
+                                                                      records=RecordOptions(in_memory=False))
 
 
 def test_checkpoint_needs_save(tmp_path):
