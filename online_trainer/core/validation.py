@@ -28,10 +28,13 @@ def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
 
 
 def boolean(name: str, value: Any) -> bool:
-    """Return ``value``; raise ValueError naming ``name`` unless it is True or False (``"yes"`` and 1 are not)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, but got {name}={value!r}.")
-    return value
+    """Return ``value`` as a bool; raise ValueError naming ``name`` unless it is True or False (a numpy bool too).
+
+    A truthy string or number is more likely a mistake than a choice (``resume="yes"``, ``resume=1``).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
+    return bool(value)
 
 
 def choice(choices: tuple[str, ...], hint: str = "") -> Any:
@@ -114,24 +117,13 @@ def needs_exp_dir(exp_dir: Any, **options: Any) -> None:
             )
 
 
-def flag(name: str, value: Any) -> bool:
-    """Return ``value`` when it is True or False (a numpy bool too); raise TypeError naming ``name`` otherwise.
-
-    For switches where a truthy string or number is more likely a mistake than a choice (``resume="yes"``).
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
-
-
 def resume_or_overwrite(resume: Any, overwrite: Any) -> tuple[bool, bool]:
     """``resume`` and ``overwrite`` checked as flags, and not both True.
 
     Raises:
-        TypeError: one is not a bool.
-        ValueError: both are True.
+        ValueError: one is not a bool, or both are True.
     """
-    resume, overwrite = flag("resume", resume), flag("overwrite", overwrite)
+    resume, overwrite = boolean("resume", resume), boolean("overwrite", overwrite)
     if resume and overwrite:
         raise ValueError("resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
                          "one of them (resume=True to finish what was cut off, overwrite=True to start again).")

@@ -47,7 +47,7 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
 
     exp_dir = Path(exp_dir)
     num_episodes = validation.positive_int("num_episodes", num_episodes)
-    overwrite = validation.flag("overwrite", overwrite)
+    overwrite = validation.boolean("overwrite", overwrite)
     if which not in WHICH:
         raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
     out = evaluation_path(exp_dir, which)
