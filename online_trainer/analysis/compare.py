@@ -220,12 +220,3 @@ def _profiles(arrays: dict[str, list[np.ndarray]], candidates: list[str], option
                                     "fraction_lo": low, "fraction_hi": high}))
     return pd.concat(frames, ignore_index=True)
 
-
-def verdict(comparison: Comparison, candidate: str, versus: str) -> dict[str, Any]:
-    """The row of ``comparison.improvement`` for ``candidate`` against ``versus``, as a dict."""
-    table = comparison.improvement
-    rows = table[(table["candidate"] == candidate) & (table["versus"] == versus)]
-    if rows.empty:
-        raise ValueError(f"No comparison of candidate={candidate!r} with versus={versus!r}; the candidates are "
-                         f"{comparison.info.get('candidates')}.")
-    return rows.iloc[0].to_dict()
