@@ -119,3 +119,15 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert ":meth:" not in trainer_page
     # bench/README.md is included in the benchmarks page
     assert "python bench/overhead.py" in (site / "reference" / "benchmarks" / "index.html").read_text()
+
+
+def test_the_command_page_names_every_command_agent_sink_and_config():
+    from online_trainer.agents import AGENTS
+    from online_trainer.cli.main import build_parser
+    from online_trainer.config.schema import CALLBACKS
+
+    page = (ROOT / "docs" / "reference" / "command.md").read_text()
+    commands = next(action.choices for action in build_parser()._actions if action.choices)
+    names = ([f"online-trainer {command}" for command in commands] + [f"`{agent}`" for agent in AGENTS]
+             + [f"`{sink}`" for sink in CALLBACKS] + [f"`{path.name}`" for path in (ROOT / "configs").glob("*.yaml")])
+    assert [name for name in names if name not in page] == []

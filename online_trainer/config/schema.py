@@ -159,7 +159,8 @@ class ExperimentConfig:
     last_k: int = 10
     """Episodes per run averaged into its final return in the printed table."""
     torch_threads: int | None = 1
-    """Torch threads of every process running seeds (null: torch's default, one per core)."""
+    """Torch threads of every process running seeds (null: this process keeps torch's default, one per core, and
+    worker processes use 1, so that ``num_workers`` workers use ``num_workers`` cores)."""
     score: str = "return"
     """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
     agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""
