@@ -1,7 +1,7 @@
 """The documentation's examples run: every Python block and every shell command of README.md and docs/.
 
-Each page runs as one notebook would: its blocks in order, in one Python process (read from
-stdin, as a notebook's kernel, so worker processes do not re-run the page), in a fresh
+Each page runs as one notebook would: its blocks in order, in one Python process (``python -c``:
+like a notebook's kernel, a main module without a file, so spawned workers do not re-run the page), in a fresh
 directory holding a copy of ``configs/``. Shell blocks run there with bash, in the page's
 order. Budgets are cut to seconds by ``tests/docs_budget/sitecustomize.py`` (the examples'
 code stays as written).
@@ -106,7 +106,7 @@ def run_page(text: str, origin: str, workdir: Path) -> subprocess.CompletedProce
     env = {**os.environ, "ONLINE_TRAINER_DOCS_BUDGET": "1", "MPLBACKEND": "Agg", "WANDB_MODE": "offline",
            "WANDB_SILENT": "true", "PYTHONPATH": str(BUDGET),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    return subprocess.run([sys.executable, "-"], input=page_script(text, origin), cwd=workdir, env=env,
+    return subprocess.run([sys.executable, "-c", page_script(text, origin)], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=PAGE_TIMEOUT)
 
 

@@ -1,8 +1,8 @@
 """Budgets cut to seconds for the documentation's examples (tests/test_docs_snippets.py).
 
 This folder goes first on ``PYTHONPATH`` of the processes that run the examples, so Python
-imports this module at start-up in each of them: the page's own process, the ``online-trainer``
-commands its shell blocks run, and their worker processes. Nothing else imports it.
+imports this module at start-up in each of them: the page's own process and the ``online-trainer``
+commands its shell blocks run (not their worker processes). Nothing else imports it.
 
 It wraps ``OnlineTrainer.multi_run``, ``sweep`` and ``evaluate`` and ``optuna_objective``: a step
 budget above ``STEPS`` becomes ``STEPS`` and an episode budget above ``EPISODES`` becomes
@@ -20,6 +20,7 @@ import functools
 import inspect
 import math
 import os
+import sys
 
 STEPS, EPISODES, RUNS, WORKERS, EVAL_EPISODES, TRIALS = 1500, 6, 3, 2, 2, 2
 
@@ -87,5 +88,6 @@ def install() -> None:
     optuna_search.optuna_objective = objective_of_few_trials(optuna_search.optuna_objective)
 
 
-if os.environ.get("ONLINE_TRAINER_DOCS_BUDGET") == "1":
+# worker processes run what the parent's cut calls planned: they need no wrapping (and start faster without it)
+if os.environ.get("ONLINE_TRAINER_DOCS_BUDGET") == "1" and "--multiprocessing-fork" not in sys.argv:
     install()

@@ -13,6 +13,8 @@ from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, s
 
 ray = pytest.importorskip("ray")
 
+pytestmark = pytest.mark.slow  # starts a local Ray cluster
+
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
