@@ -170,11 +170,11 @@ def test_the_budget_cut_keeps_the_schedule_of_a_run():
         import sitecustomize as budget
     finally:
         sys.path.remove(str(BUDGET))
-    call = {"num_runs": 10, "total_steps": 150_000, "eval_freq": 10_000, "checkpoint_freq": 50_000, "num_workers": 8}
+    call = {"num_runs": 10, "total_steps": 60_000, "eval_freq": 10_000, "checkpoint_freq": 20_000, "num_workers": 8}
     budget.cut(call)
-    assert call == {"num_runs": 3, "total_steps": 1500, "eval_freq": 100, "checkpoint_freq": 500, "num_workers": 2}
+    assert call == {"num_runs": 2, "total_steps": 600, "eval_freq": 100, "checkpoint_freq": 200, "num_workers": 2}
     budget.cut(call)  # a call through two wrapped functions is cut once
-    assert call["total_steps"] == 1500 and call["eval_freq"] == 100
-    episodes = {"num_runs": 2, "num_episodes": 60, "eval_freq": 20, "checkpoint_freq": None}
+    assert call["total_steps"] == 600 and call["eval_freq"] == 100
+    episodes = {"num_runs": 2, "num_episodes": 50, "eval_freq": 20, "checkpoint_freq": None}
     budget.cut(episodes)
-    assert episodes == {"num_runs": 2, "num_episodes": 6, "eval_freq": 2, "checkpoint_freq": None}
+    assert episodes == {"num_runs": 2, "num_episodes": 5, "eval_freq": 2, "checkpoint_freq": None}

@@ -22,7 +22,7 @@ import math
 import os
 import sys
 
-STEPS, EPISODES, RUNS, WORKERS, EVAL_EPISODES, TRIALS = 1500, 6, 3, 2, 2, 2
+STEPS, EPISODES, RUNS, WORKERS, EVAL_EPISODES, TRIALS = 600, 5, 2, 2, 2, 2
 
 
 def _scaled(value, factor):
