@@ -137,7 +137,7 @@ def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does
     assert "each run smoothed by a trailing mean of 3 episodes" in (tmp_path / "default" / "summary.md").read_text()
     assert cli.main(["report", str(experiment), "--out", str(tmp_path / "raw"), "--smooth", "1"]) == 0
     assert windows == [3, 1]
-    assert "each run's returns unsmoothed" in (tmp_path / "raw" / "summary.md").read_text()
+    assert "bootstrap band; unsmoothed" in (tmp_path / "raw" / "summary.md").read_text()
 
 
 @pytest.fixture
