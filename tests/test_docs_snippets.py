@@ -103,7 +103,10 @@ def run_page(text: str, origin: str, workdir: Path) -> subprocess.CompletedProce
     (workdir / "configs").mkdir(parents=True, exist_ok=True)
     for config in (ROOT / "configs").glob("*.yaml"):
         (workdir / "configs" / config.name).write_text(config.read_text())
+    # one torch thread per process: the examples' few updates gain nothing from more, and a loaded CI machine
+    # slows torch's spinning thread pools by orders of magnitude
     env = {**os.environ, "ONLINE_TRAINER_DOCS_BUDGET": "1", "MPLBACKEND": "Agg", "WANDB_MODE": "offline",
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "WANDB_SILENT": "true", "PYTHONPATH": str(BUDGET),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     return subprocess.run([sys.executable, "-c", page_script(text, origin)], cwd=workdir, env=env,
