@@ -1,8 +1,12 @@
 """Wall time of 4 CPU-bound runs in this process, in 2 worker processes (and every core) and on Ray.
 
 Each run is a DQN agent on CartPole-v1 training on every step for ``--steps`` env steps (or,
-with ``--agent ppo``, the PPO agent of ``configs/cartpole_ppo.yaml``), one torch thread per
-process. The speed of a shared machine drifts by 20% or more within a minute, so settings
+with ``--agent ppo``, the PPO agent of ``configs/cartpole_ppo.yaml``; with ``--agent numpy``, an
+agent whose every update is three 64x64 ``np.tanh(x @ m)`` through numpy's BLAS), one thread per
+pool (torch, BLAS, OpenMP) and process: ``torch_threads=1``, the default. Run it as users run
+their scripts, in a fresh process whose environment sets no ``OMP_NUM_THREADS`` and the like (the
+header says which it found): an agent doing matrix products in workers that each start one BLAS
+thread per core would not scale, and a bench run with the variables exported would hide that. The speed of a shared machine drifts by 20% or more within a minute, so settings
 are measured in pairs next to each other (serial, then parallel) and each speedup is the
 median over ``--repeats`` pairs, not a ratio of two walls taken minutes apart.
 
@@ -21,7 +25,8 @@ Reported:
 The same seeds give the same records in every setting (checked).
 Targets on a 2-core machine: at least 1.8x with 2 workers; Ray within 10% of the pool.
 
-    python bench/scaling.py [--runs 4] [--steps 4000] [--agent dqn|ppo] [--repeats 3] [--no-ray]
+    python bench/scaling.py [--runs 4] [--steps 4000] [--agent dqn|ppo|numpy] [--repeats 3] [--no-ray]
+    python bench/scaling.py --agent numpy --steps 40000 --pool-only    # serial vs 2 workers, first call and warm
 """
 
 from __future__ import annotations
@@ -34,10 +39,14 @@ import statistics
 import tempfile
 import time
 
+import numpy as np
+import threadpoolctl
+
+from online_trainer import OnlineTrainer, shutdown_workers
 from online_trainer.agents import DQNAgent, PPOAgent
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer.envs import make_env
-from online_trainer import OnlineTrainer, shutdown_workers
+from online_trainer.parallel.threads import THREAD_VARIABLES
 
 
 class DQNFactory:
@@ -58,7 +67,36 @@ class PPOFactory:
         return PPOAgent(env, n_steps=32, n_epochs=10, minibatch_size=256, gamma=0.98, gae_lambda=0.8, lr=5e-4)
 
 
-FACTORIES = {"dqn": DQNFactory, "ppo": PPOFactory}
+class NumpyAgent:
+    """Random actions; each update computes ``x = np.tanh(x @ m)`` three times with 64x64 matrices (numpy's BLAS)."""
+
+    def __init__(self, env) -> None:
+        self.space = env.action_space
+        rng = np.random.default_rng(0)
+        self.x, self.m = rng.standard_normal((64, 64)), rng.standard_normal((64, 64)) / 8
+
+    def reset(self, seed: int) -> None:
+        self.space.seed(seed)
+
+    def act(self, obs):
+        return self.space.sample()
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None) -> None:
+        x = self.x
+        for _ in range(3):
+            x = np.tanh(x @ self.m)
+
+
+class NumpyFactory:
+    """Builds a :class:`NumpyAgent` (one env)."""
+
+    num_envs = 1
+
+    def __call__(self, env):
+        return NumpyAgent(env)
+
+
+FACTORIES = {"dqn": DQNFactory, "ppo": PPOFactory, "numpy": NumpyFactory}
 
 
 def timed_run(factory, runs: int, steps: int, **options) -> tuple[float, list]:
@@ -76,6 +114,7 @@ def bare_runs(factory, runs: int, steps: int) -> float:
     import torch
 
     torch.set_num_threads(1)
+    threadpoolctl.threadpool_limits(limits=1)  # BLAS and OpenMP too, as in a worker
     envs = [make_env("CartPole-v1", num_envs=factory.num_envs)() for _ in range(runs)]
     agents = [factory(env) for env in envs]  # built before timing, like the torch._dynamo import they trigger
     start = time.perf_counter()
@@ -145,25 +184,32 @@ def main() -> None:
     parser.add_argument("--agent", choices=sorted(FACTORIES), default="dqn")
     parser.add_argument("--repeats", type=int, default=3, help="pairs per setting")
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--pool-only", action="store_true",
+                        help="only serial against 2 worker processes, first call (spawn) and warm")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     factory = FACTORIES[args.agent]()
     cores = os.cpu_count() or 1
     import torch
 
-    torch.set_num_threads(1)  # the serial baseline gets one core, like each worker
+    torch.set_num_threads(1)  # the serial baseline gets one core, like each worker (its calls limit BLAS too)
     # torch imports torch._dynamo (about 1.5 s) at the first optimizer it builds; pay that here, so
     # the serial time does not include it. Workers pay it again: that is part of their start-up.
     factory(make_env("CartPole-v1", num_envs=factory.num_envs)())
     m = Measurements(factory, args.runs, args.steps)
     pools = {f"{w} worker processes": w for w in sorted({2, cores} - {1})}
 
+    if args.pool_only:
+        pools = {"2 worker processes": 2}
     for name, workers in pools.items():
         for _ in range(args.repeats):
             shutdown_workers()
             m.pair(f"{name}, first call (spawn)", num_workers=workers)
             m.pair(f"{name}, warm", num_workers=workers)
     shutdown_workers()
+    if args.pool_only:
+        report(args, m, cores)
+        return
     # a forkserver starts once per process: its first call can be measured once
     m.pair("2 worker processes, first call (forkserver)", num_workers=2, start_method="forkserver")
     shutdown_workers()
@@ -186,12 +232,7 @@ def main() -> None:
             m.pair("Ray, 2 tasks at a time, warm", num_workers=2, backend="ray")
         ray.shutdown()
 
-    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine, one torch "
-          f"thread per process; each setting paired with a serial call, speedup = serial / setting")
-    print(f"{'setting':<44} {'wall s':>7} {'n':>3}  {'speedup':>8} {'range':>13}")
-    print(m.row("serial"))
-    for name in m.speedups:
-        print(m.row(name))
+    report(args, m, cores)
     if not args.no_ray:
         ratio = statistics.median(m.speedups["2 worker processes, warm"]) / statistics.median(
             m.speedups["Ray, 2 tasks at a time, warm"])
@@ -200,6 +241,21 @@ def main() -> None:
           + ", ".join(f"{method} {seconds:.2f} s" for method, seconds in startup.items())
           + " (forkserver with its server already running)")
 
+
+def report(args: argparse.Namespace, m: Measurements, cores: int) -> None:
+    """The table: each setting's median wall and its speedup over the serial call it was paired with."""
+    exported = {name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ}
+    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine, one thread per "
+          f"pool and process; each setting paired with a serial call, speedup = serial / setting")
+    print(f"thread variables in this process's environment: {exported or 'none (as users have it)'}; "
+          f"load average before/after: {LOAD_BEFORE[0]:.2f}/{os.getloadavg()[0]:.2f}")
+    print(f"{'setting':<44} {'wall s':>7} {'n':>3}  {'speedup':>8} {'range':>13}")
+    print(m.row("serial"))
+    for name in m.speedups:
+        print(m.row(name))
+
+
+LOAD_BEFORE = os.getloadavg()
 
 if __name__ == "__main__":
     main()

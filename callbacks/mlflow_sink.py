@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
+from online_trainer.callbacks.store_points import PointLedger, Resumption, StorePosition, as_position
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,13 @@ class MLflowCallback(CallBack):
     has ended, the experiment directory's small files (``args.yaml``, ``config.py``,
     ``hyperparameters.yaml``, ``manifest.json``) are logged as artifacts of each run.
 
+    A run's full checkpoint sends what is kept first, so the store holds every value logged
+    before it. A resumed run (``resume=True``) reads its MLflow run's points and does not send
+    again those it logs that the store holds already (sent after the checkpoint, before the
+    interruption); a run that starts again from its first step likewise. MLflow deletes no
+    point: what cannot be made exact (values held twice, or held with another value than the
+    resumed run logs) is logged as a warning (see :mod:`online_trainer.callbacks.store_points`).
+
     Args:
         tracking_uri: where MLflow keeps runs; None: a SQLite database in the experiment
             directory, ``sqlite:///{exp_dir}/mlflow.db`` (artifacts in ``exp_dir/mlartifacts``).
@@ -89,10 +97,13 @@ class MLflowCallback(CallBack):
         self._buffer: list[tuple[str, float, float, int]] = []
         self._names: dict[tuple[str, str], str] = {}
         self._last_flush = 0.0
+        self._ledger = PointLedger()
+        self._resuming: dict[str, StorePosition | None] = {}  # run tag -> its checkpoint's position (rewind)
+        self._resumption: Resumption | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_owner=False, _active=None, _buffer=[])
+        state.update(_owner=False, _active=None, _buffer=[], _resumption=None)
         return state
 
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
@@ -156,8 +167,34 @@ class MLflowCallback(CallBack):
         values = {"seed": seed, "run": run_idx, **params}
         client.log_batch(run_id, params=[entities.Param(str(k), str(v)) for k, v in values.items()])
         client.update_run(run_id, status="RUNNING")
-        self._active = (experiment.uri, run_id, run_tag or f"run_{run_idx}")
+        run_tag = run_tag or f"run_{run_idx}"
+        self._active = (experiment.uri, run_id, run_tag)
         self._names.clear()
+        self._ledger, self._resumption = PointLedger(), None
+        if run_tag in self._resuming:  # a resumed run, or one started again: the store holds points of it
+            position = self._resuming.pop(run_tag)
+            self._ledger = PointLedger(position=position)
+            self._resumption = Resumption(f"MLflowCallback, MLflow run {run_id}", run_tag, self._held(client, run_id),
+                                          position)
+
+    @staticmethod
+    def _held(client: Any, run_id: str) -> list[tuple[str, float, float]]:
+        """Every metric point of the MLflow run, per name in the order of its steps."""
+        points: list[tuple[str, float, float]] = []
+        for name in client.get_run(run_id).data.metrics:
+            history = sorted(client.get_metric_history(run_id, name), key=lambda m: (m.step, m.timestamp))
+            points.extend((name, m.step, m.value) for m in history)
+        return points
+
+    def checkpoint(self, run_tag: str) -> StorePosition:
+        """Send what is kept and return how many points of each metric the run has logged (its position)."""
+        self.flush()
+        return self._ledger.position()
+
+    def rewind(self, run_tag: str, position: Any) -> None:
+        """Note that the run ``run_tag`` resumes from ``position`` (None: starts again); its :meth:`start_run`
+        then reads what its MLflow run holds, so as to send nothing twice."""
+        self._resuming[run_tag] = as_position(position)
 
     def end_run(self, run_idx: int, status: str) -> None:
         """Send what is kept and mark the MLflow run FAILED (``failed``), KILLED (``interrupted``) or FINISHED."""
@@ -168,27 +205,29 @@ class MLflowCallback(CallBack):
             return
         try:
             self.flush()
+            if self._resumption is not None:
+                self._resumption.report()
         finally:
             uri, run_id, _ = self._active
-            self._active = None
+            self._active, self._resumption = None, None
             self._names.clear()
             self._client(uri).set_terminated(run_id, mlflow_status)
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         now = time.time()
         for key, value in data.items():
-            self._buffer.append((self._name(key, tag), float(value), now, step))
+            self._buffer.append((self._name(key, tag, "step"), float(value), now, step))
         if len(self._buffer) >= self.flush_values or (force and now - self._last_flush > self.max_delay):
             self.flush()
 
     def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
         """Keep every value of ``key`` at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
-        now, name = time.time(), self._name(key, tag)
+        now, name = time.time(), self._name(key, tag, "episode")
         self._buffer.extend([(name, float(value), now, step) for value, step in zip(values, steps)])
         if len(self._buffer) >= self.flush_values or now - self._last_flush > self.max_delay:
             self.flush()
 
-    def _name(self, key: str, tag: str) -> str:
+    def _name(self, key: str, tag: str, axis: str) -> str:
         name = self._names.get((key, tag))
         if name is None:
             if self._active is None:
@@ -196,6 +235,7 @@ class MLflowCallback(CallBack):
                                    "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
                                    "(the trainer does).")
             name = self._names[(key, tag)] = _NOT_IN_NAME.sub("_", metric_name(key, tag, self._active[2]))
+            self._ledger.axes.setdefault(name, axis)
         return name
 
     def flush(self) -> None:
@@ -206,6 +246,12 @@ class MLflowCallback(CallBack):
         uri, run_id, _ = self._active
         metric = _mlflow().entities.Metric
         buffer, self._buffer = self._buffer, []
+        add = self._ledger.add
+        for name, value, _, step in buffer:
+            add(name, step, value)
+        resumption = self._resumption
+        if resumption is not None:  # leave out what the store holds already
+            buffer = [point for point in buffer if resumption.keep(point[0], point[3], point[1])]
         client = self._client(uri)
         for start in range(0, len(buffer), MAX_BATCH):
             client.log_batch(run_id, metrics=[metric(name, value, int(wall * 1000), int(step))
@@ -217,6 +263,7 @@ class MLflowCallback(CallBack):
     def close(self) -> None:
         """End a run left open; in the process that ran :meth:`setup`, log the experiment's small files."""
         self._end_active("FAILED")
+        self._resuming.clear()
         if self._owner:
             experiments, self._experiments, self._owner = self._experiments, {}, False
             self._log_artifacts(experiments)

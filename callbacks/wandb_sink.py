@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import string
@@ -11,6 +12,10 @@ from typing import Any, Mapping, Sequence
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
+from online_trainer.callbacks.store_points import PointLedger, Resumption, StorePosition, as_position
+from online_trainer.callbacks.wandb_history import history_rows, run_files
+
+logger = logging.getLogger(__name__)
 
 RUN_IDS_FILE = "wandb_runs.json"
 EPISODE_AXIS = "episode"
@@ -18,6 +23,9 @@ EPISODE_AXIS = "episode"
 STEP_AXIS = "step"
 """The x of values logged through ``__call__`` (the agent's values, evaluations): the step they were logged at."""
 _ID_CHARS = string.ascii_lowercase + string.digits
+TAIL_POINTS = 4096
+"""Points sent last before a checkpoint that the checkpoint keeps: W&B's service writes behind (in 32 KiB blocks), so
+a kill loses what it had not written; a resumed run sends those again."""
 _PARENT_ENV = ("WANDB_MODE", "WANDB_PROJECT", "WANDB_ENTITY")
 """W&B settings read from the environment of the process that starts the runs (see :meth:`WandbCallback.setup`)."""
 
@@ -55,6 +63,15 @@ class WandbCallback(CallBack):
     x (one episode's return and length, the values of one env step) go in one row; rows are
     sent every ``flush_rows`` rows, at least every ``max_delay`` seconds when an episode
     ends, and when the run ends.
+
+    A run's full checkpoint sends what is kept and keeps the last points sent (W&B's service
+    writes behind: a kill loses what it had not written). A resumed run (``resume=True``)
+    reads its W&B run's local files (``exp_dir/wandb/*run-*-{id}/run-{id}.wandb``, one per
+    attempt), sends again the points up to the checkpoint that they lack, and does not send
+    again those it logs that they hold already; a run that starts again from its first step
+    likewise. What cannot be made exact is logged as a warning (see
+    :mod:`online_trainer.callbacks.store_points`). Online, the local files are taken as what
+    the server holds.
 
     Args:
         project: the W&B project (None: ``WANDB_PROJECT`` or W&B's default).
@@ -97,10 +114,13 @@ class WandbCallback(CallBack):
         self._names: dict[tuple[str, str], str] = {}
         self._defined: set[str] = set()
         self._last_flush = 0.0
+        self._ledger = PointLedger(TAIL_POINTS)
+        self._resuming: dict[str, StorePosition | None] = {}  # run tag -> its checkpoint's position (rewind)
+        self._resumption: Resumption | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_rows=[], _last_row={}, _names={}, _defined=set())
+        state.update(_rows=[], _last_row={}, _names={}, _defined=set(), _resumption=None)
         return state
 
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
@@ -132,6 +152,13 @@ class WandbCallback(CallBack):
         self._finish(1)  # a run that never said it ended
         ids = self._ids.setdefault(self._key(exp_dir), {})
         run_id = ids.setdefault(run_idx, new_run_id())
+        run_tag = run_tag or f"run_{run_idx}"
+        self._ledger, self._resumption = PointLedger(TAIL_POINTS), None
+        if run_tag in self._resuming:  # a resumed run, or one started again: its earlier files hold points of it
+            position = self._resuming.pop(run_tag)
+            self._ledger = PointLedger(TAIL_POINTS, position)
+            self._resumption = Resumption(f"WandbCallback, W&B run {run_id}", run_tag,
+                                          self._held(exp_dir, run_id), position)
         settings = self.init_kwargs.get("settings") or wandb.Settings(console="off", silent=True)
         self._run = wandb.init(
             **{**self.init_kwargs, "settings": settings},
@@ -143,10 +170,44 @@ class WandbCallback(CallBack):
             config={"seed": seed, "run": run_idx, **params},
             dir=exp_dir,
         )
-        self._run_tag = run_tag or f"run_{run_idx}"
+        self._run_tag = run_tag
         self._last_flush = time.time()
         self._names.clear()
         self._defined.clear()
+        if self._resumption is not None:
+            for name, x, value in self._resumption.resend:  # lost before the checkpoint: not logged again by the run
+                axis = self._ledger.axes.get(name, STEP_AXIS)
+                self._define(name, axis)
+                self._run.log({axis: int(x), name: value})
+
+    @staticmethod
+    def _held(exp_dir: str | None, run_id: str) -> list[tuple[str, float, float]]:
+        """Every point the earlier run files of ``run_id`` hold, in the order they were logged."""
+        points: list[tuple[str, float, float]] = []
+        if exp_dir is None:
+            return points
+        for path in run_files(Path(exp_dir) / "wandb", run_id):
+            try:
+                rows = list(history_rows(path))
+            except Exception as exc:  # W&B's file format changed, or the file is damaged
+                logger.warning("WandbCallback: could not read %s (%s: %s): points it holds may be logged twice", path,
+                               type(exc).__name__, exc)
+                continue
+            for row in rows:
+                axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
+                points.extend((name, row[axis], value) for name, value in row.items()
+                              if not name.startswith("_") and name not in (EPISODE_AXIS, STEP_AXIS))
+        return points
+
+    def checkpoint(self, run_tag: str) -> StorePosition:
+        """Send what is kept and return how many points of each metric the run has logged, with the last ones."""
+        self.flush()
+        return self._ledger.position()
+
+    def rewind(self, run_tag: str, position: Any) -> None:
+        """Note that the run ``run_tag`` resumes from ``position`` (None: starts again); its :meth:`start_run`
+        then reads what its W&B run files hold, so as to send what they lack and nothing twice."""
+        self._resuming[run_tag] = as_position(position)
 
     def end_run(self, run_idx: int, status: str) -> None:
         """Send what is kept and finish the W&B run (exit code 1 when it ``failed`` or was ``interrupted``, else 0)."""
@@ -157,8 +218,10 @@ class WandbCallback(CallBack):
             return
         try:
             self.flush()
+            if self._resumption is not None:
+                self._resumption.report()
         finally:
-            run, self._run = self._run, None
+            run, self._run, self._resumption = self._run, None, None
             self._names.clear()
             run.finish(exit_code=exit_code)
 
@@ -192,10 +255,14 @@ class WandbCallback(CallBack):
                                    "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
                                    "(the trainer does).")
             name = self._names[(key, tag)] = metric_name(key, tag, self._run_tag)
-            if name not in self._defined:
-                self._defined.add(name)
-                self._run.define_metric(name, step_metric=axis)
+            self._define(name, axis)
         return name
+
+    def _define(self, name: str, axis: str) -> None:
+        if name not in self._defined:
+            self._defined.add(name)
+            self._ledger.axes.setdefault(name, axis)
+            self._run.define_metric(name, step_metric=axis)
 
     def flush(self) -> None:
         """Send the rows kept so far, one ``run.log`` each."""
@@ -204,9 +271,25 @@ class WandbCallback(CallBack):
             return
         rows, self._rows = self._rows, []
         self._last_row.clear()
+        add, resumption = self._ledger.add, self._resumption
+        for row in rows:
+            axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
+            x = row[axis]
+            for name, value in row.items():
+                if name != axis:
+                    add(name, x, value)
+        if resumption is not None:  # leave out what the run's earlier files hold already
+            rows = [row for row in (self._unheld(row, resumption) for row in rows) if len(row) > 1]
         log = self._run.log
         for row in rows:
             log(row)
+
+    @staticmethod
+    def _unheld(row: dict[str, Any], resumption: Resumption) -> dict[str, Any]:
+        """``row`` without the values the run's earlier files hold (its x stays)."""
+        axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
+        x = row[axis]
+        return {name: value for name, value in row.items() if name == axis or resumption.keep(name, x, value)}
 
     def reset(self) -> None:
         """Nothing is averaged: values kept are sent when the run ends."""
@@ -214,6 +297,7 @@ class WandbCallback(CallBack):
     def close(self) -> None:
         """Finish a W&B run left open (as failed: its run never said it ended)."""
         self._finish(1)
+        self._resuming.clear()
 
     def __repr__(self) -> str:
         return f"WandbCallback(project={self.project!r}, group={self.group!r}, mode={self.mode!r})"

@@ -26,6 +26,8 @@ from online_trainer.core.storage import (
 _LAZY = {
     "ExecutionOptions": "online_trainer.parallel.base",
     "OnlineTrainer": "online_trainer.orchestration.trainer",
+    "SlurmOptions": "online_trainer.parallel.base",
+    "SlurmRuns": "online_trainer.parallel.slurm_handle",
     "aggregate": "online_trainer.analysis.stats",
     "compare": "online_trainer.analysis.compare",
     "curves": "online_trainer.analysis.stats",
@@ -61,6 +63,8 @@ __all__ = [
     "RunOptions",
     "RunRecords",
     "RunsFailedError",
+    "SlurmOptions",
+    "SlurmRuns",
     "TruncatedMetricsWarning",
     "aggregate",
     "compare",

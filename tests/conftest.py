@@ -180,6 +180,39 @@ class FailsOnThirdRun(RecordingAgent):
             raise ValueError("diverged on purpose")
 
 
+class ReportPools:
+    """A hook that writes, at each run's start, the thread count of every pool of the process running it
+    (``{directory}/{pid}_{run}.json``: threadpoolctl's pools by file, their APIs, and torch's)."""
+
+    def __init__(self, directory) -> None:
+        self.directory = str(directory)
+
+    def on_run_start(self, ctx) -> None:
+        import os
+
+        import threadpoolctl
+        import torch
+
+        info = threadpoolctl.threadpool_info()
+        report = {"pools": {p["filepath"]: p["num_threads"] for p in info}, "apis": [p["user_api"] for p in info],
+                  "torch": torch.get_num_threads()}
+        with open(os.path.join(self.directory, f"{os.getpid()}_{ctx.run}.json"), "w") as file:
+            json.dump(report, file)
+
+
+def pool_reports(directory) -> list[dict]:
+    """What :class:`ReportPools` wrote into ``directory``."""
+    from pathlib import Path
+
+    return [json.loads(path.read_text()) for path in sorted(Path(directory).glob("*.json"))]
+
+
+def pool_threads(reports: list[dict]) -> set[int]:
+    """Every thread count in ``reports`` (each must have a BLAS pool: numpy's)."""
+    assert reports and all("blas" in report["apis"] for report in reports), reports
+    return {n for report in reports for n in [*report["pools"].values(), report["torch"]]}
+
+
 def strip(runs):
     """The per-episode values that must agree between two executions of the same runs."""
     return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]

@@ -19,8 +19,8 @@ import pandas as pd
 import yaml
 
 from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
-from online_trainer.analysis.selection import RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
-from online_trainer.core import ownership, storage
+from online_trainer.analysis.selection import KEPT_STATUSES, RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
+from online_trainer.core import ownership, resume, storage
 
 logger = logging.getLogger(__name__)
 
@@ -257,9 +257,12 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                            "dump_metrics=False): it has no row in the table.", exp_dir, run, status,
                            entry["episodes"], run)
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
+        progress = {name: entry.get(name) for name in ("global_step", "wall_time", "sps")}
+        if not legacy and status not in KEPT_STATUSES:  # ended without finishing: the disk may say more
+            progress = _progress(exp_dir, run, progress)
         runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
-                     "last_step": last, "env_steps": entry.get("global_step"), "wall_time": entry.get("wall_time"),
-                     "sps": entry.get("sps"), "stop_reason": entry.get("stop_reason"), "error": entry.get("error"),
+                     "last_step": last, "env_steps": progress["global_step"], "wall_time": progress["wall_time"],
+                     "sps": progress["sps"], "stop_reason": entry.get("stop_reason"), "error": entry.get("error"),
                      "env_id": env_id, "budget_unit": unit, "budget": budget})
     if filled:
         logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
@@ -267,6 +270,18 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     if not raw:  # no run recorded raw scores: no raw columns
         columns = {name: values for name, values in columns.items() if name not in RAW_COLUMNS}
     return columns, runs
+
+
+def _progress(exp_dir: Path, run: int, known: dict[str, Any]) -> dict[str, Any]:
+    """``global_step``, ``wall_time`` and ``sps`` of a run that did not finish: the manifest's (``known``), or its
+    records' and its full checkpoint's when they say more (a manifest written before runs that failed or were cut
+    off recorded them)."""
+    on_disk = resume.run_progress(exp_dir, run)
+    if on_disk["global_step"] is None or on_disk["global_step"] <= (known["global_step"] or 0):
+        return known
+    wall_time = on_disk["wall_time"]
+    return {"global_step": on_disk["global_step"], "wall_time": wall_time,
+            "sps": round(on_disk["global_step"] / wall_time, 1) if wall_time else known["sps"]}
 
 
 def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:

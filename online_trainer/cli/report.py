@@ -113,7 +113,7 @@ def final_results(df: pd.DataFrame, last_k: int,
     entries = [known.get(_ident_key(r, ident), {}) for r in runs.to_dict("records")]
     runs["error"] = [entry.get("error") for entry in entries]
     # the steps the run took (the manifest's), not those of its last finished episode, where known
-    runs["env_steps"] = [steps if entry.get("env_steps") is None else entry["env_steps"]
+    runs["env_steps"] = [steps if pd.isna(entry.get("env_steps")) else entry["env_steps"]
                          for steps, entry in zip(runs["env_steps"], entries)]
     return runs, summary, excluded
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
-from online_trainer.cli.run import multi_run_kwargs
+from online_trainer.cli.run import interrupted, multi_run_kwargs
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError
@@ -40,10 +40,12 @@ def resume_command(args: argparse.Namespace) -> int:
     print(f"Resuming {exp_dir}", flush=True)
     status = 0
     try:
-        trainer.multi_run(config.num_runs, progress=not args.no_progress, resume=True, **multi_run_kwargs(config))
+        trainer.multi_run(config.num_runs, resume=True, **multi_run_kwargs(config, progress=not args.no_progress))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
+    except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted): resumed again by the same command
+        return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:
         raise ConfigError(str(exc)) from exc
     print()

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import os
+import shlex
+import signal
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
@@ -18,11 +20,13 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.core import storage
+from online_trainer.core import preemption, storage
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
+from online_trainer.parallel.base import ExecutionOptions, SlurmOptions
+from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -48,34 +52,49 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
     return exp_dir
 
 
-@contextlib.contextmanager
-def torch_threads(num_threads: int | None) -> Iterator[None]:
-    """Use ``num_threads`` torch threads here and in worker processes started meanwhile."""
-    if num_threads is None:
-        yield
-        return
-    import torch
-
-    old_threads, old_env = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(num_threads)  # read by torch in spawned workers
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old_threads)
-        if old_env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = old_env
-
-
-def multi_run_kwargs(config: ExperimentConfig) -> dict[str, Any]:
+def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
                 checkpoint_freq=config.checkpoint_freq, keep_checkpoints=config.keep_checkpoints,
                 checkpoint_buffers=config.checkpoint_buffers, eval_freq=config.eval_freq,
-                eval_episodes=config.eval_episodes, num_workers=config.num_workers,
-                torch_threads=config.torch_threads or 1, score=config.score)
+                eval_episodes=config.eval_episodes, execution=execution_options(config, progress), score=config.score)
+
+
+def execution_options(config: ExperimentConfig, progress: bool = True) -> ExecutionOptions:
+    """The config's ``num_workers``, ``torch_threads`` and ``execution`` section as one option object.
+
+    Raises:
+        ConfigError: an ``execution.slurm`` key is unknown or its value invalid (the key is named).
+    """
+    slurm = None
+    if config.execution.backend == "slurm":
+        known = {field.name for field in dataclasses.fields(SlurmOptions)}
+        for key in config.execution.slurm:
+            if key not in known:
+                raise ConfigError(f"unknown key execution.slurm.{key}; the keys are the fields of SlurmOptions: "
+                                  f"{', '.join(sorted(known))}.")
+        try:
+            slurm = SlurmOptions(**config.execution.slurm)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"execution.slurm: {exc}") from exc
+    return ExecutionOptions(num_workers=config.num_workers, torch_threads=config.torch_threads,
+                            backend=config.execution.backend, slurm=slurm, progress=progress)
+
+
+def interrupted(exp_dir: Path) -> int:
+    """Say what stopped the runs and the exact command that continues them; return the exit status (128 + signal).
+
+    A preemption signal (SIGTERM, SIGUSR1) had each run write a full checkpoint first; Ctrl-C
+    flushed each run's records. Either way ``online-trainer resume`` continues the experiment.
+    """
+    signum = preemption.received() or signal.SIGINT
+    cause = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    if (exp_dir / storage.MANIFEST_FILE).is_file():
+        print(f"online-trainer: {cause}; the runs' records are on disk up to where each stopped. Continue the experiment "
+              f"with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}", file=sys.stderr)
+    else:
+        print(f"online-trainer: {cause} before any run started; nothing was kept in {exp_dir}.", file=sys.stderr)
+    return 128 + signum
 
 
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
@@ -106,39 +125,63 @@ def run_command(args: argparse.Namespace) -> int:
     text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
     exp_dir = check_exp_dir(config, text)
     make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
-    with torch_threads(config.torch_threads):
-        try:
-            trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train,
-                                    args=config.to_dict())
-        except (TypeError, ValueError) as exc:
+    try:
+        trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train, args=config.to_dict())
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from exc
+    trainer.call_back = CALLBACKS[config.callback](exp_dir)
+    created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
+    status, locked, handle = 0, False, None
+    try:
+        # The lock first, so that a second writer is refused before it writes anything (config.yaml
+        # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
+        # ended meanwhile), before the lock file is written: a refused call changes nothing.
+        with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
+            locked = True
+            earlier = _earlier_config(exp_dir)
+            storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
+            print(f"Running {_describe(config)} into {exp_dir}", flush=True)
+            try:
+                handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
+                                           **multi_run_kwargs(config, progress=not args.no_progress))
+            except BaseException:
+                if earlier is not None and _manifest_bytes(exp_dir) == earlier[1]:
+                    # overwrite=true, and no run started: the earlier experiment is back, with its config
+                    storage.write_atomic(exp_dir / CONFIG_YAML, earlier[0])
+                raise
+    except RunsFailedError as exc:
+        print(f"online-trainer: {exc}", file=sys.stderr)
+        status = 1
+    except BaseException as exc:  # multi_run checks its input and each run's setup before any step
+        if locked and not storage.existing_experiment_files(exp_dir):
+            remove_created(created)  # nothing ran: leave no trace for the corrected call
+        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or a preemption signal (Preempted)
+            return interrupted(exp_dir)
+        if isinstance(exc, (TypeError, ValueError, FileExistsError)):
             raise ConfigError(str(exc)) from exc
-        trainer.call_back = CALLBACKS[config.callback](exp_dir)
-        created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
-        status, locked = 0, False
-        try:
-            # The lock first, so that a second writer is refused before it writes anything (config.yaml
-            # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
-            # ended meanwhile), before the lock file is written: a refused call changes nothing.
-            with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
-                locked = True
-                storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
-                print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-                trainer.multi_run(config.num_runs, overwrite=config.overwrite, progress=not args.no_progress,
-                                  **multi_run_kwargs(config))
-        except RunsFailedError as exc:
-            print(f"online-trainer: {exc}", file=sys.stderr)
-            status = 1
-        except BaseException as exc:  # multi_run checks its input and each run's setup before any step
-            if locked and not storage.existing_experiment_files(exp_dir):
-                remove_created(created)  # nothing ran: leave no trace for the corrected call
-            if isinstance(exc, (TypeError, ValueError, FileExistsError)):
-                raise ConfigError(str(exc)) from exc
-            raise
+        raise
+    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
+        print(f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
+              f"they stand with: online-trainer show {exp_dir}")
+        return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
+
+
+def _manifest_bytes(exp_dir: Path) -> bytes | None:
+    path = exp_dir / storage.MANIFEST_FILE
+    return path.read_bytes() if path.is_file() else None
+
+
+def _earlier_config(exp_dir: Path) -> tuple[bytes, bytes] | None:
+    """The ``config.yaml`` and manifest of an experiment in ``exp_dir`` (that ``overwrite=true`` replaces), or None."""
+    manifest = _manifest_bytes(exp_dir)
+    if manifest is None or not (exp_dir / CONFIG_YAML).is_file():
+        return None
+    return (exp_dir / CONFIG_YAML).read_bytes(), manifest
 
 
 def eval_command(args: argparse.Namespace) -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "AgentConfig",
     "ConfigError",
     "EnvConfig",
+    "ExecutionConfig",
     "ExperimentConfig",
 ]
 
@@ -119,6 +120,29 @@ class AgentConfig:
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 
+BACKENDS = ("local", "slurm")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExecutionConfig:
+    """Where the runs execute (``execution.backend=slurm execution.slurm.partition=gpu``)."""
+
+    backend: str = "local"
+    """``local`` (this process, or ``num_workers`` worker processes) or ``slurm`` (a Slurm job per run, at most
+    ``num_workers`` running at once; needs ``pip install -e ".[slurm]"``)."""
+    slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """With ``backend: slurm``, the fields of ``online_trainer.SlurmOptions``: ``partition``, ``time`` (minutes),
+    ``cpus_per_task``, ``mem``, ``gres``, ``account``, ``qos``, ``additional_parameters``, ``runs_per_job``,
+    ``max_requeues``, ``wait``...; missing ones take the cluster's defaults."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slurm", dict(self.slurm))
+        _check_choice("execution.backend", self.backend, BACKENDS)
+        if self.slurm and self.backend != "slurm":
+            raise ConfigError(f"execution.slurm={self.slurm!r} applies to execution.backend=slurm only, but got "
+                              f"execution.backend={self.backend!r}.")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
     """One experiment: ``num_runs`` seeds of ``agent`` on ``env``, each for the same budget."""
@@ -136,7 +160,10 @@ class ExperimentConfig:
     seed_offset: int | None = 0
     """Base seed of the runs; null draws one at random (it is recorded in manifest.json)."""
     num_workers: int = 1
-    """Worker processes running seeds in parallel; 1 runs them one after another in this process."""
+    """Worker processes running seeds in parallel (Slurm jobs with ``execution.backend=slurm``); 1 runs them one
+    after another in this process."""
+    execution: ExecutionConfig = dataclasses.field(default_factory=ExecutionConfig)
+    """Where the runs execute (section)."""
     callback: str = "tb"
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
     ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
@@ -159,8 +186,8 @@ class ExperimentConfig:
     last_k: int = 10
     """Episodes per run averaged into its final return in the printed table."""
     torch_threads: int | None = 1
-    """Torch threads of every process running seeds (null: this process keeps torch's default, one per core, and
-    worker processes use 1, so that ``num_workers`` workers use ``num_workers`` cores)."""
+    """Threads of every pool (torch, BLAS, OpenMP) of each process running seeds, this one included while its runs
+    go (null: as the environment and the libraries set them, one per core by default)."""
     score: str = "return"
     """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
     agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""

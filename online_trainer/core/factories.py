@@ -139,6 +139,7 @@ class AgentFactory(_InstanceOrFactory):
         if not isinstance(agent, type) and callable(getattr(agent, "act", None)):
             self._instance, self._factory = agent, None
         elif callable(agent):
+            _check_takes_env(agent)
             self._instance, self._factory = None, agent
         else:
             missing = ", ".join(missing_methods(agent))
@@ -164,6 +165,23 @@ class AgentFactory(_InstanceOrFactory):
                 f"The agent {self._instance!r} cannot be copied for each run ({type(exc).__name__}: {exc}): pass a "
                 "factory, agent=lambda env: MyAgent(env), so that each run builds its own."
             ) from exc
+
+
+def _check_takes_env(factory: Callable[..., Any]) -> None:
+    """Raise TypeError when the agent factory cannot be called with one argument, the run's env.
+
+    Checked on the signature, without calling it (a factory Python cannot inspect is called as it is).
+    """
+    try:
+        inspect.signature(factory).bind(None)
+    except TypeError as exc:
+        raise TypeError(
+            f"The agent factory agent={_describe(factory)} cannot be called with one argument ({exc}), but it is "
+            "called with the run's env, once per run: agent_factory(env) -> agent. Write it as "
+            "lambda env: MyAgent(env) (or lambda env: MyAgent() when the agent does not need the env)."
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins and extension types)
+        pass
 
 
 def check_agent(agent: Any, source: Any = None) -> None:

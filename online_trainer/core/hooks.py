@@ -58,10 +58,13 @@ class Hook:
         every_steps: call :meth:`on_step` every this many env steps (real transitions of all
             sub-envs together).
         every_seconds: or every this many seconds of wall time (checked at env steps).
+        needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
+            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
     """
 
     every_steps: int | None = None
     every_seconds: float | None = None
+    needs_eval_freq: bool = False
 
     def on_run_start(self, ctx: RunContext) -> None:
         """The env is reset and the agent ready; no env step has been taken yet."""
@@ -143,18 +146,23 @@ def _defines(hook: Any, name: str) -> bool:
     return getattr(type(hook), name, None) is not getattr(Hook, name)
 
 
-def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
+def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
     """The hooks as a tuple, each checked (before any env step).
+
+    Args:
+        hooks: the user's hooks.
+        eval_freq: the runs' evaluation period (None: no evaluation during the run).
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class.
-        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``.
+        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
+            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
     """
     if hooks is None:
         return ()
     if not isinstance(hooks, (list, tuple)):
         raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
-    for hook in hooks:
+    for index, hook in enumerate(hooks):
         if isinstance(hook, type):
             raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
         if not any(_defines(hook, name) for name in HOOK_METHODS):
@@ -168,7 +176,39 @@ def check_hooks(hooks: Sequence[Any] | None) -> tuple[Any, ...]:
                 raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
                                  f"or every_seconds (a positive number), but got every_steps={steps!r}, "
                                  f"every_seconds={seconds!r}.")
+        if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
+            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
+                             "None: no evaluation would come before the run's end, so it would never act. Pass "
+                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
     return tuple(hooks)
+
+
+def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
+    """``"hooks[j]"`` -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full checkpoint keeps)."""
+    return {f"hooks[{j}]": type(hook).__qualname__ for j, hook in enumerate(hooks)
+            if callable(getattr(hook, "state_dict", None))}
+
+
+def saved_hooks(state: Mapping[str, Any]) -> dict[str, str | None]:
+    """What :func:`stateful_hooks` said of the hooks whose state :meth:`HookRunner.state_dict` returned (the class
+    name None when the state does not record it)."""
+    return {key: entry.get("type") for key, entry in state["hooks"].items()
+            if key.startswith("hooks[") and entry["state"] is not None}
+
+
+def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state") -> None:
+    """Raise unless the user hooks whose state was saved (:func:`saved_hooks`) are those of the run (:func:`stateful_hooks`).
+
+    Raises:
+        ValueError: a user hook with state is missing or extra, or of another class at its position.
+    """
+    if set(saved) != set(hooks):
+        raise ValueError(f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
+                         f"are {sorted(hooks)}: resume with the hooks the run was started with.")
+    for key, name in saved.items():
+        if name is not None and name != hooks[key]:
+            raise ValueError(f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
+                             "the hooks in the order the run was started with.")
 
 
 class _Cadence:
@@ -221,6 +261,7 @@ class HookRunner:
     def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Mapping[str, Any] | Sequence[Any] = ()) -> None:
         named = dict(builtin) if isinstance(builtin, Mapping) else {f"builtin[{i}]": h for i, h in enumerate(builtin)}
         user = {f"hooks[{i}]": copy.deepcopy(hook) for i, hook in enumerate(hooks)}
+        self.user_hooks = list(user.values())
         self.keys = [*named, *user]
         self.hooks = [*named.values(), *user.values()]  # built-ins first, then the user's
         self.ctx = ctx
@@ -342,21 +383,12 @@ class HookRunner:
                 it has), or a hook with state has no ``load_state_dict``.
         """
         saved = state["hooks"]
-        users = {key for key, entry in saved.items() if key.startswith("hooks[") and entry["state"] is not None}
-        expected = {key for key, hook in zip(self.keys, self.hooks) if key.startswith("hooks[")
-                    and callable(getattr(hook, "state_dict", None))}
-        if users != expected:
-            raise ValueError(f"The saved state holds the user hooks {sorted(users)}, but this run's hooks with state "
-                             f"are {sorted(expected)}: resume with the hooks the run was started with.")
+        check_saved_hooks(saved_hooks(state), stateful_hooks(self.user_hooks))
         for key, hook in zip(self.keys, self.hooks):
             entry = saved.get(key)
             if entry is None:
                 continue
             if entry["state"] is not None:
-                if entry.get("type", type(hook).__qualname__) != type(hook).__qualname__:
-                    raise ValueError(f"The saved state of {key} is a {entry['type']}'s, but this run's {key} is a "
-                                     f"{type(hook).__qualname__}: resume with the hooks in the order the run was "
-                                     "started with.")
                 load = getattr(hook, "load_state_dict", None)
                 if not callable(load):
                     raise ValueError(f"hook {hook!r} ({key}) has saved state but no load_state_dict(state) method.")

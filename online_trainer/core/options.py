@@ -85,7 +85,7 @@ class RunOptions:
         validation.optional_positive_int("metrics_flush_every", self.metrics_flush_every)
         validation.optional_positive_int("eval_freq", self.eval_freq)
         validation.positive_int("eval_episodes", self.eval_episodes)
-        object.__setattr__(self, "hooks", check_hooks(self.hooks))
+        object.__setattr__(self, "hooks", check_hooks(self.hooks, self.eval_freq))
         validation.positive_int("stats_window", self.stats_window)
         validation.optional_positive_int("stats_every_steps", self.stats_every_steps)
         raw_scores.check_score(self.score)

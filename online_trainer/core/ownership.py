@@ -29,6 +29,8 @@ LOCK_FILE = ".lock"
 #: Manifest key: the lock file of the writer, relative to the experiment directory.
 LOCK_KEY = "lock"
 RUNNING, INTERRUPTED = "running", "interrupted"
+#: Manifest key of a run's entry: the Slurm job it was handed to.
+SLURM_JOB_KEY = "slurm_job"
 
 
 def lock_path(exp_dir: str | os.PathLike, manifest: Mapping[str, Any] | None = None) -> Path:
@@ -79,7 +81,9 @@ def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: 
         The runs so marked (logged with a warning), or ``[]`` when no run is ``running`` or its
         writer is alive (those runs really are running).
     """
-    entries = [e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING]
+    # a run handed to a Slurm job is that job's: the job records how it ends (resume=True asks Slurm about it)
+    entries = [e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING
+               and (owned or SLURM_JOB_KEY not in e)]
     if not entries or (not owned and is_held(lock_path(exp_dir, manifest))):
         return []
     for entry in entries:

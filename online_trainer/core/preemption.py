@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _requested = threading.Event()
+_received: list[int] = []  # the first preemption signal since handling() began
 
 
 def requested() -> bool:
@@ -28,11 +29,22 @@ def requested() -> bool:
     return _requested.is_set()
 
 
-def request(signum: int = signal.SIGTERM, frame: Any = None) -> None:
-    """Ask every run of this process to checkpoint and stop (what the signal handler does)."""
+def received() -> int | None:
+    """The preemption signal that came first since :func:`handling` began (None: none came)."""
+    return _received[0] if _received else None
+
+
+def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = True) -> None:
+    """Ask every run of this process to checkpoint and stop (what the signal handler does).
+
+    The first signal is logged once, unless ``announce`` is False: a worker process is quiet, as the
+    parent announces the signal it passes on (or that reached the whole process group).
+    """
     if not _requested.is_set():
-        logger.warning("%s received: every run writes a full checkpoint and stops; resume it with resume=True or "
-                       "`online-trainer resume EXP_DIR`", signal.Signals(signum).name)
+        _received.append(signum)
+        if announce:
+            logger.warning("%s received: each run writes a full checkpoint at its next step and stops; no new run "
+                           "starts", signal.Signals(signum).name)
     _requested.set()
 
 
@@ -44,6 +56,7 @@ def handling(forward: Callable[[int], None] | None = None) -> Iterator[None]:
         forward: also called with the signal number (the worker pool passes it to its workers).
     """
     _requested.clear()
+    _received.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return

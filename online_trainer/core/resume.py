@@ -23,17 +23,20 @@ and the resume point (:func:`restart_seed`); episodes in progress are dropped.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import random
 import sys
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import cloudpickle
 import numpy as np
 
 from online_trainer.core import seeding, storage
 from online_trainer.core.factories import accepts_keyword
+from online_trainer.core.hooks import check_saved_hooks, saved_hooks, stateful_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +83,39 @@ HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
 def write(exp_dir: str, run_idx: int, state: dict[str, Any]) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
 
-    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts), which the
-    parent reads to cut outputs back, then the whole state.
+    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts, the seconds the run
+    had taken, the user hooks whose state it holds), which the parent reads to cut outputs back and check
+    the call, then the whole state.
     """
     loop = state["loop"]
     header = {"format": FORMAT, **{key: state[key] for key in HEADER_KEYS},
-              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None}
+              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None,
+              "elapsed": state["elapsed"], "hooks": saved_hooks(state["events"])}
 
     def dump(file: Any) -> None:
         pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
         cloudpickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
 
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any]) -> None:
+    """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
+
+    Args:
+        exp_dir: the experiment directory.
+        header: the checkpoint's header (:func:`read` with ``header_only``).
+        hooks: the user hooks of the call.
+
+    Raises:
+        ValueError: naming the run, its checkpoint and the hooks that differ.
+    """
+    saved = header.get("hooks")
+    if saved is None:  # written before headers listed them: the whole checkpoint says
+        state = read(exp_dir, header["run"])
+        saved = {} if state is None else saved_hooks(state["events"])
+    where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
+    check_saved_hooks(saved, stateful_hooks(hooks), where)
 
 
 def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[str, Any] | None:
@@ -110,6 +134,34 @@ def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[s
                              f"{header.get('format')!r}, this one reads {FORMAT}): the run cannot continue from it; "
                              "remove it to start the run again.")
         return header if header_only else pickle.load(file)
+
+
+def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
+    """How far run ``run_idx`` got, as its records on disk and its full checkpoint say.
+
+    For a run that ended without finishing (failed, interrupted, preempted): ``global_step`` and
+    ``wall_time`` (seconds since the run started) of its last record or of its checkpoint, whichever
+    is further on, and ``episodes``, the records on disk (or the checkpoint's count when higher);
+    None where neither says (no metrics stream, no checkpoint).
+    """
+    progress: dict[str, Any] = {"episodes": None, "global_step": None, "wall_time": None}
+    path = storage.metrics_path(exp_dir, run_idx)
+    if path.is_file():
+        count, last = 0, None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", storage.TruncatedMetricsWarning)  # a killed run: its complete chunks
+            for chunk in storage.iter_metrics_chunks(path):
+                count, last = count + len(chunk), chunk[-1] if chunk else last
+        if last is not None:
+            progress = {"episodes": count, "global_step": last.get("global_step"), "wall_time": last.get("wall_time")}
+    try:
+        header = read(exp_dir, run_idx, header_only=True)
+    except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
+        header = None
+    if header is not None and header["global_step"] >= (progress["global_step"] or 0):
+        progress = {"episodes": max(progress["episodes"] or 0, header["episodes"]),
+                    "global_step": header["global_step"], "wall_time": header.get("elapsed", progress["wall_time"])}
+    return progress
 
 
 class Preempted(KeyboardInterrupt):
@@ -199,3 +251,20 @@ def restored_tracker(saved: dict[str, Any], fresh: Any) -> Any:
         tracker.closed = tracker._finished = episodes
     tracker.start_time = time.perf_counter() - saved["elapsed"]
     return tracker
+
+
+def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
+    """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
+    streams and its checkpoint removed.
+
+    Args:
+        exp_dir: the experiment directory.
+        run: the run's number.
+        continue_run: continue from the full checkpoint (False: start again whatever there is).
+    """
+    header = read(exp_dir, run, header_only=True) if continue_run else None
+    if header is None:
+        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
+                     storage.resume_path(exp_dir, run)):
+            path.unlink(missing_ok=True)  # a run that starts again from its first step
+    return header

@@ -1,6 +1,7 @@
 """The built-in observability hook: steps per second, rolling return and length, and where the time goes.
 
-Through the run's callback, every ``every_steps`` env steps (default: about every 10 seconds):
+Through the run's callback, every ``every_steps`` env steps (default: about every 10 seconds) and
+once more when the run ends (its budget spent, or stopped by a hook):
 ``sps``, ``rolling_return`` and ``rolling_length`` (means over the last ``window`` episodes) under
 ``stats/run_{i}``, and the share of wall time spent in ``act``, ``env_step``, ``update`` and the
 ``runner`` itself under ``timing/run_{i}``, since the run started. The shares are sampled: a
@@ -84,20 +85,16 @@ class RunStats(Hook):
         self.returns.extend(returns)
         self.lengths.extend(lengths)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The rolling window, for a full checkpoint."""
-        return {"returns": list(self.returns), "lengths": list(self.lengths)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (a resumed run)."""
-        self.returns.extend(state["returns"])
-        self.lengths.extend(state["lengths"])
-
     def on_run_start(self, ctx: RunContext) -> None:
         self.mark = (ctx.global_step, time.perf_counter())
         self.sampler = PhaseSampler(ctx.agent, ctx.env, threading.get_ident())
         self.sampler.counts.update(self.phase_counts)
         self.sampler.start()
+
+    def on_run_end(self, ctx: RunContext) -> None:
+        """Log once more at the run's end (a run shorter than the period would log nothing otherwise)."""
+        if ctx.global_step > self.mark[0]:  # not when the last periodic log was at this step
+            self.on_step(ctx)
 
     def on_step(self, ctx: RunContext) -> None:
         steps, then = self.mark

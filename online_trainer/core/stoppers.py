@@ -38,6 +38,11 @@ class StopOnReturn(Hook):
         self.returns: collections.deque[float] = collections.deque(maxlen=self.window)
         self.held = 0
 
+    @property
+    def needs_eval_freq(self) -> bool:  # type: ignore[override]
+        """With ``source="eval"`` it checks evaluations: a run without ``eval_freq`` is refused."""
+        return self.source == "eval"
+
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if self.source != "train":
             return
@@ -69,10 +74,14 @@ class StopOnReturn(Hook):
 class StopOnNoImprovement(Hook):
     """Stop when ``patience`` evaluations in a row bring no new best evaluation mean.
 
+    It needs evaluations during the run: a run without ``eval_freq`` is refused before it starts.
+
     Args:
         patience: evaluations without a new best (strictly greater mean) that end the run.
         min_evals: evaluations before the rule applies.
     """
+
+    needs_eval_freq = True
 
     def __init__(self, patience: int, min_evals: int = 1) -> None:
         self.patience = validation.positive_int("patience", patience)

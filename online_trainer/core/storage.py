@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import pickle
-import shutil
 import types
 import warnings
 from pathlib import Path
@@ -40,8 +39,10 @@ CONFIG_FILE = "config.py"
 MANIFEST_FILE = "manifest.json"
 ALL_METRICS_FILE = "all_metrics.pkl"
 HYPERPARAMETERS_FILE = "hyperparameters.yaml"
+SET_ASIDE_DIR = ".replaced"
+"""Where ``overwrite=True`` keeps an earlier experiment until the call that replaces it ends."""
 # Files that belong to one multi_run: an earlier experiment is recognised by them and
-# ``overwrite=True`` removes them.
+# ``overwrite=True`` replaces them (see online_trainer.experiment.manifest.set_aside).
 EXPERIMENT_PATTERNS = (
     MANIFEST_FILE,
     ALL_METRICS_FILE,
@@ -60,9 +61,9 @@ EXPERIMENT_PATTERNS = (
     "*.csv",
     "mlflow.db",
     "mlflow_runs.json",
-    "mlartifacts",
-    "wandb",
+    "mlartifacts", "wandb",
     "wandb_runs.json",
+    "slurm",  # the Slurm backend's results, progress and job logs
 )
 
 
@@ -101,18 +102,6 @@ def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
     for pattern in EXPERIMENT_PATTERNS:
         found.update(Path(p) for p in glob.glob(os.path.join(glob.escape(os.fspath(exp_dir)), pattern)))
     return sorted(found)
-
-
-def remove_experiment_files(exp_dir: str | os.PathLike) -> None:
-    """Remove the outputs of an earlier ``multi_run`` (``overwrite=True``)."""
-    files = existing_experiment_files(exp_dir)
-    for path in files:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-    if files:
-        logger.info("overwrite=True: removed %d files of an earlier experiment in %s", len(files), exp_dir)
 
 
 def write_atomic(path: str | os.PathLike,

@@ -6,6 +6,8 @@ import inspect
 import numbers
 from typing import Any
 
+import numpy as np
+
 from online_trainer.core.budget import Budget
 
 
@@ -86,3 +88,27 @@ def needs_exp_dir(exp_dir: Any, **options: Any) -> None:
                 f"{name}={value!r} writes into the experiment directory, but exp_dir is None: pass "
                 f"OnlineTrainer(..., exp_dir='runs/my_experiment') or drop {name}."
             )
+
+
+def flag(name: str, value: Any) -> bool:
+    """Return ``value`` when it is True or False (a numpy bool too); raise TypeError naming ``name`` otherwise.
+
+    For switches where a truthy string or number is more likely a mistake than a choice (``resume="yes"``).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
+
+
+def resume_or_overwrite(resume: Any, overwrite: Any) -> tuple[bool, bool]:
+    """``resume`` and ``overwrite`` checked as flags, and not both True.
+
+    Raises:
+        TypeError: one is not a bool.
+        ValueError: both are True.
+    """
+    resume, overwrite = flag("resume", resume), flag("overwrite", overwrite)
+    if resume and overwrite:
+        raise ValueError("resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
+                         "one of them (resume=True to finish what was cut off, overwrite=True to start again).")
+    return resume, overwrite

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.core import ownership, seeding, storage
+from online_trainer.core import job_results, ownership, resume, seeding, storage
 from online_trainer.core.errors import RunFailure
 from online_trainer.core.records import EpisodeTable
 from online_trainer.core.run_records import as_records
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,8 @@ class Experiment:
         self._before: dict[int, str] = {}  # run -> its status before this call started it
         self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
             else set()
-        self._write()
+        if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
+            self._write()  # with nothing to do (a finished experiment resumed), nothing is written
 
     @staticmethod
     def new_manifest(num_runs: int, seed_offset: int | None, base_seed: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -64,8 +66,23 @@ class Experiment:
         }
 
     def _write(self) -> None:
-        if self.exp_dir is not None:
+        if self.exp_dir is None:
+            return
+        if not any(SLURM_JOB_KEY in entry for entry in self.manifest["runs"]):
             storage.write_manifest(self.exp_dir, self.manifest)
+            return
+        with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
+            on_disk = read_manifest_quietly(self.exp_dir)
+            for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
+                if (entry["status"] == ownership.RUNNING and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
+                        and written.get("status") not in (None, ownership.RUNNING, "pending")):
+                    entry.update(written)  # its job (this call's: the same id) recorded its end
+            storage.write_manifest(self.exp_dir, self.manifest)
+
+    def on_submitted(self, spec: RunSpec, job_id: str) -> None:
+        """Record the Slurm job a run was handed to (``slurm_job`` in its entry); the job records how it ends."""
+        self.manifest["runs"][spec.run_idx - 1][SLURM_JOB_KEY] = job_id
+        self._write()
 
     def on_start(self, spec: RunSpec) -> None:
         """Record that a run is handed out, before it can write anything (a second hand-out writes nothing)."""
@@ -74,6 +91,7 @@ class Experiment:
             return
         self._before[spec.run_idx] = entry["status"]
         entry["status"] = ownership.RUNNING
+        entry.pop(SLURM_JOB_KEY, None)  # the job of an earlier call, if any: a new one takes the run
         self._write()
 
     def on_result(self, result: RunResult) -> None:
@@ -86,13 +104,28 @@ class Experiment:
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
             self.manifest.setdefault(name, value)
-        entry = self.manifest["runs"][result.run_idx - 1]
-        entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                     wall_time=round(result.wall_time, 3),
-                     sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
-                     error=result.error)
-        entry["stop_reason"] = result.extra.get("stop_reason")
+        apply_result(self.manifest, result)
+        if result.status not in COMPLETED:
+            self._progress_from_disk(self.manifest["runs"][result.run_idx - 1])
         self._write()
+
+    def _progress_from_disk(self, entry: dict[str, Any]) -> None:
+        """Set the counts of a run that ended without finishing as its records and its full checkpoint say, where
+        they say more than the run told (a run that raised, or was preempted, tells nothing)."""
+        if self.exp_dir is None:
+            return
+        try:
+            progress = resume.run_progress(self.exp_dir, entry["run"])
+        except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
+            logger.error("could not read how far run %d got: %s", entry["run"], exc)
+            return
+        if progress["global_step"] is None or progress["global_step"] < (entry.get("global_step") or 0):
+            return
+        entry.update(episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
+                     global_step=progress["global_step"], wall_time=progress["wall_time"])
+        if entry["wall_time"]:
+            entry["wall_time"] = round(entry["wall_time"], 3)
+            entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
 
     def mark_interrupted(self) -> None:
         """Mark the runs that started and did not end as interrupted (Ctrl-C, or an error in the parent).
@@ -103,6 +136,7 @@ class Experiment:
             entry = self.manifest["runs"][spec.run_idx - 1]
             if spec.run_idx not in self.results and entry["status"] == ownership.RUNNING:
                 entry["status"] = ownership.INTERRUPTED
+                self._progress_from_disk(entry)
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news
@@ -147,6 +181,10 @@ class Experiment:
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             if path.is_file():
                 path.unlink(missing_ok=True)
+            elif path.name == job_results.SLURM_DIR:  # this call's Slurm jobs' scripts and logs
+                shutil.rmtree(path, ignore_errors=True)
+        if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
+            (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._before and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # an earlier manifest: as it was
             for run, status in self._before.items():
                 self.manifest["runs"][run - 1]["status"] = status
@@ -161,11 +199,11 @@ class Experiment:
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
     def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
-        """Write ``all_metrics.pkl`` (the list of runs) atomically.
+        """Write ``all_metrics.pkl`` (the list of runs) atomically, unless no run was done now and it is there.
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.
         """
-        if self.exp_dir is not None:
+        if self.exp_dir is not None and (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
             storage.write_all_metrics(self.exp_dir, [table if isinstance(table, EpisodeTable) else run
                                                      for table, run in zip(tables, runs)])
@@ -219,18 +257,30 @@ def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str
     An earlier experiment is refused (:func:`check_exp_dir`) under the lock and before anything is
     written, so a refused call changes nothing on disk, the earlier experiment's ``.lock``
     included. When the inputs cannot be written (a full disk), what the call created is removed.
+    With ``overwrite``, the earlier experiment is only set aside (:func:`set_aside`) until the call
+    ends: it is removed then, unless the call left no experiment in ``exp_dir`` (a run failed before
+    its first env step, as with actions of the wrong shape, and every output of the call was
+    removed), in which case it is put back as it was (:func:`settle_set_aside`).
     Without an ``exp_dir`` there is nothing to lock or write.
     """
     if exp_dir is None:
         yield []
         return
-    with hold_lock(exp_dir, check=functools.partial(check_exp_dir, exp_dir, overwrite, inputs)) as created:
+
+    def check() -> None:
+        settle_set_aside(exp_dir)  # left by a call that was killed: put back, or removed if that call's runs began
+        check_exp_dir(exp_dir, overwrite, inputs)
+
+    with hold_lock(exp_dir, check=check) as created:
         try:
-            created += prepare_exp_dir(exp_dir, overwrite, inputs)
-        except BaseException:
-            remove_created(created)  # nothing ran: leave no trace for the corrected call
-            raise
-        yield created
+            try:
+                created += prepare_exp_dir(exp_dir, overwrite, inputs)
+            except BaseException:
+                remove_created(created)  # nothing ran: leave no trace for the corrected call
+                raise
+            yield created
+        finally:
+            settle_set_aside(exp_dir)
 
 
 def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | None]) -> list[Path]:
@@ -238,7 +288,7 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
 
     Args:
         exp_dir: the experiment directory (created if missing).
-        overwrite: remove the files of an earlier experiment instead of refusing.
+        overwrite: set the files of an earlier experiment aside (:func:`set_aside`) instead of refusing.
         inputs: file name -> text of the files that say what produced the experiment
             (``config.py``, ``args.yaml``; None: not given).
 
@@ -249,13 +299,12 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
         FileExistsError: an earlier experiment is there and ``overwrite`` is false, or an
             input file is there with other content.
         OSError: naming the input file that could not be written (a full disk); the inputs
-            this call wrote before it are removed.
+            this call wrote before it are removed, and what was set aside is put back.
     """
     check_exp_dir(exp_dir, overwrite, inputs)  # every input checked before any is written
     if overwrite and exp_dir.is_dir():
-        storage.remove_experiment_files(exp_dir)
-        for name in inputs:
-            (exp_dir / name).unlink(missing_ok=True)
+        set_aside(exp_dir, [*storage.existing_experiment_files(exp_dir),
+                            *(exp_dir / name for name in inputs if (exp_dir / name).is_file())])
     created: list[Path] = []
     exp_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -265,5 +314,40 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
                 created.append(exp_dir / name)
     except BaseException:
         remove_created(created)  # a full disk at args.yaml leaves no config.py of a call that did not run
+        settle_set_aside(exp_dir)
         raise
     return created
+
+
+def set_aside(exp_dir: Path, paths: Sequence[Path]) -> None:
+    """Move ``paths`` (files and directories of ``exp_dir``) into ``exp_dir/.replaced/`` (``overwrite=True``).
+
+    Nothing is deleted before the call that replaces them has passed every check its runs make
+    before their first env step: :func:`settle_set_aside` removes them, or puts them back.
+    """
+    if not paths:
+        return
+    aside = exp_dir / storage.SET_ASIDE_DIR
+    aside.mkdir()
+    for path in paths:
+        os.replace(path, aside / path.name)
+    logger.info("overwrite=True: set aside %d files of an earlier experiment in %s (removed when this call ends, "
+                "put back if no run gets past its first env step)", len(paths), exp_dir)
+
+
+def settle_set_aside(exp_dir: Path) -> None:
+    """Remove what :func:`set_aside` moved, or put it back when ``exp_dir`` holds no experiment (no run started).
+
+    The caller holds the experiment's lock.
+    """
+    aside = exp_dir / storage.SET_ASIDE_DIR
+    if not aside.is_dir():
+        return
+    if storage.existing_experiment_files(exp_dir):
+        shutil.rmtree(aside)
+        logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
+        return
+    for path in aside.iterdir():
+        os.replace(path, exp_dir / path.name)  # over an input file the call wrote, if any
+    aside.rmdir()
+    logger.info("overwrite=True: no run started, so the earlier experiment in %s was put back as it was", exp_dir)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, ContextManager, Mapping
+from typing import Any, ContextManager, Mapping, Sequence
 
 from online_trainer.core import ownership, resume, storage, validation
 from online_trainer.core.run import COMPLETED
 from online_trainer.experiment.lock import hold_lock
+from online_trainer.core.job_results import apply_result, read_job_result
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
     return storage.read_manifest(exp_dir)
 
 
-def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True) -> dict[int, dict[str, Any] | None]:
+def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True,
+              hooks: Sequence[Any] = ()) -> dict[int, dict[str, Any] | None]:
     """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
 
     The caller holds the experiment's lock: runs the manifest says are ``running`` were cut
@@ -95,19 +97,29 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
         manifest: the experiment's manifest.
         exp_dir: the experiment directory.
         continue_runs: continue runs from their full checkpoints (False: every run left starts again).
+        hooks: the user hooks of the call: those with state must be the ones each checkpoint holds.
+
+    Raises:
+        ValueError: a checkpoint holds the state of other user hooks than ``hooks`` (checked before
+            anything is removed).
     """
+    for entry in manifest["runs"]:  # a Slurm job that ended after its submitting process: its result counts
+        if entry["status"] not in COMPLETED and ownership.SLURM_JOB_KEY in entry:
+            result = read_job_result(exp_dir, entry["run"])
+            if result is not None and result.status in COMPLETED:
+                apply_result(manifest, result)
     ownership.settle_running(exp_dir, manifest, owned=True)
+    entries = {entry["run"]: entry for entry in manifest["runs"]
+               if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()}
     left: dict[int, dict[str, Any] | None] = {}
-    for entry in manifest["runs"]:
-        run = entry["run"]
-        if entry["status"] in COMPLETED and storage.metrics_path(exp_dir, run).is_file():
-            continue
-        header = resume.read(exp_dir, run, header_only=True) if continue_runs else None
-        left[run] = header
+    for run in entries:
+        header = left[run] = resume.read(exp_dir, run, header_only=True) if continue_runs else None
+        if header is not None:
+            resume.check_hooks(exp_dir, header, hooks)
+    for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
+        entry = entries[run]
         if header is None:
-            for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
-                         storage.resume_path(exp_dir, run)):
-                path.unlink(missing_ok=True)  # a run that starts again from its first step
+            resume.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
                                      "env_restored": header["env_kept"]}
@@ -132,7 +144,7 @@ def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int
 
 
 def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call: Mapping[str, Any],
-                     callback: Any) -> tuple[dict[str, Any], dict[int, int]]:
+                     callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
     Checks the call against the manifest, settles runs cut off, and cuts the callback's files
@@ -140,11 +152,12 @@ def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call
 
     Raises:
         FileNotFoundError: no experiment in ``exp_dir``.
-        ValueError: the call differs from the experiment's (the field is named).
+        ValueError: the call differs from the experiment's (the field is named), or its user hooks with
+            state from those a run's checkpoint holds; nothing is changed then.
     """
     manifest = read_manifest(exp_dir)
     check_same_call(exp_dir, manifest, num_runs, seed_offset, call)
-    left = runs_left(manifest, exp_dir)
+    left = runs_left(manifest, exp_dir, hooks=hooks)
     rewind_outputs(callback, manifest, left)
     done = manifest["num_runs"] - len(left)
     logger.info("resume: %d runs finished earlier, %d continue from a checkpoint, %d start again", done,

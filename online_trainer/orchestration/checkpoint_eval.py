@@ -42,10 +42,12 @@ def evaluation_path(exp_dir: str | os.PathLike, which: str) -> Path:
 def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which: str, num_episodes: int,
                          execution: ExecutionOptions, overwrite: bool = False) -> "pd.DataFrame":
     """Evaluate the ``which`` checkpoints of every finished run of ``exp_dir``; see :meth:`OnlineTrainer.evaluate`."""
+    execution.check_waits("evaluate")
     import pandas as pd
 
     exp_dir = Path(exp_dir)
     num_episodes = validation.positive_int("num_episodes", num_episodes)
+    overwrite = validation.flag("overwrite", overwrite)
     if which not in WHICH:
         raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
     out = evaluation_path(exp_dir, which)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -70,10 +69,8 @@ class RunnerParts:
 
     def manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
         """How the runs execute, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
-        torch = sys.modules.get("torch")
-        here = torch.get_num_threads() if torch is not None else None
         return {"train": self.train, "backend": execution.backend, "num_workers": execution.num_workers,
-                "torch_threads": execution.torch_threads if execution.in_workers else here}
+                "torch_threads": execution.torch_threads}
 
 
 def new_manifest(parts: RunnerParts, options: RunOptions, execution: ExecutionOptions, num_runs: int,
@@ -128,8 +125,12 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
     checked against this call, and the runs left (see :mod:`online_trainer.experiment.resuming`).
     """
     if resume:
+        from online_trainer.parallel.slurm_handle import refuse_live_jobs
+
+        refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
-                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback)
+                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback,
+                                         options.hooks)
     manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 
@@ -144,8 +145,11 @@ def base_seed(seed_offset: int | None) -> int:
 
 
 def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionOptions, callback: Any,
-                        pool: "WorkerPool | None" = None, created: Sequence[Path] = ()) -> None:
+                        pool: "WorkerPool | None" = None, created: Sequence[Path] = ()) -> Any:
     """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
+
+    Returns what :func:`~online_trainer.parallel.executors.execute` returns: None, or the handle of
+    runs submitted to Slurm without waiting.
 
     A run that fails before its first env step stops every run: the files of this call
     (``created`` and the experiments' outputs) are removed, as nothing was learned, and
@@ -161,8 +165,9 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
         remove_created(created)
         raise
     try:
-        executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
-                          on_start=lambda spec: owners[spec.key].on_start(spec))
+        handle = executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
+                                   on_start=lambda spec: owners[spec.key].on_start(spec),
+                                   on_submitted=lambda spec, job_id: owners[spec.key].on_submitted(spec, job_id))
     except RunSetupError as error:
         _close_quietly(callback)
         for experiment in experiments:
@@ -178,6 +183,7 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
         _close_quietly(callback)
         raise
     callback.close()
+    return handle
 
 
 def _setup_callback(callback: Any, experiments: Sequence[Experiment]) -> None:

@@ -143,9 +143,11 @@ def run_sweep(
     checkpoint_buffers: bool = False,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
+    execution.check_waits("sweep")
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
+    resume = validation.flag("resume", resume)
     options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
                          keep_checkpoints=keep_checkpoints, checkpoint_buffers=bool(checkpoint_buffers), keep_agents=False,
                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
@@ -192,7 +194,7 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
             created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
         manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed,
                                  {**fields, CALL_KEY: call_record(options, config, parts.train)}, parts.callback,
-                                 f"{name}/", resume)
+                                 f"{name}/", resume, options.hooks)
         seeds = {run: manifest["seeds"][run - 1] for run in todo}
         specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
                           first_task_id=task_id, resume=resume)
@@ -227,12 +229,13 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[
 
 
 def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, seed: int,
-            fields: dict[str, Any], callback: Any, tag_prefix: str, resume: bool) -> tuple[dict[str, Any], list[int]]:
+            fields: dict[str, Any], callback: Any, tag_prefix: str, resume: bool,
+            hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], list[int]]:
     """The manifest of a configuration's experiment and the runs still to do (with ``resume``, runs cut off
     continue from their full checkpoints; else they start again); the callback's files are cut back."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
-        left = runs_left(manifest, exp_dir, continue_runs=resume)
+        left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks)
         rewind_outputs(callback, manifest, left, tag_prefix)
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})

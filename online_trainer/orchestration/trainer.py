@@ -165,7 +165,8 @@ class OnlineTrainer:
                 flat and ``None`` stands for each run in the result.
             keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
                 sent back to this process); False for agents too big to keep (large replay buffers).
-            overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
+            overwrite: replace the outputs of an earlier experiment in ``exp_dir`` (they are set aside, and put
+                back when no run gets past its first env step).
             execution: how the runs execute, as one object shared by :meth:`multi_run`, :meth:`sweep`
                 and :meth:`evaluate`: ``ExecutionOptions(num_workers=..., backend=..., start_method=...,
                 torch_threads=..., ray_address=..., ray_resources=..., progress=...)``. The flat keywords
@@ -175,9 +176,8 @@ class OnlineTrainer:
             progress: show an overall bar and a bar per active run (default True).
             start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
             torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            backend: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            ray_resources: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
+            backend: ``"local"``, ``"ray"`` or ``"slurm"`` (a Slurm job per run; see ExecutionOptions).
+            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`, as for ``ray_resources``.
             metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
                 sub-env. Whatever this says, records reach the disk at least every second while
                 episodes end, at once for an episode that keeps its frames, and when the run ends.
@@ -218,13 +218,15 @@ class OnlineTrainer:
         Returns:
             The episode records of each run (``None`` per run when ``keep_records`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
-            built as they are read (``list(run)`` for a list of your own).
+            built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
+            a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
 
         Raises:
             ValueError, TypeError, FileNotFoundError, FileExistsError: bad input, before any env step.
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
+        resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunOptions(
             num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
             keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers, dump_metrics=self.exp_dir is not
@@ -247,7 +249,8 @@ class OnlineTrainer:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             experiment = Experiment(self.exp_dir, manifest, specs)
-            execute_experiments([experiment], execution, parts.callback, pool, created)
+            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
+                return handle  # submitted to Slurm without waiting: the jobs record their results
             runs = experiment.runs(keep_records)
             failures = experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:

@@ -10,7 +10,7 @@ result to ``on_result`` as soon as it is known. What they share is in
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from online_trainer.core import preemption
 from online_trainer.core.progress import NoProgress, ProgressDisplay
@@ -18,6 +18,7 @@ from online_trainer.core.run import RunSpec
 from online_trainer.parallel.base import ExecutionOptions, ResultHandler, StartHandler, no_start
 from online_trainer.parallel.ray_backend import RayExecutor
 from online_trainer.parallel.serial import run_serial
+from online_trainer.parallel.threads import limited_threads
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 
 
@@ -37,19 +38,36 @@ def early_workers(options: ExecutionOptions, max_runs: int) -> Iterator[WorkerPo
 
 
 def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler,
-            pool: WorkerPool | None = None, on_start: StartHandler = no_start) -> None:
+            pool: WorkerPool | None = None, on_start: StartHandler = no_start,
+            on_submitted: Callable[[RunSpec, str], None] | None = None) -> Any:
     """Run ``specs`` as ``options`` say, with one progress display for all of them.
 
     ``pool`` is the one :func:`early_workers` started, if any. ``on_start(spec)`` is called
     before a run can begin, ``on_result(result)`` when it has ended; either raising stops
-    every run and propagates.
+    every run and propagates. With Slurm, ``on_submitted(spec, job_id)`` is called once the
+    run's job is submitted.
+
+    Returns:
+        None once every run has ended; with Slurm and ``SlurmOptions(wait=False)``, a
+        :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle right after submitting.
     """
-    from online_trainer.parallel.ray_backend import RayExecutor
     if not specs:
-        return
+        return None
     budget = specs[0].budget
-    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress else NoProgress()
+    detached = options.slurm is not None and not options.slurm.wait  # nothing to show: no run ends here
+    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress and not detached \
+        else NoProgress()
     try:
+        if options.backend == "slurm":
+            from online_trainer.parallel.slurm import SlurmExecutor
+            from online_trainer.parallel.slurm_handle import SlurmRuns
+
+            slurm = SlurmExecutor(options.slurm, options.num_workers, options.torch_threads)
+            if not options.slurm.wait:
+                submitted = slurm.submit(specs, on_start, on_submitted)
+                return SlurmRuns([(spec.exp_dir, spec.run_idx) for spec, _ in submitted], str(slurm.folder(specs)))
+            slurm.run(specs, display, on_result, on_start, on_submitted)
+            return None
         if options.backend == "ray":
             executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
             executor.run(specs, display, on_result, on_start)
@@ -58,7 +76,8 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             with preemption.handling(forward=pool.signal_running):
                 pool.run(specs, display, on_result, on_start)
         else:
-            with preemption.handling():
+            with preemption.handling(), limited_threads(options.torch_threads):
                 run_serial(specs, display, on_result, on_start)
     finally:
         display.close_all()
+    return None

@@ -27,6 +27,7 @@ from online_trainer.core import storage
 from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.parallel.threads import limit_threads, thread_variables
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +42,9 @@ def _import_ray() -> Any:
     return ray
 
 
-def _ray_task(payload: bytes, queue: Any, torch_threads: int, token: str | None) -> RunResult:
+def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str | None) -> RunResult:
     """Run one spec in a Ray worker; ``token`` is the content of every spec's token file."""
-    from online_trainer.parallel.base import limit_torch_threads
-
-    limit_torch_threads(torch_threads)
+    limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
     try:
         if token is not None:
@@ -71,6 +70,22 @@ def _exp_dirs(specs: Sequence[RunSpec]) -> list[Path]:
     return [Path(d) for d in dict.fromkeys(spec.exp_dir for spec in specs if spec.exp_dir is not None)]
 
 
+def task_options(resources: Mapping[str, Any], torch_threads: int | None) -> dict[str, Any]:
+    """Ray options of each task: ``resources``, and a ``runtime_env`` whose ``env_vars`` limit its thread pools.
+
+    Ray starts the task's worker process with those variables set, so numpy's BLAS reads the limit
+    when it is loaded. The caller's other ``resources["runtime_env"]["env_vars"]`` are kept; for the
+    thread variables ``torch_threads`` is the setting, as in worker processes.
+    """
+    options = dict(resources)
+    variables = thread_variables(torch_threads)
+    if variables:
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **variables}
+        options["runtime_env"] = runtime_env
+    return options
+
+
 class RayExecutor:
     """Submits each run as a Ray task with ``resources`` (``num_cpus``, ``num_gpus``, ...).
 
@@ -78,12 +93,13 @@ class RayExecutor:
         address: Ray cluster address; None uses ``RAY_ADDRESS`` or starts a local Ray.
         resources: Ray task options per run, ``{"num_cpus": 1}`` by default.
         max_concurrent: runs in flight at once (the ``num_workers`` of ``multi_run``).
-        torch_threads: torch threads in each task.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) in each task (None: as Ray sets them), through
+            the task's ``runtime_env`` (see :func:`task_options`) and at the task's start.
         grace: seconds to wait for interrupted tasks before they are killed.
     """
 
     def __init__(self, address: str | None = None, resources: Mapping[str, Any] | None = None,
-                 max_concurrent: int = 1, torch_threads: int = 1, grace: float = 5.0) -> None:
+                 max_concurrent: int = 1, torch_threads: int | None = 1, grace: float = 5.0) -> None:
         self.ray = _import_ray()
         self.address = address or os.environ.get("RAY_ADDRESS")
         self.resources = dict(resources or {"num_cpus": 1})
@@ -105,7 +121,7 @@ class RayExecutor:
         # The queue is an actor: a process of its own, started only when progress is shown.
         queue = None if isinstance(display, NoProgress) else Queue()
         token = self._write_token(specs)
-        task = ray.remote(_ray_task).options(max_retries=0, **self.resources)
+        task = ray.remote(_ray_task).options(max_retries=0, **task_options(self.resources, self.torch_threads))
         waiting = list(specs)
         in_flight: dict[Any, RunSpec] = {}
         try:

@@ -36,6 +36,7 @@ from online_trainer.core.resume import Preempted
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
 from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
+from online_trainer.parallel.threads import environment, thread_variables
 from online_trainer.parallel.worker_process import worker_main
 
 logger = logging.getLogger(__name__)
@@ -95,12 +96,13 @@ class WorkerPool:
     Args:
         num_workers: worker processes at most.
         start_method: ``"spawn"``, ``"forkserver"`` or ``"fork"``.
-        torch_threads: torch threads in each worker.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) in each worker (None: as the environment says);
+            see :mod:`online_trainer.parallel.threads`.
         grace: seconds interrupted workers get to flush and leave before they are terminated.
         idle_timeout: seconds a worker waits for work before it leaves (None: :data:`IDLE_TIMEOUT`).
     """
 
-    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int = 1, grace: float = 5.0,
+    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int | None = 1, grace: float = 5.0,
                  idle_timeout: float | None = None) -> None:
         self.context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
@@ -130,7 +132,9 @@ class WorkerPool:
                 inherited)
         process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}")
         try:
-            process.start()
+            # in the environment it starts with, so that numpy's BLAS, loaded before worker_main runs, reads the limit
+            with environment(thread_variables(self.torch_threads)):
+                process.start()
         except BaseException:
             lifeline.cut()
             parent_end.close()

@@ -38,8 +38,9 @@ from online_trainer.core import preemption
 from online_trainer.core.progress import QueueProgress
 from online_trainer.core.resume import Preempted
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
-from online_trainer.parallel.base import failed_result, limit_torch_threads
+from online_trainer.parallel.base import failed_result
 from online_trainer.parallel.lifeline import die_orphaned, guard
+from online_trainer.parallel.threads import limit_threads
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,12 @@ _PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
 def leave(code: int = 0) -> NoReturn:
     """End this process, skipping the interpreter's teardown (about a second with torch loaded).
 
-    The ``atexit`` handlers (open writers, logging) still run.
+    The ``atexit`` handlers (open writers, logging) still run, once: a SIGTERM or SIGINT that comes
+    meanwhile (a notebook kernel's process group stopped as the pool sends its workers away) is
+    ignored, instead of raising inside a handler ("Exception ignored in atexit callback").
     """
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -164,15 +169,21 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
 _RUNNING = [False]  # whether this worker is executing a run
 
 
+def _on_preemption(signum: int, frame: object) -> None:
+    """SIGUSR1 (the pool passing a preemption signal on) checkpoints the run; the parent has announced it."""
+    preemption.request(signum, frame, announce=False)
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM during a run (a cluster preempting the whole job) checkpoints it, as SIGUSR1 does; else the worker leaves."""
+    """SIGTERM during a run (a cluster preempting the whole job) checkpoints it, as SIGUSR1 does; else the
+    worker leaves at once: it has nothing to flush."""
     if _RUNNING[0]:
-        preemption.request(signum, frame)
+        preemption.request(signum, frame, announce=False)
     else:
-        raise SystemExit(128 + signum)
+        leave(128 + signum)
 
 
-def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int,
+def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int | None,
                 idle_timeout: float, inherited_write_ends: tuple[int, ...] = ()) -> None:
     """The body of a worker process: run what the parent sends until told to leave.
 
@@ -182,14 +193,14 @@ def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_si
             for this and the next two arguments.
         owner_pid: the pool's process, whose death ends this one.
         death_signal: ask for SIGKILL at the parent's death.
-        torch_threads: torch threads of this process.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) of this process (None: as they are).
         idle_timeout: seconds without work after which the worker leaves.
         inherited_write_ends: lifeline write ends copied into this process by fork.
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
-    signal.signal(signal.SIGUSR1, preemption.request)  # the pool passes a preemption signal on as SIGUSR1
+    signal.signal(signal.SIGUSR1, _on_preemption)
     signal.signal(signal.SIGTERM, _on_sigterm)
-    limit_torch_threads(torch_threads)
+    limit_threads(torch_threads)
     channel = PipeChannel(conn)
     progress = QueueProgress(channel)
     spec: RunSpec | None = None

@@ -28,15 +28,13 @@ from online_trainer.parallel.worker_pool import (
     is_installed,
     preload_forkserver,
 )
-from online_trainer.parallel.base import limit_torch_threads
 
-__all__ = ["IDLE_TIMEOUT", "WorkerPool", "limit_torch_threads", "preload_forkserver", "shared_pool",
-           "shutdown_workers"]
+__all__ = ["IDLE_TIMEOUT", "WorkerPool", "preload_forkserver", "shared_pool", "shutdown_workers"]
 
 _shared: WorkerPool | None = None
 
 
-def shared_pool(num_workers: int, start_method: str, torch_threads: int) -> WorkerPool:
+def shared_pool(num_workers: int, start_method: str, torch_threads: int | None) -> WorkerPool:
     """The pool ``multi_run`` calls share, started afresh when it cannot serve this call."""
     global _shared
     pool = _shared

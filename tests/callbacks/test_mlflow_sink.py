@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -62,7 +63,8 @@ def test_without_exp_dir_or_tracking_uri_it_stops_before_any_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path):
+def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
     exp_dir = tmp_path / "exp"
@@ -94,3 +96,64 @@ def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path):
 def test_values_outside_a_run_are_refused():
     with pytest.raises(RuntimeError, match="outside a run: .*call start_run"):
         MLflowCallback(tracking_uri="sqlite:///unused.db")({"x": 1.0}, "t", 0)
+
+
+def test_an_interrupted_run_resumed_holds_the_points_of_an_uninterrupted_one(tmp_path, monkeypatch):
+    """Values sent after the checkpoint, before the interruption, are not sent again by the resumed run."""
+    monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns
+    import gymnasium as gym
+
+    from online_trainer.agents import PPOAgent
+    from tests.online_trainer.experiment.test_resume import Crash
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+
+    def trainer(name):
+        t = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"),
+                          lambda env: PPOAgent(env, n_steps=64), exp_dir=tmp_path / name)
+        t.call_back = MLflowCallback(tracking_uri=uri, flush_values=20)
+        return t
+
+    kw = dict(total_steps=1000, seed_offset=3, checkpoint_freq=300, eval_freq=400, eval_episodes=2, progress=False)
+    trainer("ref").multi_run(1, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        trainer("cut").multi_run(1, hooks=[Crash(700)], **kw)
+    trainer("cut").multi_run(1, resume=True, **kw)
+    client = mlflow.MlflowClient(uri)
+    points = {}
+    for name in ("ref", "cut"):
+        (run,) = client.search_runs([client.get_experiment_by_name(name).experiment_id])
+        points[name] = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+                        for key in run.data.metrics if key.split("/")[0] not in ("stats", "timing")}
+    assert {"ep_return", "eval/ep_return", "agents/policy_loss"} <= set(points["ref"])
+    assert points["cut"] == points["ref"]
+
+
+def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_the_range(tmp_path, caplog,
+                                                                                       monkeypatch):
+    monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns
+    from online_trainer.callbacks.store_points import StorePosition
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
+    callback.setup(exp_dir, {1: 7})
+    callback.start_run(1, 7, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [1.0, 2.0, 3.0, 3.0, 5.0], range(1, 6))
+    callback.end_run(1, "interrupted")
+    callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
+    # a checkpoint after 2 episodes, one of which the store holds twice; episodes 3 to 5 sent after it
+    callback.rewind("run_1", StorePosition({"ep_return": (1, 1)}, {"ep_return": "episode"}))
+    callback.setup(exp_dir, {1: 7})
+    with caplog.at_level(logging.WARNING):
+        callback.start_run(1, 7, {}, str(exp_dir), "run_1")
+        callback.series("ep_return", "ep_return/run_1", [2.0, 3.0, 4.0, 5.0, 6.0], range(2, 7))
+        callback.end_run(1, "finished")
+    client = mlflow.MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("shared").experiment_id])
+    assert history(client, run, "ep_return") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 3.0), (5, 5.0), (6, 6.0)]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"MLflowCallback, MLflow run {run.info.run_id}, run_1: 1 points of 'ep_return' from episode 4 to 4 were in the "
+        "store already, sent before the interruption, with other values than the resumed run logged (it is not "
+        "deterministic); the store keeps the earlier values"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import struct
 
 import pytest
@@ -131,3 +133,58 @@ def test_values_of_one_episode_share_a_row(tmp_path, offline):
 def test_init_kwargs_cannot_set_what_the_callback_sets():
     with pytest.raises(ValueError, match=r"WandbCallback sets \['id', 'name'\] itself"):
         WandbCallback(id="x", name="y")
+
+
+def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, offline, caplog):
+    """Run files cut by a kill lack the last points before the checkpoint, and hold some after it."""
+    from online_trainer.callbacks.store_points import StorePosition
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    callback = WandbCallback(project="tests")
+    callback.setup(exp_dir, {1: 5})
+    callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [1.0, 2.0, 3.0], range(1, 4))
+    callback({"loss": 0.5}, "agents/run_1", 30)
+    position = callback.checkpoint("run_1")
+    assert position.counts == {"ep_return": (3, 3), "agents/loss": (1, 30)}
+    callback.series("ep_return", "ep_return/run_1", [4.0], range(4, 5))
+    callback.end_run(1, "interrupted")
+    read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
+    # what a kill leaves: episodes 2 and 3 never written, episode 4 (after the checkpoint) written; and a loss
+    # logged before the tail the checkpoint kept, lost too
+    lost = StorePosition({"ep_return": (3, 3), "agents/loss": (2, 30)}, position.axes,
+                         tail=(("ep_return", 2, 2.0), ("ep_return", 3, 3.0), ("agents/loss", 30, 0.5)))
+    callback = WandbCallback(project="tests")
+    callback.rewind("run_1", lost)
+    callback.setup(exp_dir, {1: 5})
+    with caplog.at_level(logging.WARNING):
+        callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [4.0, 5.0], range(4, 6))
+    callback({"loss": 0.25}, "agents/run_1", 50)
+    callback.end_run(1, "finished")
+    _, series, _, _ = read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
+    assert sorted(series["ep_return"]) == [(k, float(k)) for k in range(1, 6)]
+    assert sorted(series["agents/loss"]) == [(30, 0.5), (50, 0.25)]
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert re.search(r"WandbCallback, W&B run \w+, run_1: the store lacks 1 of the 2 points of 'agents/loss' logged "
+                     r"before step 30 \(the run resumes from its checkpoint at step 30\)", warning)
+
+
+def test_a_run_started_again_sends_nothing_its_files_hold(tmp_path, offline):
+    """A run without a checkpoint starts again from its first step: what it logged before is not logged twice."""
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    for attempt, episodes in enumerate((3, 5)):
+        callback = WandbCallback(project="tests")
+        if attempt:
+            callback.rewind("run_1", None)  # what resume=True does for a run that starts again
+        callback.setup(exp_dir, {1: 5})
+        callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+        callback.series("ep_return", "ep_return/run_1", [float(k) for k in range(1, episodes + 1)],
+                        range(1, episodes + 1))
+        callback({"loss": 0.5}, "agents/run_1", 10)
+        callback.end_run(1, "interrupted" if not attempt else "finished")
+    _, series, _, _ = read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
+    assert series["ep_return"] == [(k, float(k)) for k in range(1, 6)]
+    assert series["agents/loss"] == [(10, 0.5)]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -164,7 +167,8 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     # hand-written manifests hold no sps: '-'
     assert lines[2].split() == ["1", "11", "4", "40", "-", "-11.00", "finished"]
     assert lines[3].split() == ["2", "22", "7", "140", "-", "-10.00", "finished"]  # the last two finite returns
-    assert lines[4].split() == ["3", "33", "1", "10", "-", "-500.00", "failed,", "left", "out"]
+    # a run that did not finish: its steps and SPS as its records say (10 steps, the last at 0.1 s)
+    assert lines[4].split() == ["3", "33", "1", "10", "100", "-500.00", "failed,", "left", "out"]
     assert lines[5].split() == ["4", "44", "0", "-", "-", "n/a", "interrupted,", "left", "out"]
     assert lines[6].split() == ["5", "55", "0", "-", "-", "n/a", "finished"]
     stats = lines[lines.index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2].split()
@@ -439,3 +443,40 @@ def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
     for i in (1, 2):
         assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
         assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()
+
+
+@pytest.mark.parametrize("target", ["the command", "its process group"])
+def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
+    """SIGTERM to ``online-trainer run`` with 2 workers, alone (``kill PID``) or with its workers (as a cluster
+    stops a job): one line for the signal, none from the workers, and the command that continues the experiment."""
+    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "num_workers: 2\n")
+    exp_dir = Path("runs") / "cut"  # relative to the working directory, as users type it
+    job = subprocess.Popen([sys.executable, "-m", "online_trainer", "run", str(config), f"exp_dir={exp_dir}",
+                            "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / exp_dir).glob("metrics_run*.pkl"))) < 2 and job.poll() is None:
+        assert time.monotonic() < deadline, "the runs did not start stepping within 120 s"
+        time.sleep(0.05)
+    (os.kill if target == "the command" else os.killpg)(job.pid, signal.SIGTERM)
+    out, err = job.communicate(timeout=120)
+    assert job.returncode == 128 + signal.SIGTERM, err
+    assert (out + err).count(f"online-trainer resume {exp_dir}\n") == 1
+    assert err.count("SIGTERM received") == 1
+    assert "SIGUSR1" not in out + err and "Exception ignored" not in out + err and "Traceback" not in err
+    manifest = json.loads((tmp_path / exp_dir / "manifest.json").read_text())
+    assert [entry["status"] for entry in manifest["runs"]] == ["interrupted", "interrupted"]
+
+
+def test_overwrite_keeps_the_earlier_experiment_and_its_config_when_no_run_starts(tmp_path, capsys):
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+
+    def files():
+        return {p.relative_to(exp_dir).as_posix(): p.read_bytes() for p in sorted(exp_dir.rglob("*")) if p.is_file()}
+
+    before = files()
+    assert "config.yaml" in before and "metrics_run2.pkl" in before
+    assert run(str(config), f"exp_dir={exp_dir}", "overwrite=true", "env.id=Pendulum-v1") == 2
+    assert "needs a Discrete" in capsys.readouterr().err
+    assert files() == before

@@ -250,3 +250,30 @@ def test_show_prints_each_runs_sps_and_why_it_stopped(tmp_path, capsys):
     assert "Stopped early: run 1: enough at episode 7" in out and "Stopped early: run 2: enough at episode 7" in out
     sps = json.loads((exp_dir / "manifest.json").read_text())["runs"][0]["sps"]
     assert f"{sps:,.0f}" in out.splitlines()[2]
+
+
+@pytest.mark.parametrize("hook, name", [(StopOnNoImprovement(patience=2), "StopOnNoImprovement"),
+                                        (StopOnReturn(5, source="eval"), "StopOnReturn")])
+@pytest.mark.parametrize("evaluation", [{}, {"eval_env": make_counting_vec(1)}])
+def test_a_hook_on_evaluations_is_refused_without_eval_freq(tmp_path, hook, name, evaluation):
+    """Without eval_freq no evaluation comes before the run's end (at most the final one): the hook would never act."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(ValueError, match=rf"hooks\[1\], a {name}, acts on the evaluations made during the run, but "
+                                         r"eval_freq is None: .* Pass eval_freq=\.\.\."):
+        trainer.multi_run(1, total_steps=500, hooks=[StopOnPlateau(), hook], progress=False, **evaluation)
+    assert not (tmp_path / "exp").exists()
+
+
+def test_a_run_shorter_than_the_stats_period_logs_its_stats_when_it_ends(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.call_back = JsonlCallback(tmp_path / "log.jsonl")
+    runs = trainer.multi_run(2, total_steps=300, seed_offset=SEED, progress=False, stats_window=5)  # period: 10 s
+    lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    for run, entry in enumerate(manifest(tmp_path / "exp")["runs"], start=1):
+        stats = [line for line in lines if line.get("tag") == f"stats/run_{run}"]
+        assert stats and stats[-1]["step"] == entry["global_step"] >= 300  # logged at the run's end
+        assert len({line["step"] for line in stats}) == len(stats)  # never twice at one step
+        values = stats[-1]["values"]
+        assert values["sps"] > 0
+        assert values["rolling_return"] == pytest.approx(sum(r["ep_return"] for r in runs[run - 1][-5:]) / 5)
+        assert values["rolling_length"] == pytest.approx(sum(r["ep_length"] for r in runs[run - 1][-5:]) / 5)

@@ -19,7 +19,7 @@ from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_e
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.core import resume, storage
-from online_trainer.hooks import Hook
+from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 
@@ -261,3 +261,117 @@ def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
         agent.load(resume.read(tmp_path / str(buffers), 1)["agent"]["state"])
         assert agent.buffer.size == (1000 if buffers else 0)  # the buffer at the checkpoint, or an empty one
     assert sizes[False] < sizes[True]
+
+
+SINKS_JOB = textwrap.dedent("""
+    import os, signal, sys, gymnasium as gym
+    from online_trainer import OnlineTrainer
+    from online_trainer.agents import PPOAgent
+    from online_trainer.callbacks import MLflowCallback, MultiCallback, WandbCallback
+    from online_trainer.hooks import Hook
+
+    class Kill(Hook):
+        every_steps = 50
+
+        def __init__(self, at):
+            self.at = at
+
+        def on_step(self, ctx):
+            if ctx.run == 1 and ctx.global_step >= self.at:
+                os.killpg(0, signal.SIGKILL)  # the job and W&B's service with it
+
+    def env():
+        return gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+
+    def agent(e):
+        return PPOAgent(e, n_steps=64)
+
+    if __name__ == "__main__":
+        exp, store, kill_at, resume = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+        trainer = OnlineTrainer(env, agent, exp_dir=exp)
+        trainer.call_back = MultiCallback([MLflowCallback(tracking_uri=store, flush_values=50),
+                                           WandbCallback(project="tests", mode="offline", flush_rows=20)])
+        trainer.multi_run(2, total_steps=1200, seed_offset=3, checkpoint_freq=400, eval_freq=500, eval_episodes=2,
+                          hooks=[Kill(kill_at)], progress=False, resume=resume)
+""")
+
+
+def sink_points(exp_dir, store):
+    """{(sink, run, metric): sorted (step, value) points} of the MLflow and W&B runs of ``exp_dir`` (wall-clock
+    figures aside)."""
+    import mlflow
+
+    from tests.callbacks.test_wandb_sink import read_run
+
+    points = {}
+    client = mlflow.MlflowClient(store)
+    for run in client.search_runs([client.get_experiment_by_name(exp_dir.name).experiment_id]):
+        for key in run.data.metrics:
+            points[("mlflow", run.info.run_name, key)] = sorted(
+                (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+    for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items():
+        for key, values in read_run(exp_dir, run_id)[1].items():
+            points[("wandb", run, key)] = sorted(values)
+    return {key: values for key, values in points.items() if key[2].split("/")[0] not in ("stats", "timing")}
+
+
+@pytest.mark.parametrize("kill_at", [1000])
+def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted_one(tmp_path, kill_at):
+    """SIGKILL of the job's process group (W&B's service included) after a checkpoint, with values sent after it
+    and values kept in memory, then resume: every metric's points, step and value, as never cut."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    script = tmp_path / "job.py"
+    script.write_text(SINKS_JOB)
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = [sys.executable, str(script)]  # run in tmp_path: MLflow puts a given store's artifacts in ./mlruns
+    assert subprocess.run([*run, str(tmp_path / "ref"), store, "1000000", "0"], env=env, timeout=900,
+                          cwd=tmp_path).returncode == 0
+    job = subprocess.run([*run, str(tmp_path / "cut"), store, str(kill_at), "0"], env=env, timeout=900,
+                         cwd=tmp_path, start_new_session=True)
+    assert job.returncode == -signal.SIGKILL
+    assert subprocess.run([*run, str(tmp_path / "cut"), store, "1000000", "1"], env=env, timeout=900,
+                          cwd=tmp_path).returncode == 0
+    reference = sink_points(tmp_path / "ref", store)
+    assert {("mlflow", "run_1", "ep_return"), ("wandb", "1", "ep_return"), ("mlflow", "run_2", "agents/policy_loss"),
+            ("wandb", "1", "eval/ep_return")} <= set(reference)
+    assert sink_points(tmp_path / "cut", store) == reference
+
+
+def files_with_times(root):
+    """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside: taking the lock
+    writes its owner into it, and releasing it empties it again)."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
+    env, agent = AGENTS["ppo"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, eval_freq=300, eval_episodes=2, progress=False)
+    first = trainer(tmp_path, "exp", env, agent).multi_run(2, **kw)
+    before = files_with_times(tmp_path / "exp")
+    assert "all_metrics.pkl" in before and "log.jsonl" in before and all(len(run) > 5 for run in first)
+    time.sleep(0.01)  # a file written again would get another modification time
+    again = trainer(tmp_path, "exp", env, agent).multi_run(2, resume=True, **kw)
+    assert files_with_times(tmp_path / "exp") == before
+    assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
+
+
+@pytest.mark.parametrize("hooks, message", [
+    ([], r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \[\]"),
+    ([StopOnPlateau(window=10**6), StopOnReturn(10**6)],
+     r"holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \['hooks\[0\]', 'hooks\[1\]'\]"),
+    ([StopOnReturn(10**6)], r"of hooks\[0\] is a StopOnPlateau's, but this run's hooks\[0\] is a StopOnReturn"),
+])
+def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_changes(tmp_path, hooks, message):
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[StopOnPlateau(window=10**6), Crash(400)], **kw)
+    assert resume.read(tmp_path, 1, header_only=True) is not None
+    before = files_with_times(tmp_path)
+    time.sleep(0.01)
+    with pytest.raises(ValueError, match=message + r": resume with the hooks"):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, hooks=hooks, **kw)
+    assert files_with_times(tmp_path) == before

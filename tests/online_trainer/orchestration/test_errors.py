@@ -258,3 +258,41 @@ def test_nan_in_the_first_observation_is_warned_about(caplog):
     OnlineTrainer(lambda: NanObs(gym.make("CartPole-v1")), RecordingAgent).multi_run(1, num_episodes=1,
                                                                                      progress=False)
     assert "run 1: the env's first observation holds NaN" in caplog.text
+
+
+class NoArgAgent(RecordingAgent):
+    def __init__(self):
+        super().__init__()
+
+
+@pytest.mark.parametrize("factory", [lambda: RecordingAgent(), NoArgAgent, lambda env, config: RecordingAgent()])
+def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factory):
+    env = CountingFactory()
+    with pytest.raises(TypeError, match=r"The agent factory agent=.* cannot be called with one argument .*, but it is "
+                                        r"called with the run's env, once per run.*lambda env: MyAgent\(env\)"):
+        OnlineTrainer(env, factory, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
+    assert env.built == 0 and not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"resume": "yes"}, TypeError, r"resume must be True or False, but got resume='yes'"),
+    ({"resume": 1}, TypeError, r"resume must be True or False, but got resume=1"),
+    ({"overwrite": "no"}, TypeError, r"overwrite must be True or False, but got overwrite='no'"),
+    ({"overwrite": 0}, TypeError, r"overwrite must be True or False, but got overwrite=0"),
+    ({"resume": True, "overwrite": True}, ValueError,
+     r"resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only one of them"),
+])
+def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, message):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, progress=False)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    factory = CountingFactory()
+    with pytest.raises(error, match=message):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, progress=False, **kwargs)
+    assert factory.built == 0 and {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_sweep_resume_is_a_flag(tmp_path):
+    with pytest.raises(TypeError, match=r"resume must be True or False, but got resume='yes'"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "sweep").sweep(
+            {"lr": [0.1]}, 1, num_episodes=2, resume="yes")
+    assert not (tmp_path / "sweep").exists()

@@ -68,7 +68,7 @@ def test_a_keyword_that_disagrees_with_execution_is_refused_before_anything_runs
 
 
 def test_option_objects_are_frozen_and_validated():
-    with pytest.raises(ValueError, match=r"backend must be one of \('local', 'ray'\), but got backend='dask'"):
+    with pytest.raises(ValueError, match=r"backend must be one of \('local', 'ray', 'slurm'\), but got backend='dask'"):
         ExecutionOptions(backend="dask")
     with pytest.raises(ValueError, match=r"Give exactly one of num_episodes and total_steps, as a positive int, but got num_episodes=3, total_steps=10"):
         RunOptions(num_episodes=3, total_steps=10)

@@ -9,7 +9,15 @@ import cloudpickle
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
-from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, strip
+from tests.conftest import (
+    FailsOnThirdRun,
+    RecordingAgent,
+    ReportPools,
+    make_counting_vec,
+    pool_reports,
+    pool_threads,
+    strip,
+)
 
 ray = pytest.importorskip("ray")
 
@@ -69,3 +77,11 @@ def test_a_sweep_on_ray_runs_every_configuration(tmp_path):
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
         assert not (tmp_path / name / ".ray_shared_fs_check").exists()
+
+
+def test_ray_tasks_limit_every_thread_pool(tmp_path):
+    """Ray gives a task of one CPU one OpenMP thread by default; torch_threads=2 is what every pool gets."""
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+        2, num_episodes=2, backend="ray", num_workers=2, torch_threads=2, ray_resources={"num_cpus": 1},
+        hooks=[ReportPools(tmp_path)], progress=False)
+    assert pool_threads(pool_reports(tmp_path)) == {2}

@@ -23,8 +23,16 @@ from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics,
 from online_trainer.core.seeding import run_seed
 from online_trainer.core.storage import run_indices
 from online_trainer.parallel import worker_pool, workers
+from online_trainer.parallel.threads import THREAD_VARIABLES
 from online_trainer.parallel.workers import WorkerPool
-from tests.conftest import FailsOnThirdRun, RecordingAgent, make_counting_vec, strip
+from tests.conftest import (
+    FailsOnThirdRun,
+    RecordingAgent,
+    make_counting_vec,
+    pool_reports,
+    pool_threads,
+    strip,
+)
 
 
 def worker_processes():
@@ -79,6 +87,32 @@ def test_workers_limit_torch_threads(torch_threads):
     runs = OnlineTrainer(make_counting_vec(1), ThreadCountAgent).multi_run(
         2, num_episodes=2, num_workers=2, torch_threads=torch_threads, progress=False)
     assert {int(t) for run in runs for r in run for t in r["agent_logs"]["threads"]} == {torch_threads}
+
+
+POOLS_SCRIPT = textwrap.dedent("""
+    import sys
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, ReportPools, make_counting_vec
+
+    if __name__ == "__main__":
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+            2, num_episodes=2, num_workers=2, start_method=sys.argv[2], hooks=[ReportPools(sys.argv[1])],
+            progress=False)
+""")
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_workers_limit_every_thread_pool_in_the_users_environment(tmp_path, start_method):
+    """In a fresh process started without OMP_NUM_THREADS and the like, each worker's BLAS, OpenMP and torch
+    pools have torch_threads threads, numpy's BLAS (loaded before the worker's code runs) included."""
+    script = tmp_path / "pools.py"
+    script.write_text(POOLS_SCRIPT)
+    env = {name: value for name, value in os.environ.items() if name not in THREAD_VARIABLES}
+    env["PYTHONPATH"] = os.getcwd()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), start_method], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert pool_threads(pool_reports(tmp_path)) == {1}
 
 
 def test_unpicklable_factory_fails_before_any_run(tmp_path):
@@ -218,6 +252,39 @@ def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
     markers = {int(m.stem): int(m.read_text()) for m in marker_dir.iterdir()}
     assert sorted(markers) == [0, 10000]  # the seeds of the two runs
     assert os.getpid() not in markers.values()  # written by the workers as they ended
+
+
+def test_a_worker_stopped_while_it_leaves_prints_nothing(tmp_path, capfd):
+    """SIGTERM to workers running their exit handlers (a notebook kernel's process group stopped while the pool
+    sends its workers away) prints no "Exception ignored in atexit ... SystemExit: 143"."""
+    shutdown_workers()  # new workers, whose stderr capfd captures
+    marker_dir = tmp_path / "leaving"
+    marker_dir.mkdir()
+
+    class SlowExitAgent(RecordingAgent):
+        def reset(self, seed):
+            super().reset(seed)
+            import atexit
+
+            def slow_exit(path=marker_dir / str(os.getpid())):
+                path.touch()
+                time.sleep(3)  # the SIGTERM below comes meanwhile
+
+            atexit.register(slow_exit)
+
+    OnlineTrainer(make_counting_vec(1), SlowExitAgent).multi_run(2, num_episodes=2, num_workers=2, progress=False)
+    closer = threading.Thread(target=shutdown_workers)
+    closer.start()
+    deadline = time.monotonic() + 60
+    while not list(marker_dir.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    leaving = [int(marker.name) for marker in marker_dir.iterdir()]
+    assert leaving
+    for pid in leaving:
+        os.kill(pid, signal.SIGTERM)
+    closer.join(60)
+    err = capfd.readouterr().err
+    assert "Exception ignored" not in err and "SystemExit" not in err, err
 
 
 class PidAgent(RecordingAgent):

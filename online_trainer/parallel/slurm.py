@@ -1,0 +1,307 @@
+"""Runs as Slurm jobs, submitted through submitit (``pip install -e ".[slurm]"``).
+
+The process that submits (on a login node, in a notebook) hands each run, or each group of
+``runs_per_job`` runs, to a Slurm job of one job array, ``num_workers`` of them running at once
+(the array's ``%N`` throttle). A job runs in the same Python (``sys.executable``) and leaves
+everything in the experiment directory itself (see :mod:`online_trainer.parallel.slurm_job`),
+which must therefore be on a filesystem every node shares. The submitting process only reads:
+it shows the jobs' progress, takes each result as it appears, and asks ``squeue`` how the jobs
+stand, so that a job that ends without a result (cancelled, killed, out of memory, its node
+lost) fails its runs, naming the seed, the job id and the end of the job's log. It may also
+return at once with a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, and end:
+the jobs record how their runs end in the manifest themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import cloudpickle
+
+from online_trainer.core import job_results
+from online_trainer.core.job_results import read_job_result
+from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.run import COMPLETED, RunResult, RunSpec
+from online_trainer.parallel.base import ResultHandler, SlurmOptions, StartHandler, no_start
+from online_trainer.parallel.threads import thread_variables
+
+logger = logging.getLogger(__name__)
+
+SubmitHandler = Callable[[RunSpec, str], None]
+# squeue states after which a job runs no more (a PREEMPTED or REQUEUED job may come back: PENDING again)
+ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
+                   "OUT_OF_MEMORY", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
+LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                  "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "POWER_UP_NODE"})
+GONE = "GONE"  # not known to squeue (any more)
+_LOG_LINES = 20
+
+
+def import_submitit() -> Any:
+    """submitit, or an ImportError that says how to install it."""
+    try:
+        import submitit
+    except ImportError as exc:
+        raise ImportError("backend='slurm' needs submitit: pip install -e '.[slurm]' (or pip install submitit).") \
+            from exc
+    return submitit
+
+
+def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:
+    """The ``squeue`` state of each job (``GONE`` when squeue knows it no more); None when squeue cannot be asked.
+
+    Args:
+        job_ids: ids as the manifest holds them: ``123`` or ``123_4`` (a task of an array).
+    """
+    job_ids = list(dict.fromkeys(job_ids))
+    if not job_ids:
+        return {}
+    if shutil.which("squeue") is None:
+        return None
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    states = _squeue(bases)
+    if states is None:  # one purged id fails the whole query: ask for each
+        states = {}
+        for base in bases:
+            one = _squeue([base])
+            if one is None:
+                return None
+            states.update(one)
+    return {job_id: states.get(job_id, GONE) for job_id in job_ids}
+
+
+def _squeue(bases: list[str]) -> dict[str, str] | None:
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("squeue failed (%s): trying again", exc)
+        return None
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return {} if len(bases) == 1 else None
+        logger.warning("squeue failed (%s): trying again", done.stderr.strip())
+        return None
+    states = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        states[job_id] = state.split()[0] if state else "?"
+    return states
+
+
+def log_tail(folder: str | os.PathLike, job_id: str, lines: int = _LOG_LINES) -> tuple[Path, str]:
+    """The job's log file (submitit's stderr, else its stdout) and its last ``lines`` lines."""
+    submitit = import_submitit()
+    paths = submitit.core.utils.JobPaths(folder, job_id=job_id, task_id=0)
+    for path in (paths.stderr, paths.stdout):
+        try:
+            text = Path(path).read_text(errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            return Path(path), "\n".join(text.rstrip().splitlines()[-lines:])
+    return Path(paths.stderr), "(the log is empty or missing)"
+
+
+def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state: str, folder: str) -> RunResult:
+    """The failed result of a run whose job ended (``state``) before the run had a result."""
+    path, tail = log_tail(folder, job_id)
+    how = "is no longer known to Slurm" if state == GONE else f"ended {state}"
+    summary = f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result"
+    error = f"{summary}. The end of its log {path}:\n{tail}"
+    return RunResult(run_idx=spec_run, seed=seed, records=None, key=key, status="failed", error=error,
+                     extra={"exception": summary, "slurm_job": job_id})
+
+
+class _Watch:
+    """What the submitting process follows: each run's job, its progress file, and its result file."""
+
+    def __init__(self, runs: Sequence[tuple[int, str, int, int, str]], folder: str) -> None:
+        # (key, exp_dir, run, seed, job id) of every run still followed
+        self.runs = {key: (exp_dir, run, seed, job_id) for key, exp_dir, run, seed, job_id in runs}
+        self.folder = folder
+        self.offsets: dict[int, int] = {}
+        self.ended_seen: dict[str, int] = {}  # job id -> polls in a row that saw it ended
+
+    def progress(self, display: ProgressDisplay | NoProgress) -> None:
+        """Hand the progress messages written since the last call to ``display``."""
+        if isinstance(display, NoProgress):
+            return
+        for key, (exp_dir, run, _, _) in self.runs.items():
+            path = job_results.progress_path(exp_dir, run)
+            offset = self.offsets.get(key, 0)
+            try:
+                with open(path, "rb") as file:
+                    file.seek(offset)
+                    while True:
+                        try:
+                            batch = pickle.load(file)
+                        except Exception:  # the end, or a batch still being written
+                            break
+                        offset = file.tell()
+                        for message in batch:
+                            display.handle(message)
+            except OSError:
+                continue
+            self.offsets[key] = offset
+
+    def results(self, states: dict[str, str] | None) -> list[RunResult]:
+        """The results of runs that ended since the last call: read from their files, or failed when their job
+        ended without writing one (seen ended by two polls in a row: its file may lag behind on a shared fs).
+
+        Args:
+            states: the jobs' states from a fresh ``squeue``; None: none (only result files are read).
+        """
+        ended: list[RunResult] = []
+        for job_id in list(self.ended_seen):
+            if states is not None and states.get(job_id) not in ENDED and states.get(job_id) != GONE:
+                del self.ended_seen[job_id]  # requeued: it runs again
+        seen_now = set()
+        for key, (exp_dir, run, seed, job_id) in list(self.runs.items()):
+            result = read_job_result(Path(exp_dir), run)
+            if result is not None:
+                result.key = key
+                ended.append(result)
+                del self.runs[key]
+                continue
+            state = None if states is None else states.get(job_id)
+            if state in ENDED or state == GONE:
+                if job_id not in seen_now:
+                    self.ended_seen[job_id] = self.ended_seen.get(job_id, 0) + 1
+                    seen_now.add(job_id)
+                if self.ended_seen[job_id] >= 2:
+                    logger.error("run %d (seed %d): Slurm job %s ended %s without a result", run, seed, job_id, state)
+                    ended.append(ended_without_result(run, seed, key, job_id, state, self.folder))
+                    del self.runs[key]
+        return ended
+
+    def job_ids(self) -> list[str]:
+        return [job_id for _, _, _, job_id in self.runs.values()]
+
+
+class SlurmExecutor:
+    """Submits runs as the tasks of one Slurm job array, at most ``max_running`` running at once.
+
+    Args:
+        options: the jobs' Slurm parameters and how many runs go in each job.
+        max_running: jobs running at once (the ``num_workers`` of ``multi_run``).
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) in each job (None: as the node sets them).
+    """
+
+    def __init__(self, options: SlurmOptions, max_running: int = 1, torch_threads: int | None = 1) -> None:
+        self.submitit = import_submitit()
+        self.options, self.max_running, self.torch_threads = options, max_running, torch_threads
+
+    def folder(self, specs: Sequence[RunSpec]) -> Path:
+        """Where job scripts and logs go: ``options.folder``, else ``slurm/`` beside the experiments."""
+        if self.options.folder is not None:
+            return Path(self.options.folder)
+        return Path(os.path.commonpath([os.path.abspath(str(spec.exp_dir)) for spec in specs])) / job_results.SLURM_DIR
+
+    def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
+               on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
+        """Submit ``specs``; return each with its job id.
+
+        ``on_start(spec)`` is called before the jobs are submitted, ``on_submitted(spec, job_id)`` after.
+
+        Raises:
+            ValueError: a spec has no experiment directory.
+            FailedSubmissionError (submitit's): ``sbatch`` refused the jobs (its message says why).
+        """
+        missing = [spec.run_idx for spec in specs if spec.exp_dir is None]
+        if missing:
+            raise ValueError("backend='slurm' needs an exp_dir on a filesystem the nodes share (jobs write their "
+                             f"results there), but got exp_dir=None for run(s) {missing}: pass exp_dir=...")
+        folder = self.folder(specs)
+        folder.mkdir(parents=True, exist_ok=True)
+        for spec in specs:  # what an earlier call's jobs left for the runs done now
+            exp_dir = str(spec.exp_dir)  # checked above
+            Path(exp_dir, job_results.SLURM_DIR).mkdir(exist_ok=True)
+            job_results.result_path(exp_dir, spec.run_idx).unlink(missing_ok=True)
+            job_results.progress_path(exp_dir, spec.run_idx).unlink(missing_ok=True)
+        executor = self.submitit.SlurmExecutor(folder=folder, max_num_timeout=self.options.max_requeues)
+        # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
+        # the thread variables in the job script: numpy's BLAS reads them when the job unpickles its runs
+        setup = [f"export {name}={value}" for name, value in thread_variables(self.torch_threads).items()]
+        executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
+                                   signal_delay_s=self.options.signal_delay_s, array_parallelism=self.max_running,
+                                   setup=setup)
+        size = self.options.runs_per_job
+        groups = [list(specs[i:i + size]) for i in range(0, len(specs), size)]
+        for spec in specs:
+            on_start(spec)
+        write_all = not self.options.wait
+        jobs = []
+        with executor.batch():
+            for group in groups:
+                payloads = [cloudpickle.dumps(spec) for spec in group]
+                from online_trainer.parallel.slurm_job import SlurmRunJob
+
+                jobs.append(executor.submit(SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues,
+                                                        write_all)))
+        submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
+        logger.info("submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s", len(specs),
+                    len(jobs), ", ".join(str(job.job_id) for job in jobs[:3]) + (", ..." if len(jobs) > 3 else ""),
+                    self.max_running, folder)
+        if on_submitted is not None:
+            for spec, job_id in submitted:
+                on_submitted(spec, job_id)
+        return submitted
+
+    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
+            on_start: StartHandler = no_start, on_submitted: SubmitHandler | None = None) -> None:
+        """Submit every spec; return once each has a result.
+
+        An exception here (Ctrl-C, ``on_result`` raising) cancels the jobs still queued or running:
+        each run in progress writes a full checkpoint first (SIGTERM), for ``resume=True``.
+        """
+        submitted = self.submit(specs, on_start, on_submitted)
+        watch = _Watch([(spec.key, str(spec.exp_dir), spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
+                       str(self.folder(specs)))
+        try:
+            follow(watch, display, self.options.poll_interval, on_result)
+        except BaseException:
+            cancel(watch.job_ids())
+            raise
+
+
+def follow(watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float,
+           on_result: Callable[[RunResult], None]) -> None:
+    """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``."""
+    last_poll = 0.0
+    while watch.runs:
+        watch.progress(display)
+        states = None  # results only: a job is judged ended on a fresh squeue
+        if time.monotonic() - last_poll >= poll_interval:
+            states = job_states(watch.job_ids())
+            last_poll = time.monotonic()
+        for result in watch.results(states):
+            watch.progress(display)
+            display.run_finished(result.key, result.status not in COMPLETED, result.status == "stopped_early")
+            on_result(result)
+        if watch.runs:
+            time.sleep(min(0.5, poll_interval))
+
+
+def cancel(job_ids: Sequence[str], wait_s: float = 90.0) -> None:
+    """``scancel`` the jobs and wait (up to ``wait_s``) until they have left: each run in progress gets SIGTERM and
+    checkpoints within the cluster's KillWait, so that nothing writes into the experiment afterwards."""
+    job_ids = list(dict.fromkeys(job_ids))
+    if not job_ids or shutil.which("scancel") is None:
+        return
+    logger.warning("cancelling Slurm jobs %s", ", ".join(job_ids))
+    subprocess.run(["scancel", *job_ids], check=False, timeout=60)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        states = job_states(job_ids)
+        if states is None or not any(state in LIVE for state in states.values()):
+            return
+        time.sleep(1.0)
+    logger.warning("Slurm jobs %s had not ended %.0f s after scancel", ", ".join(job_ids), wait_s)

@@ -1,0 +1,134 @@
+"""The handle of runs submitted to Slurm without waiting, and the check that a resume finds no live job."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+from online_trainer.core import storage
+from online_trainer.core.errors import RunFailure, RunsFailedError
+from online_trainer.core.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
+from online_trainer.core.progress import NoProgress, ProgressDisplay
+from online_trainer.core.run import COMPLETED, RunResult
+from online_trainer.parallel.slurm import LIVE, _Watch, follow, job_states
+
+
+class SlurmRuns:
+    """The handle of runs submitted to Slurm without waiting (``SlurmOptions(wait=False)``).
+
+    It reads only the experiment directory and ``squeue``, so it can also be made later, in
+    another process: ``SlurmRuns.of(exp_dir)``.
+
+    Args:
+        runs: ``(exp_dir, run)`` of each run followed.
+        folder: where the jobs' logs are.
+    """
+
+    def __init__(self, runs: Sequence[tuple[str, int]], folder: str) -> None:
+        self.runs, self.folder = [(os.fspath(exp_dir), run) for exp_dir, run in runs], folder
+
+    @classmethod
+    def of(cls, exp_dir: str | os.PathLike, folder: str | os.PathLike | None = None) -> "SlurmRuns":
+        """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, else ``exp_dir/slurm``)."""
+        manifest = storage.read_manifest(exp_dir)
+        runs = [(os.fspath(exp_dir), entry["run"]) for entry in manifest["runs"] if SLURM_JOB_KEY in entry]
+        return cls(runs, os.fspath(folder or Path(exp_dir) / SLURM_DIR))
+
+    def _entries(self) -> list[dict[str, Any]]:
+        manifests = {exp_dir: storage.read_manifest(exp_dir) for exp_dir in dict.fromkeys(d for d, _ in self.runs)}
+        return [manifests[exp_dir]["runs"][run - 1] for exp_dir, run in self.runs]
+
+    @property
+    def job_ids(self) -> list[str | None]:
+        """The Slurm job of each run, in order (runs sharing a job repeat its id)."""
+        return [entry.get(SLURM_JOB_KEY) for entry in self._entries()]
+
+    def done(self) -> bool:
+        """Whether every run has ended (finished, failed, or its job gone without a result, then recorded as failed)."""
+        self._settle(self._watch_unended())
+        return not self._watch_unended().runs
+
+    def wait(self, progress: bool = True, poll_interval: float = 2.0) -> list[list[dict[str, Any]] | None]:
+        """Wait until every run has ended; return the records of each run of the experiment(s), read from disk.
+
+        Raises:
+            RunsFailedError: some runs failed (their jobs' errors, or jobs that ended without a result).
+        """
+        watch = self._watch_unended()
+        display: ProgressDisplay | NoProgress = NoProgress()
+        if progress and watch.runs:
+            entries = self._entries()
+            budget = entries and storage.read_manifest(self.runs[0][0]).get("budget") or {}
+            total = budget.get("total_steps") or budget.get("num_episodes") or 0
+            unit = "steps" if budget.get("total_steps") else "episodes"
+            display = ProgressDisplay(len(watch.runs), total, unit) if total else NoProgress()
+        try:
+            follow(watch, display, poll_interval, lambda result: self._record(result))
+        finally:
+            display.close_all()
+        failures: list[RunFailure] = []
+        runs: list[list[dict[str, Any]] | None] = []
+        for (exp_dir, run), entry in zip(self.runs, self._entries()):
+            if entry["status"] in COMPLETED:
+                runs.append(storage.load_run_metrics(exp_dir, run))
+            else:
+                runs.append(None)
+                failures.append(RunFailure(run, entry["seed"], (entry.get("error") or "?").splitlines()[0],
+                                           entry.get("error") or ""))
+        if failures:
+            raise RunsFailedError(failures, runs)
+        return runs
+
+    def _watch_unended(self) -> _Watch:
+        followed = []
+        for key, ((exp_dir, run), entry) in enumerate(zip(self.runs, self._entries()), start=1):
+            if entry["status"] in ("pending", "running") and SLURM_JOB_KEY in entry:
+                followed.append((key, exp_dir, run, entry["seed"], entry[SLURM_JOB_KEY]))
+        return _Watch(followed, self.folder)
+
+    def _settle(self, watch: _Watch) -> None:
+        """Record the runs whose jobs ended without a result (the jobs record the others themselves)."""
+        states = job_states(watch.job_ids())
+        for _ in range(2):  # two looks: a result file may lag behind its job's end
+            for result in watch.results(states):
+                self._record(result)
+
+    def _record(self, result: RunResult) -> None:
+        if "slurm_job" not in result.extra:
+            return  # the job recorded it itself
+        exp_dir = next(Path(d) for d, run in self.runs if run == result.run_idx)
+        with manifest_lock(exp_dir):
+            manifest = storage.read_manifest(exp_dir)
+            if manifest["runs"][result.run_idx - 1]["status"] in ("pending", "running"):
+                apply_result(manifest, result)
+                storage.write_manifest(exp_dir, manifest)
+
+
+def refuse_live_jobs(exp_dir: Path) -> None:
+    """Raise when runs of the experiment in ``exp_dir`` are still in Slurm jobs that may run (before a resume).
+
+    Raises:
+        RuntimeError: naming the runs, their jobs and their states, and what to do.
+    """
+    try:
+        manifest = storage.read_manifest(exp_dir)
+    except (OSError, ValueError):
+        return
+    # an interrupted run's job may still be writing its checkpoint (cancelled, within the cluster's KillWait)
+    entries = [e for e in manifest.get("runs", []) if e.get("status") in ("running", "interrupted")
+               and SLURM_JOB_KEY in e and read_job_result(exp_dir, e["run"]) is None]
+    if not entries:
+        return
+    states = job_states(e[SLURM_JOB_KEY] for e in entries)
+    if states is None:
+        live = {e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here") for e in entries
+                if e["status"] == "running"}
+    else:
+        live = {e["run"]: (e[SLURM_JOB_KEY], states[e[SLURM_JOB_KEY]]) for e in entries
+                if states[e[SLURM_JOB_KEY]] in LIVE}
+    if live:
+        described = ", ".join(f"run {run} in job {job} ({state})" for run, (job, state) in live.items())
+        raise RuntimeError(f"resume=True, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
+                           "for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and resume then.")
+

@@ -1,0 +1,177 @@
+"""The job side of the Slurm backend: what one Slurm job runs (see :mod:`online_trainer.parallel.slurm`).
+
+A job runs its runs one after another, in the job's own process, and leaves everything in the
+experiment directory, so that nothing depends on the process that submitted it:
+
+- each run's streams, checkpoints and callback files, as a run anywhere does;
+- its progress, appended to ``slurm/progress_run{i}.pkl`` about every second;
+- its result, ``slurm/result_run{i}.pkl`` (the pickled ``RunResult``), and its end in the manifest.
+
+Signals. SIGTERM (Slurm requeues, preempts or cancels the job) and SIGUSR1/SIGUSR2 (the job's
+time limit is near: ``--signal``) make the run in progress write a full checkpoint at its next
+step boundary and stop. After SIGUSR1/SIGUSR2 the job requeues itself (``scontrol requeue``);
+after SIGTERM Slurm requeues it, or it was cancelled. A requeued job starts again from the
+same submission: runs with a result are skipped, the run that stopped continues from its
+checkpoint (every output cut back to it, as ``resume=True`` does), and the records equal an
+uninterrupted run's when the env pickles. After ``max_requeues`` requeues its runs fail
+with a message that says so; their checkpoints stay for ``resume=True``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import submitit
+
+from online_trainer.core import job_results, preemption, storage
+from online_trainer.core.job_results import record_job_result
+from online_trainer.core.progress import QueueProgress
+from online_trainer.core.resume import Preempted, restart_point
+from online_trainer.core.run import RunResult, RunSpec, execute_run
+from online_trainer.parallel.base import failed_result
+from online_trainer.parallel.threads import limit_threads
+from online_trainer.parallel.worker_process import pack_result
+
+logger = logging.getLogger(__name__)
+
+TIME_LIMIT_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+EXIT_PREEMPTED = 3  # the exit status of a job whose run checkpointed and stopped on a signal
+
+
+class FileChannel:
+    """The ``put`` of a queue for :class:`QueueProgress`: appends messages to a file at most every ``interval`` s."""
+
+    def __init__(self, path: Path, interval: float = 1.0) -> None:
+        self.path, self.interval = path, interval
+        self.buffer: list[tuple] = []
+        self.last = 0.0
+
+    def put(self, message: tuple) -> None:
+        self.buffer.append(message)
+        if message[0] == "start" or time.monotonic() - self.last >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        """Append what is buffered (one pickle per batch; a reader stops at a batch cut off mid-way)."""
+        if not self.buffer:
+            return
+        try:
+            with open(self.path, "ab") as file:
+                pickle.dump(self.buffer, file, protocol=pickle.HIGHEST_PROTOCOL)
+        except OSError as exc:  # progress is a display: the run goes on
+            logger.debug("could not write progress to %s: %s", self.path, exc)
+        self.buffer = []
+        self.last = time.monotonic()
+
+
+class SlurmRunJob(submitit.helpers.Checkpointable):
+    """One Slurm job: the runs it was given, each continued from its checkpoint on a restart.
+
+    It is a submitit ``Checkpointable``: should submitit's own handler of the time-limit signal
+    run (before this job installs its own), its ``checkpoint()`` resubmits this same job, which
+    continues its runs from their last full checkpoints.
+
+    Args:
+        payloads: the cloudpickled :class:`RunSpec` of each run, in order.
+        torch_threads: threads of every pool (torch, BLAS, OpenMP) of the job's process (None: as they are).
+        max_requeues: requeues after which the job's runs fail.
+        write_all_metrics: the job recording the last run of the experiment writes ``all_metrics.pkl``.
+    """
+
+    def __init__(self, payloads: list[bytes], torch_threads: int | None, max_requeues: int,
+                 write_all_metrics: bool = False) -> None:
+        self.payloads, self.torch_threads, self.max_requeues = payloads, torch_threads, max_requeues
+        self.write_all_metrics = write_all_metrics
+
+    def __call__(self) -> list[int]:
+        """Run every run that has no result yet; return their numbers."""
+        limit_threads(self.torch_threads)
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+        time_limit = threading.Event()
+
+        def near_time_limit(signum: int, frame: Any) -> None:
+            time_limit.set()
+            preemption.request(signum, frame)
+
+        done = []
+        with preemption.handling():
+            previous = {sig: signal.signal(sig, near_time_limit) for sig in TIME_LIMIT_SIGNALS}
+            try:
+                for payload in self.payloads:
+                    spec: RunSpec = cloudpickle.loads(payload)
+                    if job_results.result_path(str(spec.exp_dir), spec.run_idx).is_file():
+                        continue  # it ended during an earlier start of this job
+                    self._run(spec, restarts, time_limit)
+                    done.append(spec.run_idx)
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+        return done
+
+    def _run(self, spec: RunSpec, restarts: int, time_limit: threading.Event) -> None:
+        job_id = _job_id()
+        if restarts > self.max_requeues:
+            result = failed_result(spec, f"RequeueLimit: Slurm job {job_id} was requeued {restarts} times, more than "
+                                         f"max_requeues={self.max_requeues}, so run {spec.run_idx} (seed {spec.seed}) "
+                                         "stops here. Its full checkpoint is kept: continue it with resume=True, or "
+                                         "allow more requeues with SlurmOptions(max_requeues=...).")
+            logger.error("%s", result.error)
+            self._finish(spec, result)
+            return
+        if restarts:
+            spec = self._continued(spec)
+        channel = FileChannel(job_results.progress_path(str(spec.exp_dir), spec.run_idx))
+        try:
+            result = execute_run(spec, QueueProgress(channel, interval=1.0))
+        except Preempted:
+            channel.flush()
+            if time_limit.is_set():
+                logger.warning("run %d checkpointed before the time limit: requeueing Slurm job %s", spec.run_idx,
+                               job_id)
+                subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
+            raise SystemExit(EXIT_PREEMPTED) from None
+        except Exception as exc:  # isolated: the job goes on with its next run
+            logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
+            result = failed_result(spec, exc)
+        finally:
+            channel.flush()
+            try:
+                spec.callback.close()
+            except Exception as exc:
+                logger.error("run %d: closing the callback raised: %s", spec.run_idx, exc)
+        self._finish(spec, result)
+
+    @staticmethod
+    def _continued(spec: RunSpec) -> RunSpec:
+        """``spec`` on a restart of its job: every output cut back to its full checkpoint (or removed, without one)."""
+        header = restart_point(str(spec.exp_dir), spec.run_idx)
+        rewind = getattr(spec.callback, "rewind", None)
+        if callable(rewind):
+            position = None if header is None else header["outputs"].get("callback")
+            rewind(f"{spec.tag_prefix}run_{spec.run_idx}", position)
+        where = f"from its checkpoint at step {header['global_step']}" if header is not None else "from its start"
+        logger.warning("Slurm restarted this job: run %d continues %s", spec.run_idx, where)
+        return dataclasses.replace(spec, resume=True)
+
+    def _finish(self, spec: RunSpec, result: RunResult) -> None:
+        """Leave the result in the experiment directory, then record the run's end in the manifest."""
+        storage.write_atomic(job_results.result_path(str(spec.exp_dir), spec.run_idx), pack_result(spec, result))
+        record_job_result(Path(str(spec.exp_dir)), result, self.write_all_metrics and spec.options.dump_metrics)
+
+
+def _job_id() -> str:
+    """This job's id as ``scontrol`` takes it: ``123``, or ``123_4`` for a task of an array."""
+    try:
+        return str(submitit.JobEnvironment().job_id)
+    except RuntimeError:  # not in a submitit job
+        return os.environ.get("SLURM_JOB_ID", "?")

@@ -1,0 +1,128 @@
+"""The experiment directory a call leaves: what overwrite=True replaces, and what the manifest says of each run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from online_trainer import OnlineTrainer, RunsFailedError, load_runs
+from online_trainer.core import resume, storage
+from online_trainer.hooks import Hook
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+def snapshot(root):
+    """Every file under ``root`` (hidden ones and ``.lock`` included) with its bytes."""
+    return {path.relative_to(root).as_posix(): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+class WrongShape(RecordingAgent):
+    """Returns one action too many."""
+
+    def act(self, obs):
+        return np.zeros(len(obs) + 1, dtype=np.int64)
+
+
+def earlier_experiment(exp_dir):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1})
+    trainer.multi_run(2, num_episodes=4, seed_offset=0, checkpoint_freq=2, progress=False)
+    before = snapshot(exp_dir)
+    assert len(before) > 8 and "all_metrics.pkl" in before and "args.yaml" in before
+    return before
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_its_first_step(tmp_path, workers):
+    before = earlier_experiment(tmp_path)
+    trainer = OnlineTrainer(make_counting_vec(1), WrongShape, exp_dir=tmp_path, args={"lr": 0.2})
+    with pytest.raises(ValueError, match=r"returned actions of shape \(2,\) \(2 actions\), but Discrete\(2\) with "
+                                         r"num_envs=1 needs shape \(1,\)"):
+        trainer.multi_run(2, total_steps=2000, overwrite=True, num_workers=workers, progress=False)
+    assert snapshot(tmp_path) == before  # byte for byte, and nothing else (no set-aside folder left)
+
+
+def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path):
+    earlier_experiment(tmp_path)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=3, overwrite=True, progress=False)
+    names = set(snapshot(tmp_path))
+    assert not any(name.startswith(storage.SET_ASIDE_DIR) for name in names)
+    assert not any(name.startswith("Run2") or name == "args.yaml" or name == "metrics_run2.pkl" for name in names)
+    assert [len(run) for run in storage.load_all_run_metrics(tmp_path)] == [3]
+
+
+def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
+    """A call killed while its runs were being set up leaves the earlier experiment aside: the next call puts it back."""
+    before = earlier_experiment(tmp_path)
+    aside = tmp_path / storage.SET_ASIDE_DIR
+    aside.mkdir()
+    for path in storage.existing_experiment_files(tmp_path):
+        path.rename(aside / path.name)
+    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, progress=False)
+    assert snapshot(tmp_path) == before
+    assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
+
+
+class FailAt(Hook):
+    """Raises in run 1 at env step ``at``."""
+
+    every_steps = 1
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step(self, ctx):
+        if ctx.run == 1 and ctx.global_step == self.at:
+            raise RuntimeError(f"hook failed at step {ctx.global_step}")
+
+
+def entries(exp_dir):
+    return json.loads((exp_dir / storage.MANIFEST_FILE).read_text())["runs"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_run_reports_the_progress_its_records_show(tmp_path, workers):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError):
+        trainer.multi_run(2, total_steps=1000, seed_offset=0, hooks=[FailAt(499)], num_workers=workers, progress=False)
+    records = storage.load_run_metrics(tmp_path, 1)
+    assert len(records) >= 20 and records[-1]["global_step"] <= 499
+    failed, finished = entries(tmp_path)
+    assert failed["status"] == "failed" and finished["status"] == "finished" and finished["global_step"] == 1000
+    assert failed["episodes"] == len(records) and failed["global_step"] == records[-1]["global_step"]
+    assert failed["wall_time"] == pytest.approx(records[-1]["wall_time"], abs=1e-3) and failed["sps"] > 0
+    runs = load_runs(tmp_path)
+    assert runs["env_steps"].tolist() == [records[-1]["global_step"], 1000]
+    assert runs["num_episodes"].tolist()[0] == len(records)
+
+
+class Preempt(Hook):
+    """Sends this process SIGTERM at env step ``at`` of run 1, as a scheduler about to preempt the job would."""
+
+    every_steps = 1
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step(self, ctx):
+        if ctx.run == 1 and ctx.global_step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(resume.Preempted):
+        trainer.multi_run(1, total_steps=10**8, seed_offset=0, hooks=[Preempt(200)], progress=False)
+    header = resume.read(tmp_path, 1, header_only=True)
+    assert header["global_step"] > 200
+    (entry,) = entries(tmp_path)
+    assert entry["status"] == "interrupted" and entry["global_step"] == header["global_step"]
+    assert entry["episodes"] == header["episodes"] == len(storage.load_run_metrics(tmp_path, 1)) > 0
+    assert entry["wall_time"] == pytest.approx(header["elapsed"], abs=1e-3)
+    runs = load_runs(tmp_path)
+    assert runs["env_steps"].tolist() == [header["global_step"]] and runs["wall_time"].tolist()[0] > 0

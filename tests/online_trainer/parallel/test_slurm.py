@@ -1,0 +1,202 @@
+"""The Slurm backend against a real Slurm cluster (``.ci/slurm-up.sh`` starts a one-node one as root).
+
+Skipped, with the reason, where ``sinfo`` is missing or the cluster does not answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import gymnasium as gym
+import pytest
+
+from online_trainer import (ExecutionOptions, OnlineTrainer, RunsFailedError, SlurmOptions, SlurmRuns, load_episodes,
+                            load_run_metrics)
+from online_trainer.agents import QLearningAgent
+from online_trainer.hooks import Hook
+from tests.conftest import RecordingAgent, make_counting_vec, strip
+
+pytest.importorskip("submitit")
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("sinfo") is None:
+        return "sinfo is missing: no Slurm here (as root, .ci/slurm-up.sh starts a one-node cluster)"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        return "the Slurm cluster does not answer (sinfo timed out)"
+    usable = [line for line in done.stdout.splitlines() if line.startswith("up") and line.split()[1].rstrip("*")
+              in ("idle", "mix", "alloc")]
+    if done.returncode != 0 or not usable:
+        return f"the Slurm cluster is down (sinfo: {(done.stderr or done.stdout).strip() or 'no node up'})"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_cluster_problem() is not None, reason=str(_cluster_problem()))
+COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def by_value():
+    # Jobs import by name what travels by reference: ship the test helpers by value.
+    modules = [sys.modules["tests.conftest"], sys.modules[__name__]]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    yield
+    for module in modules:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+class JobIdHook(Hook):
+    """Writes the ``SLURM_JOB_ID`` its run sees into the experiment directory."""
+
+    def on_run_start(self, ctx):
+        Path(ctx.exp_dir, f"job_of_run{ctx.run}").write_text(os.environ.get("SLURM_JOB_ID", "none"))
+
+
+def cliff():
+    return gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync")
+
+
+def slurm(workers: int = 2, **options) -> ExecutionOptions:
+    return ExecutionOptions(backend="slurm", num_workers=workers, progress=False,
+                            slurm=SlurmOptions(poll_interval=1.0, **options))
+
+
+def wait_for(path: Path, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.2)
+
+
+def test_records_on_slurm_equal_a_local_run_and_each_run_ran_in_a_job(tmp_path):
+    local = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(3, num_episodes=6, seed_offset=4,
+                                                                         progress=False)
+    on_slurm = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, num_episodes=6, seed_offset=4, execution=slurm(), hooks=[JobIdHook()])
+    assert strip(on_slurm) == strip(local)
+    assert strip([load_run_metrics(tmp_path, run) for run in (1, 2, 3)]) == strip(local)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["backend"] == "slurm" and [r["status"] for r in manifest["runs"]] == ["finished"] * 3
+    jobs = [(tmp_path / f"job_of_run{run}").read_text() for run in (1, 2, 3)]
+    assert all(job.isdigit() for job in jobs) and len(set(jobs)) == 3  # a job each
+    assert all(entry["slurm_job"] for entry in manifest["runs"])
+
+
+STEPS = 60_000
+
+
+def tensorboard_returns(exp_dir: Path) -> list[tuple[int, float]]:
+    """The ``ep_return/run_1`` points of the experiment's TensorBoard files."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = []
+    for path in sorted(exp_dir.glob("events.out.tfevents.*")):
+        events = EventAccumulator(str(path), size_guidance={"scalars": 0})
+        events.Reload()
+        if "ep_return/run_1" in events.Tags()["scalars"]:
+            points += [(event.step, event.value) for event in events.Scalars("ep_return/run_1")]
+    return sorted(points)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The records and TensorBoard returns of one uninterrupted run of the requeue trials, run here."""
+    exp_dir = tmp_path_factory.mktemp("uninterrupted")
+    trainer = OnlineTrainer(cliff, QLearningAgent, exp_dir=exp_dir)
+    trainer.multi_run(1, total_steps=STEPS, seed_offset=11, progress=False)
+    return load_episodes(exp_dir)[COLUMNS], tensorboard_returns(exp_dir)
+
+
+@pytest.mark.parametrize("interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
+                         ids=["requeue", "time-limit-signal"])
+def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path, uninterrupted, interrupt):
+    """``scontrol requeue`` (SIGTERM, Slurm requeues), or the signal before a time limit (the job requeues itself)."""
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False))
+    assert isinstance(handle, SlurmRuns) and not handle.done()
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run([*interrupt, job], check=True)
+    assert handle.wait(progress=False) is not None
+    log = (tmp_path / "slurm" / f"{job}_0_log.err").read_text()
+    assert "Slurm restarted this job: run 1 continues from its checkpoint at step" in log
+    records, returns = uninterrupted
+    assert load_episodes(tmp_path)[COLUMNS].equals(records)
+    assert tensorboard_returns(tmp_path) == returns  # the sink too: no gap, no duplicate
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "all_metrics.pkl").is_file()
+
+
+def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_checkpoint(tmp_path):
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False, max_requeues=0))
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+    with pytest.raises(RunsFailedError) as caught:
+        handle.wait(progress=False)
+    (failure,) = caught.value.failures
+    assert f"RequeueLimit: Slurm job {job} was requeued 1 times, more than max_requeues=0, so run 1 (seed 11)" \
+        in failure.exception
+    assert (tmp_path / "Run1_Resume.pkl").is_file()
+
+
+def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_resume_submits_it_alone(tmp_path):
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        3, total_steps=STEPS, seed_offset=0, execution=slurm(2, wait=False))
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scancel", job], check=True)
+    with pytest.raises(RunsFailedError) as caught:
+        handle.wait(progress=False)
+    (failure,) = caught.value.failures
+    assert (failure.run_idx, failure.seed) == (1, 0)
+    assert f"Slurm job {job} ended CANCELLED before run 1 (seed 0) had a result" in failure.exception
+    assert f"{job}_0_log.err" in failure.traceback
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
+    # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(3, total_steps=STEPS, seed_offset=0,
+                                                                     execution=slurm(2), resume=True)
+    resumed = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in resumed["runs"]] == ["finished"] * 3
+    assert resumed["runs"][0]["slurm_job"] != job and resumed["runs"][1:] == manifest["runs"][1:]
+    reference = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path / "ref")
+    reference.multi_run(1, total_steps=STEPS, seed_offset=0, progress=False)
+    run1 = load_episodes(tmp_path).query("run == 1")[COLUMNS].reset_index(drop=True)
+    assert run1.equals(load_episodes(tmp_path / "ref")[COLUMNS])
+
+
+class RejectsHyperparameters(RecordingAgent):
+    def __init__(self, env=None):
+        raise ValueError("lr=-1 must be positive")
+
+
+def test_a_setup_error_in_a_job_stops_every_run_with_that_error_and_leaves_nothing(tmp_path):
+    exp = tmp_path / "exp"
+    with pytest.raises(ValueError, match=r"^lr=-1 must be positive") as info:
+        OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=exp).multi_run(
+            3, num_episodes=50, seed_offset=0, execution=slurm(2))
+    assert "before its first env step" in "".join(getattr(info.value, "__notes__", []))
+    assert not exp.exists()  # the corrected call finds nothing in its way
+
+
+def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
+    local = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "local").multi_run(
+        50, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+    on_slurm = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "slurm").multi_run(
+        50, num_episodes=2, seed_offset=0, execution=slurm(2, runs_per_job=5))
+    assert strip(on_slurm) == strip(local)
+    manifest = json.loads((tmp_path / "slurm" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished"] * 50
+    assert len({r["slurm_job"] for r in manifest["runs"]}) == 10  # five runs a job

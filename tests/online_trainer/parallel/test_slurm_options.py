@@ -1,0 +1,108 @@
+"""The Slurm backend's options, config keys and manifest rules: checked without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from online_trainer import ExecutionOptions, OnlineTrainer, SlurmOptions
+from online_trainer.cli.run import execution_options
+from online_trainer.config.loading import load_experiment_config
+from online_trainer.config.schema import ConfigError
+from online_trainer.core import ownership
+from tests.conftest import RecordingAgent, make_counting_vec
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"time": 0}, "time must be a positive int, but got time=0"),
+    ({"cpus_per_task": 1.5}, "cpus_per_task must be a positive int, but got cpus_per_task=1.5"),
+    ({"runs_per_job": 0}, "runs_per_job must be a positive int, but got runs_per_job=0"),
+    ({"max_requeues": -1}, "max_requeues must be a non-negative int, but got max_requeues=-1"),
+    ({"mem": " "}, "mem must be a non-empty string or None, but got mem=' '"),
+    ({"additional_parameters": ["exclude"]}, "additional_parameters must be a dict of sbatch options"),
+    ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, but got poll_interval=0"),
+])
+def test_bad_slurm_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        SlurmOptions(**options)
+
+
+def test_slurm_options_belong_to_the_slurm_backend():
+    with pytest.raises(ValueError, match="applies to backend='slurm' only, but got backend='local'"):
+        ExecutionOptions(slurm=SlurmOptions(partition="gpu"))
+    assert ExecutionOptions(backend="slurm").slurm == SlurmOptions()
+    assert ExecutionOptions(backend="slurm").in_workers  # what runs need is checked to travel
+
+
+def test_only_the_slurm_parameters_given_reach_sbatch():
+    options = SlurmOptions(partition="gpu", time=60, mem="4G", additional_parameters={"exclude": "node3"})
+    assert options.sbatch_parameters() == {"partition": "gpu", "time": 60, "mem": "4G",
+                                           "additional_parameters": {"exclude": "node3"}}
+    assert SlurmOptions().sbatch_parameters() == {}
+
+
+def test_sweep_and_evaluate_refuse_not_waiting_for_their_jobs(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    detached = ExecutionOptions(backend="slurm", slurm=SlurmOptions(wait=False))
+    with pytest.raises(ValueError, match="sweep needs the results of its runs, but got slurm=SlurmOptions"):
+        trainer.sweep({"lr": [1, 2]}, 1, num_episodes=1, execution=detached)
+    with pytest.raises(ValueError, match="evaluate needs the results of its runs"):
+        trainer.evaluate(execution=detached)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_in_a_slurm_job_stays_running_when_the_submitting_process_is_gone(tmp_path):
+    manifest = {"runs": [{"run": 1, "status": "running", "slurm_job": "7_0"}, {"run": 2, "status": "running"}]}
+    assert ownership.settle_running(tmp_path, manifest) == [2]  # nobody holds the lock
+    assert manifest["runs"][0]["status"] == "running"  # its job records how it ends
+    assert ownership.settle_running(tmp_path, manifest, owned=True) == [1]  # a resume, having asked Slurm
+
+
+def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_episodes: 2\nnum_workers: 3\n")
+    config = load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partition=debug",
+                                           "execution.slurm.time=30"])
+    assert execution_options(config) == ExecutionOptions(backend="slurm", num_workers=3, slurm=SlurmOptions(
+        partition="debug", time=30))
+    with pytest.raises(ConfigError, match="unknown key execution.slurm.partitoin; the keys are the fields"):
+        execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partitoin=a"]))
+    with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
+        execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
+    with pytest.raises(ConfigError, match="execution.slurm=.* applies to execution.backend=slurm only"):
+        load_experiment_config(path, ["execution.slurm.time=30"])
+    with pytest.raises(ConfigError, match="execution.backend='ray' is not one of 'local', 'slurm'"):
+        load_experiment_config(path, ["execution.backend=ray"])
+
+
+class Display:
+    """Records what reaches the submitting process's progress display."""
+
+    def __init__(self):
+        self.messages = []
+
+    def handle(self, message):
+        self.messages.append(message)
+
+
+def test_a_jobs_progress_reaches_the_display_once_even_when_read_mid_write(tmp_path):
+    from online_trainer.core import job_results
+    from online_trainer.core.progress import QueueProgress
+    from online_trainer.parallel.slurm import _Watch
+    from online_trainer.parallel.slurm_job import FileChannel
+
+    (tmp_path / "slurm").mkdir()
+    path = job_results.progress_path(tmp_path, 2)
+    bar = QueueProgress(FileChannel(path, interval=0.0), interval=0.0).open_run(7, "run 2", 100, "steps")
+    bar.advance(5)
+    bar.advance(6)
+    complete = path.read_bytes()
+    bar.advance(7)
+    path.write_bytes(path.read_bytes()[:-3])  # the last batch still being written
+    watch, display = _Watch([(7, str(tmp_path), 2, 10_000, "5_1")], str(tmp_path / "slurm")), Display()
+    watch.progress(display)
+    assert display.messages == [("start", 7, "run 2"), ("progress", 7, 5, None, None), ("progress", 7, 6, None, None)]
+    assert watch.offsets[7] == len(complete)
+    path.write_bytes(complete)
+    bar.advance(8)  # appended after the batch that was cut off
+    watch.progress(display)
+    assert display.messages[3:] == [("progress", 7, 8, None, None)]
