@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Mapping, Sequence
 
 
@@ -123,16 +124,23 @@ class CallBack:
     _unpicklable: tuple[str, ...] = ()
 
 
-def scalar_name(key: str, tag: str) -> str:
-    """Name under which ``key`` logged with ``tag`` appears.
+def scalar_name(key: str, tag: str, run_tag: str = "") -> str:
+    """Name under which ``key`` logged with ``tag`` appears in TensorBoard, where every run shares one file.
 
-    ``loss`` with ``agents/run_1`` is ``loss/agents/run_1``; a tag that already holds the key
-    as one of its parts names the scalar itself: ``ep_return`` with ``ep_return/run_1`` is
-    ``ep_return/run_1``, and with ``eval/ep_return/run_1`` it is ``eval/ep_return/run_1``.
+    It is the metric's name in every other sink (:func:`metric_name`: what CSV, MLflow and W&B show)
+    followed by the run's part of the tag: ``loss`` with ``agents/run_1`` is ``agents/loss/run_1``
+    (``agents/loss`` in CSV, MLflow and W&B), ``ep_return`` with ``ep_return/run_1`` is
+    ``ep_return/run_1``, with ``eval/ep_return/run_1`` it is ``eval/ep_return/run_1``. ``run_tag``
+    (``lr=0.1/run_1`` in a sweep) is the run's part; without it, a last part ``run_<n>`` is.
     """
-    if not tag or tag == key:
-        return key
-    return tag if key in tag.split("/") else f"{key}/{tag}"
+    if not run_tag or not (tag == run_tag or tag.endswith("/" + run_tag)):
+        last = tag.rsplit("/", 1)[-1]
+        run_tag = last if _RUN_PART.fullmatch(last) else ""
+    metric = metric_name(key, tag, run_tag)
+    return f"{metric}/{run_tag}" if run_tag else metric
+
+
+_RUN_PART = re.compile(r"run_\d+")
 
 
 def metric_name(key: str, tag: str, run_tag: str = "") -> str:

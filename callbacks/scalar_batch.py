@@ -116,6 +116,8 @@ class ScalarBatch:
         self._layouts: dict[tuple[str, ...], _Group] = {}
         self._shapes: dict[tuple[tuple[str, ...], int], _Shape] = {}
         self.count = 0
+        self.run_tag = ""
+        """The run's part of its tags (``run_1``; ``lr=0.1/run_1`` in a sweep), for the scalars' names."""
 
     def add(self, data: Mapping[str, Any], tag: str, step: int) -> int:
         """Keep the values of ``data`` under ``tag`` at ``step`` and now; return the number of events kept.
@@ -169,7 +171,7 @@ class ScalarBatch:
 
     def _group(self, key: tuple[str, ...]) -> _Group:
         tag, keys = key[0], key[1:]
-        names = tuple(scalar_name(k, tag) for k in keys)
+        names = tuple(scalar_name(k, tag, self.run_tag) for k in keys)
         group = self._layouts.get(names)  # the same scalars reached through another tag spelling
         if group is None:
             group = self._layouts[names] = _Group(names)

@@ -35,7 +35,7 @@ class TBCallBack(CallBack):
             shows progress while a run goes on.
         layout_metrics: the metrics of TensorBoard's Custom Scalars tab, one chart each with every
             run overlaid (the chart of ``ep_return`` shows ``ep_return/run_.*``). Names are the
-            scalars' without their run part: ``"loss/agents"`` charts the agent's ``loss``. The
+            metrics' (as CSV, MLflow and W&B name them): ``"agents/loss"`` charts the agent's ``loss``. The
             layout is written once per ``log_dir``, with the first event file (by whichever
             process opens one first), in ``events.out.tfevents.0.custom_scalars_layout``; the
             scalars keep their own tags.
@@ -51,7 +51,7 @@ class TBCallBack(CallBack):
             raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
         if isinstance(layout_metrics, str) or not all(isinstance(m, str) and m for m in layout_metrics):
             raise ValueError(f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"
-                             " e.g. ['ep_return', 'loss/agents'].")
+                             " e.g. ['ep_return', 'agents/loss'].")
         self.layout_metrics = tuple(layout_metrics)
         self.log_dir = os.fspath(log_dir)
         self.flush_every = flush_every
@@ -60,6 +60,11 @@ class TBCallBack(CallBack):
         self._batch = ScalarBatch()
         self._pending: dict[str, tuple[dict[str, float], list[int]]] = {}
         self._last_flush = 0.0
+
+    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
+                  run_tag: str = "") -> None:
+        """Name the run's scalars after its tag part (``agents/loss/lr=0.1/run_1`` in a sweep)."""
+        self._batch.run_tag = run_tag or f"run_{run_idx}"
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         if force:
@@ -218,7 +223,7 @@ class BasicCallBack(TBCallBack):
         key = (tag, *data)
         names = self._names.get(key)
         if names is None:
-            names = self._names[key] = tuple(scalar_name(k, tag) for k in data)
+            names = self._names[key] = tuple(scalar_name(k, tag, self._batch.run_tag) for k in data)
         writer.write(self._encoder.encode(names, data.values(), step, time.time()))
         writer.flush()
 

@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.core.protocol import Agent
 from online_trainer.core.run_records import RunRecords
 from online_trainer.core.storage import (
@@ -24,7 +24,6 @@ from online_trainer.core.storage import (
 # online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
 # analysis (pandas, scipy, matplotlib).
 _LAZY = {
-    "ExecutionOptions": "online_trainer.parallel.base",
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "SlurmOptions": "online_trainer.parallel.base",
     "SlurmRuns": "online_trainer.parallel.slurm_handle",
@@ -46,6 +45,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "RunOptions":  # the previous release's; deprecated (it warns when called)
+        from online_trainer.core.options_derived import RunOptions
+
+        return RunOptions
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'online_trainer' has no attribute {name!r}")
@@ -56,11 +59,13 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "Agent",
+    "CheckpointOptions",
+    "EvaluationOptions",
     "ExecutionOptions",
     "ExperimentInUseError",
     "OnlineTrainer",
     "RunFailure",
-    "RunOptions",
+    "RecordOptions",
     "RunRecords",
     "RunsFailedError",
     "SlurmOptions",

@@ -22,10 +22,10 @@ from online_trainer.config.schema import (
 )
 from online_trainer.core import preemption, storage
 from online_trainer.core.errors import RunsFailedError
+from online_trainer.core.options import EvaluationOptions, ExecutionOptions
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer
-from online_trainer.parallel.base import ExecutionOptions, SlurmOptions
 from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
@@ -54,31 +54,16 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
+    execution = execution_options(config, progress)
     return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
-                checkpoint_freq=config.checkpoint_freq, keep_checkpoints=config.keep_checkpoints,
-                checkpoint_buffers=config.checkpoint_buffers, eval_freq=config.eval_freq,
-                eval_episodes=config.eval_episodes, execution=execution_options(config, progress), score=config.score)
+                checkpoint_freq=config.checkpoint_freq, dump_transitions=config.dump_transitions,
+                evaluation=config.evaluation, checkpoints=config.checkpoints, records=config.records,
+                execution=execution)
 
 
 def execution_options(config: ExperimentConfig, progress: bool = True) -> ExecutionOptions:
-    """The config's ``num_workers``, ``torch_threads`` and ``execution`` section as one option object.
-
-    Raises:
-        ConfigError: an ``execution.slurm`` key is unknown or its value invalid (the key is named).
-    """
-    slurm = None
-    if config.execution.backend == "slurm":
-        known = {field.name for field in dataclasses.fields(SlurmOptions)}
-        for key in config.execution.slurm:
-            if key not in known:
-                raise ConfigError(f"unknown key execution.slurm.{key}; the keys are the fields of SlurmOptions: "
-                                  f"{', '.join(sorted(known))}.")
-        try:
-            slurm = SlurmOptions(**config.execution.slurm)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"execution.slurm: {exc}") from exc
-    return ExecutionOptions(num_workers=config.num_workers, torch_threads=config.torch_threads,
-                            backend=config.execution.backend, slurm=slurm, progress=progress)
+    """The config's ``execution`` section, with the progress display off when ``progress`` is False."""
+    return dataclasses.replace(config.execution, progress=config.execution.progress and progress)
 
 
 def interrupted(exp_dir: Path) -> int:
@@ -107,7 +92,7 @@ def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) 
 def _describe(config: ExperimentConfig) -> str:
     budget = (f"{config.num_episodes} episodes" if config.num_episodes is not None
               else f"{config.total_steps} env steps")
-    workers = f", {config.num_workers} workers" if config.num_workers > 1 else ""
+    workers = f", {config.execution.num_workers} workers" if config.execution.num_workers > 1 else ""
     return (f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
             f"(x{config.env.num_envs}), {budget} each{workers}")
 
@@ -198,8 +183,9 @@ def eval_command(args: argparse.Namespace) -> int:
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent)
     try:
-        episodes = trainer.evaluate(args.which, num_episodes=args.episodes, num_workers=args.workers,
-                                    exp_dir=exp_dir, overwrite=args.overwrite, progress=not args.no_progress)
+        episodes = trainer.evaluate(args.which, exp_dir=exp_dir, overwrite=args.overwrite,
+                                    evaluation=EvaluationOptions(episodes=args.episodes),
+                                    execution=ExecutionOptions(num_workers=args.workers, progress=not args.no_progress))
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         return 1

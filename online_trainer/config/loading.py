@@ -7,6 +7,7 @@ import dataclasses
 import os
 import re
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from typing import Any
 import yaml
 
 from online_trainer.config.schema import ConfigError, ExperimentConfig
+from online_trainer.core.options import SECTIONS
+from online_trainer.core.options_derived import LEGACY_NAMES
 from online_trainer.core.typed import build, type_name, unknown_key_message
 
 
@@ -53,6 +56,32 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     return path, value
 
 
+def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """``data`` with the previous release's flat keys (``eval_freq: 5000``) moved into their sections
+    (``evaluation: {freq: 5000}``), each with a DeprecationWarning; :data:`LEGACY_NAMES` is the one table.
+
+    A flat key set to null where the section's field takes no null meant "the default" and is dropped,
+    and an ``eval_episodes`` without ``eval_freq`` never evaluated, so it makes no ``evaluation`` section.
+    """
+    own = {spec.name for spec in dataclasses.fields(ExperimentConfig)}
+    data = dict(data)
+    moved: dict[str, dict[str, Any]] = {}
+    for key in [key for key in data if key in LEGACY_NAMES and key not in own]:
+        section, name = LEGACY_NAMES[key].split(".")
+        value = data.pop(key)
+        warnings.warn(f"{where}: the key {key!r} is deprecated and will be removed in the next release: write "
+                      f"{section}.{name} ({section}: {{{name}: ...}}).", DeprecationWarning, stacklevel=3)
+        if value is None and type(None) not in typing.get_args(typing.get_type_hints(SECTIONS[section])[name]):
+            continue  # null where the field takes no null meant "the default" (eval_episodes: null)
+        moved.setdefault(section, {})[name] = value
+    if "evaluation" in moved and moved["evaluation"].get("freq") is None:
+        del moved["evaluation"]
+    for section, values in moved.items():
+        current = data.get(section)
+        data[section] = {**(current if isinstance(current, dict) else {}), **values}
+    return data
+
+
 def _check_override_path(path: tuple[str, ...]) -> None:
     """Raise ConfigError when ``path`` does not lead to a key of the schema (or inside a free mapping)."""
     cls: Any = ExperimentConfig
@@ -62,6 +91,9 @@ def _check_override_path(path: tuple[str, ...]) -> None:
         if part not in names:
             raise ConfigError(unknown_key_message(prefix, part, names))
         hint = typing.get_type_hints(cls)[part]
+        options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        if len(options) == 1 and dataclasses.is_dataclass(options[0]):  # an optional section (evaluation)
+            hint = options[0]
         if dataclasses.is_dataclass(hint):
             cls = hint
             continue
@@ -77,6 +109,9 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     data = copy.deepcopy(data)
     for text in overrides:
         path, value = parse_override(text)
+        if len(path) == 1 and path[0] in LEGACY_NAMES:
+            data = legacy_keys({**data, path[0]: value}, f"override {text!r}")
+            continue
         _check_override_path(path)
         node = data
         for depth, part in enumerate(path[:-1]):
@@ -115,7 +150,7 @@ def load_experiment_config(path: str | os.PathLike, overrides: Sequence[str] = (
     if not isinstance(data, dict):
         raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping of keys (env:, agent:, ...), "
                           f"but holds a {type(data).__name__}.")
-    data = apply_overrides(data, overrides)
+    data = apply_overrides(legacy_keys(data, f"config file {os.fspath(path)!r}"), overrides)
     if data.get("exp_dir") is None:
         data["exp_dir"] = os.path.join("runs", path.stem)
     return build(ExperimentConfig, data, error=ConfigError)

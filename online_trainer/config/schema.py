@@ -10,12 +10,15 @@ A config file names the env, the agent and how to run them::
       hyperparameters: {lr: 0.0003}
     num_runs: 5
     total_steps: 150_000
+    evaluation: {freq: 10_000}
+    execution: {num_workers: 2}
 
 :func:`~online_trainer.config.loading.load_experiment_config` reads such a file, applies dotted ``key=value`` overrides
-(values parsed as YAML: ``agent.hyperparameters.lr=1e-3``, ``num_runs=3``) and returns an
+(values parsed as YAML: ``agent.hyperparameters.lr=1e-3``, ``evaluation.freq=5000``, ``num_runs=3``) and returns an
 :class:`ExperimentConfig`. Every check runs before anything is built: keys and types (the agent's
 hyperparameters against its ``Config`` included) in :func:`online_trainer.core.typed.build`, the one
-checker of the package; values (agent and env names, budget, ranges) in the dataclasses' ``__post_init__``.
+checker of types and keys; values (agent and env names, budget, ranges) in the dataclasses' ``__post_init__``,
+with the checks of :mod:`online_trainer.core.validation` (the option groups' own).
 Problems raise :class:`ConfigError` with a message that names the key, the value and what was expected.
 """
 
@@ -30,7 +33,8 @@ from typing import Any, Callable
 
 from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
                                      MLflowCallback, TBCallBack, WandbCallback)
-from online_trainer.core.raw_scores import SCORES
+from online_trainer.core import validation
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.core.typed import build, did_you_mean
 
 __all__ = [
@@ -40,7 +44,6 @@ __all__ = [
     "AgentConfig",
     "ConfigError",
     "EnvConfig",
-    "ExecutionConfig",
     "ExperimentConfig",
 ]
 
@@ -93,7 +96,7 @@ class EnvConfig:
         object.__setattr__(self, "kwargs", dict(self.kwargs))
         object.__setattr__(self, "wrappers", list(self.wrappers))
         object.__setattr__(self, "vector_kwargs", dict(self.vector_kwargs))
-        _check_positive("env.num_envs", self.num_envs)
+        _as_config_error(validation.positive_int, "env.num_envs", self.num_envs)
         _check_choice("env.vectorization", self.vectorization, VECTORIZATIONS)
         _check_env_id(self.id)
         _check_wrappers(self.wrappers)
@@ -120,38 +123,23 @@ class AgentConfig:
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 
-BACKENDS = ("local", "slurm")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ExecutionConfig:
-    """Where the runs execute (``execution.backend=slurm execution.slurm.partition=gpu``)."""
-
-    backend: str = "local"
-    """``local`` (this process, or ``num_workers`` worker processes) or ``slurm`` (a Slurm job per run, at most
-    ``num_workers`` running at once; needs ``pip install -e ".[slurm]"``)."""
-    slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """With ``backend: slurm``, the fields of ``online_trainer.SlurmOptions``: ``partition``, ``time`` (minutes),
-    ``cpus_per_task``, ``mem``, ``gres``, ``account``, ``qos``, ``additional_parameters``, ``runs_per_job``,
-    ``max_requeues``, ``wait``...; missing ones take the cluster's defaults."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "slurm", dict(self.slurm))
-        _check_choice("execution.backend", self.backend, BACKENDS)
-        if self.slurm and self.backend != "slurm":
-            raise ConfigError(f"execution.slurm={self.slurm!r} applies to execution.backend=slurm only, but got "
-                              f"execution.backend={self.backend!r}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExperimentConfig:
-    """One experiment: ``num_runs`` seeds of ``agent`` on ``env``, each for the same budget."""
+    """One experiment: ``num_runs`` seeds of ``agent`` on ``env``, each for the same budget.
+
+    The sections ``evaluation``, ``checkpoints``, ``records`` and ``execution`` are the option groups of
+    ``multi_run`` themselves (:mod:`online_trainer.core.options`): their keys, defaults, checks and docs are
+    declared there once (``evaluation.freq=5000``). ``evaluation.env`` is not for YAML: the command evaluates on
+    its ``env`` section.
+    """
 
     env: EnvConfig
     """The env (section)."""
     agent: AgentConfig
     """The agent (section)."""
-    num_runs: int = 5
+    num_runs: int = dataclasses.field(default=5, metadata={"check": validation.positive_int})
     """Number of seeds; run ``i`` (from 1) uses seed ``seed_offset + (i - 1) * 10000``."""
     num_episodes: int | None = None
     """Budget: finished episodes per run. Give exactly one of num_episodes and total_steps."""
@@ -159,54 +147,44 @@ class ExperimentConfig:
     """Budget: env steps (real transitions of all sub-envs) per run."""
     seed_offset: int | None = 0
     """Base seed of the runs; null draws one at random (it is recorded in manifest.json)."""
-    num_workers: int = 1
-    """Worker processes running seeds in parallel (Slurm jobs with ``execution.backend=slurm``); 1 runs them one
-    after another in this process."""
-    execution: ExecutionConfig = dataclasses.field(default_factory=ExecutionConfig)
-    """Where the runs execute (section)."""
-    callback: str = "tb"
+    checkpoint_freq: int | None = dataclasses.field(default=None,
+                                                    metadata={"check": validation.optional_positive_int})
+    """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
+    dump_transitions: bool = False
+    """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
+    evaluation: EvaluationOptions | None = None
+    """Greedy evaluation (section; null: none): ``freq``, ``episodes``, ``record_video``."""
+    checkpoints: CheckpointOptions = dataclasses.field(default_factory=CheckpointOptions)
+    """What the checkpoints keep (section): ``keep``, ``buffers``."""
+    records: RecordOptions = dataclasses.field(default_factory=RecordOptions)
+    """What the runs keep and log (section): ``stats_window``, ``score``, ..."""
+    execution: ExecutionOptions = dataclasses.field(default_factory=ExecutionOptions)
+    """How the runs execute (section): ``num_workers``, ``torch_threads``, ``start_method``, ..."""
+    callback: str = dataclasses.field(default="tb", metadata={"check": validation.choice(tuple(CALLBACKS))})
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
     ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
-    checkpoint_freq: int | None = None
-    """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
-    keep_checkpoints: int | None = None
-    """Keep only the last this many periodic checkpoints of each run (``Last`` and ``Best`` stay); null: all."""
-    checkpoint_buffers: bool = False
-    """Put the agent's replay buffer into its checkpoints (DQN, SAC); false: as the agent's ``save_buffer`` says."""
-    eval_freq: int | None = None
-    """Evaluate greedily every this many env steps (step budget) or episodes, and at the end; null: never."""
-    eval_episodes: int = 10
-    """Complete episodes per evaluation."""
     exp_dir: str | None = None
     """Experiment directory (relative to the working directory); null: ``runs/<config file stem>``."""
     train: bool = True
     """False runs the agent in eval mode, without learning."""
     overwrite: bool = False
     """Replace an earlier experiment in exp_dir instead of refusing to run."""
-    last_k: int = 10
+    last_k: int = dataclasses.field(default=10, metadata={"check": validation.positive_int})
     """Episodes per run averaged into its final return in the printed table."""
-    torch_threads: int | None = 1
-    """Threads of every pool (torch, BLAS, OpenMP) of each process running seeds, this one included while its runs
-    go (null: as the environment and the libraries set them, one per core by default)."""
-    score: str = "return"
-    """What evaluations, the progress display and the printed table report: ``return`` (sums of the rewards the
-    agent learns from) or ``raw`` (the scores of a ``gymnasium.wrappers:RecordEpisodeStatistics`` in env.wrappers)."""
 
     def __post_init__(self) -> None:
-        for name in ("num_runs", "num_workers", "last_k", "eval_episodes"):
-            _check_positive(name, getattr(self, name))
-        for name in ("num_episodes", "total_steps", "checkpoint_freq", "keep_checkpoints", "torch_threads",
-                     "eval_freq"):
-            if getattr(self, name) is not None:
-                _check_positive(name, getattr(self, name))
-        if (self.num_episodes is None) == (self.total_steps is None):
-            raise ConfigError("give exactly one budget, num_episodes or total_steps, but got "
-                              f"num_episodes={_yaml_value(self.num_episodes)}, "
-                              f"total_steps={_yaml_value(self.total_steps)}.")
-        if self.seed_offset is not None and self.seed_offset < 0:
-            raise ConfigError(f"seed_offset must be a non-negative int or null, but got seed_offset={self.seed_offset}.")
-        _check_choice("callback", self.callback, tuple(CALLBACKS))
-        _check_choice("score", self.score, SCORES)
+        for spec in dataclasses.fields(self):
+            check = spec.metadata.get("check")
+            if check is not None:
+                _as_config_error(check, spec.name, getattr(self, spec.name))
+        _as_config_error(validation.budget, self.num_episodes, self.total_steps)
+        _as_config_error(validation.seed_offset, self.seed_offset)
+        if self.evaluation is not None and self.evaluation.env is not None:
+            raise ConfigError(f"evaluation.env={self.evaluation.env!r}: the command evaluates on its env section; "
+                              "drop evaluation.env.")
+        if self.checkpoints.keep and self.checkpoint_freq is None:
+            raise ConfigError(f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
+                              "checkpoint_freq is null: set checkpoint_freq too, or drop checkpoints.keep.")
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 
@@ -215,16 +193,14 @@ class ExperimentConfig:
         return dataclasses.asdict(self)
 
 
+def _as_config_error(check: Callable[..., Any], *args: Any) -> None:
+    try:
+        check(*args)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 # ------------------------------------------------------------------------- checks
-
-
-def _yaml_value(value: Any) -> str:
-    return "null" if value is None else repr(value)
-
-
-def _check_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise ConfigError(f"{name} must be a positive int, but got {name}={value}.")
 
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:

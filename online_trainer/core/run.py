@@ -18,7 +18,7 @@ from online_trainer.core.errors import RunSetupError
 from online_trainer.core.evaluation import Evaluator, eval_seed
 from online_trainer.core.hooks import StopRun
 from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import RunPlan
 from online_trainer.core.loop import StepLogger, run_loop
 from online_trainer.core.progress import NoProgress, Progress
 from online_trainer.core.records import EpisodeTable
@@ -40,7 +40,7 @@ class RunSpec:
     seed: int
     env_factory: EnvFactory
     agent_factory: AgentFactory
-    options: RunOptions
+    options: RunPlan
     """What every run of the experiment shares (budget, checkpoints, records, evaluation)."""
     callback: Any
     train: bool = True
@@ -51,7 +51,7 @@ class RunSpec:
     eval_env_factory: EnvFactory | None = None
     """The eval env's factory (None: the training env's, called once more) when evaluating."""
     eval_only: bool = False
-    """Only evaluate the agent as built (a saved checkpoint): ``options.eval_episodes`` episodes, seeded with ``seed``."""
+    """Only evaluate the agent as built (a saved checkpoint): ``options.evaluation.episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
     """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
     task_id: int = -1
@@ -197,10 +197,10 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             env = resume.restored_env(saved)
             if env is None:
                 env = spec.env_factory()
-            _check_env(env, spec.options.frames_trigger)
+            _check_env(env, spec.options.records.frames_trigger)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
-            with_raw = raw_scores.detect(env, spec.options.score, "training env")
+            with_raw = raw_scores.detect(env, spec.options.records.score, "training env")
             if saved is None:
                 obs, _ = env.reset(seed=spec.seed)
             else:
@@ -212,8 +212,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             if spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
-                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.eval_episodes, spec.train,
-                                      video_dir, spec.options.record_video, score=spec.options.score)
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.evaluation.episodes, spec.train,
+                                      video_dir, spec.options.evaluation.record_video, score=spec.options.records.score)
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
             _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
                              spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
@@ -224,7 +224,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         render = render_mode in FRAME_RENDER_MODES
         tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.options.dump_transitions, keep_frames=render,
                                  observation_space=env.single_observation_space,
-                                 action_space=env.single_action_space, frames_trigger=spec.options.frames_trigger,
+                                 action_space=env.single_action_space, frames_trigger=spec.options.records.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         if saved is not None:
             tracker = resume.restored_tracker(saved, tracker)
@@ -279,12 +279,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=tracker.table if spec.options.keep_records and tracker.table.first == 0 else None,
+        records=tracker.table if spec.options.records.in_memory and tracker.table.first == 0 else None,
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0),
-        agent=agent if spec.options.keep_agents else None,
+        agent=agent if spec.options.records.keep_agents else None,
         evaluations=events.evaluations.records if events.evaluations is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
                   "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
@@ -311,7 +311,7 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     the result of its final evaluation during training.
     """
     start = time.perf_counter()
-    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.options.eval_episodes, "episodes")
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.options.num_eval_episodes, "episodes")
     env = None
     try:
         try:
@@ -319,10 +319,10 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.options.eval_episodes, training=False,
-                              score=spec.options.score)
+        evaluator = Evaluator(env, agent, spec.seed, spec.options.num_eval_episodes, training=False,
+                              score=spec.options.records.score)
         record = evaluator.evaluate(0, 0)
-        bar.advance(spec.options.eval_episodes)
+        bar.advance(spec.options.num_eval_episodes)
     finally:
         bar.close()
         if env is not None:

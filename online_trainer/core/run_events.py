@@ -123,7 +123,7 @@ class RunEvents:
             "run": spec.run_idx, "seed": spec.seed, "num_envs": self.tracker.num_envs, "loop": loop,
             "tracker": resume.tracker_bytes(self.tracker, keep_table=metrics.stream is None),
             "events": self.hooks.state_dict(),
-            "agent": resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoint_buffers),
+            "agent": resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
             "env": resume.env_bytes(ctx.env), "rng": resume.global_rng_state(), "outputs": outputs,
             "elapsed": time.perf_counter() - self.tracker.start_time,
         }
@@ -162,7 +162,7 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
     stream = None
     if streams:
         stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), resume_at=outputs.get("metrics"))
-    metrics = MetricsFlush(tracker, stream, options.metrics_flush_every, options.keep_records)
+    metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory)
     builtin: dict[str, Any] = {"metrics": metrics}
     if type(callback) is not EmptyCallBack:  # it would drop them: skip the calls
         builtin["episode_log"] = EpisodeLog(callback, run_tag)
@@ -172,15 +172,15 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
         if streams:
             eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1,
                                                 resume_at=outputs.get("evaluations"))
-        evaluations = builtin["evaluations"] = RunEvaluations(evaluator, options.eval_freq, by_episode, eval_stream,
+        evaluations = builtin["evaluations"] = RunEvaluations(evaluator, options.evaluation.freq, by_episode, eval_stream,
                                                               callback, run_tag)
     if options.checkpoint_freq is not None and callable(getattr(agent, "save", None)):
         checkpoints = builtin["checkpoints"] = RunCheckpoints(
             agent, spec.exp_dir, spec.run_idx, options.checkpoint_freq, by_episode, evaluator is not None,
-            options.keep_checkpoints)
-    builtin["progress"] = ProgressTicks(progress, options.budget, tracker.raw if options.score == "raw" else None)
+            options.checkpoints.keep)
+    builtin["progress"] = ProgressTicks(progress, options.budget, tracker.raw if options.records.score == "raw" else None)
     if not isinstance(callback, EmptyCallBack):
-        builtin["stats"] = RunStats(options.stats_window, options.stats_every_steps)
+        builtin["stats"] = RunStats(options.records.stats_window, options.records.stats_every_steps)
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)

@@ -270,6 +270,7 @@ def _translate(exc: pydantic.ValidationError, cls: type, data: Any, prefix: str,
     path, original = raised[0]
     if isinstance(original, error):
         return original
-    wrapped = error(f"{lead}{path + ': ' if path else ''}{original}")
+    named = path and not str(original).startswith(path + ".")  # an option group names its dotted keys itself
+    wrapped = error(f"{lead}{path + ': ' if named else ''}{original}")
     wrapped.__cause__ = original
     return wrapped

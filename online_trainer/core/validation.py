@@ -27,6 +27,33 @@ def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
     return None if value is None else positive_int(name, value, hint)
 
 
+def boolean(name: str, value: Any) -> bool:
+    """Return ``value`` as a bool; raise ValueError naming ``name`` unless it is True or False (a numpy bool too).
+
+    A truthy string or number is more likely a mistake than a choice (``resume="yes"``, ``resume=1``).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
+    return bool(value)
+
+
+def choice(choices: tuple[str, ...], hint: str = "") -> Any:
+    """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise
+    (then ``hint``, what the choices mean)."""
+    meaning = hint
+
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
+                             f"{hint}.{(' ' + explained) if explained else ''}")
+        return value
+    return check
+
+
 def episode_trigger(name: str, value: Any) -> Any:
     """None, a positive int ``k`` (every ``k``-th episode) or a callable ``episode_index -> bool``.
 
@@ -90,24 +117,13 @@ def needs_exp_dir(exp_dir: Any, **options: Any) -> None:
             )
 
 
-def flag(name: str, value: Any) -> bool:
-    """Return ``value`` when it is True or False (a numpy bool too); raise TypeError naming ``name`` otherwise.
-
-    For switches where a truthy string or number is more likely a mistake than a choice (``resume="yes"``).
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    raise TypeError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
-
-
 def resume_or_overwrite(resume: Any, overwrite: Any) -> tuple[bool, bool]:
     """``resume`` and ``overwrite`` checked as flags, and not both True.
 
     Raises:
-        TypeError: one is not a bool.
-        ValueError: both are True.
+        ValueError: one is not a bool, or both are True.
     """
-    resume, overwrite = flag("resume", resume), flag("overwrite", overwrite)
+    resume, overwrite = boolean("resume", resume), boolean("overwrite", overwrite)
     if resume and overwrite:
         raise ValueError("resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
                          "one of them (resume=True to finish what was cut off, overwrite=True to start again).")

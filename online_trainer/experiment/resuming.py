@@ -13,9 +13,11 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, ContextManager, Mapping, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 from online_trainer.core import ownership, resume, storage, validation
+from online_trainer.core.options import SECTIONS
+from online_trainer.core.options_derived import LEGACY_NAMES
 from online_trainer.core.run import COMPLETED
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.core.job_results import apply_result, read_job_result
@@ -23,24 +25,24 @@ from online_trainer.core.job_results import apply_result, read_job_result
 logger = logging.getLogger(__name__)
 
 CALL_KEY = "call"
-"""The manifest's record of what a resumed call must repeat (see :func:`call_record`)."""
-
-
-def call_record(options: Any, tuning_hp: Mapping[str, Any] | None, train: bool) -> dict[str, Any]:
-    """What the records of a run depend on besides its seed: a resumed call must give the same."""
-    return {"num_episodes": options.num_episodes, "total_steps": options.total_steps,
-            "checkpoint_freq": options.checkpoint_freq, "eval_freq": options.eval_freq,
-            "eval_episodes": options.eval_episodes if options.evaluate else None,
-            "tuning_hp": dict(tuning_hp or {}) or None, "train": bool(train),
-            "score": getattr(options, "score", "return")}
+"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.core.options_derived.call_record`)."""
 
 
 def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
-                    call: Mapping[str, Any]) -> None:
+                    call: Mapping[str, Any], num_envs: Callable[[], int] | None = None) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
+    ``call`` is :func:`~online_trainer.core.options_derived.call_record` of this call: every option that can change
+    what runs record (an option declared ``affects_records=False`` may differ). A manifest of the previous
+    release, whose record has flat keys (``eval_freq``), is read through the legacy names. Keys the experiment
+    did not record (options added since) are not compared.
+
+    Args:
+        num_envs: the number of sub-envs of this call's env (builds one env); compared with the experiment's
+            when its manifest has one.
+
     Raises:
-        ValueError: naming the first field that differs and both values.
+        ValueError: naming the first option that differs and both values.
     """
     def refuse(name: str, before: Any, now: Any) -> None:
         raise ValueError(f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
@@ -52,8 +54,35 @@ def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, b
     if base_seed is not None and base_seed != manifest["base_seed"]:
         refuse("seed_offset", manifest["base_seed"], base_seed)
     for name, before in manifest.get(CALL_KEY, {}).items():
-        if call.get(name) != before:
-            refuse(name, before, call.get(name))
+        key = LEGACY_NAMES.get(name, name) if name not in call else name
+        now = call.get(key, False if key in SECTIONS else None)
+        if now != before:
+            refuse(key, before, now)
+    recorded = recorded_num_envs(exp_dir, manifest) if num_envs is not None else None
+    if recorded is not None:
+        now = num_envs()  # type: ignore[misc]
+        if now != recorded:
+            refuse("num_envs (of the env)", recorded, now)
+
+
+def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
+    """The number of sub-envs the experiment ran with: the manifest's (a run ended), else a full checkpoint's."""
+    if manifest.get("num_envs") is not None:
+        return int(manifest["num_envs"])
+    for entry in manifest["runs"]:
+        header = resume.read(exp_dir, entry["run"], header_only=True)
+        if header is not None:
+            return int(header["num_envs"])
+    return None
+
+
+def env_num_envs(env_factory: Any) -> int:
+    """The number of sub-envs of the env ``env_factory`` builds (one env is built and released)."""
+    env = env_factory()
+    try:
+        return int(env.num_envs)
+    finally:
+        env_factory.release(env)
 
 
 def check_resumable(exp_dir: str | os.PathLike | None) -> None:
@@ -144,7 +173,7 @@ def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int
 
 
 def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call: Mapping[str, Any],
-                     callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:
+                     callback: Any, hooks: Sequence[Any] = (), env_factory: Any = None) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
     Checks the call against the manifest, settles runs cut off, and cuts the callback's files
@@ -156,7 +185,8 @@ def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call
             state from those a run's checkpoint holds; nothing is changed then.
     """
     manifest = read_manifest(exp_dir)
-    check_same_call(exp_dir, manifest, num_runs, seed_offset, call)
+    check_same_call(exp_dir, manifest, num_runs, seed_offset, call,
+                    None if env_factory is None else lambda: env_num_envs(env_factory))
     left = runs_left(manifest, exp_dir, hooks=hooks)
     rewind_outputs(callback, manifest, left)
     done = manifest["num_runs"] - len(left)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from online_trainer.config.builders import factories_from_config
 from online_trainer.core import storage, validation
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.core.errors import RunSetupError, RunsFailedError
 from online_trainer.core.evaluation import eval_seed
 from online_trainer.core.factories import AgentFactory, EnvFactory
@@ -47,7 +47,7 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
 
     exp_dir = Path(exp_dir)
     num_episodes = validation.positive_int("num_episodes", num_episodes)
-    overwrite = validation.flag("overwrite", overwrite)
+    overwrite = validation.boolean("overwrite", overwrite)
     if which not in WHICH:
         raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
     out = evaluation_path(exp_dir, which)
@@ -55,9 +55,10 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
         raise FileExistsError(f"{out} holds an earlier evaluation: pass overwrite=True to replace it.")
     manifest = storage.read_manifest(exp_dir)
     base = parts.agent_factory
-    score = manifest.get(CALL_KEY, {}).get("score", "return")  # a score="raw" experiment is evaluated on raw scores
-    options = RunOptions(num_episodes=num_episodes, evaluate=True, eval_episodes=num_episodes, dump_metrics=False,
-                         keep_agents=False, has_exp_dir=False, score=score)
+    call = manifest.get(CALL_KEY, {})
+    score = call.get("records.score", call.get("score", "return"))  # a score="raw" experiment is evaluated on raw scores
+    options = RunPlan(num_episodes=num_episodes, evaluation=EvaluationOptions(episodes=num_episodes), dump_metrics=False,
+                      records=RecordOptions(keep_agents=False, score=score), has_exp_dir=False)
     specs = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":

@@ -53,7 +53,7 @@ def optuna_objective(
         metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns.
         last_k: a run's final return is the mean of its last ``last_k`` episode returns.
         seed_offset: base seed shared by every trial.
-        **sweep_options: passed to :meth:`OnlineTrainer.sweep` (``num_workers``, ``backend``, ...).
+        **sweep_options: passed to :meth:`OnlineTrainer.sweep` (``execution=ExecutionOptions(...)``, ``checkpoints=...``).
 
     Returns:
         ``objective(trial) -> float``, to maximise. The trial's user attributes hold the

@@ -3,7 +3,7 @@
 ``multi_run``, ``sweep`` (and through it the Optuna objective) and the command all go
 through this one path::
 
-    options = RunOptions(total_steps=50_000, checkpoint_freq=10_000)      # validated once
+    options = RunPlan(total_steps=50_000, checkpoint_freq=10_000)        # validated once
     specs = plan_runs(parts, options, seeds={1: 0, 2: 10_000}, exp_dir=...)
     experiment = Experiment(exp_dir, manifest, specs)                    # manifest + results
     execute_experiments([experiment], execution, parts.callback)         # here, workers or Ray
@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from online_trainer.core import seeding, validation
 from online_trainer.core.errors import RunSetupError
 from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import RunPlan
+from online_trainer.core.options_derived import call_record
 from online_trainer.core.run import RunSpec
 from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created
@@ -47,14 +48,15 @@ class RunnerParts:
     eval_env_factory: EnvFactory | None = None
     """The eval env (None: the training env's factory, called once more per run)."""
 
-    def check_travel(self, execution: ExecutionOptions, options: RunOptions | None = None) -> None:
+    def check_travel(self, execution: ExecutionOptions, options: RunPlan | None = None) -> None:
         """Check, without calling anything, that what runs need can be sent to worker processes (with
         ``options``, their callable ``frames_trigger`` and their hooks too)."""
         if execution.in_workers:
             objects = {"env": self.env_factory.source, "agent": self.agent_factory.source,
                        "trainer.call_back": self.callback, "eval_env": getattr(self.eval_env_factory, "source", None)}
             if options is not None:
-                objects.update({"frames_trigger": options.frames_trigger} if callable(options.frames_trigger) else {})
+                trigger = options.records.frames_trigger
+                objects.update({"records.frames_trigger": trigger} if callable(trigger) else {})
                 objects.update({"hooks": options.hooks} if options.hooks else {})
             base.check_picklable(objects)
 
@@ -73,7 +75,7 @@ class RunnerParts:
                 "torch_threads": execution.torch_threads}
 
 
-def new_manifest(parts: RunnerParts, options: RunOptions, execution: ExecutionOptions, num_runs: int,
+def new_manifest(parts: RunnerParts, options: RunPlan, execution: ExecutionOptions, num_runs: int,
                  seed_offset: int | None, tuning_hp: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
 
@@ -81,13 +83,13 @@ def new_manifest(parts: RunnerParts, options: RunOptions, execution: ExecutionOp
     analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`).
     """
     fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp,
-              resuming.CALL_KEY: resuming.call_record(options, tuning_hp, parts.train)}
-    if options.score != "return":
-        fields["score"] = options.score
+              resuming.CALL_KEY: call_record(options, tuning_hp, parts.train)}
+    if options.records.score != "return":
+        fields["score"] = options.records.score
     return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
 
 
-def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int], exp_dir: Path | None,
+def plan_runs(parts: RunnerParts, options: RunPlan, seeds: Mapping[int, int], exp_dir: Path | None,
               tuning_hp: dict[str, Any] | None = None, copy_agent: bool = False, label: str = "",
               tag_prefix: str = "", first_task_id: int = -1, resume: bool = False) -> list[RunSpec]:
     """The specs of the runs ``seeds`` (run number -> seed) of one experiment.
@@ -117,7 +119,7 @@ def plan_runs(parts: RunnerParts, options: RunOptions, seeds: Mapping[int, int],
 
 
 def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None, tuning_hp: dict[str, Any] | None,
-                   options: RunOptions, parts: RunnerParts, execution: ExecutionOptions,
+                   options: RunPlan, parts: RunnerParts, execution: ExecutionOptions,
                    resume: bool = False) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
 
@@ -129,8 +131,8 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
 
         refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
-                                         resuming.call_record(options, tuning_hp, parts.train), parts.callback,
-                                         options.hooks)
+                                         call_record(options, tuning_hp, parts.train), parts.callback,
+                                         options.hooks, parts.env_factory)
     manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 

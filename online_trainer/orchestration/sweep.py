@@ -31,8 +31,10 @@ from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.experiment.resuming import CALL_KEY, call_record, rewind_outputs, runs_left
-from online_trainer.orchestration.planning import RunnerParts, RunOptions, base_seed, execute_experiments, plan_runs
+from online_trainer.core.options import RunPlan
+from online_trainer.core.options_derived import call_record
+from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
+from online_trainer.orchestration.planning import RunnerParts, base_seed, execute_experiments, plan_runs
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions
 
@@ -130,27 +132,19 @@ def run_sweep(
     trainer: "OnlineTrainer",
     configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
     num_runs: int,
-    num_episodes: int | None = None,
-    total_steps: int | None = None,
+    options: RunPlan,
     seed_offset: int | None = None,
     metric: str = "iqm",
     last_k: int = 10,
-    checkpoint_freq: int | None = None,
     execution: ExecutionOptions = ExecutionOptions(),
-    hooks: Sequence[Any] | None = None,
     resume: bool = False,
-    keep_checkpoints: int | None = None,
-    checkpoint_buffers: bool = False,
 ) -> "pd.DataFrame":
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
     execution.check_waits("sweep")
     if trainer.exp_dir is None:
         raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
                          "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
-    resume = validation.flag("resume", resume)
-    options = RunOptions(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                         keep_checkpoints=keep_checkpoints, checkpoint_buffers=bool(checkpoint_buffers), keep_agents=False,
-                         hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+    resume = validation.boolean("resume", resume)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
@@ -178,7 +172,7 @@ def run_sweep(
 
 
 def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
-          seed: int, fields: dict[str, Any], options: RunOptions, copy_agent: bool,
+          seed: int, fields: dict[str, Any], options: RunPlan, copy_agent: bool,
           created: list[Path], resume: bool = False) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names.
 

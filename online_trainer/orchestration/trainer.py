@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import inspect
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
 from online_trainer.callbacks.multi import check_callback
@@ -17,7 +19,9 @@ from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.run_records import RunRecords
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
-from online_trainer.orchestration.planning import RunnerParts, RunOptions, execute_experiments, plan_runs, start_manifest
+from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
+from online_trainer.orchestration.planning import RunnerParts, execute_experiments, plan_runs, start_manifest
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
@@ -25,6 +29,26 @@ if TYPE_CHECKING:
     import pandas as pd
 
 logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def legacy_keywords(method: F) -> F:
+    """Let ``method`` take the previous release's flat keywords (:data:`~online_trainer.core.options.LEGACY_NAMES`)
+    for one release: each is folded into its option group with a ``DeprecationWarning`` that gives the new
+    spelling. The signature shown (``help``, ``inspect.signature``) is ``method``'s own."""
+    own = set(inspect.signature(method).parameters)
+    sections = [name for name in own if name in ("evaluation", "checkpoints", "records", "execution")]
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        legacy = {name: kwargs.pop(name) for name in list(kwargs) if name in LEGACY_NAMES and name not in own}
+        if legacy:
+            kwargs.update(fold_legacy(method.__name__, legacy, {name: kwargs.get(name) for name in sections}))
+        return method(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
 
 
 class OnlineTrainer:
@@ -105,6 +129,7 @@ class OnlineTrainer:
         check_callback(value, "trainer.call_back")
         self._call_back = value
 
+    @legacy_keywords
     def multi_run(
         self,
         num_runs: int,
@@ -117,31 +142,21 @@ class OnlineTrainer:
         num_workers: int | None = None,
         tuning_hp: dict[str, Any] | None = None,
         *,
-        keep_records: bool = True,
-        keep_agents: bool = True,
-        overwrite: bool = False,
+        evaluation: EvaluationOptions | None = None,
+        checkpoints: CheckpointOptions | None = None,
+        records: RecordOptions | None = None,
         execution: ExecutionOptions | None = None,
-        progress: bool | None = None,
-        start_method: str | None = None,
-        torch_threads: int | None = None,
-        backend: str | None = None,
-        ray_address: str | None = None,
-        ray_resources: Mapping[str, Any] | None = None,
-        metrics_flush_every: int | None = None,
-        eval_env: Any = None,
-        eval_freq: int | None = None,
-        eval_episodes: int = 10,
-        record_video: int | None = None,
-        frames_trigger: int | Callable[[int], bool] | None = None,
         hooks: Sequence[Any] | None = None,
-        stats_window: int = 100,
-        stats_every_steps: int | None = None,
         resume: bool = False,
-        keep_checkpoints: int | None = None,
-        checkpoint_buffers: bool = False,
-        score: str = "return",
+        overwrite: bool = False,
     ) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
+
+        The nine first parameters are the original OnlineTrainer's, positional and in their order; the
+        rest is keyword-only: four option objects (each field documented in
+        ``docs/reference/trainer-options.md``), ``hooks``, ``resume`` and ``overwrite``. The previous
+        release's flat keywords (``eval_freq=``, ``keep_checkpoints=``, ``progress=``, ...) still work, with
+        a ``DeprecationWarning`` that gives the new spelling.
 
         Args:
             num_runs: number of seeds.
@@ -157,65 +172,29 @@ class OnlineTrainer:
                 steps (step budget), plus ``Run{i}_Last`` and ``Run{i}_Best_agent.t``.
             dump_transitions: keep ``(obs, action, reward, terminated, truncated)`` per step in
                 the records (slow and large: for debugging and offline datasets).
-            num_workers: runs going at once: worker processes (``backend="local"``; 1, the default,
-                runs them in this process) or Ray tasks in flight (``backend="ray"``).
+            num_workers: runs going at once (``execution.num_workers`` says the same; giving both,
+                they must agree).
             tuning_hp: hyperparameters given to every agent through ``set_hp``.
-            keep_records: False keeps records out of memory (they are on disk): memory stays
-                flat and ``None`` stands for each run in the result.
-            keep_agents: keep each run's final agent in :attr:`agents` (with workers they are
-                sent back to this process); False for agents too big to keep (large replay buffers).
-            overwrite: replace the outputs of an earlier experiment in ``exp_dir`` (they are set aside, and put
-                back when no run gets past its first env step).
-            execution: how the runs execute, as one object shared by :meth:`multi_run`, :meth:`sweep`
-                and :meth:`evaluate`: ``ExecutionOptions(num_workers=..., backend=..., start_method=...,
-                torch_threads=..., ray_address=..., ray_resources=..., progress=...)``. The flat keywords
-                (``num_workers``, ``progress``, ``start_method``, ``torch_threads``, ``backend``,
-                ``ray_address``, ``ray_resources``) say the same; a keyword that disagrees with
-                ``execution`` is an error. Every parameter after ``tuning_hp`` is keyword-only.
-            progress: show an overall bar and a bar per active run (default True).
-            start_method: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            torch_threads: see :class:`~online_trainer.parallel.base.ExecutionOptions`.
-            backend: ``"local"``, ``"ray"`` or ``"slurm"`` (a Slurm job per run; see ExecutionOptions).
-            ray_address: see :class:`~online_trainer.parallel.base.ExecutionOptions`, as for ``ray_resources``.
-            metrics_flush_every: episode records per chunk of the metrics streams; None: 100 per
-                sub-env. Whatever this says, records reach the disk at least every second while
-                episodes end, at once for an episode that keeps its frames, and when the run ends.
-            eval_env: evaluate each run's agent greedily on this env (an env or a zero-argument
-                factory; with ``eval_freq`` alone, the training env's factory is called once more).
-                The agent is switched to ``eval()``, plays ``eval_episodes`` complete episodes,
-                and goes back to ``train()``; the training env and episode are untouched. Records:
-                ``exp_dir/eval_run{i}.pkl``, :attr:`evaluations`, ``eval/ep_return/run_{i}``.
-                With evaluation, ``Run{i}_Best_agent.t`` is the state at the best eval mean.
-            eval_freq: evaluate every this many env steps (step budget) or finished episodes
-                (episode budget), and once at the end; None with an ``eval_env``: at the end only.
-            eval_episodes: complete episodes per evaluation, spread evenly over the eval env's sub-envs.
-            record_video: film the first episode (of sub-env 0) of every this-many-th evaluation into
-                ``exp_dir/videos/run{i}/eval{k}_step{n}.mp4`` (the eval env must be made with
-                ``render_mode="rgb_array"``; needs ``pip install -e ".[video]"``). The callback gets each
-                video too, when it has a ``video`` method (``TBCallBack``: an animated GIF in TensorBoard).
-            frames_trigger: when the training env renders frames (``render_mode="rgb_array"``,
-                ``"rgb_array_list"`` or ``"ansi"``), the episodes whose records keep them: ``k`` keeps
-                episodes ``k, 2k, ...``, a callable ``episode_index -> bool`` (as gymnasium's
-                ``RecordVideo(episode_trigger=...)``, indices from 1) those it accepts; None: every
-                episode. With a metrics stream the frames are in ``metrics_run{i}.pkl`` only: the
-                records returned and ``all_metrics.pkl`` hold ``frames=[]`` (read them back with
-                :meth:`load_run_metrics`).
+            evaluation: greedy evaluation on a separate env: ``EvaluationOptions(env=..., freq=...,
+                episodes=..., record_video=...)``; None: no evaluation.
+            checkpoints: what the checkpoints keep: ``CheckpointOptions(keep=..., buffers=...)``.
+            records: what the runs keep and log: ``RecordOptions(in_memory=..., keep_agents=...,
+                flush_every=..., frames_trigger=..., stats_window=..., stats_every_steps=..., score=...)``.
+            execution: how the runs execute: ``ExecutionOptions(num_workers=..., backend=...,
+                start_method=..., torch_threads=..., ray_address=..., ray_resources=..., slurm=..., progress=...)``
+                (``backend="slurm"``: a Slurm job per run).
             hooks: objects with any of ``on_run_start(ctx)``, ``on_step(ctx)`` (every ``every_steps`` env
                 steps or ``every_seconds`` seconds, as the hook declares), ``on_episode_end(ctx, record)``,
                 ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)``, ``on_run_end(ctx)``; ``ctx.stop(reason)``
                 ends the run (status ``stopped_early``). Each run gets its own copy of each hook. See
                 :mod:`online_trainer.hooks` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``).
-            stats_window: episodes in the rolling means logged under ``stats/run_{i}`` (see RunOptions).
-            stats_every_steps: period of the ``stats/`` and ``timing/`` logs; None: about 10 seconds.
             resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
-                checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes".
-            keep_checkpoints: keep the last this many periodic checkpoints of each run (see RunOptions).
-            checkpoint_buffers: full checkpoints hold the replay buffer: exact off-policy resume.
-            score: what evaluations, progress and analysis report: ``"return"`` (sums of the rewards the agent
-                learns from) or ``"raw"`` (game scores of a ``RecordEpisodeStatistics`` in the env; see RunOptions).
+                checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes". Every
+                option that changes what runs record must be the experiment's, or the call is refused.
+            overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
 
         Returns:
-            The episode records of each run (``None`` per run when ``keep_records`` is False), as a
+            The episode records of each run (``None`` per run when ``records.in_memory`` is False), as a
             :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
             a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
@@ -226,24 +205,23 @@ class OnlineTrainer:
         """
         num_runs = validation.positive_int("num_runs", num_runs)
         resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
-        options = RunOptions(
+        options = RunPlan(
             num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-            keep_checkpoints=keep_checkpoints, checkpoint_buffers=checkpoint_buffers, dump_metrics=self.exp_dir is not
-            None if dump_metrics is None else bool(dump_metrics), dump_transitions=bool(dump_transitions),
-            keep_records=bool(keep_records), keep_agents=bool(keep_agents), metrics_flush_every=metrics_flush_every,
-            has_exp_dir=self.exp_dir is not None, evaluate=eval_env is not None or eval_freq is not None,
-            eval_freq=eval_freq, eval_episodes=eval_episodes, record_video=record_video, frames_trigger=frames_trigger,
-            hooks=hooks, stats_window=stats_window, stats_every_steps=stats_every_steps, score=score)
-        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
-                                      torch_threads=torch_threads, ray_address=ray_address,
-                                      ray_resources=ray_resources, progress=progress).capped(num_runs)
+            dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
+            dump_transitions=bool(dump_transitions), evaluation=evaluation,
+            checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
+            records=RecordOptions() if records is None else records, hooks=hooks,
+            has_exp_dir=self.exp_dir is not None)
+        execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
+        eval_env = None if evaluation is None else evaluation.env
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
         inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
+        keep_records = options.records.in_memory
         with hold as created, executors.early_workers(execution, num_runs) as pool:
             manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
@@ -265,6 +243,7 @@ class OnlineTrainer:
         """What this trainer contributes to every run (for :mod:`online_trainer.orchestration.planning`)."""
         return RunnerParts(self.env_factory, self.agent_factory, self.call_back, self.train)
 
+    @legacy_keywords
     def sweep(
         self,
         configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
@@ -276,17 +255,12 @@ class OnlineTrainer:
         metric: str = "iqm",
         last_k: int = 10,
         checkpoint_freq: int | None = None,
-        keep_checkpoints: int | None = None,
-        checkpoint_buffers: bool = False,
-        hooks: Sequence[Any] | None = None,
+        dump_transitions: bool = False,
+        evaluation: EvaluationOptions | None = None,
+        checkpoints: CheckpointOptions | None = None,
+        records: RecordOptions | None = None,
         execution: ExecutionOptions | None = None,
-        num_workers: int | None = None,
-        backend: str | None = None,
-        progress: bool | None = None,
-        start_method: str | None = None,
-        torch_threads: int | None = None,
-        ray_address: str | None = None,
-        ray_resources: Mapping[str, Any] | None = None,
+        hooks: Sequence[Any] | None = None,
         resume: bool = False,
     ) -> "pd.DataFrame":
         """Run every configuration over ``num_runs`` seeds and rank the configurations.
@@ -309,10 +283,12 @@ class OnlineTrainer:
             metric: ``"iqm"``, ``"mean"`` or ``"median"`` of the runs' final returns, to rank by.
             last_k: a run's final return (what is ranked) is the mean of its last ``last_k`` training
                 episodes; with evaluations, ``compare(exp_dir, source="eval")`` ranks on them.
-            checkpoint_freq: as in :meth:`multi_run`, like ``keep_checkpoints`` and ``checkpoint_buffers``.
+            checkpoint_freq: as in :meth:`multi_run`, like ``dump_transitions``.
+            evaluation: as in :meth:`multi_run`; with it, ``compare(exp_dir, source="eval")`` ranks on evaluations.
+            checkpoints: as in :meth:`multi_run`.
+            records: as in :meth:`multi_run` (a sweep keeps no agents: ``records.keep_agents`` is ignored).
             hooks: as in :meth:`multi_run`; each (configuration x seed) run gets its own copy.
-            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers``, ``backend``,
-                ``progress``, ...; all (configuration x seed) runs share the pool.
+            execution: as in :meth:`multi_run`; all (configuration x seed) runs share the pool.
             resume: runs cut off continue from their full checkpoints (else they start again).
 
         Returns:
@@ -329,46 +305,40 @@ class OnlineTrainer:
         """
         from online_trainer.orchestration.sweep import run_sweep
 
-        execution = resolve_execution(execution, num_workers=num_workers, backend=backend, start_method=start_method,
-                                      torch_threads=torch_threads, ray_address=ray_address,
-                                      ray_resources=ray_resources, progress=progress)
-        return run_sweep(self, configurations, num_runs, num_episodes, total_steps, seed_offset, metric, last_k,
-                         checkpoint_freq, execution, hooks, resume, keep_checkpoints, checkpoint_buffers)
+        options = RunPlan(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+                          dump_transitions=bool(dump_transitions), evaluation=evaluation,
+                          checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
+                          records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
+                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+        return run_sweep(self, configurations, num_runs, options, seed_offset, metric, last_k,
+                         resolve_execution(execution), resume)
 
+    @legacy_keywords
     def evaluate(
         self,
         which: str = "last",
         *,
-        num_episodes: int = 10,
         exp_dir: str | os.PathLike | None = None,
-        eval_env: Any = None,
-        overwrite: bool = False,
+        evaluation: EvaluationOptions | None = None,
         execution: ExecutionOptions | None = None,
-        num_workers: int | None = None,
-        progress: bool | None = None,
-        backend: str | None = None,
-        start_method: str | None = None,
-        torch_threads: int | None = None,
-        ray_address: str | None = None,
-        ray_resources: Mapping[str, Any] | None = None,
+        overwrite: bool = False,
     ) -> "pd.DataFrame":
         """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
 
         Each run's agent is rebuilt with this trainer's agent factory and its checkpoint
-        loaded (``agent.load``), switched to ``eval()``, and plays ``num_episodes`` complete
+        loaded (``agent.load``), switched to ``eval()``, and plays ``evaluation.episodes`` complete
         episodes on an env seeded with the run's eval seed, exactly as evaluations during
         training do: evaluating ``"last"`` repeats the run's final evaluation.
 
         Args:
             which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
                 (every checkpoint, the periodic ones included).
-            num_episodes: episodes per checkpoint.
             exp_dir: the experiment to evaluate (default: this trainer's).
-            eval_env: the env to evaluate on (default: the ``eval_env`` of this trainer's last
-                :meth:`multi_run`, when ``exp_dir`` is that run's; else the training env's factory).
+            evaluation: ``EvaluationOptions(episodes=...)`` (episodes per checkpoint, 10 by default) and
+                ``env=`` (default: the eval env of this trainer's last :meth:`multi_run`, when ``exp_dir`` is
+                that run's; else the training env's factory). ``freq`` and ``record_video`` do not apply.
+            execution: as in :meth:`multi_run` (``num_workers``: checkpoints evaluated at once).
             overwrite: replace an earlier ``evaluation_{which}.csv``.
-            execution: as in :meth:`multi_run`, like the flat keywords ``num_workers`` (runs evaluated
-                at once), ``progress``, ``backend``, ...
 
         Returns:
             One row per episode: ``run``, ``seed``, ``checkpoint``, ``episode``, ``ep_return``,
@@ -383,16 +353,15 @@ class OnlineTrainer:
         target = exp_dir if exp_dir is not None else self.exp_dir
         if target is None:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
-        if eval_env is not None:
-            factory = EnvFactory(eval_env)
+        evaluation = EvaluationOptions() if evaluation is None else evaluation
+        if evaluation.env is not None:
+            factory = EnvFactory(evaluation.env)
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)
-        options = resolve_execution(execution, num_workers=num_workers, progress=progress, backend=backend,
-                                    start_method=start_method, torch_threads=torch_threads, ray_address=ray_address,
-                                    ray_resources=ray_resources)
+        options = resolve_execution(execution)
         parts.check_travel(options)
-        return evaluate_checkpoints(parts, target, which, num_episodes, options, overwrite)
+        return evaluate_checkpoints(parts, target, which, evaluation.episodes, options, overwrite)
 
     load_run_metrics = staticmethod(storage.load_run_metrics)
     load_all_run_metrics = staticmethod(storage.load_all_run_metrics)

@@ -17,7 +17,7 @@ from online_trainer.callbacks import BasicCallBack, EmptyCallBack, JsonlCallback
 from online_trainer.callbacks.base import scalar_name
 from online_trainer.callbacks.event_file import ScalarEncoder
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE
-from tests.conftest import read_videos
+from tests.conftest import make_counting_vec, read_videos
 
 
 def read_scalars(log_dir):
@@ -52,8 +52,8 @@ def test_tb_writes_every_call_with_flush_every_1(tmp_path):
     cb({"ep_return": 9.0}, "run_1", 3, force=True)
     cb.close()
     scalars = read_scalars(tmp_path)
-    assert scalars["loss/agents/run_0"] == [(s, s * 0.5) for s in range(5)]
-    assert scalars["q/agents/run_0"] == [(s, -s) for s in range(5)]
+    assert scalars["agents/loss/run_0"] == [(s, s * 0.5) for s in range(5)]
+    assert scalars["agents/q/run_0"] == [(s, -s) for s in range(5)]
     assert scalars["ep_return/run_1"] == [(3, 9.0)]
 
 
@@ -66,8 +66,8 @@ def test_tb_averages_per_tag_and_force_bypasses(tmp_path):
     cb.close()
     scalars = read_scalars(tmp_path)
     # means of 1..4 and 5..8 written at the 4th and 8th call; the 9th is still pending
-    assert scalars["loss/agents/run_0"] == [(4, 2.5), (8, 6.5)]
-    assert scalars["loss/agents/run_1"] == [(4, 100.0), (8, 100.0)]
+    assert scalars["agents/loss/run_0"] == [(4, 2.5), (8, 6.5)]
+    assert scalars["agents/loss/run_1"] == [(4, 100.0), (8, 100.0)]
     assert scalars["ep_return/run_0"] == [(7, 1.5)]
 
 
@@ -78,13 +78,13 @@ def test_tb_reset_drops_pending_values(tmp_path):
     cb({"loss": 1.0}, "a", 2)
     cb({"loss": 3.0}, "a", 3)
     cb.close()
-    assert read_scalars(tmp_path)["loss/a"] == [(3, 2.0)]
+    assert read_scalars(tmp_path)["a/loss"] == [(3, 2.0)]
 
 
 def test_basic_callback_writes_through(tmp_path):
     cb = BasicCallBack(tmp_path)
     cb({"x": 1.0}, "t", 1)
-    assert read_scalars(tmp_path)["x/t"] == [(1, 1.0)]  # on disk before close
+    assert read_scalars(tmp_path)["t/x"] == [(1, 1.0)]  # on disk before close
     cb.close()
 
 
@@ -97,7 +97,7 @@ def test_callbacks_pickle_before_first_write_and_copies_open_their_own_file(tmp_
     copy.close()
     own_files = [p for p in tmp_path.glob("events.out.tfevents.*") if p.name != LAYOUT_FILE]  # + the layout
     assert len(own_files) == 2
-    assert sorted(read_scalars(tmp_path)["x/t"]) == [(1, 1.0), (2, 2.0)]
+    assert sorted(read_scalars(tmp_path)["t/x"]) == [(1, 1.0), (2, 2.0)]
     jsonl = JsonlCallback(tmp_path / "log.jsonl")
     jsonl({"x": 1}, "t", 1)
     assert pickle.loads(cloudpickle.dumps(jsonl))._lines == []
@@ -203,12 +203,56 @@ def test_empty_callback_does_nothing(tmp_path):
 @pytest.mark.parametrize("key, tag, name", [
     ("ep_return", "ep_return/run_1", "ep_return/run_1"),
     ("ep_return", "eval/ep_return/run_1", "eval/ep_return/run_1"),
-    ("loss", "agents/run_1", "loss/agents/run_1"),
-    ("ep_return", "ep_returns/run_1", "ep_return/ep_returns/run_1"),
+    ("loss", "agents/run_1", "agents/loss/run_1"),
+    ("ep_return", "ep_returns/run_1", "ep_returns/ep_return/run_1"),
     ("loss", "", "loss"),
 ])
 def test_scalar_names(key, tag, name):
     assert scalar_name(key, tag) == name
+
+
+def test_a_sweeps_scalar_is_named_as_its_metric_then_its_run():
+    assert scalar_name("loss", "agents/lr=0.1/run_2", "lr=0.1/run_2") == "agents/loss/lr=0.1/run_2"
+    assert scalar_name("ep_return", "ep_return/lr=0.1/run_2", "lr=0.1/run_2") == "ep_return/lr=0.1/run_2"
+
+
+def test_tensorboard_shows_each_metric_under_the_name_csv_gives_it_and_callbacks_get_the_tags(tmp_path):
+    import csv
+
+    from online_trainer import OnlineTrainer
+    from online_trainer.callbacks import CSVCallback, MultiCallback
+
+    class Recorder(EmptyCallBack):
+        def __init__(self):
+            self.tags = set()
+
+        def __call__(self, data, tag, step, force=False):
+            self.tags.add(tag)
+
+    class LoggingAgent:
+        def __init__(self, env):
+            self.n = env.num_envs
+
+        def act(self, obs):
+            return np.zeros(self.n, dtype=np.int64)
+
+        def update(self, next_obs, reward, terminated, truncated, call_back=None):
+            if call_back is not None:
+                call_back({"loss": 0.5})
+
+        def log(self):
+            return [{"q": np.ones(2)}] * self.n
+
+    recorder = Recorder()
+    trainer = OnlineTrainer(make_counting_vec(1), LoggingAgent, exp_dir=tmp_path)
+    trainer.call_back = MultiCallback([TBCallBack(tmp_path), CSVCallback(tmp_path / "scalars.csv"), recorder])
+    trainer.multi_run(1, num_episodes=3, seed_offset=0, progress=False)
+    with open(tmp_path / "scalars.csv") as file:
+        csv_names = {row["metric"] for row in csv.DictReader(file)}
+    tb_names = {name.removesuffix("/run_1") for name in read_scalars(tmp_path)}
+    assert tb_names == csv_names and {"ep_return", "ep_length"} <= csv_names
+    assert any(name.startswith("agents/") for name in csv_names)
+    assert {"ep_return/run_1", "ep_length/run_1", "agents/run_1"} <= recorder.tags
 
 
 def test_evaluations_reach_tensorboard_under_the_tags_the_callback_gets(tmp_path):

@@ -88,7 +88,7 @@ def test_empty_data_logs_nothing_and_bad_input_raises_at_the_call():
         batch.add({"x": 1.0, "y": "high"}, "t", 1)
     batch.add({"x": 2.0, "y": 3.0}, "t", 2)  # the failed call left nothing behind
     (record,) = split_records(batch.encode())
-    assert record == ScalarEncoder().encode(("x/t", "y/t"), [2.0, 3.0], 2, event_pb2.Event.FromString(record[12:-4]).wall_time)
+    assert record == ScalarEncoder().encode(("t/x", "t/y"), [2.0, 3.0], 2, event_pb2.Event.FromString(record[12:-4]).wall_time)
 
 
 def test_tb_reads_values_at_the_call(tmp_path):
@@ -98,7 +98,7 @@ def test_tb_reads_values_at_the_call(tmp_path):
     value[()] = 99.0  # an agent reusing its array must not change what was logged
     cb({"v": value}, "t", 2)
     cb.close()
-    assert read_scalars(tmp_path)["v/t"] == [(1, 1.5), (2, 99.0)]
+    assert read_scalars(tmp_path)["t/v"] == [(1, 1.5), (2, 99.0)]
 
 
 def test_tb_forced_write_after_max_delay_reaches_the_file_and_close_writes_the_rest(tmp_path):
@@ -111,12 +111,12 @@ def test_tb_forced_write_after_max_delay_reaches_the_file_and_close_writes_the_r
     cb.max_delay = 0.0
     cb({"ep_return": 3.0}, "ep_return/run_1", 3, force=True)
     on_disk = read_scalars(tmp_path)
-    assert on_disk["ep_return/run_1"] == [(1, 1.0), (2, 2.0), (3, 3.0)] and len(on_disk["loss/agents/run_1"]) == 100
+    assert on_disk["ep_return/run_1"] == [(1, 1.0), (2, 2.0), (3, 3.0)] and len(on_disk["agents/loss/run_1"]) == 100
     for step in range(101, 3001):  # past a batch: written without close
         cb({"loss": step * 0.5}, "agents/run_1", step)
-    assert len(read_scalars(tmp_path)["loss/agents/run_1"]) >= 2048
+    assert len(read_scalars(tmp_path)["agents/loss/run_1"]) >= 2048
     cb.close()
-    assert read_scalars(tmp_path)["loss/agents/run_1"] == [(s, s * 0.5) for s in range(1, 3001)]
+    assert read_scalars(tmp_path)["agents/loss/run_1"] == [(s, s * 0.5) for s in range(1, 3001)]
 
 
 def test_tb_copy_made_with_values_kept_carries_none_of_them(tmp_path):
@@ -128,7 +128,7 @@ def test_tb_copy_made_with_values_kept_carries_none_of_them(tmp_path):
     cb.close()
     own_files = [p for p in tmp_path.glob("events.out.tfevents.*") if p.name != LAYOUT_FILE]  # + the layout
     assert len(own_files) == 2
-    assert sorted(read_scalars(tmp_path)["x/t"]) == [(1, 1.0), (2, 2.0)]
+    assert sorted(read_scalars(tmp_path)["t/x"]) == [(1, 1.0), (2, 2.0)]
 
 
 @pytest.mark.parametrize("crash", [RuntimeError, KeyboardInterrupt])
@@ -146,7 +146,7 @@ def test_a_run_that_crashes_leaves_every_scalar_logged_before_readable(tmp_path,
     with pytest.raises(Exception if crash is RuntimeError else KeyboardInterrupt):
         trainer.multi_run(1, num_episodes=10_000, seed_offset=0, progress=False)
     scalars = read_scalars(tmp_path)
-    assert [value for _, value in scalars["loss/agents/run_1"]] == list(range(1, 301))
+    assert [value for _, value in scalars["agents/loss/run_1"]] == list(range(1, 301))
     returns = scalars["ep_return/run_1"]
     assert [step for step, _ in returns] == list(range(1, len(returns) + 1)) and len(returns) > 50
 

@@ -31,14 +31,14 @@ def plugin_for(log_dir):
 
 def test_each_metric_gets_one_chart_with_every_run_overlaid(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
-    trainer.call_back = TBCallBack(tmp_path, layout_metrics=["ep_return", "eval/ep_return", "loss/agents"])
+    trainer.call_back = TBCallBack(tmp_path, layout_metrics=["ep_return", "eval/ep_return", "agents/loss"])
     trainer.multi_run(2, num_episodes=4, seed_offset=0, eval_freq=2, eval_episodes=2, progress=False)
 
     plugin = plugin_for(tmp_path)
     layout = json.loads(plugin.layout_impl(context.RequestContext(), ""))
     (category,) = layout["category"]
     charts = {chart["title"]: chart["multiline"]["tag"] for chart in category["chart"]}
-    assert list(charts) == ["ep_return", "eval/ep_return", "loss/agents"]
+    assert list(charts) == ["ep_return", "eval/ep_return", "agents/loss"]
     scalars = read_scalars(tmp_path)  # the seed's own tags are kept
     for title, (regex,) in charts.items():
         found = plugin.scalars_impl(context.RequestContext(), ".", regex, "")["tag_to_events"]

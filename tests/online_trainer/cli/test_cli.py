@@ -236,9 +236,16 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         (["checkpoint_freq=1e4"], "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
                                   "(write 10000 or 10_000, without a decimal point or exponent)."),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
-        (["keep_checkpoints=0"], "keep_checkpoints must be a positive int, but got keep_checkpoints=0."),
-        (["keep_checkpoints=2"], "keep_checkpoints=2 applies to periodic checkpoints, but checkpoint_freq is None"),
-        (["checkpoint_buffers=1"], "checkpoint_buffers=1 has the wrong type: expected a bool (true or false), got int."),
+        (["checkpoints.keep=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
+        (["keep_checkpoints=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
+        (["checkpoints.keep=2"], "checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq is null"),
+        (["checkpoints.buffers=1"], "checkpoints.buffers=1 has the wrong type: expected a bool (true or false), got "
+                                    "int."),
+        (["evaluation.freqq=5"], "unknown key 'evaluation.freqq' (did you mean 'evaluation.freq'?); valid keys of "
+                                 "evaluation: env, freq, episodes, record_video."),
+        (["evaluation.freq=0"], "evaluation.freq must be a positive int, but got evaluation.freq=0."),
+        (["execution.num_workers=two"], "execution.num_workers='two' has the wrong type: expected an int, got str."),
+        (["evaluation={freq: 1e4}"], "evaluation.freq=10000.0 has the wrong type: expected an int or null, got float"),
         (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
                     "wrappers, vector_kwargs, got int."),
         (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
@@ -249,11 +256,11 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
         (["env.id=Corridoor-v0"], "unknown env env.id='Corridoor-v0': it is not in gymnasium.registry; close "
                                   "matches: Corridor-v0"),
-        (["total_steps=100"], "give exactly one budget, num_episodes or total_steps, but got num_episodes=6, "
-                              "total_steps=100."),
-        (["num_episodes=null"], "give exactly one budget"),
-        (["callback=tbb"], "callback='tbb' is not one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', "
-                           "'wandb' (did you mean 'tb'?)"),
+        (["total_steps=100"], "Give exactly one of num_episodes and total_steps, as a positive int, but got "
+                              "num_episodes=6, total_steps=100."),
+        (["num_episodes=null"], "Give exactly one of num_episodes and total_steps"),
+        (["callback=tbb"], "callback must be one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', 'wandb', but "
+                           "got callback='tbb' (did you mean 'tb'?)"),
         (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got "
                                           "lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
@@ -424,18 +431,37 @@ def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tm
 
 def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
     exp_dir = tmp_path / "exp"
-    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=2", "keep_checkpoints=1",
-               "checkpoint_buffers=true") == 0
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=2", "checkpoints.keep=1",
+               "checkpoints.buffers=true") == 0
     for i in (1, 2):
         assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
         assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()
+
+
+def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_dotted_keys(tmp_path):
+    from online_trainer.config.loading import load_experiment_config
+
+    flat = write_config(tmp_path, TINY + "num_workers: 2\neval_freq: 3\neval_episodes: 4\nkeep_checkpoints: 1\n"
+                        "checkpoint_freq: 2\ntorch_threads: null\nscore: return\n", "flat.yaml")
+    dotted = write_config(tmp_path, TINY + "execution: {num_workers: 2, torch_threads: null}\n"
+                          "evaluation: {freq: 3, episodes: 4}\n"
+                          "checkpoints: {keep: 1}\ncheckpoint_freq: 2\n", "dotted.yaml")
+    with pytest.warns(DeprecationWarning, match=r"the key 'eval_freq' is deprecated .* write evaluation.freq"):
+        old = load_experiment_config(flat, [f"exp_dir={tmp_path}"])
+    assert old == load_experiment_config(dotted, [f"exp_dir={tmp_path}"])
+    # eval_episodes without eval_freq never evaluated (the resolved config.yaml of the previous release has both)
+    with pytest.warns(DeprecationWarning):
+        quiet = load_experiment_config(write_config(tmp_path, TINY + "eval_freq: null\neval_episodes: 10\n", "q.yaml"))
+    assert quiet.evaluation is None
+    with pytest.warns(DeprecationWarning, match=r"override 'num_workers=3': the key 'num_workers' is deprecated"):
+        assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
 
 
 @pytest.mark.parametrize("target", ["the command", "its process group"])
 def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
     """SIGTERM to ``online-trainer run`` with 2 workers, alone (``kill PID``) or with its workers (as a cluster
     stops a job): one line for the signal, none from the workers, and the command that continues the experiment."""
-    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "num_workers: 2\n")
+    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "execution: {num_workers: 2}\n")
     exp_dir = Path("runs") / "cut"  # relative to the working directory, as users type it
     job = subprocess.Popen([sys.executable, "-m", "online_trainer", "run", str(config), f"exp_dir={exp_dir}",
                             "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

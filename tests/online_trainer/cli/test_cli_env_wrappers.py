@@ -27,9 +27,8 @@ agent:
 num_runs: 1
 num_episodes: 6
 callback: empty
-score: raw
-eval_freq: 3
-eval_episodes: 2
+records: {score: raw}
+evaluation: {freq: 3, episodes: 2}
 """
 
 
@@ -46,7 +45,7 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
     assert resolved["env"]["wrappers"] == [
         "gymnasium.wrappers:RecordEpisodeStatistics",
         {"gymnasium.wrappers:ClipReward": {"min_reward": -0.5, "max_reward": 0.5}}]
-    assert resolved["env"]["vector_kwargs"] == {"shared_memory": False} and resolved["score"] == "raw"
+    assert resolved["env"]["vector_kwargs"] == {"shared_memory": False} and resolved["records"]["score"] == "raw"
     # the resolved config loads back to the same config
     assert load_experiment_config(exp_dir / "config.yaml").to_dict() == resolved
     df = load_episodes(exp_dir)
@@ -68,7 +67,7 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
      "env.wrappers='gymnasium.wrappers:ClipReward' has the wrong type: expected a list, got str."),
     ("env.vector_kwargs={copy: false, shared_memry: false}",
      "AsyncVectorEnv (vectorization='async') takes no argument 'shared_memry'"),
-    ("score=game", "score='game' is not one of 'return', 'raw'"),
+    ("records.score=game", "records.score must be one of 'return', 'raw', but got records.score='game'"),
     ("env.id=ALE/Pong-v5", "unknown env env.id='ALE/Pong-v5': it is not in gymnasium.registry. Ids of ale_py are "
                            "registered when it is imported: try 'ale_py:ALE/Pong-v5'"),
 ])
@@ -99,7 +98,7 @@ def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_include
     from online_trainer.core import storage
 
     exp_dir = tmp_path / "exp"
-    overrides = [f"exp_dir={exp_dir}", "checkpoint_freq=2", "keep_checkpoints=1", "seed_offset=4"]
+    overrides = [f"exp_dir={exp_dir}", "checkpoint_freq=2", "checkpoints.keep=1", "seed_offset=4"]
     assert cli.main(["run", "--no-progress", str(write(tmp_path)), *overrides]) == 0
     before = load_episodes(exp_dir)
     manifest = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())

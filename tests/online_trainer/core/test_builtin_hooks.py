@@ -15,7 +15,7 @@ from online_trainer import OnlineTrainer
 from online_trainer.callbacks import JsonlCallback
 from online_trainer.core import run as run_module
 from online_trainer.core.hooks import HookRunner, RunContext, check_hooks
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import CheckpointOptions, RunPlan
 from online_trainer.core.progress import NoProgress
 from online_trainer.core.run_events import run_events
 from online_trainer.hooks import Hook
@@ -236,19 +236,19 @@ def test_keep_checkpoints_leaves_the_last_periodic_ones_and_never_last_or_best(t
 
 
 def test_keep_checkpoints_and_checkpoint_buffers_are_checked(tmp_path):
-    with pytest.raises(ValueError, match=r"keep_checkpoints must be a positive int, but got keep_checkpoints=0"):
-        RunOptions(total_steps=10, checkpoint_freq=5, keep_checkpoints=0)
-    with pytest.raises(ValueError, match=r"keep_checkpoints=2 applies to periodic checkpoints, but checkpoint_freq "
+    with pytest.raises(ValueError, match=r"checkpoints.keep must be a positive int, but got checkpoints.keep=0"):
+        CheckpointOptions(keep=0)
+    with pytest.raises(ValueError, match=r"checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq "
                                          r"is None"):
-        RunOptions(total_steps=10, keep_checkpoints=2)
-    with pytest.raises(ValueError, match=r"checkpoint_buffers=True writes into the experiment directory, but exp_dir "
+        RunPlan(total_steps=10, checkpoints=CheckpointOptions(keep=2))
+    with pytest.raises(ValueError, match=r"checkpoints.buffers=True writes into the experiment directory, but exp_dir "
                                          r"is None"):
-        RunOptions(total_steps=10, checkpoint_buffers=True, has_exp_dir=False, dump_metrics=False)
-    with pytest.raises(ValueError, match=r"checkpoint_buffers must be True or False, but got checkpoint_buffers='y'"):
-        RunOptions(total_steps=10, checkpoint_freq=5, checkpoint_buffers="y")
+        RunPlan(total_steps=10, checkpoints=CheckpointOptions(buffers=True), has_exp_dir=False, dump_metrics=False)
+    with pytest.raises(ValueError, match=r"checkpoints.buffers must be True or False, but got checkpoints.buffers='y'"):
+        CheckpointOptions(buffers="y")
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
-    with pytest.raises(ValueError, match="keep_checkpoints=1 applies"):
-        trainer.multi_run(1, total_steps=10, keep_checkpoints=1)
+    with pytest.raises(ValueError, match="checkpoints.keep=1 applies"):
+        trainer.multi_run(1, total_steps=10, checkpoints=CheckpointOptions(keep=1))
     assert not (tmp_path / "exp").exists()
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from online_trainer.agents import PPOAgent, QLearningAgent
-from online_trainer import OnlineTrainer
+from online_trainer import EvaluationOptions, OnlineTrainer
 
 EVAL_SEED = 12345
 EVAL_EPISODES = 5
@@ -336,9 +336,10 @@ def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
     with pytest.raises(ValueError, match=r"record_video=1 needs an eval env made with render_mode='rgb_array'"):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, total_steps=20, eval_freq=10, record_video=1, progress=False)
-    with pytest.raises(ValueError, match=r"record_video=2 films evaluation episodes, but evaluation is off"):
+    # EvaluationOptions(record_video=...) alone evaluates at the end, on the training env's factory
+    with pytest.raises(ValueError, match=r"record_video=2 needs an eval env made with render_mode='rgb_array'"):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
-            1, total_steps=20, record_video=2, progress=False)
+            1, total_steps=20, evaluation=EvaluationOptions(record_video=2), progress=False)
 
 
 def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):

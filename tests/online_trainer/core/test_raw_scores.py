@@ -73,7 +73,7 @@ def test_score_raw_without_the_wrapper_fails_before_the_first_step(tmp_path):
                                          "none: add it inside the reward wrappers"):
         trainer.multi_run(1, num_episodes=4, progress=False, score="raw")
     assert not (tmp_path / "exp" / "metrics_run1.pkl").exists()
-    with pytest.raises(ValueError, match="score must be one of 'return', 'raw' but got score='game'"):
+    with pytest.raises(ValueError, match="records.score must be one of 'return', 'raw', but got records.score='game'. 'return' sums"):
         trainer.multi_run(1, num_episodes=4, progress=False, score="game")
 
 
@@ -112,7 +112,7 @@ def test_summarize_score_raw_needs_the_column(tmp_path):
 def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
     from online_trainer.callbacks import EmptyCallBack
     from online_trainer.core.factories import AgentFactory, EnvFactory
-    from online_trainer.core.options import RunOptions
+    from online_trainer.core.options import RecordOptions, RunPlan
     from online_trainer.core.run import RunSpec, execute_run
 
     class Bar:
@@ -137,7 +137,8 @@ def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
     bar = Bar()
     spec = RunSpec(run_idx=1, seed=0, env_factory=EnvFactory(make_vec(1, "NextStep")),
                    agent_factory=AgentFactory(RandomAgent), callback=EmptyCallBack(),
-                   options=RunOptions(num_episodes=5, dump_metrics=False, has_exp_dir=False, score="raw"))
+                   options=RunPlan(num_episodes=5, dump_metrics=False, has_exp_dir=False,
+                                   records=RecordOptions(score="raw")))
     result = execute_run(spec, bar)
     lengths = [r["ep_length"] for r in result.records.records()]
     raw = [n * (n + 1) / 2 for n in lengths]

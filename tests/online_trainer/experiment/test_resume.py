@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_evaluations
+from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer, RecordOptions,
+                            RunsFailedError, load_episodes, load_evaluations)
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.core import resume, storage
@@ -60,7 +61,7 @@ def tb_scalars(exp_dir):
     acc.Reload()
     # stats/ and timing/ (SPS, timing shares: wall-clock figures, logged at a cadence in seconds) differ by design
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
-            if tag.split("/")[-2] not in ("stats", "timing")}
+            if tag.split("/")[0] not in ("stats", "timing")}
 
 
 def jsonl(path):
@@ -145,7 +146,11 @@ def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
 
 @pytest.mark.parametrize("change,field", [({"total_steps": 2000}, "total_steps"), ({"seed_offset": 4}, "seed_offset"),
                                           ({"checkpoint_freq": 500}, "checkpoint_freq"),
-                                          ({"tuning_hp": {"lr": 0.1}}, "tuning_hp")])
+                                          ({"tuning_hp": {"lr": 0.1}}, "tuning_hp"),
+                                          ({"dump_transitions": True}, "dump_transitions"),
+                                          ({"evaluation": EvaluationOptions(freq=200)}, "evaluation"),
+                                          ({"records": RecordOptions(stats_window=5)}, "records.stats_window"),
+                                          ({"checkpoints": CheckpointOptions(buffers=True)}, "checkpoints.buffers")])
 def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp_path, change, field):
     env, agent = AGENTS["q_learning"]
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
@@ -156,6 +161,28 @@ def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **{**kw, **change})
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
     assert after == before  # a refused call changes nothing
+
+
+def test_a_resumed_env_with_another_number_of_sub_envs_is_refused_and_execution_options_may_differ(tmp_path):
+    _, agent = AGENTS["q_learning"]
+
+    def cliff(num_envs):
+        return lambda: gym.make_vec("CliffWalking-v1", num_envs=num_envs, vectorization_mode="sync")
+
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], progress=False, **kw)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    with pytest.raises(ValueError, match=r"which ran with num_envs \(of the env\)=1, but this call has num_envs "
+                                         r"\(of the env\)=2"):
+        OnlineTrainer(cliff(2), agent, exp_dir=tmp_path).multi_run(2, resume=True, progress=False, **kw)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == before
+    # what cannot change the records may differ: workers, progress, checkpoints kept, records held in memory
+    runs = OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(
+        2, resume=True, num_workers=2, checkpoints=CheckpointOptions(keep=1),
+        records=RecordOptions(in_memory=False, keep_agents=False), execution=ExecutionOptions(progress=False), **kw)
+    assert runs == [None, None]
+    assert [r["status"] for r in json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]] == ["finished"] * 2
 
 
 def test_resume_without_an_experiment_says_so(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from online_trainer import OnlineTrainer
+from online_trainer import RecordOptions, OnlineTrainer
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -121,8 +121,9 @@ def test_different_args_in_reused_dir_refused(tmp_path):
 
 
 def test_keep_records_false_needs_disk():
-    with pytest.raises(ValueError, match=r"keep_records=False needs dump_metrics=True"):
-        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, keep_records=False)
+    with pytest.raises(ValueError, match=r"records.in_memory=False needs dump_metrics=True"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1,
+                                                                      records=RecordOptions(in_memory=False))
 
 
 def test_checkpoint_needs_save(tmp_path):
@@ -267,10 +268,10 @@ def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factor
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"resume": "yes"}, TypeError, r"resume must be True or False, but got resume='yes'"),
-    ({"resume": 1}, TypeError, r"resume must be True or False, but got resume=1"),
-    ({"overwrite": "no"}, TypeError, r"overwrite must be True or False, but got overwrite='no'"),
-    ({"overwrite": 0}, TypeError, r"overwrite must be True or False, but got overwrite=0"),
+    ({"resume": "yes"}, ValueError, r"resume must be True or False, but got resume='yes'"),
+    ({"resume": 1}, ValueError, r"resume must be True or False, but got resume=1"),
+    ({"overwrite": "no"}, ValueError, r"overwrite must be True or False, but got overwrite='no'"),
+    ({"overwrite": 0}, ValueError, r"overwrite must be True or False, but got overwrite=0"),
     ({"resume": True, "overwrite": True}, ValueError,
      r"resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only one of them"),
 ])
@@ -284,7 +285,7 @@ def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, m
 
 
 def test_sweep_resume_is_a_flag(tmp_path):
-    with pytest.raises(TypeError, match=r"resume must be True or False, but got resume='yes'"):
+    with pytest.raises(ValueError, match=r"resume must be True or False, but got resume='yes'"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "sweep").sweep(
             {"lr": [0.1]}, 1, num_episodes=2, resume="yes")
     assert not (tmp_path / "sweep").exists()

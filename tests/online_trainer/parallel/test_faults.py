@@ -30,7 +30,7 @@ import pytest
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
-from online_trainer.core.options import RunOptions
+from online_trainer.core.options import RecordOptions, RunPlan
 from online_trainer.core.factories import AgentFactory, EnvFactory
 from online_trainer.core.ownership import is_held
 from online_trainer.core.progress import NoProgress
@@ -346,7 +346,7 @@ class WaitsForAnotherStream(SlowAgent):
 
 def specs(exp_dir: Path, budgets: list[int]) -> list[RunSpec]:
     return [RunSpec(run_idx=i, seed=i * 10000, env_factory=EnvFactory(make_counting_vec(1)),
-                    agent_factory=AgentFactory(SlowAgent), options=RunOptions(num_episodes=n, metrics_flush_every=2),
+                    agent_factory=AgentFactory(SlowAgent), options=RunPlan(num_episodes=n, records=RecordOptions(flush_every=2)),
                     callback=EmptyCallBack(), exp_dir=str(exp_dir))
             for i, n in enumerate(budgets, start=1)]
 

@@ -59,19 +59,21 @@ def test_a_run_in_a_slurm_job_stays_running_when_the_submitting_process_is_gone(
 
 def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
     path = tmp_path / "cfg.yaml"
-    path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_episodes: 2\nnum_workers: 3\n")
+    path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_episodes: 2\nexecution: {num_workers: 3}\n")
     config = load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partition=debug",
                                            "execution.slurm.time=30"])
     assert execution_options(config) == ExecutionOptions(backend="slurm", num_workers=3, slurm=SlurmOptions(
         partition="debug", time=30))
-    with pytest.raises(ConfigError, match="unknown key execution.slurm.partitoin; the keys are the fields"):
+    with pytest.raises(ConfigError, match=r"unknown key 'execution.slurm.partitoin' \(did you mean "
+                                          r"'execution.slurm.partition'\?\)"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partitoin=a"]))
     with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
-    with pytest.raises(ConfigError, match="execution.slurm=.* applies to execution.backend=slurm only"):
+    with pytest.raises(ConfigError, match="execution.slurm=.* applies to backend='slurm' only"):
         load_experiment_config(path, ["execution.slurm.time=30"])
-    with pytest.raises(ConfigError, match="execution.backend='ray' is not one of 'local', 'slurm'"):
-        load_experiment_config(path, ["execution.backend=ray"])
+    with pytest.raises(ConfigError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
+                                          r"execution.backend='rayy' \(did you mean 'ray'\?\)"):
+        load_experiment_config(path, ["execution.backend=rayy"])
 
 
 class Display:
