@@ -24,7 +24,10 @@ autoreset), each env built before the timer starts:
 * ``hook``: as ``empty``, with one user hook whose ``on_step`` runs every 1,000 env steps (it
   reads ``ctx.global_step``): the cost of the hooks' cadence;
 * ``read``: as ``empty``, then every returned record's ``ep_return`` and ``ep_length`` read
-  through its dict (``[(r["ep_return"], r["ep_length"]) for r in run]``) inside the timer.
+  through its dict (``[(r["ep_return"], r["ep_length"]) for r in run]``) inside the timer;
+* ``dqn``, ``ppo``: the whole call with the reference ``DQNAgent`` or ``PPOAgent`` at its
+  defaults and the default callback: what the runner's cost is worth against a real agent's
+  (their episodes are checked against the same variant's first run, not the bare loop's).
 
 ``multi_run`` hands each run back as a ``RunRecords`` whose dicts are built when they are read,
 so ``empty`` and ``tb`` time the whole call alone, and
@@ -63,6 +66,7 @@ from online_trainer.hooks import Hook
 
 DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}
 VARIANTS = ("bare", "empty", "tb", "read", "hook")
+REAL_AGENTS = ("dqn", "ppo")  # not in the default variants: they time the agents, not the runner
 
 
 class CheapAgent:
@@ -157,6 +161,12 @@ def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
 
 def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: str) -> Any:
     """The whole call; with ``variant="read"``, then every record's return and length read through its dict."""
+    if variant in REAL_AGENTS:
+        from online_trainer.agents import AGENTS
+
+        trainer = OnlineTrainer(env, AGENTS[variant], exp_dir=exp_dir)
+        (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed)
+        return records
     trainer = OnlineTrainer(env, CheapAgent, exp_dir=exp_dir)
     if variant in ("empty", "read", "hook"):
         trainer.call_back = EmptyCallBack()
@@ -183,7 +193,7 @@ def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tu
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         env.close()
-    if variant in ("empty", "tb", "hook"):  # read after the timer, for the check
+    if variant in ("empty", "tb", "hook", *REAL_AGENTS):  # read after the timer, for the check
         episodes = [(r["ep_return"], r["ep_length"]) for r in episodes]
     return wall, cpu, episodes
 
@@ -191,16 +201,16 @@ def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tu
 def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
     """Wall and CPU seconds per repetition of each variant, in rotated order; checks every run's episodes."""
     times: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in variants}
-    reference = None
+    references: dict[str, Any] = {}
     for rep in range(repeats):
         order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for variant in order:
             wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
             times[variant]["wall"].append(wall)
             times[variant]["cpu"].append(cpu)
-            if reference is None:
-                reference = episodes
-            elif episodes != reference:
+            group = variant if variant in REAL_AGENTS else "cheap"
+            reference = references.setdefault(group, episodes)
+            if episodes != reference:
                 raise AssertionError(f"{variant} at num_envs={num_envs}: episodes differ from the first run's")
     return times
 

@@ -160,6 +160,43 @@ class ActionHistory:
         self._slabs.append(ActionSlab(data, (offsets - first)[envs] + rows, buffer.dtype))
         self._since = np.array(self.start)
 
+    def to_state(self) -> dict[str, Any]:
+        """The history as plain data (the rows kept so far, the episodes' starts, the closing marks and slabs not
+        yet taken): what a full checkpoint keeps."""
+        t = self.t
+        return {"num_envs": self.num_envs, "capacity": self.capacity, "space": self.space, "t": t,
+                "start": list(self.start), "buffers": [buffer[:t].copy() for buffer in self.buffers],
+                "closed": None if self._closed is None else self._closed[:t + 1].copy(), "since": self._since.copy(),
+                "unread": self._unread, "pending": self._pending, "paths": self._paths, "items": list(self._items),
+                "allocated": self._allocated,
+                "slabs": [{"data": slab.data, "ends": list(slab.ends), "dtype": slab.dtype} for slab in self._slabs]}
+
+    def from_state(self, state: dict[str, Any]) -> ActionHistory:
+        """Set this (new) history to the one :meth:`to_state` described, and return it.
+
+        Raises:
+            ValueError: the state is of a history of another number of sub-envs.
+        """
+        if state["num_envs"] != self.num_envs:
+            raise ValueError(f"the saved action history has num_envs={state['num_envs']}, this one {self.num_envs}")
+        capacity, t = state["capacity"], state["t"]
+        self.capacity, self.space, self.t, self.start = capacity, state["space"], t, list(state["start"])
+        self.buffers = []
+        for rows in state["buffers"]:
+            buffer = np.empty((capacity, *rows.shape[1:]), dtype=rows.dtype)
+            buffer[:t] = rows
+            self.buffers.append(buffer)
+        self._closed = None
+        if state["closed"] is not None:
+            self._closed = np.zeros((capacity + 1, self.num_envs), dtype=bool)
+            self._closed[:t + 1] = state["closed"]
+        self._since, self._unread, self._pending = np.array(state["since"]), state["unread"], state["pending"]
+        self._paths, self._items, self._allocated = state["paths"], list(state["items"]), state["allocated"]
+        self._slabs = [ActionSlab(slab["data"], list(slab["ends"]), slab["dtype"]) for slab in state["slabs"]]
+        if self._allocated and self._paths is None:
+            self._buffer, self._fast_rows = self.buffers[0], capacity
+        return self
+
     def _make_room(self, actions: Any) -> None:
         if not self._allocated:
             self._allocate(actions)

@@ -56,8 +56,8 @@ class EpisodeTracker:
     Attributes:
         valid: ``valid[i]`` is True when sub-env ``i``'s entry of the current step is a real
             transition. It is the array handed to agents as ``update(..., valid=...)``; kept up
-            to date while ``keep_valid`` is True (the loop sets it False when no agent, log or
-            transition reads it: one array operation a step saved).
+            to date while ``keep_valid`` is True (the loop sets it False when neither the agent
+            nor kept transitions read it: one array operation a step saved).
         done: ``terminated | truncated`` of the current step.
         ended: whether any sub-env's episode ended at the current step (``done.any()``).
         resetting: the sub-envs whose entry of the current step is not a transition (their
@@ -165,13 +165,13 @@ class EpisodeTracker:
         """Keep the per-sub-env entries ``agent.log()`` returned after this step's update.
 
         Only real transitions' entries belong to an episode: the entries of sub-envs whose
-        step is not one (``valid`` is False: a reset step under NEXT_STEP) are dropped.
+        step is not one (:attr:`resetting`: a reset step under NEXT_STEP) are dropped.
         """
         if entries is None:
             return
-        valid = self.valid
+        resetting = self.resetting
         for i, entry in enumerate(entries):
-            if entry is not None and valid[i]:
+            if entry is not None and i not in resetting:
                 self.logs[i].append(entry)
                 self._has_logs = True
 
@@ -269,34 +269,24 @@ class EpisodeTracker:
         self.closed += count
         return ep_returns, lengths
 
-    def close_one(self, global_step: int, ep_return: float, actions: np.ndarray | None = None) -> int:
-        """Close sub-env 0's episode, whose return the caller summed (the loop of a single sub-env).
+    def running_lengths(self) -> list[int]:
+        """The length so far of every sub-env's episode in progress (a tracker that keeps no actions)."""
+        steps = self._steps
+        return [max(0, steps - start) for start in self._starts]
 
-        Args:
-            global_step: env steps of the run so far.
-            ep_return: the episode's return.
-            actions: the episode's actions when the caller kept them (their number is the
-                episode's length); None: those :meth:`observe` kept.
-
-        Returns:
-            The episode's length.
-        """
-        history, skip = self.actions, self._reset_skip
-        if actions is not None:
-            length = len(actions)
-        elif history is not None:
-            length, actions = history.t - history.start[0], history.episode(0)
-            history.restart(0, skip)
-        else:
-            length = self._steps - self._starts[0]
-            self._starts[0] = self._steps + skip
-        if self._extras or self._has_logs:
-            self._close_extras((0,))
-        if self._returns:
-            self.seal()
-        self.table.add_one(ep_return, length, global_step, time.perf_counter() - self.start_time, actions)
-        self.closed += 1
-        return length
+    def restarted(self, envs: list[int]) -> None:
+        """Sub-envs ``envs``, whose episodes were just closed, were reset by the caller (not by the env's
+        autoreset): their next step is a real transition, whatever the autoreset mode."""
+        history = self.actions
+        for i in envs:
+            self.returns[i] = 0.0
+            if history is not None:
+                history.restart(i, 0)
+            else:
+                self._starts[i] = self._steps
+        if self.resetting:
+            self.resetting = [i for i in self.resetting if i not in envs]
+        self.valid[envs] = True
 
     def finish(self, i: int, global_step: int = 0) -> dict[str, Any]:
         """Close sub-env ``i``'s episode alone and return its record (the loop closes episodes in batches)."""
@@ -317,6 +307,53 @@ class EpisodeTracker:
                 actions, self._objects = self._objects, []
             self.table.add(self._returns, self._lengths, self._at_step, self._at_time, actions)
         self._returns, self._lengths, self._at_step, self._at_time = [], [], [], []
+
+    def to_state(self, keep_table: bool = True) -> dict[str, Any]:
+        """Every sub-env's episode in progress (return, actions, logs, transitions, frames), the closed episodes not
+        yet sealed, and the table's records (with ``keep_table``; else none, numbered on from its count), as plain
+        data: what a full checkpoint keeps. The configuration (spaces, trigger, modes) is the run's, not saved."""
+        table = self.table
+        if not keep_table:  # the records are in the metrics stream
+            table = EpisodeTable(table.agent_seed)
+            table.first = self.table.count
+        return {"num_envs": self.num_envs, "returns": self.returns.copy(), "valid": self.valid.copy(),
+                "resetting": list(self.resetting), "steps": self._steps, "starts": list(self._starts),
+                "actions": None if self.actions is None else self.actions.to_state(),
+                "transitions": self.transitions, "frames": self.frames, "next_frames": self._next_frames,
+                "triggered": dict(self._triggered), "finished": self._finished, "logs": self.logs,
+                "has_logs": self._has_logs, "closed": self.closed, "new_frames": self.new_frames,
+                "unsealed": {"returns": self._returns, "lengths": self._lengths, "at_step": self._at_step,
+                             "at_time": self._at_time, "objects": self._objects},
+                "table": table.to_state()}
+
+    def from_state(self, state: dict[str, Any]) -> EpisodeTracker:
+        """Set this tracker (new, built with the run's configuration) to the one :meth:`to_state` described, and
+        return it.
+
+        Raises:
+            ValueError: the state is of a tracker of another number of sub-envs, or keeping actions differs.
+        """
+        if state["num_envs"] != self.num_envs or (state["actions"] is None) != (self.actions is None):
+            raise ValueError(f"the saved episode tracker has num_envs={state['num_envs']} and keeps actions: "
+                             f"{state['actions'] is not None}; this run's: {self.num_envs}, {self.actions is not None}")
+        self.returns[:], self.valid[:] = state["returns"], state["valid"]
+        self.resetting, self._steps, self._starts = list(state["resetting"]), state["steps"], list(state["starts"])
+        if self.actions is not None:
+            self.actions.from_state(state["actions"])
+        self.transitions, self.frames, self._next_frames = state["transitions"], state["frames"], state["next_frames"]
+        self._triggered, self._finished, self.logs = dict(state["triggered"]), state["finished"], state["logs"]
+        self._has_logs, self.closed, self.new_frames = state["has_logs"], state["closed"], state["new_frames"]
+        unsealed = state["unsealed"]
+        self._returns, self._lengths, self._at_step = unsealed["returns"], unsealed["lengths"], unsealed["at_step"]
+        self._at_time, self._objects = unsealed["at_time"], unsealed["objects"]
+        self.table = EpisodeTable.from_state(state["table"])
+        return self
+
+    def number_from(self, episodes: int, table: dict[str, Any]) -> None:
+        """Go on from ``episodes`` closed episodes, with the table :meth:`to_state` kept (a run whose env restarts
+        from a reset: the episodes in progress are dropped)."""
+        self.table = EpisodeTable.from_state(table)
+        self.closed = self._finished = episodes
 
     def _close_extras(self, envs: Any) -> None:
         """Hand the table the agent logs, transitions and frames of the episodes being closed."""

@@ -19,6 +19,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.core import raw_scores
+from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.factories import autoreset_mode
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,8 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
 
     The episodes are spread evenly over the sub-envs, each playing its share to the end
     (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
-    finishing first. Only real transitions count, in every autoreset mode. The agent is
+    finishing first. Only real transitions count, in every autoreset mode, by the training loop's
+    accounting (:class:`~online_trainer.core.episodes.EpisodeTracker`). The agent is
     used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
     An episode longer than ``max_episode_steps`` (default: :func:`episode_step_limit`) is cut
     there (its sub-env is reset), with a logged warning, so that a policy that never ends an
@@ -69,51 +71,49 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     num_envs = env.num_envs
     if max_episode_steps is None:
         max_episode_steps = episode_step_limit(env)
-    targets = np.array([(num_episodes + i) // num_envs for i in range(num_envs)])
-    counts = np.zeros(num_envs, dtype=np.int64)
-    returns = np.zeros(num_envs, dtype=np.float64)
-    lengths = np.zeros(num_envs, dtype=np.int64)
-    valid = np.ones(num_envs, dtype=bool)
+    targets = [(num_episodes + i) // num_envs for i in range(num_envs)]
+    counts = [0] * num_envs
     mode = autoreset_mode(env)
+    same_step, disabled = mode is AutoresetMode.SAME_STEP, mode is AutoresetMode.DISABLED
+    tracker = EpisodeTracker(num_envs, mode, keep_actions=False)  # the training loop's accounting
     done_returns: list[float] = []
-    done_lengths: list[int] = []
+    done_lengths: list[Any] = []
     obs, _ = env.reset(seed=seed)
     filming = frames is not None
     if filming:
         frames.append(np.asarray(env.render()[0]))
-    same_step = mode is AutoresetMode.SAME_STEP
-    while (counts < targets).any():
-        obs, reward, terminated, truncated, info = env.step(agent.act(obs))
+    while any(count < target for count, target in zip(counts, targets)):
+        actions = agent.act(obs)
+        obs, reward, terminated, truncated, info = env.step(actions)
         if filming:
             frames.append(np.asarray(env.render()[0]))
-        returns += np.where(valid, reward, 0.0)
-        lengths += valid
-        done = (terminated | truncated) & valid
-        cut = (lengths >= max_episode_steps) & ~done
-        if cut.any():
+        tracker.observe(None, actions, reward, terminated, truncated)
+        ended = tracker.done.nonzero()[0].tolist() if tracker.ended else []
+        cut = [i for i, length in enumerate(tracker.running_lengths())
+               if length >= max_episode_steps and i not in ended]
+        if cut:
             logger.warning("evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
                            "not end them and the env has no time limit (give eval_env one, e.g. "
-                           "gym.make(..., max_episode_steps=...))", max_episode_steps, np.flatnonzero(cut).tolist(),
-                           seed)
-            done |= cut
-        if filming and done[0]:
-            filming = False
-        ended = np.flatnonzero(done).tolist()
-        if raw and ended:
-            raw_returns, raw_lengths = raw_scores.episode_statistics(info, ended, same_step)
-        for k, i in enumerate(ended):
-            if counts[i] < targets[i]:
-                done_returns.append(raw_returns[k] if raw else float(returns[i]))
-                done_lengths.append(raw_lengths[k] if raw else int(lengths[i]))
-                counts[i] += 1
-            returns[i] = 0.0
-            lengths[i] = 0
-        if mode is AutoresetMode.NEXT_STEP:
-            valid = ~(done & ~cut)  # the next step of a finished sub-env is its reset step
-        if cut.any() or (mode is AutoresetMode.DISABLED and done.any()):
-            mask = cut if mode is not AutoresetMode.DISABLED else done
-            reset_obs, _ = env.reset(options={"reset_mask": mask})
-            obs = reset_obs
+                           "gym.make(..., max_episode_steps=...))", max_episode_steps, cut, seed)
+        closed = sorted(ended + cut)
+        if closed:
+            if filming and closed[0] == 0:
+                filming = False
+            returns, lengths = tracker.close(closed, 0)
+            if raw:
+                returns, lengths = raw_scores.episode_statistics(info, closed, same_step)
+            for k, i in enumerate(closed):
+                if counts[i] < targets[i]:
+                    done_returns.append(returns[k])
+                    done_lengths.append(lengths[k])
+                    counts[i] += 1
+        tracker.end_step(bool(ended), ended)
+        reset = cut + ended if disabled else cut  # the env resets the others itself
+        if reset:
+            mask = np.zeros(num_envs, dtype=bool)
+            mask[reset] = True
+            obs, _ = env.reset(options={"reset_mask": mask})
+            tracker.restarted(cut)
     return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.float64 if raw else np.int64)
 
 

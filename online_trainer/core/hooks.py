@@ -4,9 +4,15 @@ A hook is any object with some of ``on_run_start(ctx)``, ``on_step(ctx)``,
 ``on_episodes(ctx, first_index, returns, lengths)``, ``on_episode_end(ctx, record)``,
 ``on_eval(ctx, result)``, ``on_checkpoint(ctx, path)`` and ``on_run_end(ctx)``. :class:`Hook`
 is a convenient base whose methods do nothing; a method a hook lacks (or inherits unchanged
-from :class:`Hook`, or sets to None on the instance) is never called and costs nothing.
+from :class:`Hook`, or leaves out of its :attr:`Hook.handles`) is never called and costs nothing.
 ``on_step`` runs every ``every_steps`` env steps or every ``every_seconds`` seconds, as the
-hook declares; the loop pays for it only at those steps.
+hook declares; the loop pays for it only at those steps. What a hook takes and how often is
+data the runner reads (``handles``, ``every_steps``, ``every_seconds``): no hook is rewired or
+switched off by changing its methods.
+
+A hook that evaluates the agent or writes a checkpoint says so through its context
+(:meth:`RunContext.evaluated`, :meth:`RunContext.checkpointed`): the runner then calls every
+hook's ``on_eval`` or ``on_checkpoint``, in order, before the announcing hook goes on.
 
 The runner's own jobs are hooks of this interface, called before the user's, in this order:
 
@@ -26,21 +32,23 @@ first (in the order above), then every ``on_episode_end``, episode by episode.
 
 Each run gets its own deep copy of each user hook, so state kept on ``self`` is per run, here,
 in worker processes and on Ray alike. :meth:`HookRunner.state_dict` collects the state of
-every hook that has a ``state_dict()`` (and the step schedules), for exact resume.
+every hook that has a ``state_dict()`` (and the step schedules), for exact resume, keyed by a
+stable name (:func:`hook_keys`: the class name and its occurrence among the hooks of that
+class), so hooks of different classes may be listed in another order when the run resumes.
 """
 
 from __future__ import annotations
 
 import copy
-import time
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from online_trainer.core.budget import INFINITY
+from online_trainer.core.cadence import Cadence
 
 HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
-SECONDS_CHECKS = 10  # a seconds-based hook's clock is read about this many times per period
 
 
 class StopRun(Exception):
@@ -58,12 +66,17 @@ class Hook:
         every_steps: call :meth:`on_step` every this many env steps (real transitions of all
             sub-envs together).
         every_seconds: or every this many seconds of wall time (checked at env steps).
+        handles: the hook methods the runner calls (a set of names such as ``"on_eval"``);
+            None: every hook method the class defines. A hook whose configuration leaves an
+            event of no use to it (the runner's checkpoints under an episode budget take no
+            ``on_step``) says so here, once, when it is built.
         needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
             run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
     """
 
     every_steps: int | None = None
     every_seconds: float | None = None
+    handles: frozenset[str] | None = None
     needs_eval_freq: bool = False
 
     def on_run_start(self, ctx: RunContext) -> None:
@@ -125,6 +138,18 @@ class RunContext:
         """The run's logging callback (``callback(data, tag, step)``)."""
         self.run_tag = run_tag
         """``run_{i}`` (a sweep puts its configuration before it): the suffix of the run's callback tags."""
+        self._runner: HookRunner | None = None  # the HookRunner built with this context dispatches what hooks announce
+
+    def evaluated(self, result: dict[str, Any]) -> None:
+        """Announce an evaluation of the agent (its record): every hook's ``on_eval`` is called, in order."""
+        if self._runner is not None:
+            self._runner.on_eval(result)
+
+    def checkpointed(self, path: str) -> None:
+        """Announce a checkpoint of the agent written to ``path``: every hook's ``on_checkpoint`` is called, in
+        order, and the run writes its full checkpoint at the end of the step."""
+        if self._runner is not None:
+            self._runner.on_checkpoint(path)
 
     def stop(self, reason: str) -> None:
         """End the run after the current env step: status ``stopped_early`` with ``reason``; final
@@ -139,11 +164,30 @@ class RunContext:
 
 
 def _defines(hook: Any, name: str) -> bool:
-    """Whether ``hook`` has its own ``name`` (not :class:`Hook`'s no-op)."""
+    """Whether the runner calls ``hook``'s ``name``: the hook has its own (not :class:`Hook`'s no-op) and its
+    :attr:`Hook.handles` does not leave it out."""
     method = getattr(hook, name, None)
     if not callable(method):
         return False
+    handles = getattr(hook, "handles", None)
+    if handles is not None and name not in handles:
+        return False
     return getattr(type(hook), name, None) is not getattr(Hook, name)
+
+
+def hook_keys(hooks: Sequence[Any]) -> list[str]:
+    """The names that key the user's hooks' state in a full checkpoint: ``Class#k`` for the ``k``-th hook of
+    its class (from 0), e.g. ``["StopOnReturn#0", "MyHook#0", "MyHook#1"]``.
+
+    Hooks of different classes may be listed in another order on resume; hooks of one class keep theirs.
+    """
+    seen: Counter[str] = Counter()
+    keys = []
+    for hook in hooks:
+        name = type(hook).__qualname__
+        keys.append(f"{name}#{seen[name]}")
+        seen[name] += 1
+    return keys
 
 
 def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
@@ -184,8 +228,9 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
 
 
 def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
-    """``"hooks[j]"`` -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full checkpoint keeps)."""
-    return {f"hooks[{j}]": type(hook).__qualname__ for j, hook in enumerate(hooks)
+    """:func:`hook_keys` name -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full
+    checkpoint keeps)."""
+    return {key: type(hook).__qualname__ for key, hook in zip(hook_keys(hooks), hooks)
             if callable(getattr(hook, "state_dict", None))}
 
 
@@ -193,7 +238,7 @@ def saved_hooks(state: Mapping[str, Any]) -> dict[str, str | None]:
     """What :func:`stateful_hooks` said of the hooks whose state :meth:`HookRunner.state_dict` returned (the class
     name None when the state does not record it)."""
     return {key: entry.get("type") for key, entry in state["hooks"].items()
-            if key.startswith("hooks[") and entry["state"] is not None}
+            if entry.get("user") and entry["state"] is not None}
 
 
 def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state") -> None:
@@ -204,45 +249,12 @@ def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str],
     """
     if set(saved) != set(hooks):
         raise ValueError(f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
-                         f"are {sorted(hooks)}: resume with the hooks the run was started with.")
+                         f"are {sorted(hooks)}: resume with the hooks the run was started with (hooks of one class "
+                         "in the same order; classes in any order).")
     for key, name in saved.items():
         if name is not None and name != hooks[key]:
             raise ValueError(f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
                              "the hooks in the order the run was started with.")
-
-
-class _Cadence:
-    """When one hook's ``on_step`` is due, in env steps (seconds are turned into a step stride as the run goes)."""
-
-    def __init__(self, hook: Any) -> None:
-        self.hook = hook
-        self.every_steps = getattr(hook, "every_steps", None)
-        self.every_seconds = getattr(hook, "every_seconds", None)
-        self.next_step = float(self.every_steps) if self.every_steps else 1.0
-        self.restart(0)
-
-    def restart(self, global_step: int) -> None:
-        """Start the clock of a seconds-based cadence now, at ``global_step``."""
-        self.due_time = time.monotonic() + (self.every_seconds or 0.0)
-        self.mark = (global_step, time.monotonic())  # (global_step, time) of the last look at the clock
-
-    def due(self, global_step: int) -> bool:
-        """Whether the hook is due at ``global_step`` (which reached :attr:`next_step`); schedules the next look."""
-        if self.every_steps:
-            self.next_step = (global_step // self.every_steps + 1) * self.every_steps
-            return True
-        now = time.monotonic()
-        steps, then = self.mark
-        if now > then and global_step > steps:  # look about SECONDS_CHECKS times a period, at the pace so far
-            stride = (global_step - steps) * self.every_seconds / (SECONDS_CHECKS * (now - then))
-            self.next_step = global_step + max(1, int(stride))
-        else:
-            self.next_step = global_step + 1
-        self.mark = (global_step, now)
-        if now >= self.due_time:
-            self.due_time = now + self.every_seconds
-            return True
-        return False
 
 
 class HookRunner:
@@ -253,25 +265,32 @@ class HookRunner:
 
     Args:
         hooks: the user's hooks (each is deep-copied: the run works on its own copy).
-        ctx: the run's context.
+        ctx: the run's context; what its hooks announce through it (:meth:`RunContext.evaluated`,
+            :meth:`RunContext.checkpointed`) is dispatched by this runner.
         builtin: the runner's own hooks by name (``"checkpoints"``, ...), called first in this
             order; their names key their state in :meth:`state_dict`.
     """
 
     def __init__(self, hooks: Sequence[Any], ctx: RunContext, builtin: Mapping[str, Any] | Sequence[Any] = ()) -> None:
         named = dict(builtin) if isinstance(builtin, Mapping) else {f"builtin[{i}]": h for i, h in enumerate(builtin)}
-        user = {f"hooks[{i}]": copy.deepcopy(hook) for i, hook in enumerate(hooks)}
+        user = {key: copy.deepcopy(hook) for key, hook in zip(hook_keys(hooks), hooks)}
         self.user_hooks = list(user.values())
         self.keys = [*named, *user]
+        self.user_keys = frozenset(user)
         self.hooks = [*named.values(), *user.values()]  # built-ins first, then the user's
         self.ctx = ctx
+        ctx._runner = self
+        self.checkpoint_written = False
+        """A hook announced a checkpoint since the run's last full checkpoint (the run clears it)."""
         self.run_start = self._methods("on_run_start")
         self.episodes = self._methods("on_episodes")
         self.episode_end = self._methods("on_episode_end")
         self.eval = self._methods("on_eval")
         self.checkpoint = self._methods("on_checkpoint")
         self.run_end = self._methods("on_run_end")
-        self.cadences = {key: _Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")}
+        # a hook's on_step runs at the cadence it declares (a built-in configured without one takes no on_step)
+        self.cadences = {key: Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")
+                         and (getattr(h, "every_steps", None) or getattr(h, "every_seconds", None))}
         self.next_step = self._next_step()
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
         self.closed = False
@@ -321,6 +340,7 @@ class HookRunner:
             method(self.ctx, result)
 
     def on_checkpoint(self, path: str) -> None:
+        self.checkpoint_written = True
         for method in self.checkpoint:
             method(self.ctx, path)
 
@@ -357,7 +377,7 @@ class HookRunner:
             ``{"hooks": {key: {"state": ..., "next_step": ...}}, "rng": ...}``: for each hook
             with a ``state_dict()`` or an ``on_step`` schedule, keyed by the built-in's name
             (``"metrics"``, ``"evaluations"``, ``"checkpoints"``, ``"progress"``, ``"stats"``) or
-            ``"hooks[j]"`` for the user's ``j``-th hook (by position), its state (None without
+            the user hook's :func:`hook_keys` name (``"StopOnReturn#0"``), its state (None without
             ``state_dict``) and the env step its ``on_step`` is next due (None without one);
             ``rng`` is the state of ``ctx.rng``, ``stop_reason`` a stop asked for.
         """
@@ -366,7 +386,8 @@ class HookRunner:
             save = getattr(hook, "state_dict", None)
             cadence = self.cadences.get(key)
             if callable(save) or cadence is not None:
-                hooks[key] = {"state": save() if callable(save) else None, "type": type(hook).__qualname__,
+                hooks[key] = {"state": save() if callable(save) else None, "user": key in self.user_keys,
+                              "type": type(hook).__qualname__,
                               "next_step": None if cadence is None else cadence.next_step}
         return {"hooks": hooks, "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
                 "stop_reason": self.ctx.stop_reason}

@@ -40,8 +40,8 @@ class MetricsFlush(Hook):
         self.next_flush = self.flush_every
         self.flush_deadline = time.monotonic() + FLUSH_SECONDS
         self.closed = False
-        if stream is None and keep_records:  # records stay in memory: nothing to do as episodes end
-            self.on_episodes = None  # type: ignore[assignment]
+        # records that stay in memory only are sealed when the run ends: nothing to do as episodes end
+        self.handles = frozenset({"on_run_end"} if stream is None and keep_records else {"on_episodes", "on_run_end"})
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if ctx.episodes >= self.next_flush or self.tracker.new_frames or time.monotonic() >= self.flush_deadline:

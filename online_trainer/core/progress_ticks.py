@@ -29,8 +29,6 @@ class ProgressTicks(Hook):
         self.progress, self.raw = progress, raw
         self.by_episode = budget.num_episodes is not None
         self.every_steps = None if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
-        if self.by_episode:
-            self.on_step = None  # type: ignore[assignment]
         self.shown_steps = 0
         self.shown_episodes = 0
         self.last_returns: Any = None  # of the episodes that ended last (step budget)

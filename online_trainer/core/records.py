@@ -42,6 +42,8 @@ RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "ag
                "agent_logs", "global_step", "wall_time")
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
 RAW_KEYS = ("raw_return", "raw_length")  # after RECORD_KEYS in runs with raw scores (core.raw_scores)
+_STATE = ("agent_seed", "first", "returns", "lengths", "steps", "times", "_segments", "_segment_dtypes", "_packed",
+          "_segment_rows", "_segment_ends", "_objects", "extras", "_extra_positions", "raw_returns", "raw_lengths")
 PROTOCOL = 5
 
 
@@ -348,6 +350,20 @@ class EpisodeTable:
         if start < self.first or stop > self.count:
             raise IndexError(f"positions {start}:{stop} are not held (held: {self.first}:{self.count})")
         return start - self.first, stop - self.first
+
+    def to_state(self) -> dict[str, Any]:
+        """The held records as plain data (lists, arrays and dicts of them): what a full checkpoint keeps."""
+        state = self.__getstate__()
+        return {name.lstrip("_"): state[name] for name in _STATE}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> EpisodeTable:
+        """The table :meth:`to_state` described (it keeps no metrics chunk: :meth:`disk_form` pickles the columns)."""
+        table = cls(state["agent_seed"])
+        table.__dict__.update({name: state[name.lstrip("_")] for name in _STATE})
+        if table.count:
+            table.release_chunks()
+        return table
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -2,11 +2,15 @@
 
 A full checkpoint (``Run{i}_Resume.pkl``, replaced atomically each time) is written at a step
 boundary: after the env step whose handlers ran (episodes closed, evaluations and checkpoints
-due done), before the agent acts on the next observation. It holds:
+due done), before the agent acts on the next observation. It is a :class:`FullCheckpoint` of
+layout version :data:`FORMAT`, written as plain data (each stateful part's ``to_state()``: dicts,
+lists, numbers and numpy arrays; no object of this package is pickled), and checked when it is
+read: a checkpoint of another version is refused before any run starts. It holds:
 
 - ``loop``: the loop's position (:class:`~online_trainer.core.loop.LoopState`: global step,
   episodes, the observation to act on);
-- ``tracker``: the episodes in progress of every sub-env (return, length, actions, logs);
+- ``tracker``: the episodes in progress of every sub-env (return, length, actions, logs:
+  :meth:`EpisodeTracker.to_state <online_trainer.core.episodes.EpisodeTracker.to_state>`);
 - ``events``: the schedules and state of the run's event handlers and hooks;
 - ``agent``: the agent's ``save()`` (with its replay buffer when ``checkpoint_buffers``);
 - ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
@@ -22,12 +26,15 @@ and the resume point (:func:`restart_seed`); episodes in progress are dropped.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
 import random
 import sys
+import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,12 +42,84 @@ import cloudpickle
 import numpy as np
 
 from online_trainer.core import seeding, storage
+from online_trainer.core.episodes import EpisodeTracker
 from online_trainer.core.factories import accepts_keyword
 from online_trainer.core.hooks import check_saved_hooks, saved_hooks, stateful_hooks
+from online_trainer.core.loop import LoopState
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2
+"""The layout version of :class:`FullCheckpoint`: raise it whenever a part's ``to_state`` changes."""
+
+
+@dataclass(frozen=True)
+class FullCheckpoint:
+    """What a run needs to continue exactly where it stood (see the module docstring), as plain data.
+
+    Attributes:
+        run, seed, num_envs: the run's number, seed, and number of sub-envs.
+        loop: the loop's position.
+        tracker: :meth:`EpisodeTracker.to_state <online_trainer.core.episodes.EpisodeTracker.to_state>`.
+        events: :meth:`HookRunner.state_dict <online_trainer.core.hooks.HookRunner.state_dict>`.
+        agent: :func:`agent_state`.
+        env: the env pickled (:func:`env_bytes`), or None.
+        rng: :func:`global_rng_state`.
+        outputs: where the metrics and evaluation streams and the callback's files stood.
+        elapsed: the run's wall time so far, in seconds.
+        version: the layout version (:data:`FORMAT` when written by this version of the package).
+    """
+
+    run: int
+    seed: int
+    num_envs: int
+    loop: LoopState
+    tracker: dict[str, Any]
+    events: dict[str, Any]
+    agent: dict[str, Any]
+    env: bytes | None
+    rng: dict[str, Any]
+    outputs: dict[str, Any]
+    elapsed: float
+    version: int = FORMAT
+
+    def header(self) -> dict[str, Any]:
+        """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
+        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.core.hooks.saved_hooks`)."""
+        return {"format": self.version, "run": self.run, "seed": self.seed, "num_envs": self.num_envs,
+                "outputs": self.outputs, "global_step": self.loop.global_step, "episodes": self.loop.episodes,
+                "env_kept": self.env is not None, "elapsed": self.elapsed, "hooks": saved_hooks(self.events)}
+
+    def to_state(self) -> dict[str, Any]:
+        """The checkpoint as plain data (what the file holds after the header)."""
+        state = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        state["loop"] = self.loop.to_state()
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], source: Any = "the checkpoint") -> FullCheckpoint:
+        """The checkpoint :meth:`to_state` described.
+
+        Raises:
+            ValueError: it is of another layout version, or lacks a part (``source`` names it in the message).
+        """
+        check_version(state.get("version"), source)
+        names = [field.name for field in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise ValueError(f"{source} lacks {missing}: it is damaged; remove it to start the run again.")
+        return cls(**{**{name: state[name] for name in names}, "loop": LoopState.from_state(state["loop"])})
+
+
+def check_version(version: Any, source: Any) -> None:
+    """Refuse a full checkpoint of another layout version than :data:`FORMAT`.
+
+    Raises:
+        ValueError: naming ``source`` and both versions.
+    """
+    if version != FORMAT:
+        raise ValueError(f"{source} was written by another version of online_trainer (format {version!r}, this one "
+                         f"reads {FORMAT}): the run cannot continue from it; remove it to start the run again.")
 
 
 def global_rng_state() -> dict[str, Any]:
@@ -80,17 +159,14 @@ def restart_seed(run_seed: int, global_step: int) -> int:
 HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
 
 
-def write(exp_dir: str, run_idx: int, state: dict[str, Any]) -> None:
+def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
 
-    The file is two pickles: a small header (:data:`HEADER_KEYS`, the loop's counts, the seconds the run
-    had taken, the user hooks whose state it holds), which the parent reads to cut outputs back and check
-    the call, then the whole state.
+    The file is two pickles of plain data: a small header (:meth:`FullCheckpoint.header`), which
+    the parent reads to check the version and cut outputs back, then :meth:`FullCheckpoint.to_state`.
+    (The agent's own ``save()`` may hold what only cloudpickle pickles: the second part is written with it.)
     """
-    loop = state["loop"]
-    header = {"format": FORMAT, **{key: state[key] for key in HEADER_KEYS},
-              "global_step": loop.global_step, "episodes": loop.episodes, "env_kept": state["env"] is not None,
-              "elapsed": state["elapsed"], "hooks": saved_hooks(state["events"])}
+    header, state = checkpoint.header(), checkpoint.to_state()
 
     def dump(file: Any) -> None:
         pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -113,27 +189,25 @@ def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any
     saved = header.get("hooks")
     if saved is None:  # written before headers listed them: the whole checkpoint says
         state = read(exp_dir, header["run"])
-        saved = {} if state is None else saved_hooks(state["events"])
+        saved = {} if state is None else saved_hooks(state.events)
     where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
     check_saved_hooks(saved, stateful_hooks(hooks), where)
 
 
-def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> dict[str, Any] | None:
-    """Run ``run_idx``'s full checkpoint (or only its header), or None when it has none.
+def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> Any:
+    """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its header, a dict of
+    :data:`HEADER_KEYS` and the loop's counts), or None when it has none.
 
     Raises:
-        ValueError: the file was written by another format version.
+        ValueError: the file was written with another layout version (:data:`FORMAT`), or is damaged.
     """
     path = storage.resume_path(exp_dir, run_idx)
     if not path.is_file():
         return None
     with open(path, "rb") as file:
         header = pickle.load(file)
-        if header.get("format") != FORMAT:
-            raise ValueError(f"{path} was written by another version of online_trainer (format "
-                             f"{header.get('format')!r}, this one reads {FORMAT}): the run cannot continue from it; "
-                             "remove it to start the run again.")
-        return header if header_only else pickle.load(file)
+        check_version(header.get("format") if isinstance(header, dict) else None, path)
+        return header if header_only else FullCheckpoint.from_state(pickle.load(file), path)
 
 
 def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
@@ -174,21 +248,6 @@ class Preempted(KeyboardInterrupt):
                          "`online-trainer resume EXP_DIR`")
 
 
-def tracker_bytes(tracker: Any, keep_table: bool) -> bytes:
-    """The episode tracker pickled; without ``keep_table`` its records stay out (they are in the metrics stream)."""
-    raw, tracker.raw = getattr(tracker, "raw", None), None  # it points at the whole table; the run makes a new one
-    table = tracker.table
-    if not keep_table:
-        held = type(table)(table.agent_seed)
-        held.first = table.count
-        held.release_chunks()  # it does not start at the run's first record
-        tracker.table = held
-    try:
-        return cloudpickle.dumps(tracker)
-    finally:
-        tracker.table, tracker.raw = table, raw
-
-
 def agent_state(agent: Any, exp_dir: str, run_idx: int, buffers: bool) -> dict[str, Any]:
     """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
     save = agent.save
@@ -205,14 +264,14 @@ def load_agent(agent: Any, entry: dict[str, Any]) -> None:
     agent.load(entry["state"] if "state" in entry else entry["path"])
 
 
-def restored_env(saved: dict[str, Any] | None) -> Any:
+def restored_env(saved: FullCheckpoint | None) -> Any:
     """The env of a full checkpoint, as it was (None when there is no checkpoint or the env did not pickle)."""
-    if saved is None or saved["env"] is None:
+    if saved is None or saved.env is None:
         return None
-    return cloudpickle.loads(saved["env"])
+    return cloudpickle.loads(saved.env)
 
 
-def continue_run(saved: dict[str, Any], env: Any, agent: Any, seed: int) -> Any:
+def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> LoopState:
     """Load the agent's state and return the :class:`~online_trainer.core.loop.LoopState` the run goes on from.
 
     With the env in the checkpoint the loop goes on with the observation it was about to act
@@ -221,36 +280,29 @@ def continue_run(saved: dict[str, Any], env: Any, agent: Any, seed: int) -> Any:
     Raises:
         ValueError: the env has another number of sub-envs than the checkpoint's run.
     """
-    from online_trainer.core.loop import LoopState
-
-    if env.num_envs != saved["num_envs"]:
-        raise ValueError(f"num_envs={env.num_envs}, but run {saved['run']} was checkpointed with "
-                         f"num_envs={saved['num_envs']}: resume with the env the experiment ran with.")
-    load_agent(agent, saved["agent"])
-    loop = saved["loop"]
-    if saved["env"] is not None:
+    if env.num_envs != saved.num_envs:
+        raise ValueError(f"num_envs={env.num_envs}, but run {saved.run} was checkpointed with "
+                         f"num_envs={saved.num_envs}: resume with the env the experiment ran with.")
+    load_agent(agent, saved.agent)
+    loop = saved.loop
+    if saved.env is not None:
         return loop
     restart = restart_seed(seed, loop.global_step)
     logger.info("run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
-                "the episodes in progress were dropped", saved["run"], restart, loop.global_step)
+                "the episodes in progress were dropped", saved.run, restart, loop.global_step)
     obs, _ = env.reset(seed=restart)
     return LoopState(loop.global_step, loop.episodes, obs)
 
 
-def restored_tracker(saved: dict[str, Any], fresh: Any) -> Any:
-    """The tracker of a full checkpoint when its env was kept; else ``fresh`` (a new tracker) numbering on from it."""
-    import time
-
-    if saved["env"] is not None:
-        tracker = pickle.loads(saved["tracker"])
+def restored_tracker(saved: FullCheckpoint, fresh: EpisodeTracker) -> EpisodeTracker:
+    """``fresh`` (a new tracker of the run) set to the checkpoint's when its env was kept; else numbering on from
+    it, with the records it kept."""
+    if saved.env is not None:
+        fresh.from_state(saved.tracker)
     else:
-        tracker = fresh
-        episodes = saved["loop"].episodes
-        held = pickle.loads(saved["tracker"]).table  # the records, when the checkpoint kept them
-        tracker.table = held
-        tracker.closed = tracker._finished = episodes
-    tracker.start_time = time.perf_counter() - saved["elapsed"]
-    return tracker
+        fresh.number_from(saved.loop.episodes, saved.tracker["table"])
+    fresh.start_time = time.perf_counter() - saved.elapsed
+    return fresh
 
 
 def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:

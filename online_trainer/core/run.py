@@ -235,17 +235,17 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
         step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
-        events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved["outputs"])
+        events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved.outputs)
         if resumed_from is not None:
             ctx = events.hooks.ctx
             ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
-            events.load_state_dict(saved["events"])  # the bar too shows where the run stood
+            events.load_state_dict(saved.events)  # the bar too shows where the run stood
         elif render and tracker.wants_frame():
             tracker.add_frames(env.render())
         try:
             events.start()
             if saved is not None:  # after on_run_start: the loop goes on with the generators it had
-                resume.set_global_rng_state(saved["rng"])
+                resume.set_global_rng_state(saved.rng)
             global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
                                              step_logger, resumed_from)
         except StopRun as stop:
@@ -270,7 +270,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         if bar is not None:
             bar.close()
         if env is not None:
-            if saved is not None and saved["env"] is not None:
+            if saved is not None and saved.env is not None:
                 env.close()  # the checkpoint's copy, not the factory's
             else:
                 spec.env_factory.release(env)
@@ -283,7 +283,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         key=spec.key,
         episodes=episodes,
         global_step=global_step,
-        wall_time=time.perf_counter() - start + (saved["elapsed"] if saved is not None else 0.0),
+        wall_time=time.perf_counter() - start + (saved.elapsed if saved is not None else 0.0),
         agent=agent if spec.options.records.keep_agents else None,
         evaluations=events.evaluations.records if events.evaluations is not None else None,
         env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),

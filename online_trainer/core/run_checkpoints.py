@@ -17,7 +17,7 @@ import io
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from online_trainer.core import storage
 from online_trainer.core.budget import INFINITY
@@ -67,15 +67,10 @@ class RunCheckpoints(Hook):
         """The best training return, or the best evaluation mean when the run evaluates."""
         self.best_state: bytes | None = None  # torch-serialised, see _keep_best
         self.saved: list[str] = []  # labels of the periodic checkpoints on disk, oldest first
-        self.on_saved: Callable[[str], None] | None = None
-        """Called with each checkpoint's path once it is written (the run's ``HookRunner.on_checkpoint``)."""
         self.every_steps = None if by_episode else freq
-        if by_episode:
-            self.on_step = None  # type: ignore[assignment]
-        elif by_eval:
-            self.on_episodes = None  # type: ignore[assignment]
-        if not by_eval:
-            self.on_eval = None  # type: ignore[assignment]
+        # episodes: the best training return (without evaluations) and checkpoints every freq-th episode
+        self.handles = frozenset({"on_run_end", "on_step" if not by_episode else "on_episodes",
+                                  "on_eval" if by_eval else "on_episodes"})
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if not self.by_eval:
@@ -86,12 +81,12 @@ class RunCheckpoints(Hook):
             freq = self.freq
             index = -(-first_index // freq) * freq  # the first multiple of freq among the batch's indices
             while index < first_index + len(returns):
-                self._save(f"E{index}", periodic=True)
+                self._save(ctx, f"E{index}", periodic=True)
                 index += freq
 
     def on_step(self, ctx: RunContext) -> None:
         while ctx.global_step >= self.next_step:
-            self._save(f"S{int(self.next_step)}", periodic=True)
+            self._save(ctx, f"S{int(self.next_step)}", periodic=True)
             self.next_step += self.freq
 
     def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
@@ -104,19 +99,20 @@ class RunCheckpoints(Hook):
         self.best_return = value
         self.best_state = serialised(self.agent.save(**self.best_kwargs))
 
-    def _save(self, label: str, periodic: bool = False) -> None:
+    def _save(self, ctx: RunContext, label: str, periodic: bool = False) -> None:
+        """``agent.save`` to ``Run{i}_{label}``, announced to every hook (and, for a periodic one, a full checkpoint
+        of the run at the end of the step); the oldest periodic checkpoints beyond ``keep`` are then deleted."""
         path = os.fspath(storage.checkpoint_path(self.exp_dir, self.run_idx, label))
         self.agent.save(path)
         if periodic:
             self.saved.append(label)
-        if self.on_saved is not None:
-            self.on_saved(path)
+        ctx.checkpointed(path)
         while periodic and self.keep is not None and len(self.saved) > self.keep:
             remove_checkpoint(storage.checkpoint_path(self.exp_dir, self.run_idx, self.saved.pop(0)))
 
     def on_run_end(self, ctx: RunContext) -> None:
         """``Run{i}_Last`` and ``Run{i}_Best_agent.t`` (when some state was kept)."""
-        self._save("Last")
+        self._save(ctx, "Last")
         if self.best_state is not None:
             storage.write_atomic(storage.best_agent_path(self.exp_dir, self.run_idx), self.best_state)
 

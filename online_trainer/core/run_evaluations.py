@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,8 +21,10 @@ class RunEvaluations(Hook):
     Each record goes to ``exp_dir/eval_run{i}.pkl`` (one chunk per evaluation, so a killed run
     keeps every evaluation it finished), to memory (:attr:`records`), to the callback as the
     mean return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}`` at
-    the env step, and then to every hook's ``on_eval`` (:attr:`on_record`: the run's checkpoints
-    keep the best agent state from it, its progress bar shows the mean, then the user's hooks).
+    the env step, and then to every hook's ``on_eval`` (announced through
+    :meth:`RunContext.evaluated <online_trainer.core.hooks.RunContext.evaluated>`: the run's
+    checkpoints keep the best agent state from it, its progress bar shows the mean, then the
+    user's hooks).
     A filmed evaluation's frames go to the mp4 file and, when the callback has a ``video``
     method, to ``callback.video("eval/video/run_{i}", frames, fps, step)``; no record holds them.
 
@@ -44,28 +46,24 @@ class RunEvaluations(Hook):
         self.video_tag = f"eval/video/{tag}"
         self.on_video = self._video if callable(getattr(callback, "video", None)) else None
         self.records: list[dict[str, Any]] = []
-        self.on_record: Callable[[dict[str, Any]], None] | None = None
-        """Called with each record once it is written (the run's ``HookRunner.on_eval``)."""
         self.every_steps = freq if freq is not None and not by_episode else None
-        if self.every_steps is None:
-            self.on_step = None  # type: ignore[assignment]
-        if freq is None or not by_episode:
-            self.on_episodes = None  # type: ignore[assignment]
+        periodic = () if freq is None else ("on_episodes",) if by_episode else ("on_step",)
+        self.handles = frozenset({"on_run_end", *periodic})
         self.closed = False
 
     def on_step(self, ctx: RunContext) -> None:
-        self.evaluate(ctx.global_step, ctx.episodes)
+        self.evaluate(ctx, ctx.global_step, ctx.episodes)
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         freq = self.freq
         index = -(-first_index // freq) * freq  # the first multiple of freq among the batch's indices
         last = first_index + len(returns) - 1
         while index <= last:
-            self.evaluate(ctx.global_step, index)
+            self.evaluate(ctx, ctx.global_step, index)
             index += freq
 
-    def evaluate(self, global_step: int, episodes: int) -> dict[str, Any]:
-        """Play an evaluation now, route its record, and return it."""
+    def evaluate(self, ctx: RunContext, global_step: int, episodes: int) -> dict[str, Any]:
+        """Play an evaluation now, route its record (``ctx.evaluated`` last), and return it."""
         record = self.evaluator.evaluate(global_step, episodes, self.on_video)
         self.records.append(record)
         if self.stream is not None:
@@ -73,8 +71,7 @@ class RunEvaluations(Hook):
             self.stream.flush()
         self.callback({"ep_return": record["mean"]}, self.return_tag, global_step, force=True)
         self.callback({"ep_length": float(record["lengths"].mean())}, self.length_tag, global_step, force=True)
-        if self.on_record is not None:
-            self.on_record(record)
+        ctx.evaluated(record)
         return record
 
     def _video(self, frames: list[np.ndarray], fps: float, step: int) -> None:
@@ -83,7 +80,7 @@ class RunEvaluations(Hook):
     def on_run_end(self, ctx: RunContext) -> None:
         """The final evaluation, unless one was just made at this step."""
         if self.evaluator.last_step != ctx.global_step:
-            self.evaluate(ctx.global_step, ctx.episodes)
+            self.evaluate(ctx, ctx.global_step, ctx.episodes)
 
     def close(self) -> None:
         """Close the evaluation stream (once), however the run ended."""

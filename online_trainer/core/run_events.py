@@ -67,11 +67,14 @@ class RunEvents:
         self.spec, self.hooks, self.tracker, self.metrics = spec, hooks, tracker, metrics
         self.evaluations, self.checkpoints = evaluations, checkpoints
         self.max_steps = spec.options.budget.max_steps
-        self.snapshot_due = False  # a full checkpoint is due at the end of this step (see snapshot)
-        self.preempted = False  # end the run as interrupted once that checkpoint is written
-        if checkpoints is not None:
-            checkpoints.on_saved = self._saved
+        self.preempted = False  # end the run as interrupted once its full checkpoint is written
         self.on_episodes = hooks.on_episodes
+
+    @property
+    def snapshot_due(self) -> bool:
+        """A full checkpoint is due at the end of this step (see :meth:`snapshot`): a hook announced a
+        checkpoint (``ctx.checkpointed``), or a preemption signal came."""
+        return self.hooks.checkpoint_written or self.preempted
 
     @property
     def episodes(self) -> int:
@@ -82,14 +85,9 @@ class RunEvents:
         hooks = self.hooks
         hooks.on_steps(global_step)
         if hooks.ctx.preempt:
-            self.snapshot_due = self.preempted = True
+            self.preempted = True
         next_step = hooks.next_step
         return next_step if next_step < self.max_steps else self.max_steps
-
-    def _saved(self, path: str) -> None:
-        """A checkpoint was written: a full one follows at the end of the step; then the hooks' ``on_checkpoint``."""
-        self.snapshot_due = True
-        self.hooks.on_checkpoint(path)
 
     def start(self) -> None:
         """Every hook's ``on_run_start``; raise :class:`~.hooks.StopRun` when one asked to stop."""
@@ -102,14 +100,14 @@ class RunEvents:
         Raises:
             Preempted: when the checkpoint was asked for by a preemption signal: the run ends as interrupted.
         """
-        self.snapshot_due = False
+        self.hooks.checkpoint_written = False
         agent = self.hooks.ctx.agent
         if self.spec.exp_dir is not None and callable(getattr(agent, "save", None)):
             resume.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
         if self.preempted:
             raise resume.Preempted(self.spec.run_idx, loop.global_step)
 
-    def _full_state(self, loop: LoopState) -> dict[str, Any]:
+    def _full_state(self, loop: LoopState) -> resume.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics
         metrics.flush()
         evaluations = self.evaluations
@@ -119,14 +117,12 @@ class RunEvents:
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
             outputs["callback"] = checkpoint(ctx.run_tag)
-        return {
-            "run": spec.run_idx, "seed": spec.seed, "num_envs": self.tracker.num_envs, "loop": loop,
-            "tracker": resume.tracker_bytes(self.tracker, keep_table=metrics.stream is None),
-            "events": self.hooks.state_dict(),
-            "agent": resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
-            "env": resume.env_bytes(ctx.env), "rng": resume.global_rng_state(), "outputs": outputs,
-            "elapsed": time.perf_counter() - self.tracker.start_time,
-        }
+        return resume.FullCheckpoint(
+            run=spec.run_idx, seed=spec.seed, num_envs=self.tracker.num_envs, loop=loop,
+            tracker=self.tracker.to_state(keep_table=metrics.stream is None), events=self.hooks.state_dict(),
+            agent=resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
+            env=resume.env_bytes(ctx.env), rng=resume.global_rng_state(), outputs=outputs,
+            elapsed=time.perf_counter() - self.tracker.start_time)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the hooks' state from a full checkpoint's ``events`` (a resumed run, before :meth:`start`)."""
@@ -184,6 +180,4 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)
-    if evaluations is not None:
-        evaluations.on_record = hooks.on_eval
     return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)

@@ -14,7 +14,7 @@ import torch
 from online_trainer import OnlineTrainer
 from online_trainer.callbacks import JsonlCallback
 from online_trainer.core import run as run_module
-from online_trainer.core.hooks import HookRunner, RunContext, check_hooks
+from online_trainer.core.hooks import HOOK_METHODS, HookRunner, RunContext, check_hooks
 from online_trainer.core.options import CheckpointOptions, RunPlan
 from online_trainer.core.progress import NoProgress
 from online_trainer.core.run_events import run_events
@@ -166,7 +166,7 @@ def test_the_hooks_state_after_load_is_the_state_saved_mid_run(tmp_path, monkeyp
                       metrics_flush_every=7, hooks=[Counter()])
     (saved,) = Counter.snapshots
     hooks = saved["hooks"]
-    assert list(hooks) == ["metrics", "evaluations", "checkpoints", "progress", "stats", "preemption", "hooks[0]"]
+    assert list(hooks) == ["metrics", "evaluations", "checkpoints", "progress", "stats", "preemption", "Counter#0"]
     # taken in the user's on_step at step 301 (two sub-envs), after the built-ins' at that step
     checkpoints = hooks["checkpoints"]
     assert checkpoints["state"]["saved"] == ["S240", "S280"] and checkpoints["next_step"] == 320
@@ -175,10 +175,10 @@ def test_the_hooks_state_after_load_is_the_state_saved_mid_run(tmp_path, monkeyp
     assert [r["global_step"] for r in evaluations["state"]["records"]] == [70, 140, 210, 280]
     assert evaluations["state"]["count"] == 4 and evaluations["next_step"] == 350
     assert hooks["progress"]["state"]["shown_steps"] == 301 and hooks["progress"]["next_step"] == 302
-    assert hooks["progress"]["state"]["episodes"] == hooks["hooks[0]"]["state"]["episodes"]
+    assert hooks["progress"]["state"]["episodes"] == hooks["Counter#0"]["state"]["episodes"]
     assert hooks["metrics"]["next_step"] is None and hooks["metrics"]["state"]["flushed"] > 0
     assert len(hooks["stats"]["state"]["returns"]) == 5 and hooks["stats"]["next_step"] == 330
-    assert hooks["hooks[0]"]["next_step"] == 400 and hooks["hooks[0]"]["state"]["episodes"] > 0
+    assert hooks["Counter#0"]["next_step"] == 400 and hooks["Counter#0"]["state"]["episodes"] > 0
 
     spec, env, agent, _, tracker, evaluator, _ = calls[0]
     (tmp_path / "fresh").mkdir()
@@ -191,31 +191,83 @@ def test_the_hooks_state_after_load_is_the_state_saved_mid_run(tmp_path, monkeyp
     fresh.hooks.close()
 
 
-def test_load_state_dict_refuses_other_user_hooks():
-    class Stateful(Hook):
-        def on_episodes(self, ctx, first_index, returns, lengths):
-            pass
+class Stateful(Hook):
+    def __init__(self, n=1):
+        self.n = n
 
-        def state_dict(self):
-            return {"n": 1}
-
-        def load_state_dict(self, state):
-            pass
-
-    ctx = RunContext(1, 0, None, None, None, None, "run_1")
-    state = HookRunner([Stateful()], ctx).state_dict()
-    assert set(state["hooks"]) == {"hooks[0]"}
-    HookRunner([Stateful()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
-    with pytest.raises(ValueError, match=r"holds the user hooks \['hooks\[0\]'\], but this run's hooks with state "
-                                         r"are \[\]"):
-        HookRunner([], ctx).load_state_dict(state)
-
-    class Other(Stateful):
+    def on_episodes(self, ctx, first_index, returns, lengths):
         pass
 
-    with pytest.raises(ValueError, match=r"The saved state of hooks\[0\] is a .*Stateful's, but this run's "
-                                         r"hooks\[0\] is a .*Other: resume with the hooks in the order"):
-        HookRunner([Other()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
+    def state_dict(self):
+        return {"n": self.n}
+
+    def load_state_dict(self, state):
+        self.n = state["n"]
+
+
+class OtherStateful(Stateful):
+    pass
+
+
+def test_load_state_dict_refuses_other_user_hooks():
+    ctx = RunContext(1, 0, None, None, None, None, "run_1")
+    state = HookRunner([Stateful()], ctx).state_dict()
+    assert set(state["hooks"]) == {"Stateful#0"}
+    HookRunner([Stateful()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
+                                         r"are \[\]"):
+        HookRunner([], ctx).load_state_dict(state)
+    with pytest.raises(ValueError, match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
+                                         r"are \['OtherStateful#0'\]: resume with the hooks the run was started"):
+        HookRunner([OtherStateful()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
+
+
+def test_user_hook_state_is_keyed_by_class_and_occurrence_so_classes_may_be_reordered():
+    saved = HookRunner([Stateful(1), OtherStateful(2), Stateful(3)], RunContext(1, 0, None, None, None, None,
+                                                                                "run_1")).state_dict()
+    assert list(saved["hooks"]) == ["Stateful#0", "OtherStateful#0", "Stateful#1"]
+    runner = HookRunner([OtherStateful(0), Stateful(0), Stateful(0)], RunContext(1, 0, None, None, None, None,
+                                                                                 "run_1"))
+    runner.load_state_dict(saved)
+    assert [(type(h).__name__, h.n) for h in runner.hooks] == [("OtherStateful", 2), ("Stateful", 1),
+                                                               ("Stateful", 3)]
+
+
+def test_builtin_hooks_declare_the_events_they_take_and_are_never_rewired(tmp_path):
+    """What a built-in takes is data read by the runner (``handles``, ``every_steps``); no method is set on an
+    instance, and evaluations and checkpoints reach every hook through the context."""
+    seen: list = []
+
+    class Sees(Hook):
+        def on_eval(self, ctx, result):
+            seen.append(("eval", result["global_step"]))
+
+        def on_checkpoint(self, ctx, path):
+            seen.append(("checkpoint", os.path.basename(path)))
+
+    built = []
+    original = run_module.run_events
+
+    def spy(*args):
+        events = original(*args)
+        built.append(events)
+        return events
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_module, "run_events", spy)
+        OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=6, seed_offset=SEED, progress=False, eval_freq=3, eval_episodes=1, checkpoint_freq=3,
+            hooks=[Sees()])
+    runner = built[0].hooks
+    for hook in runner.hooks:
+        overridden = set(vars(hook)) & set(HOOK_METHODS)
+        assert not overridden, f"{type(hook).__name__} sets {overridden} on the instance"
+    by_name = dict(zip(runner.keys, runner.hooks))
+    assert by_name["evaluations"].handles == {"on_run_end", "on_episodes"}
+    assert by_name["checkpoints"].handles == {"on_run_end", "on_episodes", "on_eval"}
+    assert by_name["progress"].every_steps is None and set(runner.cadences) == {"stats", "preemption"}
+    assert seen == [("eval", seen[0][1]), ("checkpoint", "Run1_E3"), ("eval", seen[2][1]), ("checkpoint", "Run1_E6"),
+                    ("checkpoint", "Run1_Last")]
 
 
 def periodic(exp_dir, run=1):
@@ -301,9 +353,9 @@ def test_the_stoppers_state_round_trips_and_resumes_their_count():
     runner.on_eval({"mean": 3.0})
     runner.on_eval({"mean": 2.0})
     state = runner.state_dict()
-    assert state["hooks"]["hooks[0]"]["state"] == {"returns": [4.0, 4.0, 5.0], "held": 0}
-    assert state["hooks"]["hooks[1]"]["state"] == {"best": 3.0, "evals": 2, "without": 1}
-    assert state["hooks"]["hooks[2]"]["state"] == {"block": [5.0], "previous": 4.0, "flat": 0}
+    assert state["hooks"]["StopOnReturn#0"]["state"] == {"returns": [4.0, 4.0, 5.0], "held": 0}
+    assert state["hooks"]["StopOnNoImprovement#0"]["state"] == {"best": 3.0, "evals": 2, "without": 1}
+    assert state["hooks"]["StopOnPlateau#0"]["state"] == {"block": [5.0], "previous": 4.0, "flat": 0}
     fresh = HookRunner(hooks, RunContext(1, 0, None, None, None, None, "run_1"))
     fresh.load_state_dict(state)
     assert same(fresh.state_dict(), state)

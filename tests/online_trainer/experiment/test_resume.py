@@ -71,6 +71,7 @@ def jsonl(path):
                   if l["tag"].split("/")[-2] not in ("stats", "timing"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "dqn", "q_learning"])
 def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_path, name):
     env, agent = AGENTS[name]
@@ -221,6 +222,7 @@ def run_job(script, exp_dir, workers, resume_flag, **popen):
                             cwd=script.parent, **popen)
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB.format(env_id="CartPole-v1", agent="PPOAgent", steps=16_000, every=8_000))
@@ -256,6 +258,7 @@ def kill_job(tmp_path_factory):
     return script, references
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers,seed", KILL_TRIALS)
 def test_a_run_killed_at_any_moment_resumes_to_the_uninterrupted_records(kill_job, tmp_path, workers, seed):
     """SIGKILL of the whole process group after a seeded delay past the first metrics, then resume."""
@@ -282,9 +285,47 @@ def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
                 1, hooks=[Crash(1100)], checkpoint_buffers=buffers, **kw)
         sizes[buffers] = storage.resume_path(tmp_path / str(buffers), 1).stat().st_size
         agent = DQNAgent(env())
-        agent.load(resume.read(tmp_path / str(buffers), 1)["agent"]["state"])
+        agent.load(resume.read(tmp_path / str(buffers), 1).agent["state"])
         assert agent.buffer.size == (1000 if buffers else 0)  # the buffer at the checkpoint, or an empty one
     assert sizes[False] < sizes[True]
+
+
+def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts(tmp_path, monkeypatch):
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], **kw)
+    saved = resume.read(tmp_path, 1)
+    assert isinstance(saved, resume.FullCheckpoint) and saved.version == resume.FORMAT
+    assert saved.loop.global_step == 300 and saved.tracker["num_envs"] == 2
+    monkeypatch.setattr(resume, "FORMAT", resume.FORMAT + 1)  # this package now reads a newer layout
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    started = []
+    monkeypatch.setattr(Hook, "on_run_start", lambda self, ctx: started.append(ctx.run), raising=False)
+    with pytest.raises(ValueError, match=rf"Run1_Resume.pkl was written by another version of online_trainer "
+                                         rf"\(format {resume.FORMAT - 1}, this one reads {resume.FORMAT}\).*remove it"):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after == before and not started  # refused at planning: no run started, nothing changed
+
+
+def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
+    """The run's own parts (loop, episodes in progress, records, hooks) are saved as plain data: no object of
+    online_trainer is pickled, so an attribute added to one of its classes cannot break a checkpoint."""
+    import pickle
+    import pickletools
+
+    env, agent = AGENTS["ppo"]
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, total_steps=1500, seed_offset=3, checkpoint_freq=300,
+                                                              eval_freq=500, eval_episodes=2, progress=False,
+                                                              dump_metrics=False, hooks=[Crash(1000)])
+    saved = resume.read(tmp_path, 1)
+    assert saved.tracker["table"]["returns"] and saved.tracker["actions"]["t"] > 0  # records and actions are kept
+    for part in (saved.loop.to_state(), saved.tracker, saved.events, saved.rng):
+        ops = pickletools.genops(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+        strings = [arg for op, arg, _ in ops if isinstance(arg, str)]
+        assert not [s for s in strings if s.startswith("online_trainer")]
 
 
 SINKS_JOB = textwrap.dedent("""
@@ -383,10 +424,13 @@ def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("hooks, message", [
-    ([], r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \[\]"),
+    ([], r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state "
+         r"are \[\]"),
     ([StopOnPlateau(window=10**6), StopOnReturn(10**6)],
-     r"holds the user hooks \['hooks\[0\]'\], but this run's hooks with state are \['hooks\[0\]', 'hooks\[1\]'\]"),
-    ([StopOnReturn(10**6)], r"of hooks\[0\] is a StopOnPlateau's, but this run's hooks\[0\] is a StopOnReturn"),
+     r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are \['StopOnPlateau#0', "
+     r"'StopOnReturn#0'\]"),
+    ([StopOnReturn(10**6)], r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are "
+                            r"\['StopOnReturn#0'\]"),
 ])
 def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_changes(tmp_path, hooks, message):
     env, agent = AGENTS["q_learning"]
