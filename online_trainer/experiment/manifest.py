@@ -245,7 +245,8 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
             "overwrite=True to replace it, or choose another exp_dir."
         )
     if differing:
-        raise FileExistsError(f"{differing[0]} already exists with other content: pass overwrite=True or another exp_dir.")
+        raise FileExistsError(f"{differing[0]} already exists with other content: pass overwrite=True or another "
+                              "exp_dir.")
 
 
 def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:

@@ -96,11 +96,12 @@ def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: 
 
 
 class CheckpointEvaluations:
-    """The evaluations of one experiment's checkpoints, as :func:`~online_trainer.orchestration.planning.run_experiments`
-    executes them: each result is kept with its spec; nothing is written to a manifest."""
+    """The evaluations of one experiment's checkpoints, as
+    :func:`~online_trainer.orchestration.planning.run_experiments` executes them: each result is kept
+    with its spec; nothing is written to a manifest."""
 
     def __init__(self, exp_dir: Path, specs: list[RunSpec]) -> None:
-        self.exp_dir = exp_dir
+        self.exp_dir: Path | None = exp_dir
         self.specs = specs
         self.results: list[tuple[RunSpec, RunResult]] = []
         self._by_key = {spec.key: spec for spec in specs}

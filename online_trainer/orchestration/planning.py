@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from online_trainer.core import seeding
 from online_trainer.core.errors import RunSetupError
@@ -181,7 +183,7 @@ class Outcome:
     finalized: Any = None
 
 
-def run_experiments(hold: ContextManager[list[Path]], execution: ExecutionOptions, max_runs: int,
+def run_experiments(hold: AbstractContextManager[list[Path]], execution: ExecutionOptions, max_runs: int,
                     plan: Callable[[list[Path]], Sequence[RunGroup]], callback: Any,
                     finalize: Callable[[list[Any]], Any] | None = None) -> Outcome:
     """The one path from a validated call to its results: lock, workers, manifests, plan, execute, finalize.

@@ -224,7 +224,8 @@ class OnlineTrainer:
         keep_records = options.records.in_memory
 
         def plan(created: list[Path]) -> list[Experiment]:
-            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
+            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution,
+                                             resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             return [Experiment(self.exp_dir, manifest, specs)]
 
