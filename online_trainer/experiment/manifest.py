@@ -235,19 +235,29 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
         FileExistsError: an earlier experiment is there, or an input file is there with other
             content, and ``overwrite`` is false.
     """
-    if overwrite or not exp_dir.is_dir():
+    if overwrite:
         return
-    earlier = storage.existing_experiment_files(exp_dir)
+    earlier, differing = earlier_experiment(exp_dir, inputs)
     if earlier:
         names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
         raise FileExistsError(
             f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
             "overwrite=True to replace it, or choose another exp_dir."
         )
-    for name, text in inputs.items():
-        path = exp_dir / name
-        if text is not None and path.is_file() and path.read_text(encoding="utf-8") != text:
-            raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
+    if differing:
+        raise FileExistsError(f"{differing[0]} already exists with other content: pass overwrite=True or another "
+                              "exp_dir.")
+
+
+def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:
+    """What a new experiment in ``exp_dir`` would replace: the files of an earlier experiment, and the input
+    files (name -> text, as in :func:`check_exp_dir`) there with other content. This only reads; the one
+    check behind :func:`check_exp_dir` and the command's (``online_trainer.cli.run.check_exp_dir``)."""
+    if not exp_dir.is_dir():
+        return [], []
+    differing = [exp_dir / name for name, text in inputs.items() if text is not None and (exp_dir / name).is_file()
+                 and (exp_dir / name).read_text(encoding="utf-8") != text]
+    return storage.existing_experiment_files(exp_dir), differing
 
 
 @contextlib.contextmanager

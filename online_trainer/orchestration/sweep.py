@@ -29,13 +29,12 @@ import yaml
 
 from online_trainer.core import ownership, storage, validation
 from online_trainer.core.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
+from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
 from online_trainer.core.options import RunPlan
 from online_trainer.core.options_derived import call_record
 from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
-from online_trainer.orchestration.planning import RunnerParts, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import executors
+from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
 from online_trainer.parallel.base import ExecutionOptions
 
 if TYPE_CHECKING:
@@ -156,16 +155,19 @@ def run_sweep(
     parts.check_travel(execution, options)
     copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
     root = Path(trainer.exp_dir)
-    created: list[Path] = new_paths(root, LOCK_FILE)
-    with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
-        seed = _sweep_seed(root, seed_offset, options.budget, created)
-        experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
-                                   options, copy_agent, created, resume)
-        execute_experiments(experiments, execution, parts.callback, pool, created)
+    names: list[str] = []
 
+    def plan(created: list[Path]) -> list[Experiment]:
+        seed = _sweep_seed(root, seed_offset, options.budget, created)
+        experiments, planned = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
+                                     options, copy_agent, created, resume)
+        names.extend(planned)
+        return experiments
+
+    outcome = run_experiments(hold_lock(root), execution, len(grid) * num_runs, plan, parts.callback)
     ranking = rank(root, names, metric, last_k)
     ranking.to_csv(root / RESULTS_FILE, index=False)
-    failures = [f for e in experiments for f in e.failures()]
+    failures = [f for e in outcome.experiments for f in e.failures()]
     if failures:
         raise RunsFailedError(failures, None)
     return ranking

@@ -21,8 +21,7 @@ from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
 from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
-from online_trainer.orchestration.planning import RunnerParts, execute_experiments, plan_runs, start_manifest
-from online_trainer.parallel import executors
+from online_trainer.orchestration.planning import RunnerParts, plan_runs, run_experiments, start_manifest
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
 
 if TYPE_CHECKING:
@@ -223,16 +222,24 @@ class OnlineTrainer:
         inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         keep_records = options.records.in_memory
-        with hold as created, executors.early_workers(execution, num_runs) as pool:
-            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
+
+        def plan(created: list[Path]) -> list[Experiment]:
+            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution,
+                                             resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
-            experiment = Experiment(self.exp_dir, manifest, specs)
-            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
-                return handle  # submitted to Slurm without waiting: the jobs record their results
-            runs = experiment.runs(keep_records)
-            failures = experiment.failures()
+            return [Experiment(self.exp_dir, manifest, specs)]
+
+        def finalize(experiments: list[Experiment]) -> tuple[list[Any], list[Any]]:
+            (experiment,) = experiments
+            runs, failures = experiment.runs(keep_records), experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
                 experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
+            return runs, failures
+
+        outcome = run_experiments(hold, execution, num_runs, plan, parts.callback, finalize)
+        if outcome.handle is not None:
+            return outcome.handle  # submitted to Slurm without waiting: the jobs record their results
+        (experiment,), (runs, failures) = outcome.experiments, outcome.finalized
         self.agents, self.evaluations = experiment.agents(), experiment.evaluations()
         self._eval_env_factory = parts.eval_env_factory
         if failures:
