@@ -31,7 +31,7 @@ from online_trainer.core.ownership import LOCK_FILE
 try:
     import fcntl
 except ImportError:  # Windows: no flock; the lock is then only informative
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the optional-import idiom: callers check for None
 
 logger = logging.getLogger(__name__)
 
