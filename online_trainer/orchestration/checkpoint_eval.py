@@ -59,12 +59,12 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
     score = call.get("records.score", call.get("score", "return"))  # a score="raw" experiment is evaluated on raw scores
     options = RunPlan(num_episodes=num_episodes, evaluation=EvaluationOptions(episodes=num_episodes), dump_metrics=False,
                       records=RecordOptions(keep_agents=False, score=score), has_exp_dir=False)
-    specs = []
+    specs: list[RunSpec] = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":
             continue
         for label, path in checkpoints(exp_dir, entry["run"], which):
-            loader = CheckpointAgent(lambda env, base=base: base(env, copy=base.is_instance), path)
+            loader = CheckpointAgent(lambda env: base(env, copy=base.is_instance), path)
             specs.append(RunSpec(
                 run_idx=entry["run"], seed=eval_seed(entry["seed"]), env_factory=parts.env_factory,
                 agent_factory=AgentFactory(loader), options=options, callback=parts.callback, train=False,
@@ -82,6 +82,7 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
             raise error.cause from None
         rows = [[spec.run_idx, manifest["runs"][spec.run_idx - 1]["seed"], spec.checkpoint, k + 1, ret, length]
                 for spec, result in sorted(results, key=lambda item: item[0].key) if result.status == "finished"
+                and result.evaluations is not None  # a finished evaluation run has its evaluation
                 for k, (ret, length) in enumerate(zip(result.evaluations[0]["returns"],
                                                       result.evaluations[0]["lengths"]))]
         text = io.StringIO()

@@ -95,7 +95,7 @@ class OnlineTrainer:
         self.env_factory = EnvFactory(env)
         self.agent_factory = AgentFactory(agent)
         self.exp_dir = None if exp_dir is None else Path(exp_dir)
-        if self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
+        if exp_dir is not None and self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
             raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
         self.train = bool(train)
         self.config = None
@@ -211,7 +211,7 @@ class OnlineTrainer:
             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
             dump_transitions=bool(dump_transitions), evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
-            records=RecordOptions() if records is None else records, hooks=hooks,
+            records=RecordOptions() if records is None else records, hooks=() if hooks is None else hooks,
             has_exp_dir=self.exp_dir is not None)
         execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
@@ -220,7 +220,7 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
+        inputs = {storage.CONFIG_FILE: None if self.config is None else self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         keep_records = options.records.in_memory
         with hold as created, executors.early_workers(execution, num_runs) as pool:
@@ -310,7 +310,7 @@ class OnlineTrainer:
                           dump_transitions=bool(dump_transitions), evaluation=evaluation,
                           checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
                           records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
-                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+                          hooks=() if hooks is None else hooks)
         return run_sweep(self, configurations, num_runs, options, seed_offset, metric, last_k,
                          resolve_execution(execution), resume)
 
@@ -356,7 +356,7 @@ class OnlineTrainer:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
         evaluation = EvaluationOptions() if evaluation is None else evaluation
         if evaluation.env is not None:
-            factory = EnvFactory(evaluation.env)
+            factory: EnvFactory | None = EnvFactory(evaluation.env)
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)
