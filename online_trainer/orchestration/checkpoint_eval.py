@@ -11,7 +11,7 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
 from online_trainer.core import storage, validation
@@ -25,6 +25,7 @@ from online_trainer.experiment.lock import ExperimentLock
 from online_trainer.experiment.resuming import CALL_KEY
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.core.protocol import Agent, AgentMaker, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -103,7 +104,7 @@ def _collect(result: RunResult, by_key: dict[int, RunSpec], results: list[tuple[
 
 
 def load_agent(exp_dir: str | os.PathLike, run: int = 1, which: str = "last",
-               agent_factory: Callable[[Any], Any] | None = None, env: Any = None) -> Any:
+               agent_factory: AgentMaker | None = None, env: EnvLike | None = None) -> Agent:
     """An agent with run ``run``'s checkpoint loaded (``which``: ``"last"`` or ``"best"``).
 
     Args:

@@ -24,6 +24,7 @@ from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
 from online_trainer.orchestration.planning import RunnerParts, execute_experiments, plan_runs, start_manifest
 from online_trainer.parallel import executors
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
+from online_trainer.core.protocol import AgentLike, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,8 +86,8 @@ class OnlineTrainer:
 
     def __init__(
         self,
-        env: Any,
-        agent: Any,
+        env: EnvLike,
+        agent: AgentLike,
         exp_dir: str | os.PathLike | None = None,
         train: bool = True,
         config: str | os.PathLike | None = None,
