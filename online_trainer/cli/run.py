@@ -36,6 +36,7 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
         ConfigError: ``exp_dir`` is a file, or holds an earlier experiment (or another
             config) and ``overwrite`` is false.
     """
+    assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
     exp_dir = Path(config.exp_dir)
     if exp_dir.exists() and not exp_dir.is_dir():
         raise ConfigError(f"exp_dir={config.exp_dir!r} exists and is not a directory: set exp_dir=<another path>.")

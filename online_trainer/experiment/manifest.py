@@ -17,6 +17,7 @@ from online_trainer.core.run_records import as_records
 from online_trainer.core.run import COMPLETED, RunResult, RunSpec
 from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
+from online_trainer.core.run_records import RunRecords
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +155,9 @@ class Experiment:
         """The exception object of the first failed run, when it ran in this process."""
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
 
-    def runs(self, keep_records: bool) -> list[list[dict[str, Any]] | None]:
+    def runs(self, keep_records: bool) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Records per run: from memory for runs done now, from disk for runs done before (or resumed now)."""
-        runs: list[list[dict[str, Any]] | None] = []
+        runs: list[RunRecords | list[dict[str, Any]] | None] = []
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
             if result is not None and result.records is not None:
@@ -198,7 +199,7 @@ class Experiment:
         """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
-    def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
+    def write_all_metrics(self, runs: list[RunRecords | list[dict[str, Any]] | None]) -> None:
         """Write ``all_metrics.pkl`` (the list of runs) atomically, unless no run was done now and it is there.
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.

@@ -11,7 +11,7 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
 from online_trainer.core import storage, validation
@@ -25,6 +25,7 @@ from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.resuming import CALL_KEY
 from online_trainer.orchestration.planning import RunnerParts, run_experiments
 from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.core.protocol import Agent, AgentMaker, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,12 +58,12 @@ def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: 
     score = call.get("records.score", call.get("score", "return"))  # a score="raw" experiment is evaluated on raw scores
     options = RunPlan(num_episodes=num_episodes, evaluation=EvaluationOptions(episodes=num_episodes), dump_metrics=False,
                       records=RecordOptions(keep_agents=False, score=score), has_exp_dir=False)
-    specs = []
+    specs: list[RunSpec] = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":
             continue
         for label, path in checkpoints(exp_dir, entry["run"], which):
-            loader = CheckpointAgent(lambda env, base=base: base(env, copy=base.is_instance), path)
+            loader = CheckpointAgent(lambda env: base(env, copy=base.is_instance), path)
             specs.append(RunSpec(
                 run_idx=entry["run"], seed=eval_seed(entry["seed"]), env_factory=parts.env_factory,
                 agent_factory=AgentFactory(loader), options=options, callback=parts.callback, train=False,
@@ -76,6 +77,7 @@ def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: 
     def write(groups: list[CheckpointEvaluations]) -> list[list[Any]]:
         rows = [[spec.run_idx, manifest["runs"][spec.run_idx - 1]["seed"], spec.checkpoint, k + 1, ret, length]
                 for spec, result in sorted(group.results, key=lambda item: item[0].key) if result.status == "finished"
+                and result.evaluations is not None  # a finished evaluation run has its evaluation
                 for k, (ret, length) in enumerate(zip(result.evaluations[0]["returns"],
                                                       result.evaluations[0]["lengths"]))]
         text = io.StringIO()
@@ -129,7 +131,7 @@ class CheckpointEvaluations:
 
 
 def load_agent(exp_dir: str | os.PathLike, run: int = 1, which: str = "last",
-               agent_factory: Callable[[Any], Any] | None = None, env: Any = None) -> Any:
+               agent_factory: AgentMaker | None = None, env: EnvLike | None = None) -> Agent:
     """An agent with run ``run``'s checkpoint loaded (``which``: ``"last"`` or ``"best"``).
 
     Args:

@@ -142,6 +142,7 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
     if resume:
         from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
+        assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
                                          call_record(options, tuning_hp, parts.train), parts.callback,

@@ -180,7 +180,8 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
 
     Directories and files made here are appended to ``created``.
     """
-    experiments, names = [], []
+    experiments: list[Experiment] = []
+    names: list[str] = []
     task_id = 0
     for config in grid:
         name = experiment_name(root, config, names)

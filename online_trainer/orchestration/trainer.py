@@ -23,6 +23,7 @@ from online_trainer.core.options import CheckpointOptions, EvaluationOptions, Re
 from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
 from online_trainer.orchestration.planning import RunnerParts, plan_runs, run_experiments, start_manifest
 from online_trainer.parallel.base import ExecutionOptions, resolve_execution
+from online_trainer.core.protocol import AgentLike, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -84,8 +85,8 @@ class OnlineTrainer:
 
     def __init__(
         self,
-        env: Any,
-        agent: Any,
+        env: EnvLike,
+        agent: AgentLike,
         exp_dir: str | os.PathLike | None = None,
         train: bool = True,
         config: str | os.PathLike | None = None,
@@ -94,7 +95,7 @@ class OnlineTrainer:
         self.env_factory = EnvFactory(env)
         self.agent_factory = AgentFactory(agent)
         self.exp_dir = None if exp_dir is None else Path(exp_dir)
-        if self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
+        if exp_dir is not None and self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
             raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
         self.train = bool(train)
         self.config = None
@@ -210,7 +211,7 @@ class OnlineTrainer:
             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
             dump_transitions=bool(dump_transitions), evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
-            records=RecordOptions() if records is None else records, hooks=hooks,
+            records=RecordOptions() if records is None else records, hooks=() if hooks is None else hooks,
             has_exp_dir=self.exp_dir is not None)
         execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
@@ -219,7 +220,7 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
+        inputs = {storage.CONFIG_FILE: None if self.config is None else self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         keep_records = options.records.in_memory
 
@@ -317,7 +318,7 @@ class OnlineTrainer:
                           dump_transitions=bool(dump_transitions), evaluation=evaluation,
                           checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
                           records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
-                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+                          hooks=() if hooks is None else hooks)
         return run_sweep(self, configurations, num_runs, options, seed_offset, metric, last_k,
                          resolve_execution(execution), resume)
 
@@ -363,7 +364,7 @@ class OnlineTrainer:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
         evaluation = EvaluationOptions() if evaluation is None else evaluation
         if evaluation.env is not None:
-            factory = EnvFactory(evaluation.env)
+            factory: EnvFactory | None = EnvFactory(evaluation.env)
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)
