@@ -35,13 +35,16 @@ the dotted key of its section (`evaluation.freq=5000`, `execution.num_workers=4`
 refused, naming the key and both values. The others cannot change what runs record and may differ.
 
 ```python
-from online_trainer import (OnlineTrainer, EvaluationOptions, CheckpointOptions, RecordOptions,
-                            ExecutionOptions)
+from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer,
+                            RecordOptions)
+from online_trainer.agents import DQNAgent
+from online_trainer.envs import make_env
 
+trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=4), lambda env: DQNAgent(env), exp_dir="runs/options")
 trainer.multi_run(5, total_steps=100_000, seed_offset=0, checkpoint_freq=20_000,
                   evaluation=EvaluationOptions(freq=10_000, episodes=10),
                   checkpoints=CheckpointOptions(keep=2),
-                  records=RecordOptions(score="raw"),
+                  records=RecordOptions(stats_window=50),
                   execution=ExecutionOptions(num_workers=4))
 ```
 
@@ -60,7 +63,7 @@ def render() -> str:
 
     lines = [HEADER, "## Signatures", ""]
     for name in ("multi_run", "sweep", "evaluate"):
-        lines += ["```python", f"OnlineTrainer.{name}{_signature(getattr(OnlineTrainer, name))}", "```", ""]
+        lines += ["```text", f"OnlineTrainer.{name}{_signature(getattr(OnlineTrainer, name))}", "```", ""]
     lines += ["The nine first parameters of `multi_run` are the original OnlineTrainer's, positional and in their "
               "order; they are the fields of the run plan below. Everything after `tuning_hp` is keyword-only.", ""]
     own = {name: p.default for name, p in inspect.signature(OnlineTrainer.multi_run).parameters.items()}
