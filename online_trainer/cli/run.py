@@ -20,13 +20,14 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.core import preemption, storage
-from online_trainer.core.errors import RunsFailedError
-from online_trainer.core.options import EvaluationOptions, ExecutionOptions
+from online_trainer.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import remove_created
+from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
+from online_trainer.records import storage
+from online_trainer.run.builtin import preemption
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable
 
-from online_trainer.core import storage
+from online_trainer.records import storage
 
 WHICH = ("best", "last", "all")
 """Which checkpoints :func:`checkpoints` returns."""

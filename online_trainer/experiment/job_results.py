@@ -10,8 +10,9 @@ import pickle
 from pathlib import Path
 from typing import Any, Iterator
 
-from online_trainer.core import ownership, storage
-from online_trainer.core.run import COMPLETED, RunResult
+from online_trainer.experiment import ownership
+from online_trainer.records import storage
+from online_trainer.run.one_run import COMPLETED, RunResult
 
 logger = logging.getLogger(__name__)
 

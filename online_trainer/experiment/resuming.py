@@ -15,24 +15,27 @@ import os
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Sequence
 
-from online_trainer.core import ownership, resume, storage, validation
-from online_trainer.core.options import SECTIONS
-from online_trainer.core.options_derived import LEGACY_NAMES
-from online_trainer.core.run import COMPLETED
+from online_trainer.experiment import ownership
+from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.core.job_results import apply_result, read_job_result
+from online_trainer.options import validation
+from online_trainer.options.derived import LEGACY_NAMES
+from online_trainer.options.groups import SECTIONS
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.run.one_run import COMPLETED
 
 logger = logging.getLogger(__name__)
 
 CALL_KEY = "call"
-"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.core.options_derived.call_record`)."""
+"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.options.derived.call_record`)."""
 
 
 def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
                     call: Mapping[str, Any], num_envs: Callable[[], int] | None = None) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
-    ``call`` is :func:`~online_trainer.core.options_derived.call_record` of this call: every option that can change
+    ``call`` is :func:`~online_trainer.options.derived.call_record` of this call: every option that can change
     what runs record (an option declared ``affects_records=False`` may differ). A manifest of the previous
     release, whose record has flat keys (``eval_freq``), is read through the legacy names. Keys the experiment
     did not record (options added since) are not compared.

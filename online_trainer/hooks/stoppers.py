@@ -9,8 +9,8 @@ from __future__ import annotations
 import collections
 from typing import Any, Sequence
 
-from online_trainer.core import validation
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.options import validation
 
 SOURCES = ("train", "eval")
 

@@ -14,9 +14,9 @@ import numpy as np
 from gymnasium.spaces import Space
 from gymnasium.vector import AutoresetMode
 
-from online_trainer.core.actions import ActionHistory
-from online_trainer.core.records import EpisodeTable
-from online_trainer.core.spaces import BatchSplitter
+from online_trainer.loop.action_history import ActionHistory
+from online_trainer.loop.spaces import BatchSplitter
+from online_trainer.records.episode_table import EpisodeTable
 
 
 class EpisodeTracker:
@@ -31,7 +31,7 @@ class EpisodeTracker:
     since it started (its action rows, or a step count when actions are not kept), less its
     reset step, and returns are summed in float64 in step order. Episodes that end on the
     same step are closed together (:meth:`close`: a few array operations for all of them);
-    their records reach :attr:`table` (an :class:`~online_trainer.core.records.EpisodeTable`)
+    their records reach :attr:`table` (an :class:`~online_trainer.records.episode_table.EpisodeTable`)
     when :meth:`seal` is called, which copies the actions of every episode closed since the
     last call out of the buffer in one go.
 
@@ -43,7 +43,7 @@ class EpisodeTracker:
         keep_frames: keep the frames given to :meth:`add_frames` in the episode records.
         keep_actions: keep each episode's actions (see :class:`ActionHistory`).
         observation_space: the single-env observation space; ``None`` to infer it from the
-            first batch (see :func:`online_trainer.core.spaces.infer_space`).
+            first batch (see :func:`online_trainer.loop.spaces.infer_space`).
         action_space: the single-env action space; ``None`` to infer it likewise.
         frames_trigger: which episodes keep their frames: ``k`` (episodes ``k, 2k, ...``), a
             callable ``episode_index -> bool`` (asked once per episode), or None (every one).

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Dict, Space, Tuple
 
-from online_trainer.core.pickling import ActionSlab, narrowest
-from online_trainer.core.spaces import as_rows, infer_space, leaf_paths
+from online_trainer.loop.spaces import as_rows, infer_space, leaf_paths
+from online_trainer.records.pickling import ActionSlab, narrowest
 
 
 class ActionHistory:
@@ -33,7 +33,7 @@ class ActionHistory:
         num_envs: the number of sub-envs.
         capacity: the number of steps the buffers hold before they are compacted or grown.
         space: the single-env action space; ``None`` to infer it from the first batch of
-            actions (see :func:`online_trainer.core.spaces.infer_space`).
+            actions (see :func:`online_trainer.loop.spaces.infer_space`).
     """
 
     def __init__(self, num_envs: int, capacity: int = 1024, space: Space[Any] | None = None) -> None:

@@ -18,9 +18,9 @@ from typing import Any, Callable
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from online_trainer.core import raw_scores
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.factories import autoreset_mode
+from online_trainer.loop import raw_scores
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.factories import autoreset_mode
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     The episodes are spread evenly over the sub-envs, each playing its share to the end
     (as Stable-Baselines3's ``evaluate_policy``), so short episodes are not favoured by
     finishing first. Only real transitions count, in every autoreset mode, by the training loop's
-    accounting (:class:`~online_trainer.core.episodes.EpisodeTracker`). The agent is
+    accounting (:class:`~online_trainer.loop.accounting.EpisodeTracker`). The agent is
     used as it is (call ``agent.eval()`` first for greedy acting); ``update`` is never called.
     An episode longer than ``max_episode_steps`` (default: :func:`episode_step_limit`) is cut
     there (its sub-env is reset), with a logged warning, so that a policy that never ends an
@@ -61,7 +61,7 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     env made with ``render_mode="rgb_array"``) are appended to it: the reset frame, then one
     per step.
     With ``raw``, the returns and lengths are the raw scores a ``RecordEpisodeStatistics``
-    inside each sub-env's wrappers reports (see :mod:`online_trainer.core.raw_scores`); an
+    inside each sub-env's wrappers reports (see :mod:`online_trainer.loop.raw_scores`); an
     episode cut by ``max_episode_steps`` has none (NaN).
 
     Returns:

@@ -13,7 +13,7 @@ from gymnasium import spaces
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import iterate
 
-from online_trainer.core.protocol import missing_methods
+from online_trainer.loop.protocol import missing_methods
 
 logger = logging.getLogger(__name__)
 

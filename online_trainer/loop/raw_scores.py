@@ -93,7 +93,7 @@ class RawScores:
     """Reads the raw scores of the episodes that end and hands them to the run's episode table.
 
     Args:
-        table: the run's :class:`~online_trainer.core.records.EpisodeTable`.
+        table: the run's :class:`~online_trainer.records.episode_table.EpisodeTable`.
         mode: the vector env's autoreset mode.
 
     Attributes:

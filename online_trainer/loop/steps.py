@@ -7,10 +7,10 @@ from typing import Any, Callable, Protocol
 
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from online_trainer.core.budget import Budget
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.factories import accepts_valid
-from online_trainer.core.spaces import final_observations
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.factories import accepts_valid
+from online_trainer.loop.spaces import final_observations
 
 
 class StepLogger:

@@ -1,7 +1,7 @@
 """What derives from the option groups' fields: the manifest's record of a call, the previous release's names, the
 fields' docstrings (for the reference page).
 
-Nothing here declares an option: each is a field of :mod:`online_trainer.core.options`.
+Nothing here declares an option: each is a field of :mod:`online_trainer.options.groups`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import textwrap
 import warnings
 from typing import Any, Mapping
 
-from online_trainer.core.options import SECTIONS, EvaluationOptions, OptionGroup, RunPlan
+from online_trainer.options.groups import SECTIONS, EvaluationOptions, OptionGroup, RunPlan
 
 __all__ = ["LEGACY_NAMES", "RunOptions", "call_record", "field_docs", "fold_legacy"]
 

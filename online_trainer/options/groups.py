@@ -11,15 +11,15 @@ about a run::
 
 Everything else derives from the fields: the YAML keys of the command (``evaluation.freq=5000``,
 :mod:`online_trainer.config.schema`), the manifest's record of the call and the resume comparison
-(:func:`~online_trainer.core.options_derived.call_record`: every field but those declared
+(:func:`~online_trainer.options.derived.call_record`: every field but those declared
 ``affects_records=False``), and the reference page ``docs/reference/trainer-options.md``
 (:mod:`online_trainer.orchestration.options_reference`). Adding an option
 is one field here, with its docstring and check, plus the code that uses it.
 
 Each field is declared with :func:`option`: its default, the check of its value (a function of
-:mod:`online_trainer.core.validation`, the one value checker of the package) and whether it can change
+:mod:`online_trainer.options.validation`, the one value checker of the package) and whether it can change
 what a run records. The flat keywords of the previous release (``eval_freq=``, ``keep_checkpoints=``,
-...) are translated by :data:`~online_trainer.core.options_derived.LEGACY_NAMES`, with a ``DeprecationWarning``.
+...) are translated by :data:`~online_trainer.options.derived.LEGACY_NAMES`, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ import multiprocessing
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping
 
-from online_trainer.core import validation
-from online_trainer.core.budget import Budget
-from online_trainer.core.hooks import check_hooks
-from online_trainer.core.raw_scores import SCORES
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.hook_protocol import check_hooks
+from online_trainer.loop.raw_scores import SCORES
+from online_trainer.options import validation
 
 logger = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class RecordOptions(OptionGroup):
 class RunPlan(OptionGroup):
     """What every run of one call shares: ``multi_run``'s positional options and its option groups, validated.
 
-    Built by ``multi_run``, ``sweep`` and ``evaluate``; a run's :class:`~online_trainer.core.run.RunSpec` holds it.
+    Built by ``multi_run``, ``sweep`` and ``evaluate``; a run's :class:`~online_trainer.run.one_run.RunSpec` holds it.
     """
 
     num_episodes: int | None = option(None)

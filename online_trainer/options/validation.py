@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from online_trainer.core.budget import Budget
+from online_trainer.loop.budget import Budget
 
 
 def _is_int(value: Any) -> bool:

@@ -14,17 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from online_trainer.config.builders import factories_from_config
-from online_trainer.core import storage, validation
-from online_trainer.core.options import EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.core.errors import RunSetupError, RunsFailedError
-from online_trainer.core.evaluation import eval_seed
-from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.run import RunResult, RunSpec
-from online_trainer.experiment.checkpoints import WHICH, CheckpointAgent, checkpoints
+from online_trainer.errors import RunSetupError, RunsFailedError
+from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import ExperimentLock
 from online_trainer.experiment.resuming import CALL_KEY
+from online_trainer.loop.evaluation import eval_seed
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.options import validation
+from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.parallel import executors
-from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.records import storage
+from online_trainer.run.one_run import RunResult, RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -89,7 +90,7 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
         storage.write_atomic(out, text.getvalue().encode())
     failures = [r for _, r in results if r.status != "finished"]
     if failures:
-        from online_trainer.core.errors import RunFailure
+        from online_trainer.errors import RunFailure
 
         raise RunsFailedError([RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
                                for r in failures])

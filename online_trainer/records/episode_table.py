@@ -9,12 +9,12 @@ vectorised env's closed episodes are copied out of the action buffer a sub-env a
 with no index per action: see :class:`ActionSlab`), and the rarer per-episode extras (frames,
 transitions, agent logs) by position. Dicts are built in one comprehension when records are read
 (:meth:`EpisodeTable.records`); ``multi_run`` hands each run back as a
-:class:`~online_trainer.core.run_records.RunRecords`, a read-only sequence that builds them as
+:class:`~online_trainer.records.record_view.RunRecords`, a read-only sequence that builds them as
 they are read, so records nobody reads cost nothing.
 
 On disk a metrics chunk and each run of ``all_metrics.pkl`` are pickled from the columns
 (:meth:`EpisodeTable.disk_form`) so that ``pickle.load`` builds the list of record dicts
-itself with builtins only (and numpy for the actions: see :mod:`online_trainer.core.pickling`)::
+itself with builtins only (and numpy for the actions: see :mod:`online_trainer.records.pickling`)::
 
     list(map(dict, map(zip, repeat(RECORD_KEYS), zip(returns, lengths, frames, ...))))
 
@@ -36,12 +36,12 @@ from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
-from online_trainer.core.pickling import ActionSlab, Call, episode_actions_form
+from online_trainer.records.pickling import ActionSlab, Call, episode_actions_form
 
 RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
                "agent_logs", "global_step", "wall_time")
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
-RAW_KEYS = ("raw_return", "raw_length")  # after RECORD_KEYS in runs with raw scores (core.raw_scores)
+RAW_KEYS = ("raw_return", "raw_length")  # after RECORD_KEYS in runs with raw scores (loop.raw_scores)
 _STATE = ("agent_seed", "first", "returns", "lengths", "steps", "times", "_segments", "_segment_dtypes", "_packed",
           "_segment_rows", "_segment_ends", "_objects", "extras", "_extra_positions", "raw_returns", "raw_lengths")
 PROTOCOL = 5

@@ -8,7 +8,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from online_trainer.core.records import RECORD_KEYS, EpisodeTable
+from online_trainer.records.episode_table import RECORD_KEYS, EpisodeTable
 
 SCALAR_KEYS = {"ep_return": ("returns", np.float64), "ep_length": ("lengths", np.int64),
                "global_step": ("steps", np.int64), "wall_time": ("times", np.float64)}

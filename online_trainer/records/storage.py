@@ -30,7 +30,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequenc
 
 import yaml
 
-from online_trainer.core.records import PROTOCOL, dump_runs_to
+from online_trainer.records.episode_table import PROTOCOL, dump_runs_to
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Pat
 
 
 def resume_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
-    """Path of run ``run_idx``'s full checkpoint (see :mod:`online_trainer.core.resume`)."""
+    """Path of run ``run_idx``'s full checkpoint (see :mod:`online_trainer.run.full_checkpoint`)."""
     return Path(exp_dir) / f"Run{run_idx}_Resume.pkl"
 
 
@@ -153,7 +153,7 @@ class MetricsStream:
     Every chunk is one complete pickle of a list of records, handed to the operating system
     in one write, so a run killed at any moment leaves every earlier chunk readable. The file
     is created exclusively: an existing stream is never replaced. A run's episode records are
-    pickled from its columns (:meth:`online_trainer.core.records.EpisodeTable.chunk`) and
+    pickled from its columns (:meth:`online_trainer.records.episode_table.EpisodeTable.chunk`) and
     written with :meth:`write`; other records are buffered with :meth:`append`, ``flush_every``
     to a chunk.
 
@@ -225,7 +225,7 @@ class MetricsStream:
 def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Any]) -> None:
     """Atomically write ``all_metrics.pkl``: the list of runs, each loading as a list of records (or None).
 
-    ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.core.records.EpisodeTable`, list of
+    ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.records.episode_table.EpisodeTable`, list of
     records, or None.
     """
     write_atomic(Path(exp_dir) / ALL_METRICS_FILE, functools.partial(dump_runs_to, runs))

@@ -1,6 +1,6 @@
 """What a run does as episodes end and step thresholds pass: a thin dispatcher over the run's hooks.
 
-The runner's own jobs are built-in hooks of the interface users get (:mod:`online_trainer.core.hooks`),
+The runner's own jobs are built-in hooks of the interface users get (:mod:`online_trainer.run.hook_runner`),
 called in this order before the user's hooks:
 
 1. ``metrics``: :class:`~.metrics_flush.MetricsFlush`, the records to ``metrics_run{i}.pkl``;
@@ -11,13 +11,13 @@ called in this order before the user's hooks:
 6. ``stats``: :class:`~.run_stats.RunStats`, SPS, rolling means and timing shares;
 7. ``preemption``: :class:`~.preemption.PreemptionWatch`, a SIGTERM/SIGUSR1 check.
 
-The names key their state in :meth:`HookRunner.state_dict <online_trainer.core.hooks.HookRunner.state_dict>`.
+The names key their state in :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
 A job the run does not need is left out (evaluation without ``eval_freq``/``eval_env``,
 checkpoints without ``checkpoint_freq`` or an agent ``save``, the episode log and stats with
 ``EmptyCallBack``, the preemption check when the run cannot write full checkpoints: no
 ``exp_dir``, no agent ``save``, or not training).
 
-:meth:`RunEvents.snapshot` writes the run's full checkpoint (:mod:`online_trainer.core.resume`)
+:meth:`RunEvents.snapshot` writes the run's full checkpoint (:mod:`online_trainer.run.full_checkpoint`)
 at the step boundary after each periodic checkpoint and on a preemption signal.
 """
 
@@ -27,26 +27,28 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import resume, storage
-from online_trainer.core.episode_log import EpisodeLog
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.evaluation import Evaluator
-from online_trainer.core.hooks import HookRunner, RunContext
-from online_trainer.core.loop import LoopState
-from online_trainer.core.metrics_flush import MetricsFlush
-from online_trainer.core.preemption import PreemptionWatch
-from online_trainer.core.progress import RunProgress
-from online_trainer.core.progress_ticks import ProgressTicks
-from online_trainer.core.run_checkpoints import RunCheckpoints
-from online_trainer.core.run_evaluations import RunEvaluations
-from online_trainer.core.run_stats import RunStats
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.evaluation import Evaluator
+from online_trainer.loop.hook_protocol import RunContext
+from online_trainer.loop.steps import LoopState
+from online_trainer.progress.display import RunProgress
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.run.builtin.checkpoint_writer import RunCheckpoints
+from online_trainer.run.builtin.episode_log import EpisodeLog
+from online_trainer.run.builtin.metrics_flush import MetricsFlush
+from online_trainer.run.builtin.preemption import PreemptionWatch
+from online_trainer.run.builtin.progress_ticks import ProgressTicks
+from online_trainer.run.builtin.run_stats import RunStats
+from online_trainer.run.builtin.scheduled_evaluation import RunEvaluations
+from online_trainer.run.hook_runner import HookRunner
 
 if TYPE_CHECKING:
-    from online_trainer.core.run import RunSpec
+    from online_trainer.run.one_run import RunSpec
 
 
 class RunEvents:
-    """What the loop tells the rest of the run (:class:`~online_trainer.core.loop.LoopEvents`), handed to its hooks.
+    """What the loop tells the rest of the run (:class:`~online_trainer.loop.steps.LoopEvents`), handed to its hooks.
 
     ``on_episodes`` is the hook runner's (every hook's ``on_episodes``, then every
     ``on_episode_end``); :meth:`on_step_event` calls the ``on_step`` of each hook due and
@@ -95,7 +97,7 @@ class RunEvents:
         self.hooks.raise_if_stopped(self.hooks.ctx.global_step)
 
     def snapshot(self, loop: LoopState) -> None:
-        """Write the run's full checkpoint (see :mod:`online_trainer.core.resume`) at this step boundary.
+        """Write the run's full checkpoint (see :mod:`online_trainer.run.full_checkpoint`) at this step boundary.
 
         Raises:
             Preempted: when the checkpoint was asked for by a preemption signal: the run ends as interrupted.

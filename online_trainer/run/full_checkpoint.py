@@ -7,10 +7,10 @@ layout version :data:`FORMAT`, written as plain data (each stateful part's ``to_
 lists, numbers and numpy arrays; no object of this package is pickled), and checked when it is
 read: a checkpoint of another version is refused before any run starts. It holds:
 
-- ``loop``: the loop's position (:class:`~online_trainer.core.loop.LoopState`: global step,
+- ``loop``: the loop's position (:class:`~online_trainer.loop.steps.LoopState`: global step,
   episodes, the observation to act on);
 - ``tracker``: the episodes in progress of every sub-env (return, length, actions, logs:
-  :meth:`EpisodeTracker.to_state <online_trainer.core.episodes.EpisodeTracker.to_state>`);
+  :meth:`EpisodeTracker.to_state <online_trainer.loop.accounting.EpisodeTracker.to_state>`);
 - ``events``: the schedules and state of the run's event handlers and hooks;
 - ``agent``: the agent's ``save()`` (with its replay buffer when ``checkpoint_buffers``);
 - ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
@@ -41,11 +41,12 @@ from typing import Any, Sequence
 import cloudpickle
 import numpy as np
 
-from online_trainer.core import seeding, storage
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.factories import accepts_keyword
-from online_trainer.core.hooks import check_saved_hooks, saved_hooks, stateful_hooks
-from online_trainer.core.loop import LoopState
+from online_trainer.loop import seeding
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.factories import accepts_keyword
+from online_trainer.loop.steps import LoopState
+from online_trainer.records import storage
+from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, stateful_hooks
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,8 @@ class FullCheckpoint:
     Attributes:
         run, seed, num_envs: the run's number, seed, and number of sub-envs.
         loop: the loop's position.
-        tracker: :meth:`EpisodeTracker.to_state <online_trainer.core.episodes.EpisodeTracker.to_state>`.
-        events: :meth:`HookRunner.state_dict <online_trainer.core.hooks.HookRunner.state_dict>`.
+        tracker: :meth:`EpisodeTracker.to_state <online_trainer.loop.accounting.EpisodeTracker.to_state>`.
+        events: :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
         agent: :func:`agent_state`.
         env: the env pickled (:func:`env_bytes`), or None.
         rng: :func:`global_rng_state`.
@@ -85,7 +86,7 @@ class FullCheckpoint:
 
     def header(self) -> dict[str, Any]:
         """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
-        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.core.hooks.saved_hooks`)."""
+        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.run.hook_runner.saved_hooks`)."""
         return {"format": self.version, "run": self.run, "seed": self.seed, "num_envs": self.num_envs,
                 "outputs": self.outputs, "global_step": self.loop.global_step, "episodes": self.loop.episodes,
                 "env_kept": self.env is not None, "elapsed": self.elapsed, "hooks": saved_hooks(self.events)}
@@ -272,7 +273,7 @@ def restored_env(saved: FullCheckpoint | None) -> Any:
 
 
 def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> LoopState:
-    """Load the agent's state and return the :class:`~online_trainer.core.loop.LoopState` the run goes on from.
+    """Load the agent's state and return the :class:`~online_trainer.loop.steps.LoopState` the run goes on from.
 
     With the env in the checkpoint the loop goes on with the observation it was about to act
     on; without, the env is reset with :func:`restart_seed` and episodes in progress are dropped.

@@ -21,8 +21,8 @@ The runner's own jobs are hooks of this interface, called before the user's, in 
 3. evaluation (every ``eval_freq`` and at the end; its ``on_eval`` dispatch reaches every hook),
 4. checkpoints and the best agent state (every ``checkpoint_freq``, ``Run{i}_Last``, ``Run{i}_Best_agent.t``),
 5. progress (the run's bar),
-6. :class:`~online_trainer.core.run_stats.RunStats` (SPS, rolling means, timing shares),
-7. :class:`~online_trainer.core.preemption.PreemptionWatch` (a SIGTERM/SIGUSR1 check, when the run can resume),
+6. :class:`~online_trainer.run.builtin.run_stats.RunStats` (SPS, rolling means, timing shares),
+7. :class:`~online_trainer.run.builtin.preemption.PreemptionWatch` (a SIGTERM/SIGUSR1 check, when the run can resume),
 
 then the user's hooks in the order given. So a user's ``on_eval`` and ``on_checkpoint`` see
 each evaluation and checkpoint once it is written, its ``on_episodes``/``on_episode_end`` see
@@ -43,12 +43,9 @@ import copy
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
-from online_trainer.core.budget import INFINITY
-from online_trainer.core.cadence import Cadence
-
-HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
+from online_trainer.loop.budget import INFINITY
+from online_trainer.loop.hook_protocol import RunContext, defines
+from online_trainer.run.cadence import Cadence
 
 
 class StopRun(Exception):
@@ -57,122 +54,6 @@ class StopRun(Exception):
     def __init__(self, global_step: int, reason: str) -> None:
         super().__init__(reason)
         self.global_step, self.reason = global_step, reason
-
-
-class Hook:
-    """A base for hooks: every method does nothing, so a subclass defines only what it needs.
-
-    Attributes:
-        every_steps: call :meth:`on_step` every this many env steps (real transitions of all
-            sub-envs together).
-        every_seconds: or every this many seconds of wall time (checked at env steps).
-        handles: the hook methods the runner calls (a set of names such as ``"on_eval"``);
-            None: every hook method the class defines. A hook whose configuration leaves an
-            event of no use to it (the runner's checkpoints under an episode budget take no
-            ``on_step``) says so here, once, when it is built.
-        needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
-            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
-    """
-
-    every_steps: int | None = None
-    every_seconds: float | None = None
-    handles: frozenset[str] | None = None
-    needs_eval_freq: bool = False
-
-    def on_run_start(self, ctx: RunContext) -> None:
-        """The env is reset and the agent ready; no env step has been taken yet."""
-
-    def on_step(self, ctx: RunContext) -> None:
-        """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call."""
-
-    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
-        """Episodes ``first_index, first_index + 1, ...`` ended at the same env step (``ctx.global_step``).
-
-        The batched form of :meth:`on_episode_end`, for hooks that look at every episode:
-        ``returns`` and ``lengths`` are numpy arrays (a tuple of one value each with one
-        sub-env), one entry per episode; ``ctx.episodes`` is the last index. Read them, do
-        not keep them: copy what you keep (``list(returns)``).
-        """
-
-    def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
-        """An episode ended: ``record`` has ``episode_index``, ``ep_return``, ``ep_length``, ``global_step``."""
-
-    def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
-        """An evaluation ended: ``result`` is its record (``mean_return``, ``returns``, ``global_step``, ...)."""
-
-    def on_checkpoint(self, ctx: RunContext, path: str) -> None:
-        """A checkpoint of the agent was written to ``path``."""
-
-    def on_run_end(self, ctx: RunContext) -> None:
-        """The run ended (its budget spent, or stopped by a hook); final evaluation and checkpoints are done."""
-
-
-class RunContext:
-    """What a hook sees of its run.
-
-    Attributes:
-        run: the run's number, from 1.
-        seed: the run's seed.
-        global_step: env steps so far (real transitions of all sub-envs together).
-        episodes: episodes finished so far.
-        env: the run's (vector) env: change it through its own methods (``env.call``, ``env.set_attr``).
-        agent: the run's agent.
-        exp_dir: the run's experiment directory, or None.
-        rng: a numpy generator seeded from the run's seed, for hooks that need randomness, so
-            that runs stay reproducible.
-        stop_reason: the reason given to :meth:`stop`, or None.
-        resumed: True when the run continues from a full checkpoint (``resume=True``): hooks'
-            ``state_dict()`` is restored before ``on_run_start``, and ``global_step`` is where it stopped.
-    """
-
-    def __init__(self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any,
-                 run_tag: str) -> None:
-        self.run, self.seed, self.env, self.agent, self.exp_dir = run, seed, env, agent, exp_dir
-        self.global_step = 0
-        self.episodes = 0
-        self.rng = np.random.default_rng([seed, 0x686F6F6B])  # apart from the env's and the agent's streams
-        self.stop_reason: str | None = None
-        self.resumed = False
-        self.preempt = False  # a preemption signal came: write a full checkpoint and stop (core.preemption)
-        self.callback = callback
-        """The run's logging callback (``callback(data, tag, step)``)."""
-        self.run_tag = run_tag
-        """``run_{i}`` (a sweep puts its configuration before it): the suffix of the run's callback tags."""
-        self._runner: HookRunner | None = None  # the HookRunner built with this context dispatches what hooks announce
-
-    def evaluated(self, result: dict[str, Any]) -> None:
-        """Announce an evaluation of the agent (its record): every hook's ``on_eval`` is called, in order."""
-        if self._runner is not None:
-            self._runner.on_eval(result)
-
-    def checkpointed(self, path: str) -> None:
-        """Announce a checkpoint of the agent written to ``path``: every hook's ``on_checkpoint`` is called, in
-        order, and the run writes its full checkpoint at the end of the step."""
-        if self._runner is not None:
-            self._runner.on_checkpoint(path)
-
-    def stop(self, reason: str) -> None:
-        """End the run after the current env step: status ``stopped_early`` with ``reason``; final
-        evaluation and checkpoints are done as at a normal end."""
-        if self.stop_reason is None:
-            self.stop_reason = str(reason)
-
-    def log(self, data: dict[str, Any], step: int | None = None) -> None:
-        """Log the scalars of ``data`` through the run's callback under ``hooks/run_{i}`` at ``step``
-        (default: the global step)."""
-        self.callback(data, f"hooks/{self.run_tag}", self.global_step if step is None else step, force=True)
-
-
-def _defines(hook: Any, name: str) -> bool:
-    """Whether the runner calls ``hook``'s ``name``: the hook has its own (not :class:`Hook`'s no-op) and its
-    :attr:`Hook.handles` does not leave it out."""
-    method = getattr(hook, name, None)
-    if not callable(method):
-        return False
-    handles = getattr(hook, "handles", None)
-    if handles is not None and name not in handles:
-        return False
-    return getattr(type(hook), name, None) is not getattr(Hook, name)
 
 
 def hook_keys(hooks: Sequence[Any]) -> list[str]:
@@ -188,43 +69,6 @@ def hook_keys(hooks: Sequence[Any]) -> list[str]:
         keys.append(f"{name}#{seen[name]}")
         seen[name] += 1
     return keys
-
-
-def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
-    """The hooks as a tuple, each checked (before any env step).
-
-    Args:
-        hooks: the user's hooks.
-        eval_freq: the runs' evaluation period (None: no evaluation during the run).
-
-    Raises:
-        TypeError: a hook has none of the hook methods, or is a class.
-        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
-            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
-    """
-    if hooks is None:
-        return ()
-    if not isinstance(hooks, (list, tuple)):
-        raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
-    for index, hook in enumerate(hooks):
-        if isinstance(hook, type):
-            raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
-        if not any(_defines(hook, name) for name in HOOK_METHODS):
-            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
-                            "define at least one (subclass online_trainer.hooks.Hook).")
-        if _defines(hook, "on_step"):
-            steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
-            valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
-            valid_seconds = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
-            if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
-                raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
-                                 f"or every_seconds (a positive number), but got every_steps={steps!r}, "
-                                 f"every_seconds={seconds!r}.")
-        if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
-            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
-                             "None: no evaluation would come before the run's end, so it would never act. Pass "
-                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
-    return tuple(hooks)
 
 
 def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
@@ -260,7 +104,7 @@ def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str],
 class HookRunner:
     """Calls the hooks of one run in their order: the run's built-ins, then a copy of each of the user's.
 
-    It is what the loop's events reach (:class:`~online_trainer.core.run_events.RunEvents` hands
+    It is what the loop's events reach (:class:`~online_trainer.run.events.RunEvents` hands
     them on): each method calls the hooks that define the matching hook method, in order.
 
     Args:
@@ -289,14 +133,14 @@ class HookRunner:
         self.checkpoint = self._methods("on_checkpoint")
         self.run_end = self._methods("on_run_end")
         # a hook's on_step runs at the cadence it declares (a built-in configured without one takes no on_step)
-        self.cadences = {key: Cadence(h) for key, h in zip(self.keys, self.hooks) if _defines(h, "on_step")
+        self.cadences = {key: Cadence(h) for key, h in zip(self.keys, self.hooks) if defines(h, "on_step")
                          and (getattr(h, "every_steps", None) or getattr(h, "every_seconds", None))}
         self.next_step = self._next_step()
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
         self.closed = False
 
     def _methods(self, name: str) -> list[Any]:
-        return [getattr(h, name) for h in self.hooks if _defines(h, name)]
+        return [getattr(h, name) for h in self.hooks if defines(h, name)]
 
     def _next_step(self) -> float:
         return min((c.next_step for c in self.cadences.values()), default=INFINITY)

@@ -11,18 +11,19 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
-from online_trainer.core import raw_scores, resume, seeding
-from online_trainer.core.budget import Budget
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.errors import RunSetupError
-from online_trainer.core.evaluation import Evaluator, eval_seed
-from online_trainer.core.hooks import StopRun
-from online_trainer.core.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
-from online_trainer.core.options import RunPlan
-from online_trainer.core.loop import StepLogger, run_loop
-from online_trainer.core.progress import NoProgress, Progress
-from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_events import run_events
+from online_trainer.errors import RunSetupError
+from online_trainer.loop import raw_scores, seeding
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.evaluation import Evaluator, eval_seed
+from online_trainer.loop.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.loop.steps import StepLogger, run_loop
+from online_trainer.options.groups import RunPlan
+from online_trainer.progress.display import NoProgress, Progress
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.run.events import run_events
+from online_trainer.run.hook_runner import StopRun
 
 logger = logging.getLogger(__name__)
 

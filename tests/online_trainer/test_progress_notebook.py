@@ -12,7 +12,7 @@ import types
 
 from tqdm.notebook import tqdm_notebook
 
-from online_trainer.core import progress
+from online_trainer.progress import display as progress
 
 
 def drive(display: progress.ProgressDisplay) -> None:
@@ -75,7 +75,7 @@ def test_importing_in_jupyter_without_ipywidgets_warns_of_nothing():
         sys.modules["ipywidgets"] = None  # not installed
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            import online_trainer.core.progress
+            import online_trainer.progress.display
         from tqdm.auto import tqdm
         print(tqdm.__module__, [str(w.message) for w in caught])
     """)

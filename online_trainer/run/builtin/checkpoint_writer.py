@@ -7,7 +7,7 @@ steps (step budget); ``Run{i}_Last`` when the run ends; ``Run{i}_Best_agent.t``,
 evaluation when the run evaluates. ``keep_checkpoints=K`` keeps the last K periodic
 checkpoints of the run (``Last`` and ``Best`` are never deleted). Checkpoints hold a replay
 buffer as the agent's own ``save`` decides (``save_buffer=True`` for DQN and SAC; the run's
-full checkpoint takes it with ``checkpoint_buffers=True``, see :mod:`online_trainer.core.resume`);
+full checkpoint takes it with ``checkpoint_buffers=True``, see :mod:`online_trainer.run.full_checkpoint`);
 the best state never holds one (``save(buffers=False)`` for agents whose ``save`` takes ``buffers``).
 """
 
@@ -19,10 +19,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
-from online_trainer.core import storage
-from online_trainer.core.budget import INFINITY
-from online_trainer.core.factories import accepts_keyword
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.budget import INFINITY
+from online_trainer.loop.factories import accepts_keyword
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.records import storage
 
 
 def serialised(state: Any) -> bytes:

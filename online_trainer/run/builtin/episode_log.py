@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.hook_protocol import Hook, RunContext
 
 
 class EpisodeLog(Hook):

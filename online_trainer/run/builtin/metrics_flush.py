@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from online_trainer.core import storage
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.records import storage
 
 FLUSH_SECONDS = 1.0  # while episodes end, records reach the disk at least this often
 # Records per metrics chunk and sub-env, unless the user says how many. The one-second flush bounds what a crash

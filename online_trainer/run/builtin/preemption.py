@@ -3,7 +3,7 @@ full checkpoint at once and stop, as ``interrupted``, so that resuming loses not
 
 The handler only sets a flag. Each run looks at it about every second, at one of its step
 thresholds (:class:`PreemptionWatch`, a built-in hook: no per-step cost), writes its full
-checkpoint at that step boundary, and raises :class:`~online_trainer.core.resume.Preempted`.
+checkpoint at that step boundary, and raises :class:`~online_trainer.run.full_checkpoint.Preempted`.
 The parent forwards the signal to its worker processes and hands out no new run.
 """
 
@@ -15,7 +15,7 @@ import signal
 import threading
 from typing import Any, Callable, Iterator
 
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.hook_protocol import Hook, RunContext
 
 logger = logging.getLogger(__name__)
 

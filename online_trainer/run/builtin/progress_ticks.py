@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from online_trainer.core.budget import Budget
-from online_trainer.core.hooks import Hook, RunContext
-from online_trainer.core.progress import RunProgress
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.progress.display import RunProgress
 
 PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
 

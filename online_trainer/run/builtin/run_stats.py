@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.hook_protocol import Hook, RunContext
 
 SAMPLE_SECONDS = 0.25  # 40 samples per 10-second period; the shares accumulate over the run
 PHASES = ("act", "env_step", "update", "runner")

@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from online_trainer.core.evaluation import Evaluator
-from online_trainer.core.hooks import Hook, RunContext
+from online_trainer.loop.evaluation import Evaluator
+from online_trainer.loop.hook_protocol import Hook, RunContext
 
 
 class RunEvaluations(Hook):
@@ -22,7 +22,7 @@ class RunEvaluations(Hook):
     keeps every evaluation it finished), to memory (:attr:`records`), to the callback as the
     mean return and length under ``eval/ep_return/run_{i}`` and ``eval/ep_length/run_{i}`` at
     the env step, and then to every hook's ``on_eval`` (announced through
-    :meth:`RunContext.evaluated <online_trainer.core.hooks.RunContext.evaluated>`: the run's
+    :meth:`RunContext.evaluated <online_trainer.loop.hook_protocol.RunContext.evaluated>`: the run's
     checkpoints keep the best agent state from it, its progress bar shows the mean, then the
     user's hooks).
     A filmed evaluation's frames go to the mp4 file and, when the callback has a ``video``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from online_trainer import OnlineTrainer
 from online_trainer.cli import main as cli
-from online_trainer.cli.compare import parse_normalize
+from online_trainer.cli.compare_command import parse_normalize
 from online_trainer.cli.report import default_x
 from online_trainer.analysis.dataframes import load_episodes
 from tests.conftest import RecordingAgent, make_counting_vec

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_runs
-from online_trainer.core import resume, storage
 from online_trainer.hooks import Hook
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
 from tests.conftest import RecordingAgent, make_counting_vec
 
 

@@ -19,8 +19,9 @@ from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptio
                             RunsFailedError, load_episodes, load_evaluations)
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
-from online_trainer.core import resume, storage
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 

@@ -14,8 +14,8 @@ from gymnasium.vector import AutoresetMode
 
 from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.loop import agent_log
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.steps import agent_log
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from online_trainer import OnlineTrainer
-from online_trainer.core.seeding import run_seed
+from online_trainer.loop.seeding import run_seed
 from tests.conftest import RecordingAgent, make_counting_vec, scheduled_length
 
 MODES = ["NextStep", "SameStep", "Disabled"]

@@ -133,7 +133,7 @@ def test_evaluation_never_calls_reset_nor_update():
 
 import gymnasium.spaces as spaces  # noqa: E402
 
-from online_trainer.core.evaluation import EVAL_SEED_SHIFT, play_episodes  # noqa: E402
+from online_trainer.loop.evaluation import EVAL_SEED_SHIFT, play_episodes  # noqa: E402
 from tests.conftest import RecordingAgent, make_counting_vec, read_videos, scheduled_length  # noqa: E402
 
 
@@ -203,7 +203,7 @@ def test_best_agent_is_the_state_at_the_best_evaluation(tmp_path):
     state = torch.load(tmp_path / "Run1_Best_agent.t", weights_only=True)
     assert state["updates"] == best["global_step"]  # one update per env step before it
     assert [e["global_step"] for e in evaluations] == list(range(5, 65, 5))
-    from online_trainer.core.storage import iter_metrics_chunks
+    from online_trainer.records.storage import iter_metrics_chunks
 
     on_disk = [r for chunk in iter_metrics_chunks(tmp_path / "eval_run1.pkl") for r in chunk]
     assert [r["mean"] for r in on_disk] == means
@@ -343,7 +343,7 @@ def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
 
 
 def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):
-    from online_trainer.core import progress as progress_module
+    from online_trainer.progress import display as progress_module
 
     postfixes = []
     real_bar = progress_module._bar
@@ -361,7 +361,7 @@ def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):
 
 
 def test_the_evaluation_step_limit_never_cuts_before_the_envs_own_time_limit():
-    from online_trainer.core.evaluation import MAX_EPISODE_STEPS, episode_step_limit
+    from online_trainer.loop.evaluation import MAX_EPISODE_STEPS, episode_step_limit
 
     assert episode_step_limit(gym.make_vec("CartPole-v1", num_envs=2)) == 501
     assert episode_step_limit(gym.vector.SyncVectorEnv([lambda: gym.make("CliffWalking-v1")])) == MAX_EPISODE_STEPS

@@ -13,7 +13,7 @@ from online_trainer import OnlineTrainer
 from online_trainer.agents import RandomAgent
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.analysis.stats import final_performance, summarize
-from online_trainer.core.raw_scores import has_episode_statistics
+from online_trainer.loop.raw_scores import has_episode_statistics
 from tests.conftest import CountingEnv
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -111,9 +111,9 @@ def test_summarize_score_raw_needs_the_column(tmp_path):
 
 def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
     from online_trainer.callbacks import EmptyCallBack
-    from online_trainer.core.factories import AgentFactory, EnvFactory
-    from online_trainer.core.options import RecordOptions, RunPlan
-    from online_trainer.core.run import RunSpec, execute_run
+    from online_trainer.loop.factories import AgentFactory, EnvFactory
+    from online_trainer.options.groups import RecordOptions, RunPlan
+    from online_trainer.run.one_run import RunSpec, execute_run
 
     class Bar:
         def __init__(self):

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 from online_trainer import OnlineTrainer
-from online_trainer.core import storage
+from online_trainer.records import storage
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec, strip
 
 

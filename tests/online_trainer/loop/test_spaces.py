@@ -19,8 +19,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from online_trainer import OnlineTrainer
-from online_trainer.core.episodes import ActionHistory, EpisodeTracker
-from online_trainer.core.spaces import BatchSplitter, final_observations, infer_space
+from online_trainer.loop.accounting import ActionHistory, EpisodeTracker
+from online_trainer.loop.spaces import BatchSplitter, final_observations, infer_space
 
 MODES = ["NextStep", "SameStep", "Disabled"]
 

@@ -11,7 +11,7 @@ import numpy as np
 import pydantic
 import pytest
 
-from online_trainer.core.typed import build, did_you_mean, type_name, unknown_key_message
+from online_trainer.options.typed import build, did_you_mean, type_name, unknown_key_message
 
 
 class SpecError(ValueError):

@@ -12,10 +12,10 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from online_trainer import TruncatedMetricsWarning, load_run_metrics
-from online_trainer.core import storage
-from online_trainer.core.actions import ActionHistory
-from online_trainer.core.episodes import EpisodeTracker
-from online_trainer.core.records import RECORD_KEYS, EpisodeTable, dump_runs
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.action_history import ActionHistory
+from online_trainer.records import storage
+from online_trainer.records.episode_table import RECORD_KEYS, EpisodeTable, dump_runs
 from tests.conftest import expected_record, filled_table, same_values
 
 
@@ -227,7 +227,7 @@ def test_action_history_copies_closed_episodes_into_a_narrow_slab_and_skips_empt
 
 def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_second(tmp_path, monkeypatch):
     from online_trainer import OnlineTrainer
-    from online_trainer.core import metrics_flush
+    from online_trainer.run.builtin import metrics_flush
     from tests.conftest import RecordingAgent, make_counting_vec
 
     def chunk_sizes(exp_dir):

@@ -8,8 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_records import READ_BLOCK, RunRecords, as_records
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.record_view import READ_BLOCK, RunRecords, as_records
 from tests.conftest import filled_table, same_values
 
 

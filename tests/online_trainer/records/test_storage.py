@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from online_trainer import TruncatedMetricsWarning, load_all_run_metrics, load_args, load_config, load_run_metrics
-from online_trainer.core import storage
-from online_trainer.core.records import dump_runs
-from online_trainer.core.storage import MetricsStream
+from online_trainer.records import storage
+from online_trainer.records.episode_table import dump_runs
+from online_trainer.records.storage import MetricsStream
 from tests.conftest import filled_table, same_values
 
 same = same_values

@@ -13,12 +13,13 @@ import torch
 
 from online_trainer import OnlineTrainer
 from online_trainer.callbacks import JsonlCallback
-from online_trainer.core import run as run_module
-from online_trainer.core.hooks import HOOK_METHODS, HookRunner, RunContext, check_hooks
-from online_trainer.core.options import CheckpointOptions, RunPlan
-from online_trainer.core.progress import NoProgress
-from online_trainer.core.run_events import run_events
 from online_trainer.hooks import Hook
+from online_trainer.loop.hook_protocol import HOOK_METHODS, RunContext, check_hooks
+from online_trainer.options.groups import CheckpointOptions, RunPlan
+from online_trainer.progress.display import NoProgress
+from online_trainer.run import one_run as run_module
+from online_trainer.run.events import run_events
+from online_trainer.run.hook_runner import HookRunner
 from tests.conftest import RecordingAgent, make_counting_vec
 
 SEED = 0
@@ -85,7 +86,7 @@ class SeesBuiltins(Hook):
     notes: list = []
 
     def on_eval(self, ctx, result):
-        from online_trainer.core.storage import iter_metrics_chunks
+        from online_trainer.records.storage import iter_metrics_chunks
 
         on_disk = [r for chunk in iter_metrics_chunks(os.path.join(ctx.exp_dir, "eval_run1.pkl")) for r in chunk]
         SeesBuiltins.notes.append(("eval", result["global_step"], on_disk[-1]["global_step"] == result["global_step"]))

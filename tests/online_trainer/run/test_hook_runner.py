@@ -207,7 +207,7 @@ def test_the_phase_sampler_attributes_time_to_act_step_and_update(monkeypatch):
     import threading
     import time
 
-    from online_trainer.core import run_stats
+    from online_trainer.run.builtin import run_stats
 
     class SlowAgent:
         def act(self, obs):

@@ -1,6 +1,6 @@
 """What every executor shares: the execution options, the handler types and failed results.
 
-:class:`ExecutionOptions` is declared with the other option groups in :mod:`online_trainer.core.options`
+:class:`ExecutionOptions` is declared with the other option groups in :mod:`online_trainer.options.groups`
 (the command's config reads it too) and imported from here as before.
 
 It imports nothing of :mod:`online_trainer.parallel`: the serial, worker-pool and Ray executors
@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping
 
 import cloudpickle
 
-from online_trainer.core.options import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
-from online_trainer.core.errors import RunSetupError
-from online_trainer.core.run import RunResult, RunSpec
+from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
+from online_trainer.errors import RunSetupError
+from online_trainer.run.one_run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
