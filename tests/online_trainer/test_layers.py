@@ -17,6 +17,7 @@ page names exactly the packages of ``online_trainer/``.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -198,3 +199,47 @@ def test_workers_load_neither_orchestration_nor_analysis():
     above = [m for m in loaded if m.startswith("online_trainer.") and layer_of(m) in ("orchestration", "analysis", "cli", "config")]
     assert above == []
     assert not {"pandas", "scipy", "matplotlib"} & set(loaded)
+
+
+ARCHITECTURE_PAGE = ROOT / "docs" / "explanation" / "architecture.md"
+
+
+def documented_tree(page: str) -> dict[str, set[str]]:
+    """The architecture page's table: package (``run/builtin``, or ``errors.py``) -> the modules it names."""
+    tree = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0] != "Package":
+            tree[cells[0].strip("`").rstrip("/")] = set(re.findall(r"`([a-z_]+)`", cells[2]))
+    return tree
+
+
+def actual_tree() -> dict[str, set[str]]:
+    """Each package of ``online_trainer/`` (and its top-level modules but ``__init__``/``__main__``) -> its modules."""
+    tree: dict[str, set[str]] = {}
+    for path in package_modules():
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) == 1:
+            tree[relative.name] = set()
+        elif path.stem != "__init__":
+            tree.setdefault(relative.parent.as_posix(), set()).add(path.stem)
+        else:
+            tree.setdefault(relative.parent.as_posix(), set())
+    return tree
+
+
+def test_the_architecture_page_describes_exactly_the_tree():
+    documented, actual = documented_tree(ARCHITECTURE_PAGE.read_text()), actual_tree()
+    assert sorted(set(actual) - set(documented)) == [], "packages the architecture page leaves out"
+    assert sorted(set(documented) - set(actual)) == [], "packages the architecture page names that do not exist"
+    assert {name: modules for name, modules in documented.items() if modules != actual[name]} == \
+        {name: actual[name] for name, modules in documented.items() if modules != actual[name]}
+
+
+def test_the_page_check_sees_a_missing_and_a_made_up_package():
+    page = ARCHITECTURE_PAGE.read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `progress/`"))
+    left_out = documented_tree(page.replace(row + "\n", ""))
+    made_up = documented_tree(page.replace(row, row + "\n| `plugins/` | made up | `extra` |"))
+    assert set(actual_tree()) - set(left_out) == {"progress"}
+    assert set(made_up) - set(actual_tree()) == {"plugins"}
