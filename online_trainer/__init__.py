@@ -21,7 +21,7 @@ from online_trainer.records.storage import (
 )
 
 # Imported on first use, so that worker processes, which import this package to reach
-# online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
+# the lower layers (records, loop, options, run) and online_trainer.parallel, load neither the orchestration layer nor
 # analysis (pandas, scipy, matplotlib).
 _LAZY = {
     "OnlineTrainer": "online_trainer.orchestration.trainer",
