@@ -22,7 +22,7 @@ from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
 from online_trainer.analysis.selection import KEPT_STATUSES, RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
 from online_trainer.experiment import ownership
 from online_trainer.records import storage
-from online_trainer.run import full_checkpoint as resume
+from online_trainer.run import full_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def _progress(exp_dir: Path, run: int, known: dict[str, Any]) -> dict[str, Any]:
     """``global_step``, ``wall_time`` and ``sps`` of a run that did not finish: the manifest's (``known``), or its
     records' and its full checkpoint's when they say more (a manifest written before runs that failed or were cut
     off recorded them)."""
-    on_disk = resume.run_progress(exp_dir, run)
+    on_disk = full_checkpoint.run_progress(exp_dir, run)
     if on_disk["global_step"] is None or on_disk["global_step"] <= (known["global_step"] or 0):
         return known
     wall_time = on_disk["wall_time"]

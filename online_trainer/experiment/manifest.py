@@ -18,7 +18,7 @@ from online_trainer.loop import seeding
 from online_trainer.records import storage
 from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.records.record_view import as_records
-from online_trainer.run import full_checkpoint as resume
+from online_trainer.run import full_checkpoint
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class Experiment:
         if self.exp_dir is None:
             return
         try:
-            progress = resume.run_progress(self.exp_dir, entry["run"])
+            progress = full_checkpoint.run_progress(self.exp_dir, entry["run"])
         except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
             logger.error("could not read how far run %d got: %s", entry["run"], exc)
             return

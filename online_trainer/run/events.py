@@ -33,7 +33,7 @@ from online_trainer.loop.hook_protocol import RunContext
 from online_trainer.loop.steps import LoopState
 from online_trainer.progress.display import RunProgress
 from online_trainer.records import storage
-from online_trainer.run import full_checkpoint as resume
+from online_trainer.run import full_checkpoint
 from online_trainer.run.builtin.checkpoint_writer import RunCheckpoints
 from online_trainer.run.builtin.episode_log import EpisodeLog
 from online_trainer.run.builtin.metrics_flush import MetricsFlush
@@ -105,11 +105,11 @@ class RunEvents:
         self.hooks.checkpoint_written = False
         agent = self.hooks.ctx.agent
         if self.spec.exp_dir is not None and callable(getattr(agent, "save", None)):
-            resume.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
+            full_checkpoint.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
         if self.preempted:
-            raise resume.Preempted(self.spec.run_idx, loop.global_step)
+            raise full_checkpoint.Preempted(self.spec.run_idx, loop.global_step)
 
-    def _full_state(self, loop: LoopState) -> resume.FullCheckpoint:
+    def _full_state(self, loop: LoopState) -> full_checkpoint.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics
         metrics.flush()
         evaluations = self.evaluations
@@ -119,11 +119,11 @@ class RunEvents:
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
             outputs["callback"] = checkpoint(ctx.run_tag)
-        return resume.FullCheckpoint(
+        return full_checkpoint.FullCheckpoint(
             run=spec.run_idx, seed=spec.seed, num_envs=self.tracker.num_envs, loop=loop,
             tracker=self.tracker.to_state(keep_table=metrics.stream is None), events=self.hooks.state_dict(),
-            agent=resume.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
-            env=resume.env_bytes(ctx.env), rng=resume.global_rng_state(), outputs=outputs,
+            agent=full_checkpoint.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
+            env=full_checkpoint.env_bytes(ctx.env), rng=full_checkpoint.global_rng_state(), outputs=outputs,
             elapsed=time.perf_counter() - self.tracker.start_time)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -21,7 +21,7 @@ from online_trainer.loop.steps import StepLogger, run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
 from online_trainer.records.episode_table import EpisodeTable
-from online_trainer.run import full_checkpoint as resume
+from online_trainer.run import full_checkpoint
 from online_trainer.run.events import run_events
 from online_trainer.run.hook_runner import StopRun
 
@@ -194,8 +194,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     sink_run_open = False
     try:
         try:
-            saved = resume.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
-            env = resume.restored_env(saved)
+            saved = full_checkpoint.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
+            env = full_checkpoint.restored_env(saved)
             if env is None:
                 env = spec.env_factory()
             _check_env(env, spec.options.records.frames_trigger)
@@ -205,7 +205,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             if saved is None:
                 obs, _ = env.reset(seed=spec.seed)
             else:
-                resumed_from = resume.continue_run(saved, env, agent, spec.seed)
+                resumed_from = full_checkpoint.continue_run(saved, env, agent, spec.seed)
                 obs = resumed_from.obs
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
@@ -228,7 +228,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                                  action_space=env.single_action_space, frames_trigger=spec.options.records.frames_trigger,
                                  render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
         if saved is not None:
-            tracker = resume.restored_tracker(saved, tracker)
+            tracker = full_checkpoint.restored_tracker(saved, tracker)
         if with_raw:  # reads the (restored) table
             tracker.raw = raw_scores.RawScores(tracker.table, mode)
         callback = spec.callback
@@ -246,7 +246,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         try:
             events.start()
             if saved is not None:  # after on_run_start: the loop goes on with the generators it had
-                resume.set_global_rng_state(saved.rng)
+                full_checkpoint.set_global_rng_state(saved.rng)
             global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
                                              step_logger, resumed_from)
         except StopRun as stop:
