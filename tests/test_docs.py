@@ -101,6 +101,7 @@ def test_the_check_names_a_public_name_left_out():
         "online_trainer.curves", "online_trainer.load_args", "online_trainer.envs.make_env"]
 
 
+@pytest.mark.slow
 def test_the_site_builds_in_strict_mode(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python")
@@ -117,5 +118,22 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     trainer_page = (site / "reference" / "api" / "trainer" / "index.html").read_text()
     assert "a function of an Optuna trial" in trainer_page
     assert ":meth:" not in trainer_page
+    # signatures are formatted one parameter a line (ruff, separate_signature), not one line cut at the page's edge
+    assert ('<span class="nf">OnlineTrainer</span><span class="p">(</span>\n    <span class="n">env</span>'
+            in trainer_page)
+    # the stylesheet that keeps the parameter tables' Default column on the page is linked
+    assert "stylesheets/extra.css" in trainer_page
     # bench/README.md is included in the benchmarks page
     assert "python bench/overhead.py" in (site / "reference" / "benchmarks" / "index.html").read_text()
+
+
+def test_the_command_page_names_every_command_agent_sink_and_config():
+    from online_trainer.agents import AGENTS
+    from online_trainer.cli.main import build_parser
+    from online_trainer.config.schema import CALLBACKS
+
+    page = (ROOT / "docs" / "reference" / "command.md").read_text()
+    commands = next(action.choices for action in build_parser()._actions if action.choices)
+    names = ([f"online-trainer {command}" for command in commands] + [f"`{agent}`" for agent in AGENTS]
+             + [f"`{sink}`" for sink in CALLBACKS] + [f"`{path.name}`" for path in (ROOT / "configs").glob("*.yaml")])
+    assert [name for name in names if name not in page] == []

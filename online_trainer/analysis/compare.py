@@ -12,6 +12,7 @@ described in :mod:`online_trainer.analysis.compare_inputs`.
 from __future__ import annotations
 
 import itertools
+import math
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,13 @@ class Comparison:
     versus)) with ``_lo``/``_hi``; ``difference`` (the metric of ``candidate`` minus that of ``versus``) with
     ``_lo``/``_hi``; ``intervals_overlap`` (the two candidates' metric intervals overlap);
     ``distinguishable`` (the interval of the difference excludes zero); ``seeds_needed`` (seeds per candidate
-    and task for it to, if the difference stays as observed)."""
+    and task for it to, if the difference stays as observed; never fewer than were run); ``degenerate`` (every
+    bootstrap resample gave the same P: its interval is a point, a certainty the seeds cannot give, as under
+    complete separation, where every run of one beats every run of the other); ``separation_bound`` (after
+    complete separation, the bound on P that holds whatever the score distributions, at one-sided level
+    ``(1 + ci) / 2``: a lower bound when P = 1, an upper one when P = 0, see
+    :func:`~online_trainer.analysis.compare_stats.separation_bound`; else NaN); ``separation_chance`` (the
+    chance of that separation if both came from one distribution: ``1 / C(n + m, n)`` per task; else NaN)."""
     profiles: pd.DataFrame
     """Performance profiles: ``candidate``, ``tau``, ``fraction`` (of runs scoring above ``tau``, averaged
     over tasks), ``fraction_lo``, ``fraction_hi``."""
@@ -190,15 +197,21 @@ def _improvement(arrays: dict[str, list[np.ndarray]], aggregates: pd.DataFrame, 
         d, d_lo, d_hi = cs.difference_interval(x, y, stat, options.ci, options.n_resamples, rng)
         runs = min(min(len(t) for t in x), min(len(t) for t in y))
         needed = cs.seeds_needed(runs, d, d_lo, d_hi)
+        separated = p in (0.0, 1.0)
+        pairs = len(x) * min(min(len(xt), len(yt)) for xt, yt in zip(x, y))
+        chance = cs.separation_chance(x, y) if separated else math.nan
         (a_lo, a_hi), (b_lo, b_hi) = bounds.loc[a], bounds.loc[b]
         overlap = bool(a_lo <= b_hi and b_lo <= a_hi)
         common = {"intervals_overlap": overlap, "distinguishable": bool(d_lo > 0 or d_hi < 0),
-                  "seeds_needed": needed, "num_runs": runs}
+                  "seeds_needed": needed, "num_runs": runs, "degenerate": bool(p_lo == p_hi),
+                  "separation_chance": chance}
         rows.append({"candidate": a, "versus": b, "probability_of_improvement": p,
                      "probability_of_improvement_lo": p_lo, "probability_of_improvement_hi": p_hi,
+                     "separation_bound": cs.separation_bound(p, pairs, options.ci),
                      "difference": d, "difference_lo": d_lo, "difference_hi": d_hi, **common})
         rows.append({"candidate": b, "versus": a, "probability_of_improvement": 1 - p,
                      "probability_of_improvement_lo": 1 - p_hi, "probability_of_improvement_hi": 1 - p_lo,
+                     "separation_bound": cs.separation_bound(1 - p, pairs, options.ci),
                      "difference": -d, "difference_lo": -d_hi, "difference_hi": -d_lo, **common})
     table = pd.DataFrame(rows)
     position = {c: i for i, c in enumerate(candidates)}

@@ -100,7 +100,16 @@ def plot_improvement(comparison: Comparison) -> Figure:
         ax.plot([lo, hi], [y, y], color=color, linewidth=6, alpha=0.45, solid_capstyle="butt")
         ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color,
                 markeredgewidth=2)
-        ax.annotate(f"{row['probability_of_improvement']:.2f} [{lo:.2f}, {hi:.2f}]", (hi, y), xytext=(5, 0),
+        text = f"{row['probability_of_improvement']:.2f} [{lo:.2f}, {hi:.2f}]"
+        bound = row["separation_bound"]
+        if row["degenerate"] and np.isfinite(bound):  # complete separation: the bound the seeds support, dashed
+            p = row["probability_of_improvement"]
+            ax.plot(sorted([bound, p]), [y, y], color=color, linewidth=1.2, linestyle=(0, (2, 1.5)))
+            text = f"{p:.0f}: degenerate bootstrap;\n{'≥' if p == 1 else '≤'} {bound:.2f} for any distributions"
+            hi = max(hi, bound)
+        elif row["degenerate"]:
+            text += " (degenerate: ties)"
+        ax.annotate(text, (hi, y), xytext=(5, 0),
                     textcoords="offset points", va="center", fontsize=7, color="0.25", annotation_clip=False)
     ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.8)
     ax.set_yticks(ys, [f"P({r['candidate']} > {r['versus']})  (n={runs[r['candidate']]}, {runs[r['versus']]})"

@@ -102,7 +102,9 @@ def seeds_needed(runs: int, difference: float, low: float, high: float) -> float
 
     The half-width of a bootstrap interval shrinks as ``1 / sqrt(n)``: with ``runs`` seeds it
     is ``(high - low) / 2``, so ``n = runs * (half_width / |difference|) ** 2`` seeds make it
-    smaller than the difference, assuming the difference stays as observed. At least 2;
+    smaller than the difference, assuming the difference stays as observed. Never fewer than
+    were run: ``runs`` when the interval already excludes zero (fewer seeds were not tried, and
+    the estimate is least reliable below what was measured), else at least ``runs + 1``;
     ``inf`` when the observed difference is zero (no number of seeds separates them).
     """
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -110,7 +112,40 @@ def seeds_needed(runs: int, difference: float, low: float, high: float) -> float
     if difference == 0:
         return math.inf
     half = (high - low) / 2
-    return float(max(2, math.ceil(runs * (half / abs(difference)) ** 2)))
+    estimate = math.ceil(runs * (half / abs(difference)) ** 2)
+    separated = low > 0 or high < 0
+    return float(runs if separated else max(runs + 1, estimate))
+
+
+def separation_bound(p: float, pairs: int, ci: float) -> float:
+    """A one-sided bound on P(X > Y) that holds whatever the score distributions, after complete separation.
+
+    When every run of X beats every run of Y on every task (``p == 1``), every one of
+    ``k = min(n, m)`` disjoint pairs of runs of a task (one of X, one of Y) was won, each
+    independently with probability P(X > Y) on that task: complete separation has probability
+    at most ``P ** k``. Over tasks (``pairs`` = the number of tasks times the smallest such ``k``)
+    the product of the tasks' probabilities is at most the mean ``P ** pairs`` (the means
+    inequality). So, at one-sided level ``(1 + ci) / 2``, ``P >= ((1 - ci) / 2) ** (1 / pairs)``.
+    On one task the bound is sharp: Y always scoring the (1 - P)-quantile of X's scores (or X
+    always the P-quantile of Y's) separates with probability exactly ``P ** k``. ``p == 0`` gives
+    the mirror upper bound; any other ``p`` gives NaN (no complete separation).
+    """
+    alpha = (1 - ci) / 2
+    if p == 1:
+        return float(alpha ** (1 / pairs))
+    if p == 0:
+        return float(1 - alpha ** (1 / pairs))
+    return math.nan
+
+
+def separation_chance(x: Scores, y: Scores) -> float:
+    """The chance of a separation as complete as observed if X and Y came from one distribution per task.
+
+    Every ordering of the pooled runs of a task is then equally likely, and only one of the
+    ``C(n + m, n)`` choices of X's ranks puts all of them above Y's (the exact one-sided
+    Mann-Whitney test at U = n * m); tasks are independent.
+    """
+    return float(np.prod([1 / math.comb(len(xt) + len(yt), len(xt)) for xt, yt in zip(x, y)]))
 
 
 def profile(scores: Scores, taus: np.ndarray) -> np.ndarray:
@@ -129,4 +164,5 @@ def profile_band(scores: Scores, taus: np.ndarray, ci: float, n_resamples: int,
 
 
 __all__ = ["Scores", "difference_interval", "gap_at", "improvement_interval", "interval", "iqm", "optimality_gap",
-           "probability_of_improvement", "profile", "profile_band", "seeds_needed"]
+           "probability_of_improvement", "profile", "profile_band", "seeds_needed", "separation_bound",
+           "separation_chance"]

@@ -143,7 +143,7 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
         span: ``"all"`` (default): each curve covers the whole x range some run of its
             group covers; ``"common"``: only the range all its runs cover.
         smooth: Trailing moving average over this many episodes of each run, before the
-            runs are aggregated (written in the y label).
+            runs are aggregated (written in the y label and the legend's title).
         ylim: ``"auto"`` (default): the full range, unless early values are extreme
             (see :func:`robust_ylim`), then cut with a note; ``None``: matplotlib's
             range of everything drawn; ``(low, high)``: those limits.
@@ -191,7 +191,8 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
     handles = [line for *_, line in sorted(lines, key=lambda t: (-t[0], t[1]))]
     if partial:
         handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
-    ax.legend(handles=handles, frameon=False, fontsize=9)
+    legend_title = f"each run: trailing mean of {smooth} episodes" if smooth is not None and smooth > 1 else None
+    ax.legend(handles=handles, frameon=False, fontsize=9, title=legend_title, title_fontsize=8)
     _notes(ax, [n for n in notes if n])
     if title:
         ax.set_title(title, fontsize=11)

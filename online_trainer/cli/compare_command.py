@@ -87,9 +87,11 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
     pairs = [r for r in comparison.improvement.to_dict("records") if order[r["candidate"]] < order[r["versus"]]]
     for row in pairs:
         told = "yes" if row["distinguishable"] else "no"
-        lines.append(f"| {row['candidate']} | {row['versus']} | {_ci(row, 'probability_of_improvement')} | "
+        degenerate = " (degenerate)" if row["degenerate"] else ""
+        lines.append(f"| {row['candidate']} | {row['versus']} | {_ci(row, 'probability_of_improvement')}{degenerate} | "
                      f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |")
-    lines += ["", "## What this says", ""] + [f"- {_advice(row, metric)}" for row in pairs]
+    lines += ["", "## What this says", ""] + [f"- {_advice(row, metric)}{_degenerate(row, options.ci)}"
+                                              for row in pairs]
     lines += ["", "Seeds needed: seeds per candidate and task for the interval of the difference to exclude zero, "
                   "if the difference stays as observed (the interval narrows as 1/sqrt(seeds); Colas et al., 2018, "
                   "\"How many random seeds?\"). Run that many, then compare again: the difference may not stay."]
@@ -109,14 +111,32 @@ def _advice(row: dict, metric: str) -> str:
     p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
     if row["distinguishable"]:
         better = a if row["difference"] > 0 else b
-        return (f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}); "
-                f"{_seeds(row['seeds_needed'])} seeds would have sufficed for this difference.")
+        return (f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}) "
+                f"with {n} seeds per candidate.")
     overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
     needed = row["seeds_needed"]
     more = ("no number of seeds separates equal scores" if math.isinf(needed) else
             f"the observed difference would need about {_seeds(needed)} seeds per candidate (now {n}) for its "
             "interval to exclude zero")
     return f"`{a}` and `{b}` cannot be told apart: {overlap}the difference's interval includes zero ({p}); {more}."
+
+
+def _degenerate(row: dict, ci: float) -> str:
+    """What a degenerate interval of P does not show, and what the seeds do show (empty when not degenerate)."""
+    if not row["degenerate"]:
+        return ""
+    a, b, n, p = row["candidate"], row["versus"], row["num_runs"], row["probability_of_improvement"]
+    if math.isnan(row["separation_bound"]):
+        return (f" The interval of P is degenerate: every bootstrap resample gives {p:.2f}, because the runs tie; "
+                "it shows no spread, not a certainty.")
+    winner, loser = (a, b) if p == 1 else (b, a)
+    bound = ("≥" if p == 1 else "≤") + f" {row['separation_bound']:.2f}"
+    chance = row["separation_chance"]
+    return (f" The interval of P is degenerate: every run of `{winner}` beats every run of `{loser}`, so every "
+            f"bootstrap resample gives {p:.0f}, a certainty {n} seeds cannot give. Whatever the score distributions, "
+            f"P({a} > {b}) {bound} ({(1 + ci) / 2:.1%} one-sided bound after complete separation); were both from "
+            f"one distribution, a separation this complete would happen with probability {chance:.2g} "
+            f"(1 in {round(1 / chance):,}).")
 
 
 def compare_command(args: argparse.Namespace) -> int:

@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
                         help="episodes averaged per run (default: last_k of the configs, else 10)")
     report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
-                        help="average each run's returns over a trailing window of N episodes before plotting")
+                        help="average each run's returns over a trailing window of N episodes before plotting "
+                             "(default: K of --last-k, the window compare uses; 1 draws the raw returns)")
     report.add_argument("--common-range", action="store_true",
                         help="cut each curve to the x range every run of it covers (default: the whole range "
                              "some run covers)")

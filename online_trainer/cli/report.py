@@ -347,7 +347,7 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
 
 
 def _caption(args: argparse.Namespace) -> str:
-    smooth = f"; each run smoothed by a trailing mean of {args.smooth} episodes" if args.smooth else ""
+    smooth = f"; each run smoothed by a trailing mean of {args.smooth} episodes" if args.smooth > 1 else "; unsmoothed"
     span = ("the range every run covers" if args.common_range else
             "the whole range some run covers; thin stretches stand on fewer runs than the legend counts")
     return (f"{STAT_LABELS[CURVE_STAT]} across runs with a pointwise {CI:.0%} bootstrap band{smooth}; "
@@ -379,7 +379,7 @@ def report_command(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         names = [Path(p).resolve().name for p in paths]
         title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
-        args.x = args.x or default_x(df)
+        args.x, args.smooth = args.x or default_x(df), args.smooth or last_k  # smoothed as compare smooths
         figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
                                       span="common" if args.common_range else "all",
                                       ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,

@@ -39,7 +39,9 @@ class EnvFactory(_InstanceOrFactory):
     """A zero-argument callable returning the :class:`VectorEnv` of a run.
 
     Accepts a ``VectorEnv``, a single ``gymnasium.Env`` (wrapped into a ``SyncVectorEnv``
-    of one), or a zero-argument factory of either. A factory is called once per run. An
+    of one), a zero-argument factory of either, or a registered gymnasium id such as
+    ``"Pendulum-v1"`` (``online_trainer.envs.make_env(id)``: one sub-env, built afresh for
+    each run; ``"module:Env-v0"`` imports ``module`` first). A factory is called once per run. An
     env *instance* is used in place, by every run of this process in turn (each run resets
     it with its own seed) and left open for the user; sent to worker processes it travels
     as a copy, which an env holding processes or sockets (``AsyncVectorEnv``) cannot do:
@@ -47,13 +49,16 @@ class EnvFactory(_InstanceOrFactory):
     """
 
     def __init__(self, env: Any) -> None:
+        if isinstance(env, str):
+            env = _registered_env(env)
         if isinstance(env, (gym.Env, VectorEnv)):
             self._instance, self._factory = env, None
         elif callable(env):
             self._instance, self._factory = None, env
         else:
             raise TypeError(
-                f"env must be a gymnasium Env, a VectorEnv or a zero-argument factory of one, but got "
+                f"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one or a registered env id, "
+                f"but got "
                 f"env={env!r} of type {type(env).__name__}."
             )
         self._wrapped: VectorEnv | None = None
@@ -88,6 +93,20 @@ class EnvFactory(_InstanceOrFactory):
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_wrapped": None}
+
+
+def _registered_env(env_id: str) -> Callable[[], VectorEnv]:
+    """The factory of a registered gymnasium id, checked now so that a typo fails before any run."""
+    from online_trainer.envs import make_env  # the one place that resolves ids, "module:Env-v0" included
+
+    try:
+        return make_env(env_id)
+    except ValueError as exc:
+        raise ValueError(
+            f"env={env_id!r} is not a registered gymnasium env id ({exc}): pass a registered id such as "
+            "'CartPole-v1' ('module:Env-v0' for ids another package registers, e.g. "
+            "'minigrid:MiniGrid-Empty-5x5-v0'), an Env, a VectorEnv or a factory of one."
+        ) from exc
 
 
 def as_vector_env(env: Any, source: Any = None) -> VectorEnv:

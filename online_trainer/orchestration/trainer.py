@@ -57,7 +57,8 @@ class OnlineTrainer:
 
     Args:
         env: a gymnasium ``VectorEnv``, a single ``Env`` (wrapped into a vector env of one),
-            or a zero-argument factory returning either, called once per run. An env instance
+            a zero-argument factory returning either, called once per run, or a registered gymnasium
+            id (``"Pendulum-v1"``: ``online_trainer.envs.make_env(id)``, one sub-env). An env instance
             is used in place (each run resets it with its own seed); with worker processes
             it travels as a copy, so pass a factory for envs that cannot (``AsyncVectorEnv``).
         agent: an agent following the protocol of :mod:`online_trainer.loop.protocol`, or a
@@ -165,7 +166,7 @@ class OnlineTrainer:
                 its sub-envs together).
             total_steps: stop each run after this many env steps (real transitions of all
                 sub-envs together; overshoot is below ``num_envs``). Give exactly one budget.
-            seed_offset: run ``i`` uses seed ``seed_offset + i * 10000``; None draws a random
+            seed_offset: run ``i`` (numbered from 1) uses seed ``seed_offset + 10000 * (i - 1)``; None draws a random
                 base once. Seeds are in ``manifest.json`` and in every record.
             dump_metrics: stream records to ``exp_dir/metrics_run{i}.pkl``; None means "when
                 an exp_dir is set".

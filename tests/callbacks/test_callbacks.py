@@ -178,6 +178,7 @@ def _write_lines(path, worker):
     cb.close()
 
 
+@pytest.mark.slow
 def test_jsonl_from_several_processes_has_no_torn_lines(tmp_path):
     path = tmp_path / "log.jsonl"
     context = multiprocessing.get_context("spawn")

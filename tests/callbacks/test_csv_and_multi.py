@@ -66,6 +66,7 @@ def _write_then_die(path, flushed_event):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_killed_writer_leaves_a_readable_file_with_every_flushed_row(tmp_path):
     path = tmp_path / "s.csv"
     context = multiprocessing.get_context("spawn")
@@ -87,6 +88,7 @@ def _append_rows(path, run, start):
     cb.close()
 
 
+@pytest.mark.slow
 def test_several_processes_share_one_file_with_one_header_and_whole_lines(tmp_path):
     path = tmp_path / "s.csv"
     context = multiprocessing.get_context("spawn")

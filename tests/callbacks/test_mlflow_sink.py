@@ -25,6 +25,7 @@ def history(client, run, name):
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, name), key=lambda m: m.step)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_one_mlflow_run_per_seed_holds_what_the_runner_logged(tmp_path, num_workers):
     exp_dir = tmp_path / "cartpole_dqn"
@@ -61,6 +62,7 @@ def test_without_exp_dir_or_tracking_uri_it_stops_before_any_run(tmp_path):
         trainer.multi_run(1, num_episodes=2, progress=False)
 
 
+@pytest.mark.slow
 def test_a_run_done_again_logs_into_the_same_mlflow_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns
     uri = f"sqlite:///{tmp_path / 'store.db'}"

@@ -66,6 +66,7 @@ def offline(monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, monkeypatch, num_workers):
     monkeypatch.delenv("WANDB_MODE", raising=False)

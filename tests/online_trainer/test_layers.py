@@ -243,19 +243,3 @@ def test_the_page_check_sees_a_missing_and_a_made_up_package():
     made_up = documented_tree(page.replace(row, row + "\n| `plugins/` | made up | `extra` |"))
     assert set(actual_tree()) - set(left_out) == {"progress"}
     assert set(made_up) - set(actual_tree()) == {"plugins"}
-
-
-def test_setup_cfg_lists_every_package():
-    """A package left out of ``setup.cfg`` is missing from a (non-editable) install."""
-    import configparser
-
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    listed = set(config["options"]["packages"].split())
-    folders = {f"online_trainer.{folder}": ROOT / folder for folder in ("callbacks", "agents", "envs")}
-    actual = {".".join(("online_trainer", *init.parent.relative_to(PACKAGE).parts))
-              for init in PACKAGE.rglob("__init__.py")}
-    actual |= {".".join((name, *init.parent.relative_to(folder).parts))
-               for name, folder in folders.items() for init in folder.rglob("__init__.py")}
-    assert sorted(actual - listed) == [], "packages setup.cfg leaves out"
-    assert sorted(listed - actual) == [], "packages setup.cfg lists that do not exist"

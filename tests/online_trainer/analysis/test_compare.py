@@ -11,7 +11,7 @@ import pytest
 from online_trainer import OnlineTrainer, compare, load_episodes
 from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
-from online_trainer.analysis.compare_stats import probability_of_improvement
+from online_trainer.analysis.compare_stats import probability_of_improvement, seeds_needed, separation_bound
 from online_trainer.analysis.curves import curves
 from online_trainer.analysis.dataframes import load_evaluations
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -60,8 +60,46 @@ def test_a_clearly_better_candidate_has_an_interval_above_one_half():
                                 "bad": {"t1": list(rng.normal(0, 1, 10)), "t2": list(rng.normal(0, 1, 10))}}))
     row = out.improvement.set_index(["candidate", "versus"]).loc[("good", "bad")]
     assert row["probability_of_improvement_lo"] > 0.5 and row["distinguishable"]
-    assert row["difference_lo"] > 0 and row["seeds_needed"] <= 10
+    assert row["difference_lo"] > 0 and row["seeds_needed"] == 10  # the seeds run, never fewer
     assert out.aggregates["num_tasks"].tolist() == [2, 2]
+
+
+def test_seeds_needed_is_never_fewer_than_were_run():
+    assert seeds_needed(10, 5.0, 4.0, 6.0) == 10  # told apart: the formula says 1, but 10 is what was shown
+    assert seeds_needed(10, 1.0, -0.05, 1.5) == 11  # not told apart: more than 10, though the formula says 6
+    assert seeds_needed(10, 1.0, -1.0, 3.0) == 40
+    assert seeds_needed(10, 0.0, -1.0, 1.0) == np.inf
+
+
+def test_complete_separation_is_a_degenerate_interval_with_a_bound_that_holds_at_five_seeds():
+    out = compare_scores(table({"A": {"t": [1, 2, 3, 4, 5]}, "B": {"t": [6, 7, 8, 9, 10]}}),
+                         CompareOptions(n_resamples=500))
+    pair = out.improvement.set_index(["candidate", "versus"])
+    a_b, b_a = pair.loc[("A", "B")], pair.loc[("B", "A")]
+    assert (a_b["probability_of_improvement_lo"], a_b["probability_of_improvement_hi"]) == (0, 0)  # every resample
+    assert a_b["degenerate"] and b_a["degenerate"] and b_a["distinguishable"]
+    # 5 disjoint pairs each won with probability P: P ** 5 >= 2.5% one-sided, whatever the distributions
+    assert b_a["separation_bound"] == pytest.approx(0.025 ** (1 / 5)) == pytest.approx(0.4782, abs=1e-4)
+    assert a_b["separation_bound"] == pytest.approx(1 - 0.025 ** (1 / 5))
+    assert a_b["separation_chance"] == pytest.approx(1 / 252)  # one of C(10, 5) rank sets, if A and B were alike
+    assert a_b["seeds_needed"] == 5
+
+
+def test_separation_bounds_over_tasks_and_unequal_seeds():
+    assert separation_bound(1.0, pairs=3, ci=0.9) == pytest.approx(0.05 ** (1 / 3))
+    assert math.isnan(separation_bound(0.96, pairs=3, ci=0.9))
+    # 3 vs 4 seeds on each of two tasks: 2 * min(3, 4) = 6 disjoint pairs, C(7, 3) = 35 rank sets per task
+    out = compare_scores(table({"A": {"t1": [5, 6, 7], "t2": [5, 6, 7]}, "B": {"t1": [1, 2, 3, 4], "t2": [0, 1, 2, 3]}}),
+                         CompareOptions(n_resamples=200))
+    row = out.improvement.set_index(["candidate", "versus"]).loc[("A", "B")]
+    assert row["degenerate"] and row["separation_bound"] == pytest.approx(0.025 ** (1 / 6))
+    assert row["separation_chance"] == pytest.approx(1 / 35 ** 2)
+
+
+def test_an_interval_that_is_not_a_point_is_not_degenerate():
+    out = compare_scores(table({"A": {"t": [1, 2, 3, 7, 5]}, "B": {"t": [6, 4, 8, 9, 10]}}), CompareOptions(n_resamples=500))
+    row = out.improvement.iloc[0]
+    assert not row["degenerate"] and math.isnan(row["separation_bound"]) and math.isnan(row["separation_chance"])
 
 
 def test_intervals_cover_the_known_answer_and_a_seed_repeats_them():

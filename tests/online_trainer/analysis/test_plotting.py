@@ -60,6 +60,7 @@ def test_learning_curves_without_groups_and_a_90_percent_band():
     fig = plot_learning_curves(synthetic(), group_by=[], ci=0.9, stat="median", smooth=5, span="common")
     assert legend_texts(fig) == ["8 runs"]
     assert fig.axes[0].get_ylabel() == "Episode return, mean of last 5 episodes\n(median, 90% CI across runs)"
+    assert fig.axes[0].get_legend().get_title().get_text() == "each run: trailing mean of 5 episodes"
 
 
 def test_learning_curves_draw_into_given_axes_and_leave_pyplot_alone():

@@ -129,6 +129,20 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     assert (out_dir / "learning_curves.png").is_file()
 
 
+def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does(experiment, tmp_path, monkeypatch):
+    from online_trainer.cli import report
+
+    windows = []
+    plot = report.plot_learning_curves
+    monkeypatch.setattr(report, "plot_learning_curves", lambda *a, **kw: windows.append(kw["smooth"]) or plot(*a, **kw))
+    assert cli.main(["report", str(experiment), "--out", str(tmp_path / "default")]) == 0
+    assert windows == [3]  # the experiment's last_k
+    assert "each run smoothed by a trailing mean of 3 episodes" in (tmp_path / "default" / "summary.md").read_text()
+    assert cli.main(["report", str(experiment), "--out", str(tmp_path / "raw"), "--smooth", "1"]) == 0
+    assert windows == [3, 1]
+    assert "bootstrap band; unsmoothed" in (tmp_path / "raw" / "summary.md").read_text()
+
+
 @pytest.fixture
 def mixed(tmp_path) -> Path:
     """A hand-written experiment: 2 finished runs, 1 failed, 1 interrupted before any episode, 1 finished with none."""

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from online_trainer import OnlineTrainer
+from online_trainer.analysis.compare import compare_scores
+from online_trainer.analysis.compare_inputs import CompareOptions
 from online_trainer.cli import main as cli
-from online_trainer.cli.compare_command import parse_normalize
+from online_trainer.cli.compare_command import comparison_markdown, parse_normalize
 from online_trainer.cli.report import default_x
 from online_trainer.analysis.dataframes import load_episodes
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -28,6 +32,21 @@ def test_compare_writes_the_markdown_and_the_figures(tmp_path, capsys):
     assert "`agent_a` and `agent_b` cannot be told apart" in text  # same seeds, same episodes
     assert "![Probability of improvement](improvement.png)" in text
     assert "Wrote" in capsys.readouterr().out
+
+
+def test_compare_says_when_an_interval_is_degenerate_and_never_advises_fewer_seeds():
+    # every run of strong beats every run of weak: every bootstrap resample gives P(weak > strong) = 0
+    scores = pd.DataFrame({"candidate": ["weak"] * 5 + ["strong"] * 5, "task": "t", "run": list(range(1, 6)) * 2,
+                           "raw_score": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10]})
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    text = comparison_markdown(comparison, [])
+    assert "| weak | strong | 0 [0, 0] (degenerate) |" in text
+    assert ("every run of `strong` beats every run of `weak`, so every bootstrap resample gives 0, a certainty 5 "
+            "seeds cannot give. Whatever the score distributions, P(weak > strong) ≤ 0.52 (97.5% one-sided bound "
+            "after complete separation); were both from one distribution, a separation this complete would happen "
+            "with probability 0.004 (1 in 252).") in text
+    assert "`strong` is better on IQM" in text and "with 5 seeds per candidate" in text
+    assert "would have sufficed" not in text
 
 
 def test_compare_refuses_a_single_candidate(tmp_path, capsys):

@@ -72,6 +72,7 @@ def jsonl(path):
                   if l["tag"].split("/")[-2] not in ("stats", "timing"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "dqn", "q_learning"])
 def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_path, name):
     env, agent = AGENTS[name]
@@ -222,6 +223,7 @@ def run_job(script, exp_dir, workers, resume_flag, **popen):
                             cwd=script.parent, **popen)
 
 
+@pytest.mark.slow
 def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB.format(env_id="CartPole-v1", agent="PPOAgent", steps=16_000, every=8_000))
@@ -257,6 +259,7 @@ def kill_job(tmp_path_factory):
     return script, references
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers,seed", KILL_TRIALS)
 def test_a_run_killed_at_any_moment_resumes_to_the_uninterrupted_records(kill_job, tmp_path, workers, seed):
     """SIGKILL of the whole process group after a seeded delay past the first metrics, then resume."""

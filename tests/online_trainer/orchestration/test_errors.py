@@ -92,8 +92,16 @@ def test_env_factory_returning_something_else(tmp_path):
     with pytest.raises(TypeError, match=r"env factory .*bad_env returned 'CartPole-v1' of type str, which is neither"):
         OnlineTrainer(bad_env, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
     assert not (tmp_path / "exp").exists()
-    with pytest.raises(TypeError, match=r"env must be a gymnasium Env, a VectorEnv or a zero-argument factory"):
+    with pytest.raises(TypeError, match=r"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one "
+                                        r"or a registered env id, but got env=42 of type int"):
         OnlineTrainer(42, RecordingAgent)
+
+
+def test_an_unknown_env_id_is_refused_at_once_naming_it(tmp_path):
+    with pytest.raises(ValueError, match=r"env='Pendulm-v1' is not a registered gymnasium env id \(.*Did you mean: "
+                                         r"`Pendulum`\?\): pass a registered id such as 'CartPole-v1'"):
+        OnlineTrainer("Pendulm-v1", RecordingAgent, exp_dir=tmp_path / "exp")
+    assert not (tmp_path / "exp").exists()
 
 
 def test_unknown_hyperparameter_is_raised_before_the_first_step(tmp_path):

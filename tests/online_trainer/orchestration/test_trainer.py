@@ -171,6 +171,17 @@ def test_an_async_env_instance_cannot_go_to_workers_and_says_so():
         env.close()
 
 
+def test_a_registered_env_id_runs_like_make_env_of_it():
+    from online_trainer.envs import make_env
+
+    by_id = OnlineTrainer("CartPole-v1", RecordingAgent).multi_run(2, num_episodes=3, seed_offset=5, progress=False)
+    by_factory = OnlineTrainer(make_env("CartPole-v1"), RecordingAgent).multi_run(2, num_episodes=3, seed_offset=5,
+                                                                                 progress=False)
+    assert [run.column("ep_length").tolist() for run in by_id] == [run.column("ep_length").tolist()
+                                                                   for run in by_factory]
+    assert [len(run) for run in by_id] == [3, 3]
+
+
 def test_single_env_is_wrapped():
     (records,) = OnlineTrainer(CountingEnv(), RecordingAgent).multi_run(1, num_episodes=3, seed_offset=0, progress=False)
     assert [r["ep_length"] for r in records] == [2, 3, 4]

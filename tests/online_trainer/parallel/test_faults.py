@@ -41,6 +41,8 @@ from online_trainer.records.storage import iter_metrics_chunks
 from online_trainer.run.one_run import RunSpec
 from tests.conftest import RecordingAgent, make_counting_vec
 
+pytestmark = pytest.mark.slow  # kill trials: workers and parents killed, processes started and reaped
+
 REPO = Path(__file__).resolve().parents[3]
 # (start method, whether a thread other than the main thread calls multi_run, seed of the kill's timing)
 PARENT_KILL_TRIALS = ([("spawn", False, seed) for seed in range(5)] + [("spawn", True, seed) for seed in (5, 6)]

@@ -21,6 +21,8 @@ from tests.conftest import (
 
 ray = pytest.importorskip("ray")
 
+pytestmark = pytest.mark.slow  # starts a local Ray cluster
+
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
