@@ -20,9 +20,9 @@ from online_trainer.records.storage import (
     load_transitions,
 )
 
-# Imported on first use, so that worker processes, which import this package to reach
-# the lower layers (records, loop, options, run) and online_trainer.parallel, load neither the orchestration layer nor
-# analysis (pandas, scipy, matplotlib).
+# Imported on first use, so that worker processes, which import this package to reach the
+# lower layers (records, loop, options, run) and online_trainer.parallel, load neither the
+# orchestration layer nor analysis (pandas, scipy, matplotlib).
 _LAZY = {
     "OnlineTrainer": "online_trainer.orchestration.trainer",
     "SlurmOptions": "online_trainer.parallel.execution",
@@ -64,8 +64,8 @@ __all__ = [
     "ExecutionOptions",
     "ExperimentInUseError",
     "OnlineTrainer",
-    "RunFailure",
     "RecordOptions",
+    "RunFailure",
     "RunRecords",
     "RunsFailedError",
     "SlurmOptions",
