@@ -84,6 +84,8 @@ class AgentBase:
     Config: ClassVar[type]
     STRUCTURAL: ClassVar[frozenset[str]] = frozenset()
     """Hyperparameters whose change rebuilds the agent (re-initialised with its last seed)."""
+    _pending: Any
+    """What :meth:`act` left for ``update`` (each subclass sets its own kind; None: nothing pending)."""
 
     def __init__(self, env: Any, *, seed: int | None = None, **hyperparameters: Any) -> None:
         self.observation_space, self.action_space, self.num_envs = spaces_of(env)

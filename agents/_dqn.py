@@ -138,7 +138,9 @@ class DQNAgent(AgentBase):
         self.optimizer = adam(self.q_net.parameters(), cfg.lr)
         self.buffer = ReplayBuffer(cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype)
         self.gradient_steps_done = 0
-        self._loss_sum = self._q_sum = 0.0
+        # sums of detached tensors between two reports (a float after a report)
+        self._loss_sum: torch.Tensor | float = 0.0
+        self._q_sum: torch.Tensor | float = 0.0
         self._n_logged = 0
         self._resize(self.num_envs)
 
@@ -178,22 +180,23 @@ class DQNAgent(AgentBase):
         """Epsilon-greedy actions in training mode (uniformly random ones for the first
         ``learning_starts`` transitions), greedy ones after :meth:`eval`."""
         packed = self.encoder.pack(obs)
-        n = packed.shape[0]
+        n = int(packed.shape[0])
         cfg = self.config
-        explore = random_actions = None
+        exploration: tuple[np.ndarray, np.ndarray] | None = None  # which sub-envs explore, and random actions
         if self.training:
             if self.steps < cfg.learning_starts:
                 explore = np.ones(n, dtype=bool)
-                random_actions = self.np_rng.integers(self._n_actions, size=n)
             else:
                 explore = self.np_rng.random(n) < self.epsilon
-                random_actions = self.np_rng.integers(self._n_actions, size=n)
-        if explore is not None and explore.all() and not cfg.log_step_values:
-            actions = random_actions  # no sub-env acts greedily: the Q-values are not needed
+            exploration = (explore, self.np_rng.integers(self._n_actions, size=n))
+        actions: np.ndarray
+        if exploration is not None and exploration[0].all() and not cfg.log_step_values:
+            actions = exploration[1]  # no sub-env acts greedily: the Q-values are not needed
         else:
             with torch.inference_mode():
                 q = self.q_net(self._features(packed)).cpu().numpy()
-            actions = q.argmax(axis=1) if explore is None else np.where(explore, random_actions, q.argmax(axis=1))
+            greedy = q.argmax(axis=1)
+            actions = greedy if exploration is None else np.where(exploration[0], exploration[1], greedy)
             if self.training and cfg.log_step_values:
                 self._last = (q[np.arange(n), actions], np.ones(n, dtype=bool))
         if self.training:

@@ -42,9 +42,11 @@ class ImageLayout:
     def chw(self) -> tuple[int, int, int]:
         """``(channels, height, width)`` of the image."""
         if len(self.shape) == 2:
-            return (1, *self.shape)
+            height, width = self.shape
+            return 1, height, width
         if self.channels_first:
-            return self.shape
+            channels, height, width = self.shape
+            return channels, height, width
         height, width, channels = self.shape
         return channels, height, width
 
@@ -65,8 +67,15 @@ def image_layout(space: gym.Space) -> ImageLayout | None:
     return None
 
 
+def space_shape(space: gym.Space) -> tuple[int, ...]:
+    """``space.shape``, which every space used here has (``Space.shape`` may be None)."""
+    if space.shape is None:
+        raise ValueError(f"The space {space} has no shape. {WRAPPER_HINT}")
+    return space.shape
+
+
 def _part_dim(space: gym.Space) -> int:
-    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
+    return int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space_shape(space)))
 
 
 def _check_leaf(space: gym.Space, where: str) -> None:
@@ -102,7 +111,7 @@ class ObsEncoder:
             for key in self.keys:
                 _check_leaf(space[key], f"observation_space[{key!r}]")
             parts = [space[key] for key in self.keys]
-            self._sizes = [1 if isinstance(p, gym.spaces.Discrete) else int(np.prod(p.shape)) for p in parts]
+            self._sizes = [1 if isinstance(p, gym.spaces.Discrete) else int(np.prod(space_shape(p))) for p in parts]
             self._starts = [int(p.start) if isinstance(p, gym.spaces.Discrete) else 0 for p in parts]
             self._one_hot = [np.eye(p.n, dtype=np.float32) if isinstance(p, gym.spaces.Discrete) else None
                              for p in parts]
@@ -114,10 +123,10 @@ class ObsEncoder:
             return
         _check_leaf(space, "observation_space")
         self.dim = _part_dim(space)
-        self.storage_shape, self.storage_dtype = tuple(space.shape), np.dtype(space.dtype)
+        self.storage_shape, self.storage_dtype = space_shape(space), np.dtype(space.dtype)
         self.one_hot = isinstance(space, gym.spaces.Discrete)
         self._eye = np.eye(self.dim, dtype=np.float32) if self.one_hot else None
-        self._start = int(space.start) if self.one_hot else 0
+        self._start = int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
         self.vector = not self.one_hot and image_layout(space) is None
 
     def pack(self, obs: np.ndarray | dict[str, np.ndarray]) -> np.ndarray:
@@ -143,14 +152,16 @@ class ObsEncoder:
         return packed.reshape(packed.shape[0], self.dim)
 
 
-def _init(layer: nn.Module, fan_in: int, generator: torch.Generator, orthogonal: bool, gain: float) -> None:
+def _init(layer: nn.Conv2d | nn.Linear, fan_in: int, generator: torch.Generator, orthogonal: bool, gain: float) -> None:
     if orthogonal:
         nn.init.orthogonal_(layer.weight, gain=gain, generator=generator)
-        nn.init.zeros_(layer.bias)
+        if layer.bias is not None:  # the layers made here all have one
+            nn.init.zeros_(layer.bias)
     else:  # PyTorch's default scheme, drawn from ``generator``
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
         bound = 1.0 / math.sqrt(fan_in)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+        if layer.bias is not None:
+            nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
 
 
 class ImageEncoder(nn.Module):
@@ -242,9 +253,9 @@ def feature_layers(space: gym.Space, features: int, generator: torch.Generator,
     """
     layout = image_layout(space)
     if layout is not None:
-        encoder: nn.Module = ImageEncoder(layout, features, generator, orthogonal)
-        return [encoder], encoder.out_dim
+        image_encoder = ImageEncoder(layout, features, generator, orthogonal)
+        return [image_encoder], image_encoder.out_dim
     if isinstance(space, gym.spaces.Dict) and any(image_layout(s) is not None for s in space.spaces.values()):
-        encoder = DictEncoder(space, features, generator, orthogonal)
-        return [encoder], encoder.out_dim
+        dict_encoder = DictEncoder(space, features, generator, orthogonal)
+        return [dict_encoder], dict_encoder.out_dim
     return [], ObsEncoder(space).dim

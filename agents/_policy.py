@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from online_trainer.agents._encoders import space_shape
 from online_trainer.agents._networks import mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -40,7 +41,10 @@ class ActorCritic(nn.Module):
         self.features = nn.Sequential(*features)
         self._shared = len(features) > 0
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
-        out_dim = int(action_space.n) if self.discrete else int(np.prod(action_space.shape))
+        if isinstance(action_space, gym.spaces.Discrete):
+            out_dim = int(action_space.n)
+        else:
+            out_dim = int(np.prod(space_shape(action_space)))
         self.out_dim = out_dim
         self.critic = mlp((obs_dim, *hidden_sizes, 1), activation, generator, orthogonal=True, out_gain=1.0)
         self.actor = mlp((obs_dim, *hidden_sizes, out_dim), activation, generator, orthogonal=True, out_gain=0.01)
@@ -69,6 +73,7 @@ class ActorCritic(nn.Module):
             log_p = torch.log_softmax(out, dim=-1)
             chosen = log_p.gather(1, actions.long().unsqueeze(1)).squeeze(1)
             return chosen, -(log_p.exp() * log_p).sum(-1)
+        assert self.log_std is not None  # a Gaussian policy has one
         log_std = self.log_std.expand_as(out)
         z = (actions - out) * torch.exp(-log_std)
         log_prob = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
@@ -83,6 +88,7 @@ class ActorCritic(nn.Module):
             u = rng.random((n, 1))
             index = np.minimum((cdf < u).sum(axis=1), self.out_dim - 1)
             return torch.as_tensor(index, device=out.device)
+        assert self.log_std is not None  # a Gaussian policy has one
         noise = torch.as_tensor(rng.standard_normal((n, self.out_dim), dtype=np.float32), device=out.device)
         return out + torch.exp(self.log_std) * noise
 

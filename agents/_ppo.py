@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from online_trainer.agents._base import AgentBase, require
-from online_trainer.agents._encoders import ObsEncoder, feature_layers
+from online_trainer.agents._encoders import ObsEncoder, feature_layers, space_shape
 from online_trainer.agents._networks import ACTIVATIONS, adam, resolve_device
 from online_trainer.agents._normalize import RewardScaler, RunningMeanStd
 from online_trainer.agents._policy import ActorCritic
@@ -147,7 +147,7 @@ class PPOAgent(AgentBase):
             raise ValueError(f"PPOAgent needs a Discrete or Box action space but got action_space={space}.")
         self.encoder = ObsEncoder(self.observation_space)
         self._discrete = isinstance(space, gym.spaces.Discrete)
-        if self._discrete:
+        if isinstance(space, gym.spaces.Discrete):
             self._act_start = int(space.start)
         else:
             self._low, self._high = space.low.reshape(-1), space.high.reshape(-1)
@@ -167,12 +167,15 @@ class PPOAgent(AgentBase):
         self.obs_rms = RunningMeanStd((self.encoder.dim,))
         self.updates = 0
         self._rollout_start = 0
-        self.rollout: Rollout | None = None
-        self._resize(self.num_envs)
+        self._new_per_env_state(self.num_envs)
 
     def _resize(self, num_envs: int) -> None:
-        if self.rollout is not None and self.rollout.pos:
+        if self.rollout.pos:
             logger.debug("PPOAgent drops a partial rollout of %d steps on set_num_env(%d).", self.rollout.pos, num_envs)
+        self._new_per_env_state(num_envs)
+
+    def _new_per_env_state(self, num_envs: int) -> None:
+        """An empty rollout, a fresh reward scaler and no pending step, for ``num_envs`` sub-envs."""
         action_shape = () if self._discrete else (self.policy.out_dim,)
         action_dtype = np.int64 if self._discrete else np.float32
         self.rollout = Rollout(self.config.n_steps, num_envs, self.encoder.dim, action_shape, action_dtype)
@@ -220,7 +223,7 @@ class PPOAgent(AgentBase):
         if self._discrete:
             return actions.astype(np.int64) + self._act_start
         clipped = np.clip(actions, self._low, self._high)
-        return clipped.reshape(-1, *self.action_space.shape).astype(self.action_space.dtype)
+        return clipped.reshape(-1, *space_shape(self.action_space)).astype(self.action_space.dtype)
 
     def _progress(self) -> float:
         """SB3's progress remaining after the transitions seen (1.0 without ``total_steps``)."""

@@ -44,6 +44,13 @@ class QLearningConfig:
         require(self.decay_unit in ("episode", "step"), "decay_unit", self.decay_unit, "'episode' or 'step'")
 
 
+def _discrete(space: gym.Space, name: str) -> gym.spaces.Discrete:
+    """``space`` itself, checked to be ``Discrete`` (``name``: observation or action)."""
+    if not isinstance(space, gym.spaces.Discrete):
+        raise ValueError(f"QLearningAgent needs a Discrete {name} space but got {name}_space={space}.")
+    return space
+
+
 class QLearningAgent(AgentBase):
     """Tabular Q-learning for ``Discrete`` observation and action spaces.
 
@@ -67,16 +74,14 @@ class QLearningAgent(AgentBase):
     Config = QLearningConfig
 
     def _check_spaces(self) -> None:
-        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
-            if not isinstance(space, gym.spaces.Discrete):
-                raise ValueError(f"QLearningAgent needs a Discrete {name} space but got {name}_space={space}.")
-        self._obs_start = int(self.observation_space.start)
-        self._act_start = int(self.action_space.start)
+        obs_space, act_space = _discrete(self.observation_space, "observation"), _discrete(self.action_space, "action")
+        self._obs_start = int(obs_space.start)
+        self._act_start = int(act_space.start)
+        self._table_shape = (int(obs_space.n), int(act_space.n))
 
     def _build(self) -> None:
         self._eval_rng = np.random.default_rng([0 if self._seed is None else self._seed, EVAL_STREAM])
-        shape = (int(self.observation_space.n), int(self.action_space.n))
-        self.q_table = np.full(shape, self.config.q_init, dtype=np.float64)
+        self.q_table = np.full(self._table_shape, self.config.q_init, dtype=np.float64)
         self.epsilon = float(self.config.epsilon)
         self.episodes = 0
         self._resize(self.num_envs)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from online_trainer.agents._base import AgentBase, require
-from online_trainer.agents._encoders import ObsEncoder, feature_layers
+from online_trainer.agents._encoders import ObsEncoder, feature_layers, space_shape
 from online_trainer.agents._networks import ACTIVATIONS, adam, flush_denormals, resolve_device
 from online_trainer.agents._replay import ReplayBuffer
 from online_trainer.agents._sac_networks import SquashedGaussianActor, TwinQ
@@ -166,7 +166,7 @@ class SACAgent(AgentBase):
         self.buffer = ReplayBuffer(cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype,
                                    (self._action_dim,), np.float32)
         self.gradient_steps_done = 0
-        self._stats: dict[str, float] = {}
+        self._stats: dict[str, torch.Tensor | float] = {}  # sums of detached tensors between two reports
         self._n_logged = 0
         self._pending: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -192,7 +192,7 @@ class SACAgent(AgentBase):
 
     def _to_env(self, squashed: np.ndarray) -> np.ndarray:
         actions = self._center + self._half * squashed
-        return actions.reshape(-1, *self.action_space.shape).astype(self.action_space.dtype)
+        return actions.reshape(-1, *space_shape(self.action_space)).astype(self.action_space.dtype)
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Sampled actions in training mode (uniformly random ones for the first ``learning_starts``

@@ -94,7 +94,7 @@ def read_state(path: str | os.PathLike) -> Any:
 
 def numpy_rng_state(rng: np.random.Generator) -> dict[str, Any]:
     """The state of a numpy Generator as plain Python types."""
-    return rng.bit_generator.state
+    return dict(rng.bit_generator.state)
 
 
 def set_numpy_rng_state(rng: np.random.Generator, state: dict[str, Any]) -> None:

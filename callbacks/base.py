@@ -28,7 +28,8 @@ class CallBack:
         super().__init_subclass__(**kwargs)
         # A fast series() inherited from a sink would bypass the subclass's own __call__.
         if "__call__" in cls.__dict__ and "series" not in cls.__dict__ and cls.series is not CallBack.series:
-            cls.series = CallBack.series
+            # setattr: mypy refuses an assignment to a method, which is what this is meant to be
+            setattr(cls, "series", CallBack.series)  # noqa: B010
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         """Log the scalars of ``data`` as ``{key}/{tag}`` at ``step``.

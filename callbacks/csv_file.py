@@ -108,22 +108,23 @@ class CSVCallback(CallBack):
         self._last_flush = time.time()
         if not self._rows:
             return
-        if self._fd is None:
-            self._open()
+        fd = self._open() if self._fd is None else self._fd
         buffer = io.StringIO()
         csv.writer(buffer, lineterminator="\n").writerows(self._rows)
         self._rows.clear()
         view = memoryview(buffer.getvalue().encode("utf-8"))
         while view:
-            written = os.write(self._fd, view)
+            written = os.write(fd, view)
             view = view[written:]
 
-    def _open(self) -> None:
+    def _open(self) -> int:
+        """Create the file with its header row unless it exists; open it for appending; return the descriptor."""
         directory = os.path.dirname(self.log_path)
         if directory:
             os.makedirs(directory, exist_ok=True)
         create_with(self.log_path, (",".join(COLUMNS) + "\n").encode())
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        return self._fd
 
     def checkpoint(self, run_tag: str) -> FilePosition:
         """Write the rows kept; the file's size is the run's position."""

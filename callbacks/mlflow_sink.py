@@ -112,18 +112,21 @@ class MLflowCallback(CallBack):
         self._experiments[self._key(exp_dir)] = self._prepare(exp_dir, runs)
 
     def _prepare(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> _Experiment:
-        if exp_dir is None and self.tracking_uri is None:
+        if self.tracking_uri:
+            uri, location = self.tracking_uri, None
+        elif exp_dir is not None:
+            local = Path(exp_dir).resolve()
+            uri, location = f"sqlite:///{local / STORE_FILE}", (local / ARTIFACTS_DIR).as_uri()
+        else:
             raise ValueError("MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "
                              "exp_dir is None: make the trainer with exp_dir=..., or pass tracking_uri=... "
                              "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000').")
-        uri = self.tracking_uri or f"sqlite:///{Path(exp_dir).resolve() / STORE_FILE}"
         client = self._client(uri)
         name = self.experiment_name or (Path(exp_dir).resolve().name if exp_dir is not None else DEFAULT_EXPERIMENT)
         experiment = client.get_experiment_by_name(name)
         if experiment is not None:
             experiment_id = experiment.experiment_id
         else:
-            location = None if self.tracking_uri else (Path(exp_dir).resolve() / ARTIFACTS_DIR).as_uri()
             experiment_id = client.create_experiment(name, artifact_location=location)
         ids_path = None if exp_dir is None else Path(exp_dir) / RUN_IDS_FILE
         run_ids = read_ids(ids_path) if ids_path is not None else {}

@@ -57,7 +57,7 @@ class MultiCallback(CallBack):
             if series is not None:
                 series(key, tag, values, steps)
             else:
-                CallBack.series(callback, key, tag, values, steps)  # type: ignore[arg-type]
+                CallBack.series(callback, key, tag, values, steps)
 
     def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
         for callback in self.callbacks:

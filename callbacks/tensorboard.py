@@ -75,9 +75,10 @@ class TBCallBack(CallBack):
                 self._last_flush = now
             return
         if self.flush_every > 1:
-            data = self._average(data, tag)
-            if data is None:
+            means = self._average(data, tag)
+            if means is None:
                 return
+            data = means
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
 
@@ -107,12 +108,14 @@ class TBCallBack(CallBack):
         count[0] = 0
         return means
 
-    def _write_batch(self) -> None:
-        """Encode the values kept and write them to the file (opened on the first write)."""
-        if self._writer is None:
+    def _write_batch(self) -> EventFileWriter:
+        """Encode the values kept and write them to the file (opened on the first write); return its writer."""
+        writer = self._writer
+        if writer is None:
             self._open_layout()
-            self._writer = EventFileWriter(self.log_dir, buffer_bytes=0)  # the batch is the buffer
-        self._writer.write(self._batch.encode())
+            writer = self._writer = EventFileWriter(self.log_dir, buffer_bytes=0)  # the batch is the buffer
+        writer.write(self._batch.encode())
+        return writer
 
     def _open_layout(self) -> None:
         """Write the custom-scalars layout into ``log_dir`` unless one is there (see ``layout_metrics``)."""
@@ -129,14 +132,13 @@ class TBCallBack(CallBack):
         if len(frames) == 0:
             return
         encoded, (height, width, channels) = encode_gif(frames, fps)
-        self._write_batch()  # opens the file if needed, and keeps the events in order
-        self._writer.write(image_event(tag, encoded, height, width, channels, step, time.time()))
-        self._writer.flush()
+        writer = self._write_batch()  # opens the file if needed, and keeps the events in order
+        writer.write(image_event(tag, encoded, height, width, channels, step, time.time()))
+        writer.flush()
 
     def _flush(self) -> None:
         """Write everything kept to the file and flush it to the operating system."""
-        self._write_batch()
-        self._writer.flush()
+        self._write_batch().flush()
 
     def reset(self) -> None:
         self._pending.clear()

@@ -68,7 +68,7 @@ class CorridorEnv(gym.Env[np.int64, np.int64]):
         self._position = 0
         return np.int64(self._position), {}
 
-    def step(self, action: int) -> tuple[np.int64, float, bool, bool, dict]:
+    def step(self, action: int | np.integer) -> tuple[np.int64, float, bool, bool, dict]:
         if not self.action_space.contains(action):
             raise ValueError(f"action must be 0 (left) or 1 (right) but got action={action!r}.")
         move = 1 if int(action) == RIGHT else -1

@@ -49,7 +49,9 @@ class VectorEnvFactory:
         if self.autoreset_mode is not None:
             vector_kwargs["autoreset_mode"] = self.autoreset_mode
         return gym.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode=self.vectorization,
-                            vector_kwargs=vector_kwargs, wrappers=list(self.wrappers), **kwargs)
+                            vector_kwargs=vector_kwargs,
+                            # gymnasium types wrappers as returning a gym.Wrapper; it only needs an Env
+                            wrappers=list(self.wrappers), **kwargs)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         extra = "".join(f", {key}={value!r}" for key, value in self.env_kwargs.items())
@@ -145,7 +147,7 @@ def _check_render_mode(env_id: str, render_mode: Any) -> None:
     if render_mode is None:
         return
     spec = gym.spec(env_id.rpartition(":")[2])
-    creator = spec.entry_point
+    creator: object = spec.entry_point
     if isinstance(creator, str):
         try:
             creator = load_env_creator(creator)

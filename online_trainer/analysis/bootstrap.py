@@ -33,10 +33,10 @@ def iqm(values: ArrayLike, axis: int | None = -1) -> float | np.ndarray:
 
 
 #: The across-run statistics, by the name that ``stat`` arguments accept.
-STATISTICS: dict[str, Callable[..., np.ndarray]] = {"mean": np.mean, "median": np.median, "iqm": iqm}
+STATISTICS: dict[str, Callable[..., float | np.ndarray]] = {"mean": np.mean, "median": np.median, "iqm": iqm}
 
 
-def stat_fn(stat: str) -> Callable[..., np.ndarray]:
+def stat_fn(stat: str) -> Callable[..., float | np.ndarray]:
     """The statistic called ``stat``; a ValueError lists the known names."""
     try:
         return STATISTICS[stat]

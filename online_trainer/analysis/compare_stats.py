@@ -88,11 +88,11 @@ def _resample(scores: Scores, n_resamples: int, rng: np.random.Generator) -> np.
     return np.concatenate([t[rng.integers(0, len(t), size=(n_resamples, len(t)))] for t in scores], axis=1)
 
 
-def difference_interval(x: Scores, y: Scores, stat: Callable[..., np.ndarray], ci: float, n_resamples: int,
+def difference_interval(x: Scores, y: Scores, stat: Callable[..., float | np.ndarray], ci: float, n_resamples: int,
                         rng: np.random.Generator) -> tuple[float, float, float]:
     """``stat(X) - stat(Y)`` over the pooled runs, and its stratified independent bootstrap interval."""
     value = float(stat(np.concatenate(list(x))) - stat(np.concatenate(list(y))))
-    samples = stat(_resample(x, n_resamples, rng), axis=-1) - stat(_resample(y, n_resamples, rng), axis=-1)
+    samples = np.asarray(stat(_resample(x, n_resamples, rng), axis=-1) - stat(_resample(y, n_resamples, rng), axis=-1))
     low, high = interval(samples, ci)
     return value, float(low), float(high)
 

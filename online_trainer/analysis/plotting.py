@@ -62,9 +62,17 @@ def _load(data: Data) -> pd.DataFrame:
     )
 
 
+def _figure_of(ax: Axes) -> Figure:
+    """The figure ``ax`` is drawn in (the top-level one when ``ax`` is in a subfigure)."""
+    fig = ax.get_figure(root=True)
+    if fig is None:
+        raise ValueError(f"ax must belong to a figure (e.g. made by fig.add_subplot()), but ax={ax!r} has none.")
+    return fig
+
+
 def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
-        return ax.get_figure(), ax
+        return _figure_of(ax), ax
     fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
 
@@ -172,7 +180,8 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
                    smooth=smooth, n_resamples=n_resamples, seed=seed, include_unfinished=include_unfinished)
     group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs", "total_runs")]
     fig, ax = _axes(ax, (5.5, 3.6))
-    lines, partial = [], False
+    lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
+    partial = False
     for i, (keys, curve) in enumerate(groups(table, group_cols)):
         partial |= _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i)
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
@@ -200,7 +209,7 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
 
 
 def _draw_curve(ax: Axes, curve: pd.DataFrame, x: str, keys: dict, color: str, ci: float | None,
-                lines: list, order: int) -> bool:
+                lines: list[tuple[float, int, Line2D]], order: int) -> bool:
     """Draw one group's curve; True when part of it stands on fewer runs than the group has."""
     total = int(curve["total_runs"].iloc[0])
     full = curve["num_runs"].to_numpy() == total
@@ -224,7 +233,7 @@ def _draw_curve(ax: Axes, curve: pd.DataFrame, x: str, keys: dict, color: str, c
 def _notes(ax: Axes, notes: list[str]) -> None:
     """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width."""
     if notes:
-        width = max(40, int((ax.get_figure().get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
+        width = max(40, int((_figure_of(ax).get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
         text = "\n".join(textwrap.fill(note, width) for note in notes)
         ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -30),
                     textcoords="offset points", va="top", ha="left", fontsize=7, color="0.3")

@@ -120,7 +120,8 @@ class _SymlogTicks(SymmetricalLogLocator):
         super().__init__(linthresh=linthresh, base=10)
         self.half = linthresh / 2
 
-    def tick_values(self, vmin: float, vmax: float) -> np.ndarray:
+    # matplotlib's stub says Sequence[float]; its own locators return arrays, as this one does
+    def tick_values(self, vmin: float, vmax: float) -> np.ndarray:  # type: ignore[override]
         ticks = np.concatenate([super().tick_values(vmin, vmax), [-self.half, self.half]])
         low, high = min(vmin, vmax), max(vmin, vmax)
         return np.unique(ticks[(ticks >= low) & (ticks <= high)])

@@ -20,14 +20,14 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
-from online_trainer.experiment.manifest import remove_created
-from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
-from online_trainer.orchestration.trainer import OnlineTrainer
-from online_trainer.parallel.slurm_handle import SlurmRuns
 from online_trainer.records import storage
 from online_trainer.run.builtin import preemption
+from online_trainer.errors import RunsFailedError
+from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
+from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
+from online_trainer.experiment.manifest import earlier_experiment, remove_created
+from online_trainer.orchestration.trainer import OnlineTrainer
+from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -37,15 +37,14 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
         ConfigError: ``exp_dir`` is a file, or holds an earlier experiment (or another
             config) and ``overwrite`` is false.
     """
+    assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
     exp_dir = Path(config.exp_dir)
     if exp_dir.exists() and not exp_dir.is_dir():
         raise ConfigError(f"exp_dir={config.exp_dir!r} exists and is not a directory: set exp_dir=<another path>.")
-    if config.overwrite or not exp_dir.is_dir():
+    if config.overwrite:
         return exp_dir
-    earlier = [p.name for p in storage.existing_experiment_files(exp_dir)]
-    old_config = exp_dir / CONFIG_YAML
-    if not earlier and old_config.is_file() and old_config.read_text() != text:
-        earlier = [CONFIG_YAML + " of another config"]
+    files, differing = earlier_experiment(exp_dir, {CONFIG_YAML: text})
+    earlier = [p.name for p in files] or [CONFIG_YAML + " of another config" for _ in differing]
     if earlier:
         names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
         raise ConfigError(f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "

@@ -119,7 +119,7 @@ class AgentConfig:
             raise ConfigError(f"unknown agent agent.name={self.name!r}{did_you_mean(self.name, AGENTS)}; "
                               f"known agents: {', '.join(sorted(AGENTS))}.")
         config_cls = getattr(AGENTS[self.name], "Config", None)
-        if dataclasses.is_dataclass(config_cls):
+        if isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls):
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
 
 

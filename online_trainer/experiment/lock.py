@@ -31,7 +31,7 @@ from online_trainer.experiment.ownership import LOCK_FILE
 try:
     import fcntl
 except ImportError:  # Windows: no flock; the lock is then only informative
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the optional-import idiom: callers check for None
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class ExperimentLock:
     """
 
     def __init__(self, exp_dir: str | os.PathLike, reentrant: bool = False,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], object] | None = None) -> None:
         self.path = Path(exp_dir) / LOCK_FILE
         self.reentrant = reentrant
         self.check = check
@@ -207,7 +207,7 @@ def _describe(owner: dict[str, Any] | None) -> str:
 
 
 @contextlib.contextmanager
-def hold_lock(exp_dir: Path | None, check: Callable[[], None] | None = None) -> Iterator[list[Path]]:
+def hold_lock(exp_dir: Path | None, check: Callable[[], object] | None = None) -> Iterator[list[Path]]:
     """Hold the lock of ``exp_dir`` (if any) for the duration; yield what taking it created.
 
     ``check`` is the lock's (see :class:`ExperimentLock`): a call it refuses changes nothing on disk.

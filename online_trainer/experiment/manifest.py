@@ -10,16 +10,17 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.errors import RunFailure
 from online_trainer.experiment import job_results, ownership
-from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
-from online_trainer.experiment.lock import hold_lock
 from online_trainer.loop import seeding
 from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.errors import RunFailure
 from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.records.record_view import as_records
-from online_trainer.run import full_checkpoint
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
+from online_trainer.experiment.lock import hold_lock
+from online_trainer.records.record_view import RunRecords
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class Experiment:
         if self.exp_dir is None:
             return
         try:
-            progress = full_checkpoint.run_progress(self.exp_dir, entry["run"])
+            progress = resume.run_progress(self.exp_dir, entry["run"])
         except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
             logger.error("could not read how far run %d got: %s", entry["run"], exc)
             return
@@ -157,9 +158,9 @@ class Experiment:
         """The exception object of the first failed run, when it ran in this process."""
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
 
-    def runs(self, keep_records: bool) -> list[list[dict[str, Any]] | None]:
+    def runs(self, keep_records: bool) -> list[RunRecords | list[dict[str, Any]] | None]:
         """Records per run: from memory for runs done now, from disk for runs done before (or resumed now)."""
-        runs: list[list[dict[str, Any]] | None] = []
+        runs: list[RunRecords | list[dict[str, Any]] | None] = []
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
             if result is not None and result.records is not None:
@@ -201,7 +202,7 @@ class Experiment:
         """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
-    def write_all_metrics(self, runs: list[list[dict[str, Any]] | None]) -> None:
+    def write_all_metrics(self, runs: list[RunRecords | list[dict[str, Any]] | None]) -> None:
         """Write ``all_metrics.pkl`` (the list of runs) atomically, unless no run was done now and it is there.
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.
@@ -238,19 +239,29 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
         FileExistsError: an earlier experiment is there, or an input file is there with other
             content, and ``overwrite`` is false.
     """
-    if overwrite or not exp_dir.is_dir():
+    if overwrite:
         return
-    earlier = storage.existing_experiment_files(exp_dir)
+    earlier, differing = earlier_experiment(exp_dir, inputs)
     if earlier:
         names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
         raise FileExistsError(
             f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
             "overwrite=True to replace it, or choose another exp_dir."
         )
-    for name, text in inputs.items():
-        path = exp_dir / name
-        if text is not None and path.is_file() and path.read_text(encoding="utf-8") != text:
-            raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
+    if differing:
+        raise FileExistsError(f"{differing[0]} already exists with other content: pass overwrite=True or another "
+                              "exp_dir.")
+
+
+def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:
+    """What a new experiment in ``exp_dir`` would replace: the files of an earlier experiment, and the input
+    files (name -> text, as in :func:`check_exp_dir`) there with other content. This only reads; the one
+    check behind :func:`check_exp_dir` and the command's (``online_trainer.cli.run.check_exp_dir``)."""
+    if not exp_dir.is_dir():
+        return [], []
+    differing = [exp_dir / name for name, text in inputs.items() if text is not None and (exp_dir / name).is_file()
+                 and (exp_dir / name).read_text(encoding="utf-8") != text]
+    return storage.existing_experiment_files(exp_dir), differing
 
 
 @contextlib.contextmanager

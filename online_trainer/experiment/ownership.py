@@ -21,7 +21,7 @@ from typing import Any, Mapping
 try:
     import fcntl
 except ImportError:  # Windows: no flock
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # the optional-import idiom: callers check for None
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: 
         return []
     for entry in entries:
         entry["status"] = INTERRUPTED
-    runs = [entry.get("run") for entry in entries]
+    runs: list[int] = [entry["run"] for entry in entries]  # every manifest entry has its run number
     logger.warning("%s: run(s) %s were running when the process writing the experiment ended without recording "
                    "how they ended (killed, or its machine went down): they count as interrupted.",
                    os.fspath(exp_dir), ", ".join(map(str, runs)))

@@ -96,12 +96,14 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
         FileNotFoundError: it holds no manifest (or does not exist).
     """
     validation.needs_exp_dir(exp_dir, resume=True)
+    assert exp_dir is not None  # needs_exp_dir raised otherwise
     read_manifest(Path(exp_dir))
 
 
 def hold_resumable(exp_dir: str | os.PathLike | None) -> ContextManager[list[Path]]:
     """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`)."""
     check_resumable(exp_dir)
+    assert exp_dir is not None  # check_resumable raised otherwise
     return hold_lock(Path(exp_dir))
 
 

@@ -91,10 +91,10 @@ class EpisodeTracker:
         self._steps = 0  # env steps observed
         self._starts = [0] * num_envs  # the step at which each sub-env's episode began
         self.actions = ActionHistory(num_envs, space=action_space) if keep_actions else None
-        self.transitions = [[] for _ in range(num_envs)] if keep_transitions else None
+        self.transitions: list[list[Any]] | None = [[] for _ in range(num_envs)] if keep_transitions else None
         self._split_obs = BatchSplitter(num_envs, observation_space)
         self._split_actions = BatchSplitter(num_envs, action_space)
-        self.frames = [[] for _ in range(num_envs)] if keep_frames else None
+        self.frames: list[list[Any]] | None = [[] for _ in range(num_envs)] if keep_frames else None
         self._next_frames: list[list[Any]] = [[] for _ in range(num_envs)]
         self._trigger = frames_trigger
         self._triggered: dict[int, bool] = {}  # a callable trigger's answers, until the episode ends
@@ -144,8 +144,10 @@ class EpisodeTracker:
         self, obs: Any, actions: Any, reward: np.ndarray, terminated: np.ndarray, truncated: np.ndarray
     ) -> None:
         obs, actions = self._split_obs(obs), self._split_actions(actions)
+        transitions = self.transitions
+        assert transitions is not None  # called only when transitions are kept
         for i in np.flatnonzero(self.valid):
-            self.transitions[i].append((obs[i], actions[i], float(reward[i]), bool(terminated[i]), bool(truncated[i])))
+            transitions[i].append((obs[i], actions[i], float(reward[i]), bool(terminated[i]), bool(truncated[i])))
 
     def end_step(self, ended: bool, envs: list[int] | None = None) -> None:
         """Prepare ``valid`` for the next step (after the agent's update of this one).

@@ -60,7 +60,7 @@ class ActionHistory:
         # Array actions are written by the first branch of append while t < _fast_rows: 0 until
         # the buffer exists and for structured actions, else the capacity.
         self._fast_rows = 0
-        self._buffer: np.ndarray | None = None
+        self._buffer: np.ndarray = np.empty(0)  # no buffer yet: never indexed while _fast_rows is 0
 
     def append(self, actions: Any) -> None:
         """Store the batch of actions of one env step."""
@@ -89,6 +89,7 @@ class ActionHistory:
         if self._paths is None:
             return self.buffers[0][self.start[i]:self.t, i].copy()
         rows = slice(self.start[i], self.t)
+        assert self.space is not None  # structured actions: the space was inferred when the buffers were made
         return _nest(self.space, iter([buffer[rows, i].copy() for buffer in self.buffers]))
 
     def restart(self, i: int, skip: int) -> None:
@@ -108,6 +109,7 @@ class ActionHistory:
         all at once.
         """
         start, t = self.start, self.t
+        assert self._closed is not None  # array actions: made with the buffer
         closed = self._closed[t]
         if mask is not None:
             np.logical_or(closed, mask, out=closed)
@@ -141,6 +143,7 @@ class ActionHistory:
         if not self._pending:
             return
         self._pending = False
+        assert self._closed is not None  # array actions: made with the buffer
         marks = self._closed[self._unread:self.t + 1]
         # by row, then sub-env: the order they were closed in (2-d nonzero is 6x slower than 1-d)
         rows, envs = np.divmod(marks.reshape(-1).nonzero()[0], self.num_envs)

@@ -33,4 +33,7 @@ class Budget:
 
     @property
     def total(self) -> int:
-        return self.num_episodes if self.num_episodes is not None else self.total_steps
+        if self.num_episodes is not None:
+            return self.num_episodes
+        assert self.total_steps is not None  # exactly one is set
+        return self.total_steps

@@ -80,13 +80,13 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     done_lengths: list[Any] = []
     obs, _ = env.reset(seed=seed)
     filming = frames is not None
-    if filming:
-        frames.append(np.asarray(env.render()[0]))
+    if frames is not None:
+        frames.append(_first_frame(env))
     while any(count < target for count, target in zip(counts, targets)):
         actions = agent.act(obs)
         obs, reward, terminated, truncated, info = env.step(actions)
-        if filming:
-            frames.append(np.asarray(env.render()[0]))
+        if filming and frames is not None:  # filming implies a list of frames
+            frames.append(_first_frame(env))
         tracker.observe(None, actions, reward, terminated, truncated)
         ended = tracker.done.nonzero()[0].tolist() if tracker.ended else []
         cut = [i for i, length in enumerate(tracker.running_lengths())
@@ -186,12 +186,20 @@ class Evaluator:
             record["score"] = "raw"
         if frames:
             fps = self.env.metadata.get("render_fps") or 30
+            assert self.video_dir is not None  # the run gives a video_dir with video_every
             path = Path(self.video_dir) / f"eval{self.count}_step{global_step}.mp4"
             write_video(path, frames, fps)
             record["video"] = os.fspath(path)
             if on_video is not None:
                 on_video(frames, fps, global_step)
         return record
+
+
+def _first_frame(env: VectorEnv) -> np.ndarray:
+    """Sub-env 0's frame: ``env.render()`` of an env made with ``render_mode="rgb_array"``."""
+    rendered = env.render()
+    assert rendered is not None  # rgb_array rendering returns the sub-envs' frames
+    return np.asarray(rendered[0])
 
 
 def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -> None:

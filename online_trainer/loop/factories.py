@@ -234,7 +234,7 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
                              "action per sub-env.")
         return
     batch = np.asarray(actions)
-    expected = (num_envs, *space.shape)
+    expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:
         got = batch.shape[0] if batch.ndim else "a scalar, not a batch of"
         raise ValueError(f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "

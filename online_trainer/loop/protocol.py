@@ -28,9 +28,11 @@ one of two ways:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeAlias, runtime_checkable
 
+import gymnasium as gym
 import numpy as np
+from gymnasium.vector import VectorEnv
 
 REQUIRED_METHODS: tuple[str, ...] = ("act", "update")
 """Methods every agent must have; missing ones are reported before a run starts."""
@@ -106,6 +108,19 @@ class FullAgent(Agent, Protocol):
 
     def load(self, path: str) -> None:
         """Restore the state written by ``save(path)``."""
+
+
+EnvMaker: TypeAlias = Callable[[], gym.Env | VectorEnv]
+"""A zero-argument factory of a run's env (a single ``Env`` is wrapped into a vector env of one)."""
+
+EnvLike: TypeAlias = gym.Env | VectorEnv | str | EnvMaker
+"""What the trainer takes as an env: an instance, a registered gymnasium id (``"Pendulum-v1"``) or a factory."""
+
+AgentMaker: TypeAlias = Callable[[VectorEnv], Agent]
+"""A factory ``agent_factory(env) -> agent``, called once per run with the run's vector env."""
+
+AgentLike: TypeAlias = Agent | AgentMaker
+"""What the trainer takes as an agent: an instance following :class:`Agent`, or a factory of one."""
 
 
 def missing_methods(agent: object) -> list[str]:

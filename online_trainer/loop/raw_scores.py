@@ -103,6 +103,8 @@ class RawScores:
 
     __slots__ = ("table", "same_step", "last")
 
+    last: Sequence[float]
+
     def __init__(self, table: Any, mode: AutoresetMode) -> None:
         self.table, self.same_step, self.last = table, mode is AutoresetMode.SAME_STEP, ()
         table.add_raw([], [])  # from now on the records have raw_return and raw_length

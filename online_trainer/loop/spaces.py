@@ -116,7 +116,7 @@ class BatchSplitter:
         self.space = space
         self._batched: Space[Any] | None = None
 
-    def __call__(self, batch: Any) -> Sequence[Any]:
+    def __call__(self, batch: Any) -> Sequence[Any] | np.ndarray:
         """Return the sub-envs' items of ``batch``: item ``i`` belongs to sub-env ``i``."""
         if isinstance(batch, np.ndarray):
             return batch

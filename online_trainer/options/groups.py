@@ -28,7 +28,7 @@ import dataclasses
 import logging
 import multiprocessing
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import check_hooks
@@ -205,7 +205,7 @@ class RunPlan(OptionGroup):
     """What the checkpoints keep."""
     records: RecordOptions = option(default_factory=RecordOptions)
     """What the runs keep and log."""
-    hooks: tuple[Any, ...] = option((), affects_records=False)
+    hooks: Sequence[Any] = option((), affects_records=False)
     """User hooks; each run gets its own copy (a resumed run checks their classes against its checkpoint)."""
     has_exp_dir: bool = option(True, affects_records=False)
     """Whether the experiment has a directory (options that write files need one)."""

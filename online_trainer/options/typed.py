@@ -62,7 +62,7 @@ def build(cls: type[T], data: Any, prefix: str = "", error: type[Exception] = Va
             raises passes through as it is when it is an ``error``; otherwise its text is raised as
             ``error``, after the owner and the section.
     """
-    adapter = _adapter(cls)
+    adapter = _adapter(cls)  # type: ignore[arg-type]  # a class is hashable; mypy does not see type[T] as Hashable
     try:
         text = json.dumps(data, default=_plain)
     except (TypeError, ValueError):  # a callable, an object: pydantic's lenient Python validation
@@ -256,7 +256,7 @@ def _translate(exc: pydantic.ValidationError, cls: type, data: Any, prefix: str,
                     unknown.append(unknown_key_message(section, loc[-1], _init_names(parent.hint),
                                                        nested_in_owner=bool(owner)))
                 else:
-                    missing.append(_missing(parent, loc[-1]))
+                    missing.append(_missing(parent, str(loc[-1])))
                 continue
         original = (item.get("ctx") or {}).get("error")
         if isinstance(original, Exception):

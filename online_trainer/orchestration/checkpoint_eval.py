@@ -11,26 +11,25 @@ import csv
 import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
-from online_trainer.errors import RunSetupError, RunsFailedError
-from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
-from online_trainer.experiment.lock import ExperimentLock
-from online_trainer.experiment.resuming import CALL_KEY
+from online_trainer.options import validation
+from online_trainer.records import storage
+from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.errors import RunsFailedError
 from online_trainer.loop.evaluation import eval_seed
 from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.options import validation
-from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.parallel import executors
-from online_trainer.parallel.execution import ExecutionOptions
-from online_trainer.records import storage
 from online_trainer.run.one_run import RunResult, RunSpec
+from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
+from online_trainer.experiment.lock import hold_lock
+from online_trainer.experiment.resuming import CALL_KEY
+from online_trainer.orchestration.planning import RunnerParts, run_experiments
+from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.loop.protocol import Agent, AgentMaker, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from online_trainer.orchestration.planning import RunnerParts
 
 COLUMNS = ["run", "seed", "checkpoint", "episode", "ep_return", "ep_length"]
 
@@ -40,7 +39,7 @@ def evaluation_path(exp_dir: str | os.PathLike, which: str) -> Path:
     return Path(exp_dir) / f"evaluation_{which}.csv"
 
 
-def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which: str, num_episodes: int,
+def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: str, num_episodes: int,
                          execution: ExecutionOptions, overwrite: bool = False) -> "pd.DataFrame":
     """Evaluate the ``which`` checkpoints of every finished run of ``exp_dir``; see :meth:`OnlineTrainer.evaluate`."""
     execution.check_waits("evaluate")
@@ -60,12 +59,12 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
     score = call.get("records.score", call.get("score", "return"))  # a score="raw" experiment is evaluated on raw scores
     options = RunPlan(num_episodes=num_episodes, evaluation=EvaluationOptions(episodes=num_episodes), dump_metrics=False,
                       records=RecordOptions(keep_agents=False, score=score), has_exp_dir=False)
-    specs = []
+    specs: list[RunSpec] = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":
             continue
         for label, path in checkpoints(exp_dir, entry["run"], which):
-            loader = CheckpointAgent(lambda env, base=base: base(env, copy=base.is_instance), path)
+            loader = CheckpointAgent(lambda env: base(env, copy=base.is_instance), path)
             specs.append(RunSpec(
                 run_idx=entry["run"], seed=eval_seed(entry["seed"]), env_factory=parts.env_factory,
                 agent_factory=AgentFactory(loader), options=options, callback=parts.callback, train=False,
@@ -74,21 +73,23 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
             ))
     if not specs:
         raise FileNotFoundError(f"{exp_dir} has no finished run to evaluate.")
-    results: list[tuple[RunSpec, RunResult]] = []
-    by_key = {spec.key: spec for spec in specs}
-    with ExperimentLock(exp_dir):
-        try:
-            executors.execute(specs, execution.capped(len(specs)), lambda r: _collect(r, by_key, results))
-        except RunSetupError as error:
-            raise error.cause from None
+    group = CheckpointEvaluations(exp_dir, specs)
+
+    def write(groups: list[CheckpointEvaluations]) -> list[list[Any]]:
         rows = [[spec.run_idx, manifest["runs"][spec.run_idx - 1]["seed"], spec.checkpoint, k + 1, ret, length]
-                for spec, result in sorted(results, key=lambda item: item[0].key) if result.status == "finished"
+                for spec, result in sorted(group.results, key=lambda item: item[0].key) if result.status == "finished"
+                and result.evaluations is not None  # a finished evaluation run has its evaluation
                 for k, (ret, length) in enumerate(zip(result.evaluations[0]["returns"],
                                                       result.evaluations[0]["lengths"]))]
         text = io.StringIO()
         csv.writer(text).writerows([COLUMNS, *rows])
         storage.write_atomic(out, text.getvalue().encode())
-    failures = [r for _, r in results if r.status != "finished"]
+        return rows
+
+    # the runs log nowhere (callback None) and write nothing but the table, under the experiment's lock
+    rows = run_experiments(hold_lock(exp_dir), execution.capped(len(specs)), len(specs), lambda created: [group],
+                           None, write).finalized
+    failures = [r for _, r in group.results if r.status != "finished"]
     if failures:
         from online_trainer.errors import RunFailure
 
@@ -97,13 +98,41 @@ def evaluate_checkpoints(parts: "RunnerParts", exp_dir: str | os.PathLike, which
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _collect(result: RunResult, by_key: dict[int, RunSpec], results: list[tuple[RunSpec, RunResult]]) -> None:
-    result.raise_if_setup_failed()
-    results.append((by_key[result.key], result))
+class CheckpointEvaluations:
+    """The evaluations of one experiment's checkpoints, as
+    :func:`~online_trainer.orchestration.planning.run_experiments` executes them: each result is kept
+    with its spec; nothing is written to a manifest."""
+
+    def __init__(self, exp_dir: Path, specs: list[RunSpec]) -> None:
+        self.exp_dir: Path | None = exp_dir
+        self.specs = specs
+        self.results: list[tuple[RunSpec, RunResult]] = []
+        self._by_key = {spec.key: spec for spec in specs}
+
+    def on_start(self, spec: RunSpec) -> None:
+        """Nothing to record before an evaluation starts."""
+
+    def on_submitted(self, spec: RunSpec, job_id: str) -> None:
+        """Nothing to record for a submitted evaluation (its result comes back as any other)."""
+
+    def on_result(self, result: RunResult) -> None:
+        """Keep ``result`` with its spec.
+
+        Raises:
+            RunSetupError: the evaluation failed before its first env step; every evaluation must stop.
+        """
+        result.raise_if_setup_failed()
+        self.results.append((self._by_key[result.key], result))
+
+    def discard(self) -> None:
+        """Nothing of an evaluation is on disk before its table is written."""
+
+    def mark_interrupted(self) -> None:
+        """Nothing to mark: an interrupted evaluation writes no table."""
 
 
 def load_agent(exp_dir: str | os.PathLike, run: int = 1, which: str = "last",
-               agent_factory: Callable[[Any], Any] | None = None, env: Any = None) -> Any:
+               agent_factory: AgentMaker | None = None, env: EnvLike | None = None) -> Agent:
     """An agent with run ``run``'s checkpoint loaded (``which``: ``"last"`` or ``"best"``).
 
     Args:

@@ -104,7 +104,11 @@ def _table(cls: type, heading: str, skip: tuple[str, ...] = (), defaults: dict[s
             continue
         if not docs.get(spec.name):
             raise ValueError(f"{cls.__name__}.{spec.name} has no docstring: document it under the field.")
-        default = spec.default if spec.default is not dataclasses.MISSING else spec.default_factory()  # type: ignore[misc]
+        if spec.default is not dataclasses.MISSING:
+            default = spec.default
+        else:
+            assert spec.default_factory is not dataclasses.MISSING, f"{cls.__name__}.{spec.name} has no default"
+            default = spec.default_factory()
         default = (defaults or {}).get(spec.name, default)
         key = cls.key(spec.name) if issubclass(cls, OptionGroup) and cls.section else spec.name
         compared = "yes" if spec.metadata.get("affects_records", True) else "no"

@@ -1,36 +1,48 @@
 """From what the user asked to what executes: typed run options, run specs, and their execution.
 
-``multi_run``, ``sweep`` (and through it the Optuna objective) and the command all go
-through this one path::
+``multi_run``, ``sweep`` (and through it the Optuna objective), ``evaluate`` and the command
+(through ``multi_run``) all go through one path, :func:`run_experiments`; each caller validates
+its own input first and adds only what is its own (the plan of its experiments, what it does
+with their results)::
 
     options = RunPlan(total_steps=50_000, checkpoint_freq=10_000)        # validated once
-    specs = plan_runs(parts, options, seeds={1: 0, 2: 10_000}, exp_dir=...)
-    experiment = Experiment(exp_dir, manifest, specs)                    # manifest + results
-    execute_experiments([experiment], execution, parts.callback)         # here, workers or Ray
 
-An *experiment* is one directory's runs; a sweep executes several experiments (one per
-configuration) together, in one pool.
+    def plan(created):                                                   # under the lock, workers starting
+        manifest, seeds = start_manifest(exp_dir, ..., resume=resume)    # new, or resumed
+        specs = plan_runs(parts, options, seeds, exp_dir)
+        return [Experiment(exp_dir, manifest, specs)]                    # manifest + results
+
+    outcome = run_experiments(hold_exp_dir(exp_dir, ...), execution, num_runs, plan, parts.callback,
+                              finalize=lambda experiments: ...)          # still under the lock
+
+The lock (the ``hold`` context), the worker pool (:func:`~online_trainer.parallel.executors.early_workers`),
+the manifests (:class:`~online_trainer.experiment.manifest.Experiment`, which routes each result to
+its own), the callback's setup and close, the progress display (inside
+:func:`~online_trainer.parallel.executors.execute`) and the clean-up of a call that ran nothing each
+live in one place. An *experiment* is one directory's runs; a sweep executes several experiments
+(one per configuration) together, in one pool.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
+from online_trainer.loop import seeding
 from online_trainer.errors import RunSetupError
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.options.groups import RunPlan
+from online_trainer.options.derived import call_record
+from online_trainer.run.one_run import RunSpec
 from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created
-from online_trainer.loop import seeding
-from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.options import validation
-from online_trainer.options.derived import call_record
-from online_trainer.options.groups import RunPlan
 from online_trainer.parallel import execution as base, executors
 from online_trainer.parallel.execution import ExecutionOptions
-from online_trainer.run.one_run import RunSpec
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
@@ -130,6 +142,7 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
     if resume:
         from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
+        assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         refuse_live_jobs(exp_dir)
         return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
                                          call_record(options, tuning_hp, parts.train), parts.callback,
@@ -147,7 +160,62 @@ def base_seed(seed_offset: int | None) -> int:
     return drawn
 
 
-def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionOptions, callback: Any,
+class RunGroup(Protocol):
+    """What :func:`execute_experiments` routes runs to: an :class:`~online_trainer.experiment.manifest.Experiment`,
+    or the checkpoints of one evaluated experiment (:mod:`online_trainer.orchestration.checkpoint_eval`)."""
+
+    exp_dir: Path | None
+    specs: list[RunSpec]
+
+    def on_start(self, spec: RunSpec) -> None: ...
+    def on_result(self, result: Any) -> None: ...
+    def on_submitted(self, spec: RunSpec, job_id: str) -> None: ...
+    def discard(self) -> None: ...
+    def mark_interrupted(self) -> None: ...
+
+
+@dataclass
+class Outcome:
+    """What :func:`run_experiments` did: the experiments it planned, the Slurm handle of runs submitted without
+    waiting (else None), and what ``finalize`` returned (None when it was not called)."""
+
+    experiments: list[Any] = field(default_factory=list)
+    handle: Any = None
+    finalized: Any = None
+
+
+def run_experiments(hold: AbstractContextManager[list[Path]], execution: ExecutionOptions, max_runs: int,
+                    plan: Callable[[list[Path]], Sequence[RunGroup]], callback: Any,
+                    finalize: Callable[[list[Any]], Any] | None = None) -> Outcome:
+    """The one path from a validated call to its results: lock, workers, manifests, plan, execute, finalize.
+
+    Args:
+        hold: the lock of the call's directory, as a context that yields the paths taking it created
+            (:func:`~online_trainer.experiment.manifest.hold_exp_dir` for a new experiment,
+            :func:`~online_trainer.experiment.resuming.hold_resumable` to resume one,
+            :func:`~online_trainer.experiment.lock.hold_lock` for a sweep or an evaluation).
+        execution: how the runs execute (already capped to the number of runs).
+        max_runs: the most runs this call may do (how many workers are worth starting).
+        plan: ``plan(created) -> experiments``, called under the lock while the workers start: it
+            prepares each experiment's manifest (new or resumed) and the specs of its runs to do, and
+            appends what it creates on disk to ``created`` (removed if no run starts).
+        callback: the trainer's callback (set up before the first run, closed after the last), or
+            None when the runs log nowhere.
+        finalize: ``finalize(experiments)``, called under the lock once every run has ended (not when
+            the runs were submitted to Slurm without waiting); what it returns is ``Outcome.finalized``.
+
+    Raises:
+        What a run raised before its first env step (nothing of the call is kept on disk), or what
+        interrupted the runs (KeyboardInterrupt, a preemption signal: the manifests say so).
+    """
+    with hold as created, executors.early_workers(execution, max_runs) as pool:
+        experiments = list(plan(created))
+        handle = execute_experiments(experiments, execution, callback, pool, created)
+        finalized = finalize(experiments) if finalize is not None and handle is None else None
+    return Outcome(experiments, handle, finalized)
+
+
+def execute_experiments(experiments: Sequence[RunGroup], execution: ExecutionOptions, callback: Any,
                         pool: "WorkerPool | None" = None, created: Sequence[Path] = ()) -> Any:
     """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
 
@@ -156,7 +224,7 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
 
     A run that fails before its first env step stops every run: the files of this call
     (``created`` and the experiments' outputs) are removed, as nothing was learned, and
-    the run's own exception is raised.
+    the run's own exception is raised. A ``callback`` of None is neither set up nor closed.
     """
     owners = {spec.key: experiment for experiment in experiments for spec in experiment.specs}
     specs = [spec for experiment in experiments for spec in experiment.specs]
@@ -185,11 +253,12 @@ def execute_experiments(experiments: Sequence[Experiment], execution: ExecutionO
             experiment.mark_interrupted()
         _close_quietly(callback)
         raise
-    callback.close()
+    if callback is not None:
+        callback.close()
     return handle
 
 
-def _setup_callback(callback: Any, experiments: Sequence[Experiment]) -> None:
+def _setup_callback(callback: Any, experiments: Sequence[RunGroup]) -> None:
     """``callback.setup(exp_dir, {run: seed})`` for each experiment with runs to do, before any run starts.
 
     Sinks create what runs share here, once, in this process (an MLflow store created by two
@@ -204,6 +273,8 @@ def _setup_callback(callback: Any, experiments: Sequence[Experiment]) -> None:
 
 def _close_quietly(callback: Any) -> None:
     """Close ``callback`` while another exception propagates: its own error must not hide that one."""
+    if callback is None:
+        return
     try:
         callback.close()
     except Exception as exc:

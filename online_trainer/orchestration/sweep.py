@@ -27,18 +27,17 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import yaml
 
-from online_trainer.errors import RunsFailedError
 from online_trainer.experiment import ownership
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
-from online_trainer.experiment.manifest import Experiment
-from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
 from online_trainer.options import validation
-from online_trainer.options.derived import call_record
-from online_trainer.options.groups import RunPlan
-from online_trainer.orchestration.planning import RunnerParts, base_seed, execute_experiments, plan_runs
-from online_trainer.parallel import executors
-from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
+from online_trainer.errors import RunsFailedError
+from online_trainer.experiment.lock import LOCK_FILE, hold_lock
+from online_trainer.experiment.manifest import Experiment
+from online_trainer.options.groups import RunPlan
+from online_trainer.options.derived import call_record
+from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
+from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
+from online_trainer.parallel.execution import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,16 +157,19 @@ def run_sweep(
     parts.check_travel(execution, options)
     copy_agent = parts.copies_agent(len(grid) * num_runs, execution)
     root = Path(trainer.exp_dir)
-    created: list[Path] = new_paths(root, LOCK_FILE)
-    with ExperimentLock(root), executors.early_workers(execution, len(grid) * num_runs) as pool:
-        seed = _sweep_seed(root, seed_offset, options.budget, created)
-        experiments, names = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
-                                   options, copy_agent, created, resume)
-        execute_experiments(experiments, execution, parts.callback, pool, created)
+    names: list[str] = []
 
+    def plan(created: list[Path]) -> list[Experiment]:
+        seed = _sweep_seed(root, seed_offset, options.budget, created)
+        experiments, planned = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
+                                     options, copy_agent, created, resume)
+        names.extend(planned)
+        return experiments
+
+    outcome = run_experiments(hold_lock(root), execution, len(grid) * num_runs, plan, parts.callback)
     ranking = rank(root, names, metric, last_k)
     ranking.to_csv(root / RESULTS_FILE, index=False)
-    failures = [f for e in experiments for f in e.failures()]
+    failures = [f for e in outcome.experiments for f in e.failures()]
     if failures:
         raise RunsFailedError(failures, None)
     return ranking
@@ -180,7 +182,8 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
 
     Directories and files made here are appended to ``created``.
     """
-    experiments, names = [], []
+    experiments: list[Experiment] = []
+    names: list[str] = []
     task_id = 0
     for config in grid:
         name = experiment_name(root, config, names)

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
 from online_trainer.callbacks.multi import check_callback
+from online_trainer.options import validation
+from online_trainer.records import storage
 from online_trainer.errors import RunsFailedError
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.records.record_view import RunRecords
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
-from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.options import validation
-from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.orchestration.planning import RunnerParts, execute_experiments, plan_runs, start_manifest
-from online_trainer.parallel import executors
+from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
+from online_trainer.orchestration.planning import RunnerParts, plan_runs, run_experiments, start_manifest
 from online_trainer.parallel.execution import ExecutionOptions, resolve_execution
-from online_trainer.records import storage
-from online_trainer.records.record_view import RunRecords
+from online_trainer.loop.protocol import AgentLike, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,8 +86,8 @@ class OnlineTrainer:
 
     def __init__(
         self,
-        env: Any,
-        agent: Any,
+        env: EnvLike,
+        agent: AgentLike,
         exp_dir: str | os.PathLike | None = None,
         train: bool = True,
         config: str | os.PathLike | None = None,
@@ -96,7 +96,7 @@ class OnlineTrainer:
         self.env_factory = EnvFactory(env)
         self.agent_factory = AgentFactory(agent)
         self.exp_dir = None if exp_dir is None else Path(exp_dir)
-        if self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
+        if exp_dir is not None and self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
             raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
         self.train = bool(train)
         self.config = None
@@ -212,7 +212,7 @@ class OnlineTrainer:
             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
             dump_transitions=bool(dump_transitions), evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
-            records=RecordOptions() if records is None else records, hooks=hooks,
+            records=RecordOptions() if records is None else records, hooks=() if hooks is None else hooks,
             has_exp_dir=self.exp_dir is not None)
         execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
@@ -221,19 +221,27 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        inputs = {storage.CONFIG_FILE: self.config and self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
+        inputs = {storage.CONFIG_FILE: None if self.config is None else self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         keep_records = options.records.in_memory
-        with hold as created, executors.early_workers(execution, num_runs) as pool:
-            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume)
+
+        def plan(created: list[Path]) -> list[Experiment]:
+            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution,
+                                             resume)
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
-            experiment = Experiment(self.exp_dir, manifest, specs)
-            if (handle := execute_experiments([experiment], execution, parts.callback, pool, created)) is not None:
-                return handle  # submitted to Slurm without waiting: the jobs record their results
-            runs = experiment.runs(keep_records)
-            failures = experiment.failures()
+            return [Experiment(self.exp_dir, manifest, specs)]
+
+        def finalize(experiments: list[Experiment]) -> tuple[list[Any], list[Any]]:
+            (experiment,) = experiments
+            runs, failures = experiment.runs(keep_records), experiment.failures()
             if not failures and self.exp_dir is not None and options.dump_metrics and keep_records:
                 experiment.write_all_metrics(runs)  # under the lock: no other writer is in the directory yet
+            return runs, failures
+
+        outcome = run_experiments(hold, execution, num_runs, plan, parts.callback, finalize)
+        if outcome.handle is not None:
+            return outcome.handle  # submitted to Slurm without waiting: the jobs record their results
+        (experiment,), (runs, failures) = outcome.experiments, outcome.finalized
         self.agents, self.evaluations = experiment.agents(), experiment.evaluations()
         self._eval_env_factory = parts.eval_env_factory
         if failures:
@@ -311,7 +319,7 @@ class OnlineTrainer:
                           dump_transitions=bool(dump_transitions), evaluation=evaluation,
                           checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
                           records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
-                          hooks=tuple(hooks) if isinstance(hooks, list) else hooks)
+                          hooks=() if hooks is None else hooks)
         return run_sweep(self, configurations, num_runs, options, seed_offset, metric, last_k,
                          resolve_execution(execution), resume)
 
@@ -357,7 +365,7 @@ class OnlineTrainer:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
         evaluation = EvaluationOptions() if evaluation is None else evaluation
         if evaluation.env is not None:
-            factory = EnvFactory(evaluation.env)
+            factory: EnvFactory | None = EnvFactory(evaluation.env)
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)

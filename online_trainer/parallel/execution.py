@@ -63,7 +63,7 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     be pickled, so that the parent can raise it.
     """
     setup = isinstance(exc, RunSetupError)
-    cause = exc.cause if setup else exc
+    cause = exc.cause if isinstance(exc, RunSetupError) else exc
     if isinstance(cause, BaseException):
         summary = f"{type(cause).__name__}: {cause}"
         error = "".join(traceback.format_exception(cause))

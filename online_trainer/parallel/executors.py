@@ -62,10 +62,13 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             from online_trainer.parallel.slurm import SlurmExecutor
             from online_trainer.parallel.slurm_handle import SlurmRuns
 
-            slurm = SlurmExecutor(options.slurm, options.num_workers, options.torch_threads)
-            if not options.slurm.wait:
+            slurm_options = options.slurm
+            assert slurm_options is not None  # ExecutionOptions sets SlurmOptions() for backend="slurm"
+            slurm = SlurmExecutor(slurm_options, options.num_workers, options.torch_threads)
+            if not slurm_options.wait:
                 submitted = slurm.submit(specs, on_start, on_submitted)
-                return SlurmRuns([(spec.exp_dir, spec.run_idx) for spec, _ in submitted], str(slurm.folder(specs)))
+                # str(): submit() refuses a spec without an exp_dir
+                return SlurmRuns([(str(spec.exp_dir), spec.run_idx) for spec, _ in submitted], str(slurm.folder(specs)))
             slurm.run(specs, display, on_result, on_start, on_submitted)
             return None
         if options.backend == "ray":

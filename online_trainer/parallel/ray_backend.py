@@ -47,7 +47,7 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str 
     limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
     try:
-        if token is not None:
+        if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
             _check_token(spec.exp_dir, token)
         return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
     except Exception as exc:

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import cloudpickle
 
@@ -38,6 +38,9 @@ from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
 from online_trainer.run.full_checkpoint import Preempted
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +107,8 @@ class WorkerPool:
 
     def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int | None = 1, grace: float = 5.0,
                  idle_timeout: float | None = None) -> None:
-        self.context = multiprocessing.get_context(start_method)
+        # get_context(str) is typed BaseContext, which has no Process; each start method's own context has one
+        self.context = cast("SpawnContext | ForkServerContext | ForkContext", multiprocessing.get_context(start_method))
         if start_method == "forkserver":
             preload_forkserver(self.context)
         self.start_method = start_method
@@ -386,4 +390,6 @@ def installation_dirs() -> tuple[str, ...]:
 def is_installed(module: Any, installed: tuple[str, ...]) -> bool:
     """Whether ``module`` (None: not loaded) was loaded from a file under one of the ``installed`` dirs."""
     path = getattr(module, "__file__", None)
-    return bool(path) and os.path.realpath(path).startswith(installed)
+    if not path:
+        return False
+    return os.path.realpath(path).startswith(installed)

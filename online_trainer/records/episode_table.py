@@ -95,10 +95,10 @@ class EpisodeTable:
 
     def add_raw(self, returns: Sequence[float], lengths: Sequence[Any]) -> None:
         """Append the raw scores of the next episodes, in the order they ended; from then on records have RAW_KEYS."""
-        if self.raw_returns is None:
+        if self.raw_returns is None or self.raw_lengths is None:
             self.raw_returns, self.raw_lengths = [], []
-        self.raw_returns += returns
-        self.raw_lengths += lengths
+        self.raw_returns.extend(returns)
+        self.raw_lengths.extend(lengths)
 
     @property
     def count(self) -> int:
@@ -272,7 +272,8 @@ class EpisodeTable:
                 self._actions_column(lo, hi, for_disk, read_only, lengths), seed,
                 range(self.first + lo + 1, self.first + hi + 1), self._extra_column("agent_logs", lo, hi, for_disk),
                 self.steps[lo:hi], self.times[lo:hi]] + (
-                    [] if self.raw_returns is None else [self.raw_returns[lo:hi], self.raw_lengths[lo:hi]])
+                    [] if self.raw_returns is None or self.raw_lengths is None
+                    else [self.raw_returns[lo:hi], self.raw_lengths[lo:hi]])
 
     def keys(self) -> tuple[str, ...]:
         """The keys of this table's records: :data:`RECORD_KEYS`, then :data:`RAW_KEYS` with raw scores."""

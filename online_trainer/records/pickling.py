@@ -68,7 +68,7 @@ def narrowed(pieces: list[np.ndarray], dtype: np.dtype | None) -> Any:
     return flat if dtype is None else Call(np.asarray, flat, dtype)
 
 
-def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int]]], lengths: list[int],
+def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int] | np.ndarray]], lengths: list[int],
                          dtype: np.dtype) -> Call:
     """What pickles as the array actions of consecutive episodes and loads as one array each, in ``dtype``.
 
@@ -92,8 +92,8 @@ def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int]]], l
         return Call(np.split, narrowed(joined, dtype), cuts)
     spans, shifts = [], []
     taken = placed = 0  # rows of the spans so far, and of their episodes back to back
-    for data, _, ends in pieces:
-        ends = np.asarray(ends)
+    for data, _, piece_ends in pieces:
+        ends = np.asarray(piece_ends)
         held = np.array(lengths[episode:episode + len(ends)])
         episode += len(ends)
         starts = ends - held

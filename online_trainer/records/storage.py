@@ -339,6 +339,8 @@ def load_config(exp_dir: str | os.PathLike) -> types.ModuleType:
     if not path.is_file():
         raise FileNotFoundError(f"No {CONFIG_FILE} at {path}: the trainer was not given a config.")
     spec = importlib.util.spec_from_file_location(f"online_trainer_config_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"Cannot import {path} as a module.")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

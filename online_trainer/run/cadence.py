@@ -18,14 +18,15 @@ class Cadence:
 
     def __init__(self, hook: Any) -> None:
         self.hook = hook
-        self.every_steps = getattr(hook, "every_steps", None)
-        self.every_seconds = getattr(hook, "every_seconds", None)
+        self.every_steps: int | None = getattr(hook, "every_steps", None)
+        # a hook without every_steps has every_seconds (the hook runner gives no cadence to a hook with neither)
+        self.every_seconds: float = getattr(hook, "every_seconds", None) or 0.0
         self.next_step = float(self.every_steps) if self.every_steps else 1.0
         self.restart(0)
 
     def restart(self, global_step: int) -> None:
         """Start the clock of a seconds-based cadence now, at ``global_step``."""
-        self.due_time = time.monotonic() + (self.every_seconds or 0.0)
+        self.due_time = time.monotonic() + self.every_seconds
         self.mark = (global_step, time.monotonic())  # (global_step, time) of the last look at the clock
 
     def due(self, global_step: int) -> bool:

@@ -111,6 +111,7 @@ class RunEvents:
 
     def _full_state(self, loop: LoopState) -> full_checkpoint.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics
+        assert spec.exp_dir is not None  # a full checkpoint is written only into an experiment directory
         metrics.flush()
         evaluations = self.evaluations
         outputs = {"metrics": None if metrics.stream is None else metrics.stream.position(),
@@ -158,7 +159,7 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
     by_episode = options.budget.num_episodes is not None
     streams = spec.exp_dir is not None and options.dump_metrics
     stream = None
-    if streams:
+    if streams and spec.exp_dir is not None:
         stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), resume_at=outputs.get("metrics"))
     metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory)
     builtin: dict[str, Any] = {"metrics": metrics}
@@ -166,13 +167,15 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
         builtin["episode_log"] = EpisodeLog(callback, run_tag)
     evaluations = checkpoints = None
     if evaluator is not None:
+        assert options.evaluation is not None  # an evaluator is made from the evaluation options
         eval_stream = None
-        if streams:
+        if streams and spec.exp_dir is not None:
             eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1,
                                                 resume_at=outputs.get("evaluations"))
         evaluations = builtin["evaluations"] = RunEvaluations(evaluator, options.evaluation.freq, by_episode, eval_stream,
                                                               callback, run_tag)
-    if options.checkpoint_freq is not None and callable(getattr(agent, "save", None)):
+    # checkpoint_freq needs an exp_dir (RunOptions checks it)
+    if options.checkpoint_freq is not None and spec.exp_dir is not None and callable(getattr(agent, "save", None)):
         checkpoints = builtin["checkpoints"] = RunCheckpoints(
             agent, spec.exp_dir, spec.run_idx, options.checkpoint_freq, by_episode, evaluator is not None,
             options.checkpoints.keep)

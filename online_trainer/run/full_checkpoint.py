@@ -195,7 +195,7 @@ def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any
     check_saved_hooks(saved, stateful_hooks(hooks), where)
 
 
-def read(exp_dir: str | Path, run_idx: int, header_only: bool = False) -> Any:
+def read(exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False) -> Any:
     """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its header, a dict of
     :data:`HEADER_KEYS` and the loop's counts), or None when it has none.
 
@@ -249,7 +249,7 @@ class Preempted(KeyboardInterrupt):
                          "`online-trainer resume EXP_DIR`")
 
 
-def agent_state(agent: Any, exp_dir: str, run_idx: int, buffers: bool) -> dict[str, Any]:
+def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: bool) -> dict[str, Any]:
     """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
     save = agent.save
     state = save(buffers=True) if buffers and accepts_keyword(save, "buffers") else save()

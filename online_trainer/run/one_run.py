@@ -210,7 +210,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _warn_if_nan(obs, spec.run_idx)
             first_actions = agent.act(obs)
             check_actions(first_actions, env, agent)
-            if spec.options.num_eval_episodes:
+            if spec.options.evaluation is not None and spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
                 evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.evaluation.episodes, spec.train,
@@ -238,6 +238,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved.outputs)
         if resumed_from is not None:
+            assert saved is not None  # the run resumed from it
             ctx = events.hooks.ctx
             ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
             events.load_state_dict(saved.events)  # the bar too shows where the run stood

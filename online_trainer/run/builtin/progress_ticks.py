@@ -28,7 +28,7 @@ class ProgressTicks(Hook):
     def __init__(self, progress: RunProgress, budget: Budget, raw: Any = None) -> None:
         self.progress, self.raw = progress, raw
         self.by_episode = budget.num_episodes is not None
-        self.every_steps = None if self.by_episode else max(1, budget.total_steps // PROGRESS_TICKS)
+        self.every_steps = None if self.by_episode else max(1, budget.total // PROGRESS_TICKS)
         self.shown_steps = 0
         self.shown_episodes = 0
         self.last_returns: Any = None  # of the episodes that ended last (step budget)

@@ -56,6 +56,7 @@ class RunEvaluations(Hook):
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         freq = self.freq
+        assert freq is not None  # on_episodes is handled only with a freq
         index = -(-first_index // freq) * freq  # the first multiple of freq among the batch's indices
         last = first_index + len(returns) - 1
         while index <= last:

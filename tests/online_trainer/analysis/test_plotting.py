@@ -73,6 +73,15 @@ def test_learning_curves_draw_into_given_axes_and_leave_pyplot_alone():
     assert plt.get_fignums() == before
 
 
+def test_learning_curves_in_a_subfigure_return_the_figure_that_can_be_saved():
+    fig = Figure()
+    ax = fig.subfigures(1, 2)[1].add_subplot()
+    assert plot_learning_curves(synthetic(), ax=ax, span="common") is fig
+    fig = Figure()
+    ax = fig.subfigures(1, 2)[0].add_subplot()
+    assert plot_final_performance(synthetic(), ax=ax) is fig
+
+
 def test_learning_curves_unknown_x_names_it():
     with pytest.raises(ValueError, match=r"x='env_steps' is not a column of the data"):
         plot_learning_curves(synthetic(), x="env_steps")

@@ -506,3 +506,23 @@ def test_overwrite_keeps_the_earlier_experiment_and_its_config_when_no_run_start
     assert run(str(config), f"exp_dir={exp_dir}", "overwrite=true", "env.id=Pendulum-v1") == 2
     assert "needs a Discrete" in capsys.readouterr().err
     assert files() == before
+
+
+def test_the_command_records_the_call_that_multi_run_records_for_the_same_config(tmp_path):
+    """The command goes through multi_run's path: the same config gives the same manifest call record and seeds."""
+    from online_trainer import OnlineTrainer
+    from online_trainer.cli.run import multi_run_kwargs
+    from online_trainer.config.builders import AgentBuilder, env_factory
+    from online_trainer.config.schema import CALLBACKS
+
+    path = write_config(tmp_path, TINY + "seed_offset: 7\ncheckpoint_freq: 3\n")
+    assert run(str(path), f"exp_dir={tmp_path / 'command'}") == 0
+    config = load_experiment_config(path, [])
+    trainer = OnlineTrainer(env_factory(config.env), AgentBuilder(config.agent), exp_dir=tmp_path / "python",
+                            train=config.train)
+    trainer.call_back = CALLBACKS[config.callback](tmp_path / "python")
+    trainer.multi_run(config.num_runs, **multi_run_kwargs(config, progress=False))
+    command, python = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("command", "python"))
+    assert command["call"] == python["call"] and command["call"]["checkpoint_freq"] == 3
+    for key in ("num_runs", "seeds", "base_seed", "train", "backend", "num_workers", "tuning_hp"):
+        assert command[key] == python[key], key

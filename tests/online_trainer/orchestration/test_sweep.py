@@ -14,6 +14,7 @@ import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
 from online_trainer.agents import QLearningAgent
 from online_trainer.envs import make_env
 from online_trainer import (
+    ExecutionOptions,
     OnlineTrainer,
     RunsFailedError,
     load_agent_logs,
@@ -21,6 +22,8 @@ from online_trainer import (
     optuna_objective,
     shutdown_workers,
 )
+from online_trainer.records import storage
+from online_trainer.hooks import Hook
 from online_trainer.orchestration.sweep import config_name, expand_grid
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -204,3 +207,57 @@ def test_sweep_runs_share_one_worker_pool_for_every_configuration(tmp_path):
     pids = {int(pid) for name in sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
             for run in load_agent_logs(tmp_path / name) for logs in run if logs for pid in logs["pid"]}
     assert 1 <= len(pids) <= 2 and os.getpid() not in pids
+
+
+class StopAfterEpisodes(Hook):
+    """Stops a run after ``episodes`` finished episodes, counted in its state (restored on resume)."""
+
+    def __init__(self, episodes):
+        self.episodes, self.seen = episodes, 0
+
+    def on_episode_end(self, ctx, record):
+        self.seen += 1
+        if self.seen >= self.episodes:
+            ctx.stop(f"{self.seen} episodes")
+
+    def state_dict(self):
+        return {"seen": self.seen}
+
+    def load_state_dict(self, state):
+        self.seen = state["seen"]
+
+
+class CrashRunOne(Hook):
+    """Raises in run 1 of every configuration at env step ``at`` (after a checkpoint)."""
+
+    every_steps = 1
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step(self, ctx):
+        if ctx.run == 1 and ctx.global_step == self.at:
+            raise RuntimeError(f"crash at step {ctx.global_step}")
+
+
+def test_a_resumed_sweep_with_a_stateful_hook_and_2_workers_records_what_an_uninterrupted_one_does(tmp_path):
+    """The sweep goes through the one orchestration path: lock, pool, manifests, resume and user hook state."""
+    kw = dict(num_runs=2, total_steps=1500, seed_offset=0, checkpoint_freq=300,
+              execution=ExecutionOptions(num_workers=2, progress=False))
+    grid = {"lr": [0.1, 0.5]}
+    corridor_trainer(tmp_path / "ref").sweep(grid, hooks=[StopAfterEpisodes(25)], **kw)
+    cut = corridor_trainer(tmp_path / "cut")
+    with pytest.raises(RunsFailedError, match="crash at step 700"):
+        cut.sweep(grid, hooks=[StopAfterEpisodes(25), CrashRunOne(700)], **kw)
+    for name in ("lr=0.1", "lr=0.5"):
+        runs = json.loads((tmp_path / "cut" / name / storage.MANIFEST_FILE).read_text())["runs"]
+        assert [r["status"] for r in runs] == ["failed", "stopped_early"]
+    corridor_trainer(tmp_path / "cut").sweep(grid, hooks=[StopAfterEpisodes(25)], resume=True, **kw)
+    columns = ["experiment", "run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
+    reference, resumed = load_episodes(tmp_path / "ref")[columns], load_episodes(tmp_path / "cut")[columns]
+    assert reference.groupby(["experiment", "run"]).size().tolist() == [25] * 4  # the hook stopped every run
+    assert resumed.equals(reference)
+    for name in ("lr=0.1", "lr=0.5"):
+        runs = json.loads((tmp_path / "cut" / name / storage.MANIFEST_FILE).read_text())["runs"]
+        assert [r["status"] for r in runs] == ["stopped_early"] * 2
+        assert runs[0]["resumed_from"]["global_step"] == 600  # continued from its checkpoint, not started again

@@ -62,9 +62,9 @@ def test_ray_progress_reaches_the_driver(capsys):
 
 
 def test_ray_options_are_checked():
-    with pytest.raises(ValueError, match=r"backend must be one of \('local', 'ray'\), but got backend='dask'"):
+    with pytest.raises(ValueError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got execution.backend='dask'"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, backend="dask")
-    with pytest.raises(ValueError, match=r"ray_resources=\{'num_cpus': 1\} applies to backend='ray' only"):
+    with pytest.raises(ValueError, match=r"execution.ray_resources=\{'num_cpus': 1\} applies to backend='ray' only"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, ray_resources={"num_cpus": 1})
 
 
