@@ -1,4 +1,4 @@
-"""Reference agents that follow the agent protocol of :mod:`online_trainer.core.protocol`.
+"""Reference agents that follow the agent protocol of :mod:`online_trainer.loop.protocol`.
 
 Each agent is built from the env it will act in, so a lambda is an agent factory::
 

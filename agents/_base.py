@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from online_trainer.agents._state import numpy_rng_state, pack_state, read_state, set_numpy_rng_state, unpack_state, write_state
-from online_trainer.core.typed import build
+from online_trainer.options.typed import build
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def spaces_of(env: Any) -> tuple[gym.Space, gym.Space, int]:
 
 
 def make_config(config_cls: type, hyperparameters: dict[str, Any], owner: str) -> Any:
-    """Build ``config_cls(**hyperparameters)`` with the package's one checker (:func:`online_trainer.core.typed.build`).
+    """Build ``config_cls(**hyperparameters)`` with the package's one checker (:func:`online_trainer.options.typed.build`).
 
     Args:
         config_cls: the agent's ``Config`` dataclass.

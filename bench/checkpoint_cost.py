@@ -41,8 +41,8 @@ BUFFER_AGENTS = ("dqn", "sac")
 def measure(config: str, budget: int, buffers: bool) -> dict:
     """Run ``config`` once with full checkpoints timed; return each one's step, seconds and bytes."""
     from online_trainer.cli.main import main
-    from online_trainer.core import storage
-    from online_trainer.core.run_events import RunEvents
+    from online_trainer.records import storage
+    from online_trainer.run.events import RunEvents
 
     data = yaml.safe_load((ROOT / "configs" / f"{config}.yaml").read_text())
     unit = "num_episodes" if "num_episodes" in data else "total_steps"

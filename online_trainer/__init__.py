@@ -6,11 +6,11 @@
 import importlib
 from typing import Any
 
-from online_trainer.core.errors import ExperimentInUseError, RunFailure, RunsFailedError
-from online_trainer.core.options import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
-from online_trainer.core.protocol import Agent
-from online_trainer.core.run_records import RunRecords
-from online_trainer.core.storage import (
+from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
+from online_trainer.loop.protocol import Agent
+from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
+from online_trainer.records.record_view import RunRecords
+from online_trainer.records.storage import (
     TruncatedMetricsWarning,
     load_agent_logs,
     load_all_run_metrics,
@@ -20,12 +20,12 @@ from online_trainer.core.storage import (
     load_transitions,
 )
 
-# Imported on first use, so that worker processes, which import this package to reach
-# online_trainer.core and online_trainer.parallel, load neither the orchestration layer nor
-# analysis (pandas, scipy, matplotlib).
+# Imported on first use, so that worker processes, which import this package to reach the
+# lower layers (records, loop, options, run) and online_trainer.parallel, load neither the
+# orchestration layer nor analysis (pandas, scipy, matplotlib).
 _LAZY = {
     "OnlineTrainer": "online_trainer.orchestration.trainer",
-    "SlurmOptions": "online_trainer.parallel.base",
+    "SlurmOptions": "online_trainer.parallel.execution",
     "SlurmRuns": "online_trainer.parallel.slurm_handle",
     "aggregate": "online_trainer.analysis.stats",
     "compare": "online_trainer.analysis.compare",
@@ -46,7 +46,7 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name == "RunOptions":  # the previous release's; deprecated (it warns when called)
-        from online_trainer.core.options_derived import RunOptions
+        from online_trainer.options.derived import RunOptions
 
         return RunOptions
     if name in _LAZY:

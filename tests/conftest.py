@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from online_trainer.core.pickling import ActionSlab
-from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_records import RunRecords
-from online_trainer.core.seeding import run_seed
+from online_trainer.loop.seeding import run_seed
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.pickling import ActionSlab
+from online_trainer.records.record_view import RunRecords
 
 
 def scheduled_length(seed: int, episode: int) -> int:
@@ -350,6 +350,6 @@ def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
 @pytest.fixture
 def terminal(monkeypatch):
     """The progress bars believe stderr is a terminal (pytest captures it into a file)."""
-    from online_trainer.core import progress
+    from online_trainer.progress import display as progress
 
     monkeypatch.setattr(progress, "_terminal", lambda: True)

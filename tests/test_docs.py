@@ -51,7 +51,7 @@ def missing_entries(packages=PUBLIC_PACKAGES, directives: dict[str, str] | None 
     """Public names (``package.name`` for each name of ``package.__all__``) without an API entry.
 
     A name has an entry when a directive ends with ``.name`` and names that very object (the
-    entry may use the defining module's path: ``online_trainer.core.storage.load_args``).
+    entry may use the defining module's path: ``online_trainer.records.storage.load_args``).
     """
     directives = api_directives() if directives is None else directives
     by_last: dict[str, list[str]] = {}
@@ -96,7 +96,7 @@ def test_the_check_names_a_public_name_left_out():
     # an entry of something else with the same last name is not an entry: the module
     # online_trainer.analysis.curves is not the function online_trainer.curves
     directives["online_trainer.analysis.curves"] = "x.md"
-    directives["online_trainer.core.storage.load_args_of_nothing"] = "x.md"
+    directives["online_trainer.records.storage.load_args_of_nothing"] = "x.md"
     assert missing_entries(directives=directives) == [
         "online_trainer.curves", "online_trainer.load_args", "online_trainer.envs.make_env"]
 

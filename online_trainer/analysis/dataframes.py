@@ -20,7 +20,9 @@ import yaml
 
 from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
 from online_trainer.analysis.selection import KEPT_STATUSES, RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
-from online_trainer.core import ownership, resume, storage
+from online_trainer.experiment import ownership
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +32,7 @@ RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_s
                "stop_reason", "error", "env_id", "budget_unit", "budget"]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
-#: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.core.evaluation`).
+#: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.loop.evaluation`).
 EVAL_PATTERN = "eval_run*.pkl"
 EVAL_COLUMNS = ["run", "seed", STATUS_COLUMN, "eval_index", "global_step", "episodes_trained", "eval_return",
                 "eval_std", "eval_episodes", "wall_time"]
@@ -207,7 +209,7 @@ def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
     """The manifest's entries by their ``run`` number (never by their position).
 
     Runs marked ``running`` whose writer is gone (the experiment's lock is free) come out
-    ``interrupted``, with a logged warning: see :func:`online_trainer.core.ownership.settle_running`.
+    ``interrupted``, with a logged warning: see :func:`online_trainer.experiment.ownership.settle_running`.
     """
     if not (exp_dir / storage.MANIFEST_FILE).is_file():
         return {}
@@ -276,7 +278,7 @@ def _progress(exp_dir: Path, run: int, known: dict[str, Any]) -> dict[str, Any]:
     """``global_step``, ``wall_time`` and ``sps`` of a run that did not finish: the manifest's (``known``), or its
     records' and its full checkpoint's when they say more (a manifest written before runs that failed or were cut
     off recorded them)."""
-    on_disk = resume.run_progress(exp_dir, run)
+    on_disk = full_checkpoint.run_progress(exp_dir, run)
     if on_disk["global_step"] is None or on_disk["global_step"] <= (known["global_step"] or 0):
         return known
     wall_time = on_disk["wall_time"]
@@ -365,7 +367,7 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
 
     Runs are read by the number in each manifest entry (``metrics_run{run}.pkl``).
     Experiments cut short by a crash load their complete chunks (with a
-    :class:`~online_trainer.core.storage.TruncatedMetricsWarning`). A run without a finished
+    :class:`~online_trainer.records.storage.TruncatedMetricsWarning`). A run without a finished
     episode has no row: a warning names it, and ``df.attrs["runs"]`` lists every run
     (the records of :func:`load_runs`), so that the analysis counts it. Returns are kept
     as recorded, NaN included; the analysis leaves NaN and infinite returns out with a

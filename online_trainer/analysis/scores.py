@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from online_trainer.core import storage
+from online_trainer.records import storage
 
 SCORE_ATTR = "score"
 """``df.attrs`` key :func:`~online_trainer.analysis.dataframes.load_episodes` sets to ``"raw"`` when

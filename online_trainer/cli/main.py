@@ -23,7 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from online_trainer.config.schema import ConfigError
-from online_trainer.core.errors import ExperimentInUseError
+from online_trainer.errors import ExperimentInUseError
 
 PROG = "online-trainer"
 USAGE_ERROR = 2
@@ -53,7 +53,7 @@ run_command = _lazy("online_trainer.cli.run", "run_command")
 resume_command = _lazy("online_trainer.cli.resume", "resume_command")
 show_command = _lazy("online_trainer.cli.report", "show_command")
 report_command = _lazy("online_trainer.cli.report", "report_command")
-compare_command = _lazy("online_trainer.cli.compare", "compare_command")
+compare_command = _lazy("online_trainer.cli.compare_command", "compare_command")
 eval_command = _lazy("online_trainer.cli.run", "eval_command")
 
 

@@ -12,7 +12,7 @@ from online_trainer.cli.run import interrupted, multi_run_kwargs
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError
-from online_trainer.core.errors import RunsFailedError
+from online_trainer.errors import RunsFailedError
 from online_trainer.orchestration.trainer import OnlineTrainer
 
 

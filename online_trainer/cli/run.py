@@ -20,9 +20,10 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.core import preemption, storage
-from online_trainer.core.errors import RunsFailedError
-from online_trainer.core.options import EvaluationOptions, ExecutionOptions
+from online_trainer.records import storage
+from online_trainer.run.builtin import preemption
+from online_trainer.errors import RunsFailedError
+from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import earlier_experiment, remove_created
 from online_trainer.orchestration.trainer import OnlineTrainer

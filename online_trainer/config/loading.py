@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from online_trainer.config.schema import ConfigError, ExperimentConfig
-from online_trainer.core.options import SECTIONS
-from online_trainer.core.options_derived import LEGACY_NAMES
-from online_trainer.core.typed import build, type_name, unknown_key_message
+from online_trainer.options.derived import LEGACY_NAMES
+from online_trainer.options.groups import SECTIONS
+from online_trainer.options.typed import build, type_name, unknown_key_message
 
 
 class _Loader(yaml.SafeLoader):

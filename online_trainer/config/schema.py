@@ -16,9 +16,9 @@ A config file names the env, the agent and how to run them::
 :func:`~online_trainer.config.loading.load_experiment_config` reads such a file, applies dotted ``key=value`` overrides
 (values parsed as YAML: ``agent.hyperparameters.lr=1e-3``, ``evaluation.freq=5000``, ``num_runs=3``) and returns an
 :class:`ExperimentConfig`. Every check runs before anything is built: keys and types (the agent's
-hyperparameters against its ``Config`` included) in :func:`online_trainer.core.typed.build`, the one
+hyperparameters against its ``Config`` included) in :func:`online_trainer.options.typed.build`, the one
 checker of types and keys; values (agent and env names, budget, ranges) in the dataclasses' ``__post_init__``,
-with the checks of :mod:`online_trainer.core.validation` (the option groups' own).
+with the checks of :mod:`online_trainer.options.validation` (the option groups' own).
 Problems raise :class:`ConfigError` with a message that names the key, the value and what was expected.
 """
 
@@ -33,9 +33,9 @@ from typing import Any, Callable
 
 from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
                                      MLflowCallback, TBCallBack, WandbCallback)
-from online_trainer.core import validation
-from online_trainer.core.options import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
-from online_trainer.core.typed import build, did_you_mean
+from online_trainer.options import validation
+from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
+from online_trainer.options.typed import build, did_you_mean
 
 __all__ = [
     "CALLBACKS",
@@ -130,7 +130,7 @@ class ExperimentConfig:
     """One experiment: ``num_runs`` seeds of ``agent`` on ``env``, each for the same budget.
 
     The sections ``evaluation``, ``checkpoints``, ``records`` and ``execution`` are the option groups of
-    ``multi_run`` themselves (:mod:`online_trainer.core.options`): their keys, defaults, checks and docs are
+    ``multi_run`` themselves (:mod:`online_trainer.options.groups`): their keys, defaults, checks and docs are
     declared there once (``evaluation.freq=5000``). ``evaluation.env`` is not for YAML: the command evaluates on
     its ``env`` section.
     """

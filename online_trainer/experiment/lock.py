@@ -9,7 +9,7 @@ A call refused under the lock (its ``check`` raises: an earlier experiment is in
 refused before the owner is written, and removes the lock file and directories it created:
 it changes nothing on disk, the earlier experiment's ``.lock`` included.
 Readers tell from the same ``flock`` whether the runs a manifest says are ``running`` still
-are (see :mod:`online_trainer.core.ownership`).
+are (see :mod:`online_trainer.experiment.ownership`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from online_trainer.core.errors import ExperimentInUseError
-from online_trainer.core.ownership import LOCK_FILE
+from online_trainer.errors import ExperimentInUseError
+from online_trainer.experiment.ownership import LOCK_FILE
 
 try:
     import fcntl
@@ -35,7 +35,7 @@ except ImportError:  # Windows: no flock; the lock is then only informative
 
 logger = logging.getLogger(__name__)
 
-# A reader probing whether the lock is held (online_trainer.core.ownership.is_held) holds it for an
+# A reader probing whether the lock is held (online_trainer.experiment.ownership.is_held) holds it for an
 # instant: a writer that finds it taken tries again for this long before it refuses.
 _RETRY_FOR = 0.2
 # Locks taken with reentrant=True, by (lock file, process, thread): later acquisitions there join them.

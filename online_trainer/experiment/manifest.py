@@ -10,14 +10,17 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from online_trainer.core import job_results, ownership, resume, seeding, storage
-from online_trainer.core.errors import RunFailure
-from online_trainer.core.records import EpisodeTable
-from online_trainer.core.run_records import as_records
-from online_trainer.core.run import COMPLETED, RunResult, RunSpec
-from online_trainer.core.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
+from online_trainer.experiment import job_results, ownership
+from online_trainer.loop import seeding
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.errors import RunFailure
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.record_view import as_records
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.core.run_records import RunRecords
+from online_trainer.records.record_view import RunRecords
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +34,7 @@ class Experiment:
     error in this process, or this process's death). It is rewritten atomically as each run
     starts and as each ends, so a killed experiment's manifest says which runs were under
     way; readers report those as ``interrupted`` once the experiment's lock is free (see
-    :mod:`online_trainer.core.ownership`), and a sweep does them again.
+    :mod:`online_trainer.experiment.ownership`), and a sweep does them again.
 
     Args:
         exp_dir: the directory, or None to keep everything in memory.

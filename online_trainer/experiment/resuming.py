@@ -15,24 +15,27 @@ import os
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Mapping, Sequence
 
-from online_trainer.core import ownership, resume, storage, validation
-from online_trainer.core.options import SECTIONS
-from online_trainer.core.options_derived import LEGACY_NAMES
-from online_trainer.core.run import COMPLETED
+from online_trainer.experiment import ownership
+from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.core.job_results import apply_result, read_job_result
+from online_trainer.options import validation
+from online_trainer.options.derived import LEGACY_NAMES
+from online_trainer.options.groups import SECTIONS
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint
+from online_trainer.run.one_run import COMPLETED
 
 logger = logging.getLogger(__name__)
 
 CALL_KEY = "call"
-"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.core.options_derived.call_record`)."""
+"""The manifest's record of what a resumed call must repeat (:func:`online_trainer.options.derived.call_record`)."""
 
 
 def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
                     call: Mapping[str, Any], num_envs: Callable[[], int] | None = None) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
-    ``call`` is :func:`~online_trainer.core.options_derived.call_record` of this call: every option that can change
+    ``call`` is :func:`~online_trainer.options.derived.call_record` of this call: every option that can change
     what runs record (an option declared ``affects_records=False`` may differ). A manifest of the previous
     release, whose record has flat keys (``eval_freq``), is read through the legacy names. Keys the experiment
     did not record (options added since) are not compared.
@@ -70,7 +73,7 @@ def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
     if manifest.get("num_envs") is not None:
         return int(manifest["num_envs"])
     for entry in manifest["runs"]:
-        header = resume.read(exp_dir, entry["run"], header_only=True)
+        header = full_checkpoint.read(exp_dir, entry["run"], header_only=True)
         if header is not None:
             return int(header["num_envs"])
     return None
@@ -144,13 +147,13 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
                if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()}
     left: dict[int, dict[str, Any] | None] = {}
     for run in entries:
-        header = left[run] = resume.read(exp_dir, run, header_only=True) if continue_runs else None
+        header = left[run] = full_checkpoint.read(exp_dir, run, header_only=True) if continue_runs else None
         if header is not None:
-            resume.check_hooks(exp_dir, header, hooks)
+            full_checkpoint.check_hooks(exp_dir, header, hooks)
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
-            resume.restart_point(exp_dir, run, continue_run=False)
+            full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
                                      "env_restored": header["env_kept"]}

@@ -13,11 +13,11 @@ The runner's own jobs are hooks of this interface, called first at each event, i
 metrics stream, the callback's episode logs, evaluation, checkpoints and the best state, progress,
 then the built-in :class:`RunStats`; then the user's hooks in the order given (so a user's ``on_eval``
 and ``on_checkpoint`` see each evaluation and checkpoint once written, and its ``on_run_end`` comes
-after the final evaluation and checkpoints). See :mod:`online_trainer.core.hooks`.
+after the final evaluation and checkpoints). See :mod:`online_trainer.run.hook_runner`.
 """
 
-from online_trainer.core.hooks import Hook, RunContext
-from online_trainer.core.run_stats import RunStats
-from online_trainer.core.stoppers import StopOnNoImprovement, StopOnPlateau, StopOnReturn
+from online_trainer.hooks.stoppers import StopOnNoImprovement, StopOnPlateau, StopOnReturn
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.run.builtin.run_stats import RunStats
 
 __all__ = ["Hook", "RunContext", "RunStats", "StopOnNoImprovement", "StopOnPlateau", "StopOnReturn"]

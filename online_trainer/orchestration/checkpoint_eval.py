@@ -14,18 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
-from online_trainer.core import storage, validation
-from online_trainer.core.options import EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.core.errors import RunsFailedError
-from online_trainer.core.evaluation import eval_seed
-from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.run import RunResult, RunSpec
-from online_trainer.experiment.checkpoints import WHICH, CheckpointAgent, checkpoints
+from online_trainer.options import validation
+from online_trainer.records import storage
+from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.errors import RunsFailedError
+from online_trainer.loop.evaluation import eval_seed
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.run.one_run import RunResult, RunSpec
+from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.resuming import CALL_KEY
 from online_trainer.orchestration.planning import RunnerParts, run_experiments
-from online_trainer.parallel.base import ExecutionOptions
-from online_trainer.core.protocol import Agent, AgentMaker, EnvLike
+from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.loop.protocol import Agent, AgentMaker, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,7 +91,7 @@ def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: 
                            None, write).finalized
     failures = [r for _, r in group.results if r.status != "finished"]
     if failures:
-        from online_trainer.core.errors import RunFailure
+        from online_trainer.errors import RunFailure
 
         raise RunsFailedError([RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
                                for r in failures])

@@ -33,16 +33,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from online_trainer.core import seeding
-from online_trainer.core.errors import RunSetupError
-from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.options import RunPlan
-from online_trainer.core.options_derived import call_record
-from online_trainer.core.run import RunSpec
+from online_trainer.loop import seeding
+from online_trainer.errors import RunSetupError
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.options.groups import RunPlan
+from online_trainer.options.derived import call_record
+from online_trainer.run.one_run import RunSpec
 from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created
-from online_trainer.parallel import base, executors
-from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.parallel import execution as base, executors
+from online_trainer.parallel.execution import ExecutionOptions
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool

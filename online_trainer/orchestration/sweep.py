@@ -27,15 +27,17 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import yaml
 
-from online_trainer.core import ownership, storage, validation
-from online_trainer.core.errors import RunsFailedError
+from online_trainer.experiment import ownership
+from online_trainer.options import validation
+from online_trainer.records import storage
+from online_trainer.errors import RunsFailedError
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.core.options import RunPlan
-from online_trainer.core.options_derived import call_record
+from online_trainer.options.groups import RunPlan
+from online_trainer.options.derived import call_record
 from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
 from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
-from online_trainer.parallel.base import ExecutionOptions
+from online_trainer.parallel.execution import ExecutionOptions
 
 if TYPE_CHECKING:
     import pandas as pd

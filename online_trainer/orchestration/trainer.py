@@ -13,17 +13,18 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
 from online_trainer.callbacks.multi import check_callback
-from online_trainer.core import storage, validation
-from online_trainer.core.errors import RunsFailedError
-from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.run_records import RunRecords
+from online_trainer.options import validation
+from online_trainer.records import storage
+from online_trainer.errors import RunsFailedError
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.records.record_view import RunRecords
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
-from online_trainer.core.options import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.core.options_derived import LEGACY_NAMES, fold_legacy
+from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
 from online_trainer.orchestration.planning import RunnerParts, plan_runs, run_experiments, start_manifest
-from online_trainer.parallel.base import ExecutionOptions, resolve_execution
-from online_trainer.core.protocol import AgentLike, EnvLike
+from online_trainer.parallel.execution import ExecutionOptions, resolve_execution
+from online_trainer.loop.protocol import AgentLike, EnvLike
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -34,7 +35,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def legacy_keywords(method: F) -> F:
-    """Let ``method`` take the previous release's flat keywords (:data:`~online_trainer.core.options.LEGACY_NAMES`)
+    """Let ``method`` take the previous release's flat keywords (:data:`~online_trainer.options.groups.LEGACY_NAMES`)
     for one release: each is folded into its option group with a ``DeprecationWarning`` that gives the new
     spelling. The signature shown (``help``, ``inspect.signature``) is ``method``'s own."""
     own = set(inspect.signature(method).parameters)
@@ -60,7 +61,7 @@ class OnlineTrainer:
             id (``"Pendulum-v1"``: ``online_trainer.envs.make_env(id)``, one sub-env). An env instance
             is used in place (each run resets it with its own seed); with worker processes
             it travels as a copy, so pass a factory for envs that cannot (``AsyncVectorEnv``).
-        agent: an agent following the protocol of :mod:`online_trainer.core.protocol`, or a
+        agent: an agent following the protocol of :mod:`online_trainer.loop.protocol`, or a
             factory ``agent_factory(env) -> agent``, called once per run. An instance is
             trained in place when it is the only run in this process (``num_runs=1``, no
             workers), as in the original OnlineTrainer; otherwise every run starts from a
@@ -196,7 +197,7 @@ class OnlineTrainer:
 
         Returns:
             The episode records of each run (``None`` per run when ``records.in_memory`` is False), as a
-            :class:`~online_trainer.core.run_records.RunRecords`: a read-only sequence of record dicts,
+            :class:`~online_trainer.records.record_view.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
             a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.
 

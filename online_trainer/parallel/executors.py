@@ -4,7 +4,7 @@ Every executor isolates failures (a run that raises becomes a failed :class:`Run
 the others go on), reports progress to the parent's display, calls ``on_start`` with each
 spec before the run can begin (before it is sent to a worker or a Ray task) and hands each
 result to ``on_result`` as soon as it is known. What they share is in
-:mod:`online_trainer.parallel.base`; each executor imports only that.
+:mod:`online_trainer.parallel.execution`; each executor imports only that.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, Iterator, Sequence
 
-from online_trainer.core import preemption
-from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import RunSpec
-from online_trainer.parallel.base import ExecutionOptions, ResultHandler, StartHandler, no_start
+from online_trainer.parallel.execution import ExecutionOptions, ResultHandler, StartHandler, no_start
 from online_trainer.parallel.ray_backend import RayExecutor
 from online_trainer.parallel.serial import run_serial
 from online_trainer.parallel.threads import limited_threads
 from online_trainer.parallel.workers import WorkerPool, shared_pool
+from online_trainer.progress.display import NoProgress, ProgressDisplay
+from online_trainer.run.builtin import preemption
+from online_trainer.run.one_run import RunSpec
 
 
 @contextlib.contextmanager

@@ -23,11 +23,11 @@ from typing import Any, Mapping, Sequence
 
 import cloudpickle
 
-from online_trainer.core import storage
-from online_trainer.core.progress import NoProgress, ProgressDisplay, QueueProgress
-from online_trainer.core.run import COMPLETED, RunResult, RunSpec, execute_run
-from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
+from online_trainer.progress.display import NoProgress, ProgressDisplay, QueueProgress
+from online_trainer.records import storage
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 

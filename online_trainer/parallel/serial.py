@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from online_trainer.core.errors import RunSetupError
-from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import COMPLETED, RunSpec, execute_run
-from online_trainer.parallel.base import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.errors import RunSetupError
+from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
+from online_trainer.progress.display import NoProgress, ProgressDisplay
+from online_trainer.run.one_run import COMPLETED, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import cloudpickle
 
-from online_trainer.core import job_results
-from online_trainer.core.job_results import read_job_result
-from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import COMPLETED, RunResult, RunSpec
-from online_trainer.parallel.base import ResultHandler, SlurmOptions, StartHandler, no_start
+from online_trainer.experiment import job_results
+from online_trainer.experiment.job_results import read_job_result
+from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
+from online_trainer.progress.display import NoProgress, ProgressDisplay
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 

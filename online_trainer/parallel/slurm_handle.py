@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from online_trainer.core import storage
-from online_trainer.core.errors import RunFailure, RunsFailedError
-from online_trainer.core.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
-from online_trainer.core.progress import NoProgress, ProgressDisplay
-from online_trainer.core.run import COMPLETED, RunResult
+from online_trainer.errors import RunFailure, RunsFailedError
+from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
 from online_trainer.parallel.slurm import LIVE, _Watch, follow, job_states
+from online_trainer.progress.display import NoProgress, ProgressDisplay
+from online_trainer.records import storage
+from online_trainer.run.one_run import COMPLETED, RunResult
 
 
 class SlurmRuns:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from online_trainer.agents import AGENTS, DQNAgent, PPOAgent, QLearningAgent, RandomAgent, SACAgent
-from online_trainer.core.protocol import OPTIONAL_METHODS, missing_methods
+from online_trainer.loop.protocol import OPTIONAL_METHODS, missing_methods
 
 # Small settings so that a few dozen steps already exercise learning.
 FAST_HP = {

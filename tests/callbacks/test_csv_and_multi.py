@@ -268,7 +268,7 @@ def test_lifecycle_calls_reach_the_callback_in_order(tmp_path):
 
 
 def test_a_failing_run_ends_its_sink_run_as_failed(tmp_path):
-    from online_trainer.core.errors import RunsFailedError
+    from online_trainer.errors import RunsFailedError
     from tests.conftest import FailsOnThirdRun
 
     trainer = OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path)

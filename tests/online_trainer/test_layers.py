@@ -1,17 +1,23 @@
 """The package's layers import downwards only, lazy imports inside functions included.
 
-    cli  ->  orchestration  ->  experiment | parallel | analysis | config  ->  core
+Bottom to top::
+
+    errors -> records -> loop -> options -> progress -> run -> hooks -> experiment
+           -> parallel | analysis | config (never each other) -> orchestration -> cli
 
 The top-level package (``online_trainer/__init__.py``) may name anything: it resolves the
 public names lazily. The reference agents, envs and callbacks (the repository's top-level
 folders ``agents/``, ``envs/``, ``callbacks/``, installed as ``online_trainer.agents``,
-``online_trainer.envs``, ``online_trainer.callbacks``) import themselves and the runner's bottom layer,
-``online_trainer.core`` (the one config checker lives there), nothing above it.
+``online_trainer.envs``, ``online_trainer.callbacks``) import themselves and, of the runner, only
+``online_trainer.options`` (the one config checker, ``options.typed``), nothing above it.
+Every module's name is unique across the package (``__init__`` aside), and the architecture
+page names exactly the packages of ``online_trainer/``.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,16 +26,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "online_trainer"
-LOWER = {
-    "core": set(),
-    "experiment": {"core"},
-    "parallel": {"core"},
-    "analysis": {"core"},
-    "config": {"core"},
-    "hooks": {"core"},
-    "orchestration": {"core", "experiment", "parallel", "analysis", "config", "hooks"},
-    "cli": {"core", "experiment", "parallel", "analysis", "config", "orchestration", "hooks"},
-}
+ORDER = ["errors", "records", "loop", "options", "progress", "run", "hooks", "experiment"]
+LOWER = {layer: set(ORDER[:i]) for i, layer in enumerate(ORDER)}
+LOWER.update({layer: set(ORDER) for layer in ("parallel", "analysis", "config")})
+LOWER["orchestration"] = {*ORDER, "parallel", "analysis", "config"}
+LOWER["cli"] = {*LOWER["orchestration"], "orchestration"}
+# what the reference packages (top-level folders, installed under online_trainer) may import of the runner
+REFERENCE_PACKAGES = {"agents": {"options"}, "envs": {"options"}, "callbacks": {"options"}}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -141,18 +144,32 @@ def layer_of(module: str) -> str | None:
 
 
 def package_modules() -> list[Path]:
-    return sorted(p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE)
+    """Every module of ``online_trainer/`` but the top-level ``__init__`` and ``__main__``."""
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).as_posix() not in ("__init__.py", "__main__.py"))
+
+
+def layer_of_path(path: Path) -> str:
+    """The layer a module of ``online_trainer/`` belongs to: its top package (or its own name, for ``errors.py``)."""
+    first = path.relative_to(PACKAGE).parts[0]
+    return first.removesuffix(".py")
 
 
 def test_every_module_belongs_to_a_layer():
-    stray = [p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")]
-    assert stray == [], f"modules outside a layer: {stray}"
-    assert {p.parent.name for p in package_modules()} == set(LOWER)
+    assert {layer_of_path(p) for p in package_modules()} == set(LOWER)
+
+
+def test_every_module_name_is_unique():
+    """No two modules share a name (``__init__`` aside), in the runner and the reference packages alike."""
+    by_name: dict[str, list[str]] = {}
+    for path in [*package_modules(), *(p for folder in ("callbacks", "agents", "envs") for p in (ROOT / folder).rglob("*.py"))]:
+        if path.stem not in ("__init__", "__main__"):
+            by_name.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
 
 
 @pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down(path):
-    layer = path.parent.name
+    layer = layer_of_path(path)
     allowed = LOWER[layer] | {layer}
     upward = sorted(m for m in imported_modules(path) if layer_of(m) is not None and layer_of(m) not in allowed)
     bare = sorted(m for m in imported_modules(path) if m == "online_trainer")
@@ -160,9 +177,9 @@ def test_imports_point_down(path):
     assert bare == [], f"{path.relative_to(ROOT)} imports the top-level package; import the module that defines the name"
 
 
-@pytest.mark.parametrize("package", ["agents", "envs", "callbacks"])
+@pytest.mark.parametrize("package", sorted(REFERENCE_PACKAGES))
 def test_reference_packages_stand_beside_the_runner(package):
-    allowed = (f"online_trainer.{package}", "online_trainer.core")
+    allowed = (f"online_trainer.{package}", *(f"online_trainer.{layer}" for layer in REFERENCE_PACKAGES[package]))
     users = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
                                               if not any(m == a or m.startswith(a + ".") for a in allowed))
              for p in (ROOT / package).rglob("*.py")}
@@ -182,3 +199,47 @@ def test_workers_load_neither_orchestration_nor_analysis():
     above = [m for m in loaded if m.startswith("online_trainer.") and layer_of(m) in ("orchestration", "analysis", "cli", "config")]
     assert above == []
     assert not {"pandas", "scipy", "matplotlib"} & set(loaded)
+
+
+ARCHITECTURE_PAGE = ROOT / "docs" / "explanation" / "architecture.md"
+
+
+def documented_tree(page: str) -> dict[str, set[str]]:
+    """The architecture page's table: package (``run/builtin``, or ``errors.py``) -> the modules it names."""
+    tree = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0] != "Package":
+            tree[cells[0].strip("`").rstrip("/")] = set(re.findall(r"`([a-z_]+)`", cells[2]))
+    return tree
+
+
+def actual_tree() -> dict[str, set[str]]:
+    """Each package of ``online_trainer/`` (and its top-level modules but ``__init__``/``__main__``) -> its modules."""
+    tree: dict[str, set[str]] = {}
+    for path in package_modules():
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) == 1:
+            tree[relative.name] = set()
+        elif path.stem != "__init__":
+            tree.setdefault(relative.parent.as_posix(), set()).add(path.stem)
+        else:
+            tree.setdefault(relative.parent.as_posix(), set())
+    return tree
+
+
+def test_the_architecture_page_describes_exactly_the_tree():
+    documented, actual = documented_tree(ARCHITECTURE_PAGE.read_text()), actual_tree()
+    assert sorted(set(actual) - set(documented)) == [], "packages the architecture page leaves out"
+    assert sorted(set(documented) - set(actual)) == [], "packages the architecture page names that do not exist"
+    assert {name: modules for name, modules in documented.items() if modules != actual[name]} == \
+        {name: actual[name] for name, modules in documented.items() if modules != actual[name]}
+
+
+def test_the_page_check_sees_a_missing_and_a_made_up_package():
+    page = ARCHITECTURE_PAGE.read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| `progress/`"))
+    left_out = documented_tree(page.replace(row + "\n", ""))
+    made_up = documented_tree(page.replace(row, row + "\n| `plugins/` | made up | `extra` |"))
+    assert set(actual_tree()) - set(left_out) == {"progress"}
+    assert set(made_up) - set(actual_tree()) == {"plugins"}

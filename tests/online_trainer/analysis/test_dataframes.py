@@ -12,7 +12,7 @@ import pytest
 from online_trainer import OnlineTrainer, TruncatedMetricsWarning, load_all_run_metrics, load_episodes
 from online_trainer.analysis.dataframes import evaluation_files, load_evaluations, load_runs
 from online_trainer.analysis.stats import summarize
-from online_trainer.core.seeding import SEED_STRIDE
+from online_trainer.loop.seeding import SEED_STRIDE
 from tests.conftest import RecordingAgent, make_counting_vec, record, write_experiment
 
 

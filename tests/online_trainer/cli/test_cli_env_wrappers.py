@@ -95,7 +95,7 @@ def test_wrapper_entries_are_checked_in_the_schema():
 def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_included(tmp_path):
     import json
 
-    from online_trainer.core import storage
+    from online_trainer.records import storage
 
     exp_dir = tmp_path / "exp"
     overrides = [f"exp_dir={exp_dir}", "checkpoint_freq=2", "checkpoints.keep=1", "seed_offset=4"]

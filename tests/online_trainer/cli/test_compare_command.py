@@ -8,7 +8,7 @@ from online_trainer import OnlineTrainer
 from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
 from online_trainer.cli import main as cli
-from online_trainer.cli.compare import comparison_markdown, parse_normalize
+from online_trainer.cli.compare_command import comparison_markdown, parse_normalize
 from online_trainer.cli.report import default_x
 from online_trainer.analysis.dataframes import load_episodes
 from tests.conftest import RecordingAgent, make_counting_vec

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError
-from online_trainer.core import storage
-from online_trainer.core.errors import ExperimentInUseError
+from online_trainer.errors import ExperimentInUseError
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.records import storage
 from tests.conftest import RecordingAgent, make_counting_vec
 
 SLOW_WRITER = textwrap.dedent("""

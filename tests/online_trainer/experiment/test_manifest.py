@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_runs
-from online_trainer.core import resume, storage
 from online_trainer.hooks import Hook
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -116,9 +117,9 @@ class Preempt(Hook):
 
 def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    with pytest.raises(resume.Preempted):
+    with pytest.raises(full_checkpoint.Preempted):
         trainer.multi_run(1, total_steps=10**8, seed_offset=0, hooks=[Preempt(200)], progress=False)
-    header = resume.read(tmp_path, 1, header_only=True)
+    header = full_checkpoint.read(tmp_path, 1, header_only=True)
     assert header["global_step"] > 200
     (entry,) = entries(tmp_path)
     assert entry["status"] == "interrupted" and entry["global_step"] == header["global_step"]

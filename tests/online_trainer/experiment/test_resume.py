@@ -19,8 +19,9 @@ from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptio
                             RunsFailedError, load_episodes, load_evaluations)
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
-from online_trainer.core import resume, storage
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
+from online_trainer.records import storage
+from online_trainer.run import full_checkpoint
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 
@@ -81,7 +82,7 @@ def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_pa
         trainer(tmp_path, "cut", env, agent).multi_run(2, hooks=[Crash(1000)], **kw)
     manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
     assert [r["status"] for r in manifest["runs"]] == ["interrupted", "pending"]
-    header = resume.read(tmp_path / "cut", 1, header_only=True)
+    header = full_checkpoint.read(tmp_path / "cut", 1, header_only=True)
     assert 900 <= header["global_step"] < 902 and header["env_kept"]  # at the checkpoint (2 sub-envs may overshoot)
     resumed = trainer(tmp_path, "cut", env, agent).multi_run(2, resume=True, **kw)
     for ref_run, run in zip(reference, resumed):
@@ -133,7 +134,7 @@ def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
     kw = dict(total_steps=1500, seed_offset=9, checkpoint_freq=500, progress=False)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, hooks=[Crash(1200)], **kw)
-    assert not resume.read(tmp_path, 1, header_only=True)["env_kept"]
+    assert not full_checkpoint.read(tmp_path, 1, header_only=True)["env_kept"]
     run = OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, resume=True, **kw)[0]
     indices, steps = [r["episode_index"] for r in run], [r["global_step"] for r in run]
     assert indices == list(range(1, len(run) + 1))
@@ -142,7 +143,7 @@ def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
     entry = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"][0]
     assert entry["status"] == "finished" and entry["resumed_from"]["env_restored"] is False
     assert 1000 <= entry["resumed_from"]["global_step"] < 1002
-    assert resume.restart_seed(9, 1000) == resume.restart_seed(9, 1000) != resume.restart_seed(9, 500)
+    assert full_checkpoint.restart_seed(9, 1000) == full_checkpoint.restart_seed(9, 1000) != full_checkpoint.restart_seed(9, 500)
 
 
 @pytest.mark.parametrize("change,field", [({"total_steps": 2000}, "total_steps"), ({"seed_offset": 4}, "seed_offset"),
@@ -235,7 +236,7 @@ def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     assert job.returncode != 0 and b"Preempted" in err
     manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
     assert manifest["runs"][0]["status"] == "interrupted"
-    header = resume.read(tmp_path / "cut", 1, header_only=True)
+    header = full_checkpoint.read(tmp_path / "cut", 1, header_only=True)
     assert 0 < header["global_step"] < 8_000  # written at once, not at checkpoint_freq
     assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=900) == 0
     assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=900) == 0
@@ -285,7 +286,7 @@ def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
                 1, hooks=[Crash(1100)], checkpoint_buffers=buffers, **kw)
         sizes[buffers] = storage.resume_path(tmp_path / str(buffers), 1).stat().st_size
         agent = DQNAgent(env())
-        agent.load(resume.read(tmp_path / str(buffers), 1).agent["state"])
+        agent.load(full_checkpoint.read(tmp_path / str(buffers), 1).agent["state"])
         assert agent.buffer.size == (1000 if buffers else 0)  # the buffer at the checkpoint, or an empty one
     assert sizes[False] < sizes[True]
 
@@ -295,15 +296,15 @@ def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], **kw)
-    saved = resume.read(tmp_path, 1)
-    assert isinstance(saved, resume.FullCheckpoint) and saved.version == resume.FORMAT
+    saved = full_checkpoint.read(tmp_path, 1)
+    assert isinstance(saved, full_checkpoint.FullCheckpoint) and saved.version == full_checkpoint.FORMAT
     assert saved.loop.global_step == 300 and saved.tracker["num_envs"] == 2
-    monkeypatch.setattr(resume, "FORMAT", resume.FORMAT + 1)  # this package now reads a newer layout
+    monkeypatch.setattr(full_checkpoint, "FORMAT", full_checkpoint.FORMAT + 1)  # this package now reads a newer layout
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
     started = []
     monkeypatch.setattr(Hook, "on_run_start", lambda self, ctx: started.append(ctx.run), raising=False)
     with pytest.raises(ValueError, match=rf"Run1_Resume.pkl was written by another version of online_trainer "
-                                         rf"\(format {resume.FORMAT - 1}, this one reads {resume.FORMAT}\).*remove it"):
+                                         rf"\(format {full_checkpoint.FORMAT - 1}, this one reads {full_checkpoint.FORMAT}\).*remove it"):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
     assert after == before and not started  # refused at planning: no run started, nothing changed
@@ -320,7 +321,7 @@ def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, total_steps=1500, seed_offset=3, checkpoint_freq=300,
                                                               eval_freq=500, eval_episodes=2, progress=False,
                                                               dump_metrics=False, hooks=[Crash(1000)])
-    saved = resume.read(tmp_path, 1)
+    saved = full_checkpoint.read(tmp_path, 1)
     assert saved.tracker["table"]["returns"] and saved.tracker["actions"]["t"] > 0  # records and actions are kept
     for part in (saved.loop.to_state(), saved.tracker, saved.events, saved.rng):
         ops = pickletools.genops(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
@@ -437,7 +438,7 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[StopOnPlateau(window=10**6), Crash(400)], **kw)
-    assert resume.read(tmp_path, 1, header_only=True) is not None
+    assert full_checkpoint.read(tmp_path, 1, header_only=True) is not None
     before = files_with_times(tmp_path)
     time.sleep(0.01)
     with pytest.raises(ValueError, match=message + r": resume with the hooks"):

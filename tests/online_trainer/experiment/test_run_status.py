@@ -14,8 +14,8 @@ import pytest
 
 from online_trainer import OnlineTrainer
 from online_trainer.analysis.dataframes import load_episodes, load_runs
-from online_trainer.core.ownership import is_held, settle_running
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.ownership import is_held, settle_running
 from online_trainer.experiment.resuming import runs_left
 from tests.conftest import RecordingAgent, make_counting_vec, record, write_experiment
 

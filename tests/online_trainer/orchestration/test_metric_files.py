@@ -11,7 +11,8 @@ import pytest
 
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
-from online_trainer.core import ownership, storage
+from online_trainer.experiment import ownership
+from online_trainer.records import storage
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec, same_values
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from online_trainer.core.options import OptionGroup, option
+from online_trainer.options.groups import OptionGroup, option
 from online_trainer.orchestration import options_reference
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from online_trainer.core.protocol import AgentLike, AgentMaker, EnvLike
+from online_trainer.loop.protocol import AgentLike, AgentMaker, EnvLike
 from online_trainer.orchestration.checkpoint_eval import load_agent
 from online_trainer.orchestration.trainer import OnlineTrainer
 

@@ -22,7 +22,7 @@ from online_trainer import (
     optuna_objective,
     shutdown_workers,
 )
-from online_trainer.core import storage
+from online_trainer.records import storage
 from online_trainer.hooks import Hook
 from online_trainer.orchestration.sweep import config_name, expand_grid
 from tests.conftest import RecordingAgent, make_counting_vec

@@ -21,7 +21,7 @@ from online_trainer import (
     load_run_metrics,
     load_transitions,
 )
-from online_trainer.core.seeding import SEED_STRIDE
+from online_trainer.loop.seeding import SEED_STRIDE
 from tests.conftest import CountingEnv, RecordingAgent, SamplingAgent, make_counting_vec
 
 RECORD_KEYS = {"ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",

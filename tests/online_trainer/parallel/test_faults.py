@@ -30,15 +30,15 @@ import pytest
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
-from online_trainer.core.options import RecordOptions, RunPlan
-from online_trainer.core.factories import AgentFactory, EnvFactory
-from online_trainer.core.ownership import is_held
-from online_trainer.core.progress import NoProgress
-from online_trainer.core.run import RunSpec
-from online_trainer.core.storage import iter_metrics_chunks
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
+from online_trainer.experiment.ownership import is_held
 from online_trainer.experiment.resuming import runs_left
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.options.groups import RecordOptions, RunPlan
 from online_trainer.parallel.workers import WorkerPool, shared_pool
+from online_trainer.progress.display import NoProgress
+from online_trainer.records.storage import iter_metrics_chunks
+from online_trainer.run.one_run import RunSpec
 from tests.conftest import RecordingAgent, make_counting_vec
 
 pytestmark = pytest.mark.slow  # kill trials: workers and parents killed, processes started and reaped

@@ -8,7 +8,7 @@ from online_trainer import ExecutionOptions, OnlineTrainer, SlurmOptions
 from online_trainer.cli.run import execution_options
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import ConfigError
-from online_trainer.core import ownership
+from online_trainer.experiment import ownership
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -87,8 +87,8 @@ class Display:
 
 
 def test_a_jobs_progress_reaches_the_display_once_even_when_read_mid_write(tmp_path):
-    from online_trainer.core import job_results
-    from online_trainer.core.progress import QueueProgress
+    from online_trainer.experiment import job_results
+    from online_trainer.progress.display import QueueProgress
     from online_trainer.parallel.slurm import _Watch
     from online_trainer.parallel.slurm_job import FileChannel
 

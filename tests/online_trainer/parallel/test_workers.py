@@ -20,11 +20,11 @@ import pytest
 
 from online_trainer.callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
-from online_trainer.core.seeding import run_seed
-from online_trainer.core.storage import run_indices
+from online_trainer.loop.seeding import run_seed
 from online_trainer.parallel import worker_pool, workers
 from online_trainer.parallel.threads import THREAD_VARIABLES
 from online_trainer.parallel.workers import WorkerPool
+from online_trainer.records.storage import run_indices
 from tests.conftest import (
     FailsOnThirdRun,
     RecordingAgent,

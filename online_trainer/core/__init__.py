@@ -1,1 +1,0 @@
-"""One run: the agent protocol, factories, the act-step-update loop, episode accounting, evaluation and the run's records. Imports numpy, gymnasium, tqdm, PyYAML and cloudpickle; torch only where a checkpoint needs it."""

@@ -1,0 +1,78 @@
+"""Finding a run's checkpoints and building agents from them.
+
+A run with ``checkpoint_freq`` leaves ``Run{i}_E{n}*`` / ``Run{i}_S{n}*`` (periodic),
+``Run{i}_Last*`` (the end of training; prefixes handed to ``agent.save(path)``) and
+``Run{i}_Best_agent.t`` (the ``torch.save``d state ``agent.save()`` returned at the best
+episode, or the best evaluation when the run evaluated).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from online_trainer.records import storage
+
+WHICH = ("best", "last", "all")
+"""Which checkpoints :func:`checkpoints` returns."""
+
+
+def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> list[tuple[str, Path]]:
+    """The checkpoints of run ``run`` as ``(label, path)``: ``("last", .../Run1_Last)``, ``("best", ...)``,
+    and with ``which="all"`` the periodic ones first (``("S5000", ...)``), in training order.
+
+    Raises:
+        ValueError: an unknown ``which``.
+        FileNotFoundError: the run has no such checkpoint (it ran without ``checkpoint_freq``).
+    """
+    if which not in WHICH:
+        raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
+    exp_dir = Path(exp_dir)
+    found: list[tuple[str, Path]] = []
+    if which == "all":
+        periodic = {}
+        for path in exp_dir.glob(f"Run{run}_[ES]*"):
+            match = re.fullmatch(rf"Run{run}_([ES])(\d+)(\..*)?", path.name)
+            if match:
+                periodic[(match[1], int(match[2]))] = path.with_name(f"Run{run}_{match[1]}{match[2]}")
+        found += [(f"{kind}{n}", path) for (kind, n), path in sorted(periodic.items(), key=lambda item: item[0][1])]
+    last = storage.checkpoint_path(exp_dir, run, "Last")
+    if which in ("last", "all") and any(exp_dir.glob(f"{last.name}*")):
+        found.append(("last", last))
+    best = storage.best_agent_path(exp_dir, run)
+    if which in ("best", "all") and best.is_file():
+        found.append(("best", best))
+    if not found:
+        raise FileNotFoundError(f"Run {run} in {exp_dir} has no {which!r} checkpoint: was it run with "
+                                "checkpoint_freq=...?")
+    return found
+
+
+class CheckpointAgent:
+    """A picklable agent factory: ``agent_factory(env)``, then the checkpoint loaded into it.
+
+    A ``Run{i}_Best_agent.t`` file holds the state object ``agent.save()`` returned, so it is
+    read with ``torch.load`` and handed to ``agent.load(state)``; other checkpoints are the
+    prefix handed to ``agent.save(path)``, given to ``agent.load(path)``.
+    """
+
+    def __init__(self, agent_factory: Callable[[Any], Any], path: str | os.PathLike) -> None:
+        self.agent_factory, self.path = agent_factory, os.fspath(path)
+
+    def __call__(self, env: Any) -> Any:
+        agent = self.agent_factory(env)
+        if not callable(getattr(agent, "load", None)):
+            raise TypeError(f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent!r} "
+                            "lacks.")
+        if self.path.endswith(".t"):
+            import torch
+
+            agent.load(torch.load(self.path, map_location="cpu", weights_only=False))  # the user's own file
+        else:
+            agent.load(self.path)
+        return agent
+
+    def __repr__(self) -> str:
+        return f"CheckpointAgent({self.agent_factory!r}, {self.path!r})"

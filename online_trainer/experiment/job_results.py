@@ -1,0 +1,101 @@
+"""What a run executed elsewhere (a Slurm job) leaves in the experiment directory: its result file and its
+manifest entry, written under a lock that orders the jobs of one experiment and the process that submitted them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+from pathlib import Path
+from typing import Any, Iterator
+
+from online_trainer.experiment import ownership
+from online_trainer.records import storage
+from online_trainer.run.one_run import COMPLETED, RunResult
+
+logger = logging.getLogger(__name__)
+
+SLURM_JOB_KEY = ownership.SLURM_JOB_KEY
+"""Key of a run's manifest entry: the Slurm job it was handed to (its id, ``123`` or ``123_4`` in an array)."""
+MANIFEST_LOCK_FILE = ".manifest.lock"
+SLURM_DIR = "slurm"
+"""Folder of an experiment where the Slurm backend's jobs leave each run's result and progress."""
+
+
+def result_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the result a Slurm job writes when run ``run_idx`` has ended (a pickled ``RunResult``)."""
+    return Path(exp_dir) / SLURM_DIR / f"result_run{run_idx}.pkl"
+
+
+def progress_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the progress messages a Slurm job appends while run ``run_idx`` goes on."""
+    return Path(exp_dir) / SLURM_DIR / f"progress_run{run_idx}.pkl"
+
+
+def apply_result(manifest: dict[str, Any], result: RunResult) -> None:
+    """Write how a run ended into its entry of ``manifest`` (in place), and the env's facts when missing."""
+    for name, value in result.env_info.items():
+        manifest.setdefault(name, value)
+    entry = manifest["runs"][result.run_idx - 1]
+    entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
+                 wall_time=round(result.wall_time, 3),
+                 sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
+                 error=result.error)
+    entry["stop_reason"] = result.extra.get("stop_reason")
+
+
+@contextlib.contextmanager
+def manifest_lock(exp_dir: Path) -> Iterator[None]:
+    """Hold ``exp_dir/.manifest.lock`` (``flock``) while the manifest is read, changed and written.
+
+    The writers it orders are the Slurm jobs of one experiment, each recording its own run's end,
+    and the process that submitted them.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no Slurm there either
+        yield
+        return
+    fd = os.open(exp_dir / MANIFEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_manifest_quietly(exp_dir: Path) -> dict[str, Any]:
+    """The manifest of ``exp_dir``, or {} when it cannot be read."""
+    try:
+        return storage.read_manifest(exp_dir)
+    except (OSError, ValueError):
+        return {}
+
+
+def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool) -> None:
+    """Record the end of a run in the manifest, from the Slurm job that ran it.
+
+    Once every run of the experiment has completed, the job that records the last one writes
+    ``all_metrics.pkl`` (with ``write_all_metrics``) from the metrics streams.
+    """
+    with manifest_lock(exp_dir):
+        manifest = storage.read_manifest(exp_dir)
+        apply_result(manifest, result)
+        storage.write_manifest(exp_dir, manifest)
+        if write_all_metrics and all(entry["status"] in COMPLETED for entry in manifest["runs"]):
+            storage.write_all_metrics(exp_dir, [storage.load_run_metrics(exp_dir, entry["run"])
+                                                for entry in manifest["runs"]])
+
+
+def read_job_result(exp_dir: Path, run_idx: int) -> RunResult | None:
+    """The result a Slurm job wrote for run ``run_idx`` (None when there is none, or it cannot be read)."""
+    path = result_path(exp_dir, run_idx)
+    try:
+        with open(path, "rb") as file:
+            return pickle.load(file)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # cut off, or written by another version
+        logger.warning("could not read %s (%s: %s)", path, type(exc).__name__, exc)
+        return None

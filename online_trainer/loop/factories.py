@@ -1,0 +1,248 @@
+"""Turn what users pass as ``env`` and ``agent`` into factories, and check what they build."""
+
+from __future__ import annotations
+
+import copy as _copy
+import inspect
+import logging
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.utils import iterate
+
+from online_trainer.loop.protocol import missing_methods
+
+logger = logging.getLogger(__name__)
+
+
+class _InstanceOrFactory:
+    """What the user passed for an env or an agent: an instance (used in place) or a factory."""
+
+    _instance: Any
+    _factory: Any
+
+    @property
+    def source(self) -> Any:
+        """What the user passed."""
+        return self._instance if self._instance is not None else self._factory
+
+    @property
+    def is_instance(self) -> bool:
+        """Whether the user passed an instance rather than a factory."""
+        return self._instance is not None
+
+
+class EnvFactory(_InstanceOrFactory):
+    """A zero-argument callable returning the :class:`VectorEnv` of a run.
+
+    Accepts a ``VectorEnv``, a single ``gymnasium.Env`` (wrapped into a ``SyncVectorEnv``
+    of one), a zero-argument factory of either, or a registered gymnasium id such as
+    ``"Pendulum-v1"`` (``online_trainer.envs.make_env(id)``: one sub-env, built afresh for
+    each run; ``"module:Env-v0"`` imports ``module`` first). A factory is called once per run. An
+    env *instance* is used in place, by every run of this process in turn (each run resets
+    it with its own seed) and left open for the user; sent to worker processes it travels
+    as a copy, which an env holding processes or sockets (``AsyncVectorEnv``) cannot do:
+    pass a factory such as ``online_trainer.envs.make_env(...)`` instead.
+    """
+
+    def __init__(self, env: Any) -> None:
+        if isinstance(env, str):
+            env = _registered_env(env)
+        if isinstance(env, (gym.Env, VectorEnv)):
+            self._instance, self._factory = env, None
+        elif callable(env):
+            self._instance, self._factory = None, env
+        else:
+            raise TypeError(
+                f"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one or a registered env id, "
+                f"but got "
+                f"env={env!r} of type {type(env).__name__}."
+            )
+        self._wrapped: VectorEnv | None = None
+
+    def __call__(self) -> VectorEnv:
+        if self._factory is not None:
+            return as_vector_env(self._factory(), source=self._factory)
+        if self._wrapped is None:
+            self._wrapped = as_vector_env(self._instance, source=self._instance)
+        return self._wrapped
+
+    def fresh(self) -> VectorEnv:
+        """An env of its own (for evaluation): the factory's, or a deep copy of the instance.
+
+        Raises:
+            TypeError: the instance cannot be copied (pass a factory instead).
+        """
+        if self._factory is not None:
+            return self()
+        try:
+            if isinstance(self._instance, AsyncVectorEnv):  # a failed copy would close its pipes
+                raise TypeError("an AsyncVectorEnv holds worker processes")
+            return as_vector_env(_copy.deepcopy(self._instance), source=self._instance)
+        except Exception as exc:
+            raise TypeError(f"The env {self._instance!r} cannot be copied for evaluation ({type(exc).__name__}: "
+                            f"{exc}): pass eval_env=<a factory>, e.g. lambda: gym.make_vec(...).") from exc
+
+    def release(self, env: VectorEnv) -> None:
+        """Close an env a factory built; the user's instance stays open."""
+        if self._factory is not None:
+            env.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_wrapped": None}
+
+
+def _registered_env(env_id: str) -> Callable[[], VectorEnv]:
+    """The factory of a registered gymnasium id, checked now so that a typo fails before any run."""
+    from online_trainer.envs import make_env  # the one place that resolves ids, "module:Env-v0" included
+
+    try:
+        return make_env(env_id)
+    except ValueError as exc:
+        raise ValueError(
+            f"env={env_id!r} is not a registered gymnasium env id ({exc}): pass a registered id such as "
+            "'CartPole-v1' ('module:Env-v0' for ids another package registers, e.g. "
+            "'minigrid:MiniGrid-Empty-5x5-v0'), an Env, a VectorEnv or a factory of one."
+        ) from exc
+
+
+def as_vector_env(env: Any, source: Any = None) -> VectorEnv:
+    """Return ``env`` as a VectorEnv, wrapping a single Env; raise TypeError for anything else."""
+    if isinstance(env, VectorEnv):
+        return env
+    if isinstance(env, gym.Env):
+        return SyncVectorEnv([lambda: env])
+    raise TypeError(
+        f"The env factory {_describe(source)} returned {env!r} of type {type(env).__name__}, which is "
+        "neither a gymnasium Env nor a VectorEnv: make it return gym.make(...) or gym.make_vec(...)."
+    )
+
+
+def autoreset_mode(env: VectorEnv) -> AutoresetMode:
+    """The autoreset mode of ``env`` (gymnasium's default, NEXT_STEP, when it does not say)."""
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
+
+
+class AgentFactory(_InstanceOrFactory):
+    """A callable ``factory(env) -> agent`` giving the agent of a run.
+
+    Accepts an agent instance or a factory ``agent_factory(env) -> agent`` (called once per
+    run). An instance is used in place, unless the caller asks for a copy (several runs in
+    one process each start from the instance as it was given).
+    """
+
+    def __init__(self, agent: Any) -> None:
+        if not isinstance(agent, type) and callable(getattr(agent, "act", None)):
+            self._instance, self._factory = agent, None
+        elif callable(agent):
+            _check_takes_env(agent)
+            self._instance, self._factory = None, agent
+        else:
+            missing = ", ".join(missing_methods(agent))
+            raise TypeError(
+                f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
+                f"got agent={agent!r}, which lacks: {missing}."
+            )
+
+    def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
+        """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.
+
+        Raises:
+            TypeError: the instance cannot be deep-copied.
+        """
+        if self._factory is not None:
+            return self._factory(env)
+        if not copy:
+            return self._instance
+        try:
+            return _copy.deepcopy(self._instance)
+        except Exception as exc:
+            raise TypeError(
+                f"The agent {self._instance!r} cannot be copied for each run ({type(exc).__name__}: {exc}): pass a "
+                "factory, agent=lambda env: MyAgent(env), so that each run builds its own."
+            ) from exc
+
+
+def _check_takes_env(factory: Callable[..., Any]) -> None:
+    """Raise TypeError when the agent factory cannot be called with one argument, the run's env.
+
+    Checked on the signature, without calling it (a factory Python cannot inspect is called as it is).
+    """
+    try:
+        inspect.signature(factory).bind(None)
+    except TypeError as exc:
+        raise TypeError(
+            f"The agent factory agent={_describe(factory)} cannot be called with one argument ({exc}), but it is "
+            "called with the run's env, once per run: agent_factory(env) -> agent. Write it as "
+            "lambda env: MyAgent(env) (or lambda env: MyAgent() when the agent does not need the env)."
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins and extension types)
+        pass
+
+
+def check_agent(agent: Any, source: Any = None) -> None:
+    """Raise TypeError listing the required protocol methods ``agent`` lacks."""
+    missing = missing_methods(agent)
+    if missing:
+        made_by = "" if source is None or source is agent else f" (made by {_describe(source)})"
+        raise TypeError(
+            f"The agent {agent!r}{made_by} lacks the required method(s) {', '.join(missing)}: an agent must "
+            "define act(obs) and update(next_obs, reward, terminated, truncated, call_back=None)."
+        )
+
+
+def accepts_keyword(function: Callable[..., Any], name: str) -> bool:
+    """True when ``function`` takes a ``name`` keyword (or ``**kwargs``)."""
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def accepts_valid(update: Callable[..., Any]) -> bool:
+    """True when ``update`` takes a ``valid`` keyword (or ``**kwargs``)."""
+    return accepts_keyword(update, "valid")
+
+
+def _describe(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"{name!s}" if obj is not None else "?"
+
+
+def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
+    """Check the first actions of a run against the env's action space, before ``env.step``.
+
+    Raises:
+        ValueError: not one action per sub-env, or actions of the wrong shape or range.
+        TypeError: float actions for an integer space (Discrete, MultiDiscrete, MultiBinary).
+    """
+    space, num_envs = env.single_action_space, env.num_envs
+    who = f"The agent {type(agent).__name__}'s act(obs)"
+    if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        try:
+            count = sum(1 for _ in iterate(env.action_space, actions))
+        except Exception as exc:
+            raise ValueError(f"{who} returned {actions!r}, which is not a batch of {num_envs} actions of "
+                             f"{space}: {type(exc).__name__}: {exc}") from exc
+        if count != num_envs:
+            raise ValueError(f"{who} returned {count} actions, but the env has num_envs={num_envs}: return one "
+                             "action per sub-env.")
+        return
+    batch = np.asarray(actions)
+    expected = (num_envs, *(space.shape or ()))
+    if batch.shape != expected:
+        got = batch.shape[0] if batch.ndim else "a scalar, not a batch of"
+        raise ValueError(f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "
+                         f"num_envs={num_envs} needs shape {expected}: return one action per sub-env.")
+    if isinstance(space, spaces.Box):
+        return
+    if not np.issubdtype(batch.dtype, np.integer):
+        raise TypeError(f"{who} returned actions of dtype {batch.dtype} for the integer action space {space}: "
+                        f"return integers, e.g. np.asarray(actions, dtype=np.int64).")
+    if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
+        raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")

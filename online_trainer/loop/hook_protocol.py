@@ -1,0 +1,167 @@
+"""The hook protocol: what a hook is (:class:`Hook`, its methods), what it sees (:class:`RunContext`), and the
+check of the user's hooks before any env step (:func:`check_hooks`).
+
+The run's :class:`~online_trainer.run.hook_runner.HookRunner` calls the hooks; this module only says what
+they are, so that the options (:class:`~online_trainer.options.groups.RunPlan`) can check them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
+
+
+class Hook:
+    """A base for hooks: every method does nothing, so a subclass defines only what it needs.
+
+    Attributes:
+        every_steps: call :meth:`on_step` every this many env steps (real transitions of all
+            sub-envs together).
+        every_seconds: or every this many seconds of wall time (checked at env steps).
+        handles: the hook methods the runner calls (a set of names such as ``"on_eval"``);
+            None: every hook method the class defines. A hook whose configuration leaves an
+            event of no use to it (the runner's checkpoints under an episode budget take no
+            ``on_step``) says so here, once, when it is built.
+        needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
+            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
+    """
+
+    every_steps: int | None = None
+    every_seconds: float | None = None
+    handles: frozenset[str] | None = None
+    needs_eval_freq: bool = False
+
+    def on_run_start(self, ctx: RunContext) -> None:
+        """The env is reset and the agent ready; no env step has been taken yet."""
+
+    def on_step(self, ctx: RunContext) -> None:
+        """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call."""
+
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        """Episodes ``first_index, first_index + 1, ...`` ended at the same env step (``ctx.global_step``).
+
+        The batched form of :meth:`on_episode_end`, for hooks that look at every episode:
+        ``returns`` and ``lengths`` are numpy arrays (a tuple of one value each with one
+        sub-env), one entry per episode; ``ctx.episodes`` is the last index. Read them, do
+        not keep them: copy what you keep (``list(returns)``).
+        """
+
+    def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
+        """An episode ended: ``record`` has ``episode_index``, ``ep_return``, ``ep_length``, ``global_step``."""
+
+    def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
+        """An evaluation ended: ``result`` is its record (``mean_return``, ``returns``, ``global_step``, ...)."""
+
+    def on_checkpoint(self, ctx: RunContext, path: str) -> None:
+        """A checkpoint of the agent was written to ``path``."""
+
+    def on_run_end(self, ctx: RunContext) -> None:
+        """The run ended (its budget spent, or stopped by a hook); final evaluation and checkpoints are done."""
+
+
+class RunContext:
+    """What a hook sees of its run.
+
+    Attributes:
+        run: the run's number, from 1.
+        seed: the run's seed.
+        global_step: env steps so far (real transitions of all sub-envs together).
+        episodes: episodes finished so far.
+        env: the run's (vector) env: change it through its own methods (``env.call``, ``env.set_attr``).
+        agent: the run's agent.
+        exp_dir: the run's experiment directory, or None.
+        rng: a numpy generator seeded from the run's seed, for hooks that need randomness, so
+            that runs stay reproducible.
+        stop_reason: the reason given to :meth:`stop`, or None.
+        resumed: True when the run continues from a full checkpoint (``resume=True``): hooks'
+            ``state_dict()`` is restored before ``on_run_start``, and ``global_step`` is where it stopped.
+    """
+
+    def __init__(self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any,
+                 run_tag: str) -> None:
+        self.run, self.seed, self.env, self.agent, self.exp_dir = run, seed, env, agent, exp_dir
+        self.global_step = 0
+        self.episodes = 0
+        self.rng = np.random.default_rng([seed, 0x686F6F6B])  # apart from the env's and the agent's streams
+        self.stop_reason: str | None = None
+        self.resumed = False
+        self.preempt = False  # a preemption signal came: write a full checkpoint and stop (run.builtin.preemption)
+        self.callback = callback
+        """The run's logging callback (``callback(data, tag, step)``)."""
+        self.run_tag = run_tag
+        """``run_{i}`` (a sweep puts its configuration before it): the suffix of the run's callback tags."""
+        self._runner: Any = None  # the run's HookRunner (online_trainer.run.hook_runner) dispatches what hooks announce
+
+    def evaluated(self, result: dict[str, Any]) -> None:
+        """Announce an evaluation of the agent (its record): every hook's ``on_eval`` is called, in order."""
+        if self._runner is not None:
+            self._runner.on_eval(result)
+
+    def checkpointed(self, path: str) -> None:
+        """Announce a checkpoint of the agent written to ``path``: every hook's ``on_checkpoint`` is called, in
+        order, and the run writes its full checkpoint at the end of the step."""
+        if self._runner is not None:
+            self._runner.on_checkpoint(path)
+
+    def stop(self, reason: str) -> None:
+        """End the run after the current env step: status ``stopped_early`` with ``reason``; final
+        evaluation and checkpoints are done as at a normal end."""
+        if self.stop_reason is None:
+            self.stop_reason = str(reason)
+
+    def log(self, data: dict[str, Any], step: int | None = None) -> None:
+        """Log the scalars of ``data`` through the run's callback under ``hooks/run_{i}`` at ``step``
+        (default: the global step)."""
+        self.callback(data, f"hooks/{self.run_tag}", self.global_step if step is None else step, force=True)
+
+
+def defines(hook: Any, name: str) -> bool:
+    """Whether the runner calls ``hook``'s ``name``: the hook has its own (not :class:`Hook`'s no-op) and its
+    :attr:`Hook.handles` does not leave it out."""
+    method = getattr(hook, name, None)
+    if not callable(method):
+        return False
+    handles = getattr(hook, "handles", None)
+    if handles is not None and name not in handles:
+        return False
+    return getattr(type(hook), name, None) is not getattr(Hook, name)
+
+
+def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tuple[Any, ...]:
+    """The hooks as a tuple, each checked (before any env step).
+
+    Args:
+        hooks: the user's hooks.
+        eval_freq: the runs' evaluation period (None: no evaluation during the run).
+
+    Raises:
+        TypeError: a hook has none of the hook methods, or is a class.
+        ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
+            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
+    """
+    if hooks is None:
+        return ()
+    if not isinstance(hooks, (list, tuple)):
+        raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
+    for index, hook in enumerate(hooks):
+        if isinstance(hook, type):
+            raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
+        if not any(defines(hook, name) for name in HOOK_METHODS):
+            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
+                            "define at least one (subclass online_trainer.hooks.Hook).")
+        if defines(hook, "on_step"):
+            steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
+            valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
+            valid_seconds = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
+            if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
+                raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
+                                 f"or every_seconds (a positive number), but got every_steps={steps!r}, "
+                                 f"every_seconds={seconds!r}.")
+        if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
+            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
+                             "None: no evaluation would come before the run's end, so it would never act. Pass "
+                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
+    return tuple(hooks)

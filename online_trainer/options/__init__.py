@@ -1,0 +1,1 @@
+"""The option groups (evaluation, checkpoints, records, execution) and their one validator."""

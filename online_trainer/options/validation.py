@@ -1,0 +1,130 @@
+"""Checks of user input, run before the first env step and before the experiment dir is touched."""
+
+from __future__ import annotations
+
+import inspect
+import numbers
+from typing import Any
+
+import numpy as np
+
+from online_trainer.loop.budget import Budget
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def positive_int(name: str, value: Any, hint: str = "") -> int:
+    """Return ``value`` as an int; raise ValueError naming ``name`` unless it is a positive int."""
+    if not _is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive int, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
+    return int(value)
+
+
+def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
+    """Like :func:`positive_int`, with None allowed."""
+    return None if value is None else positive_int(name, value, hint)
+
+
+def boolean(name: str, value: Any) -> bool:
+    """Return ``value`` as a bool; raise ValueError naming ``name`` unless it is True or False (a numpy bool too).
+
+    A truthy string or number is more likely a mistake than a choice (``resume="yes"``, ``resume=1``).
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
+    return bool(value)
+
+
+def choice(choices: tuple[str, ...], hint: str = "") -> Any:
+    """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise
+    (then ``hint``, what the choices mean)."""
+    meaning = hint
+
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
+                             f"{hint}.{(' ' + explained) if explained else ''}")
+        return value
+    return check
+
+
+def episode_trigger(name: str, value: Any) -> Any:
+    """None, a positive int ``k`` (every ``k``-th episode) or a callable ``episode_index -> bool``.
+
+    A callable is checked to accept one positional argument (when Python can tell), not called.
+    """
+    if value is None or (_is_int(value) and value >= 1):
+        return None if value is None else int(value)
+    if not callable(value):
+        raise ValueError(f"{name} must be a positive int k (every k-th episode: k, 2k, ...) or a callable "
+                         f"episode_index -> bool, but got {name}={value!r}: pass e.g. {name}=10 or "
+                         f"{name}=lambda i: i in (1, 100).")
+    try:
+        inspect.signature(value).bind(1)
+    except TypeError as exc:
+        raise ValueError(f"{name}={value!r} must accept one argument, the episode index (from 1), but "
+                         f"calling it with one would fail: {exc}.") from exc
+    except ValueError:  # no signature to inspect (some builtins): it is called as it is
+        pass
+    return value
+
+
+def budget(num_episodes: Any, total_steps: Any) -> Budget:
+    """The run budget; exactly one of ``num_episodes`` and ``total_steps``, a positive int."""
+    given = [value is not None for value in (num_episodes, total_steps)]
+    if given.count(True) != 1 or not all(_is_int(v) and v > 0 for v in (num_episodes, total_steps) if v is not None):
+        raise ValueError(
+            "Give exactly one of num_episodes and total_steps, as a positive int, but got "
+            f"num_episodes={num_episodes!r}, total_steps={total_steps!r}."
+        )
+    return Budget(
+        num_episodes=None if num_episodes is None else int(num_episodes),
+        total_steps=None if total_steps is None else int(total_steps),
+    )
+
+
+def seed_offset(value: Any) -> int | None:
+    """None or a non-negative int."""
+    if value is not None and (not _is_int(value) or value < 0):
+        raise ValueError(f"seed_offset must be None or a non-negative int, but got seed_offset={value!r}.")
+    return None if value is None else int(value)
+
+
+def tuning_hp(value: Any) -> dict[str, Any] | None:
+    """None or a dict of hyperparameters with string keys."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"tuning_hp must be a dict of hyperparameter name to value, but got tuning_hp={value!r}.")
+    return dict(value)
+
+
+def needs_exp_dir(exp_dir: Any, **options: Any) -> None:
+    """Raise ValueError when an option that writes files is set but ``exp_dir`` is None."""
+    if exp_dir is not None:
+        return
+    for name, value in options.items():
+        if value:
+            raise ValueError(
+                f"{name}={value!r} writes into the experiment directory, but exp_dir is None: pass "
+                f"OnlineTrainer(..., exp_dir='runs/my_experiment') or drop {name}."
+            )
+
+
+def resume_or_overwrite(resume: Any, overwrite: Any) -> tuple[bool, bool]:
+    """``resume`` and ``overwrite`` checked as flags, and not both True.
+
+    Raises:
+        ValueError: one is not a bool, or both are True.
+    """
+    resume, overwrite = boolean("resume", resume), boolean("overwrite", overwrite)
+    if resume and overwrite:
+        raise ValueError("resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
+                         "one of them (resume=True to finish what was cut off, overwrite=True to start again).")
+    return resume, overwrite

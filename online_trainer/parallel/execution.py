@@ -1,0 +1,101 @@
+"""What every executor shares: the execution options, the handler types and failed results.
+
+:class:`ExecutionOptions` is declared with the other option groups in :mod:`online_trainer.options.groups`
+(the command's config reads it too) and imported from here as before.
+
+It imports nothing of :mod:`online_trainer.parallel`: the serial, worker-pool and Ray executors
+import it, and :mod:`online_trainer.parallel.executors` dispatches to them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from typing import Any, Callable, Mapping
+
+import cloudpickle
+
+from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
+from online_trainer.errors import RunSetupError
+from online_trainer.run.one_run import RunResult, RunSpec
+
+logger = logging.getLogger(__name__)
+
+ResultHandler = Callable[[RunResult], None]
+StartHandler = Callable[[RunSpec], None]
+
+
+def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> ExecutionOptions:
+    """``execution`` (default: ``ExecutionOptions()``) with the keywords that were given (not None) applied.
+
+    ``multi_run``'s positional ``num_workers`` (the original's) and ``execution.num_workers`` say the same: a
+    keyword fills a field ``execution`` leaves at its default, and must agree with one it sets.
+
+    Raises:
+        TypeError: ``execution`` is not an :class:`ExecutionOptions`.
+        ValueError: a keyword disagrees with the same field set in ``execution``, or a value is invalid.
+    """
+    if execution is not None and not isinstance(execution, ExecutionOptions):
+        raise TypeError(f"execution must be an ExecutionOptions, but got execution={execution!r}: use "
+                        "execution=ExecutionOptions(num_workers=2, ...) from online_trainer.")
+    given = {name: value for name, value in keywords.items() if value is not None}
+    checks = {spec.name: spec.metadata.get("check") for spec in dataclasses.fields(ExecutionOptions)}
+    for name, value in given.items():  # named as the caller spelled it: num_workers=0, not execution.num_workers=0
+        check = checks.get(name)
+        if check is not None:
+            given[name] = check(name, value)
+    if execution is None:
+        return ExecutionOptions(**given)
+    default = ExecutionOptions()
+    for name, value in given.items():
+        if getattr(execution, name) not in (value, getattr(default, name)):
+            raise ValueError(f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
+                             f"give {name} once, either as a keyword or in execution=ExecutionOptions(...).")
+    return dataclasses.replace(execution, **given)
+
+
+def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool = False) -> RunResult:
+    """The result of a run that raised ``exc`` (or died, described by a string).
+
+    A :class:`RunSetupError` (raised before the run's first env step) gives the status
+    ``setup_failed`` and describes its cause; the cause travels with the result when it can
+    be pickled, so that the parent can raise it.
+    """
+    setup = isinstance(exc, RunSetupError)
+    cause = exc.cause if isinstance(exc, RunSetupError) else exc
+    if isinstance(cause, BaseException):
+        summary = f"{type(cause).__name__}: {cause}"
+        error = "".join(traceback.format_exception(cause))
+    else:
+        summary = error = cause
+    extra: dict[str, Any] = {"exception": summary}
+    if keep_exception or (setup and _picklable(cause)):
+        extra["exception_object"] = cause
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key,
+                     status="setup_failed" if setup else "failed", error=error, extra=extra)
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        cloudpickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+def check_picklable(objects: Mapping[str, Any]) -> None:
+    """Raise TypeError naming the first object that cannot travel to a worker process."""
+    for name, obj in objects.items():
+        try:
+            cloudpickle.dumps(obj)
+        except Exception as exc:
+            raise TypeError(
+                f"{name}={obj!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}). Pass a factory "
+                "that builds it inside the worker (for envs: online_trainer.envs.make_env(...) or a function returning "
+                "gym.make_vec(...)), keep locks, open files and processes out of it, or use num_workers=1."
+            ) from exc
+
+
+def no_start(spec: RunSpec) -> None:
+    """The ``on_start`` handler that records nothing."""

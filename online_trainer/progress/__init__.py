@@ -1,0 +1,1 @@
+"""The progress display: one bar per run, or one for the whole experiment."""

@@ -1,0 +1,391 @@
+"""The experiment directory: file names, metric streams, manifest, args, config and loaders.
+
+Layout::
+
+    exp_dir/
+      args.yaml  config.py            what produced the experiment
+      manifest.json                   seeds, budget and how every run ended
+      metrics_run{i}.pkl              appended pickle chunks, each a list of episode records
+      all_metrics.pkl                 list of runs (lists of records), written at the end
+      Run{i}_E{n}* / Run{i}_S{n}*     periodic checkpoints (episode / step budget)
+      Run{i}_Last*  Run{i}_Best_agent.t
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import functools
+import glob
+import importlib.util
+import json
+import logging
+import os
+import pickle
+import types
+import warnings
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
+
+import yaml
+
+from online_trainer.records.episode_table import PROTOCOL, dump_runs_to
+
+logger = logging.getLogger(__name__)
+
+ARGS_FILE = "args.yaml"
+CONFIG_FILE = "config.py"
+MANIFEST_FILE = "manifest.json"
+ALL_METRICS_FILE = "all_metrics.pkl"
+HYPERPARAMETERS_FILE = "hyperparameters.yaml"
+SET_ASIDE_DIR = ".replaced"
+"""Where ``overwrite=True`` keeps an earlier experiment until the call that replaces it ends."""
+# Files that belong to one multi_run: an earlier experiment is recognised by them and
+# ``overwrite=True`` replaces them (see online_trainer.experiment.manifest.set_aside).
+EXPERIMENT_PATTERNS = (
+    MANIFEST_FILE,
+    ALL_METRICS_FILE,
+    "metrics_run*.pkl",
+    "eval_run*.pkl",
+    "videos",
+    "Run*_E*",
+    "Run*_S*",
+    "Run*_Last*",
+    "Run*_Best_agent.t",
+    "Run*_Resume.pkl",
+    "Run*_Resume_agent*",
+    "events.out.tfevents.*",
+    "*.jsonl",
+    # the sinks of online_trainer.callbacks: CSV files, the MLflow store and run ids, W&B's files and run ids
+    "*.csv",
+    "mlflow.db",
+    "mlflow_runs.json",
+    "mlartifacts", "wandb",
+    "wandb_runs.json",
+    "slurm",  # the Slurm backend's results, progress and job logs
+)
+
+
+class TruncatedMetricsWarning(RuntimeWarning):
+    """A metrics stream ends in an incomplete chunk (its run was killed while writing)."""
+
+
+def metrics_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the metrics stream of run ``run_idx``."""
+    return Path(exp_dir) / f"metrics_run{run_idx}.pkl"
+
+
+def evaluations_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the evaluation stream of run ``run_idx`` (one record per evaluation)."""
+    return Path(exp_dir) / f"eval_run{run_idx}.pkl"
+
+
+def checkpoint_path(exp_dir: str | os.PathLike, run_idx: int, label: str) -> Path:
+    """Path prefix handed to ``agent.save``: ``Run{i}_{label}`` (``E10``, ``S5000``, ``Last``)."""
+    return Path(exp_dir) / f"Run{run_idx}_{label}"
+
+
+def resume_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of run ``run_idx``'s full checkpoint (see :mod:`online_trainer.run.full_checkpoint`)."""
+    return Path(exp_dir) / f"Run{run_idx}_Resume.pkl"
+
+
+def best_agent_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path of the torch-saved state of the agent at its best episode."""
+    return Path(exp_dir) / f"Run{run_idx}_Best_agent.t"
+
+
+def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
+    """Files in ``exp_dir`` written by an earlier ``multi_run``."""
+    found: set[Path] = set()
+    for pattern in EXPERIMENT_PATTERNS:
+        found.update(Path(p) for p in glob.glob(os.path.join(glob.escape(os.fspath(exp_dir)), pattern)))
+    return sorted(found)
+
+
+def write_atomic(path: str | os.PathLike,
+                 data: bytes | Iterable[bytes | memoryview] | Callable[[BinaryIO], None]) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in.
+
+    Args:
+        path: the file to replace.
+        data: bytes, pieces of them in order, or a function that writes the content to the open
+            file (``pickle.dump`` into it spares a copy of a large pickle in memory).
+
+    Raises:
+        OSError: naming ``path`` (a full disk, a read-only directory). On any error the
+            temporary file is removed and ``path`` is left as it was.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            elif isinstance(data, (bytes, bytearray, memoryview)):
+                f.write(data)
+            else:
+                f.writelines(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise write_error(exc, path) from exc
+        raise
+
+
+def write_error(exc: OSError, path: str | os.PathLike) -> OSError:
+    """``exc`` again, saying which file could not be written and what to do."""
+    hint = " Free some space or choose another exp_dir." if exc.errno == errno.ENOSPC else ""
+    return type(exc)(exc.errno, f"could not write {os.fspath(path)}: {exc.strerror or exc}.{hint}")
+
+
+# ---------------------------------------------------------------- metric streams
+
+
+class MetricsStream:
+    """Appends pickled chunks to a stream file (``metrics_run{i}.pkl``, ``eval_run{i}.pkl``).
+
+    Every chunk is one complete pickle of a list of records, handed to the operating system
+    in one write, so a run killed at any moment leaves every earlier chunk readable. The file
+    is created exclusively: an existing stream is never replaced. A run's episode records are
+    pickled from its columns (:meth:`online_trainer.records.episode_table.EpisodeTable.chunk`) and
+    written with :meth:`write`; other records are buffered with :meth:`append`, ``flush_every``
+    to a chunk.
+
+    Args:
+        path: the stream file.
+        flush_every: records buffered by :meth:`append` per chunk.
+        resume_at: continue a resumed run's stream, cut to this size (its :meth:`position` at the checkpoint).
+    """
+
+    def __init__(self, path: str | os.PathLike, flush_every: int = 10, resume_at: int | None = None) -> None:
+        self.path = Path(path)
+        self.flush_every = flush_every
+        self._buffer: list[dict[str, Any]] = []
+        if resume_at is None:
+            self._file: BinaryIO = open(self.path, "xb", buffering=0)
+        else:
+            self._file = open(self.path, "r+b" if self.path.exists() else "xb", buffering=0)
+            if os.fstat(self._file.fileno()).st_size < resume_at:
+                raise ValueError(f"{self.path} is shorter than its run's checkpoint recorded ({resume_at} bytes).")
+            self._file.truncate(resume_at)
+            self._file.seek(resume_at)
+
+    def position(self) -> int:
+        """The stream's size, everything buffered written: where a resumed run continues it."""
+        self.flush()
+        return self._file.tell()
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Buffer one record, writing a chunk when ``flush_every`` are buffered."""
+        self._buffer.append(record)
+        if len(self._buffer) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered records as one chunk.
+
+        Raises:
+            OSError: naming the stream (a full disk); earlier chunks stay readable.
+        """
+        if self._buffer:
+            try:
+                self.write(pickle.dumps(self._buffer, PROTOCOL))
+            finally:
+                self._buffer = []
+
+    def write(self, chunk: bytes) -> None:
+        """Write one chunk (a complete pickle) in one ``write(2)``.
+
+        Raises:
+            OSError: naming the stream (a full disk); earlier chunks stay readable.
+        """
+        try:
+            written = self._file.write(chunk)  # unbuffered: one write(2)
+            while written < len(chunk):  # a short write: the rest
+                written += self._file.write(memoryview(chunk)[written:])
+        except OSError as exc:
+            raise write_error(exc, self.path) from exc
+
+    def close(self) -> None:
+        """Write what is buffered and close the file."""
+        if not self._file.closed:
+            try:
+                self.flush()
+            finally:
+                with contextlib.suppress(OSError):  # flush said what failed; a second error would hide it
+                    self._file.close()
+
+
+def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Any]) -> None:
+    """Atomically write ``all_metrics.pkl``: the list of runs, each loading as a list of records (or None).
+
+    ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.records.episode_table.EpisodeTable`, list of
+    records, or None.
+    """
+    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, functools.partial(dump_runs_to, runs))
+
+
+def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:
+    """Yield the chunks of a metrics stream; a truncated last chunk ends it with a warning."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No metrics stream at {path}: the run has not started, or it ran with "
+                                "dump_metrics=False.")
+    with open(path, "rb") as f:
+        while True:
+            start = f.tell()
+            try:
+                chunk = pickle.load(f)
+            except EOFError:
+                if f.tell() != start or f.read(1):
+                    _warn_truncated(path, start)
+                return
+            except (pickle.UnpicklingError, ValueError, AttributeError, IndexError, TypeError) as exc:
+                _warn_truncated(path, start, exc)
+                return
+            yield chunk
+
+
+def _warn_truncated(path: Path, offset: int, exc: Exception | None = None) -> None:
+    detail = f" ({type(exc).__name__}: {exc})" if exc else ""
+    warnings.warn(
+        f"{path} ends in an incomplete chunk at byte {offset}{detail}: its run was probably killed "
+        "while writing; the complete chunks before it were loaded.",
+        TruncatedMetricsWarning,
+        stacklevel=3,
+    )
+
+
+# ---------------------------------------------------------------- manifest, args, config
+
+
+def read_manifest(exp_dir: str | os.PathLike) -> dict[str, Any]:
+    """Return the manifest of an experiment (seeds, budget, status of each run)."""
+    path = Path(exp_dir) / MANIFEST_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No experiment manifest at {path}: is {exp_dir} an experiment directory?")
+    return json.loads(path.read_text())
+
+
+def write_manifest(exp_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> None:
+    """Atomically replace the manifest of ``exp_dir``."""
+    write_atomic(Path(exp_dir) / MANIFEST_FILE, json.dumps(manifest, indent=2, default=str).encode())
+
+
+class _ArgsDumper(yaml.SafeDumper):
+    """Safe YAML that keeps tuples tuples, so ``load_args`` returns an equal Namespace."""
+
+
+class _ArgsLoader(yaml.SafeLoader):
+    pass
+
+
+_ArgsDumper.add_representer(tuple, lambda d, v: d.represent_sequence("tag:yaml.org,2002:python/tuple", v))
+_ArgsLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda l, n: tuple(l.construct_sequence(n)))
+
+
+def dump_args(args: argparse.Namespace | Mapping[str, Any]) -> str:
+    """Serialise ``args`` to YAML; raise ValueError naming a value YAML cannot hold."""
+    values = dict(vars(args) if isinstance(args, argparse.Namespace) else args)
+    try:
+        return yaml.dump(values, Dumper=_ArgsDumper, sort_keys=True)
+    except yaml.representer.RepresenterError as exc:
+        bad = next((k for k, v in values.items() if _not_yaml(v)), "?")
+        raise ValueError(
+            f"args[{bad!r}]={values.get(bad)!r} cannot be written to {ARGS_FILE}: use numbers, strings, "
+            "bools, None, lists, tuples or dicts of those."
+        ) from exc
+
+
+def _not_yaml(value: Any) -> bool:
+    try:
+        yaml.dump(value, Dumper=_ArgsDumper)
+    except yaml.representer.RepresenterError:
+        return True
+    return False
+
+
+def write_text_once(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (crash-safe, see :func:`write_atomic`) unless the same text is there.
+
+    Raises:
+        FileExistsError: ``path`` holds other text.
+        OSError: naming ``path`` (a full disk, a read-only directory); ``path`` is left as it was.
+    """
+    if path.exists():
+        if path.read_text(encoding="utf-8") == text:
+            return
+        raise FileExistsError(f"{path} already exists with other content: pass overwrite=True or another exp_dir.")
+    write_atomic(path, text.encode("utf-8"))
+
+
+def load_args(exp_dir: str | os.PathLike) -> argparse.Namespace:
+    """Return the ``args`` given to the trainer of ``exp_dir`` as an ``argparse.Namespace``."""
+    path = Path(exp_dir) / ARGS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No {ARGS_FILE} at {path}: the trainer was not given args.")
+    return argparse.Namespace(**(yaml.load(path.read_text(), Loader=_ArgsLoader) or {}))
+
+
+def load_config(exp_dir: str | os.PathLike) -> types.ModuleType:
+    """Import and return the ``config.py`` copied into ``exp_dir``."""
+    path = Path(exp_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"No {CONFIG_FILE} at {path}: the trainer was not given a config.")
+    spec = importlib.util.spec_from_file_location(f"online_trainer_config_{abs(hash(str(path)))}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"Cannot import {path} as a module.")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def _require_dir(exp_dir: str | os.PathLike) -> Path:
+    path = Path(exp_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"Experiment directory {path} does not exist.")
+    return path
+
+
+def run_indices(exp_dir: str | os.PathLike) -> list[int]:
+    """Indices of the runs of ``exp_dir`` that have a metrics stream, in order."""
+    path = _require_dir(exp_dir)
+    indices = []
+    for stream in path.glob("metrics_run*.pkl"):
+        suffix = stream.stem[len("metrics_run"):]
+        if suffix.isdigit():
+            indices.append(int(suffix))
+    return sorted(indices)
+
+
+def load_run_metrics(exp_dir: str | os.PathLike, run_idx: int) -> list[dict[str, Any]]:
+    """Return the episode records of run ``run_idx``, read from its metrics stream."""
+    _require_dir(exp_dir)
+    return [record for chunk in iter_metrics_chunks(metrics_path(exp_dir, run_idx)) for record in chunk]
+
+
+def load_all_run_metrics(exp_dir: str | os.PathLike) -> list[list[dict[str, Any]]]:
+    """Return the records of every run, ``[run][episode]``, read from the metrics streams."""
+    indices = run_indices(exp_dir)
+    if not indices:
+        raise FileNotFoundError(f"No metrics_run*.pkl in {exp_dir}: was it run with dump_metrics=True?")
+    return [load_run_metrics(exp_dir, i) for i in indices]
+
+
+def load_transitions(exp_dir: str | os.PathLike) -> list[list[list[tuple]]]:
+    """Return ``[run][episode]`` lists of ``(obs, action, reward, terminated, truncated)``."""
+    return [[record["transitions"] for record in run] for run in load_all_run_metrics(exp_dir)]
+
+
+def load_agent_logs(exp_dir: str | os.PathLike) -> list[list[dict[str, Any] | None]]:
+    """Return ``[run][episode]`` agent logs (dicts of arrays, or None)."""
+    return [[record["agent_logs"] for record in run] for run in load_all_run_metrics(exp_dir)]

@@ -1,0 +1,127 @@
+"""The built-in hook that writes a run's checkpoints and keeps its best agent state.
+
+With ``checkpoint_freq``: ``agent.save(exp_dir/Run{i}_E{n})`` after every ``checkpoint_freq``-th
+episode (episode budget) or ``agent.save(exp_dir/Run{i}_S{n})`` every ``checkpoint_freq`` env
+steps (step budget); ``Run{i}_Last`` when the run ends; ``Run{i}_Best_agent.t``, the
+``torch.save``d state ``agent.save()`` returned at the best training episode, or at the best
+evaluation when the run evaluates. ``keep_checkpoints=K`` keeps the last K periodic
+checkpoints of the run (``Last`` and ``Best`` are never deleted). Checkpoints hold a replay
+buffer as the agent's own ``save`` decides (``save_buffer=True`` for DQN and SAC; the run's
+full checkpoint takes it with ``checkpoint_buffers=True``, see :mod:`online_trainer.run.full_checkpoint`);
+the best state never holds one (``save(buffers=False)`` for agents whose ``save`` takes ``buffers``).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+from online_trainer.loop.budget import INFINITY
+from online_trainer.loop.factories import accepts_keyword
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.records import storage
+
+
+def serialised(state: Any) -> bytes:
+    """``state`` as ``torch.save`` writes it: a copy the agent cannot change later."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def remove_checkpoint(prefix: Path) -> None:
+    """Delete what ``agent.save(prefix)`` wrote: ``prefix`` itself and ``prefix.*`` (files or folders)."""
+    for path in prefix.parent.glob(f"{prefix.name}*"):
+        if path.name == prefix.name or path.name.startswith(f"{prefix.name}."):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+
+
+class RunCheckpoints(Hook):
+    """Writes one run's checkpoints and keeps its best agent state (see the module docstring).
+
+    Args:
+        agent: the run's agent (it has ``save``).
+        exp_dir: the experiment directory.
+        run_idx: the run's number.
+        freq: ``checkpoint_freq``: episodes (``by_episode``) or env steps between checkpoints.
+        by_episode: the run has an episode budget.
+        by_eval: the run evaluates: the best state is the one at the best evaluation mean.
+        keep: keep only the last this many periodic checkpoints; None keeps them all.
+    """
+
+    def __init__(self, agent: Any, exp_dir: str | os.PathLike, run_idx: int, freq: int, by_episode: bool,
+                 by_eval: bool, keep: int | None = None) -> None:
+        self.agent, self.exp_dir, self.run_idx, self.freq = agent, exp_dir, run_idx, freq
+        self.by_episode, self.by_eval, self.keep = by_episode, by_eval, keep
+        self.best_kwargs = {"buffers": False} if accepts_keyword(agent.save, "buffers") else {}
+        self.next_step: float = INFINITY if by_episode else freq
+        self.best_return = -INFINITY
+        """The best training return, or the best evaluation mean when the run evaluates."""
+        self.best_state: bytes | None = None  # torch-serialised, see _keep_best
+        self.saved: list[str] = []  # labels of the periodic checkpoints on disk, oldest first
+        self.every_steps = None if by_episode else freq
+        # episodes: the best training return (without evaluations) and checkpoints every freq-th episode
+        self.handles = frozenset({"on_run_end", "on_step" if not by_episode else "on_episodes",
+                                  "on_eval" if by_eval else "on_episodes"})
+
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        if not self.by_eval:
+            best = max((r for r in returns if r > self.best_return), default=None)
+            if best is not None:
+                self._keep_best(float(best))
+        if self.by_episode:
+            freq = self.freq
+            index = -(-first_index // freq) * freq  # the first multiple of freq among the batch's indices
+            while index < first_index + len(returns):
+                self._save(ctx, f"E{index}", periodic=True)
+                index += freq
+
+    def on_step(self, ctx: RunContext) -> None:
+        while ctx.global_step >= self.next_step:
+            self._save(ctx, f"S{int(self.next_step)}", periodic=True)
+            self.next_step += self.freq
+
+    def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
+        if result["mean"] > self.best_return:
+            self._keep_best(result["mean"])
+
+    def _keep_best(self, value: float) -> None:
+        """``agent.save()`` now, torch-serialised: a new best costs one serialisation, not a deep copy now and
+        a serialisation at the end."""
+        self.best_return = value
+        self.best_state = serialised(self.agent.save(**self.best_kwargs))
+
+    def _save(self, ctx: RunContext, label: str, periodic: bool = False) -> None:
+        """``agent.save`` to ``Run{i}_{label}``, announced to every hook (and, for a periodic one, a full checkpoint
+        of the run at the end of the step); the oldest periodic checkpoints beyond ``keep`` are then deleted."""
+        path = os.fspath(storage.checkpoint_path(self.exp_dir, self.run_idx, label))
+        self.agent.save(path)
+        if periodic:
+            self.saved.append(label)
+        ctx.checkpointed(path)
+        while periodic and self.keep is not None and len(self.saved) > self.keep:
+            remove_checkpoint(storage.checkpoint_path(self.exp_dir, self.run_idx, self.saved.pop(0)))
+
+    def on_run_end(self, ctx: RunContext) -> None:
+        """``Run{i}_Last`` and ``Run{i}_Best_agent.t`` (when some state was kept)."""
+        self._save(ctx, "Last")
+        if self.best_state is not None:
+            storage.write_atomic(storage.best_agent_path(self.exp_dir, self.run_idx), self.best_state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """``next_step``: the env step of the next periodic checkpoint (step budget); ``best_return`` and
+        ``best_state`` (bytes, or None); ``saved``: the labels of the periodic checkpoints kept on disk."""
+        return {"next_step": self.next_step, "best_return": self.best_return, "best_state": self.best_state,
+                "saved": list(self.saved)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.next_step, self.best_return = state["next_step"], float(state["best_return"])
+        self.best_state, self.saved = state["best_state"], list(state["saved"])

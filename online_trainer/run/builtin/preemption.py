@@ -1,0 +1,84 @@
+"""Preemption: SIGTERM or SIGUSR1 (what Slurm sends before it preempts a job) asks every run to write a
+full checkpoint at once and stop, as ``interrupted``, so that resuming loses nothing.
+
+The handler only sets a flag. Each run looks at it about every second, at one of its step
+thresholds (:class:`PreemptionWatch`, a built-in hook: no per-step cost), writes its full
+checkpoint at that step boundary, and raises :class:`~online_trainer.run.full_checkpoint.Preempted`.
+The parent forwards the signal to its worker processes and hands out no new run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from typing import Any, Callable, Iterator
+
+from online_trainer.loop.hook_protocol import Hook, RunContext
+
+logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+_requested = threading.Event()
+_received: list[int] = []  # the first preemption signal since handling() began
+
+
+def requested() -> bool:
+    """Whether a preemption signal came since :func:`handling` began."""
+    return _requested.is_set()
+
+
+def received() -> int | None:
+    """The preemption signal that came first since :func:`handling` began (None: none came)."""
+    return _received[0] if _received else None
+
+
+def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = True) -> None:
+    """Ask every run of this process to checkpoint and stop (what the signal handler does).
+
+    The first signal is logged once, unless ``announce`` is False: a worker process is quiet, as the
+    parent announces the signal it passes on (or that reached the whole process group).
+    """
+    if not _requested.is_set():
+        _received.append(signum)
+        if announce:
+            logger.warning("%s received: each run writes a full checkpoint at its next step and stops; no new run "
+                           "starts", signal.Signals(signum).name)
+    _requested.set()
+
+
+@contextlib.contextmanager
+def handling(forward: Callable[[int], None] | None = None) -> Iterator[None]:
+    """Handle SIGTERM and SIGUSR1 while the block runs (from the main thread only; elsewhere nothing changes).
+
+    Args:
+        forward: also called with the signal number (the worker pool passes it to its workers).
+    """
+    _requested.clear()
+    _received.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        request(signum, frame)
+        if forward is not None:
+            forward(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+class PreemptionWatch(Hook):
+    """Looks at the preemption flag about every second; once it is set, asks the run for a full checkpoint and a stop."""
+
+    every_seconds = 1.0
+
+    def on_step(self, ctx: RunContext) -> None:
+        if _requested.is_set():
+            ctx.preempt = True

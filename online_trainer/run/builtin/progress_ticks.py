@@ -1,0 +1,79 @@
+"""The built-in hook that moves a run's progress bar: episodes, step ticks, the last return and evaluation."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.progress.display import RunProgress
+
+PROGRESS_TICKS = 200  # step-budget bars move about this many times per run
+
+
+class ProgressTicks(Hook):
+    """Reports a run's progress to its bar.
+
+    Under an episode budget the bar moves at every batch of episodes; under a step budget
+    about :data:`PROGRESS_TICKS` times a run (its ``on_step``, every ``total_steps // 200``
+    env steps, at the cadence of every hook), showing the last episode's return. Each
+    evaluation's mean is shown as it ends.
+
+    Args:
+        progress: the run's bar.
+        budget: the run's budget.
+        raw: the run's raw-score reader (``score="raw"``): the bar shows raw scores; None shows returns.
+    """
+
+    def __init__(self, progress: RunProgress, budget: Budget, raw: Any = None) -> None:
+        self.progress, self.raw = progress, raw
+        self.by_episode = budget.num_episodes is not None
+        self.every_steps = None if self.by_episode else max(1, budget.total // PROGRESS_TICKS)
+        self.shown_steps = 0
+        self.shown_episodes = 0
+        self.last_returns: Any = None  # of the episodes that ended last (step budget)
+        self.ended = False
+
+    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        if self.raw is not None:
+            returns = self.raw.last
+        self.shown_episodes = ctx.episodes
+        if self.by_episode:
+            self.progress.episode_end(float(returns[-1]))
+            self.progress.advance(len(returns))
+        else:  # shown at the next tick
+            self.last_returns = returns
+
+    def on_step(self, ctx: RunContext) -> None:
+        self._show_last_return()
+        self.progress.advance(ctx.global_step - self.shown_steps)
+        self.shown_steps = ctx.global_step
+
+    def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
+        self.progress.eval_end(result["mean"])
+
+    def _show_last_return(self) -> None:
+        if self.last_returns is not None:
+            self.progress.episode_end(float(self.last_returns[-1]))
+
+    def on_run_end(self, ctx: RunContext) -> None:
+        """The bar reaches the run's last step."""
+        self.ended = True
+        self._show_last_return()
+        if not self.by_episode and ctx.global_step > self.shown_steps:
+            self.progress.advance(ctx.global_step - self.shown_steps)
+            self.shown_steps = ctx.global_step
+
+    def close(self) -> None:
+        """A run that failed shows the last return it had."""
+        if not self.ended:
+            self._show_last_return()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``shown_steps``: the env steps the bar shows (step budget); ``episodes``: the episodes it shows."""
+        return {"shown_steps": self.shown_steps, "episodes": self.shown_episodes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the state and move the (new) bar to where the run stood."""
+        self.shown_steps, self.shown_episodes = int(state["shown_steps"]), int(state["episodes"])
+        self.progress.advance(self.shown_episodes if self.by_episode else self.shown_steps)

@@ -1,0 +1,323 @@
+"""Full checkpoints: everything a run needs to continue exactly where it stood.
+
+A full checkpoint (``Run{i}_Resume.pkl``, replaced atomically each time) is written at a step
+boundary: after the env step whose handlers ran (episodes closed, evaluations and checkpoints
+due done), before the agent acts on the next observation. It is a :class:`FullCheckpoint` of
+layout version :data:`FORMAT`, written as plain data (each stateful part's ``to_state()``: dicts,
+lists, numbers and numpy arrays; no object of this package is pickled), and checked when it is
+read: a checkpoint of another version is refused before any run starts. It holds:
+
+- ``loop``: the loop's position (:class:`~online_trainer.loop.steps.LoopState`: global step,
+  episodes, the observation to act on);
+- ``tracker``: the episodes in progress of every sub-env (return, length, actions, logs:
+  :meth:`EpisodeTracker.to_state <online_trainer.loop.accounting.EpisodeTracker.to_state>`);
+- ``events``: the schedules and state of the run's event handlers and hooks;
+- ``agent``: the agent's ``save()`` (with its replay buffer when ``checkpoint_buffers``);
+- ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
+  or MuJoCo envs); None otherwise;
+- ``rng``: the global generators of ``random``, ``numpy`` and ``torch``, for agents that use them;
+- ``outputs``: where the metrics and evaluation streams and the callback's files stood.
+
+Resuming with the env in the checkpoint gives the records an uninterrupted run would have
+given (but ``wall_time``), when the agent's ``save``/``load`` hold its full state (the
+reference agents' do). Without it, the env restarts from a reset seeded from the run's seed
+and the resume point (:func:`restart_seed`); episodes in progress are dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import pickle
+import random
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import cloudpickle
+import numpy as np
+
+from online_trainer.loop import seeding
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.factories import accepts_keyword
+from online_trainer.loop.steps import LoopState
+from online_trainer.records import storage
+from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, stateful_hooks
+
+logger = logging.getLogger(__name__)
+
+FORMAT = 2
+"""The layout version of :class:`FullCheckpoint`: raise it whenever a part's ``to_state`` changes."""
+
+
+@dataclass(frozen=True)
+class FullCheckpoint:
+    """What a run needs to continue exactly where it stood (see the module docstring), as plain data.
+
+    Attributes:
+        run, seed, num_envs: the run's number, seed, and number of sub-envs.
+        loop: the loop's position.
+        tracker: :meth:`EpisodeTracker.to_state <online_trainer.loop.accounting.EpisodeTracker.to_state>`.
+        events: :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
+        agent: :func:`agent_state`.
+        env: the env pickled (:func:`env_bytes`), or None.
+        rng: :func:`global_rng_state`.
+        outputs: where the metrics and evaluation streams and the callback's files stood.
+        elapsed: the run's wall time so far, in seconds.
+        version: the layout version (:data:`FORMAT` when written by this version of the package).
+    """
+
+    run: int
+    seed: int
+    num_envs: int
+    loop: LoopState
+    tracker: dict[str, Any]
+    events: dict[str, Any]
+    agent: dict[str, Any]
+    env: bytes | None
+    rng: dict[str, Any]
+    outputs: dict[str, Any]
+    elapsed: float
+    version: int = FORMAT
+
+    def header(self) -> dict[str, Any]:
+        """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
+        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.run.hook_runner.saved_hooks`)."""
+        return {"format": self.version, "run": self.run, "seed": self.seed, "num_envs": self.num_envs,
+                "outputs": self.outputs, "global_step": self.loop.global_step, "episodes": self.loop.episodes,
+                "env_kept": self.env is not None, "elapsed": self.elapsed, "hooks": saved_hooks(self.events)}
+
+    def to_state(self) -> dict[str, Any]:
+        """The checkpoint as plain data (what the file holds after the header)."""
+        state = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        state["loop"] = self.loop.to_state()
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], source: Any = "the checkpoint") -> FullCheckpoint:
+        """The checkpoint :meth:`to_state` described.
+
+        Raises:
+            ValueError: it is of another layout version, or lacks a part (``source`` names it in the message).
+        """
+        check_version(state.get("version"), source)
+        names = [field.name for field in dataclasses.fields(cls)]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise ValueError(f"{source} lacks {missing}: it is damaged; remove it to start the run again.")
+        return cls(**{**{name: state[name] for name in names}, "loop": LoopState.from_state(state["loop"])})
+
+
+def check_version(version: Any, source: Any) -> None:
+    """Refuse a full checkpoint of another layout version than :data:`FORMAT`.
+
+    Raises:
+        ValueError: naming ``source`` and both versions.
+    """
+    if version != FORMAT:
+        raise ValueError(f"{source} was written by another version of online_trainer (format {version!r}, this one "
+                         f"reads {FORMAT}): the run cannot continue from it; remove it to start the run again.")
+
+
+def global_rng_state() -> dict[str, Any]:
+    """The state of the process-wide generators (``random``, ``numpy.random``, ``torch`` when imported)."""
+    torch = sys.modules.get("torch")
+    return {"random": random.getstate(), "numpy": np.random.get_state(),
+            "torch": None if torch is None else torch.get_rng_state()}
+
+
+def set_global_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`global_rng_state` returned."""
+    random.setstate(state["random"])
+    np.random.set_state(state["numpy"])
+    if state.get("torch") is not None:
+        import torch
+
+        torch.set_rng_state(state["torch"])
+
+
+def env_bytes(env: Any) -> bytes | None:
+    """``env`` pickled, or None when it does not pickle (an ``AsyncVectorEnv``, an env holding a window or a lock)."""
+    if hasattr(env, "processes") or hasattr(env, "parent_pipes"):  # an AsyncVectorEnv: its sub-envs live elsewhere
+        return None
+    try:
+        return cloudpickle.dumps(env)
+    except Exception as exc:  # anything can fail in a user's env's pickling
+        logger.debug("the env does not pickle (%s: %s): a resumed run restarts it from a reset", type(exc).__name__, exc)
+        return None
+
+
+def restart_seed(run_seed: int, global_step: int) -> int:
+    """The seed of the reset that restarts a resumed run's env when the env was not in the checkpoint."""
+    sequence = np.random.SeedSequence([run_seed, global_step, 0x726573756D65])  # apart from every other stream
+    return int(sequence.generate_state(1, dtype=np.uint32)[0] % (2**31 - seeding.SEED_STRIDE))
+
+
+HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
+
+
+def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
+    """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
+
+    The file is two pickles of plain data: a small header (:meth:`FullCheckpoint.header`), which
+    the parent reads to check the version and cut outputs back, then :meth:`FullCheckpoint.to_state`.
+    (The agent's own ``save()`` may hold what only cloudpickle pickles: the second part is written with it.)
+    """
+    header, state = checkpoint.header(), checkpoint.to_state()
+
+    def dump(file: Any) -> None:
+        pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
+        cloudpickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
+
+    storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any]) -> None:
+    """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
+
+    Args:
+        exp_dir: the experiment directory.
+        header: the checkpoint's header (:func:`read` with ``header_only``).
+        hooks: the user hooks of the call.
+
+    Raises:
+        ValueError: naming the run, its checkpoint and the hooks that differ.
+    """
+    saved = header.get("hooks")
+    if saved is None:  # written before headers listed them: the whole checkpoint says
+        state = read(exp_dir, header["run"])
+        saved = {} if state is None else saved_hooks(state.events)
+    where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
+    check_saved_hooks(saved, stateful_hooks(hooks), where)
+
+
+def read(exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False) -> Any:
+    """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its header, a dict of
+    :data:`HEADER_KEYS` and the loop's counts), or None when it has none.
+
+    Raises:
+        ValueError: the file was written with another layout version (:data:`FORMAT`), or is damaged.
+    """
+    path = storage.resume_path(exp_dir, run_idx)
+    if not path.is_file():
+        return None
+    with open(path, "rb") as file:
+        header = pickle.load(file)
+        check_version(header.get("format") if isinstance(header, dict) else None, path)
+        return header if header_only else FullCheckpoint.from_state(pickle.load(file), path)
+
+
+def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
+    """How far run ``run_idx`` got, as its records on disk and its full checkpoint say.
+
+    For a run that ended without finishing (failed, interrupted, preempted): ``global_step`` and
+    ``wall_time`` (seconds since the run started) of its last record or of its checkpoint, whichever
+    is further on, and ``episodes``, the records on disk (or the checkpoint's count when higher);
+    None where neither says (no metrics stream, no checkpoint).
+    """
+    progress: dict[str, Any] = {"episodes": None, "global_step": None, "wall_time": None}
+    path = storage.metrics_path(exp_dir, run_idx)
+    if path.is_file():
+        count, last = 0, None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", storage.TruncatedMetricsWarning)  # a killed run: its complete chunks
+            for chunk in storage.iter_metrics_chunks(path):
+                count, last = count + len(chunk), chunk[-1] if chunk else last
+        if last is not None:
+            progress = {"episodes": count, "global_step": last.get("global_step"), "wall_time": last.get("wall_time")}
+    try:
+        header = read(exp_dir, run_idx, header_only=True)
+    except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
+        header = None
+    if header is not None and header["global_step"] >= (progress["global_step"] or 0):
+        progress = {"episodes": max(progress["episodes"] or 0, header["episodes"]),
+                    "global_step": header["global_step"], "wall_time": header.get("elapsed", progress["wall_time"])}
+    return progress
+
+
+class Preempted(KeyboardInterrupt):
+    """A run wrote a full checkpoint on a preemption signal (SIGTERM, SIGUSR1) and stopped: it is ``interrupted``,
+    and resuming continues it from there."""
+
+    def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
+        where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
+        super().__init__(f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or "
+                         "`online-trainer resume EXP_DIR`")
+
+
+def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: bool) -> dict[str, Any]:
+    """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
+    save = agent.save
+    state = save(buffers=True) if buffers and accepts_keyword(save, "buffers") else save()
+    if state is not None:
+        return {"state": state}
+    path = str(storage.checkpoint_path(exp_dir, run_idx, "Resume_agent"))
+    save(path)
+    return {"path": path}
+
+
+def load_agent(agent: Any, entry: dict[str, Any]) -> None:
+    """Restore what :func:`agent_state` saved."""
+    agent.load(entry["state"] if "state" in entry else entry["path"])
+
+
+def restored_env(saved: FullCheckpoint | None) -> Any:
+    """The env of a full checkpoint, as it was (None when there is no checkpoint or the env did not pickle)."""
+    if saved is None or saved.env is None:
+        return None
+    return cloudpickle.loads(saved.env)
+
+
+def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> LoopState:
+    """Load the agent's state and return the :class:`~online_trainer.loop.steps.LoopState` the run goes on from.
+
+    With the env in the checkpoint the loop goes on with the observation it was about to act
+    on; without, the env is reset with :func:`restart_seed` and episodes in progress are dropped.
+
+    Raises:
+        ValueError: the env has another number of sub-envs than the checkpoint's run.
+    """
+    if env.num_envs != saved.num_envs:
+        raise ValueError(f"num_envs={env.num_envs}, but run {saved.run} was checkpointed with "
+                         f"num_envs={saved.num_envs}: resume with the env the experiment ran with.")
+    load_agent(agent, saved.agent)
+    loop = saved.loop
+    if saved.env is not None:
+        return loop
+    restart = restart_seed(seed, loop.global_step)
+    logger.info("run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
+                "the episodes in progress were dropped", saved.run, restart, loop.global_step)
+    obs, _ = env.reset(seed=restart)
+    return LoopState(loop.global_step, loop.episodes, obs)
+
+
+def restored_tracker(saved: FullCheckpoint, fresh: EpisodeTracker) -> EpisodeTracker:
+    """``fresh`` (a new tracker of the run) set to the checkpoint's when its env was kept; else numbering on from
+    it, with the records it kept."""
+    if saved.env is not None:
+        fresh.from_state(saved.tracker)
+    else:
+        fresh.number_from(saved.loop.episodes, saved.tracker["table"])
+    fresh.start_time = time.perf_counter() - saved.elapsed
+    return fresh
+
+
+def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
+    """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
+    streams and its checkpoint removed.
+
+    Args:
+        exp_dir: the experiment directory.
+        run: the run's number.
+        continue_run: continue from the full checkpoint (False: start again whatever there is).
+    """
+    header = read(exp_dir, run, header_only=True) if continue_run else None
+    if header is None:
+        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
+                     storage.resume_path(exp_dir, run)):
+            path.unlink(missing_ok=True)  # a run that starts again from its first step
+    return header

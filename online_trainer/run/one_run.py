@@ -1,0 +1,333 @@
+"""One run: build env and agent, seed them, drive the loop, and persist what it produced."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from online_trainer.callbacks import EmptyCallBack
+from online_trainer.errors import RunSetupError
+from online_trainer.loop import raw_scores, seeding
+from online_trainer.loop.accounting import EpisodeTracker
+from online_trainer.loop.budget import Budget
+from online_trainer.loop.evaluation import Evaluator, eval_seed
+from online_trainer.loop.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.loop.steps import StepLogger, run_loop
+from online_trainer.options.groups import RunPlan
+from online_trainer.progress.display import NoProgress, Progress
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.run import full_checkpoint
+from online_trainer.run.events import run_events
+from online_trainer.run.hook_runner import StopRun
+
+logger = logging.getLogger(__name__)
+
+FRAME_RENDER_MODES = ("rgb_array", "rgb_array_list", "ansi")
+COMPLETED = frozenset({"finished", "stopped_early"})
+"""Statuses of runs that ended as they should: their budget spent, or stopped by a hook."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one run needs; it travels to worker processes with cloudpickle."""
+
+    run_idx: int
+    """The run's number, from 1 (``metrics_run1.pkl``, ``Run1_Last``, ``ep_return/run_1``)."""
+    seed: int
+    env_factory: EnvFactory
+    agent_factory: AgentFactory
+    options: RunPlan
+    """What every run of the experiment shares (budget, checkpoints, records, evaluation)."""
+    callback: Any
+    train: bool = True
+    copy_agent: bool = False
+    """Run on a deep copy of the agent instance the user passed (several runs in one process)."""
+    tuning_hp: dict[str, Any] | None = None
+    exp_dir: str | None = None
+    eval_env_factory: EnvFactory | None = None
+    """The eval env's factory (None: the training env's, called once more) when evaluating."""
+    eval_only: bool = False
+    """Only evaluate the agent as built (a saved checkpoint): ``options.evaluation.episodes`` episodes, seeded with ``seed``."""
+    checkpoint: str = ""
+    """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
+    task_id: int = -1
+    """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
+    label: str = ""
+    """Name on the progress display; empty: ``run {run_idx}``."""
+    tag_prefix: str = ""
+    """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
+    resume: bool = False
+    """Continue from the run's full checkpoint (``Run{i}_Resume.pkl``) when it has one."""
+
+    @property
+    def key(self) -> int:
+        """The id executors and the progress display know this run by."""
+        return self.run_idx if self.task_id < 0 else self.task_id
+
+    @property
+    def name(self) -> str:
+        return self.label or f"run {self.run_idx}"
+
+    @property
+    def budget(self) -> Budget:
+        """The run's budget (``options.budget``)."""
+        return self.options.budget
+
+
+@dataclass
+class RunResult:
+    """What a run hands back: its records (unless kept out of memory) and its counts."""
+
+    run_idx: int
+    seed: int
+    records: EpisodeTable | list[dict[str, Any]] | None
+    """The run's episode records (an :class:`EpisodeTable`; :func:`as_records` makes them dicts)."""
+    key: int = -1
+    episodes: int = 0
+    global_step: int = 0
+    wall_time: float = 0.0
+    status: str = "finished"
+    """``finished``, ``stopped_early`` (a hook called ``ctx.stop``; ``extra["stop_reason"]`` says why), ``failed``,
+    or ``setup_failed`` (raised before its first env step)."""
+    error: str | None = None
+    agent: Any = None
+    """The run's agent after its last step (when the spec says ``keep_agent``)."""
+    evaluations: list[dict[str, Any]] | None = None
+    """The run's evaluation records (when it evaluated)."""
+    env_info: dict[str, Any] = field(default_factory=dict)
+    """``num_envs`` and ``autoreset_mode`` of the run's env, for the manifest."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def raise_if_setup_failed(self) -> None:
+        """Raise :class:`RunSetupError` (with the run's own exception) when the run failed before its first step."""
+        if self.status == "setup_failed":
+            cause = self.extra.get("exception_object")
+            if cause is None:
+                cause = RuntimeError(self.extra.get("exception", "?") + "\n" + (self.error or ""))
+            raise RunSetupError(self.run_idx, self.seed, cause)
+
+
+def prepare_agent(spec: RunSpec, env: Any) -> Any:
+    """Build the run's agent, check it, and call the optional protocol methods in order.
+
+    When training: ``reset(seed)``, ``set_num_env(n)``, ``set_hp(tuning_hp)``, ``train()``.
+    With ``train=False`` the agent is used as given: ``set_num_env(n)``, ``set_hp`` when
+    hyperparameters were given, then ``eval()``; never ``reset``.
+    """
+    agent = spec.agent_factory(env, copy=spec.copy_agent)
+    check_agent(agent, spec.agent_factory.source)
+    if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
+        raise TypeError(f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
+                        f"{agent!r} lacks: add it, or drop checkpoint_freq.")
+    if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
+        raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
+                        "add set_hp(dict), or drop tuning_hp.")
+    if spec.train:
+        _call_if_present(agent, "reset", spec.seed)
+    _call_if_present(agent, "set_num_env", env.num_envs)
+    if spec.tuning_hp:
+        agent.set_hp(dict(spec.tuning_hp))
+    _call_if_present(agent, "train" if spec.train else "eval")
+    return agent
+
+
+def _call_if_present(agent: Any, name: str, *args: Any) -> None:
+    method = getattr(agent, name, None)
+    if callable(method):
+        method(*args)
+
+
+def _end_sink_run(spec: RunSpec, status: str) -> None:
+    """Tell the callback that the run ended without finishing; its own error must not hide the run's."""
+    try:
+        _call_if_present(spec.callback, "end_run", spec.run_idx, status)
+    except Exception as exc:
+        logger.error("run %d: the callback's end_run raised after the run ended (%s): %s", spec.run_idx, status, exc)
+
+
+def _check_env(env: Any, frames_trigger: Any = None) -> None:
+    if env.num_envs > seeding.SEED_STRIDE:
+        raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
+                         f"at most {seeding.SEED_STRIDE} sub-envs.")
+    render_mode = getattr(env, "render_mode", None)
+    supported = env.metadata.get("render_modes") or []
+    if render_mode is not None and supported and render_mode not in supported:
+        raise ValueError(f"render_mode={render_mode!r} is not a render mode of this env, which supports "
+                         f"{list(supported)}: make the env with one of them.")
+    if frames_trigger is not None and render_mode not in FRAME_RENDER_MODES:
+        raise ValueError(f"frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
+                         f"the env's render_mode is {render_mode!r}: make the env with render_mode='rgb_array' "
+                         f"(or one of {list(FRAME_RENDER_MODES)}), or drop frames_trigger.")
+
+
+def _warn_if_nan(obs: Any, run_idx: int) -> None:
+    """Log a warning when the first observation of a run holds NaN (the env is probably broken)."""
+    leaves = obs.values() if isinstance(obs, dict) else obs if isinstance(obs, tuple) else (obs,)
+    for leaf in leaves:
+        if isinstance(leaf, (dict, tuple)):
+            _warn_if_nan(leaf, run_idx)
+        elif isinstance(leaf, np.ndarray) and leaf.dtype.kind == "f" and np.isnan(leaf).any():
+            logger.warning("run %d: the env's first observation holds NaN; the agent will learn from it", run_idx)
+            return
+
+
+def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Run one seed to the end of its budget.
+
+    The env factory and the agent factory are called once each. Everything before the
+    first env step (building, checking and seeding the env and agent, the first actions)
+    raises :class:`RunSetupError`, so that executors can stop every run at the first
+    such error. The metrics stream is flushed on every exit path (normal end, exception,
+    KeyboardInterrupt); the exception then propagates.
+    """
+    if spec.eval_only:
+        return evaluate_only(spec, progress)
+    progress = progress or NoProgress()
+    start = time.perf_counter()
+    env = events = bar = evaluator = saved = resumed_from = None
+    stop_reason = None
+    sink_run_open = False
+    try:
+        try:
+            saved = full_checkpoint.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
+            env = full_checkpoint.restored_env(saved)
+            if env is None:
+                env = spec.env_factory()
+            _check_env(env, spec.options.records.frames_trigger)
+            agent = prepare_agent(spec, env)
+            mode = autoreset_mode(env)
+            with_raw = raw_scores.detect(env, spec.options.records.score, "training env")
+            if saved is None:
+                obs, _ = env.reset(seed=spec.seed)
+            else:
+                resumed_from = full_checkpoint.continue_run(saved, env, agent, spec.seed)
+                obs = resumed_from.obs
+            _warn_if_nan(obs, spec.run_idx)
+            first_actions = agent.act(obs)
+            check_actions(first_actions, env, agent)
+            if spec.options.evaluation is not None and spec.options.num_eval_episodes:
+                eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
+                video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
+                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.evaluation.episodes, spec.train,
+                                      video_dir, spec.options.evaluation.record_video, score=spec.options.records.score)
+            # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
+            _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
+                             spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
+            sink_run_open = True
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        render_mode = getattr(env, "render_mode", None)
+        render = render_mode in FRAME_RENDER_MODES
+        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.options.dump_transitions, keep_frames=render,
+                                 observation_space=env.single_observation_space,
+                                 action_space=env.single_action_space, frames_trigger=spec.options.records.frames_trigger,
+                                 render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
+        if saved is not None:
+            tracker = full_checkpoint.restored_tracker(saved, tracker)
+        if with_raw:  # reads the (restored) table
+            tracker.raw = raw_scores.RawScores(tracker.table, mode)
+        callback = spec.callback
+        callback.reset()
+        agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
+        step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
+        bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
+        events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved.outputs)
+        if resumed_from is not None:
+            assert saved is not None  # the run resumed from it
+            ctx = events.hooks.ctx
+            ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
+            events.load_state_dict(saved.events)  # the bar too shows where the run stood
+        elif render and tracker.wants_frame():
+            tracker.add_frames(env.render())
+        try:
+            events.start()
+            if saved is not None:  # after on_run_start: the loop goes on with the generators it had
+                full_checkpoint.set_global_rng_state(saved.rng)
+            global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
+                                             step_logger, resumed_from)
+        except StopRun as stop:
+            global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
+            logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
+                        stop_reason)
+        events.finish(True, global_step)
+        sink_run_open = False
+        _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
+    except BaseException as error:
+        if events is not None:
+            try:
+                events.finish(False, 0)
+            except Exception as exc:  # the run's own error is the one to report
+                logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+        if sink_run_open:
+            _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
+        raise
+    finally:
+        if events is not None:
+            events.hooks.close()  # closed already, unless finishing failed
+        if bar is not None:
+            bar.close()
+        if env is not None:
+            if saved is not None and saved.env is not None:
+                env.close()  # the checkpoint's copy, not the factory's
+            else:
+                spec.env_factory.release(env)
+        if evaluator is not None:
+            evaluator.env.close()
+    return RunResult(
+        run_idx=spec.run_idx,
+        seed=spec.seed,
+        records=tracker.table if spec.options.records.in_memory and tracker.table.first == 0 else None,
+        key=spec.key,
+        episodes=episodes,
+        global_step=global_step,
+        wall_time=time.perf_counter() - start + (saved.elapsed if saved is not None else 0.0),
+        agent=agent if spec.options.records.keep_agents else None,
+        evaluations=events.evaluations.records if events.evaluations is not None else None,
+        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
+                  "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
+        status="finished" if stop_reason is None else "stopped_early",
+        extra={} if stop_reason is None else {"stop_reason": stop_reason},
+    )
+
+
+def _env_id(env: Any) -> str | None:
+    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        envs = getattr(env, "envs", None)
+        spec = getattr(envs[0], "spec", None) if envs else None
+    env_id = getattr(spec, "id", None)
+    return env_id if isinstance(env_id, str) else None
+
+
+def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
+    """Evaluate the agent ``spec`` builds (typically from a checkpoint), as during training.
+
+    The eval env is reset with ``spec.seed`` (the run's eval seed) and the episodes are
+    played exactly as a run's evaluations are, so evaluating a run's last checkpoint gives
+    the result of its final evaluation during training.
+    """
+    start = time.perf_counter()
+    bar = (progress or NoProgress()).open_run(spec.key, spec.name, spec.options.num_eval_episodes, "episodes")
+    env = None
+    try:
+        try:
+            env = (spec.eval_env_factory or spec.env_factory)()
+            agent = prepare_agent(spec, env)
+        except Exception as exc:
+            raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        evaluator = Evaluator(env, agent, spec.seed, spec.options.num_eval_episodes, training=False,
+                              score=spec.options.records.score)
+        record = evaluator.evaluate(0, 0)
+        bar.advance(spec.options.num_eval_episodes)
+    finally:
+        bar.close()
+        if env is not None:
+            (spec.eval_env_factory or spec.env_factory).release(env)
+    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
+                     wall_time=time.perf_counter() - start, evaluations=[record])

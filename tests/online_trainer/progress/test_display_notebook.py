@@ -1,0 +1,122 @@
+"""The progress display where the cursor cannot move (a notebook without ipywidgets, a file, a CI
+log): one line of text, no terminal escape codes; a bar per run in a terminal."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+from tqdm.notebook import tqdm_notebook
+
+from online_trainer.progress import display as progress
+
+
+def drive(display: progress.ProgressDisplay) -> None:
+    """Three runs, two at once, as the executors drive the display."""
+    for key in (1, 2):
+        display.open_run(key, f"run {key}", 10, "episodes")
+    for _ in range(10):
+        display.advance(1, 1, 1.5)
+        display.advance(2, 1, -2.0)
+    display.run_finished(1, failed=False)
+    display.open_run(3, "run 3", 10, "episodes")
+    display.advance(3, 10, 0.5)
+    display.run_finished(2, failed=True)
+    display.run_finished(3, failed=False)
+    display.close_all()
+
+
+def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypatch, capsys, caplog, terminal):
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
+    monkeypatch.setattr(progress, "_told_about_widgets", False)
+    with caplog.at_level(logging.WARNING, logger=progress.__name__):
+        drive(progress.ProgressDisplay(3, 10, "episodes"))
+        progress.ProgressDisplay(3, 10, "episodes").close_all()
+    err = capsys.readouterr().err
+    assert "\x1b[" not in err
+    assert "all runs" in err and "run 1" not in err
+    assert err.count("3/3 runs done, 1 failed") == 1  # the final state is drawn once
+    told = [r.getMessage() for r in caplog.records if "ipywidgets" in r.getMessage()]
+    assert len(told) == 1 and "pip install ipywidgets" in told[0]  # once a process
+
+
+def test_text_bars_in_a_file_keep_to_one_line_drawn_once_a_state(monkeypatch, capsys):
+    # pytest's captured stderr is no terminal: what a CI log or `python run.py 2> log.txt` gets
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    drive(progress.ProgressDisplay(3, 10, "episodes"))
+    err = capsys.readouterr().err
+    assert "\x1b[" not in err and "run 1" not in err
+    assert err.count("0/3 runs done]") == 1  # the bar is made with its postfix, not drawn twice
+    assert err.count("3/3 runs done, 1 failed") == 1
+    lines = err.splitlines()  # a log keeps each state on a line of its own, none blank
+    assert "\r" not in err and err.endswith("\n") and all(line.startswith("all runs") for line in lines)
+    assert len(lines) == len(set(lines)) >= 3
+
+
+def test_a_bar_in_a_log_writes_each_state_once_on_its_own_line():
+    lines = []
+    stream = progress._LogLines(types.SimpleNamespace(write=lines.append, flush=lambda: None))
+    for text in ["\rall runs:   0%|", "\rall runs:  30%|   ", "\rall runs:  30%|", "", "\rall runs: 100%|", "\n"]:
+        assert stream.write(text) == len(text)  # as tqdm writes: "\r" + state, padded; "\n" when it closes
+    assert lines == ["all runs:   0%|\n", "all runs:  30%|\n", "all runs: 100%|\n"]
+    stream.write("a message\n")  # anything else passes as it is
+    assert lines[-1] == "a message\n"
+
+
+def test_importing_in_jupyter_without_ipywidgets_warns_of_nothing():
+    code = textwrap.dedent("""
+        import sys, types, warnings
+        sys.modules["ipykernel.zmqshell"] = types.ModuleType("ipykernel.zmqshell")
+        sys.modules["IPython"] = types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace())
+        sys.modules["ipywidgets"] = None  # not installed
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import online_trainer.progress.display
+        from tqdm.auto import tqdm
+        print(tqdm.__module__, [str(w.message) for w in caught])
+    """)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "tqdm.asyncio []"  # tqdm.auto fell back to text bars, silently
+
+
+def test_text_bars_in_a_terminal_draw_a_bar_per_run(monkeypatch, capsys, terminal):
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    drive(progress.ProgressDisplay(3, 10, "episodes"))
+    err = capsys.readouterr().err
+    assert "run 1" in err and "\x1b[" in err  # the per-run bars move the cursor: fine in a terminal only
+
+
+def test_a_jupyter_kernel_is_recognised(monkeypatch):
+    shell = types.SimpleNamespace(config={"IPKernelApp": {}})
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert progress._text_in_notebook()
+    shell.config = {"TerminalIPythonApp": {}}  # IPython in a terminal
+    assert not progress._text_in_notebook()
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert not progress._text_in_notebook()
+
+
+def test_tqdm_auto_is_recognised_as_text_bars_and_widgets_are_not(monkeypatch):
+    # the class tqdm.auto gives outside Jupyter (or without ipywidgets) is a subclass of tqdm.std.tqdm,
+    # not tqdm.std.tqdm itself: an identity test never recognised it
+    assert progress._text_bars()
+    monkeypatch.setattr(progress, "tqdm", type("tqdm", (tqdm_notebook, progress.tqdm), {}))  # as tqdm.auto builds it
+    assert not progress._text_bars()
+    assert not progress._text_in_notebook()
+
+
+def test_bars_written_to_a_log_redraw_rarely(monkeypatch):
+    # pytest's captured stderr is no terminal: a CI log, a file, a pipe
+    bar = progress._bar(total=10)
+    assert bar.mininterval == 30.0
+    bar.close()
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
+    bar = progress._bar(total=10)
+    assert bar.mininterval == 1.0
+    bar.close()
