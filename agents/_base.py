@@ -17,7 +17,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from online_trainer.agents._state import numpy_rng_state, pack_state, read_state, set_numpy_rng_state, unpack_state, write_state
+from online_trainer.agents._state import (
+    numpy_rng_state,
+    pack_state,
+    read_state,
+    set_numpy_rng_state,
+    unpack_state,
+    write_state,
+)
 from online_trainer.options.typed import build
 
 logger = logging.getLogger(__name__)
@@ -164,7 +171,9 @@ class AgentBase:
             if self.steps:
                 logger.warning(
                     "%s.set_hp(%s) re-initialises the agent after %d steps of learning.",
-                    type(self).__name__, sorted(changed & self.STRUCTURAL), self.steps,
+                    type(self).__name__,
+                    sorted(changed & self.STRUCTURAL),
+                    self.steps,
                 )
             self.reset(self._seed)
         elif changed:
@@ -216,17 +225,19 @@ class AgentBase:
             The state object, or the name of the file written.
         """
         with_buffers = bool(getattr(self.config, "save_buffer", False)) if buffers is None else bool(buffers)
-        state = pack_state({
-            "agent": type(self).__name__,
-            "config": dataclasses.asdict(self.config),
-            "seed": self._seed,
-            "num_envs": self.num_envs,
-            "steps": self.steps,
-            "np_rng": numpy_rng_state(self.np_rng),
-            "torch_rng": self.torch_gen.get_state(),
-            **self._state(),
-            **self._buffer_state(with_buffers),
-        })
+        state = pack_state(
+            {
+                "agent": type(self).__name__,
+                "config": dataclasses.asdict(self.config),
+                "seed": self._seed,
+                "num_envs": self.num_envs,
+                "steps": self.steps,
+                "np_rng": numpy_rng_state(self.np_rng),
+                "torch_rng": self.torch_gen.get_state(),
+                **self._state(),
+                **self._buffer_state(with_buffers),
+            }
+        )
         return state if path is None else write_state(path, state)
 
     def load(self, path: str | os.PathLike | dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -77,16 +78,24 @@ class DQNConfig:
         require(self.lr_end >= 0, "lr_end", self.lr_end, ">= 0")
         require(self.lr_decay_steps >= 0, "lr_decay_steps", self.lr_decay_steps, ">= 0")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
-        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "target_update_interval",
-                     "log_interval", "cnn_features"):
+        for name in (
+            "buffer_size",
+            "batch_size",
+            "train_freq",
+            "gradient_steps",
+            "target_update_interval",
+            "log_interval",
+            "cnn_features",
+        ):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         for name in ("learning_starts", "exploration_steps"):
             require(getattr(self, name) >= 0, name, getattr(self, name), ">= 0")
         require(0 < self.tau <= 1, "tau", self.tau, "in (0, 1]")
         require(0 <= self.epsilon_start <= 1, "epsilon_start", self.epsilon_start, "in [0, 1]")
         require(0 <= self.epsilon_end <= 1, "epsilon_end", self.epsilon_end, "in [0, 1]")
-        require(self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm,
-                "> 0 or None")
+        require(
+            self.max_grad_norm is None or self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "> 0 or None"
+        )
         require(self.loss in ("huber", "mse"), "loss", self.loss, "'huber' or 'mse'")
         require(all(h >= 1 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes, "positive widths")
         require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {sorted(ACTIVATIONS)}")
@@ -117,8 +126,9 @@ class DQNAgent(AgentBase):
     Config = DQNConfig
     STRUCTURAL = frozenset({"hidden_sizes", "activation", "buffer_size", "cnn_features"})
 
-    def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
-                 **hyperparameters: Any) -> None:
+    def __init__(
+        self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None, **hyperparameters: Any
+    ) -> None:
         self.device = resolve_device(device)
         super().__init__(env, seed=seed, **hyperparameters)
 
@@ -226,8 +236,13 @@ class DQNAgent(AgentBase):
         n_real = int(np.count_nonzero(real))
         if n_real == 0:
             return
-        self.buffer.add(obs[real], actions[real], np.asarray(reward)[real], self.encoder.pack(next_obs)[real],
-                        np.asarray(terminated, dtype=bool)[real])
+        self.buffer.add(
+            obs[real],
+            actions[real],
+            np.asarray(reward)[real],
+            self.encoder.pack(next_obs)[real],
+            np.asarray(terminated, dtype=bool)[real],
+        )
         cfg = self.config
         before, self.steps = self.steps, self.steps + n_real
         if self.steps >= cfg.learning_starts and len(self.buffer) >= cfg.batch_size:
@@ -274,12 +289,14 @@ class DQNAgent(AgentBase):
                 self._q_sum += q.detach().mean()
                 self._n_logged += 1
                 if self.gradient_steps_done % cfg.log_interval == 0:
-                    call_back({
-                        "loss": float(self._loss_sum) / self._n_logged,
-                        "q_mean": float(self._q_sum) / self._n_logged,
-                        "epsilon": self.epsilon,
-                        "gradient_steps": self.gradient_steps_done,
-                    })
+                    call_back(
+                        {
+                            "loss": float(self._loss_sum) / self._n_logged,
+                            "q_mean": float(self._q_sum) / self._n_logged,
+                            "epsilon": self.epsilon,
+                            "gradient_steps": self.gradient_steps_done,
+                        }
+                    )
                     self._loss_sum = self._q_sum = 0.0
                     self._n_logged = 0
 

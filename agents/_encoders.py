@@ -113,8 +113,9 @@ class ObsEncoder:
             parts = [space[key] for key in self.keys]
             self._sizes = [1 if isinstance(p, gym.spaces.Discrete) else int(np.prod(space_shape(p))) for p in parts]
             self._starts = [int(p.start) if isinstance(p, gym.spaces.Discrete) else 0 for p in parts]
-            self._one_hot = [np.eye(p.n, dtype=np.float32) if isinstance(p, gym.spaces.Discrete) else None
-                             for p in parts]
+            self._one_hot = [
+                np.eye(p.n, dtype=np.float32) if isinstance(p, gym.spaces.Discrete) else None for p in parts
+            ]
             all_uint8 = all(isinstance(p, gym.spaces.Box) and p.dtype == np.uint8 for p in parts)
             self.storage_dtype = np.dtype(np.uint8 if all_uint8 else np.float32)
             self.storage_shape: tuple[int, ...] = (sum(self._sizes),)
@@ -186,8 +187,9 @@ class ImageEncoder(nn.Module):
         else:
             specs = [(width_out, 2, 1) for width_out in (16, 32, 64)][: min(height, width) - 1]
         if not specs:
-            raise ValueError(f"Images must be at least 2x2 for the CNN encoder but got shape {layout.shape}. "
-                             f"{WRAPPER_HINT}")
+            raise ValueError(
+                f"Images must be at least 2x2 for the CNN encoder but got shape {layout.shape}. {WRAPPER_HINT}"
+            )
         layers: list[nn.Module] = []
         in_channels = channels
         for out_channels, kernel, stride in specs:
@@ -243,8 +245,9 @@ class DictEncoder(nn.Module):
         return torch.cat([encoder(part) for encoder, part in zip(self.encoders, parts)], dim=1)
 
 
-def feature_layers(space: gym.Space, features: int, generator: torch.Generator,
-                   orthogonal: bool = False) -> tuple[list[nn.Module], int]:
+def feature_layers(
+    space: gym.Space, features: int, generator: torch.Generator, orthogonal: bool = False
+) -> tuple[list[nn.Module], int]:
     """The layers that map :class:`ObsEncoder` output to MLP input, and the MLP's input width.
 
     No layer (and the encoder's ``dim``) for vector, ``Discrete`` and ``MultiBinary``

@@ -58,10 +58,13 @@ def resolve_device(device: str | torch.device) -> torch.device:
     try:
         resolved = torch.device(device)
     except (RuntimeError, TypeError) as error:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>' but got device={device!r}.") from error
+        raise ValueError(
+            f"device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>' but got device={device!r}."
+        ) from error
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device={str(device)!r} was requested but CUDA is not available; use device='cpu' "
-                         f"or device='auto'.")
+        raise ValueError(
+            f"device={str(device)!r} was requested but CUDA is not available; use device='cpu' or device='auto'."
+        )
     return resolved
 
 

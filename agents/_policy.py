@@ -35,8 +35,16 @@ class ActorCritic(nn.Module):
             vectors), whose output has ``obs_dim`` columns.
     """
 
-    def __init__(self, obs_dim: int, action_space: gym.Space, hidden_sizes: Sequence[int], activation: str,
-                 log_std_init: float, generator: torch.Generator, features: Sequence[nn.Module] = ()) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        action_space: gym.Space,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        log_std_init: float,
+        generator: torch.Generator,
+        features: Sequence[nn.Module] = (),
+    ) -> None:
         super().__init__()
         self.features = nn.Sequential(*features)
         self._shared = len(features) > 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -85,10 +86,18 @@ class PPOConfig:
         parse_schedule(self.lr, "lr")
         parse_schedule(self.clip_coef, "clip_coef")
         scheduled = [name for name in ("lr", "clip_coef") if is_scheduled(getattr(self, name))]
-        require(not self.anneal_lr or "lr" not in scheduled, "anneal_lr", self.anneal_lr,
-                f"False when lr is a schedule (lr={self.lr!r} decays already)")
-        require(not scheduled or (self.total_steps is not None and self.total_steps > 0), "total_steps",
-                self.total_steps, f"a positive int when {' and '.join(scheduled)} decay(s) over the run")
+        require(
+            not self.anneal_lr or "lr" not in scheduled,
+            "anneal_lr",
+            self.anneal_lr,
+            f"False when lr is a schedule (lr={self.lr!r} decays already)",
+        )
+        require(
+            not scheduled or (self.total_steps is not None and self.total_steps > 0),
+            "total_steps",
+            self.total_steps,
+            f"a positive int when {' and '.join(scheduled)} decay(s) over the run",
+        )
         for name in ("n_steps", "n_epochs", "minibatch_size", "cnn_features"):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
@@ -100,8 +109,12 @@ class PPOConfig:
         require(self.vf_coef >= 0, "vf_coef", self.vf_coef, ">= 0")
         require(self.obs_clip > 0, "obs_clip", self.obs_clip, "> 0")
         require(self.reward_clip > 0, "reward_clip", self.reward_clip, "> 0")
-        require(not self.anneal_lr or (self.total_steps is not None and self.total_steps > 0), "total_steps",
-                self.total_steps, "a positive int when anneal_lr=True")
+        require(
+            not self.anneal_lr or (self.total_steps is not None and self.total_steps > 0),
+            "total_steps",
+            self.total_steps,
+            "a positive int when anneal_lr=True",
+        )
         require(all(h >= 1 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes, "positive widths")
         require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {sorted(ACTIVATIONS)}")
 
@@ -133,11 +146,11 @@ class PPOAgent(AgentBase):
     """
 
     Config = PPOConfig
-    STRUCTURAL = frozenset({"hidden_sizes", "activation", "n_steps", "log_std_init", "normalize_obs",
-                            "cnn_features"})
+    STRUCTURAL = frozenset({"hidden_sizes", "activation", "n_steps", "log_std_init", "normalize_obs", "cnn_features"})
 
-    def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
-                 **hyperparameters: Any) -> None:
+    def __init__(
+        self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None, **hyperparameters: Any
+    ) -> None:
         self.device = resolve_device(device)
         super().__init__(env, seed=seed, **hyperparameters)
 
@@ -155,12 +168,21 @@ class PPOAgent(AgentBase):
     def _build(self) -> None:
         cfg = self.config
         if cfg.normalize_obs and not self.encoder.vector and not self.encoder.one_hot:
-            raise ValueError(f"normalize_obs=True applies to vector Box observations but got observation_space="
-                             f"{self.observation_space}: image pixels are scaled by the CNN encoder. Set "
-                             f"normalize_obs=False.")
+            raise ValueError(
+                f"normalize_obs=True applies to vector Box observations but got observation_space="
+                f"{self.observation_space}: image pixels are scaled by the CNN encoder. Set "
+                f"normalize_obs=False."
+            )
         features, width = feature_layers(self.observation_space, cfg.cnn_features, self.torch_gen, orthogonal=True)
-        self.policy = ActorCritic(width, self.action_space, cfg.hidden_sizes, cfg.activation,
-                                  cfg.log_std_init, self.torch_gen, features=features).to(self.device)
+        self.policy = ActorCritic(
+            width,
+            self.action_space,
+            cfg.hidden_sizes,
+            cfg.activation,
+            cfg.log_std_init,
+            self.torch_gen,
+            features=features,
+        ).to(self.device)
         self._lr_schedule = parse_schedule(cfg.lr, "lr")
         self._clip_schedule = parse_schedule(cfg.clip_coef, "clip_coef")
         self.optimizer = adam(self.policy.parameters(), self._lr_schedule(1.0), cfg.adam_eps)
@@ -215,8 +237,12 @@ class PPOAgent(AgentBase):
             actions = self.policy.sample(out, self.np_rng)
             log_probs, _ = self.policy.log_prob_entropy(out, actions)
         actions_np = actions.cpu().numpy()
-        self._pending = {"obs": x, "actions": actions_np, "log_probs": log_probs.cpu().numpy(),
-                         "values": values.cpu().numpy()}
+        self._pending = {
+            "obs": x,
+            "actions": actions_np,
+            "log_probs": log_probs.cpu().numpy(),
+            "values": values.cpu().numpy(),
+        }
         return self._to_env(actions_np)
 
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -255,14 +281,23 @@ class PPOAgent(AgentBase):
         reward = np.asarray(reward, dtype=np.float64)
         if cfg.normalize_obs and self.encoder.vector:
             self.obs_rms.update(self.encoder(self.encoder.pack(next_obs))[real])
-        rewards = (self.reward_scaler(reward, terminated | truncated, real) if cfg.normalize_reward
-                   else reward.astype(np.float32))
+        rewards = (
+            self.reward_scaler(reward, terminated | truncated, real)
+            if cfg.normalize_reward
+            else reward.astype(np.float32)
+        )
         final_values = np.zeros(self.num_envs, dtype=np.float32)
         bootstrap = real & truncated & ~terminated
         if bootstrap.any():
             final_values[bootstrap] = self._values(self._features(next_obs)[bootstrap])
-        self.rollout.add(**pending, rewards=rewards, terminated=terminated, truncated=truncated,
-                         final_values=final_values, valid=real)
+        self.rollout.add(
+            **pending,
+            rewards=rewards,
+            terminated=terminated,
+            truncated=truncated,
+            final_values=final_values,
+            valid=real,
+        )
         if cfg.log_step_values:
             self._last = (pending["values"], pending["log_probs"], real)
         self.steps += int(np.count_nonzero(real))
@@ -290,8 +325,9 @@ class PPOAgent(AgentBase):
 
         obs, actions, old_log_probs = flat(rollout.obs), flat(rollout.actions), flat(rollout.log_probs)
         old_values, adv, ret = flat(rollout.values), flat(advantages), flat(returns)
-        stats: dict[str, list[torch.Tensor]] = {k: [] for k in
-                                                ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")}
+        stats: dict[str, list[torch.Tensor]] = {
+            k: [] for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+        }
         params = list(self.policy.parameters())
         for _ in range(cfg.n_epochs):
             epoch_kl = []
@@ -329,8 +365,9 @@ class PPOAgent(AgentBase):
         if call_back is not None:
             report = {key: torch.stack(values).mean().item() for key, values in stats.items()}
             var_ret = ret.var().item() if ret.numel() > 1 else 0.0
-            report["explained_variance"] = (float("nan") if var_ret == 0 else
-                                            1.0 - (ret - old_values).var().item() / var_ret)
+            report["explained_variance"] = (
+                float("nan") if var_ret == 0 else 1.0 - (ret - old_values).var().item() / var_ret
+            )
             report["lr"] = lr
             report["clip_range"] = clip
             report["updates"] = self.updates
@@ -342,8 +379,10 @@ class PPOAgent(AgentBase):
         if self._last is None or not self.training or not self.config.log_step_values:
             return None
         values, log_probs, real = self._last
-        return [{"value": values[i : i + 1], "log_prob": log_probs[i : i + 1]} if real[i] else None
-                for i in range(len(real))]
+        return [
+            {"value": values[i : i + 1], "log_prob": log_probs[i : i + 1]} if real[i] else None
+            for i in range(len(real))
+        ]
 
     def _state(self) -> dict[str, Any]:
         return {

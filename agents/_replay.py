@@ -18,8 +18,14 @@ class ReplayBuffer:
         action_dtype: dtype actions are stored with.
     """
 
-    def __init__(self, capacity: int, obs_shape: tuple[int, ...], obs_dtype: Any,
-                 action_shape: tuple[int, ...] = (), action_dtype: Any = np.int64) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        obs_dtype: Any,
+        action_shape: tuple[int, ...] = (),
+        action_dtype: Any = np.int64,
+    ) -> None:
         self.capacity = int(capacity)
         self.obs = np.zeros((self.capacity, *obs_shape), dtype=obs_dtype)
         self.next_obs = np.zeros_like(self.obs)
@@ -74,8 +80,11 @@ class ReplayBuffer:
         if with_data:
             n = self.size
             state.update(
-                obs=self.obs[:n], next_obs=self.next_obs[:n], actions=self.actions[:n],
-                rewards=self.rewards[:n], terminated=self.terminated[:n],
+                obs=self.obs[:n],
+                next_obs=self.next_obs[:n],
+                actions=self.actions[:n],
+                rewards=self.rewards[:n],
+                terminated=self.terminated[:n],
             )
         return state
 

@@ -72,8 +72,9 @@ class Rollout:
 
     FIELDS = ("obs", "actions", "log_probs", "values", "rewards", "terminated", "truncated", "final_values", "valid")
 
-    def __init__(self, n_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...],
-                 action_dtype: Any) -> None:
+    def __init__(
+        self, n_steps: int, num_envs: int, obs_dim: int, action_shape: tuple[int, ...], action_dtype: Any
+    ) -> None:
         shape = (n_steps, num_envs)
         self.n_steps = n_steps
         self.obs = np.zeros((*shape, obs_dim), dtype=np.float32)
@@ -101,8 +102,17 @@ class Rollout:
 
     def advantages(self, last_values: np.ndarray, gamma: float, gae_lambda: float) -> tuple[np.ndarray, np.ndarray]:
         """:func:`masked_gae` over the stored steps."""
-        return masked_gae(self.rewards, self.values, self.terminated, self.truncated, self.final_values,
-                          self.valid, last_values, gamma, gae_lambda)
+        return masked_gae(
+            self.rewards,
+            self.values,
+            self.terminated,
+            self.truncated,
+            self.final_values,
+            self.valid,
+            last_values,
+            gamma,
+            gae_lambda,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The stored steps (views) and the write position."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -27,12 +28,14 @@ def parse_ent_coef(value: float | str) -> tuple[bool, float]:
         init: float | None = 1.0 if value == "auto" else None
         if value.startswith("auto_"):
             try:
-                init = float(value[len("auto_"):])
+                init = float(value[len("auto_") :])
             except ValueError:
                 init = None
         if init is None or not init > 0:
-            raise ValueError(f"ent_coef must be 'auto', 'auto_<initial value>' such as 'auto_0.1', or a positive "
-                             f"number but got ent_coef={value!r}.")
+            raise ValueError(
+                f"ent_coef must be 'auto', 'auto_<initial value>' such as 'auto_0.1', or a positive "
+                f"number but got ent_coef={value!r}."
+            )
         return True, init
     require(value > 0, "ent_coef", value, "> 0, 'auto' or 'auto_<initial value>'")
     return False, float(value)
@@ -87,13 +90,21 @@ class SACConfig:
         require(self.lr > 0, "lr", self.lr, "> 0")
         require(0 <= self.gamma <= 1, "gamma", self.gamma, "in [0, 1]")
         require(0 < self.tau <= 1, "tau", self.tau, "in (0, 1]")
-        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps", "target_update_interval",
-                     "cnn_features", "log_interval"):
+        for name in (
+            "buffer_size",
+            "batch_size",
+            "train_freq",
+            "gradient_steps",
+            "target_update_interval",
+            "cnn_features",
+            "log_interval",
+        ):
             require(getattr(self, name) >= 1, name, getattr(self, name), ">= 1")
         require(self.learning_starts >= 0, "learning_starts", self.learning_starts, ">= 0")
         parse_ent_coef(self.ent_coef)
-        require(self.log_std_min < self.log_std_max, "log_std_min", self.log_std_min,
-                f"< log_std_max={self.log_std_max}")
+        require(
+            self.log_std_min < self.log_std_max, "log_std_min", self.log_std_min, f"< log_std_max={self.log_std_max}"
+        )
         require(all(h >= 1 for h in self.hidden_sizes), "hidden_sizes", self.hidden_sizes, "positive widths")
         require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {sorted(ACTIVATIONS)}")
 
@@ -125,23 +136,29 @@ class SACAgent(AgentBase):
     """
 
     Config = SACConfig
-    STRUCTURAL = frozenset({"hidden_sizes", "activation", "buffer_size", "ent_coef", "cnn_features",
-                            "log_std_min", "log_std_max"})
+    STRUCTURAL = frozenset(
+        {"hidden_sizes", "activation", "buffer_size", "ent_coef", "cnn_features", "log_std_min", "log_std_max"}
+    )
 
-    def __init__(self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None,
-                 **hyperparameters: Any) -> None:
+    def __init__(
+        self, env: Any, *, device: str | torch.device = "cpu", seed: int | None = None, **hyperparameters: Any
+    ) -> None:
         self.device = resolve_device(device)
         super().__init__(env, seed=seed, **hyperparameters)
 
     def _check_spaces(self) -> None:
         space = self.action_space
         if not isinstance(space, gym.spaces.Box):
-            raise ValueError(f"SACAgent needs a Box action space but got action_space={space}; for Discrete "
-                             f"actions use DQNAgent or PPOAgent.")
+            raise ValueError(
+                f"SACAgent needs a Box action space but got action_space={space}; for Discrete "
+                f"actions use DQNAgent or PPOAgent."
+            )
         if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
-            raise ValueError(f"SACAgent needs a bounded Box action space (it squashes actions into the bounds) but "
-                             f"got action_space={space}; wrap the env with gymnasium.wrappers.RescaleAction or "
-                             f"ClipAction to give it bounds.")
+            raise ValueError(
+                f"SACAgent needs a bounded Box action space (it squashes actions into the bounds) but "
+                f"got action_space={space}; wrap the env with gymnasium.wrappers.RescaleAction or "
+                f"ClipAction to give it bounds."
+            )
         self.encoder = ObsEncoder(self.observation_space)
         self._action_dim = int(np.prod(space.shape))
         low, high = space.low.reshape(-1).astype(np.float64), space.high.reshape(-1).astype(np.float64)
@@ -151,20 +168,23 @@ class SACAgent(AgentBase):
         cfg = self.config
         gen = self.torch_gen
         features, width = feature_layers(self.observation_space, cfg.cnn_features, gen)
-        self.actor = SquashedGaussianActor(features, width, self._action_dim, cfg.hidden_sizes, cfg.activation,
-                                           (cfg.log_std_min, cfg.log_std_max), gen).to(self.device)
+        self.actor = SquashedGaussianActor(
+            features, width, self._action_dim, cfg.hidden_sizes, cfg.activation, (cfg.log_std_min, cfg.log_std_max), gen
+        ).to(self.device)
         features, width = feature_layers(self.observation_space, cfg.cnn_features, gen)
         self.critic = TwinQ(features, width, self._action_dim, cfg.hidden_sizes, cfg.activation, gen).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = adam(self.actor.parameters(), cfg.lr)
         self.critic_optimizer = adam(self.critic.parameters(), cfg.lr)
         self.tune_entropy, init = parse_ent_coef(cfg.ent_coef)
-        self.log_ent_coef = torch.tensor([np.log(init)], dtype=torch.float32, device=self.device,
-                                         requires_grad=self.tune_entropy)
+        self.log_ent_coef = torch.tensor(
+            [np.log(init)], dtype=torch.float32, device=self.device, requires_grad=self.tune_entropy
+        )
         self.ent_optimizer = adam([self.log_ent_coef], cfg.lr) if self.tune_entropy else None
         self.target_entropy = float(-self._action_dim if cfg.target_entropy is None else cfg.target_entropy)
-        self.buffer = ReplayBuffer(cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype,
-                                   (self._action_dim,), np.float32)
+        self.buffer = ReplayBuffer(
+            cfg.buffer_size, self.encoder.storage_shape, self.encoder.storage_dtype, (self._action_dim,), np.float32
+        )
         self.gradient_steps_done = 0
         self._stats: dict[str, torch.Tensor | float] = {}  # sums of detached tensors between two reports
         self._n_logged = 0
@@ -205,8 +225,9 @@ class SACAgent(AgentBase):
         if self.steps < self.config.learning_starts:
             squashed = self.np_rng.uniform(-1.0, 1.0, size=(n, self._action_dim)).astype(np.float32)
         else:
-            noise = torch.as_tensor(self.np_rng.standard_normal((n, self._action_dim), dtype=np.float32),
-                                    device=self.device)
+            noise = torch.as_tensor(
+                self.np_rng.standard_normal((n, self._action_dim), dtype=np.float32), device=self.device
+            )
             with torch.inference_mode():
                 squashed = self.actor.act(self._features(packed), noise).cpu().numpy()
         self._pending = (np.array(packed, copy=True), squashed)
@@ -234,8 +255,13 @@ class SACAgent(AgentBase):
         n_real = int(np.count_nonzero(real))
         if n_real == 0:
             return
-        self.buffer.add(obs[real], actions[real], np.asarray(reward)[real], self.encoder.pack(next_obs)[real],
-                        np.asarray(terminated, dtype=bool)[real])
+        self.buffer.add(
+            obs[real],
+            actions[real],
+            np.asarray(reward)[real],
+            self.encoder.pack(next_obs)[real],
+            np.asarray(terminated, dtype=bool)[real],
+        )
         cfg = self.config
         before, self.steps = self.steps, self.steps + n_real
         if self.steps >= cfg.learning_starts and len(self.buffer) >= cfg.batch_size:
@@ -258,8 +284,7 @@ class SACAgent(AgentBase):
             self.gradient_steps_done += 1
             if self.gradient_steps_done % cfg.target_update_interval == 0:
                 with torch.no_grad():
-                    torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()),
-                                         cfg.tau)
+                    torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), cfg.tau)
             if call_back is not None:
                 for key, value in stats.items():
                     self._stats[key] = self._stats.get(key, 0.0) + value
@@ -270,9 +295,16 @@ class SACAgent(AgentBase):
                     call_back(report)
                     self._stats, self._n_logged = {}, 0
 
-    def _gradient_step(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor, next_obs: torch.Tensor,
-                       not_terminal: torch.Tensor, noise: torch.Tensor, next_noise: torch.Tensor
-                       ) -> dict[str, torch.Tensor]:
+    def _gradient_step(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        rewards: torch.Tensor,
+        next_obs: torch.Tensor,
+        not_terminal: torch.Tensor,
+        noise: torch.Tensor,
+        next_noise: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
         """One update of the entropy coefficient, the critics and the actor; detached statistics."""
         pi_actions, log_prob = self.actor.sample(obs, noise)
         ent_coef = self.log_ent_coef.detach().exp()
@@ -298,8 +330,12 @@ class SACAgent(AgentBase):
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()
-        stats.update(actor_loss=actor_loss.detach(), critic_loss=critic_loss.detach(), ent_coef=ent_coef,
-                     q_mean=q.detach().mean())
+        stats.update(
+            actor_loss=actor_loss.detach(),
+            critic_loss=critic_loss.detach(),
+            ent_coef=ent_coef,
+            q_mean=q.detach().mean(),
+        )
         return stats
 
     # ------------------------------------------------------------ persistence

@@ -33,8 +33,16 @@ class SquashedGaussianActor(nn.Module):
         generator: torch generator of the initial weights.
     """
 
-    def __init__(self, features: Sequence[nn.Module], in_dim: int, action_dim: int, hidden_sizes: Sequence[int],
-                 activation: str, log_std_bounds: tuple[float, float], generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        features: Sequence[nn.Module],
+        in_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        log_std_bounds: tuple[float, float],
+        generator: torch.Generator,
+    ) -> None:
         super().__init__()
         self.features = nn.Sequential(*features)
         self.net = mlp((in_dim, *hidden_sizes, 2 * action_dim), activation, generator)
@@ -80,8 +88,15 @@ class TwinQ(nn.Module):
         generator: torch generator of the initial weights.
     """
 
-    def __init__(self, features: Sequence[nn.Module], in_dim: int, action_dim: int, hidden_sizes: Sequence[int],
-                 activation: str, generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        features: Sequence[nn.Module],
+        in_dim: int,
+        action_dim: int,
+        hidden_sizes: Sequence[int],
+        activation: str,
+        generator: torch.Generator,
+    ) -> None:
         super().__init__()
         self.features = nn.Sequential(*features)
         self._shared = len(features) > 0

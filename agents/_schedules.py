@@ -7,7 +7,7 @@ training to 0 at its end (Stable-Baselines3's convention): ``"lin_0.2"`` is
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 Schedule = Callable[[float], float]
 """A value as a function of the progress remaining (1 at the start, 0 at the end)."""
@@ -25,12 +25,14 @@ def parse_schedule(value: float | str, name: str) -> Schedule:
         start: float | None = None
         if value.startswith(LINEAR_PREFIX):
             try:
-                start = float(value[len(LINEAR_PREFIX):])
+                start = float(value[len(LINEAR_PREFIX) :])
             except ValueError:
                 start = None
         if start is None or not start > 0:
-            raise ValueError(f"{name} must be a positive number or a linear schedule 'lin_<start>' such as "
-                             f"'lin_0.001' (decaying linearly to 0 over total_steps) but got {name}={value!r}.")
+            raise ValueError(
+                f"{name} must be a positive number or a linear schedule 'lin_<start>' such as "
+                f"'lin_0.001' (decaying linearly to 0 over total_steps) but got {name}={value!r}."
+            )
         return lambda progress_remaining: start * progress_remaining
     if not value > 0:
         raise ValueError(f"{name} must be > 0 but got {name}={value!r}.")

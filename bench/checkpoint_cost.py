@@ -33,8 +33,16 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "bench" / "README.md"
 # config -> budget for this bench (steps, or episodes for an episode budget); short enough for 2 cores
-BUDGETS = {"cliffwalking_q": 200, "cartpole_ppo": 20_000, "cartpole_dqn": 20_000, "pendulum_ppo": 20_000,
-           "pendulum_sac": 8_000, "minigrid_ppo": 20_000, "breakout_ppo": 4_096, "halfcheetah_sac": 8_000}
+BUDGETS = {
+    "cliffwalking_q": 200,
+    "cartpole_ppo": 20_000,
+    "cartpole_dqn": 20_000,
+    "pendulum_ppo": 20_000,
+    "pendulum_sac": 8_000,
+    "minigrid_ppo": 20_000,
+    "breakout_ppo": 4_096,
+    "halfcheetah_sac": 8_000,
+}
 BUFFER_AGENTS = ("dqn", "sac")
 
 
@@ -53,24 +61,42 @@ def measure(config: str, budget: int, buffers: bool) -> dict:
         start = time.perf_counter()
         original(self, loop)
         seconds = time.perf_counter() - start
-        snapshots.append((loop.global_step, seconds,
-                          os.path.getsize(storage.resume_path(self.spec.exp_dir, self.spec.run_idx))))
+        snapshots.append(
+            (loop.global_step, seconds, os.path.getsize(storage.resume_path(self.spec.exp_dir, self.spec.run_idx)))
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         RunEvents.snapshot = timed
         try:
             start = time.perf_counter()
             with contextlib.redirect_stdout(io.StringIO()):  # the command's own table
-                code = main(["run", str(ROOT / "configs" / f"{config}.yaml"), "num_runs=1", "num_workers=1",
-                             f"{unit}={budget}", f"checkpoint_freq={max(1, budget // 4)}", f"exp_dir={tmp}/exp",
-                             f"checkpoint_buffers={'true' if buffers else 'false'}", "--no-progress"])
+                code = main(
+                    [
+                        "run",
+                        str(ROOT / "configs" / f"{config}.yaml"),
+                        "num_runs=1",
+                        "num_workers=1",
+                        f"{unit}={budget}",
+                        f"checkpoint_freq={max(1, budget // 4)}",
+                        f"exp_dir={tmp}/exp",
+                        f"checkpoint_buffers={'true' if buffers else 'false'}",
+                        "--no-progress",
+                    ]
+                )
             wall = time.perf_counter() - start
         finally:
             RunEvents.snapshot = original
     if code != 0:
         raise RuntimeError(f"online-trainer run {config} exited with {code}")
-    return {"config": config, "agent": data["agent"]["name"], "buffers": buffers, "unit": unit, "budget": budget,
-            "snapshots": snapshots, "wall": wall}
+    return {
+        "config": config,
+        "agent": data["agent"]["name"],
+        "buffers": buffers,
+        "unit": unit,
+        "budget": budget,
+        "snapshots": snapshots,
+        "wall": wall,
+    }
 
 
 def row(result: dict) -> str:
@@ -78,14 +104,18 @@ def row(result: dict) -> str:
     unit = "episodes" if result["unit"] == "num_episodes" else "steps"
     share = sum(seconds) / result["wall"]
     buffers = "yes" if result["buffers"] else ("no" if result["agent"] in BUFFER_AGENTS else "-")
-    return (f"| {result['config']} | {buffers} | {len(seconds)} in {result['budget']:,} {unit} | "
-            f"{1e3 * float(np.median(seconds)):.1f} [{1e3 * min(seconds):.1f}-{1e3 * max(seconds):.1f}] | "
-            f"{sizes[-1] / 1e6:.2f} (step {steps[-1]:,}) | {100 * share:.2f}% |")
+    return (
+        f"| {result['config']} | {buffers} | {len(seconds)} in {result['budget']:,} {unit} | "
+        f"{1e3 * float(np.median(seconds)):.1f} [{1e3 * min(seconds):.1f}-{1e3 * max(seconds):.1f}] | "
+        f"{sizes[-1] / 1e6:.2f} (step {steps[-1]:,}) | {100 * share:.2f}% |"
+    )
 
 
 def table(results: list[dict]) -> str:
-    header = ("| config | replay buffer in it | full checkpoints | ms each, median [min-max] | MB, the last "
-              "(at env step) | share of the run's wall time |\n|---|---|---|---|---|---|")
+    header = (
+        "| config | replay buffer in it | full checkpoints | ms each, median [min-max] | MB, the last "
+        "(at env step) | share of the run's wall time |\n|---|---|---|---|---|---|"
+    )
     return "\n".join([header, *(row(r) for r in results)])
 
 
@@ -97,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     results, skipped = [], []
     for config in args.only:
         agent = yaml.safe_load((ROOT / "configs" / f"{config}.yaml").read_text())["agent"]["name"]
-        for buffers in ((False, True) if agent in BUFFER_AGENTS else (False,)):
+        for buffers in (False, True) if agent in BUFFER_AGENTS else (False,):
             try:
                 results.append(measure(config, BUDGETS[config], buffers))
             except Exception as exc:  # an extra not installed: say so and go on

@@ -70,8 +70,17 @@ def run_config(target: Target, out: Path) -> tuple[Path, float]:
     config = yaml.safe_load((ROOT / "configs" / f"{target.config}.yaml").read_text())
     budget = config.get("num_episodes") or config.get("total_steps")
     exp_dir = out / target.config
-    command = [sys.executable, "-m", "online_trainer", "run", str(ROOT / "configs" / f"{target.config}.yaml"),
-               f"exp_dir={exp_dir}", "overwrite=true", f"checkpoint_freq={budget}", "--no-progress"]
+    command = [
+        sys.executable,
+        "-m",
+        "online_trainer",
+        "run",
+        str(ROOT / "configs" / f"{target.config}.yaml"),
+        f"exp_dir={exp_dir}",
+        "overwrite=true",
+        f"checkpoint_freq={budget}",
+        "--no-progress",
+    ]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT)
     return exp_dir, time.perf_counter() - start
@@ -83,8 +92,9 @@ def greedy_returns(exp_dir: Path, episodes: int = 20) -> list[float]:
     from online_trainer.config.builders import factories_from_config
 
     make_env, make_agent = factories_from_config(exp_dir)
-    episodes_df = OnlineTrainer(make_env, make_agent).evaluate("last", num_episodes=episodes, num_workers=2,
-                                                               exp_dir=exp_dir, overwrite=True, progress=False)
+    episodes_df = OnlineTrainer(make_env, make_agent).evaluate(
+        "last", num_episodes=episodes, num_workers=2, exp_dir=exp_dir, overwrite=True, progress=False
+    )
     return [float(v) for v in episodes_df.groupby("run")["ep_return"].mean()]
 
 
@@ -110,14 +120,19 @@ def main() -> None:
         last10, greedy = last10_returns(exp_dir), greedy_returns(exp_dir)
         results[target.config] = {"last10": last10, "greedy": greedy, "wall": wall}
         results_file.write_text(json.dumps(results, indent=2))
-        print(f"{target.title}: last-10 {np.round(last10, 1).tolist()} greedy {np.round(greedy, 1).tolist()}; "
-              f"{wall / 60:.1f} min", flush=True)
+        print(
+            f"{target.title}: last-10 {np.round(last10, 1).tolist()} greedy {np.round(greedy, 1).tolist()}; "
+            f"{wall / 60:.1f} min",
+            flush=True,
+        )
     rows = []
     for target in TARGETS:
         if target.config in results:
             result = results[target.config]
             measured = result["greedy"] if target.measure == "greedy" else result["last10"]
-            rows.append((target, result["last10"], result["greedy"], sum(map(target.reached, measured)), result["wall"]))
+            rows.append(
+                (target, result["last10"], result["greedy"], sum(map(target.reached, measured)), result["wall"])
+            )
     table = render(rows)
     print(table)
     if len(rows) == len(TARGETS):  # every config measured (in this call or earlier ones into --out)
@@ -129,16 +144,23 @@ def render(rows) -> str:
 
     from online_trainer import aggregate
 
-    lines = ["| config | target | last-10 return per seed | greedy return per seed | greedy mean [95% CI] | "
-             "greedy IQM [95% CI] | seeds at target | wall time |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| config | target | last-10 return per seed | greedy return per seed | greedy mean [95% CI] | "
+        "greedy IQM [95% CI] | seeds at target | wall time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for target, last10, greedy, reached, wall in rows:
         sign = ">=" if target.at_least else ">"
         stats = aggregate(pd.DataFrame({"final_return": greedy})).iloc[0]
-        cell = lambda name: f"{stats[name]:.1f} [{stats[name + '_lo']:.1f}, {stats[name + '_hi']:.1f}]"
-        lines.append(f"| {target.title} | {target.measure} {sign} {target.threshold:g} | "
-                     f"{', '.join(f'{v:.1f}' for v in last10)} | {', '.join(f'{v:.1f}' for v in greedy)} | "
-                     f"{cell('mean')} | {cell('iqm')} | {reached}/{len(greedy)} | {wall / 60:.1f} min |")
+
+        def cell(name, stats=stats):
+            return f"{stats[name]:.1f} [{stats[name + '_lo']:.1f}, {stats[name + '_hi']:.1f}]"
+
+        lines.append(
+            f"| {target.title} | {target.measure} {sign} {target.threshold:g} | "
+            f"{', '.join(f'{v:.1f}' for v in last10)} | {', '.join(f'{v:.1f}' for v in greedy)} | "
+            f"{cell('mean')} | {cell('iqm')} | {reached}/{len(greedy)} | {wall / 60:.1f} min |"
+        )
     return "\n".join(lines)
 
 

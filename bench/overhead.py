@@ -60,8 +60,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer.hooks import Hook
 
 DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}
@@ -177,7 +177,9 @@ def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: st
     return records
 
 
-def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tuple[float, float, list[tuple[float, int]]]:
+def time_variant(
+    variant: str, num_envs: int, total_steps: int, seed: int
+) -> tuple[float, float, list[tuple[float, int]]]:
     """Wall and CPU seconds of one run of ``variant``, and its episodes.
 
     The env is built and the experiment directory made before the timer starts.
@@ -198,12 +200,14 @@ def time_variant(variant: str, num_envs: int, total_steps: int, seed: int) -> tu
     return wall, cpu, episodes
 
 
-def measure(num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+def measure(
+    num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]
+) -> dict[str, dict[str, list[float]]]:
     """Wall and CPU seconds per repetition of each variant, in rotated order; checks every run's episodes."""
     times: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in variants}
     references: dict[str, Any] = {}
     for rep in range(repeats):
-        order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+        order = variants[rep % len(variants) :] + variants[: rep % len(variants)]
         for variant in order:
             wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
             times[variant]["wall"].append(wall)
@@ -235,17 +239,24 @@ def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--steps", default=",".join(f"{n}:{s}" for n, s in DEFAULT_STEPS.items()),
-                        help="num_envs:total_steps pairs, comma-separated")
+    parser.add_argument(
+        "--steps",
+        default=",".join(f"{n}:{s}" for n, s in DEFAULT_STEPS.items()),
+        help="num_envs:total_steps pairs, comma-separated",
+    )
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--raw", help="append every repetition's seconds to this file, one JSON object a line")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
-    print(f"medians over {args.repeats} repetitions; extra = us per env step over the bare loop of the same repetition;\n"
-          "ratio = time / bare loop's time in the same repetition: median [min-max]")
-    print(f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26}  {'cpu us':>7}  "
-          f"{'extra  ratio [range]':<26}")
+    print(
+        f"medians over {args.repeats} repetitions; extra = us per env step over the bare loop of the same repetition;\n"
+        "ratio = time / bare loop's time in the same repetition: median [min-max]"
+    )
+    print(
+        f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26}  {'cpu us':>7}  "
+        f"{'extra  ratio [range]':<26}"
+    )
     for pair in args.steps.split(","):
         num_envs, total_steps = (int(x) for x in pair.split(":"))
         times = measure(num_envs, total_steps, args.repeats, variants)

@@ -35,14 +35,39 @@ STEPS = {"ppo": 100_000, "dqn": 50_000, "sac": 5_000}
 def ours_kwargs(algo: str, steps: int) -> dict:
     """The zoo's hyperparameters in our agents' names."""
     if algo == "ppo":  # our value loss is 0.5 * MSE: vf_coef 1.0 is SB3's 0.5
-        return dict(lr="lin_0.001", clip_coef="lin_0.2", total_steps=steps, n_steps=32, minibatch_size=256,
-                    n_epochs=20, gamma=0.98, gae_lambda=0.8, ent_coef=0.0, vf_coef=1.0, max_grad_norm=0.5,
-                    hidden_sizes=(64, 64), activation="tanh")
+        return dict(
+            lr="lin_0.001",
+            clip_coef="lin_0.2",
+            total_steps=steps,
+            n_steps=32,
+            minibatch_size=256,
+            n_epochs=20,
+            gamma=0.98,
+            gae_lambda=0.8,
+            ent_coef=0.0,
+            vf_coef=1.0,
+            max_grad_norm=0.5,
+            hidden_sizes=(64, 64),
+            activation="tanh",
+        )
     if algo == "dqn":
-        return dict(lr=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000, gamma=0.99,
-                    target_update_interval=10, train_freq=256, gradient_steps=128, epsilon_start=1.0,
-                    epsilon_end=0.04, exploration_steps=int(0.16 * steps), hidden_sizes=(256, 256),
-                    double_dqn=False, max_grad_norm=10.0, loss="huber")
+        return dict(
+            lr=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            epsilon_start=1.0,
+            epsilon_end=0.04,
+            exploration_steps=int(0.16 * steps),
+            hidden_sizes=(256, 256),
+            double_dqn=False,
+            max_grad_norm=10.0,
+            loss="huber",
+        )
     return dict(lr=1e-3)  # SAC: SB3's defaults otherwise, which are ours
 
 
@@ -51,16 +76,44 @@ def sb3_model(algo: str, env, seed: int):
     import stable_baselines3 as sb3
 
     if algo == "ppo":
+
         def lin(start):
             return lambda progress_remaining: start * progress_remaining
-        return sb3.PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
-                       ent_coef=0.0, learning_rate=lin(0.001), clip_range=lin(0.2), seed=seed, verbose=0,
-                       device="cpu")
+
+        return sb3.PPO(
+            "MlpPolicy",
+            env,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=lin(0.001),
+            clip_range=lin(0.2),
+            seed=seed,
+            verbose=0,
+            device="cpu",
+        )
     if algo == "dqn":
-        return sb3.DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000,
-                       learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-                       gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-                       policy_kwargs=dict(net_arch=[256, 256]), seed=seed, verbose=0, device="cpu")
+        return sb3.DQN(
+            "MlpPolicy",
+            env,
+            learning_rate=2.3e-3,
+            batch_size=64,
+            buffer_size=100_000,
+            learning_starts=1000,
+            gamma=0.99,
+            target_update_interval=10,
+            train_freq=256,
+            gradient_steps=128,
+            exploration_fraction=0.16,
+            exploration_final_eps=0.04,
+            policy_kwargs=dict(net_arch=[256, 256]),
+            seed=seed,
+            verbose=0,
+            device="cpu",
+        )
     return sb3.SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, verbose=0, device="cpu")
 
 
@@ -97,7 +150,9 @@ def child(lib: str, algo: str, seed: int, steps: int) -> dict:
             start = time.perf_counter()
             trainer = OnlineTrainer(
                 lambda: gym.make_vec(env_id, num_envs=NUM_ENVS[algo], vectorization_mode="sync"),
-                lambda env: AGENTS[algo](env, **ours_kwargs(algo, steps)), exp_dir=tmp)
+                lambda env: AGENTS[algo](env, **ours_kwargs(algo, steps)),
+                exp_dir=tmp,
+            )
             trainer.multi_run(1, total_steps=steps, seed_offset=seed, progress=False)
             wall = time.perf_counter() - start
         agent = trainer.agents[0]
@@ -141,7 +196,7 @@ def gradient_phases(repeats: int = 8) -> None:
         model.learn(3000 if algo == "dqn" else 1000)
         times: dict[str, list[float]] = {"ours": [], "sb3": []}
         for rep in range(repeats):
-            for lib in (("ours", "sb3") if rep % 2 == 0 else ("sb3", "ours")):
+            for lib in ("ours", "sb3") if rep % 2 == 0 else ("sb3", "ours"):
                 start = time.perf_counter()
                 if lib == "ours":
                     ours._train(n_steps, None)
@@ -149,14 +204,21 @@ def gradient_phases(repeats: int = 8) -> None:
                     model.train(gradient_steps=n_steps, batch_size=batch)
                 times[lib].append(time.perf_counter() - start)
         ratios = np.array(times["ours"]) / np.array(times["sb3"])
-        print(f"{algo}: {n_steps} gradient steps, ours {1e3 * np.median(times['ours']):.1f} ms, SB3 "
-              f"{1e3 * np.median(times['sb3']):.1f} ms; ratio median {np.median(ratios):.3f} "
-              f"[{ratios.min():.3f}-{ratios.max():.3f}] over {repeats} pairs", flush=True)
+        print(
+            f"{algo}: {n_steps} gradient steps, ours {1e3 * np.median(times['ours']):.1f} ms, SB3 "
+            f"{1e3 * np.median(times['sb3']):.1f} ms; ratio median {np.median(ratios):.3f} "
+            f"[{ratios.min():.3f}-{ratios.max():.3f}] over {repeats} pairs",
+            flush=True,
+        )
 
 
 def run_child(lib: str, algo: str, seed: int, steps: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", lib, "--algo", algo, "--seed", str(seed),
-                          "--budget", str(steps)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", lib, "--algo", algo, "--seed", str(seed), "--budget", str(steps)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -185,18 +247,25 @@ def main() -> None:
             order = ("ours", "sb3") if pair % 2 == 0 else ("sb3", "ours")
             got = {lib: run_child(lib, algo, args.first_seed + pair, steps[algo]) for lib in order}
             results[algo].append((got["ours"], got["sb3"]))
-            print(f"{algo} pair {pair}: ours {got['ours']['wall']:.1f} s (greedy {got['ours']['greedy']:.1f}), "
-                  f"SB3 {got['sb3']['wall']:.1f} s (greedy {got['sb3']['greedy']:.1f}), "
-                  f"ratio {got['ours']['wall'] / got['sb3']['wall']:.3f}", flush=True)
-    print("| algo, env, steps | pairs | ours s per seed (median) | SB3 s per seed (median) | ratio median [min-max] "
-          "| greedy return ours (mean) | greedy return SB3 (mean) |")
+            print(
+                f"{algo} pair {pair}: ours {got['ours']['wall']:.1f} s (greedy {got['ours']['greedy']:.1f}), "
+                f"SB3 {got['sb3']['wall']:.1f} s (greedy {got['sb3']['greedy']:.1f}), "
+                f"ratio {got['ours']['wall'] / got['sb3']['wall']:.3f}",
+                flush=True,
+            )
+    print(
+        "| algo, env, steps | pairs | ours s per seed (median) | SB3 s per seed (median) | ratio median [min-max] "
+        "| greedy return ours (mean) | greedy return SB3 (mean) |"
+    )
     print("|---|---|---|---|---|---|---|")
     for algo, pairs in results.items():
         ratios = [o["wall"] / s["wall"] for o, s in pairs]
-        print(f"| {algo.upper()}, {ENV_IDS[algo]}, {steps[algo] // 1000}k | {len(pairs)} | "
-              f"{np.median([o['wall'] for o, _ in pairs]):.1f} | {np.median([s['wall'] for _, s in pairs]):.1f} | "
-              f"{np.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] | "
-              f"{np.mean([o['greedy'] for o, _ in pairs]):.1f} | {np.mean([s['greedy'] for _, s in pairs]):.1f} |")
+        print(
+            f"| {algo.upper()}, {ENV_IDS[algo]}, {steps[algo] // 1000}k | {len(pairs)} | "
+            f"{np.median([o['wall'] for o, _ in pairs]):.1f} | {np.median([s['wall'] for _, s in pairs]):.1f} | "
+            f"{np.median(ratios):.3f} [{min(ratios):.3f}-{max(ratios):.3f}] | "
+            f"{np.mean([o['greedy'] for o, _ in pairs]):.1f} | {np.mean([s['greedy'] for _, s in pairs]):.1f} |"
+        )
 
 
 if __name__ == "__main__":

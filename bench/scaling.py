@@ -135,8 +135,10 @@ def bare_in_processes(factory, runs: int, steps: int, processes: int) -> float:
     """Seconds until the last of ``processes`` spawned processes ran its share of the bare loops."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    children = [context.Process(target=_bare_worker, args=(factory, runs // processes, steps, results))
-                for _ in range(processes)]
+    children = [
+        context.Process(target=_bare_worker, args=(factory, runs // processes, steps, results))
+        for _ in range(processes)
+    ]
     for child in children:
         child.start()
     walls = [results.get() for _ in children]
@@ -184,8 +186,9 @@ def main() -> None:
     parser.add_argument("--agent", choices=sorted(FACTORIES), default="dqn")
     parser.add_argument("--repeats", type=int, default=3, help="pairs per setting")
     parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--pool-only", action="store_true",
-                        help="only serial against 2 worker processes, first call (spawn) and warm")
+    parser.add_argument(
+        "--pool-only", action="store_true", help="only serial against 2 worker processes, first call (spawn) and warm"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     factory = FACTORIES[args.agent]()
@@ -215,8 +218,10 @@ def main() -> None:
     shutdown_workers()
     # what starting workers adds to a call: runs of a single env step, new pool minus serial
     serial_tiny = timed_run(factory, 2, 1, torch_threads=1)[0]
-    startup = {method: timed_run(factory, 2, 1, num_workers=2, start_method=method)[0] - serial_tiny
-               for method in ("spawn", "forkserver")}
+    startup = {
+        method: timed_run(factory, 2, 1, num_workers=2, start_method=method)[0] - serial_tiny
+        for method in ("spawn", "forkserver")
+    }
     shutdown_workers()
     for _ in range(args.repeats):
         m.pair("bare loop, runs split over 2 processes", bare_in_processes(factory, args.runs, args.steps, 2))
@@ -235,20 +240,29 @@ def main() -> None:
     report(args, m, cores)
     if not args.no_ray:
         ratio = statistics.median(m.speedups["2 worker processes, warm"]) / statistics.median(
-            m.speedups["Ray, 2 tasks at a time, warm"])
-        print(f"Ray / pool, warm: {ratio:.2f} (ratio of their median speedups); ray.init: {ray_init:.1f} s, not counted")
-    print("start-up of new workers per call (2 runs of 1 step, minus serial): "
-          + ", ".join(f"{method} {seconds:.2f} s" for method, seconds in startup.items())
-          + " (forkserver with its server already running)")
+            m.speedups["Ray, 2 tasks at a time, warm"]
+        )
+        print(
+            f"Ray / pool, warm: {ratio:.2f} (ratio of their median speedups); ray.init: {ray_init:.1f} s, not counted"
+        )
+    print(
+        "start-up of new workers per call (2 runs of 1 step, minus serial): "
+        + ", ".join(f"{method} {seconds:.2f} s" for method, seconds in startup.items())
+        + " (forkserver with its server already running)"
+    )
 
 
 def report(args: argparse.Namespace, m: Measurements, cores: int) -> None:
     """The table: each setting's median wall and its speedup over the serial call it was paired with."""
     exported = {name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ}
-    print(f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine, one thread per "
-          f"pool and process; each setting paired with a serial call, speedup = serial / setting")
-    print(f"thread variables in this process's environment: {exported or 'none (as users have it)'}; "
-          f"load average before/after: {LOAD_BEFORE[0]:.2f}/{os.getloadavg()[0]:.2f}")
+    print(
+        f"{args.runs} {args.agent.upper()} runs of {args.steps} env steps on a {cores}-core machine, one thread per "
+        f"pool and process; each setting paired with a serial call, speedup = serial / setting"
+    )
+    print(
+        f"thread variables in this process's environment: {exported or 'none (as users have it)'}; "
+        f"load average before/after: {LOAD_BEFORE[0]:.2f}/{os.getloadavg()[0]:.2f}"
+    )
     print(f"{'setting':<44} {'wall s':>7} {'n':>3}  {'speedup':>8} {'range':>13}")
     print(m.row("serial"))
     for name in m.speedups:

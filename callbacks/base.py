@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
 class CallBack:
@@ -73,8 +74,9 @@ class CallBack:
             runs: the runs about to execute: run number (from 1) -> seed.
         """
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         """A run starts, in the process that executes it, before its first env step.
 
         Args:

@@ -6,8 +6,9 @@ import csv
 import io
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
@@ -71,8 +72,9 @@ class CSVCallback(CallBack):
         state["_names"] = {}
         return state
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         self._run, self._run_tag = run_idx, run_tag or f"run_{run_idx}"
         self._names.clear()
 

@@ -73,21 +73,32 @@ def version_record(wall_time: float) -> bytes:
     return _record(b"\x09" + _PACK_DOUBLE(wall_time) + b"\x1a" + _varint(len(version)) + version)
 
 
-def image_event(tag: str, image: bytes, height: int, width: int, channels: int, step: int,
-                wall_time: float) -> bytes:
+def image_event(tag: str, image: bytes, height: int, width: int, channels: int, step: int, wall_time: float) -> bytes:
     """One framed event holding the encoded ``image`` (PNG, GIF...) under ``tag``, at ``step``.
 
     ``Summary.Image { int32 height = 1; int32 width = 2; int32 colorspace = 3; bytes encoded_image_string = 4; }``
     in ``Value { string tag = 1; Image image = 4; }``, which TensorBoard shows in its Images tab
     (an animated GIF plays there, as ``torch.utils.tensorboard``'s ``add_video`` writes it).
     """
-    picture = b"".join((b"\x08", _varint(height), b"\x10", _varint(width), b"\x18", _varint(channels),
-                        b"\x22", _varint(len(image)), image))
+    picture = b"".join(
+        (
+            b"\x08",
+            _varint(height),
+            b"\x10",
+            _varint(width),
+            b"\x18",
+            _varint(channels),
+            b"\x22",
+            _varint(len(image)),
+            image,
+        )
+    )
     name = tag.encode("utf-8")
     value = b"".join((b"\x0a", _varint(len(name)), name, b"\x22", _varint(len(picture)), picture))
     summary = b"\x0a" + _varint(len(value)) + value
-    return _record(b"".join((b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step), b"\x2a",
-                             _varint(len(summary)), summary)))
+    return _record(
+        b"".join((b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step), b"\x2a", _varint(len(summary)), summary))
+    )
 
 
 class ScalarEncoder:
@@ -111,7 +122,9 @@ class ScalarEncoder:
             layout = self._layouts[names] = tuple(heads)
         if len(layout) == 1:
             (value,) = values
-            payload = b"".join((b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step), layout[0], _PACK_FLOAT(value)))
+            payload = b"".join(
+                (b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step), layout[0], _PACK_FLOAT(value))
+            )
         else:
             parts = [b"\x09", _PACK_DOUBLE(wall_time), b"\x10", _varint(step)]
             for head, value in zip(layout, values):

@@ -66,4 +66,3 @@ def write_ids(path: str | os.PathLike, ids: dict[int, str]) -> None:
     """Keep the run number -> id map ``ids`` in ``path`` (JSON, replaced atomically)."""
     text = json.dumps({str(run): ids[run] for run in sorted(ids)}, indent=2) + "\n"
     write_atomic(path, text.encode())
-

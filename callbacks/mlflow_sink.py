@@ -6,8 +6,9 @@ import logging
 import os
 import re
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
@@ -80,8 +81,13 @@ class MLflowCallback(CallBack):
 
     _unpicklable = ("_clients",)
 
-    def __init__(self, tracking_uri: str | None = None, experiment_name: str | None = None,
-                 flush_values: int = MAX_BATCH, max_delay: float = 5.0) -> None:
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment_name: str | None = None,
+        flush_values: int = MAX_BATCH,
+        max_delay: float = 5.0,
+    ) -> None:
         if not isinstance(flush_values, int) or isinstance(flush_values, bool) or flush_values < 1:
             raise ValueError(f"flush_values must be a positive int, but got flush_values={flush_values!r}.")
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
@@ -118,9 +124,11 @@ class MLflowCallback(CallBack):
             local = Path(exp_dir).resolve()
             uri, location = f"sqlite:///{local / STORE_FILE}", (local / ARTIFACTS_DIR).as_uri()
         else:
-            raise ValueError("MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "
-                             "exp_dir is None: make the trainer with exp_dir=..., or pass tracking_uri=... "
-                             "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000').")
+            raise ValueError(
+                "MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "
+                "exp_dir is None: make the trainer with exp_dir=..., or pass tracking_uri=... "
+                "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000')."
+            )
         client = self._client(uri)
         name = self.experiment_name or (Path(exp_dir).resolve().name if exp_dir is not None else DEFAULT_EXPERIMENT)
         experiment = client.get_experiment_by_name(name)
@@ -132,8 +140,9 @@ class MLflowCallback(CallBack):
         run_ids = read_ids(ids_path) if ids_path is not None else {}
         for run in runs:
             if run not in run_ids or not self._exists(client, run_ids[run]):
-                run_ids[run] = client.create_run(experiment_id, run_name=f"run_{run}",
-                                                 tags={RUN_TAG: str(run)}).info.run_id
+                run_ids[run] = client.create_run(
+                    experiment_id, run_name=f"run_{run}", tags={RUN_TAG: str(run)}
+                ).info.run_id
         if ids_path is not None:
             write_ids(ids_path, run_ids)
         return _Experiment(uri, experiment_id, run_ids)
@@ -157,8 +166,9 @@ class MLflowCallback(CallBack):
     def _key(exp_dir: str | os.PathLike | None) -> str:
         return "" if exp_dir is None else os.path.abspath(exp_dir)
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         """Make the run's MLflow run the one values go to, and log its params."""
         self._end_active("KILLED")  # a run that never said it ended
         experiment = self._experiments.get(self._key(exp_dir))
@@ -177,8 +187,9 @@ class MLflowCallback(CallBack):
         if run_tag in self._resuming:  # a resumed run, or one started again: the store holds points of it
             position = self._resuming.pop(run_tag)
             self._ledger = PointLedger(position=position)
-            self._resumption = Resumption(f"MLflowCallback, MLflow run {run_id}", run_tag, self._held(client, run_id),
-                                          position)
+            self._resumption = Resumption(
+                f"MLflowCallback, MLflow run {run_id}", run_tag, self._held(client, run_id), position
+            )
 
     @staticmethod
     def _held(client: Any, run_id: str) -> list[tuple[str, float, float]]:
@@ -234,9 +245,11 @@ class MLflowCallback(CallBack):
         name = self._names.get((key, tag))
         if name is None:
             if self._active is None:
-                raise RuntimeError(f"MLflowCallback got {key!r} under {tag!r} outside a run: it logs into the MLflow run "
-                                   "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
-                                   "(the trainer does).")
+                raise RuntimeError(
+                    f"MLflowCallback got {key!r} under {tag!r} outside a run: it logs into the MLflow run "
+                    "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
+                    "(the trainer does)."
+                )
             name = self._names[(key, tag)] = _NOT_IN_NAME.sub("_", metric_name(key, tag, self._active[2]))
             self._ledger.axes.setdefault(name, axis)
         return name
@@ -257,8 +270,13 @@ class MLflowCallback(CallBack):
             buffer = [point for point in buffer if resumption.keep(point[0], point[3], point[1])]
         client = self._client(uri)
         for start in range(0, len(buffer), MAX_BATCH):
-            client.log_batch(run_id, metrics=[metric(name, value, int(wall * 1000), int(step))
-                                              for name, value, wall, step in buffer[start:start + MAX_BATCH]])
+            client.log_batch(
+                run_id,
+                metrics=[
+                    metric(name, value, int(wall * 1000), int(step))
+                    for name, value, wall, step in buffer[start : start + MAX_BATCH]
+                ],
+            )
 
     def reset(self) -> None:
         """Nothing is averaged: values kept are sent (or dropped with the run, see :meth:`start_run`)."""

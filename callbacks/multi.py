@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from online_trainer.callbacks.base import CallBack
 
@@ -68,8 +69,9 @@ class MultiCallback(CallBack):
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
         self._each("setup", exp_dir, runs)
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         self._each("start_run", run_idx, seed, params, exp_dir, run_tag)
 
     def end_run(self, run_idx: int, status: str) -> None:
@@ -77,8 +79,10 @@ class MultiCallback(CallBack):
 
     def checkpoint(self, run_tag: str) -> list[Any]:
         """Each sink's position, in order (see :meth:`online_trainer.callbacks.CallBack.checkpoint`)."""
-        return [checkpoint(run_tag) if callable(checkpoint := getattr(callback, "checkpoint", None)) else None
-                for callback in self.callbacks]
+        return [
+            checkpoint(run_tag) if callable(checkpoint := getattr(callback, "checkpoint", None)) else None
+            for callback in self.callbacks
+        ]
 
     def rewind(self, run_tag: str, position: Any) -> None:
         positions = position if isinstance(position, list) else [None] * len(self.callbacks)

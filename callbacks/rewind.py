@@ -14,9 +14,9 @@ file swapped in.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from online_trainer.callbacks.files import write_atomic
 
@@ -49,8 +49,12 @@ def position(path: str | os.PathLike | None, siblings: Iterable[str | os.PathLik
     return FilePosition(os.fspath(path), os.path.getsize(path), others)
 
 
-def cut_file(path: str | os.PathLike, keep_before: int | None, entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
-             run_tag: str) -> bool:
+def cut_file(
+    path: str | os.PathLike,
+    keep_before: int | None,
+    entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+    run_tag: str,
+) -> bool:
     """Remove the run's entries of ``path`` from byte ``keep_before`` on (None: all of them).
 
     Args:
@@ -81,8 +85,12 @@ def cut_file(path: str | os.PathLike, keep_before: int | None, entries: Callable
     return changed
 
 
-def rewind_files(files: Iterable[Path], run_tag: str, at: FilePosition | None,
-                 entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]]) -> None:
+def rewind_files(
+    files: Iterable[Path],
+    run_tag: str,
+    at: FilePosition | None,
+    entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+) -> None:
     """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries).
 
     Files are matched by name, not by the path spelled at the checkpoint: a sink's files share one
@@ -118,11 +126,11 @@ def event_records(data: bytes) -> Iterator[tuple[int, int, str | None]]:
 
     start = 0
     while start + 12 <= len(data):
-        length = int.from_bytes(data[start:start + 8], "little")
+        length = int.from_bytes(data[start : start + 8], "little")
         end = start + 12 + length + 4
         if end > len(data):
             return
-        event = event_pb2.Event.FromString(data[start + 12:start + 12 + length])
+        event = event_pb2.Event.FromString(data[start + 12 : start + 12 + length])
         values = event.summary.value
         yield start, end, values[0].tag if values else None
         start = end

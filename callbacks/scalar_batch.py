@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import operator
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import crc32c
 import numpy as np
@@ -66,8 +67,9 @@ class _Shape:
             payload += bytes(4)
         size = len(payload)
         self.size = size
-        self.template = np.frombuffer(_PACK_U64(size) + _masked_crc(_PACK_U64(size)) + bytes(payload) + bytes(4),
-                                      dtype=np.uint8)
+        self.template = np.frombuffer(
+            _PACK_U64(size) + _masked_crc(_PACK_U64(size)) + bytes(payload) + bytes(4), dtype=np.uint8
+        )
         self.var_cols = np.array(var_cols, dtype=np.intp)
         zero_crc = crc32c.crc32c(bytes(size))
         self.base_crc = np.uint32(crc32c.crc32c(bytes(payload)))
@@ -88,7 +90,7 @@ class _Shape:
         n = len(steps)
         rows = np.empty((n, len(self.template)), dtype=np.uint8)
         rows[:] = self.template
-        payload = rows[:, 12:12 + self.size]
+        payload = rows[:, 12 : 12 + self.size]
         payload[:, 1:9] = walls.astype("<f8").view(np.uint8).reshape(n, 8)
         for j in range(m):
             byte = (steps >> np.uint64(7 * j)) & np.uint64(0x7F)
@@ -96,11 +98,11 @@ class _Shape:
         with np.errstate(over="ignore"):  # beyond float32: inf, as TensorBoard's own writer stores it
             packed = values.astype("<f4").view(np.uint8).reshape(n, -1, 4)
         for k, col in enumerate(self.value_cols):
-            payload[:, col:col + 4] = packed[:, k]
+            payload[:, col : col + 4] = packed[:, k]
         contributions = self.tables[payload[:, self.var_cols] + self.table_rows]
         crc = np.bitwise_xor.reduce(contributions, axis=1) ^ self.base_crc
         masked = ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(_CRC_MASK_DELTA)
-        rows[:, 12 + self.size:] = masked.astype("<u4").view(np.uint8).reshape(n, 4)
+        rows[:, 12 + self.size :] = masked.astype("<u4").view(np.uint8).reshape(n, 4)
         return rows
 
 
@@ -226,7 +228,7 @@ def _in_call_order(parts: list[_Part]) -> bytes:
     """
     parts.sort(key=lambda part: part.seqs[0])
     for k, part in enumerate(parts):
-        for later in parts[k + 1:]:
+        for later in parts[k + 1 :]:
             if later.seqs[0] < part.seqs[-1] and not set(part.names).isdisjoint(later.names):
                 return _merged(parts)
     return b"".join(part.rows.tobytes() for part in parts)

@@ -26,8 +26,8 @@ from __future__ import annotations
 import collections
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,9 @@ class PointLedger:
     def __init__(self, tail: int = 0, position: StorePosition | None = None) -> None:
         self.counts: dict[str, tuple[int, float]] = dict(position.counts) if position is not None else {}
         self.axes: dict[str, str] = dict(position.axes) if position is not None else {}
-        self.tail: collections.deque[Point] | None = collections.deque(
-            position.tail if position is not None else (), maxlen=tail) if tail else None
+        self.tail: collections.deque[Point] | None = (
+            collections.deque(position.tail if position is not None else (), maxlen=tail) if tail else None
+        )
 
     def add(self, name: str, x: float, value: float) -> None:
         """Count one point (sent or already held)."""
@@ -114,15 +115,36 @@ class Resumption:
         for name, (count, last) in counts.items():
             missing = count - held_before[name] - resent[name]
             if missing > 0:
-                bound = (f"before {self.axis(name)} {first_in_tail[name]:g}" if name in first_in_tail
-                         else f"up to {self.axis(name)} {last:g}")
-                logger.warning("%s, %s: the store lacks %d of the %d points of %r logged %s (the run resumes from "
-                               "its checkpoint at %s %g); they are in neither the store nor the checkpoint, and are not "
-                               "sent again", sink, run_tag, missing, count, name, bound, self.axis(name), last)
+                bound = (
+                    f"before {self.axis(name)} {first_in_tail[name]:g}"
+                    if name in first_in_tail
+                    else f"up to {self.axis(name)} {last:g}"
+                )
+                logger.warning(
+                    "%s, %s: the store lacks %d of the %d points of %r logged %s (the run resumes from "
+                    "its checkpoint at %s %g); they are in neither the store nor the checkpoint, and are not "
+                    "sent again",
+                    sink,
+                    run_tag,
+                    missing,
+                    count,
+                    name,
+                    bound,
+                    self.axis(name),
+                    last,
+                )
             elif missing < 0:
-                logger.warning("%s, %s: the store holds %d points of %r logged up to %s %g, %d more than the run "
-                               "logged: some were sent twice before this resume and stay there", sink, run_tag,
-                               held_before[name] + resent[name], name, self.axis(name), last, -missing)
+                logger.warning(
+                    "%s, %s: the store holds %d points of %r logged up to %s %g, %d more than the run "
+                    "logged: some were sent twice before this resume and stay there",
+                    sink,
+                    run_tag,
+                    held_before[name] + resent[name],
+                    name,
+                    self.axis(name),
+                    last,
+                    -missing,
+                )
         self.mismatched: dict[str, list[float]] = {}  # name -> [first x, last x, count]
 
     def axis(self, name: str) -> str:
@@ -156,14 +178,21 @@ class Resumption:
     def report(self) -> None:
         """Warn about points held past the checkpoint with another value than the resumed run logged."""
         for name, (first, last, count) in self.mismatched.items():
-            logger.warning("%s, %s: %d points of %r from %s %g to %g were in the store already, sent before the "
-                           "interruption, with other values than the resumed run logged (it is not deterministic); "
-                           "the store keeps the earlier values", self.sink, self.run_tag, count, name,
-                           self.axis(name), first, last)
+            logger.warning(
+                "%s, %s: %d points of %r from %s %g to %g were in the store already, sent before the "
+                "interruption, with other values than the resumed run logged (it is not deterministic); "
+                "the store keeps the earlier values",
+                self.sink,
+                self.run_tag,
+                count,
+                name,
+                self.axis(name),
+                first,
+                last,
+            )
         self.mismatched = {}
 
 
 def as_position(position: object) -> StorePosition | None:
     """The :class:`StorePosition` a checkpoint kept for a sink (None: none, or one of another kind)."""
     return position if isinstance(position, StorePosition) else None
-

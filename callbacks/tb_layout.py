@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from online_trainer.callbacks.event_file import _record, version_record
 from online_trainer.callbacks.files import create_with
@@ -34,14 +34,31 @@ def layout_event(metrics: Sequence[str], wall_time: float) -> bytes:
     from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
     from tensorboard.plugins.custom_scalar import layout_pb2, metadata
 
-    layout = layout_pb2.Layout(category=[layout_pb2.Category(title=CATEGORY, chart=[
-        layout_pb2.Chart(title=metric, multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(metric)]))
-        for metric in metrics
-    ])])
-    tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[layout.SerializeToString()],
-                                    tensor_shape=tensor_shape_pb2.TensorShapeProto())
-    summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
-        tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(), tensor=tensor)])
+    layout = layout_pb2.Layout(
+        category=[
+            layout_pb2.Category(
+                title=CATEGORY,
+                chart=[
+                    layout_pb2.Chart(
+                        title=metric, multiline=layout_pb2.MultilineChartContent(tag=[chart_regex(metric)])
+                    )
+                    for metric in metrics
+                ],
+            )
+        ]
+    )
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING,
+        string_val=[layout.SerializeToString()],
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+    )
+    summary = summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=metadata.CONFIG_SUMMARY_TAG, metadata=metadata.create_summary_metadata(), tensor=tensor
+            )
+        ]
+    )
     return _record(event_pb2.Event(wall_time=wall_time, step=0, summary=summary).SerializeToString())
 
 

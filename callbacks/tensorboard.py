@@ -5,15 +5,16 @@ from __future__ import annotations
 import io
 import os
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
-from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.rewind import FilePosition, event_records, position, rewind_files
+from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
 
@@ -45,13 +46,20 @@ class TBCallBack(CallBack):
     _BATCH_EVENTS = 1024
     """Events kept before they are encoded and written to the file (50 to 64 KiB of records)."""
 
-    def __init__(self, log_dir: str | os.PathLike, flush_every: int = 1, max_delay: float = 2.0,
-                 layout_metrics: Sequence[str] = LAYOUT_METRICS) -> None:
+    def __init__(
+        self,
+        log_dir: str | os.PathLike,
+        flush_every: int = 1,
+        max_delay: float = 2.0,
+        layout_metrics: Sequence[str] = LAYOUT_METRICS,
+    ) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
         if isinstance(layout_metrics, str) or not all(isinstance(m, str) and m for m in layout_metrics):
-            raise ValueError(f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"
-                             " e.g. ['ep_return', 'agents/loss'].")
+            raise ValueError(
+                f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"
+                " e.g. ['ep_return', 'agents/loss']."
+            )
         self.layout_metrics = tuple(layout_metrics)
         self.log_dir = os.fspath(log_dir)
         self.flush_every = flush_every
@@ -61,8 +69,9 @@ class TBCallBack(CallBack):
         self._pending: dict[str, tuple[dict[str, float], list[int]]] = {}
         self._last_flush = 0.0
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         """Name the run's scalars after its tag part (``agents/loss/lr=0.1/run_1`` in a sweep)."""
         self._batch.run_tag = run_tag or f"run_{run_idx}"
 
@@ -158,8 +167,7 @@ class TBCallBack(CallBack):
     def _event_files(self) -> list[Path]:
         if not os.path.isdir(self.log_dir):
             return []
-        return sorted(path for path in Path(self.log_dir).glob("events.out.tfevents.*")
-                      if path.name != LAYOUT_FILE)
+        return sorted(path for path in Path(self.log_dir).glob("events.out.tfevents.*") if path.name != LAYOUT_FILE)
 
     def close(self) -> None:
         try:
@@ -194,8 +202,9 @@ def encode_gif(frames: Sequence[Any], fps: float) -> tuple[bytes, tuple[int, int
             array = array[..., :3] if array.shape[2] >= 3 else array[..., 0]
         images.append(Image.fromarray(np.ascontiguousarray(array, dtype=np.uint8)))
     buffer = io.BytesIO()
-    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], loop=0,
-                   duration=max(20, round(1000 / fps)))
+    images[0].save(
+        buffer, format="GIF", save_all=True, append_images=images[1:], loop=0, duration=max(20, round(1000 / fps))
+    )
     channels = 3 if images[0].mode == "RGB" else 1
     return buffer.getvalue(), (images[0].height, images[0].width, channels)
 

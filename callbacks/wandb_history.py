@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 BLOCK = 32768
 HEADER = 7
@@ -29,10 +30,10 @@ def record_bytes(data: bytes) -> Iterator[bytes]:
         if BLOCK - pos % BLOCK < 7:  # the rest of a block is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 or pos + 7 + length > len(data):
             return
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         pending = chunk if kind in (_FULL, _FIRST) else pending + chunk
         if kind in (_FULL, _LAST):
             yield pending
@@ -40,7 +41,10 @@ def record_bytes(data: bytes) -> Iterator[bytes]:
 
 def run_files(wandb_dir: str | os.PathLike, run_id: str) -> list[Path]:
     """The run files of the W&B run ``run_id`` under ``wandb_dir`` (online and offline), oldest first."""
-    return sorted(Path(wandb_dir).glob(f"*run-*-{run_id}/run-{run_id}.wandb"), key=lambda p: (p.parent.name.split("-")[-2], p.stat().st_mtime))
+    return sorted(
+        Path(wandb_dir).glob(f"*run-*-{run_id}/run-{run_id}.wandb"),
+        key=lambda p: (p.parent.name.split("-")[-2], p.stat().st_mtime),
+    )
 
 
 def history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any]]:

@@ -7,8 +7,9 @@ import os
 import secrets
 import string
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
@@ -91,16 +92,26 @@ class WandbCallback(CallBack):
     _unpicklable = ("_run",)
     _OWN_ARGS = ("id", "name", "config", "resume", "dir", "reinit", "group", "project", "entity", "mode")
 
-    def __init__(self, project: str | None = None, entity: str | None = None, group: str | None = None,
-                 mode: str | None = None, flush_rows: int = 256, max_delay: float = 5.0, **init_kwargs: Any) -> None:
+    def __init__(
+        self,
+        project: str | None = None,
+        entity: str | None = None,
+        group: str | None = None,
+        mode: str | None = None,
+        flush_rows: int = 256,
+        max_delay: float = 5.0,
+        **init_kwargs: Any,
+    ) -> None:
         if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
             raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
         taken = sorted(set(init_kwargs) & set(self._OWN_ARGS))
         if taken:
-            raise ValueError(f"WandbCallback sets {taken} itself, but got them in init_kwargs: pass project, entity, "
-                             "group and mode as the callback's own arguments, and drop the others.")
+            raise ValueError(
+                f"WandbCallback sets {taken} itself, but got them in init_kwargs: pass project, entity, "
+                "group and mode as the callback's own arguments, and drop the others."
+            )
         self.project, self.entity, self.group, self.mode = project, entity, group, mode
         self.flush_rows = flush_rows
         self.max_delay = max_delay
@@ -145,8 +156,9 @@ class WandbCallback(CallBack):
     def _key(exp_dir: str | os.PathLike | None) -> str:
         return "" if exp_dir is None else os.path.abspath(exp_dir)
 
-    def start_run(self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None,
-                  run_tag: str = "") -> None:
+    def start_run(
+        self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
+    ) -> None:
         """Open (or resume) the run's W&B run."""
         wandb = _wandb()
         self._finish(1)  # a run that never said it ended
@@ -157,8 +169,9 @@ class WandbCallback(CallBack):
         if run_tag in self._resuming:  # a resumed run, or one started again: its earlier files hold points of it
             position = self._resuming.pop(run_tag)
             self._ledger = PointLedger(TAIL_POINTS, position)
-            self._resumption = Resumption(f"WandbCallback, W&B run {run_id}", run_tag,
-                                          self._held(exp_dir, run_id), position)
+            self._resumption = Resumption(
+                f"WandbCallback, W&B run {run_id}", run_tag, self._held(exp_dir, run_id), position
+            )
         settings = self.init_kwargs.get("settings") or wandb.Settings(console="off", silent=True)
         self._run = wandb.init(
             **{**self.init_kwargs, "settings": settings},
@@ -166,7 +179,10 @@ class WandbCallback(CallBack):
             entity=self.entity or self._parent_env.get("WANDB_ENTITY"),
             mode=self.mode or self._parent_env.get("WANDB_MODE"),
             group=self.group or (Path(exp_dir).resolve().name if exp_dir is not None else None),
-            name=f"run_{run_idx}", id=run_id, resume="allow", reinit="create_new",
+            name=f"run_{run_idx}",
+            id=run_id,
+            resume="allow",
+            reinit="create_new",
             config={"seed": seed, "run": run_idx, **params},
             dir=exp_dir,
         )
@@ -190,13 +206,20 @@ class WandbCallback(CallBack):
             try:
                 rows = list(history_rows(path))
             except Exception as exc:  # W&B's file format changed, or the file is damaged
-                logger.warning("WandbCallback: could not read %s (%s: %s): points it holds may be logged twice", path,
-                               type(exc).__name__, exc)
+                logger.warning(
+                    "WandbCallback: could not read %s (%s: %s): points it holds may be logged twice",
+                    path,
+                    type(exc).__name__,
+                    exc,
+                )
                 continue
             for row in rows:
                 axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
-                points.extend((name, row[axis], value) for name, value in row.items()
-                              if not name.startswith("_") and name not in (EPISODE_AXIS, STEP_AXIS))
+                points.extend(
+                    (name, row[axis], value)
+                    for name, value in row.items()
+                    if not name.startswith("_") and name not in (EPISODE_AXIS, STEP_AXIS)
+                )
         return points
 
     def checkpoint(self, run_tag: str) -> StorePosition:
@@ -251,9 +274,11 @@ class WandbCallback(CallBack):
         name = self._names.get((key, tag))
         if name is None:
             if self._run is None:
-                raise RuntimeError(f"WandbCallback got {key!r} under {tag!r} outside a run: it logs into the W&B run "
-                                   "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
-                                   "(the trainer does).")
+                raise RuntimeError(
+                    f"WandbCallback got {key!r} under {tag!r} outside a run: it logs into the W&B run "
+                    "of the run under way; call start_run(run_idx, seed, params, exp_dir) first "
+                    "(the trainer does)."
+                )
             name = self._names[(key, tag)] = metric_name(key, tag, self._run_tag)
             self._define(name, axis)
         return name

@@ -54,8 +54,10 @@ class CorridorEnv(gym.Env[np.int64, np.int64]):
         if not 0.0 <= slip <= 1.0:
             raise ValueError(f"slip must be in [0, 1] but got slip={slip!r}.")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']} "
-                             f"but got render_mode={render_mode!r}.")
+            raise ValueError(
+                f"render_mode must be None or one of {self.metadata['render_modes']} "
+                f"but got render_mode={render_mode!r}."
+            )
         self.length = int(length)
         self.slip = float(slip)
         self.render_mode = render_mode
@@ -88,4 +90,6 @@ class CorridorEnv(gym.Env[np.int64, np.int64]):
 def register_corridor() -> None:
     """Register ``Corridor-v0`` with gymnasium (a no-op when it already is)."""
     if CORRIDOR_ID not in gym.registry:
-        gym.register(id=CORRIDOR_ID, entry_point="online_trainer.envs._corridor:CorridorEnv", max_episode_steps=MAX_EPISODE_STEPS)
+        gym.register(
+            id=CORRIDOR_ID, entry_point="online_trainer.envs._corridor:CorridorEnv", max_episode_steps=MAX_EPISODE_STEPS
+        )

@@ -29,9 +29,17 @@ class VectorEnvFactory:
     wrapper classes, their keyword arguments, ``vector_kwargs`` and env kwargs do.
     """
 
-    def __init__(self, env_id: str, num_envs: int, vectorization: str, render_mode: str | None,
-                 wrappers: tuple[Wrapper, ...], autoreset_mode: AutoresetMode | None,
-                 env_kwargs: dict[str, Any], vector_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        num_envs: int,
+        vectorization: str,
+        render_mode: str | None,
+        wrappers: tuple[Wrapper, ...],
+        autoreset_mode: AutoresetMode | None,
+        env_kwargs: dict[str, Any],
+        vector_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.env_id = env_id
         self.num_envs = num_envs
         self.vectorization = vectorization
@@ -48,18 +56,25 @@ class VectorEnvFactory:
         vector_kwargs = dict(self.vector_kwargs)
         if self.autoreset_mode is not None:
             vector_kwargs["autoreset_mode"] = self.autoreset_mode
-        return gym.make_vec(self.env_id, num_envs=self.num_envs, vectorization_mode=self.vectorization,
-                            vector_kwargs=vector_kwargs,
-                            # gymnasium types wrappers as returning a gym.Wrapper; it only needs an Env
-                            wrappers=list(self.wrappers), **kwargs)  # type: ignore[arg-type]
+        return gym.make_vec(
+            self.env_id,
+            num_envs=self.num_envs,
+            vectorization_mode=self.vectorization,
+            vector_kwargs=vector_kwargs,
+            # gymnasium types wrappers as returning a gym.Wrapper; it only needs an Env
+            wrappers=list(self.wrappers),  # type: ignore[arg-type]
+            **kwargs,
+        )
 
     def __repr__(self) -> str:
         extra = "".join(f", {key}={value!r}" for key, value in self.env_kwargs.items())
         mode = "" if self.autoreset_mode is None else f", autoreset_mode={self.autoreset_mode.name}"
         wrappers = f", wrappers={list(self.wrappers)!r}" if self.wrappers else ""
         vector = f", vector_kwargs={self.vector_kwargs!r}" if self.vector_kwargs else ""
-        return (f"make_env({self.env_id!r}, num_envs={self.num_envs}, "
-                f"vectorization={self.vectorization!r}{mode}{wrappers}{vector}{extra})")
+        return (
+            f"make_env({self.env_id!r}, num_envs={self.num_envs}, "
+            f"vectorization={self.vectorization!r}{mode}{wrappers}{vector}{extra})"
+        )
 
 
 def make_env(
@@ -117,13 +132,22 @@ def make_env(
     _check_env_id(env_id)
     _check_render_mode(env_id, env_kwargs.get("render_mode", render_mode))
     if vectorization not in VECTORIZATIONS:
-        raise ValueError(f"vectorization must be one of {', '.join(map(repr, VECTORIZATIONS))} "
-                         f"but got vectorization={vectorization!r}.")
+        raise ValueError(
+            f"vectorization must be one of {', '.join(map(repr, VECTORIZATIONS))} "
+            f"but got vectorization={vectorization!r}."
+        )
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int but got num_envs={num_envs!r}.")
-    return VectorEnvFactory(env_id, num_envs, vectorization, render_mode, resolve_wrappers(wrappers),
-                            _autoreset_mode(autoreset_mode), dict(env_kwargs),
-                            _vector_kwargs(vector_kwargs, vectorization))
+    return VectorEnvFactory(
+        env_id,
+        num_envs,
+        vectorization,
+        render_mode,
+        resolve_wrappers(wrappers),
+        _autoreset_mode(autoreset_mode),
+        dict(env_kwargs),
+        _vector_kwargs(vector_kwargs, vectorization),
+    )
 
 
 def _check_env_id(env_id: str) -> None:
@@ -152,8 +176,12 @@ def _check_render_mode(env_id: str, render_mode: Any) -> None:
         try:
             creator = load_env_creator(creator)
         except (ImportError, AttributeError) as exc:
-            logger.debug("render_mode=%r of %s not checked: its entry point cannot be imported here (%s)",
-                         render_mode, env_id, exc)
+            logger.debug(
+                "render_mode=%r of %s not checked: its entry point cannot be imported here (%s)",
+                render_mode,
+                env_id,
+                exc,
+            )
             return
     metadata = getattr(creator, "metadata", None)
     supported = list(metadata.get("render_modes") or []) if isinstance(metadata, Mapping) else []
@@ -161,10 +189,12 @@ def _check_render_mode(env_id: str, render_mode: Any) -> None:
         return
     if render_mode == "human" and {"rgb_array", "rgb_array_list"} & set(supported):
         return  # gymnasium.make adds HumanRendering
-    if isinstance(render_mode, str) and render_mode.endswith("_list") and render_mode[:-len("_list")] in supported:
+    if isinstance(render_mode, str) and render_mode.endswith("_list") and render_mode[: -len("_list")] in supported:
         return  # gymnasium.make adds RenderCollection
-    raise ValueError(f"render_mode={render_mode!r} is not a render mode of {env_id}, which supports {supported}: "
-                     "pass one of them, or None.")
+    raise ValueError(
+        f"render_mode={render_mode!r} is not a render mode of {env_id}, which supports {supported}: "
+        "pass one of them, or None."
+    )
 
 
 def _vector_kwargs(vector_kwargs: Mapping[str, Any] | None, vectorization: str) -> dict[str, Any]:
@@ -180,14 +210,21 @@ def _vector_kwargs(vector_kwargs: Mapping[str, Any] | None, vectorization: str) 
         if key == "env_fns":
             raise ValueError("vector_kwargs cannot set env_fns: make_env builds the sub-envs from env_id.")
         if key == "autoreset_mode":
-            raise ValueError(f"vector_kwargs={dict(vector_kwargs)!r}: pass autoreset_mode=... to make_env itself "
-                             f"(it checks the value), not in vector_kwargs.")
+            raise ValueError(
+                f"vector_kwargs={dict(vector_kwargs)!r}: pass autoreset_mode=... to make_env itself "
+                f"(it checks the value), not in vector_kwargs."
+            )
         if key not in parameters:
-            hint = (" (it is an AsyncVectorEnv option: add vectorization='async')"
-                    if key in inspect.signature(AsyncVectorEnv).parameters else "")
-            raise ValueError(f"vector_kwargs={dict(vector_kwargs)!r}: {cls.__name__} (vectorization={vectorization!r}) "
-                             f"takes no argument {key!r}{hint}; it takes {', '.join(takes)}. Keyword arguments of "
-                             "the env itself go to make_env(..., **env_kwargs).")
+            hint = (
+                " (it is an AsyncVectorEnv option: add vectorization='async')"
+                if key in inspect.signature(AsyncVectorEnv).parameters
+                else ""
+            )
+            raise ValueError(
+                f"vector_kwargs={dict(vector_kwargs)!r}: {cls.__name__} (vectorization={vectorization!r}) "
+                f"takes no argument {key!r}{hint}; it takes {', '.join(takes)}. Keyword arguments of "
+                "the env itself go to make_env(..., **env_kwargs)."
+            )
     return dict(vector_kwargs)
 
 
@@ -198,5 +235,6 @@ def _autoreset_mode(mode: AutoresetMode | str | None) -> AutoresetMode | None:
         if mode in (member.value, member.name, member.name.lower()):
             return member
     allowed = ", ".join(repr(m.name.lower()) for m in AutoresetMode)
-    raise ValueError(f"autoreset_mode must be None, an AutoresetMode or one of {allowed} "
-                     f"but got autoreset_mode={mode!r}.")
+    raise ValueError(
+        f"autoreset_mode must be None, an AutoresetMode or one of {allowed} but got autoreset_mode={mode!r}."
+    )

@@ -12,12 +12,12 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import gymnasium as gym
 
-WrapperEntry = Union[type, Callable[..., Any], str, Mapping[Any, Any], tuple]
+WrapperEntry: TypeAlias = type | Callable[..., Any] | str | Mapping[Any, Any] | tuple
 """One entry of ``make_env(wrappers=...)``: a class or callable, an import path, ``{path: kwargs}``, or ``(cls, kwargs)``."""
 
 # Packages that register gymnasium ids when imported, by the namespace or prefix of their ids.
@@ -50,8 +50,10 @@ def resolve_wrappers(wrappers: Sequence[WrapperEntry]) -> tuple[Wrapper, ...]:
             callable, is malformed, or whose keyword arguments the wrapper does not take.
     """
     if isinstance(wrappers, (str, Mapping)) or not isinstance(wrappers, Sequence):
-        raise ValueError(f"wrappers must be a list of wrapper entries but got wrappers={wrappers!r}: write "
-                         "wrappers=[...] even for one wrapper.")
+        raise ValueError(
+            f"wrappers must be a list of wrapper entries but got wrappers={wrappers!r}: write "
+            "wrappers=[...] even for one wrapper."
+        )
     return tuple(_resolve(f"wrappers[{i}]", entry) for i, entry in enumerate(wrappers))
 
 
@@ -60,20 +62,26 @@ def _resolve(name: str, entry: WrapperEntry) -> Wrapper:
     target: Any = entry
     if isinstance(entry, Mapping):
         if len(entry) != 1:
-            raise ValueError(f"{name}={entry!r} must be a mapping with one key, the wrapper's import path, to its "
-                             "keyword arguments, e.g. {'gymnasium.wrappers:ClipReward': {'min_reward': -1}}.")
+            raise ValueError(
+                f"{name}={entry!r} must be a mapping with one key, the wrapper's import path, to its "
+                "keyword arguments, e.g. {'gymnasium.wrappers:ClipReward': {'min_reward': -1}}."
+            )
         ((target, kwargs),) = entry.items()
         kwargs = {} if kwargs is None else kwargs
     elif isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], Mapping):
         target, kwargs = entry
     if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
-        raise ValueError(f"{name}={entry!r}: the keyword arguments of a wrapper must be a mapping with string keys, "
-                         f"but got {kwargs!r}.")
+        raise ValueError(
+            f"{name}={entry!r}: the keyword arguments of a wrapper must be a mapping with string keys, "
+            f"but got {kwargs!r}."
+        )
     label = target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
     fn = import_object(name, target) if isinstance(target, str) else target
     if not callable(fn):
-        raise ValueError(f"{name}={entry!r} is not a wrapper: give a wrapper class, an import path such as "
-                         "'gymnasium.wrappers:ClipReward', or a one-key mapping of either to its keyword arguments.")
+        raise ValueError(
+            f"{name}={entry!r} is not a wrapper: give a wrapper class, an import path such as "
+            "'gymnasium.wrappers:ClipReward', or a one-key mapping of either to its keyword arguments."
+        )
     kwargs = dict(kwargs)
     try:
         signature = inspect.signature(fn)
@@ -83,10 +91,16 @@ def _resolve(name: str, entry: WrapperEntry) -> Wrapper:
         try:
             signature.bind(None, **kwargs)
         except TypeError as exc:
-            takes = [p for p in list(signature.parameters)[1:] if signature.parameters[p].kind
-                     in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
-            raise ValueError(f"{name}: {label} cannot be called as {label}(env, **{kwargs!r}): {exc}; it takes "
-                             f"{', '.join(takes) or 'only env'}.") from exc
+            takes = [
+                p
+                for p in list(signature.parameters)[1:]
+                if signature.parameters[p].kind
+                in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            ]
+            raise ValueError(
+                f"{name}: {label} cannot be called as {label}(env, **{kwargs!r}): {exc}; it takes "
+                f"{', '.join(takes) or 'only env'}."
+            ) from exc
     return Wrapper(fn, kwargs, label)
 
 
@@ -100,21 +114,25 @@ def import_object(name: str, path: str) -> Any:
     if not colon:
         module_name, _, attribute = path.rpartition(".")
     if not module_name or not attribute:
-        raise ValueError(f"{name}={path!r} is not an import path: write 'package.module:Name', e.g. "
-                         "'gymnasium.wrappers:ClipReward'.")
+        raise ValueError(
+            f"{name}={path!r} is not an import path: write 'package.module:Name', e.g. 'gymnasium.wrappers:ClipReward'."
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"{name}={path!r}: cannot import module {module_name!r} ({exc}); install the package "
-                         "that provides it or fix the path.") from exc
+        raise ValueError(
+            f"{name}={path!r}: cannot import module {module_name!r} ({exc}); install the package "
+            "that provides it or fix the path."
+        ) from exc
     obj: Any = module
     for part in attribute.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ValueError(f"{name}={path!r}: {getattr(obj, '__name__', module_name)!r} has no attribute "
-                             f"{part!r}{hint}.")
+            raise ValueError(
+                f"{name}={path!r}: {getattr(obj, '__name__', module_name)!r} has no attribute {part!r}{hint}."
+            )
         obj = getattr(obj, part)
     return obj
 
@@ -125,10 +143,14 @@ def env_id_hint(env_id: str) -> str:
         return ""
     for prefix, module in _ID_MODULES:
         if env_id.startswith(prefix):
-            return (f" Ids of {module} are registered when it is imported: try {module + ':' + env_id!r} "
-                    f"(pip install {module.replace('_', '-')} if it is missing).")
+            return (
+                f" Ids of {module} are registered when it is imported: try {module + ':' + env_id!r} "
+                f"(pip install {module.replace('_', '-')} if it is missing)."
+            )
     if "/" in env_id:
         namespace = env_id.split("/", 1)[0]
-        return (f" {namespace}/ ids are registered by the package that provides them when it is imported: write "
-                f"'<module>:{env_id}' (e.g. 'ale_py:ALE/Pong-v5').")
+        return (
+            f" {namespace}/ ids are registered by the package that provides them when it is imported: write "
+            f"'<module>:{env_id}' (e.g. 'ale_py:ALE/Pong-v5')."
+        )
     return ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class RunFailure:
@@ -57,8 +57,10 @@ class RunSetupError(Exception):
         self.run_idx, self.seed, self.cause = run_idx, seed, cause
 
     def __str__(self) -> str:
-        return f"run {self.run_idx} (seed {self.seed}) failed before its first env step: " \
-               f"{type(self.cause).__name__}: {self.cause}"
+        return (
+            f"run {self.run_idx} (seed {self.seed}) failed before its first env step: "
+            f"{type(self.cause).__name__}: {self.cause}"
+        )
 
 
 class ExperimentInUseError(RuntimeError):

@@ -79,10 +79,12 @@ class CountingEnv(gym.Env):
 
 def make_counting_vec(num_envs=2, mode="NextStep", vectorization="sync", truncate_at=None, render_mode=None):
     """A factory of a vector env of CountingEnvs."""
+
     def factory():
         fns = [lambda: CountingEnv(truncate_at, render_mode) for _ in range(num_envs)]
         cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
         return cls(fns, autoreset_mode=gym.vector.AutoresetMode(mode))
+
     return factory
 
 
@@ -194,8 +196,11 @@ class ReportPools:
         import torch
 
         info = threadpoolctl.threadpool_info()
-        report = {"pools": {p["filepath"]: p["num_threads"] for p in info}, "apis": [p["user_api"] for p in info],
-                  "torch": torch.get_num_threads()}
+        report = {
+            "pools": {p["filepath"]: p["num_threads"] for p in info},
+            "apis": [p["user_api"] for p in info],
+            "torch": torch.get_num_threads(),
+        }
         with open(os.path.join(self.directory, f"{os.getpid()}_{ctx.run}.json"), "w") as file:
             json.dump(report, file)
 
@@ -215,31 +220,52 @@ def pool_threads(reports: list[dict]) -> set[int]:
 
 def strip(runs):
     """The per-episode values that must agree between two executions of the same runs."""
-    return [[(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run] for run in runs]
+    return [
+        [(r["ep_return"], r["ep_length"], r["global_step"], r["agent_seed"], r["actions"].tolist()) for r in run]
+        for run in runs
+    ]
 
 
 def feed(agent, obs, next_obs, reward, terminated=None, truncated=None, valid=None, call_back=None):
     """One act() then update() of ``agent`` on hand-made batches (lists), as the runner calls them."""
     n = len(obs)
     agent.act(np.asarray(obs))
-    agent.update(np.asarray(next_obs), np.asarray(reward, dtype=float),
-                 np.zeros(n, bool) if terminated is None else np.asarray(terminated),
-                 np.zeros(n, bool) if truncated is None else np.asarray(truncated),
-                 call_back=call_back, valid=valid)
+    agent.update(
+        np.asarray(next_obs),
+        np.asarray(reward, dtype=float),
+        np.zeros(n, bool) if terminated is None else np.asarray(terminated),
+        np.zeros(n, bool) if truncated is None else np.asarray(truncated),
+        call_back=call_back,
+        valid=valid,
+    )
 
 
 def record(index, ret, length=10, step=None, **extra):
     """An episode record as the runner writes it."""
-    return {"ep_return": float(ret), "ep_length": length, "episode_index": index,
-            "global_step": step if step is not None else 10 * index, "wall_time": 0.1 * index, **extra}
+    return {
+        "ep_return": float(ret),
+        "ep_length": length,
+        "episode_index": index,
+        "global_step": step if step is not None else 10 * index,
+        "wall_time": 0.1 * index,
+        **extra,
+    }
 
 
 def write_experiment(exp_dir, runs, manifest_order=None):
     """A hand-written experiment: ``runs[run] = (status, seed, records)``; ``records`` None writes no stream."""
     exp_dir.mkdir(parents=True, exist_ok=True)
     order = manifest_order or sorted(runs)
-    entries = [{"run": r, "seed": runs[r][1], "status": runs[r][0], "episodes": len(runs[r][2] or []),
-                "error": "Traceback ...\nRuntimeError: boom" if runs[r][0] == "failed" else None} for r in order]
+    entries = [
+        {
+            "run": r,
+            "seed": runs[r][1],
+            "status": runs[r][0],
+            "episodes": len(runs[r][2] or []),
+            "error": "Traceback ...\nRuntimeError: boom" if runs[r][0] == "failed" else None,
+        }
+        for r in order
+    ]
     (exp_dir / "manifest.json").write_text(json.dumps({"format": 2, "num_runs": len(runs), "runs": entries}))
     for r, (_, _, records) in runs.items():
         if records is not None:
@@ -277,8 +303,12 @@ def same_values(a: object, b: object, writeable: bool = True) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, np.ndarray):
-        return a.dtype == b.dtype and a.shape == b.shape and (not writeable or a.flags.writeable == b.flags.writeable) \
+        return (
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and (not writeable or a.flags.writeable == b.flags.writeable)
             and bool(np.array_equal(a, b))
+        )
     if isinstance(a, dict):
         return list(a) == list(b) and all(same_values(a[k], b[k], writeable) for k in a)
     if isinstance(a, (list, tuple)):
@@ -287,9 +317,18 @@ def same_values(a: object, b: object, writeable: bool = True) -> bool:
 
 
 def expected_record(position, ep_return, length, step, actions, seed=3, **extras):
-    record = {"ep_return": ep_return, "ep_length": length, "frames": [], "transitions": [], "actions": actions,
-              "agent_seed": seed, "episode_index": position + 1, "agent_logs": None, "global_step": step,
-              "wall_time": 0.5 * step}
+    record = {
+        "ep_return": ep_return,
+        "ep_length": length,
+        "frames": [],
+        "transitions": [],
+        "actions": actions,
+        "agent_seed": seed,
+        "episode_index": position + 1,
+        "agent_logs": None,
+        "global_step": step,
+        "wall_time": 0.5 * step,
+    }
     record.update(extras)
     return record
 
@@ -329,8 +368,13 @@ def filled_table(kind: str) -> tuple[EpisodeTable, list[dict]]:
                     slabs.append(ActionSlab(np.concatenate(pieces).astype(np.uint8), ends, np.dtype(np.int64)))
             table.add_slabs(returns, lengths, [step] * len(lengths), [0.5 * step] * len(lengths), slabs)
         else:
-            batch = (np.concatenate(episode_actions) if kind in ("discrete", "box")
-                     else None if kind == "none" else episode_actions)
+            batch = (
+                np.concatenate(episode_actions)
+                if kind in ("discrete", "box")
+                else None
+                if kind == "none"
+                else episode_actions
+            )
             table.add(np.array(returns), np.array(lengths), [step] * len(lengths), [0.5 * step] * len(lengths), batch)
         for j, (ret, n, acts) in enumerate(zip(returns, lengths, episode_actions)):
             extras = {}

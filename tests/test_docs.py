@@ -19,8 +19,13 @@ import online_trainer.hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 API_DIR = ROOT / "docs" / "reference" / "api"
-PUBLIC_PACKAGES = (online_trainer, online_trainer.callbacks, online_trainer.agents, online_trainer.envs,
-                   online_trainer.hooks)
+PUBLIC_PACKAGES = (
+    online_trainer,
+    online_trainer.callbacks,
+    online_trainer.agents,
+    online_trainer.envs,
+    online_trainer.hooks,
+)
 DIRECTIVE = re.compile(r"^:::\s+([\w.]+)\s*$", re.MULTILINE)
 
 
@@ -77,7 +82,8 @@ def test_every_public_name_has_an_api_reference_entry():
     missing = missing_entries()
     assert not missing, (
         f"Public names without an entry in docs/reference/api/: {missing}. Add a line "
-        "'::: <module where it is defined>.<name>' to the page of its package (see docs/reference/api/index.md).")
+        "'::: <module where it is defined>.<name>' to the page of its package (see docs/reference/api/index.md)."
+    )
 
 
 def test_every_api_directive_names_something_that_exists():
@@ -91,14 +97,18 @@ def test_every_api_directive_names_something_that_exists():
 
 
 def test_the_check_names_a_public_name_left_out():
-    directives = {key: page for key, page in api_directives().items()
-                  if not key.endswith((".load_args", ".curves", ".make_env"))}
+    directives = {
+        key: page for key, page in api_directives().items() if not key.endswith((".load_args", ".curves", ".make_env"))
+    }
     # an entry of something else with the same last name is not an entry: the module
     # online_trainer.analysis.curves is not the function online_trainer.curves
     directives["online_trainer.analysis.curves"] = "x.md"
     directives["online_trainer.records.storage.load_args_of_nothing"] = "x.md"
     assert missing_entries(directives=directives) == [
-        "online_trainer.curves", "online_trainer.load_args", "online_trainer.envs.make_env"]
+        "online_trainer.curves",
+        "online_trainer.load_args",
+        "online_trainer.envs.make_env",
+    ]
 
 
 @pytest.mark.slow
@@ -108,8 +118,14 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     pytest.importorskip("material")
     site = tmp_path / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
     # the reference was generated from the docstrings, the package_dir folders included
     agents_page = (site / "reference" / "api" / "agents" / "index.html").read_text()
@@ -119,8 +135,9 @@ def test_the_site_builds_in_strict_mode(tmp_path):
     assert "a function of an Optuna trial" in trainer_page
     assert ":meth:" not in trainer_page
     # signatures are formatted one parameter a line (ruff, separate_signature), not one line cut at the page's edge
-    assert ('<span class="nf">OnlineTrainer</span><span class="p">(</span>\n    <span class="n">env</span>'
-            in trainer_page)
+    assert (
+        '<span class="nf">OnlineTrainer</span><span class="p">(</span>\n    <span class="n">env</span>' in trainer_page
+    )
     # the stylesheet that keeps the parameter tables' Default column on the page is linked
     assert "stylesheets/extra.css" in trainer_page
     # bench/README.md is included in the benchmarks page
@@ -134,6 +151,10 @@ def test_the_command_page_names_every_command_agent_sink_and_config():
 
     page = (ROOT / "docs" / "reference" / "command.md").read_text()
     commands = next(action.choices for action in build_parser()._actions if action.choices)
-    names = ([f"online-trainer {command}" for command in commands] + [f"`{agent}`" for agent in AGENTS]
-             + [f"`{sink}`" for sink in CALLBACKS] + [f"`{path.name}`" for path in (ROOT / "configs").glob("*.yaml")])
+    names = (
+        [f"online-trainer {command}" for command in commands]
+        + [f"`{agent}`" for agent in AGENTS]
+        + [f"`{sink}`" for sink in CALLBACKS]
+        + [f"`{path.name}`" for path in (ROOT / "configs").glob("*.yaml")]
+    )
     assert [name for name in names if name not in page] == []

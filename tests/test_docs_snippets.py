@@ -33,11 +33,25 @@ ILLUSTRATIVE = re.compile(r"^<!--\s*illustrative:\s*(.*?)\s*-->\s*$")
 SETUP_START = "<!-- docs-test-setup"
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
 # what an unlabelled block starts with when it is a command line
-COMMANDS = ("online-trainer", "python", "pip", "mkdocs", "tensorboard", "mlflow", "wandb", "cd ", "git ", ".ci/", "bash ")
+COMMANDS = (
+    "online-trainer",
+    "python",
+    "pip",
+    "mkdocs",
+    "tensorboard",
+    "mlflow",
+    "wandb",
+    "cd ",
+    "git ",
+    ".ci/",
+    "bash ",
+)
 PAGE_TIMEOUT = 900
 # pages whose examples need what a test machine lacks, and what tests the same calls instead
-NOT_RUN = {"docs/how-to/slurm.md": "submits to a Slurm partition 'gpu' with GPUs and a shared /shared filesystem; "
-                                   "tests/online_trainer/parallel/test_slurm.py makes the same calls on a one-node cluster"}
+NOT_RUN = {
+    "docs/how-to/slurm.md": "submits to a Slurm partition 'gpu' with GPUs and a shared /shared filesystem; "
+    "tests/online_trainer/parallel/test_slurm.py makes the same calls on a one-node cluster"
+}
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,7 @@ def blocks(text: str) -> list[Block]:
     while i < len(lines):
         if lines[i].strip() == SETUP_START:
             end = lines.index("-->", i)
-            found.append(Block("setup", "\n".join(lines[i + 1:end]), i + 2))
+            found.append(Block("setup", "\n".join(lines[i + 1 : end]), i + 2))
             i = end + 1
             continue
         fence = FENCE.match(lines[i])
@@ -73,7 +87,7 @@ def blocks(text: str) -> list[Block]:
             i += 1
             continue
         end = next(j for j in range(i + 1, len(lines)) if lines[j].startswith("```"))
-        code, language = "\n".join(lines[i + 1:end]), fence.group(1)
+        code, language = "\n".join(lines[i + 1 : end]), fence.group(1)
         kind = "python" if language == "python" else "shell" if _is_command_block(language, code) else "other"
         before = lines[i - 1] if i else ""
         mark = ILLUSTRATIVE.match(before)
@@ -84,11 +98,13 @@ def blocks(text: str) -> list[Block]:
 
 def page_script(text: str, origin: str) -> str:
     """The Python program that runs a page: each block compiled under ``origin:line`` for tracebacks."""
-    parts = ["import subprocess as _subprocess",
-             "def _shell(code, origin):",
-             "    done = _subprocess.run(['bash', '-euo', 'pipefail', '-c', code])",
-             "    if done.returncode:",
-             "        raise SystemExit(f'{origin}: the shell block failed with exit status {done.returncode}')"]
+    parts = [
+        "import subprocess as _subprocess",
+        "def _shell(code, origin):",
+        "    done = _subprocess.run(['bash', '-euo', 'pipefail', '-c', code])",
+        "    if done.returncode:",
+        "        raise SystemExit(f'{origin}: the shell block failed with exit status {done.returncode}')",
+    ]
     for block in blocks(text):
         if block.illustrative is not None or block.kind == "other":
             continue
@@ -108,18 +124,37 @@ def run_page(text: str, origin: str, workdir: Path) -> subprocess.CompletedProce
         (workdir / "configs" / config.name).write_text(config.read_text())
     # one torch thread per process: the examples' few updates gain nothing from more, and a loaded CI machine
     # slows torch's spinning thread pools by orders of magnitude
-    env = {**os.environ, "ONLINE_TRAINER_DOCS_BUDGET": "1", "MPLBACKEND": "Agg", "WANDB_MODE": "offline",
-           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "WANDB_SILENT": "true", "PYTHONPATH": str(BUDGET),
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    return subprocess.run([sys.executable, "-c", page_script(text, origin)], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=PAGE_TIMEOUT)
+    env = {
+        **os.environ,
+        "ONLINE_TRAINER_DOCS_BUDGET": "1",
+        "MPLBACKEND": "Agg",
+        "WANDB_MODE": "offline",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "WANDB_SILENT": "true",
+        "PYTHONPATH": str(BUDGET),
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", page_script(text, origin)],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PAGE_TIMEOUT,
+    )
 
 
 def runnable_pages() -> list[Path]:
-    return [page for page in PAGES if _name(page) not in NOT_RUN
-            and any(b.kind in ("python", "setup") or (b.kind == "shell" and b.illustrative is None)
-                   for b in blocks(page.read_text()))]
+    return [
+        page
+        for page in PAGES
+        if _name(page) not in NOT_RUN
+        and any(
+            b.kind in ("python", "setup") or (b.kind == "shell" and b.illustrative is None)
+            for b in blocks(page.read_text())
+        )
+    ]
 
 
 def _name(page: Path) -> str:
@@ -137,8 +172,10 @@ def test_the_examples_of_a_page_run(page, tmp_path):
 def test_a_broken_example_fails_the_docs_test(tmp_path):
     page = ROOT / "docs" / "how-to" / "write-an-agent.md"
     text = page.read_text()
-    broken = text.replace("runs = trainer.multi_run(3, num_episodes=20, seed_offset=0)",
-                          "runs = trainer.multi_run(3, num_episode=20, seed_offset=0)")
+    broken = text.replace(
+        "runs = trainer.multi_run(3, num_episodes=20, seed_offset=0)",
+        "runs = trainer.multi_run(3, num_episode=20, seed_offset=0)",
+    )
     assert broken != text
     done = run_page(broken, _name(page), tmp_path)
     assert done.returncode != 0
@@ -161,13 +198,38 @@ def test_every_shell_block_runs_or_says_why_not_and_every_python_block_runs():
 
 
 def test_blocks_are_told_apart():
-    text = "\n".join(["<!-- docs-test-setup", "x = 1", "-->", "```python", "print(x)", "```",
-                      "<!-- illustrative: installs packages -->", "```bash", "pip install foo", "```",
-                      "```", "online-trainer show runs/a", "```", "```", "exp_dir/", "  args.yaml", "```",
-                      "```text", "python is not run here", "```"])
+    text = "\n".join(
+        [
+            "<!-- docs-test-setup",
+            "x = 1",
+            "-->",
+            "```python",
+            "print(x)",
+            "```",
+            "<!-- illustrative: installs packages -->",
+            "```bash",
+            "pip install foo",
+            "```",
+            "```",
+            "online-trainer show runs/a",
+            "```",
+            "```",
+            "exp_dir/",
+            "  args.yaml",
+            "```",
+            "```text",
+            "python is not run here",
+            "```",
+        ]
+    )
     assert [(b.kind, b.line, b.illustrative) for b in blocks(text)] == [
-        ("setup", 2, None), ("python", 5, None), ("shell", 9, "installs packages"), ("shell", 12, None),
-        ("other", 15, None), ("other", 19, None)]
+        ("setup", 2, None),
+        ("python", 5, None),
+        ("shell", 9, "installs packages"),
+        ("shell", 12, None),
+        ("other", 15, None),
+        ("other", 19, None),
+    ]
 
 
 def test_the_budget_cut_keeps_the_schedule_of_a_run():

@@ -52,8 +52,11 @@ def test_the_checker_sees_bare_imports(tmp_path):
 
 def test_code_in_docs_uses_the_package_names():
     texts = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.ipynb")), *sorted((ROOT / "docs").rglob("*.md"))]
-    offenders = [str(p.relative_to(ROOT)) for p in texts
-                 if any(f"from {name} import" in p.read_text() or f"import {name}\n" in p.read_text() for name in BARE)]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in texts
+        if any(f"from {name} import" in p.read_text() or f"import {name}\n" in p.read_text() for name in BARE)
+    ]
     assert offenders == []
 
 

@@ -9,8 +9,11 @@ import pytest
 setupcfg = pytest.importorskip("setuptools.config.setupcfg")
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP_LEVEL_FOLDERS = {"callbacks": "online_trainer.callbacks", "agents": "online_trainer.agents",
-                     "envs": "online_trainer.envs"}
+TOP_LEVEL_FOLDERS = {
+    "callbacks": "online_trainer.callbacks",
+    "agents": "online_trainer.agents",
+    "envs": "online_trainer.envs",
+}
 
 
 def source_packages() -> set[str]:
@@ -31,6 +34,8 @@ def test_setup_cfg_installs_every_package():
 def test_every_installed_package_ships_py_typed():
     package_data = options()["package_data"]
     assert {name for name, files in package_data.items() if "py.typed" in files} >= {
-        "online_trainer", *TOP_LEVEL_FOLDERS.values()}
+        "online_trainer",
+        *TOP_LEVEL_FOLDERS.values(),
+    }
     for folder in ("online_trainer", *TOP_LEVEL_FOLDERS):
         assert (ROOT / folder / "py.typed").is_file(), folder

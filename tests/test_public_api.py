@@ -10,8 +10,16 @@ def test_exports_are_sorted_and_importable():
 
 
 def test_core_names():
-    expected = {"OnlineTrainer", "RunRecords", "load_run_metrics", "load_all_run_metrics", "load_transitions",
-                "load_agent_logs", "load_args", "load_config"}
+    expected = {
+        "OnlineTrainer",
+        "RunRecords",
+        "load_run_metrics",
+        "load_all_run_metrics",
+        "load_transitions",
+        "load_agent_logs",
+        "load_args",
+        "load_config",
+    }
     assert expected <= set(online_trainer.__all__)
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import inspect
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import scipy.stats
 from numpy.typing import ArrayLike
 
-Seed = Union[int, np.random.Generator, None]
+Seed: TypeAlias = int | np.random.Generator | None
 
 # scipy >= 1.15 names the generator ``rng``; older releases call it ``random_state``.
 _RNG_KEYWORD = "rng" if "rng" in inspect.signature(scipy.stats.bootstrap).parameters else "random_state"
@@ -46,8 +46,11 @@ def stat_fn(stat: str) -> Callable[..., float | np.ndarray]:
 
 def check_seed(seed: Seed) -> None:
     """Refuse a ``seed`` that is neither None, a non-negative int nor a numpy Generator."""
-    ok = seed is None or isinstance(seed, np.random.Generator) or (
-        isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0)
+    ok = (
+        seed is None
+        or isinstance(seed, np.random.Generator)
+        or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0)
+    )
     if not ok:
         raise ValueError(f"seed must be a non-negative int, a numpy.random.Generator or None, got seed={seed!r}.")
 
@@ -85,8 +88,9 @@ def _plain(value: Any) -> Any:
     return "nan" if isinstance(value, float) and np.isnan(value) else value
 
 
-def _bootstrap_interval(strata: list[np.ndarray], stat: Callable, ci: float, n_resamples: int,
-                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _bootstrap_interval(
+    strata: list[np.ndarray], stat: Callable, ci: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile-bootstrap CI of ``stat`` over the pooled runs of every stratum.
 
     Each array holds one stratum, runs on the last axis (leading axes, such as grid
@@ -107,13 +111,23 @@ def _bootstrap_interval(strata: list[np.ndarray], stat: Callable, ci: float, n_r
 
     per_resample = max(1, int(np.prod(strata[0].shape[:-1])) * sum(s.shape[-1] for s in strata))
     batch = max(1, min(n_resamples, _MAX_BATCH_FLOATS // per_resample))
-    result = scipy.stats.bootstrap(resampled, pooled, n_resamples=n_resamples, batch=batch, vectorized=True,
-                                   axis=-1, confidence_level=ci, method="percentile", **{_RNG_KEYWORD: rng})
+    result = scipy.stats.bootstrap(
+        resampled,
+        pooled,
+        n_resamples=n_resamples,
+        batch=batch,
+        vectorized=True,
+        axis=-1,
+        confidence_level=ci,
+        method="percentile",
+        **{_RNG_KEYWORD: rng},
+    )
     return np.asarray(result.confidence_interval.low), np.asarray(result.confidence_interval.high)
 
 
-def estimate(strata: list[np.ndarray], stat: Callable, ci: float | None, n_resamples: int,
-             rng: np.random.Generator) -> np.ndarray:
+def estimate(
+    strata: list[np.ndarray], stat: Callable, ci: float | None, n_resamples: int, rng: np.random.Generator
+) -> np.ndarray:
     """Rows value, lo, hi of ``stat`` over the pooled runs (last axis) of the strata (2-D).
 
     Bounds are NaN where fewer than two runs exist, and equal to the value where every

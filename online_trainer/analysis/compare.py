@@ -12,8 +12,8 @@ described in :mod:`online_trainer.analysis.compare_inputs`.
 from __future__ import annotations
 
 import itertools
-import math
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +23,7 @@ import pandas as pd
 
 from online_trainer.analysis import compare_stats as cs
 from online_trainer.analysis.bootstrap import STATISTICS, GroupStreams, estimate
+from online_trainer.analysis.compare_curves import sample_efficiency
 from online_trainer.analysis.compare_inputs import (
     CompareOptions,
     Data,
@@ -32,7 +33,6 @@ from online_trainer.analysis.compare_inputs import (
     normalized,
     run_scores,
 )
-from online_trainer.analysis.compare_curves import sample_efficiency
 from online_trainer.analysis.stats import aggregate
 
 logger = logging.getLogger(__name__)
@@ -75,10 +75,22 @@ class Comparison:
     ``optimality_threshold``."""
 
 
-def compare(data: Data, *, by: str | Sequence[str] | None = None, source: str = "episodes", last_k: int = 10,
-            normalize: Any = None, optimality_threshold: float | None = None, metric: str = "iqm",
-            ci: float = 0.95, n_resamples: int = 2_000, seed: Any = 0, num_taus: int = 101, num_points: int = 50,
-            include_unfinished: bool = False) -> Comparison:
+def compare(
+    data: Data,
+    *,
+    by: str | Sequence[str] | None = None,
+    source: str = "episodes",
+    last_k: int = 10,
+    normalize: Any = None,
+    optimality_threshold: float | None = None,
+    metric: str = "iqm",
+    ci: float = 0.95,
+    n_resamples: int = 2_000,
+    seed: Any = 0,
+    num_taus: int = 101,
+    num_points: int = 50,
+    include_unfinished: bool = False,
+) -> Comparison:
     """Compare experiments: aggregate metrics, probability of improvement, profiles, sample efficiency.
 
     Args:
@@ -114,23 +126,42 @@ def compare(data: Data, *, by: str | Sequence[str] | None = None, source: str = 
         ValueError: An option is invalid, there are fewer than two candidates, or a
             candidate lacks a task another one has (all raised before any bootstrap).
     """
-    options = CompareOptions(source=source, last_k=last_k, normalize=normalize,
-                             optimality_threshold=optimality_threshold, metric=metric, ci=ci,
-                             n_resamples=n_resamples, seed=seed, num_taus=num_taus, num_points=num_points,
-                             include_unfinished=include_unfinished)
+    options = CompareOptions(
+        source=source,
+        last_k=last_k,
+        normalize=normalize,
+        optimality_threshold=optimality_threshold,
+        metric=metric,
+        ci=ci,
+        n_resamples=n_resamples,
+        seed=seed,
+        num_taus=num_taus,
+        num_points=num_points,
+        include_unfinished=include_unfinished,
+    )
     table = load_candidates(data, by, options.source)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
     comparison = compare_scores(scores, options, candidates, bounds)
     curves = sample_efficiency(table, options, candidates, bounds)
-    return Comparison(comparison.scores, comparison.aggregates, comparison.improvement, comparison.profiles, curves,
-                      options, comparison.info)
+    return Comparison(
+        comparison.scores,
+        comparison.aggregates,
+        comparison.improvement,
+        comparison.profiles,
+        curves,
+        options,
+        comparison.info,
+    )
 
 
-def compare_scores(scores: pd.DataFrame, options: CompareOptions = CompareOptions(),
-                   candidates: Sequence[str] | None = None,
-                   bounds: dict[str, tuple[float, float]] | None = None) -> Comparison:
+def compare_scores(
+    scores: pd.DataFrame,
+    options: CompareOptions = CompareOptions(),
+    candidates: Sequence[str] | None = None,
+    bounds: dict[str, tuple[float, float]] | None = None,
+) -> Comparison:
     """The statistics of :func:`compare` on per-run scores (no curves).
 
     Args:
@@ -165,10 +196,23 @@ def _task_scores(scores: pd.DataFrame, candidate: str, task: str) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def _aggregates(scores: pd.DataFrame, arrays: dict[str, list[np.ndarray]], candidates: list[str],
-                threshold: float | None, options: CompareOptions, streams: GroupStreams) -> pd.DataFrame:
-    table = aggregate(scores, value="score", group_by="candidate", strata="task", ci=options.ci,
-                      n_resamples=options.n_resamples, seed=options.seed)
+def _aggregates(
+    scores: pd.DataFrame,
+    arrays: dict[str, list[np.ndarray]],
+    candidates: list[str],
+    threshold: float | None,
+    options: CompareOptions,
+    streams: GroupStreams,
+) -> pd.DataFrame:
+    table = aggregate(
+        scores,
+        value="score",
+        group_by="candidate",
+        strata="task",
+        ci=options.ci,
+        n_resamples=options.n_resamples,
+        seed=options.seed,
+    )
     table = table.set_index("candidate").loc[candidates].reset_index().rename(columns={"num_strata": "num_tasks"})
     gaps = []
     for candidate in candidates:
@@ -179,13 +223,23 @@ def _aggregates(scores: pd.DataFrame, arrays: dict[str, list[np.ndarray]], candi
         rng = streams({"candidate": candidate, "statistic": "optimality_gap"})
         gaps.append(tuple(estimate(parts, cs.gap_at(threshold), options.ci, options.n_resamples, rng)[:, 0]))
     table["optimality_gap"], table["optimality_gap_lo"], table["optimality_gap_hi"] = map(list, zip(*gaps))
-    order = ["candidate", *(f"{s}{e}" for s in ("iqm", "mean", "median", "optimality_gap") for e in ("", "_lo", "_hi")),
-             "num_runs", "num_missing", "num_tasks"]
+    order = [
+        "candidate",
+        *(f"{s}{e}" for s in ("iqm", "mean", "median", "optimality_gap") for e in ("", "_lo", "_hi")),
+        "num_runs",
+        "num_missing",
+        "num_tasks",
+    ]
     return table[order]
 
 
-def _improvement(arrays: dict[str, list[np.ndarray]], aggregates: pd.DataFrame, candidates: list[str],
-                 options: CompareOptions, streams: GroupStreams) -> pd.DataFrame:
+def _improvement(
+    arrays: dict[str, list[np.ndarray]],
+    aggregates: pd.DataFrame,
+    candidates: list[str],
+    options: CompareOptions,
+    streams: GroupStreams,
+) -> pd.DataFrame:
     stat = STATISTICS[options.metric]
     bounds = aggregates.set_index("candidate")[[f"{options.metric}_lo", f"{options.metric}_hi"]]
     rows = []
@@ -202,17 +256,42 @@ def _improvement(arrays: dict[str, list[np.ndarray]], aggregates: pd.DataFrame, 
         chance = cs.separation_chance(x, y) if separated else math.nan
         (a_lo, a_hi), (b_lo, b_hi) = bounds.loc[a], bounds.loc[b]
         overlap = bool(a_lo <= b_hi and b_lo <= a_hi)
-        common = {"intervals_overlap": overlap, "distinguishable": bool(d_lo > 0 or d_hi < 0),
-                  "seeds_needed": needed, "num_runs": runs, "degenerate": bool(p_lo == p_hi),
-                  "separation_chance": chance}
-        rows.append({"candidate": a, "versus": b, "probability_of_improvement": p,
-                     "probability_of_improvement_lo": p_lo, "probability_of_improvement_hi": p_hi,
-                     "separation_bound": cs.separation_bound(p, pairs, options.ci),
-                     "difference": d, "difference_lo": d_lo, "difference_hi": d_hi, **common})
-        rows.append({"candidate": b, "versus": a, "probability_of_improvement": 1 - p,
-                     "probability_of_improvement_lo": 1 - p_hi, "probability_of_improvement_hi": 1 - p_lo,
-                     "separation_bound": cs.separation_bound(1 - p, pairs, options.ci),
-                     "difference": -d, "difference_lo": -d_hi, "difference_hi": -d_lo, **common})
+        common = {
+            "intervals_overlap": overlap,
+            "distinguishable": bool(d_lo > 0 or d_hi < 0),
+            "seeds_needed": needed,
+            "num_runs": runs,
+            "degenerate": bool(p_lo == p_hi),
+            "separation_chance": chance,
+        }
+        rows.append(
+            {
+                "candidate": a,
+                "versus": b,
+                "probability_of_improvement": p,
+                "probability_of_improvement_lo": p_lo,
+                "probability_of_improvement_hi": p_hi,
+                "separation_bound": cs.separation_bound(p, pairs, options.ci),
+                "difference": d,
+                "difference_lo": d_lo,
+                "difference_hi": d_hi,
+                **common,
+            }
+        )
+        rows.append(
+            {
+                "candidate": b,
+                "versus": a,
+                "probability_of_improvement": 1 - p,
+                "probability_of_improvement_lo": 1 - p_hi,
+                "probability_of_improvement_hi": 1 - p_lo,
+                "separation_bound": cs.separation_bound(1 - p, pairs, options.ci),
+                "difference": -d,
+                "difference_lo": -d_hi,
+                "difference_hi": -d_lo,
+                **common,
+            }
+        )
     table = pd.DataFrame(rows)
     position = {c: i for i, c in enumerate(candidates)}
     table = table.sort_values(["candidate", "versus"], key=lambda s: s.map(position), kind="stable")
@@ -220,16 +299,24 @@ def _improvement(arrays: dict[str, list[np.ndarray]], aggregates: pd.DataFrame, 
     return table.reset_index(drop=True)
 
 
-def _profiles(arrays: dict[str, list[np.ndarray]], candidates: list[str], options: CompareOptions,
-              streams: GroupStreams) -> pd.DataFrame:
+def _profiles(
+    arrays: dict[str, list[np.ndarray]], candidates: list[str], options: CompareOptions, streams: GroupStreams
+) -> pd.DataFrame:
     pooled = np.concatenate([t for c in candidates for t in arrays[c]])
     taus = np.linspace(pooled.min(), pooled.max(), options.num_taus)
     frames = []
     for candidate in candidates:
         rng = streams({"candidate": candidate, "statistic": "profile"})
         low, high = cs.profile_band(arrays[candidate], taus, options.ci, options.n_resamples, rng)
-        frames.append(pd.DataFrame({"candidate": candidate, "tau": taus,
-                                    "fraction": cs.profile(arrays[candidate], taus),
-                                    "fraction_lo": low, "fraction_hi": high}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "candidate": candidate,
+                    "tau": taus,
+                    "fraction": cs.profile(arrays[candidate], taus),
+                    "fraction_lo": low,
+                    "fraction_hi": high,
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
-

@@ -37,12 +37,14 @@ def _series(table: pd.DataFrame, options: CompareOptions) -> pd.DataFrame:
         return data.sort_values(RUN_KEYS + ["global_step"], kind="stable")
     data = drop_nonfinite(table).sort_values(RUN_KEYS + ["episode_index"], kind="stable")
     y = data.groupby(RUN_KEYS, sort=False)["ep_return"].transform(
-        lambda s: s.rolling(options.last_k, min_periods=1).mean())
+        lambda s: s.rolling(options.last_k, min_periods=1).mean()
+    )
     return data.assign(y=y)
 
 
-def sample_efficiency(table: pd.DataFrame, options: CompareOptions, candidates: Sequence[str],
-                      bounds: Mapping[str, tuple[float, float]]) -> pd.DataFrame:
+def sample_efficiency(
+    table: pd.DataFrame, options: CompareOptions, candidates: Sequence[str], bounds: Mapping[str, tuple[float, float]]
+) -> pd.DataFrame:
     """The curves of every candidate on a common grid of env steps (see the module docstring)."""
     kept, _ = select_runs(table, options.include_unfinished, log=False)
     ends = budget_ends(table)
@@ -69,13 +71,27 @@ def sample_efficiency(table: pd.DataFrame, options: CompareOptions, candidates: 
     return out[COLUMNS]
 
 
-def _curve(candidate: str, runs: list[tuple[str, np.ndarray, np.ndarray, float]], grid: np.ndarray,
-           options: CompareOptions, streams: GroupStreams) -> pd.DataFrame:
+def _curve(
+    candidate: str,
+    runs: list[tuple[str, np.ndarray, np.ndarray, float]],
+    grid: np.ndarray,
+    options: CompareOptions,
+    streams: GroupStreams,
+) -> pd.DataFrame:
     """One candidate's curve: the metric and its stratified band at each point, over the runs covering it."""
     values = np.stack([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for _, xs, ys, _ in runs], axis=-1)
     tasks = np.array([task for task, *_ in runs])
     rng = streams({"candidate": candidate, "statistic": "curve"})
     out = pointwise(values, STATISTICS[options.metric], options.ci, options.n_resamples, rng, strata=tasks)
     covered = ~np.isnan(values)
-    return pd.DataFrame({"candidate": candidate, "global_step": grid, "value": out[0], "lo": out[1], "hi": out[2],
-                         "num_runs": covered.sum(axis=-1), "total_runs": int(covered.any(axis=0).sum())})
+    return pd.DataFrame(
+        {
+            "candidate": candidate,
+            "global_step": grid,
+            "value": out[0],
+            "lo": out[1],
+            "hi": out[2],
+            "num_runs": covered.sum(axis=-1),
+            "total_runs": int(covered.any(axis=0).sum()),
+        }
+    )

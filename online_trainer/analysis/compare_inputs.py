@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -25,9 +25,9 @@ from online_trainer.analysis.stats import final_performance
 
 logger = logging.getLogger(__name__)
 
-Path_ = Union[str, os.PathLike]
-Data = Union[pd.DataFrame, Path_, Sequence[Path_], Mapping[str, Union[Path_, Sequence[Path_]]]]
-Normalize = Union[None, str, tuple[float, float], Mapping[str, tuple[float, float]]]
+Path_: TypeAlias = str | os.PathLike
+Data: TypeAlias = pd.DataFrame | Path_ | Sequence[Path_] | Mapping[str, Path_ | Sequence[Path_]]
+Normalize: TypeAlias = None | str | tuple[float, float] | Mapping[str, tuple[float, float]]
 
 SOURCES = ("episodes", "eval")
 #: The task of runs whose env id is not known.
@@ -67,13 +67,16 @@ class CompareOptions:
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got source={self.source!r}: 'episodes' scores the "
-                             "last training episodes, 'eval' the last evaluation of each run.")
+            raise ValueError(
+                f"source must be one of {SOURCES}, got source={self.source!r}: 'episodes' scores the "
+                "last training episodes, 'eval' the last evaluation of each run."
+            )
         check_positive_int("last_k", self.last_k)
         check_ci(self.ci)
         if self.ci is None:
-            raise ValueError("ci must be a confidence level in (0, 1) such as 0.95, got ci=None: compare always "
-                             "reports intervals.")
+            raise ValueError(
+                "ci must be a confidence level in (0, 1) such as 0.95, got ci=None: compare always reports intervals."
+            )
         check_positive_int("n_resamples", self.n_resamples, minimum=100)
         check_seed(self.seed)
         check_positive_int("num_taus", self.num_taus, minimum=2)
@@ -82,17 +85,23 @@ class CompareOptions:
             raise ValueError(f"metric must be one of {sorted(STATISTICS)}, got metric={self.metric!r}.")
         threshold = self.optimality_threshold
         if threshold is not None and not (isinstance(threshold, (int, float)) and math.isfinite(threshold)):
-            raise ValueError(f"optimality_threshold must be a finite number or None, got "
-                             f"optimality_threshold={threshold!r}.")
+            raise ValueError(
+                f"optimality_threshold must be a finite number or None, got optimality_threshold={threshold!r}."
+            )
         _check_normalize(self.normalize)
 
 
 def _check_pair(name: str, pair: Any) -> None:
-    ok = (isinstance(pair, (tuple, list)) and len(pair) == 2
-          and all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair) and pair[0] != pair[1])
+    ok = (
+        isinstance(pair, (tuple, list))
+        and len(pair) == 2
+        and all(isinstance(v, (int, float)) and math.isfinite(v) for v in pair)
+        and pair[0] != pair[1]
+    )
     if not ok:
-        raise ValueError(f"{name} must be a pair (random score, reference score) of two different finite numbers, "
-                         f"got {pair!r}.")
+        raise ValueError(
+            f"{name} must be a pair (random score, reference score) of two different finite numbers, got {pair!r}."
+        )
 
 
 def _check_normalize(normalize: Normalize) -> None:
@@ -103,8 +112,10 @@ def _check_normalize(normalize: Normalize) -> None:
             _check_pair(f"normalize[{task!r}]", pair)
         return
     if isinstance(normalize, str):
-        raise ValueError(f"normalize must be None, 'minmax', a (random, reference) pair or a mapping from env id "
-                         f"to such a pair, got normalize={normalize!r}.")
+        raise ValueError(
+            f"normalize must be None, 'minmax', a (random, reference) pair or a mapping from env id "
+            f"to such a pair, got normalize={normalize!r}."
+        )
     _check_pair("normalize", normalize)
 
 
@@ -165,8 +176,10 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
     by_cols = [by] if isinstance(by, str) else (list(by) if by is not None else [])
     if isinstance(data, Mapping):
         if by_cols:
-            raise ValueError("by= applies to directories or a DataFrame; a mapping {label: directories} names its "
-                             f"candidates already, got by={by!r}.")
+            raise ValueError(
+                "by= applies to directories or a DataFrame; a mapping {label: directories} names its "
+                f"candidates already, got by={by!r}."
+            )
         frames, runs = [], []
         for label, paths in data.items():
             paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
@@ -184,19 +197,24 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
         if "task" not in df.columns:
             df["task"] = _tasks_from_attrs(df)
         if not by_cols and "experiment" not in df.columns:
-            raise ValueError("A DataFrame to compare needs an 'experiment' column (several experiments loaded "
-                             "together) or by=<column> naming what tells the candidates apart; "
-                             f"its columns are {list(df.columns)}.")
+            raise ValueError(
+                "A DataFrame to compare needs an 'experiment' column (several experiments loaded "
+                "together) or by=<column> naming what tells the candidates apart; "
+                f"its columns are {list(df.columns)}."
+            )
     else:
         paths = [data] if isinstance(data, (str, os.PathLike)) else list(data)
         if not paths or not all(isinstance(p, (str, os.PathLike)) for p in paths):
-            raise TypeError("data must be a DataFrame, an experiment or sweep directory, a list of them, or a "
-                            f"mapping from candidate label to directories; got {type(data).__name__}: {data!r:.80}.")
+            raise TypeError(
+                "data must be a DataFrame, an experiment or sweep directory, a list of them, or a "
+                f"mapping from candidate label to directories; got {type(data).__name__}: {data!r:.80}."
+            )
         df = _load_paths(paths, source)
     missing = [c for c in by_cols if c not in df.columns]
     if missing:
-        raise ValueError(f"by={by!r} names column(s) {missing} that the data does not have; available columns: "
-                         f"{list(df.columns)}.")
+        raise ValueError(
+            f"by={by!r} names column(s) {missing} that the data does not have; available columns: {list(df.columns)}."
+        )
     cols = by_cols or ["experiment"]
     df.insert(0, "candidate", [_label(r, cols) for r in df[cols].to_dict("records")])
     if "experiment" not in df.columns:
@@ -209,14 +227,19 @@ def _checked(df: pd.DataFrame, source: str) -> pd.DataFrame:
     value = "eval_return" if source == "eval" else "ep_return"
     if value not in df.columns:
         other = "source='episodes'" if source == "eval" else "source='eval'"
-        raise ValueError(f"source={source!r} reads the column {value!r}, which the data lacks (columns: "
-                         f"{list(df.columns)}); pass {other}, or data that has it.")
+        raise ValueError(
+            f"source={source!r} reads the column {value!r}, which the data lacks (columns: "
+            f"{list(df.columns)}); pass {other}, or data that has it."
+        )
     if df.empty:
-        raise ValueError(f"There is nothing to compare: no {'evaluation' if source == 'eval' else 'episode'} "
-                         "in the data.")
+        raise ValueError(
+            f"There is nothing to compare: no {'evaluation' if source == 'eval' else 'episode'} in the data."
+        )
     if len(df.attrs["candidates"]) < 2:
-        raise ValueError(f"compare needs at least two candidates, got {df.attrs['candidates']}: pass several "
-                         "directories, a sweep directory, or by=<hyperparameter column>.")
+        raise ValueError(
+            f"compare needs at least two candidates, got {df.attrs['candidates']}: pass several "
+            "directories, a sweep directory, or by=<hyperparameter column>."
+        )
     return df
 
 
@@ -229,8 +252,9 @@ def run_scores(df: pd.DataFrame, options: CompareOptions) -> pd.DataFrame:
         last = kept.sort_values(RUN_KEYS + order, kind="stable").groupby(RUN_KEYS, dropna=False).tail(1)
         scores = last.rename(columns={"eval_return": "raw_score"})
     else:
-        scores = final_performance(df, options.last_k, group_by=["candidate", "task"],
-                                   include_unfinished=options.include_unfinished)
+        scores = final_performance(
+            df, options.last_k, group_by=["candidate", "task"], include_unfinished=options.include_unfinished
+        )
         scores = scores.rename(columns={"final_return": "raw_score"})
     columns = RUN_KEYS + [c for c in ("seed",) if c in scores.columns] + ["raw_score"]
     return scores[columns].reset_index(drop=True)
@@ -251,15 +275,18 @@ def normalization_bounds(scores: pd.DataFrame, normalize: Normalize) -> dict[str
             values = scores.loc[scores["task"] == task, "raw_score"].to_numpy(float)
             values = values[np.isfinite(values)]
             if values.size == 0 or values.min() == values.max():
-                raise ValueError(f"normalize='minmax' needs runs that score differently on task {task!r}; give "
-                                 "(random, reference) scores instead.")
+                raise ValueError(
+                    f"normalize='minmax' needs runs that score differently on task {task!r}; give "
+                    "(random, reference) scores instead."
+                )
             bounds[task] = (float(values.min()), float(values.max()))
         return bounds
     if isinstance(normalize, Mapping):
         missing = [t for t in tasks if t not in normalize]
         if missing:
-            raise ValueError(f"normalize has no (random, reference) scores for task(s) {missing}; the tasks are "
-                             f"{tasks}.")
+            raise ValueError(
+                f"normalize has no (random, reference) scores for task(s) {missing}; the tasks are {tasks}."
+            )
         return {t: (float(normalize[t][0]), float(normalize[t][1])) for t in tasks}
     return {t: (float(normalize[0]), float(normalize[1])) for t in tasks}
 
@@ -284,6 +311,8 @@ def check_tasks(scores: pd.DataFrame, candidates: Sequence[str]) -> list[str]:
     gaps = {c: sorted(set(tasks) - have.get(c, set())) for c in candidates}
     gaps = {c: t for c, t in gaps.items() if t}
     if gaps:
-        raise ValueError(f"Every candidate must have scored runs on every task (tasks are matched by env id): "
-                         f"missing {gaps}. Compare on the tasks they share, or run the missing ones.")
+        raise ValueError(
+            f"Every candidate must have scored runs on every task (tasks are matched by env id): "
+            f"missing {gaps}. Compare on the tasks they share, or run the missing ones."
+        )
     return tasks

@@ -43,8 +43,10 @@ def describe(comparison: Comparison) -> str:
     tasks = len(comparison.info["tasks"])
     runs = ", ".join(f"{c} {n}" for c, n in _runs(comparison).items())
     scale = "normalised score" if comparison.info["normalization"] else "return"
-    return (f"{comparison.options.ci:.0%} stratified-bootstrap CIs over runs; runs: {runs}; "
-            f"{tasks} task{'s' if tasks != 1 else ''}; {scale}")
+    return (
+        f"{comparison.options.ci:.0%} stratified-bootstrap CIs over runs; runs: {runs}; "
+        f"{tasks} task{'s' if tasks != 1 else ''}; {scale}"
+    )
 
 
 def _title(fig: Figure, text: str) -> None:
@@ -55,11 +57,16 @@ def _title(fig: Figure, text: str) -> None:
 def _score_label(comparison: Comparison) -> str:
     if comparison.info["normalization"]:
         return "Normalised score"
-    return "Score (final evaluation return)" if comparison.options.source == "eval" else \
-        f"Score (mean return, last {comparison.options.last_k} episodes)"
+    return (
+        "Score (final evaluation return)"
+        if comparison.options.source == "eval"
+        else f"Score (mean return, last {comparison.options.last_k} episodes)"
+    )
 
 
-def plot_aggregates(comparison: Comparison, stats: Sequence[str] = ("iqm", "mean", "median", "optimality_gap")) -> Figure:
+def plot_aggregates(
+    comparison: Comparison, stats: Sequence[str] = ("iqm", "mean", "median", "optimality_gap")
+) -> Figure:
     """One panel per aggregate metric, one row per candidate: point estimate and interval, values written."""
     table = comparison.aggregates
     stats = [s for s in stats if table[s].notna().any()]
@@ -70,11 +77,24 @@ def plot_aggregates(comparison: Comparison, stats: Sequence[str] = ("iqm", "mean
     for ax, stat in zip(axes, stats):
         for y, row in zip(ys, table.to_dict("records")):
             color = colors[row["candidate"]]
-            ax.plot([row[f"{stat}_lo"], row[f"{stat}_hi"]], [y, y], color=color, linewidth=6, alpha=0.45,
-                    solid_capstyle="butt")
+            ax.plot(
+                [row[f"{stat}_lo"], row[f"{stat}_hi"]],
+                [y, y],
+                color=color,
+                linewidth=6,
+                alpha=0.45,
+                solid_capstyle="butt",
+            )
             ax.plot([row[stat]], [y], marker="|", markersize=14, color=color, markeredgewidth=2)
-            ax.annotate(f"{row[stat]:.3g}", (row[stat], y), xytext=(0, 7), textcoords="offset points",
-                        ha="center", fontsize=7, color="0.25")
+            ax.annotate(
+                f"{row[stat]:.3g}",
+                (row[stat], y),
+                xytext=(0, 7),
+                textcoords="offset points",
+                ha="center",
+                fontsize=7,
+                color="0.25",
+            )
         ax.set_title(AGGREGATE_LABELS[stat] + (" (lower is better)" if stat == "optimality_gap" else ""), fontsize=9)
         _style(ax)
         ax.margins(x=0.15)
@@ -98,8 +118,7 @@ def plot_improvement(comparison: Comparison) -> Figure:
         color = colors[row["candidate"]]
         lo, hi = row["probability_of_improvement_lo"], row["probability_of_improvement_hi"]
         ax.plot([lo, hi], [y, y], color=color, linewidth=6, alpha=0.45, solid_capstyle="butt")
-        ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color,
-                markeredgewidth=2)
+        ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color, markeredgewidth=2)
         text = f"{row['probability_of_improvement']:.2f} [{lo:.2f}, {hi:.2f}]"
         bound = row["separation_bound"]
         if row["degenerate"] and np.isfinite(bound):  # complete separation: the bound the seeds support, dashed
@@ -109,11 +128,25 @@ def plot_improvement(comparison: Comparison) -> Figure:
             hi = max(hi, bound)
         elif row["degenerate"]:
             text += " (degenerate: ties)"
-        ax.annotate(text, (hi, y), xytext=(5, 0),
-                    textcoords="offset points", va="center", fontsize=7, color="0.25", annotation_clip=False)
+        ax.annotate(
+            text,
+            (hi, y),
+            xytext=(5, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=7,
+            color="0.25",
+            annotation_clip=False,
+        )
     ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.8)
-    ax.set_yticks(ys, [f"P({r['candidate']} > {r['versus']})  (n={runs[r['candidate']]}, {runs[r['versus']]})"
-                       for r in table.to_dict("records")], fontsize=8)
+    ax.set_yticks(
+        ys,
+        [
+            f"P({r['candidate']} > {r['versus']})  (n={runs[r['candidate']]}, {runs[r['versus']]})"
+            for r in table.to_dict("records")
+        ],
+        fontsize=8,
+    )
     ax.set_xlim(0, 1.2)
     ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_ylim(-0.7, len(table) - 0.3)
@@ -137,10 +170,22 @@ def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> N
             ax.plot(xs, ys, color=colors[candidate], linewidth=0.8)
             last = np.flatnonzero(np.isfinite(ys))
             if len(last) and not full[last[-1]]:
-                ax.annotate(f"n={int(rows['num_runs'].iloc[last[-1]])}", (xs[last[-1]], ys[last[-1]]), xytext=(3, 0),
-                            textcoords="offset points", fontsize=7, color=colors[candidate], va="center")
-        ax.plot(xs, np.where(full, ys, np.nan), color=colors[candidate], linewidth=1.8,
-                label=f"{candidate} (n={runs[candidate]})")
+                ax.annotate(
+                    f"n={int(rows['num_runs'].iloc[last[-1]])}",
+                    (xs[last[-1]], ys[last[-1]]),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color=colors[candidate],
+                    va="center",
+                )
+        ax.plot(
+            xs,
+            np.where(full, ys, np.nan),
+            color=colors[candidate],
+            linewidth=1.8,
+            label=f"{candidate} (n={runs[candidate]})",
+        )
         ax.fill_between(rows[x], rows[lo], rows[hi], color=colors[candidate], alpha=0.2, linewidth=0)
     ax.legend(frameon=False, fontsize=8)
     _style(ax)
@@ -165,8 +210,11 @@ def plot_sample_efficiency(comparison: Comparison) -> Figure:
     _lines(ax, comparison.curves, "global_step", "value", comparison)
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_xlabel("Environment steps", fontsize=9)
-    what = "evaluation return" if comparison.options.source == "eval" else \
-        f"return, trailing mean of {comparison.options.last_k} episodes"
+    what = (
+        "evaluation return"
+        if comparison.options.source == "eval"
+        else f"return, trailing mean of {comparison.options.last_k} episodes"
+    )
     if comparison.info["normalization"]:
         what = "normalised " + what
     ax.set_ylabel(f"{STAT_LABELS[comparison.options.metric]} of {what}", fontsize=9)

@@ -45,8 +45,10 @@ def optimality_gap(values: np.ndarray, axis: int = -1, threshold: float = 1.0) -
 
 def gap_at(threshold: float) -> Callable[..., np.ndarray]:
     """The optimality gap against ``threshold``, as a statistic ``fn(values, axis=-1)``."""
+
     def gap(values: np.ndarray, axis: int = -1) -> np.ndarray:
         return optimality_gap(values, axis, threshold)
+
     return gap
 
 
@@ -71,8 +73,9 @@ def probability_of_improvement(x: Scores, y: Scores) -> float:
     return float(np.mean([_wins(xt, yt).mean() for xt, yt in zip(x, y)]))
 
 
-def improvement_interval(x: Scores, y: Scores, ci: float, n_resamples: int,
-                         rng: np.random.Generator) -> tuple[float, float]:
+def improvement_interval(
+    x: Scores, y: Scores, ci: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[float, float]:
     """Stratified independent bootstrap interval of P(X > Y): X's and Y's runs resampled within each task."""
     total = np.zeros(n_resamples)
     for xt, yt in zip(x, y):
@@ -88,8 +91,9 @@ def _resample(scores: Scores, n_resamples: int, rng: np.random.Generator) -> np.
     return np.concatenate([t[rng.integers(0, len(t), size=(n_resamples, len(t)))] for t in scores], axis=1)
 
 
-def difference_interval(x: Scores, y: Scores, stat: Callable[..., float | np.ndarray], ci: float, n_resamples: int,
-                        rng: np.random.Generator) -> tuple[float, float, float]:
+def difference_interval(
+    x: Scores, y: Scores, stat: Callable[..., float | np.ndarray], ci: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[float, float, float]:
     """``stat(X) - stat(Y)`` over the pooled runs, and its stratified independent bootstrap interval."""
     value = float(stat(np.concatenate(list(x))) - stat(np.concatenate(list(y))))
     samples = np.asarray(stat(_resample(x, n_resamples, rng), axis=-1) - stat(_resample(y, n_resamples, rng), axis=-1))
@@ -153,8 +157,9 @@ def profile(scores: Scores, taus: np.ndarray) -> np.ndarray:
     return np.mean([(t[:, None] > taus[None, :]).mean(axis=0) for t in scores], axis=0)
 
 
-def profile_band(scores: Scores, taus: np.ndarray, ci: float, n_resamples: int,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def profile_band(
+    scores: Scores, taus: np.ndarray, ci: float, n_resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Pointwise stratified bootstrap band of :func:`profile`."""
     total = np.zeros((n_resamples, len(taus)))
     for t in scores:
@@ -163,6 +168,18 @@ def profile_band(scores: Scores, taus: np.ndarray, ci: float, n_resamples: int,
     return interval(total / len(scores), ci)
 
 
-__all__ = ["Scores", "difference_interval", "gap_at", "improvement_interval", "interval", "iqm", "optimality_gap",
-           "probability_of_improvement", "profile", "profile_band", "seeds_needed", "separation_bound",
-           "separation_chance"]
+__all__ = [
+    "Scores",
+    "difference_interval",
+    "gap_at",
+    "improvement_interval",
+    "interval",
+    "iqm",
+    "optimality_gap",
+    "probability_of_improvement",
+    "profile",
+    "profile_band",
+    "seeds_needed",
+    "separation_bound",
+    "separation_chance",
+]

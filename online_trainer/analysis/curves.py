@@ -7,7 +7,8 @@ IQM, bootstrap, seeds).
 from __future__ import annotations
 
 import logging
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -53,15 +54,21 @@ def _run_series(df: pd.DataFrame, run_cols: list[str], x: str, smooth: int | Non
     return returns[keep].groupby(keys, dropna=False, sort=True).mean()
 
 
-def _default_grid(firsts: np.ndarray, lasts: np.ndarray, num_points: int, integer: bool, span: str,
-                  keys: dict) -> np.ndarray:
+def _default_grid(
+    firsts: np.ndarray, lasts: np.ndarray, num_points: int, integer: bool, span: str, keys: dict
+) -> np.ndarray:
     """``num_points`` evenly spaced x values over the runs' union (``all``) or intersection (``common``)."""
     lo, hi = firsts.min(), lasts.max()
     if span == "common":
         lo, hi = firsts.max(), lasts.min()
         if lo > hi:
-            logger.warning("The runs of group %s do not overlap in x (latest start %s > earliest end %s): "
-                           "span='common' is empty, the curve spans all runs instead.", keys or "(all)", lo, hi)
+            logger.warning(
+                "The runs of group %s do not overlap in x (latest start %s > earliest end %s): "
+                "span='common' is empty, the curve spans all runs instead.",
+                keys or "(all)",
+                lo,
+                hi,
+            )
             lo, hi = firsts.min(), lasts.max()
     grid = np.linspace(lo, hi, num_points)
     return np.unique(np.round(grid)).astype(np.int64) if integer else np.unique(grid)
@@ -83,17 +90,24 @@ def budget_ends(df: pd.DataFrame) -> dict[tuple, float]:
     ends = {}
     for record in records:
         budget, steps = record.get("budget"), record.get("env_steps")
-        if (record.get("budget_unit") == "steps" and record.get(STATUS_COLUMN) == "finished"
-                and isinstance(budget, (int, float)) and isinstance(steps, (int, float)) and steps >= budget
-                and all(c in record for c in ident)):
+        if (
+            record.get("budget_unit") == "steps"
+            and record.get(STATUS_COLUMN) == "finished"
+            and isinstance(budget, (int, float))
+            and isinstance(steps, (int, float))
+            and steps >= budget
+            and all(c in record for c in ident)
+        ):
             ends[tuple(record[c] for c in ident)] = float(budget)
     return ends
 
 
 def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarray | None:
     if span not in SPANS:
-        raise ValueError(f"span must be one of {SPANS}, got span={span!r}: 'all' covers every x some run "
-                         "reaches, 'common' only the x every run reaches.")
+        raise ValueError(
+            f"span must be one of {SPANS}, got span={span!r}: 'all' covers every x some run "
+            "reaches, 'common' only the x every run reaches."
+        )
     if grid is None:
         check_positive_int("num_points", num_points, minimum=2)
         return None
@@ -103,10 +117,22 @@ def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarra
     return grid
 
 
-def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, grid: ArrayLike | None = None,
-           span: Literal["all", "common"] = "all", group_by: GroupBy = None, stat: str = "iqm",
-           ci: float | None = 0.95, smooth: int | None = None, n_resamples: int = 2_000, seed: Seed = 0,
-           include_unfinished: bool = False, score: str | None = None) -> pd.DataFrame:
+def curves(
+    df: pd.DataFrame,
+    x: str = "global_step",
+    *,
+    num_points: int = 100,
+    grid: ArrayLike | None = None,
+    span: Literal["all", "common"] = "all",
+    group_by: GroupBy = None,
+    stat: str = "iqm",
+    ci: float | None = 0.95,
+    smooth: int | None = None,
+    n_resamples: int = 2_000,
+    seed: Seed = 0,
+    include_unfinished: bool = False,
+    score: str | None = None,
+) -> pd.DataFrame:
     """Learning curves: a statistic across runs of the return on an x grid.
 
     Each run's returns (optionally smoothed by a trailing moving average over ``smooth``
@@ -174,8 +200,10 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
     run_cols = run_columns(df, group_cols)
     data, excluded = select_runs(df, include_unfinished)
     if data.empty:
-        raise ValueError(f"Every run was left out ({len(excluded)} did not finish). Pass include_unfinished=True "
-                         "to plot them anyway.")
+        raise ValueError(
+            f"Every run was left out ({len(excluded)} did not finish). Pass include_unfinished=True "
+            "to plot them anyway."
+        )
     no_episode = runs_without_episodes(data, run_cols)
     if len(no_episode):
         logger.info("%d run(s) have no finished episode and are not drawn.", len(no_episode))
@@ -195,18 +223,44 @@ def curves(df: pd.DataFrame, x: str = "global_step", *, num_points: int = 100, g
             runs.append((xs, ys, min(end, xs[-1])))
         frames.append(_group_curve(runs, keys, x, grid, num_points, integer_x, span, fn, ci, n_resamples, streams))
     out = pd.concat(frames, ignore_index=True)
-    out.attrs.update(stat=stat, ci=ci, x=x, smooth=smooth, span=span, excluded=excluded.to_dict("records"),
-                     no_episode=len(no_episode))
+    out.attrs.update(
+        stat=stat,
+        ci=ci,
+        x=x,
+        smooth=smooth,
+        span=span,
+        excluded=excluded.to_dict("records"),
+        no_episode=len(no_episode),
+    )
     return out
 
 
-def _group_curve(runs: list[tuple[np.ndarray, np.ndarray, float]], keys: dict, x: str, grid: np.ndarray | None,
-                 num_points: int, integer_x: bool, span: str, fn: Callable, ci: float | None, n_resamples: int,
-                 streams: GroupStreams) -> pd.DataFrame:
+def _group_curve(
+    runs: list[tuple[np.ndarray, np.ndarray, float]],
+    keys: dict,
+    x: str,
+    grid: np.ndarray | None,
+    num_points: int,
+    integer_x: bool,
+    span: str,
+    fn: Callable,
+    ci: float | None,
+    n_resamples: int,
+    streams: GroupStreams,
+) -> pd.DataFrame:
     """The curve of one group: its runs (x, returns, end of the grid for it) interpolated onto its grid."""
-    points = grid if grid is not None else _default_grid(
-        np.array([xs[0] for xs, _, _ in runs]), np.array([end for *_, end in runs]), num_points, integer_x, span,
-        keys)
+    points = (
+        grid
+        if grid is not None
+        else _default_grid(
+            np.array([xs[0] for xs, _, _ in runs]),
+            np.array([end for *_, end in runs]),
+            num_points,
+            integer_x,
+            span,
+            keys,
+        )
+    )
     values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys, _ in runs], axis=-1)
     covered = ~np.isnan(values)
     frame = pd.DataFrame({**keys, x: points}, index=range(len(points)))
@@ -215,15 +269,25 @@ def _group_curve(runs: list[tuple[np.ndarray, np.ndarray, float]], keys: dict, x
     frame["total_runs"] = int(covered.any(axis=0).sum())
     missed = len(runs) - frame["total_runs"].iloc[0]
     if missed:
-        logger.warning("%d run(s) of group %s have no data at any grid point (their episodes fall between "
-                       "points or outside the grid) and are not drawn.", missed, keys or "(all)")
+        logger.warning(
+            "%d run(s) of group %s have no data at any grid point (their episodes fall between "
+            "points or outside the grid) and are not drawn.",
+            missed,
+            keys or "(all)",
+        )
     if ci is not None and frame["num_runs"].max() < 2:
         logger.warning("Group %s has 1 run: its confidence band is NaN.", keys or "(all)")
     return frame
 
 
-def pointwise(values: np.ndarray, stat: Callable, ci: float | None, n_resamples: int,
-              rng: np.random.Generator, strata: np.ndarray | None = None) -> np.ndarray:
+def pointwise(
+    values: np.ndarray,
+    stat: Callable,
+    ci: float | None,
+    n_resamples: int,
+    rng: np.random.Generator,
+    strata: np.ndarray | None = None,
+) -> np.ndarray:
     """The statistic and CI at each point (row) over the runs (columns) that have data there.
 
     Points are batched by the set of runs that cover them, so each batch is one

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,16 +27,38 @@ from online_trainer.run import full_checkpoint
 
 logger = logging.getLogger(__name__)
 
-EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length",
-                   "wall_time"]
-RUN_COLUMNS = ["run", "seed", STATUS_COLUMN, "num_episodes", "last_step", "env_steps", "wall_time", "sps",
-               "stop_reason", "error", "env_id", "budget_unit", "budget"]
+EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "episode_index", "global_step", "ep_return", "ep_length", "wall_time"]
+RUN_COLUMNS = [
+    "run",
+    "seed",
+    STATUS_COLUMN,
+    "num_episodes",
+    "last_step",
+    "env_steps",
+    "wall_time",
+    "sps",
+    "stop_reason",
+    "error",
+    "env_id",
+    "budget_unit",
+    "budget",
+]
 #: Status of the runs of an experiment without a manifest: how they ended is not known.
 UNKNOWN_STATUS = "unknown"
 #: Evaluation streams: one chunk per evaluation of a run (see :mod:`online_trainer.loop.evaluation`).
 EVAL_PATTERN = "eval_run*.pkl"
-EVAL_COLUMNS = ["run", "seed", STATUS_COLUMN, "eval_index", "global_step", "episodes_trained", "eval_return",
-                "eval_std", "eval_episodes", "wall_time"]
+EVAL_COLUMNS = [
+    "run",
+    "seed",
+    STATUS_COLUMN,
+    "eval_index",
+    "global_step",
+    "episodes_trained",
+    "eval_return",
+    "eval_std",
+    "eval_episodes",
+    "wall_time",
+]
 #: Columns of :func:`load_evaluations` with ``per_episode=True``: one row per evaluation episode.
 EVAL_EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "global_step", "eval_index", "episode", "return", "length"]
 
@@ -139,8 +162,9 @@ def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
 def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list[Any]]:
     manifest = _manifest_runs(exp_dir)
     columns: dict[str, list[Any]] = {name: [] for name in (EVAL_EPISODE_COLUMNS if per_episode else EVAL_COLUMNS)}
-    numbers = sorted(int(p.stem[len("eval_run"):]) for p in evaluation_files(exp_dir)
-                     if p.stem[len("eval_run"):].isdigit())
+    numbers = sorted(
+        int(p.stem[len("eval_run") :]) for p in evaluation_files(exp_dir) if p.stem[len("eval_run") :].isdigit()
+    )
     for run in numbers:
         entry = manifest.get(run, {})
         status = normalize_status(entry.get("status", UNKNOWN_STATUS))
@@ -150,25 +174,39 @@ def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list
                 if per_episode:
                     lengths = np.asarray(record.get("lengths", [np.nan] * returns.size), dtype=float)
                     for episode, (ret, length) in enumerate(zip(returns, lengths), start=1):
-                        values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
-                                  "global_step": record.get("global_step"), "eval_index": record.get("eval_index"),
-                                  "episode": episode, "return": ret, "length": length}
+                        values = {
+                            "run": run,
+                            "seed": entry.get("seed"),
+                            STATUS_COLUMN: status,
+                            "global_step": record.get("global_step"),
+                            "eval_index": record.get("eval_index"),
+                            "episode": episode,
+                            "return": ret,
+                            "length": length,
+                        }
                         for name in EVAL_EPISODE_COLUMNS:
                             columns[name].append(values[name])
                     continue
-                values = {"run": run, "seed": entry.get("seed"), STATUS_COLUMN: status,
-                          "eval_index": record.get("eval_index"), "global_step": record.get("global_step"),
-                          "episodes_trained": record.get("episodes_trained"),
-                          "eval_return": record.get("mean", returns.mean() if returns.size else np.nan),
-                          "eval_std": record.get("std", np.nan), "eval_episodes": returns.size,
-                          "wall_time": record.get("wall_time", np.nan)}
+                values = {
+                    "run": run,
+                    "seed": entry.get("seed"),
+                    STATUS_COLUMN: status,
+                    "eval_index": record.get("eval_index"),
+                    "global_step": record.get("global_step"),
+                    "episodes_trained": record.get("episodes_trained"),
+                    "eval_return": record.get("mean", returns.mean() if returns.size else np.nan),
+                    "eval_std": record.get("std", np.nan),
+                    "eval_episodes": returns.size,
+                    "wall_time": record.get("wall_time", np.nan),
+                }
                 for name in EVAL_COLUMNS:
                     columns[name].append(values[name])
     return columns
 
 
-def load_evaluations(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike], *,
-                     per_episode: bool = False) -> pd.DataFrame:
+def load_evaluations(
+    exp_dirs: str | os.PathLike | Sequence[str | os.PathLike], *, per_episode: bool = False
+) -> pd.DataFrame:
     """Load the evaluations of experiments (``eval_run{i}.pkl``) as one DataFrame with a row per evaluation.
 
     Columns: ``experiment`` (when several are loaded, or a sweep directory), ``run``, ``seed``, ``status`` (as in
@@ -231,8 +269,12 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     on_disk = set(storage.run_indices(exp_dir))
     unlisted = sorted(on_disk - set(manifest)) if not legacy else []
     if unlisted:
-        logger.warning("%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",
-                       exp_dir, ",".join(map(str, unlisted)), UNKNOWN_STATUS)
+        logger.warning(
+            "%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",
+            exp_dir,
+            ",".join(map(str, unlisted)),
+            UNKNOWN_STATUS,
+        )
     columns: dict[str, list[Any]] = {name: [] for name in EPISODE_COLUMNS + RAW_COLUMNS}
     runs, filled, raw = [], set(), False
     (unit, budget), env_id = budget_of(exp_dir), env_id_of(exp_dir)
@@ -246,8 +288,11 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
             columns["run"].append(run)
             columns["seed"].append(seed)
             columns[STATUS_COLUMN].append(status)
-            for name, fallback in (("episode_index", position), ("global_step", lengths[position - 1]),
-                                   ("wall_time", np.nan)):
+            for name, fallback in (
+                ("episode_index", position),
+                ("global_step", lengths[position - 1]),
+                ("wall_time", np.nan),
+            ):
                 if name not in record:
                     filled.add(name)
                 columns[name].append(record.get(name, fallback))
@@ -255,20 +300,43 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 columns[name].append(record.get(name, np.nan))
             raw = raw or "raw_return" in record
         if not records and run not in on_disk and (entry.get("episodes") or 0) > 0:
-            logger.warning("%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
-                           "dump_metrics=False): it has no row in the table.", exp_dir, run, status,
-                           entry["episodes"], run)
+            logger.warning(
+                "%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
+                "dump_metrics=False): it has no row in the table.",
+                exp_dir,
+                run,
+                status,
+                entry["episodes"],
+                run,
+            )
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
         progress = {name: entry.get(name) for name in ("global_step", "wall_time", "sps")}
         if not legacy and status not in KEPT_STATUSES:  # ended without finishing: the disk may say more
             progress = _progress(exp_dir, run, progress)
-        runs.append({"run": run, "seed": seed, STATUS_COLUMN: status, "num_episodes": len(records),
-                     "last_step": last, "env_steps": progress["global_step"], "wall_time": progress["wall_time"],
-                     "sps": progress["sps"], "stop_reason": entry.get("stop_reason"), "error": entry.get("error"),
-                     "env_id": env_id, "budget_unit": unit, "budget": budget})
+        runs.append(
+            {
+                "run": run,
+                "seed": seed,
+                STATUS_COLUMN: status,
+                "num_episodes": len(records),
+                "last_step": last,
+                "env_steps": progress["global_step"],
+                "wall_time": progress["wall_time"],
+                "sps": progress["sps"],
+                "stop_reason": entry.get("stop_reason"),
+                "error": entry.get("error"),
+                "env_id": env_id,
+                "budget_unit": unit,
+                "budget": budget,
+            }
+        )
     if filled:
-        logger.info("%s: records without %s: filled in (episode_index by position, global_step as the running "
-                    "sum of ep_length, exact for one sub-env only; wall_time NaN).", exp_dir, sorted(filled))
+        logger.info(
+            "%s: records without %s: filled in (episode_index by position, global_step as the running "
+            "sum of ep_length, exact for one sub-env only; wall_time NaN).",
+            exp_dir,
+            sorted(filled),
+        )
     if not raw:  # no run recorded raw scores: no raw columns
         columns = {name: values for name, values in columns.items() if name not in RAW_COLUMNS}
     return columns, runs
@@ -282,14 +350,22 @@ def _progress(exp_dir: Path, run: int, known: dict[str, Any]) -> dict[str, Any]:
     if on_disk["global_step"] is None or on_disk["global_step"] <= (known["global_step"] or 0):
         return known
     wall_time = on_disk["wall_time"]
-    return {"global_step": on_disk["global_step"], "wall_time": wall_time,
-            "sps": round(on_disk["global_step"] / wall_time, 1) if wall_time else known["sps"]}
+    return {
+        "global_step": on_disk["global_step"],
+        "wall_time": wall_time,
+        "sps": round(on_disk["global_step"] / wall_time, 1) if wall_time else known["sps"],
+    }
 
 
 def _episode_frame(columns: dict[str, list[Any]]) -> pd.DataFrame:
     frame = pd.DataFrame(columns)
-    types = {"run": "int64", "ep_return": "float64", "wall_time": "float64", STATUS_COLUMN: "object",
-             **{name: "float64" for name in RAW_COLUMNS if name in frame}}
+    types = {
+        "run": "int64",
+        "ep_return": "float64",
+        "wall_time": "float64",
+        STATUS_COLUMN: "object",
+        **{name: "float64" for name in RAW_COLUMNS if name in frame},
+    }
     for name in ("episode_index", "global_step", "ep_length"):
         values = pd.to_numeric(frame[name], errors="coerce")
         whole = values.notna().all() and bool((values == values.round()).all())
@@ -390,10 +466,14 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     episodes, runs = _load(exp_dirs)
     empty = runs[runs["num_episodes"] == 0]
     if len(empty):
-        logger.warning("%d of %d run(s) have no episode on disk (none finished, or no metrics stream) and no row "
-                       "in the table: %s. "
-                       "df.attrs['runs'] lists them and the analysis counts them.",
-                       len(empty), len(runs), describe_runs(empty))
+        logger.warning(
+            "%d of %d run(s) have no episode on disk (none finished, or no metrics stream) and no row "
+            "in the table: %s. "
+            "df.attrs['runs'] lists them and the analysis counts them.",
+            len(empty),
+            len(runs),
+            describe_runs(empty),
+        )
     episodes.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs.to_dict("records")]
     return episodes
 

@@ -19,7 +19,7 @@ import logging
 import os
 import textwrap
 from collections.abc import Sequence
-from typing import Literal, Union
+from typing import Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,7 @@ from online_trainer.analysis.yaxis import YLim, check_axis_options, late_returns
 
 logger = logging.getLogger(__name__)
 
-Data = Union[pd.DataFrame, str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+Data: TypeAlias = pd.DataFrame | str | os.PathLike | Sequence[str | os.PathLike]
 
 __all__ = ["plot_final_performance", "plot_learning_curves", "robust_ylim"]
 
@@ -91,8 +91,9 @@ def _runs(n: int) -> str:
 
 def _label(keys: dict, num_runs: int, missing: int = 0) -> str:
     """``"lr=0.001 (5 runs)"``; an experiment is named by its label alone."""
-    name = ", ".join(str(v) if k == "experiment" else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                     for k, v in keys.items())
+    name = ", ".join(
+        str(v) if k == "experiment" else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in keys.items()
+    )
     runs = _runs(num_runs) + (f"; {missing} without a return" if missing else "")
     return f"{name} ({runs})" if name else runs
 
@@ -124,11 +125,25 @@ def _excluded_note(excluded: Sequence[dict]) -> str | None:
     return f"Left out: {_runs(len(excluded))} that did not finish ({counts})."
 
 
-def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm", ci: float | None = 0.95,
-                         group_by: GroupBy = None, num_points: int = 100, grid: Sequence[float] | None = None,
-                         span: Literal["all", "common"] = "all", smooth: int | None = None, ylim: YLim = "auto",
-                         yscale: str = "auto", include_unfinished: bool = False, ax: Axes | None = None,
-                         title: str | None = None, n_resamples: int = 2_000, seed: Seed = 0) -> Figure:
+def plot_learning_curves(
+    data: Data,
+    x: str = "global_step",
+    *,
+    stat: str = "iqm",
+    ci: float | None = 0.95,
+    group_by: GroupBy = None,
+    num_points: int = 100,
+    grid: Sequence[float] | None = None,
+    span: Literal["all", "common"] = "all",
+    smooth: int | None = None,
+    ylim: YLim = "auto",
+    yscale: str = "auto",
+    include_unfinished: bool = False,
+    ax: Axes | None = None,
+    title: str | None = None,
+    n_resamples: int = 2_000,
+    seed: Seed = 0,
+) -> Figure:
     """One line per group, the statistic across runs, with a shaded pointwise CI band.
 
     A curve is drawn thick where every run of its group (the number in the legend) has
@@ -176,8 +191,20 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
     stat_fn(stat)
     check_axis_options(ylim, yscale)
     df = _load(data)
-    table = curves(df, x, num_points=num_points, grid=grid, span=span, group_by=group_by, stat=stat, ci=ci,
-                   smooth=smooth, n_resamples=n_resamples, seed=seed, include_unfinished=include_unfinished)
+    table = curves(
+        df,
+        x,
+        num_points=num_points,
+        grid=grid,
+        span=span,
+        group_by=group_by,
+        stat=stat,
+        ci=ci,
+        smooth=smooth,
+        n_resamples=n_resamples,
+        seed=seed,
+        include_unfinished=include_unfinished,
+    )
     group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs", "total_runs")]
     fig, ax = _axes(ax, (5.5, 3.6))
     lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
@@ -192,9 +219,13 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
     if high > low:  # else a single x: matplotlib's own margins
         ax.set_xlim(0 if 0 <= low <= 0.05 * high else low, high)
     late = late_returns(df, include_unfinished)
-    notes = [set_y_axis(ax, table, late, ylim, yscale), _excluded_note(table.attrs.get("excluded", [])),
-             f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
-             if table.attrs.get("no_episode") else None]
+    notes = [
+        set_y_axis(ax, table, late, ylim, yscale),
+        _excluded_note(table.attrs.get("excluded", [])),
+        f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
+        if table.attrs.get("no_episode")
+        else None,
+    ]
     _style(ax)
     # Legend entries top to bottom in the order of the curves' last values.
     handles = [line for *_, line in sorted(lines, key=lambda t: (-t[0], t[1]))]
@@ -208,8 +239,16 @@ def plot_learning_curves(data: Data, x: str = "global_step", *, stat: str = "iqm
     return fig
 
 
-def _draw_curve(ax: Axes, curve: pd.DataFrame, x: str, keys: dict, color: str, ci: float | None,
-                lines: list[tuple[float, int, Line2D]], order: int) -> bool:
+def _draw_curve(
+    ax: Axes,
+    curve: pd.DataFrame,
+    x: str,
+    keys: dict,
+    color: str,
+    ci: float | None,
+    lines: list[tuple[float, int, Line2D]],
+    order: int,
+) -> bool:
     """Draw one group's curve; True when part of it stands on fewer runs than the group has."""
     total = int(curve["total_runs"].iloc[0])
     full = curve["num_runs"].to_numpy() == total
@@ -224,8 +263,16 @@ def _draw_curve(ax: Axes, curve: pd.DataFrame, x: str, keys: dict, color: str, c
         ax.fill_between(xs, curve["lo"], curve["hi"], color=color, alpha=0.2, linewidth=0, zorder=2)
     last = np.flatnonzero(np.isfinite(ys))
     if len(last) and not full[last[-1]]:
-        ax.annotate(f"n={int(curve['num_runs'].iloc[last[-1]])}", (xs[last[-1]], ys[last[-1]]), xytext=(3, 0),
-                    textcoords="offset points", fontsize=7, color=color, va="center", annotation_clip=False)
+        ax.annotate(
+            f"n={int(curve['num_runs'].iloc[last[-1]])}",
+            (xs[last[-1]], ys[last[-1]]),
+            xytext=(3, 0),
+            textcoords="offset points",
+            fontsize=7,
+            color=color,
+            va="center",
+            annotation_clip=False,
+        )
     lines.append((ys[last[-1]] if len(last) else -np.inf, order, line))
     return not full.all()
 
@@ -235,15 +282,35 @@ def _notes(ax: Axes, notes: list[str]) -> None:
     if notes:
         width = max(40, int((_figure_of(ax).get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
         text = "\n".join(textwrap.fill(note, width) for note in notes)
-        ax.annotate(text, xy=(0, 0), xycoords="axes fraction", xytext=(0, -30),
-                    textcoords="offset points", va="top", ha="left", fontsize=7, color="0.3")
+        ax.annotate(
+            text,
+            xy=(0, 0),
+            xycoords="axes fraction",
+            xytext=(0, -30),
+            textcoords="offset points",
+            va="top",
+            ha="left",
+            fontsize=7,
+            color="0.3",
+        )
 
 
-def plot_final_performance(data: Data, *, stat: str = "iqm", last_k: int | None = None,
-                           after_step: float | None = None, group_by: GroupBy = None, strata: GroupBy = None,
-                           ci: float | None = 0.95, show_runs: bool = True, include_unfinished: bool = False,
-                           ax: Axes | None = None, title: str | None = None, n_resamples: int = 10_000,
-                           seed: Seed = 0) -> Figure:
+def plot_final_performance(
+    data: Data,
+    *,
+    stat: str = "iqm",
+    last_k: int | None = None,
+    after_step: float | None = None,
+    group_by: GroupBy = None,
+    strata: GroupBy = None,
+    ci: float | None = 0.95,
+    show_runs: bool = True,
+    include_unfinished: bool = False,
+    ax: Axes | None = None,
+    title: str | None = None,
+    n_resamples: int = 10_000,
+    seed: Seed = 0,
+) -> Figure:
     """One row per group: the statistic of the runs' final returns with its CI.
 
     The final return of a run is the mean return of its last ``last_k`` episodes, or of
@@ -275,8 +342,9 @@ def plot_final_performance(data: Data, *, stat: str = "iqm", last_k: int | None 
     group_cols, strata_cols = group_and_strata(df, group_by, strata)
     kept, excluded = select_runs(df, include_unfinished)
     finals = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True)
-    summary = aggregate(finals, group_by=group_cols, strata=strata_cols or None, ci=ci,
-                        n_resamples=n_resamples, seed=seed)
+    summary = aggregate(
+        finals, group_by=group_cols, strata=strata_cols or None, ci=ci, n_resamples=n_resamples, seed=seed
+    )
     fig, ax = _axes(ax, (5.0, 1.0 + 0.45 * len(summary)))
     rng = np.random.default_rng(0)
     labels = []
@@ -284,8 +352,7 @@ def plot_final_performance(data: Data, *, stat: str = "iqm", last_k: int | None 
         color, y = COLORS[i % len(COLORS)], len(summary) - 1 - i
         if show_runs:
             values = _rows_of(finals, keys)["final_return"].dropna()
-            ax.scatter(values, y + rng.uniform(-0.15, 0.15, len(values)), s=10, color=color, alpha=0.35,
-                       linewidths=0)
+            ax.scatter(values, y + rng.uniform(-0.15, 0.15, len(values)), s=10, color=color, alpha=0.35, linewidths=0)
         est, lo, hi = row[stat].iloc[0], row[f"{stat}_lo"].iloc[0], row[f"{stat}_hi"].iloc[0]
         if ci is not None and np.isfinite(lo):
             ax.plot([lo, hi], [y, y], color=color, linewidth=5, alpha=0.45, solid_capstyle="butt")

@@ -10,8 +10,9 @@ one column whichever score it is.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -59,9 +60,11 @@ def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
     if chosen == "return":
         return df
     if "raw_return" not in df.columns:
-        raise ValueError("score='raw' needs the raw_return column, which this table lacks: its runs recorded no raw "
-                         "scores (add gymnasium.wrappers:RecordEpisodeStatistics inside the env's wrappers), or "
-                         "pass score='return'.")
+        raise ValueError(
+            "score='raw' needs the raw_return column, which this table lacks: its runs recorded no raw "
+            "scores (add gymnasium.wrappers:RecordEpisodeStatistics inside the env's wrappers), or "
+            "pass score='return'."
+        )
     table = df.copy()
     table["ep_return"] = df["raw_return"]
     if "raw_length" in df.columns:

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any, Union
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
 logger = logging.getLogger(__name__)
 
-GroupBy = Union[str, Sequence[str], None]
+GroupBy: TypeAlias = str | Sequence[str] | None
 
 STATUS_COLUMN = "status"
 RUNS_ATTR = "runs"
@@ -73,8 +73,10 @@ def group_columns(df: pd.DataFrame, group_by: GroupBy) -> list[str]:
     cols = [group_by] if isinstance(group_by, str) else list(group_by)
     missing = [c for c in cols if c not in df.columns]
     if missing:
-        raise ValueError(f"group_by={group_by!r} names column(s) {missing} that the data does not have; "
-                         f"available columns: {list(df.columns)}.")
+        raise ValueError(
+            f"group_by={group_by!r} names column(s) {missing} that the data does not have; "
+            f"available columns: {list(df.columns)}."
+        )
     return cols
 
 
@@ -100,8 +102,10 @@ def run_columns(df: pd.DataFrame, group_cols: list[str]) -> list[str]:
         per_run = df.groupby(ident + ["run"], dropna=False)[extra].nunique(dropna=False)
         varying = [c for c in extra if (per_run[c] > 1).any()]
         if varying:
-            raise ValueError(f"group_by column(s) {varying} change value within a run; group by columns "
-                             "that are constant per run, such as hyperparameters or 'experiment'.")
+            raise ValueError(
+                f"group_by column(s) {varying} change value within a run; group by columns "
+                "that are constant per run, such as hyperparameters or 'experiment'."
+            )
     return list(dict.fromkeys(group_cols + ident + ["run"]))
 
 
@@ -165,8 +169,9 @@ def runs_without_episodes(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFr
         else:
             unplaced += 1
     if unplaced:
-        logger.warning("%d run(s) without a finished episode lack a value of %s and are not counted.",
-                       unplaced, list(columns))
+        logger.warning(
+            "%d run(s) without a finished episode lack a value of %s and are not counted.", unplaced, list(columns)
+        )
     return pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, "seed", STATUS_COLUMN])))
 
 
@@ -184,8 +189,9 @@ def normalize_status(value: Any) -> str:
     return str(value).strip().lower().replace(" ", "_").replace("-", "_")
 
 
-def select_runs(df: pd.DataFrame, include_unfinished: bool = False, *,
-                log: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+def select_runs(
+    df: pd.DataFrame, include_unfinished: bool = False, *, log: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Leave out the runs that did not finish, logging a warning that names them.
 
     Args:
@@ -209,11 +215,21 @@ def select_runs(df: pd.DataFrame, include_unfinished: bool = False, *,
     if len(dropped):
         first = dropped.groupby(ident, dropna=False, sort=True).first().reset_index()
         first["num_episodes"] = dropped.groupby(ident, dropna=False, sort=True).size().to_numpy()
-        parts.append(first.drop(columns=[c for c in ("episode_index", "global_step", "ep_return", "ep_length",
-                                                     "wall_time") if c in first.columns]))
+        parts.append(
+            first.drop(
+                columns=[
+                    c
+                    for c in ("episode_index", "global_step", "ep_return", "ep_length", "wall_time")
+                    if c in first.columns
+                ]
+            )
+        )
     if records is not None:
-        silent = [r for r in records if int(r.get("num_episodes", 0)) == 0
-                  and normalize_status(r.get(STATUS_COLUMN)) not in KEPT_STATUSES]
+        silent = [
+            r
+            for r in records
+            if int(r.get("num_episodes", 0)) == 0 and normalize_status(r.get(STATUS_COLUMN)) not in KEPT_STATUSES
+        ]
         if silent:
             parts.append(pd.DataFrame(silent))
     if not parts:
@@ -224,9 +240,12 @@ def select_runs(df: pd.DataFrame, include_unfinished: bool = False, *,
         gone = set(map(tuple, excluded[ident].astype(object).itertuples(index=False)))
         kept.attrs[RUNS_ATTR] = [r for r in records if tuple(r.get(c) for c in ident) not in gone]
     if log:
-        logger.warning("Leaving out %d run(s) that did not finish: %s. Pass include_unfinished=True "
-                       "(--include-unfinished on the command line) to include them.",
-                       len(excluded), describe_runs(excluded))
+        logger.warning(
+            "Leaving out %d run(s) that did not finish: %s. Pass include_unfinished=True "
+            "(--include-unfinished on the command line) to include them.",
+            len(excluded),
+            describe_runs(excluded),
+        )
     return kept, excluded
 
 
@@ -244,10 +263,16 @@ def drop_nonfinite(df: pd.DataFrame, column: str = "ep_return") -> pd.DataFrame:
     ident = ident_columns(df)
     counts = df[bad].groupby(ident, dropna=False, sort=True).size().reset_index(name="n")
     named = ", ".join(
-        f"{describe_runs(pd.DataFrame([row])[ident])}: {row['n']}" for row in counts.head(_MAX_NAMED).to_dict("records"))
+        f"{describe_runs(pd.DataFrame([row])[ident])}: {row['n']}" for row in counts.head(_MAX_NAMED).to_dict("records")
+    )
     more = f" and {len(counts) - _MAX_NAMED} more run(s)" if len(counts) > _MAX_NAMED else ""
-    logger.warning("Leaving out %d episode(s) whose %s is NaN or infinite (%s%s); their runs keep their "
-                   "other episodes.", int(bad.sum()), column, named, more)
+    logger.warning(
+        "Leaving out %d episode(s) whose %s is NaN or infinite (%s%s); their runs keep their other episodes.",
+        int(bad.sum()),
+        column,
+        named,
+        more,
+    )
     out = df[~bad].copy()
     out.attrs.pop(RUNS_ATTR, None)
     return out

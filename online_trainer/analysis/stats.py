@@ -75,9 +75,15 @@ logger = logging.getLogger(__name__)
 __all__ = ["STATISTICS", "GroupBy", "Seed", "aggregate", "curves", "final_performance", "iqm", "summarize"]
 
 
-def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
-                      group_by: GroupBy = None, include_unfinished: bool = False,
-                      score: str | None = None) -> pd.DataFrame:
+def final_performance(
+    df: pd.DataFrame,
+    last_k: int | None = None,
+    after_step: float | None = None,
+    *,
+    group_by: GroupBy = None,
+    include_unfinished: bool = False,
+    score: str | None = None,
+) -> pd.DataFrame:
     """The final return of each run: the mean return of its last episodes.
 
     Args:
@@ -106,8 +112,9 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
             positive int, a needed column is missing, or every run was left out.
     """
     if last_k is not None and after_step is not None:
-        raise ValueError(f"Pass either last_k or after_step, not both; got last_k={last_k!r}, "
-                         f"after_step={after_step!r}.")
+        raise ValueError(
+            f"Pass either last_k or after_step, not both; got last_k={last_k!r}, after_step={after_step!r}."
+        )
     if after_step is None:
         last_k = 10 if last_k is None else last_k
         check_positive_int("last_k", last_k)
@@ -118,8 +125,9 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
     run_cols = run_columns(df, group_cols)
     data, excluded = select_runs(df, include_unfinished)
     if data.empty:
-        raise ValueError(f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True "
-                         "to analyse them anyway.")
+        raise ValueError(
+            f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True to analyse them anyway."
+        )
     info = [c for c in ("seed", STATUS_COLUMN) if c in data.columns]
     runs = data[run_cols + info].drop_duplicates(run_cols).set_index(run_cols)
     no_episode = runs_without_episodes(data, run_cols)
@@ -131,7 +139,8 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         in_window = data["global_step"] > after_step
     window = pd.DataFrame({"final_return": data["ep_return"].where(in_window), "num_episodes": in_window.astype(int)})
     finals = window.groupby([data[c] for c in run_cols], dropna=False, sort=True).agg(
-        {"final_return": "mean", "num_episodes": "sum"})
+        {"final_return": "mean", "num_episodes": "sum"}
+    )
     out = runs.join(finals, how="left").reset_index()
     if len(no_episode):
         out = pd.concat([out, no_episode[[c for c in no_episode.columns if c in out.columns]]], ignore_index=True)
@@ -142,15 +151,27 @@ def final_performance(df: pd.DataFrame, last_k: int | None = None, after_step: f
         # Runs known to have no episode at all were named by load_episodes already.
         level = logging.INFO if len(empty) == len(no_episode) else logging.WARNING
         where = "finished" if after_step is None else f"that ended after step {after_step:g}"
-        logger.log(level, "%d run(s) have no episode %s with a finite return: %s; their final_return is NaN.",
-                   len(empty), where, describe_runs(empty))
+        logger.log(
+            level,
+            "%d run(s) have no episode %s with a finite return: %s; their final_return is NaN.",
+            len(empty),
+            where,
+            describe_runs(empty),
+        )
     order = run_cols + info + ["final_return", "num_episodes"]
     return out[order]
 
 
-def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "final_return",
-              group_by: GroupBy = None, strata: GroupBy = None, ci: float | None = 0.95,
-              n_resamples: int = 10_000, seed: Seed = 0) -> pd.DataFrame:
+def aggregate(
+    final: pd.DataFrame | Mapping[str, ArrayLike],
+    *,
+    value: str = "final_return",
+    group_by: GroupBy = None,
+    strata: GroupBy = None,
+    ci: float | None = 0.95,
+    n_resamples: int = 10_000,
+    seed: Seed = 0,
+) -> pd.DataFrame:
     """Mean, median and IQM across runs, each with a stratified bootstrap CI.
 
     Args:
@@ -183,8 +204,9 @@ def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "fi
     if isinstance(final, Mapping):
         if group_by is not None:
             raise ValueError("group_by applies to a DataFrame; a mapping is grouped by its keys already.")
-        final = pd.DataFrame([(str(k), float(v)) for k, vs in final.items() for v in np.ravel(vs)],
-                             columns=["group", value])
+        final = pd.DataFrame(
+            [(str(k), float(v)) for k, vs in final.items() for v in np.ravel(vs)], columns=["group", value]
+        )
         group_by = ["group"]
     require_columns(final, [value], hint=" Pass the output of final_performance(), or use summarize().")
     check_ci(ci)
@@ -216,10 +238,19 @@ def aggregate(final: pd.DataFrame | Mapping[str, ArrayLike], *, value: str = "fi
     return pd.DataFrame(rows)
 
 
-def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | None = None, *,
-              group_by: GroupBy = None, strata: GroupBy = None, ci: float | None = 0.95,
-              n_resamples: int = 10_000, seed: Seed = 0, include_unfinished: bool = False,
-              score: str | None = None) -> pd.DataFrame:
+def summarize(
+    df: pd.DataFrame,
+    last_k: int | None = None,
+    after_step: float | None = None,
+    *,
+    group_by: GroupBy = None,
+    strata: GroupBy = None,
+    ci: float | None = 0.95,
+    n_resamples: int = 10_000,
+    seed: Seed = 0,
+    include_unfinished: bool = False,
+    score: str | None = None,
+) -> pd.DataFrame:
     """:func:`final_performance` followed by :func:`aggregate`: one row per group.
 
     The arguments are those of the two functions; ``strata`` columns are kept per run so
@@ -242,12 +273,13 @@ def summarize(df: pd.DataFrame, last_k: int | None = None, after_step: float | N
     group_cols, strata_cols = group_and_strata(df, group_by, strata)
     kept, excluded = select_runs(df, include_unfinished)
     if kept.empty:
-        raise ValueError(f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True "
-                         "to analyse them anyway.")
-    final = final_performance(kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True,
-                              score="return")  # kept's ep_return is already the score asked for
-    table = aggregate(final, group_by=group_cols, strata=strata_cols or None, ci=ci,
-                      n_resamples=n_resamples, seed=seed)
+        raise ValueError(
+            f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True to analyse them anyway."
+        )
+    final = final_performance(
+        kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True, score="return"
+    )  # kept's ep_return is already the score asked for
+    table = aggregate(final, group_by=group_cols, strata=strata_cols or None, ci=ci, n_resamples=n_resamples, seed=seed)
     return _count_excluded(table, excluded, group_cols)
 
 
@@ -266,8 +298,12 @@ def _count_excluded(table: pd.DataFrame, excluded: pd.DataFrame, group_cols: lis
     table = table.copy()
     table["num_excluded"] = [counts.pop(_key(r, group_cols), 0) for r in table.to_dict("records")]
     if counts:
-        extra = pd.DataFrame([{**dict(zip(group_cols, key)), "num_runs": 0, "num_missing": 0, "num_excluded": n}
-                              for key, n in counts.items()])
+        extra = pd.DataFrame(
+            [
+                {**dict(zip(group_cols, key)), "num_runs": 0, "num_missing": 0, "num_excluded": n}
+                for key, n in counts.items()
+            ]
+        )
         if "num_strata" in table.columns:
             extra["num_strata"] = 0
         table = pd.concat([table, extra], ignore_index=True)[table.columns]

@@ -5,7 +5,7 @@ See :func:`online_trainer.analysis.plotting.plot_learning_curves` (``ylim``, ``y
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -14,7 +14,7 @@ from matplotlib.ticker import FuncFormatter, SymmetricalLogLocator
 
 from online_trainer.analysis.selection import ident_columns, select_runs
 
-YLim = Union[Literal["auto"], tuple[float, float], None]
+YLim: TypeAlias = Literal["auto"] | tuple[float, float] | None
 YSCALES = ("auto", "linear", "symlog")
 #: ``ylim="auto"`` cuts the y axis when the curves span more than this many times the
 #: scale of the returns of the last half of training (see :func:`robust_ylim`).
@@ -23,12 +23,12 @@ EXTREME_FACTOR = 10.0
 #: share of the curve points; beyond it the axis is symlog.
 MAX_HIDDEN = 0.5
 
-__all__ = ["EXTREME_FACTOR", "MAX_HIDDEN", "YSCALES", "check_axis_options", "late_returns", "robust_ylim",
-           "set_y_axis"]
+__all__ = ["EXTREME_FACTOR", "MAX_HIDDEN", "YSCALES", "check_axis_options", "late_returns", "robust_ylim", "set_y_axis"]
 
 
-def robust_ylim(plotted: np.ndarray, late_returns: np.ndarray,
-                factor: float = EXTREME_FACTOR) -> tuple[float, float] | None:
+def robust_ylim(
+    plotted: np.ndarray, late_returns: np.ndarray, factor: float = EXTREME_FACTOR
+) -> tuple[float, float] | None:
     """y limits that keep the end of training readable when early values are extreme.
 
     The *core* is the 5th to 95th percentile of ``late_returns`` (the returns of the
@@ -147,9 +147,13 @@ def set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, ysca
     hidden = float(np.mean(np.isfinite(curve) & ((curve < limits[0]) | (curve > limits[1]))))
     if yscale == "auto" and hidden > MAX_HIDDEN:
         linthresh = _symlog(ax, values, late)
-        return (f"y axis symlog (linear within ±{linthresh:g}): the curves span {np.nanmin(values):.4g} to "
-                f"{np.nanmax(values):.4g}, and a linear axis fitted to the end of training would hide "
-                f"{hidden:.0%} of their points (set yscale or ylim to choose).")
+        return (
+            f"y axis symlog (linear within ±{linthresh:g}): the curves span {np.nanmin(values):.4g} to "
+            f"{np.nanmax(values):.4g}, and a linear axis fitted to the end of training would hide "
+            f"{hidden:.0%} of their points (set yscale or ylim to choose)."
+        )
     ax.set_ylim(*limits)
-    return (f"y axis cut to [{limits[0]:.4g}, {limits[1]:.4g}], the range of the end of training: {hidden:.0%} "
-            "of the curve points lie outside (set ylim, or yscale='symlog', to see them).")
+    return (
+        f"y axis cut to [{limits[0]:.4g}, {limits[1]:.4g}], the range of the end of training: {hidden:.0%} "
+        "of the curve points lie outside (set ylim, or yscale='symlog', to see them)."
+    )

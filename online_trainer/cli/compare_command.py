@@ -16,10 +16,18 @@ from online_trainer.cli.report import _each_message_once, default_out_dir
 from online_trainer.config.schema import ConfigError
 
 MARKDOWN_FILE = "comparison.md"
-FIGURES = {"aggregates.png": compare_plots.plot_aggregates, "improvement.png": compare_plots.plot_improvement,
-           "profiles.png": compare_plots.plot_profiles, "sample_efficiency.png": compare_plots.plot_sample_efficiency}
-CAPTIONS = {"aggregates.png": "Aggregate metrics", "improvement.png": "Probability of improvement",
-            "profiles.png": "Performance profiles", "sample_efficiency.png": "Sample efficiency"}
+FIGURES = {
+    "aggregates.png": compare_plots.plot_aggregates,
+    "improvement.png": compare_plots.plot_improvement,
+    "profiles.png": compare_plots.plot_profiles,
+    "sample_efficiency.png": compare_plots.plot_sample_efficiency,
+}
+CAPTIONS = {
+    "aggregates.png": "Aggregate metrics",
+    "improvement.png": "Probability of improvement",
+    "profiles.png": "Performance profiles",
+    "sample_efficiency.png": "Sample efficiency",
+}
 
 
 def parse_normalize(values: list[str] | None) -> object:
@@ -34,11 +42,14 @@ def parse_normalize(values: list[str] | None) -> object:
         try:
             low, high = (float(v) for v in numbers.split(","))
         except ValueError:
-            raise ConfigError(f"--normalize {value!r}: give minmax, RANDOM,REFERENCE (e.g. 0,500) or "
-                              "ENV_ID=RANDOM,REFERENCE (e.g. CartPole-v1=9,500), once per env.") from None
+            raise ConfigError(
+                f"--normalize {value!r}: give minmax, RANDOM,REFERENCE (e.g. 0,500) or "
+                "ENV_ID=RANDOM,REFERENCE (e.g. CartPole-v1=9,500), once per env."
+            ) from None
         if not task and len(values) > 1:
-            raise ConfigError(f"--normalize {value!r}: with several --normalize, name the env of each "
-                              "(ENV_ID=RANDOM,REFERENCE).")
+            raise ConfigError(
+                f"--normalize {value!r}: with several --normalize, name the env of each (ENV_ID=RANDOM,REFERENCE)."
+            )
         pairs[task] = (low, high)
     return pairs[""] if "" in pairs else pairs
 
@@ -56,45 +67,75 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
     options, info = comparison.options, comparison.info
     metric = STAT_LABELS[options.metric]
     ci = f"{options.ci:.0%}"
-    score = ("the mean return of its last evaluation" if options.source == "eval"
-             else f"the mean return of its last {options.last_k} training episodes")
-    scale = (f" Scores are normalised per task: (score - random) / (reference - random), with (random, reference) "
-             f"{', '.join(f'{t}: ({lo:g}, {hi:g})' for t, (lo, hi) in info['normalization'].items())}."
-             if info["normalization"] else "")
+    score = (
+        "the mean return of its last evaluation"
+        if options.source == "eval"
+        else f"the mean return of its last {options.last_k} training episodes"
+    )
+    scale = (
+        f" Scores are normalised per task: (score - random) / (reference - random), with (random, reference) "
+        f"{', '.join(f'{t}: ({lo:g}, {hi:g})' for t, (lo, hi) in info['normalization'].items())}."
+        if info["normalization"]
+        else ""
+    )
     tasks = ", ".join(f"`{t}`" for t in info["tasks"])
-    lines = ["# Comparison", "",
-             f"Candidates: {', '.join(f'`{c}`' for c in info['candidates'])}; task(s): {tasks}. The score of a run "
-             f"(a seed, the unit of replication) is {score}.{scale} Every interval is a {ci} percentile "
-             "stratified-bootstrap confidence interval: runs are resampled within each task "
-             f"({options.n_resamples} resamples, seed {options.seed}).", "",
-             "## Aggregate metrics", "",
-             f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | "
-             f"optimality gap [{ci} CI] |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "# Comparison",
+        "",
+        f"Candidates: {', '.join(f'`{c}`' for c in info['candidates'])}; task(s): {tasks}. The score of a run "
+        f"(a seed, the unit of replication) is {score}.{scale} Every interval is a {ci} percentile "
+        "stratified-bootstrap confidence interval: runs are resampled within each task "
+        f"({options.n_resamples} resamples, seed {options.seed}).",
+        "",
+        "## Aggregate metrics",
+        "",
+        f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | optimality gap [{ci} CI] |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in comparison.aggregates.to_dict("records"):
         missing = f" ({row['num_missing']} without a score)" if row["num_missing"] else ""
-        lines.append(f"| {row['candidate']} | {row['num_runs']}{missing} | {row['num_tasks']} | {_ci(row, 'iqm')} | "
-                     f"{_ci(row, 'mean')} | {_ci(row, 'median')} | {_ci(row, 'optimality_gap')} |")
+        lines.append(
+            f"| {row['candidate']} | {row['num_runs']}{missing} | {row['num_tasks']} | {_ci(row, 'iqm')} | "
+            f"{_ci(row, 'mean')} | {_ci(row, 'median')} | {_ci(row, 'optimality_gap')} |"
+        )
     threshold = info["optimality_threshold"]
-    lines += ["", "Optimality gap: how far runs fall short of " + (
-        f"{threshold:g} on average (lower is better)." if threshold is not None else
-        "an optimal score: not computed on raw returns (pass --normalize or --optimality-threshold).")]
-    lines += ["", "## Pairwise comparisons", "",
-              f"P(X > Y): the probability that a run of X scores higher than a run of Y on the same task (ties count "
-              f"one half), averaged over tasks. Difference: {metric} of X minus {metric} of Y.", "",
-              f"| X | Y | P(X > Y) [{ci} CI] | {metric} difference [{ci} CI] | told apart? | seeds needed |",
-              "|---|---|---:|---:|---|---:|"]
+    lines += [
+        "",
+        "Optimality gap: how far runs fall short of "
+        + (
+            f"{threshold:g} on average (lower is better)."
+            if threshold is not None
+            else "an optimal score: not computed on raw returns (pass --normalize or --optimality-threshold)."
+        ),
+    ]
+    lines += [
+        "",
+        "## Pairwise comparisons",
+        "",
+        f"P(X > Y): the probability that a run of X scores higher than a run of Y on the same task (ties count "
+        f"one half), averaged over tasks. Difference: {metric} of X minus {metric} of Y.",
+        "",
+        f"| X | Y | P(X > Y) [{ci} CI] | {metric} difference [{ci} CI] | told apart? | seeds needed |",
+        "|---|---|---:|---:|---|---:|",
+    ]
     order = {c: i for i, c in enumerate(info["candidates"])}
     pairs = [r for r in comparison.improvement.to_dict("records") if order[r["candidate"]] < order[r["versus"]]]
     for row in pairs:
         told = "yes" if row["distinguishable"] else "no"
         degenerate = " (degenerate)" if row["degenerate"] else ""
-        lines.append(f"| {row['candidate']} | {row['versus']} | {_ci(row, 'probability_of_improvement')}{degenerate} | "
-                     f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |")
-    lines += ["", "## What this says", ""] + [f"- {_advice(row, metric)}{_degenerate(row, options.ci)}"
-                                              for row in pairs]
-    lines += ["", "Seeds needed: seeds per candidate and task for the interval of the difference to exclude zero, "
-                  "if the difference stays as observed (the interval narrows as 1/sqrt(seeds); Colas et al., 2018, "
-                  "\"How many random seeds?\"). Run that many, then compare again: the difference may not stay."]
+        lines.append(
+            f"| {row['candidate']} | {row['versus']} | {_ci(row, 'probability_of_improvement')}{degenerate} | "
+            f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |"
+        )
+    lines += ["", "## What this says", ""] + [
+        f"- {_advice(row, metric)}{_degenerate(row, options.ci)}" for row in pairs
+    ]
+    lines += [
+        "",
+        "Seeds needed: seeds per candidate and task for the interval of the difference to exclude zero, "
+        "if the difference stays as observed (the interval narrows as 1/sqrt(seeds); Colas et al., 2018, "
+        '"How many random seeds?"). Run that many, then compare again: the difference may not stay.',
+    ]
     for name in figures:
         lines += ["", f"### Figure: {CAPTIONS[name].lower()}", "", f"![{CAPTIONS[name]}]({name})"]
     return "\n".join(lines) + "\n"
@@ -111,13 +152,18 @@ def _advice(row: dict, metric: str) -> str:
     p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
     if row["distinguishable"]:
         better = a if row["difference"] > 0 else b
-        return (f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}) "
-                f"with {n} seeds per candidate.")
+        return (
+            f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}) "
+            f"with {n} seeds per candidate."
+        )
     overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
     needed = row["seeds_needed"]
-    more = ("no number of seeds separates equal scores" if math.isinf(needed) else
-            f"the observed difference would need about {_seeds(needed)} seeds per candidate (now {n}) for its "
-            "interval to exclude zero")
+    more = (
+        "no number of seeds separates equal scores"
+        if math.isinf(needed)
+        else f"the observed difference would need about {_seeds(needed)} seeds per candidate (now {n}) for its "
+        "interval to exclude zero"
+    )
     return f"`{a}` and `{b}` cannot be told apart: {overlap}the difference's interval includes zero ({p}); {more}."
 
 
@@ -127,16 +173,20 @@ def _degenerate(row: dict, ci: float) -> str:
         return ""
     a, b, n, p = row["candidate"], row["versus"], row["num_runs"], row["probability_of_improvement"]
     if math.isnan(row["separation_bound"]):
-        return (f" The interval of P is degenerate: every bootstrap resample gives {p:.2f}, because the runs tie; "
-                "it shows no spread, not a certainty.")
+        return (
+            f" The interval of P is degenerate: every bootstrap resample gives {p:.2f}, because the runs tie; "
+            "it shows no spread, not a certainty."
+        )
     winner, loser = (a, b) if p == 1 else (b, a)
     bound = ("≥" if p == 1 else "≤") + f" {row['separation_bound']:.2f}"
     chance = row["separation_chance"]
-    return (f" The interval of P is degenerate: every run of `{winner}` beats every run of `{loser}`, so every "
-            f"bootstrap resample gives {p:.0f}, a certainty {n} seeds cannot give. Whatever the score distributions, "
-            f"P({a} > {b}) {bound} ({(1 + ci) / 2:.1%} one-sided bound after complete separation); were both from "
-            f"one distribution, a separation this complete would happen with probability {chance:.2g} "
-            f"(1 in {round(1 / chance):,}).")
+    return (
+        f" The interval of P is degenerate: every run of `{winner}` beats every run of `{loser}`, so every "
+        f"bootstrap resample gives {p:.0f}, a certainty {n} seeds cannot give. Whatever the score distributions, "
+        f"P({a} > {b}) {bound} ({(1 + ci) / 2:.1%} one-sided bound after complete separation); were both from "
+        f"one distribution, a separation this complete would happen with probability {chance:.2g} "
+        f"(1 in {round(1 / chance):,})."
+    )
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -145,10 +195,18 @@ def compare_command(args: argparse.Namespace) -> int:
     normalize = parse_normalize(args.normalize)
     try:
         with _each_message_once():
-            comparison = compare(paths, by=args.by, source=args.source, last_k=args.last_k, normalize=normalize,
-                                 optimality_threshold=args.optimality_threshold, metric=args.metric,
-                                 n_resamples=args.resamples, seed=args.seed,
-                                 include_unfinished=args.include_unfinished)
+            comparison = compare(
+                paths,
+                by=args.by,
+                source=args.source,
+                last_k=args.last_k,
+                normalize=normalize,
+                optimality_threshold=args.optimality_threshold,
+                metric=args.metric,
+                n_resamples=args.resamples,
+                seed=args.seed,
+                include_unfinished=args.include_unfinished,
+            )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     out = Path(args.out) if args.out else default_out_dir(paths)

@@ -27,8 +27,14 @@ from online_trainer.errors import ExperimentInUseError
 
 PROG = "online-trainer"
 USAGE_ERROR = 2
-USER_ERRORS = (ConfigError, FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError,
-               ExperimentInUseError)
+USER_ERRORS = (
+    ConfigError,
+    FileNotFoundError,
+    FileExistsError,
+    NotADirectoryError,
+    PermissionError,
+    ExperimentInUseError,
+)
 """Exceptions that mean the user's input is wrong: reported in one line, exit status 2."""
 
 
@@ -44,8 +50,10 @@ def _positive_int(text: str) -> int:
 
 def _lazy(module: str, name: str):
     """A handler that imports its module when called, so ``--help`` does not load pandas and torch."""
+
     def handler(args: argparse.Namespace) -> int:
         return getattr(importlib.import_module(module), name)(args)
+
     return handler
 
 
@@ -60,85 +68,139 @@ eval_command = _lazy("online_trainer.cli.run", "eval_command")
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser, one subcommand per action (each sets ``handler``)."""
     parser = argparse.ArgumentParser(
-        prog=PROG, description="Run online RL experiments over many seeds, and summarise them.",
-        epilog=f"Run '{PROG} COMMAND --help' for the options of a command.")
+        prog=PROG,
+        description="Run online RL experiments over many seeds, and summarise them.",
+        epilog=f"Run '{PROG} COMMAND --help' for the options of a command.",
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log INFO (-v) or DEBUG (-vv) messages")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = commands.add_parser(
-        "run", help="run an experiment described by a YAML config",
+        "run",
+        help="run an experiment described by a YAML config",
         description="Build the env and agent of CONFIG, run every seed, write the experiment directory "
-                    "(config.yaml, args.yaml, manifest.json, metrics_run*.pkl, logs) and print the final table.",
+        "(config.yaml, args.yaml, manifest.json, metrics_run*.pkl, logs) and print the final table.",
         epilog="Overrides are dotted keys with YAML values, e.g. num_runs=3 env.num_envs=4 "
-               "agent.hyperparameters.lr=1e-3 exp_dir=runs/lr_1e-3 overwrite=true.")
+        "agent.hyperparameters.lr=1e-3 exp_dir=runs/lr_1e-3 overwrite=true.",
+    )
     run.add_argument("config", metavar="CONFIG", help="YAML experiment config (see configs/)")
     run.add_argument("overrides", metavar="KEY=VALUE", nargs="*", help="config overrides, applied in order")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     run.set_defaults(handler=run_command)
 
     resume = commands.add_parser(
-        "resume", help="continue an experiment of 'run' that was cut off (killed, preempted, failed)",
+        "resume",
+        help="continue an experiment of 'run' that was cut off (killed, preempted, failed)",
         description="Keep the finished runs of EXP_DIR; continue every other run from its full checkpoint "
-                    "(written every checkpoint_freq steps and on SIGTERM/SIGUSR1), or start it again when it "
-                    "has none. Outputs are cut back to the checkpoint first, so nothing is written twice.")
+        "(written every checkpoint_freq steps and on SIGTERM/SIGUSR1), or start it again when it "
+        "has none. Outputs are cut back to the checkpoint first, so nothing is written twice.",
+    )
     resume.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'online-trainer run'")
     resume.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     resume.set_defaults(handler=resume_command)
 
-    show = commands.add_parser("show", help="print the final-performance table of an experiment on disk",
-                               description="Print each run's final return and the mean, median and IQM "
-                                           "across runs with 95%% bootstrap CIs.")
+    show = commands.add_parser(
+        "show",
+        help="print the final-performance table of an experiment on disk",
+        description="Print each run's final return and the mean, median and IQM across runs with 95%% bootstrap CIs.",
+    )
     show.add_argument("exp_dir", metavar="EXP_DIR", help="experiment directory, or a sweep of them")
-    show.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
-                      help="episodes averaged per run (default: last_k of EXP_DIR/config.yaml, else 10)")
-    show.add_argument("--include-unfinished", action="store_true",
-                      help="include failed, interrupted and pending runs in the statistics (listed, but left "
-                           "out, by default)")
+    show.add_argument(
+        "--last-k",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="episodes averaged per run (default: last_k of EXP_DIR/config.yaml, else 10)",
+    )
+    show.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="include failed, interrupted and pending runs in the statistics (listed, but left out, by default)",
+    )
     show.set_defaults(handler=show_command)
 
     report = commands.add_parser(
-        "report", help="write learning curves (PNG) and a final-performance summary (Markdown)",
+        "report",
+        help="write learning curves (PNG) and a final-performance summary (Markdown)",
         description="Plot the learning curves (IQM across runs, 95%% CI) of the experiments and write a "
-                    "Markdown table of their final performance; existing report files are replaced. Curves cover "
-                    "the whole range some run covers (thin where fewer runs have data; never extrapolated). Runs "
-                    "that did not finish are listed but left out unless --include-unfinished.")
+        "Markdown table of their final performance; existing report files are replaced. Curves cover "
+        "the whole range some run covers (thin where fewer runs have data; never extrapolated). Runs "
+        "that did not finish are listed but left out unless --include-unfinished.",
+    )
     report.add_argument("exp_dirs", metavar="EXP_DIR", nargs="+", help="experiment directories, or sweeps of them")
-    report.add_argument("--out", metavar="DIR", default=None,
-                        help="output directory (default: EXP_DIR, or the common parent of several)")
-    report.add_argument("--x", choices=("global_step", "episode_index"), default=None,
-                        help="x axis of the curves (default: follows the budget: episode_index for an episode "
-                             "budget, else global_step)")
-    report.add_argument("--last-k", type=_positive_int, default=None, metavar="K",
-                        help="episodes averaged per run (default: last_k of the configs, else 10)")
-    report.add_argument("--smooth", type=_positive_int, default=None, metavar="N",
-                        help="average each run's returns over a trailing window of N episodes before plotting "
-                             "(default: K of --last-k, the window compare uses; 1 draws the raw returns)")
-    report.add_argument("--common-range", action="store_true",
-                        help="cut each curve to the x range every run of it covers (default: the whole range "
-                             "some run covers)")
-    report.add_argument("--ylim", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"),
-                        help="y axis limits (default: the full range, cut with a note when early returns are "
-                             "extreme next to the last half of training)")
-    report.add_argument("--yscale", choices=("auto", "linear", "symlog"), default="auto",
-                        help="y axis scale; symlog shows extreme early returns and the converged ones together "
-                             "(default auto: linear, unless the default y range would hide over half the curve)")
-    report.add_argument("--include-unfinished", action="store_true",
-                        help="include failed, interrupted and pending runs in the curves and statistics")
+    report.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="output directory (default: EXP_DIR, or the common parent of several)",
+    )
+    report.add_argument(
+        "--x",
+        choices=("global_step", "episode_index"),
+        default=None,
+        help="x axis of the curves (default: follows the budget: episode_index for an episode "
+        "budget, else global_step)",
+    )
+    report.add_argument(
+        "--last-k",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="episodes averaged per run (default: last_k of the configs, else 10)",
+    )
+    report.add_argument(
+        "--smooth",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="average each run's returns over a trailing window of N episodes before plotting "
+        "(default: K of --last-k, the window compare uses; 1 draws the raw returns)",
+    )
+    report.add_argument(
+        "--common-range",
+        action="store_true",
+        help="cut each curve to the x range every run of it covers (default: the whole range some run covers)",
+    )
+    report.add_argument(
+        "--ylim",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("LOW", "HIGH"),
+        help="y axis limits (default: the full range, cut with a note when early returns are "
+        "extreme next to the last half of training)",
+    )
+    report.add_argument(
+        "--yscale",
+        choices=("auto", "linear", "symlog"),
+        default="auto",
+        help="y axis scale; symlog shows extreme early returns and the converged ones together "
+        "(default auto: linear, unless the default y range would hide over half the curve)",
+    )
+    report.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="include failed, interrupted and pending runs in the curves and statistics",
+    )
     report.set_defaults(handler=report_command)
 
     _add_compare(commands)
 
     evaluate = commands.add_parser(
-        "eval", help="evaluate the saved checkpoints of an experiment greedily",
+        "eval",
+        help="evaluate the saved checkpoints of an experiment greedily",
         description="Rebuild each run's agent from its checkpoint (with the env and agent of EXP_DIR/config.yaml), "
-                    "play greedy episodes on an env seeded with the run's eval seed, write "
-                    "EXP_DIR/evaluation_WHICH.csv and print each run's mean return and the mean, median and IQM "
-                    "across runs with 95%% bootstrap CIs.")
+        "play greedy episodes on an env seeded with the run's eval seed, write "
+        "EXP_DIR/evaluation_WHICH.csv and print each run's mean return and the mean, median and IQM "
+        "across runs with 95%% bootstrap CIs.",
+    )
     evaluate.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'run'")
-    evaluate.add_argument("--which", choices=("last", "best", "all"), default="last",
-                          help="checkpoints to evaluate (default: last)")
-    evaluate.add_argument("--episodes", type=_positive_int, default=100, metavar="N",
-                          help="episodes per checkpoint (default: 100)")
+    evaluate.add_argument(
+        "--which", choices=("last", "best", "all"), default="last", help="checkpoints to evaluate (default: last)"
+    )
+    evaluate.add_argument(
+        "--episodes", type=_positive_int, default=100, metavar="N", help="episodes per checkpoint (default: 100)"
+    )
     evaluate.add_argument("--workers", type=_positive_int, default=1, metavar="N", help="worker processes")
     evaluate.add_argument("--overwrite", action="store_true", help="replace an earlier evaluation_WHICH.csv")
     evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -148,34 +210,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare = commands.add_parser(
-        "compare", help="is A better than B? aggregate metrics, probability of improvement, profiles (Markdown, PNG)",
+        "compare",
+        help="is A better than B? aggregate metrics, probability of improvement, profiles (Markdown, PNG)",
         description="Compare experiments with the statistics of Agarwal et al. (2021): IQM, mean, median and "
-                    "optimality gap per candidate, the probability of improvement of each pair, performance "
-                    "profiles and sample-efficiency curves, each with a 95%% stratified-bootstrap CI over runs "
-                    "(seeds). Writes comparison.md and one PNG per figure; existing files are replaced.",
+        "optimality gap per candidate, the probability of improvement of each pair, performance "
+        "profiles and sample-efficiency curves, each with a 95%% stratified-bootstrap CI over runs "
+        "(seeds). Writes comparison.md and one PNG per figure; existing files are replaced.",
         epilog="Each DIR is a candidate named by its directory; a sweep directory makes each configuration a "
-               "candidate. Tasks (envs) are matched by env id.")
+        "candidate. Tasks (envs) are matched by env id.",
+    )
     compare.add_argument("dirs", metavar="DIR", nargs="+", help="experiment directories, or sweeps of them")
-    compare.add_argument("--out", metavar="DIR", default=None,
-                         help="output directory (default: DIR, or the common parent of several)")
-    compare.add_argument("--by", metavar="COLUMN", action="append", default=None,
-                         help="hyperparameter whose values are the candidates (repeat for several)")
-    compare.add_argument("--source", choices=("episodes", "eval"), default="episodes",
-                         help="score of a run: its last training episodes (default) or its last evaluation")
-    compare.add_argument("--last-k", type=_positive_int, default=10, metavar="K",
-                         help="training episodes averaged into a run's score (default: 10)")
-    compare.add_argument("--normalize", metavar="SPEC", action="append", default=None,
-                         help="minmax, RANDOM,REFERENCE, or ENV_ID=RANDOM,REFERENCE once per env: scores per "
-                              "task as (score - random) / (reference - random)")
-    compare.add_argument("--optimality-threshold", type=float, default=None, metavar="SCORE",
-                         help="optimal score of the optimality gap (default: 1 with --normalize, else none)")
-    compare.add_argument("--metric", choices=("iqm", "mean", "median"), default="iqm",
-                         help="statistic whose difference decides whether candidates can be told apart")
-    compare.add_argument("--resamples", type=_positive_int, default=2000, metavar="N",
-                         help="bootstrap resamples (default: 2000)")
+    compare.add_argument(
+        "--out", metavar="DIR", default=None, help="output directory (default: DIR, or the common parent of several)"
+    )
+    compare.add_argument(
+        "--by",
+        metavar="COLUMN",
+        action="append",
+        default=None,
+        help="hyperparameter whose values are the candidates (repeat for several)",
+    )
+    compare.add_argument(
+        "--source",
+        choices=("episodes", "eval"),
+        default="episodes",
+        help="score of a run: its last training episodes (default) or its last evaluation",
+    )
+    compare.add_argument(
+        "--last-k",
+        type=_positive_int,
+        default=10,
+        metavar="K",
+        help="training episodes averaged into a run's score (default: 10)",
+    )
+    compare.add_argument(
+        "--normalize",
+        metavar="SPEC",
+        action="append",
+        default=None,
+        help="minmax, RANDOM,REFERENCE, or ENV_ID=RANDOM,REFERENCE once per env: scores per "
+        "task as (score - random) / (reference - random)",
+    )
+    compare.add_argument(
+        "--optimality-threshold",
+        type=float,
+        default=None,
+        metavar="SCORE",
+        help="optimal score of the optimality gap (default: 1 with --normalize, else none)",
+    )
+    compare.add_argument(
+        "--metric",
+        choices=("iqm", "mean", "median"),
+        default="iqm",
+        help="statistic whose difference decides whether candidates can be told apart",
+    )
+    compare.add_argument(
+        "--resamples", type=_positive_int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)"
+    )
     compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
-    compare.add_argument("--include-unfinished", action="store_true",
-                         help="include failed, interrupted and pending runs")
+    compare.add_argument(
+        "--include-unfinished", action="store_true", help="include failed, interrupted and pending runs"
+    )
     compare.set_defaults(handler=compare_command)
 
 

@@ -89,8 +89,9 @@ def _each_message_once() -> Iterator[None]:
             handler.removeFilter(once)
 
 
-def final_results(df: pd.DataFrame, last_k: int,
-                  include_unfinished: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def final_results(
+    df: pd.DataFrame, last_k: int, include_unfinished: bool = False
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Every run with its final return, the statistics across the analysed runs, and the runs left out.
 
     Returns:
@@ -113,8 +114,10 @@ def final_results(df: pd.DataFrame, last_k: int,
     entries = [known.get(_ident_key(r, ident), {}) for r in runs.to_dict("records")]
     runs["error"] = [entry.get("error") for entry in entries]
     # the steps the run took (the manifest's), not those of its last finished episode, where known
-    runs["env_steps"] = [steps if pd.isna(entry.get("env_steps")) else entry["env_steps"]
-                         for steps, entry in zip(runs["env_steps"], entries)]
+    runs["env_steps"] = [
+        steps if pd.isna(entry.get("env_steps")) else entry["env_steps"]
+        for steps, entry in zip(runs["env_steps"], entries)
+    ]
     return runs, summary, excluded
 
 
@@ -127,8 +130,7 @@ def _status_cell(row: dict) -> str:
     return f"{status}, left out" if row["left_out"] else status
 
 
-def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
-                results: Results | None = None) -> str:
+def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False, results: Results | None = None) -> str:
     """The text table of ``run`` and ``show``: each run's final return, then mean, median and IQM with CIs.
 
     ``results`` are those of :func:`final_results` when already computed.
@@ -143,29 +145,63 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
     manifest = {(r.get("experiment"), r["run"]): r for r in df.attrs.get("runs") or []}
     entries = [manifest.get((r.get("experiment"), r["run"]), {}) for r in runs.to_dict("records")]
-    rows = [[*(str(r[c]) for c in lead), str(r["run"]), str(r.get("seed", "")), str(r["episodes"]),
-             "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])), _sps(entry.get("sps")),
-             _num(r["final_return"]), *([_status_cell(r)] if status else [])]
-            for r, entry in zip(runs.to_dict("records"), entries)]
-    lines += _render([*lead, "run", "seed", "episodes", "env steps", "SPS", "final return", *status], rows,
-                     [False] * len(lead) + [True] * 6 + [False] * len(status))
-    lines += [f"Stopped early: run {entry['run']}: {entry['stop_reason']}" for entry in entries
-              if isinstance(entry.get("stop_reason"), str)]
+    rows = [
+        [
+            *(str(r[c]) for c in lead),
+            str(r["run"]),
+            str(r.get("seed", "")),
+            str(r["episodes"]),
+            "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"])),
+            _sps(entry.get("sps")),
+            _num(r["final_return"]),
+            *([_status_cell(r)] if status else []),
+        ]
+        for r, entry in zip(runs.to_dict("records"), entries)
+    ]
+    lines += _render(
+        [*lead, "run", "seed", "episodes", "env steps", "SPS", "final return", *status],
+        rows,
+        [False] * len(lead) + [True] * 6 + [False] * len(status),
+    )
+    lines += [
+        f"Stopped early: run {entry['run']}: {entry['stop_reason']}"
+        for entry in entries
+        if isinstance(entry.get("stop_reason"), str)
+    ]
     if summary is None:
-        return "\n".join(lines + ["", f"Every run was left out: {describe_runs(excluded)} did not finish. "
-                                       "Pass --include-unfinished to analyse them anyway."])
+        return "\n".join(
+            lines
+            + [
+                "",
+                f"Every run was left out: {describe_runs(excluded)} did not finish. "
+                "Pass --include-unfinished to analyse them anyway.",
+            ]
+        )
     lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals:"]
-    counts = [(c, label) for c, label in (("num_missing", "no return"), ("num_excluded", "left out"))
-              if summary[c].any()]
-    rows = [[*(str(r[c]) for c in lead), str(r["num_runs"]), *(str(r[c]) for c, _ in counts),
-             *(part for stat, _ in STATS for part in (_num(r[stat]), _ci(r, stat)))]
-            for r in summary.to_dict("records")]
-    headers = [*lead, "runs", *(label for _, label in counts),
-               *(part for _, label in STATS for part in (label, f"{CI:.0%} CI"))]
+    counts = [
+        (c, label) for c, label in (("num_missing", "no return"), ("num_excluded", "left out")) if summary[c].any()
+    ]
+    rows = [
+        [
+            *(str(r[c]) for c in lead),
+            str(r["num_runs"]),
+            *(str(r[c]) for c, _ in counts),
+            *(part for stat, _ in STATS for part in (_num(r[stat]), _ci(r, stat))),
+        ]
+        for r in summary.to_dict("records")
+    ]
+    headers = [
+        *lead,
+        "runs",
+        *(label for _, label in counts),
+        *(part for _, label in STATS for part in (label, f"{CI:.0%} CI")),
+    ]
     lines += _render(headers, rows, [False] * len(lead) + [True] * (7 + len(counts)))
     if len(excluded):
-        lines += ["", f"Left out (did not finish): {describe_runs(excluded)}. "
-                      "Pass --include-unfinished to include them."]
+        lines += [
+            "",
+            f"Left out (did not finish): {describe_runs(excluded)}. Pass --include-unfinished to include them.",
+        ]
     no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
     if len(no_return):
         lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
@@ -212,29 +248,40 @@ def _cell(value: object) -> str:
     return (lines[-1] if lines else "").replace("|", "\\|")
 
 
-def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves_file: str | None,
-                     include_unfinished: bool = False, curves_caption: str = "",
-                     evaluations: pd.DataFrame | None = None, results: Results | None = None,
-                     eval_curves_file: str | None = None) -> str:
+def summary_markdown(
+    df: pd.DataFrame,
+    last_k: int,
+    names: Sequence[str],
+    curves_file: str | None,
+    include_unfinished: bool = False,
+    curves_caption: str = "",
+    evaluations: pd.DataFrame | None = None,
+    results: Results | None = None,
+    eval_curves_file: str | None = None,
+) -> str:
     """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs, and the runs left out.
 
     ``results`` are those of :func:`final_results` when already computed.
     """
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     if summary is None:
-        raise ConfigError(f"every run was left out: {describe_runs(excluded)} did not finish; "
-                          "pass --include-unfinished to report them anyway.")
+        raise ConfigError(
+            f"every run was left out: {describe_runs(excluded)} did not finish; "
+            "pass --include-unfinished to report them anyway."
+        )
     runs, summary = runs.copy(), summary.copy()
     if "experiment" not in summary.columns:
         summary.insert(0, "experiment", names[0])
         runs.insert(0, "experiment", names[0])
     labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
     lines = [
-        "# Final performance", "",
+        "# Final performance",
+        "",
         f"Final return of a run: the mean return of its last {last_k} episodes. Across runs: mean, median and "
         f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
         "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "
-        "`left out` the runs that did not finish.", "",
+        "`left out` the runs that did not finish.",
+        "",
         f"| experiment | runs | no return | left out | {labels} | final return per run |",
         "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
     ]
@@ -242,21 +289,34 @@ def summary_markdown(df: pd.DataFrame, last_k: int, names: Sequence[str], curves
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         mine = runs[(runs["experiment"] == row["experiment"]) & ~runs["left_out"]]
         per_run = ", ".join(_num(v) for v in mine["final_return"])
-        lines.append(f"| {row['experiment']} | {row['num_runs']} | {row['num_missing']} | {row['num_excluded']} "
-                     f"| {cells} | {per_run} |")
+        lines.append(
+            f"| {row['experiment']} | {row['num_runs']} | {row['num_missing']} | {row['num_excluded']} "
+            f"| {cells} | {per_run} |"
+        )
     if len(excluded):
-        lines += ["", "## Runs left out", "",
-                  "These runs did not finish; they are in neither the statistics nor the learning curves "
-                  "(`online-trainer report --include-unfinished` includes them).", "",
-                  "| experiment | run | seed | status | episodes | error |", "|---|---:|---:|---|---:|---|"]
+        lines += [
+            "",
+            "## Runs left out",
+            "",
+            "These runs did not finish; they are in neither the statistics nor the learning curves "
+            "(`online-trainer report --include-unfinished` includes them).",
+            "",
+            "| experiment | run | seed | status | episodes | error |",
+            "|---|---:|---:|---|---:|---|",
+        ]
         for r in runs[runs["left_out"]].to_dict("records"):
-            lines.append(f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
-                         f"| {r['episodes']} | {_cell(r['error'])} |")
+            lines.append(
+                f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
+                f"| {r['episodes']} | {_cell(r['error'])} |"
+            )
     no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
     if len(no_return):
-        lines += ["", "## Runs without a final return", "",
-                  "No finished episode with a finite return; counted under `no return`: "
-                  f"{describe_runs(no_return)}."]
+        lines += [
+            "",
+            "## Runs without a final return",
+            "",
+            f"No finished episode with a finite return; counted under `no return`: {describe_runs(no_return)}.",
+        ]
     if evaluations is not None:
         lines += _evaluation_section(evaluations, include_unfinished, names, eval_curves_file)
     if curves_file:
@@ -274,8 +334,9 @@ def evaluation_results(evals: pd.DataFrame, include_unfinished: bool) -> tuple[p
     return last.reset_index(drop=True), aggregate(last, value="eval_return", ci=CI)
 
 
-def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Sequence[str],
-                        curves_file: str | None) -> list[str]:
+def _evaluation_section(
+    evals: pd.DataFrame, include_unfinished: bool, names: Sequence[str], curves_file: str | None
+) -> list[str]:
     """Markdown of the runs' final evaluations (``eval_run{i}.pkl``), when there are any."""
     if evals.empty:
         return []
@@ -289,10 +350,13 @@ def _evaluation_section(evals: pd.DataFrame, include_unfinished: bool, names: Se
         last.insert(0, "experiment", names[0])
     episodes = ", ".join(str(n) for n in sorted(last["eval_episodes"].unique()))
     labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
-    lines += [f"Final evaluation of a run: the mean return of the {episodes} episodes of its last evaluation "
-              "(the agent in eval mode, on the eval env). Across runs as above.", "",
-              f"| experiment | runs | {labels} | final evaluation per run (at env step) |",
-              "|---|---:|" + "---:|" * len(STATS) + "---|"]
+    lines += [
+        f"Final evaluation of a run: the mean return of the {episodes} episodes of its last evaluation "
+        "(the agent in eval mode, on the eval env). Across runs as above.",
+        "",
+        f"| experiment | runs | {labels} | final evaluation per run (at env step) |",
+        "|---|---:|" + "---:|" * len(STATS) + "---|",
+    ]
     for row in summary.to_dict("records"):
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         mine = last[last["experiment"] == row["experiment"]]
@@ -331,15 +395,29 @@ def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
 def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
     """The evaluation curves: the statistic across runs of each evaluation's mean return (see :func:`aligned_evaluations`)."""
     x = "episodes_trained" if args.x == "episode_index" else "global_step"
-    if x == "global_step" and evals.groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])[
-            "episodes_trained"].nunique().eq(1).all():
-        logger.info("The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
-                    "run, at the median env step of those evaluations.")
+    if (
+        x == "global_step"
+        and evals.groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])["episodes_trained"]
+        .nunique()
+        .eq(1)
+        .all()
+    ):
+        logger.info(
+            "The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
+            "run, at the median env step of those evaluations."
+        )
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
-    figure = plot_learning_curves(table, x=x, stat=CURVE_STAT, ci=CI, title=title,
-                                  span="common" if args.common_range else "all",
-                                  ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
-                                  include_unfinished=args.include_unfinished)
+    figure = plot_learning_curves(
+        table,
+        x=x,
+        stat=CURVE_STAT,
+        ci=CI,
+        title=title,
+        span="common" if args.common_range else "all",
+        ylim=tuple(args.ylim) if args.ylim else "auto",
+        yscale=args.yscale,
+        include_unfinished=args.include_unfinished,
+    )
     ax = figure.axes[0]
     ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
     ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
@@ -348,10 +426,15 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
 
 def _caption(args: argparse.Namespace) -> str:
     smooth = f"; each run smoothed by a trailing mean of {args.smooth} episodes" if args.smooth > 1 else "; unsmoothed"
-    span = ("the range every run covers" if args.common_range else
-            "the whole range some run covers; thin stretches stand on fewer runs than the legend counts")
-    return (f"{STAT_LABELS[CURVE_STAT]} across runs with a pointwise {CI:.0%} bootstrap band{smooth}; "
-            f"x: {span}; runs are never extrapolated.")
+    span = (
+        "the range every run covers"
+        if args.common_range
+        else "the whole range some run covers; thin stretches stand on fewer runs than the legend counts"
+    )
+    return (
+        f"{STAT_LABELS[CURVE_STAT]} across runs with a pointwise {CI:.0%} bootstrap band{smooth}; "
+        f"x: {span}; runs are never extrapolated."
+    )
 
 
 def default_out_dir(paths: Sequence[str | os.PathLike]) -> Path:
@@ -373,26 +456,46 @@ def report_command(args: argparse.Namespace) -> int:
             raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")
         results = final_results(df, last_k, args.include_unfinished)
         if results[1] is None:
-            raise ConfigError(f"every run was left out: {describe_runs(results[2])} did not finish; "
-                              "pass --include-unfinished to report them anyway.")
+            raise ConfigError(
+                f"every run was left out: {describe_runs(results[2])} did not finish; "
+                "pass --include-unfinished to report them anyway."
+            )
         out = Path(args.out) if args.out else default_out_dir(paths)
         out.mkdir(parents=True, exist_ok=True)
         names = [Path(p).resolve().name for p in paths]
         title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
         args.x, args.smooth = args.x or default_x(df), args.smooth or last_k  # smoothed as compare smooths
-        figure = plot_learning_curves(df, x=args.x, stat=CURVE_STAT, ci=CI, title=title, smooth=args.smooth,
-                                      span="common" if args.common_range else "all",
-                                      ylim=tuple(args.ylim) if args.ylim else "auto", yscale=args.yscale,
-                                      include_unfinished=args.include_unfinished)
+        figure = plot_learning_curves(
+            df,
+            x=args.x,
+            stat=CURVE_STAT,
+            ci=CI,
+            title=title,
+            smooth=args.smooth,
+            span="common" if args.common_range else "all",
+            ylim=tuple(args.ylim) if args.ylim else "auto",
+            yscale=args.yscale,
+            include_unfinished=args.include_unfinished,
+        )
         figure.savefig(out / CURVES_FILE, dpi=150)
         evaluations = load_evaluations(paths)
         written = [out / CURVES_FILE]
         if evaluation_results(evaluations, args.include_unfinished) is not None:
             plot_evaluations(evaluations, args, title).savefig(out / EVAL_CURVES_FILE, dpi=150)
             written.append(out / EVAL_CURVES_FILE)
-        (out / SUMMARY_FILE).write_text(summary_markdown(
-            df, last_k, names, CURVES_FILE, args.include_unfinished, _caption(args), evaluations, results,
-            EVAL_CURVES_FILE if len(written) > 1 else None))
+        (out / SUMMARY_FILE).write_text(
+            summary_markdown(
+                df,
+                last_k,
+                names,
+                CURVES_FILE,
+                args.include_unfinished,
+                _caption(args),
+                evaluations,
+                results,
+                EVAL_CURVES_FILE if len(written) > 1 else None,
+            )
+        )
         print(final_table(df, last_k, args.include_unfinished, results))
     print()
     for path in [*written, out / SUMMARY_FILE]:

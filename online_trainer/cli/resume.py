@@ -30,9 +30,11 @@ def resume_command(args: argparse.Namespace) -> int:
     """
     exp_dir = Path(args.exp_dir)
     if not (exp_dir / CONFIG_YAML).is_file():
-        raise ConfigError(f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer resume' continues experiments made by "
-                          "'online-trainer run'. For one made from Python, call multi_run(..., resume=True) "
-                          "as it was called.")
+        raise ConfigError(
+            f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer resume' continues experiments made by "
+            "'online-trainer run'. For one made from Python, call multi_run(..., resume=True) "
+            "as it was called."
+        )
     config = load_experiment_config(exp_dir / CONFIG_YAML, [])
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)

@@ -20,14 +20,14 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.records import storage
-from online_trainer.run.builtin import preemption
 from online_trainer.errors import RunsFailedError
-from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
 from online_trainer.experiment.manifest import earlier_experiment, remove_created
+from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
+from online_trainer.records import storage
+from online_trainer.run.builtin import preemption
 
 
 def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
@@ -47,18 +47,27 @@ def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
     earlier = [p.name for p in files] or [CONFIG_YAML + " of another config" for _ in differing]
     if earlier:
         names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
-        raise ConfigError(f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
-                          "to replace it, or exp_dir=<another path>.")
+        raise ConfigError(
+            f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
+            "to replace it, or exp_dir=<another path>."
+        )
     return exp_dir
 
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
     """The keywords of ``multi_run`` that a config sets (``run`` and ``resume`` make the same call)."""
     execution = execution_options(config, progress)
-    return dict(num_episodes=config.num_episodes, total_steps=config.total_steps, seed_offset=config.seed_offset,
-                checkpoint_freq=config.checkpoint_freq, dump_transitions=config.dump_transitions,
-                evaluation=config.evaluation, checkpoints=config.checkpoints, records=config.records,
-                execution=execution)
+    return dict(
+        num_episodes=config.num_episodes,
+        total_steps=config.total_steps,
+        seed_offset=config.seed_offset,
+        checkpoint_freq=config.checkpoint_freq,
+        dump_transitions=config.dump_transitions,
+        evaluation=config.evaluation,
+        checkpoints=config.checkpoints,
+        records=config.records,
+        execution=execution,
+    )
 
 
 def execution_options(config: ExperimentConfig, progress: bool = True) -> ExecutionOptions:
@@ -75,8 +84,11 @@ def interrupted(exp_dir: Path) -> int:
     signum = preemption.received() or signal.SIGINT
     cause = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     if (exp_dir / storage.MANIFEST_FILE).is_file():
-        print(f"online-trainer: {cause}; the runs' records are on disk up to where each stopped. Continue the experiment "
-              f"with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}", file=sys.stderr)
+        print(
+            f"online-trainer: {cause}; the runs' records are on disk up to where each stopped. Continue the experiment "
+            f"with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}",
+            file=sys.stderr,
+        )
     else:
         print(f"online-trainer: {cause} before any run started; nothing was kept in {exp_dir}.", file=sys.stderr)
     return 128 + signum
@@ -90,11 +102,12 @@ def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) 
 
 
 def _describe(config: ExperimentConfig) -> str:
-    budget = (f"{config.num_episodes} episodes" if config.num_episodes is not None
-              else f"{config.total_steps} env steps")
+    budget = f"{config.num_episodes} episodes" if config.num_episodes is not None else f"{config.total_steps} env steps"
     workers = f", {config.execution.num_workers} workers" if config.execution.num_workers > 1 else ""
-    return (f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
-            f"(x{config.env.num_envs}), {budget} each{workers}")
+    return (
+        f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
+        f"(x{config.env.num_envs}), {budget} each{workers}"
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -127,8 +140,11 @@ def run_command(args: argparse.Namespace) -> int:
             storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
             print(f"Running {_describe(config)} into {exp_dir}", flush=True)
             try:
-                handle = trainer.multi_run(config.num_runs, overwrite=config.overwrite,
-                                           **multi_run_kwargs(config, progress=not args.no_progress))
+                handle = trainer.multi_run(
+                    config.num_runs,
+                    overwrite=config.overwrite,
+                    **multi_run_kwargs(config, progress=not args.no_progress),
+                )
             except BaseException:
                 if earlier is not None and _manifest_bytes(exp_dir) == earlier[1]:
                     # overwrite=true, and no run started: the earlier experiment is back, with its config
@@ -146,8 +162,10 @@ def run_command(args: argparse.Namespace) -> int:
             raise ConfigError(str(exc)) from exc
         raise
     if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
-        print(f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
-              f"they stand with: online-trainer show {exp_dir}")
+        print(
+            f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
+            f"they stand with: online-trainer show {exp_dir}"
+        )
         return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
@@ -177,15 +195,21 @@ def eval_command(args: argparse.Namespace) -> int:
     """
     exp_dir = Path(args.exp_dir)
     if not (exp_dir / CONFIG_YAML).is_file():
-        raise ConfigError(f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer eval' evaluates experiments made by "
-                          "'online-trainer run'. For one made from Python, call trainer.evaluate(...) or "
-                          "load_agent(exp_dir, run, agent_factory=..., env=...).")
+        raise ConfigError(
+            f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer eval' evaluates experiments made by "
+            "'online-trainer run'. For one made from Python, call trainer.evaluate(...) or "
+            "load_agent(exp_dir, run, agent_factory=..., env=...)."
+        )
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent)
     try:
-        episodes = trainer.evaluate(args.which, exp_dir=exp_dir, overwrite=args.overwrite,
-                                    evaluation=EvaluationOptions(episodes=args.episodes),
-                                    execution=ExecutionOptions(num_workers=args.workers, progress=not args.no_progress))
+        episodes = trainer.evaluate(
+            args.which,
+            exp_dir=exp_dir,
+            overwrite=args.overwrite,
+            evaluation=EvaluationOptions(episodes=args.episodes),
+            execution=ExecutionOptions(num_workers=args.workers, progress=not args.no_progress),
+        )
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         return 1
@@ -204,11 +228,16 @@ def evaluation_table(episodes: Any) -> str:
 
     per_run = episodes.groupby(["checkpoint", "run", "seed"], sort=False)["ep_return"].mean().reset_index()
     per_checkpoint = episodes.groupby(["checkpoint", "run"]).size().iloc[0]
-    lines = [f"Greedy evaluation: mean return of {per_checkpoint} episodes per run and checkpoint",
-             per_run.to_string(index=False), ""]
+    lines = [
+        f"Greedy evaluation: mean return of {per_checkpoint} episodes per run and checkpoint",
+        per_run.to_string(index=False),
+        "",
+    ]
     summary = aggregate(per_run, value="ep_return", group_by="checkpoint")
     for row in summary.itertuples(index=False):
-        stats = ", ".join(f"{stat} {getattr(row, stat):.2f} [{getattr(row, stat + '_lo'):.2f}, "
-                          f"{getattr(row, stat + '_hi'):.2f}]" for stat in ("mean", "median", "iqm"))
+        stats = ", ".join(
+            f"{stat} {getattr(row, stat):.2f} [{getattr(row, stat + '_lo'):.2f}, {getattr(row, stat + '_hi'):.2f}]"
+            for stat in ("mean", "median", "iqm")
+        )
         lines.append(f"{row.checkpoint}: {stats} (95% CI over {row.num_runs} runs)")
     return "\n".join(lines)

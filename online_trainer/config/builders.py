@@ -30,8 +30,9 @@ class AgentBuilder:
         try:
             return AGENTS[self.name](env, **self.hyperparameters)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"agent.hyperparameters: could not build agent {self.name!r} with "
-                              f"{self.hyperparameters!r}: {exc}") from exc
+            raise ConfigError(
+                f"agent.hyperparameters: could not build agent {self.name!r} with {self.hyperparameters!r}: {exc}"
+            ) from exc
 
     def __repr__(self) -> str:
         return f"AgentBuilder({self.name!r}, {self.hyperparameters!r})"
@@ -62,9 +63,16 @@ def env_factory(config: EnvConfig) -> EnvBuilder:
     from online_trainer.envs import make_env
 
     try:
-        return EnvBuilder(make_env(config.id, num_envs=config.num_envs, vectorization=config.vectorization,
-                                   wrappers=config.wrappers, vector_kwargs=config.vector_kwargs or None,
-                                   **config.kwargs))
+        return EnvBuilder(
+            make_env(
+                config.id,
+                num_envs=config.num_envs,
+                vectorization=config.vectorization,
+                wrappers=config.wrappers,
+                vector_kwargs=config.vector_kwargs or None,
+                **config.kwargs,
+            )
+        )
     except ValueError as exc:
         raise ConfigError(f"env: {exc}") from exc
 
@@ -77,7 +85,9 @@ def factories_from_config(exp_dir: str | os.PathLike) -> tuple[EnvBuilder, Agent
     """
     path = Path(exp_dir) / CONFIG_YAML
     if not path.is_file():
-        raise ValueError(f"{exp_dir} has no {CONFIG_YAML} (it was not made by 'online-trainer run'): pass "
-                         "agent_factory=... and env=... to say how to build the agent.")
+        raise ValueError(
+            f"{exp_dir} has no {CONFIG_YAML} (it was not made by 'online-trainer run'): pass "
+            "agent_factory=... and env=... to say how to build the agent."
+        )
     config = load_experiment_config(path)
     return env_factory(config.env), AgentBuilder(config.agent)

@@ -26,11 +26,14 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
+                   |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 
@@ -47,8 +50,10 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     key, sep, raw = text.partition("=")
     path = tuple(part.strip() for part in key.split("."))
     if not sep or not all(path):
-        raise ConfigError(f"override {text!r} must look like key=value or section.key=value "
-                          "(e.g. num_runs=3, agent.hyperparameters.lr=0.001).")
+        raise ConfigError(
+            f"override {text!r} must look like key=value or section.key=value "
+            "(e.g. num_runs=3, agent.hyperparameters.lr=0.001)."
+        )
     try:
         value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
     except yaml.YAMLError as exc:
@@ -69,8 +74,12 @@ def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
     for key in [key for key in data if key in LEGACY_NAMES and key not in own]:
         section, name = LEGACY_NAMES[key].split(".")
         value = data.pop(key)
-        warnings.warn(f"{where}: the key {key!r} is deprecated and will be removed in the next release: write "
-                      f"{section}.{name} ({section}: {{{name}: ...}}).", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"{where}: the key {key!r} is deprecated and will be removed in the next release: write "
+            f"{section}.{name} ({section}: {{{name}: ...}}).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if value is None and type(None) not in typing.get_args(typing.get_type_hints(SECTIONS[section])[name]):
             continue  # null where the field takes no null meant "the default" (eval_episodes: null)
         moved.setdefault(section, {})[name] = value
@@ -100,8 +109,7 @@ def _check_override_path(path: tuple[str, ...]) -> None:
         if typing.get_origin(hint) is dict:
             return
         if depth < len(path) - 1:
-            raise ConfigError(f"{prefix}{part} is {type_name(hint)}, not a section: cannot set "
-                              f"{'.'.join(path)}.")
+            raise ConfigError(f"{prefix}{part} is {type_name(hint)}, not a section: cannot set {'.'.join(path)}.")
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -119,7 +127,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             if child is None:
                 child = node[part] = {}
             elif not isinstance(child, dict):
-                raise ConfigError(f"override {text!r}: {'.'.join(path[:depth + 1])}={child!r} is not a mapping.")
+                raise ConfigError(f"override {text!r}: {'.'.join(path[: depth + 1])}={child!r} is not a mapping.")
             node = child
         node[path[-1]] = value
     return data
@@ -148,8 +156,10 @@ def load_experiment_config(path: str | os.PathLike, overrides: Sequence[str] = (
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {os.fspath(path)!r} must hold a mapping of keys (env:, agent:, ...), "
-                          f"but holds a {type(data).__name__}.")
+        raise ConfigError(
+            f"config file {os.fspath(path)!r} must hold a mapping of keys (env:, agent:, ...), "
+            f"but holds a {type(data).__name__}."
+        )
     data = apply_overrides(legacy_keys(data, f"config file {os.fspath(path)!r}"), overrides)
     if data.get("exp_dir") is None:
         data["exp_dir"] = os.path.join("runs", path.stem)

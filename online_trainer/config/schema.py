@@ -27,12 +27,20 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from online_trainer.callbacks import (BasicCallBack, CallBack, CSVCallback, EmptyCallBack, JsonlCallback,
-                                     MLflowCallback, TBCallBack, WandbCallback)
+from online_trainer.callbacks import (
+    BasicCallBack,
+    CallBack,
+    CSVCallback,
+    EmptyCallBack,
+    JsonlCallback,
+    MLflowCallback,
+    TBCallBack,
+    WandbCallback,
+)
 from online_trainer.options import validation
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.options.typed import build, did_you_mean
@@ -116,13 +124,13 @@ class AgentConfig:
         from online_trainer.agents import AGENTS
 
         if self.name not in AGENTS:
-            raise ConfigError(f"unknown agent agent.name={self.name!r}{did_you_mean(self.name, AGENTS)}; "
-                              f"known agents: {', '.join(sorted(AGENTS))}.")
+            raise ConfigError(
+                f"unknown agent agent.name={self.name!r}{did_you_mean(self.name, AGENTS)}; "
+                f"known agents: {', '.join(sorted(AGENTS))}."
+            )
         config_cls = getattr(AGENTS[self.name], "Config", None)
         if isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls):
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
-
-
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,8 +155,7 @@ class ExperimentConfig:
     """Budget: env steps (real transitions of all sub-envs) per run."""
     seed_offset: int | None = 0
     """Base seed of the runs; null draws one at random (it is recorded in manifest.json)."""
-    checkpoint_freq: int | None = dataclasses.field(default=None,
-                                                    metadata={"check": validation.optional_positive_int})
+    checkpoint_freq: int | None = dataclasses.field(default=None, metadata={"check": validation.optional_positive_int})
     """Save the agent every this many episodes (episode budget) or env steps (step budget); null: never."""
     dump_transitions: bool = False
     """Keep ``(obs, action, reward, terminated, truncated)`` per step in the records."""
@@ -180,11 +187,15 @@ class ExperimentConfig:
         _as_config_error(validation.budget, self.num_episodes, self.total_steps)
         _as_config_error(validation.seed_offset, self.seed_offset)
         if self.evaluation is not None and self.evaluation.env is not None:
-            raise ConfigError(f"evaluation.env={self.evaluation.env!r}: the command evaluates on its env section; "
-                              "drop evaluation.env.")
+            raise ConfigError(
+                f"evaluation.env={self.evaluation.env!r}: the command evaluates on its env section; "
+                "drop evaluation.env."
+            )
         if self.checkpoints.keep and self.checkpoint_freq is None:
-            raise ConfigError(f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
-                              "checkpoint_freq is null: set checkpoint_freq too, or drop checkpoints.keep.")
+            raise ConfigError(
+                f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
+                "checkpoint_freq is null: set checkpoint_freq too, or drop checkpoints.keep."
+            )
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 
@@ -205,8 +216,9 @@ def _as_config_error(check: Callable[..., Any], *args: Any) -> None:
 
 def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(map(repr, choices))}"
-                          f"{did_you_mean(value, choices)}.")
+        raise ConfigError(
+            f"{name}={value!r} is not one of {', '.join(map(repr, choices))}{did_you_mean(value, choices)}."
+        )
 
 
 def _check_env_id(env_id: str) -> None:
@@ -230,9 +242,11 @@ def _check_env_id(env_id: str) -> None:
     package_hint = env_id_hint(env_id)
     if package_hint:
         raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry.{package_hint}")
-    raise ConfigError(f"unknown env env.id={env_id!r}: it is not in gymnasium.registry{hint}. "
-                      "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'; "
-                      "ids of other packages need their module first: 'module:Env-v0'.")
+    raise ConfigError(
+        f"unknown env env.id={env_id!r}: it is not in gymnasium.registry{hint}. "
+        "List the registered ids with python -c 'import gymnasium; gymnasium.pprint_registry()'; "
+        "ids of other packages need their module first: 'module:Env-v0'."
+    )
 
 
 def _check_wrappers(wrappers: list[Any]) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from online_trainer.records import storage
 
@@ -45,8 +46,9 @@ def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> li
     if which in ("best", "all") and best.is_file():
         found.append(("best", best))
     if not found:
-        raise FileNotFoundError(f"Run {run} in {exp_dir} has no {which!r} checkpoint: was it run with "
-                                "checkpoint_freq=...?")
+        raise FileNotFoundError(
+            f"Run {run} in {exp_dir} has no {which!r} checkpoint: was it run with checkpoint_freq=...?"
+        )
     return found
 
 
@@ -64,8 +66,9 @@ class CheckpointAgent:
     def __call__(self, env: Any) -> Any:
         agent = self.agent_factory(env)
         if not callable(getattr(agent, "load", None)):
-            raise TypeError(f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent!r} "
-                            "lacks.")
+            raise TypeError(
+                f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent!r} lacks."
+            )
         if self.path.endswith(".t"):
             import torch
 

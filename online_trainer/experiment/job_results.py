@@ -7,8 +7,9 @@ import contextlib
 import logging
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from online_trainer.experiment import ownership
 from online_trainer.records import storage
@@ -38,10 +39,14 @@ def apply_result(manifest: dict[str, Any], result: RunResult) -> None:
     for name, value in result.env_info.items():
         manifest.setdefault(name, value)
     entry = manifest["runs"][result.run_idx - 1]
-    entry.update(status=result.status, episodes=result.episodes, global_step=result.global_step,
-                 wall_time=round(result.wall_time, 3),
-                 sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
-                 error=result.error)
+    entry.update(
+        status=result.status,
+        episodes=result.episodes,
+        global_step=result.global_step,
+        wall_time=round(result.wall_time, 3),
+        sps=round(result.global_step / result.wall_time, 1) if result.wall_time > 0 else None,
+        error=result.error,
+    )
     entry["stop_reason"] = result.extra.get("stop_reason")
 
 
@@ -84,8 +89,9 @@ def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool)
         apply_result(manifest, result)
         storage.write_manifest(exp_dir, manifest)
         if write_all_metrics and all(entry["status"] in COMPLETED for entry in manifest["runs"]):
-            storage.write_all_metrics(exp_dir, [storage.load_run_metrics(exp_dir, entry["run"])
-                                                for entry in manifest["runs"]])
+            storage.write_all_metrics(
+                exp_dir, [storage.load_run_metrics(exp_dir, entry["run"]) for entry in manifest["runs"]]
+            )
 
 
 def read_job_result(exp_dir: Path, run_idx: int) -> RunResult | None:

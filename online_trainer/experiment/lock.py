@@ -22,8 +22,9 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from online_trainer.errors import ExperimentInUseError
 from online_trainer.experiment.ownership import LOCK_FILE
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 # instant: a writer that finds it taken tries again for this long before it refuses.
 _RETRY_FOR = 0.2
 # Locks taken with reentrant=True, by (lock file, process, thread): later acquisitions there join them.
-_JOINABLE: dict[tuple[str, int, int], "ExperimentLock"] = {}
+_JOINABLE: dict[tuple[str, int, int], ExperimentLock] = {}
 
 
 class ExperimentLock:
@@ -59,8 +60,9 @@ class ExperimentLock:
         Exception: on entering, what ``check`` raises.
     """
 
-    def __init__(self, exp_dir: str | os.PathLike, reentrant: bool = False,
-                 check: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self, exp_dir: str | os.PathLike, reentrant: bool = False, check: Callable[[], object] | None = None
+    ) -> None:
         self.path = Path(exp_dir) / LOCK_FILE
         self.reentrant = reentrant
         self.check = check
@@ -84,9 +86,12 @@ class ExperimentLock:
             fd, created = _open_lock_file(self.path)
         except OSError as exc:
             _remove_empty(new_dirs)
-            raise type(exc)(exc.errno, f"exp_dir={os.fspath(self.path.parent)!r} cannot be written "
-                                       f"({exc.strerror}): choose a directory you can write to, or fix its "
-                                       "permissions.") from exc
+            raise type(exc)(
+                exc.errno,
+                f"exp_dir={os.fspath(self.path.parent)!r} cannot be written "
+                f"({exc.strerror}): choose a directory you can write to, or fix its "
+                "permissions.",
+            ) from exc
         try:
             if fcntl is not None and not _flock_soon(fd):
                 owner = _read_owner(fd)
@@ -105,10 +110,16 @@ class ExperimentLock:
         try:
             earlier = _read_owner(fd)
             if earlier:
-                logger.warning("exp_dir %s: taking over the lock of %s, which ended without releasing it",
-                               self.path.parent, _describe(earlier))
-            owner = {"pid": os.getpid(), "host": socket.gethostname(),
-                     "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+                logger.warning(
+                    "exp_dir %s: taking over the lock of %s, which ended without releasing it",
+                    self.path.parent,
+                    _describe(earlier),
+                )
+            owner = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(owner).encode(), 0)
         except BaseException:
@@ -137,7 +148,7 @@ class ExperimentLock:
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
-    def __enter__(self) -> "ExperimentLock":
+    def __enter__(self) -> ExperimentLock:
         self.acquire()
         return self
 

@@ -7,20 +7,20 @@ import datetime
 import logging
 import os
 import shutil
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
-from online_trainer.experiment import job_results, ownership
-from online_trainer.loop import seeding
-from online_trainer.records import storage
-from online_trainer.run import full_checkpoint as resume
 from online_trainer.errors import RunFailure
-from online_trainer.records.episode_table import EpisodeTable
-from online_trainer.records.record_view import as_records
-from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+from online_trainer.experiment import job_results, ownership
 from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.records.record_view import RunRecords
+from online_trainer.loop import seeding
+from online_trainer.records import storage
+from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.record_view import RunRecords, as_records
+from online_trainer.run import full_checkpoint as resume
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +46,9 @@ class Experiment:
         self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
         self.results: dict[int, RunResult] = {}
         self._before: dict[int, str] = {}  # run -> its status before this call started it
-        self._earlier = set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() \
-            else set()
+        self._earlier = (
+            set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
+        )
         if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
             self._write()  # with nothing to do (a finished experiment resumed), nothing is written
 
@@ -65,8 +66,20 @@ class Experiment:
             "seeds": seeds,
             **fields,
             # every key of an ended run's entry, null until the run ends, so readers of the raw JSON find them
-            "runs": [{"run": run, "seed": seed, "status": "pending", "episodes": None, "global_step": None,
-                      "wall_time": None, "sps": None, "stop_reason": None, "error": None} for run, seed in enumerate(seeds, start=1)],
+            "runs": [
+                {
+                    "run": run,
+                    "seed": seed,
+                    "status": "pending",
+                    "episodes": None,
+                    "global_step": None,
+                    "wall_time": None,
+                    "sps": None,
+                    "stop_reason": None,
+                    "error": None,
+                }
+                for run, seed in enumerate(seeds, start=1)
+            ],
         }
 
     def _write(self) -> None:
@@ -78,8 +91,11 @@ class Experiment:
         with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
             on_disk = read_manifest_quietly(self.exp_dir)
             for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
-                if (entry["status"] == ownership.RUNNING and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
-                        and written.get("status") not in (None, ownership.RUNNING, "pending")):
+                if (
+                    entry["status"] == ownership.RUNNING
+                    and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
+                    and written.get("status") not in (None, ownership.RUNNING, "pending")
+                ):
                     entry.update(written)  # its job (this call's: the same id) recorded its end
             storage.write_manifest(self.exp_dir, self.manifest)
 
@@ -125,8 +141,11 @@ class Experiment:
             return
         if progress["global_step"] is None or progress["global_step"] < (entry.get("global_step") or 0):
             return
-        entry.update(episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
-                     global_step=progress["global_step"], wall_time=progress["wall_time"])
+        entry.update(
+            episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
+            global_step=progress["global_step"],
+            wall_time=progress["wall_time"],
+        )
         if entry["wall_time"]:
             entry["wall_time"] = round(entry["wall_time"], 3)
             entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
@@ -209,8 +228,9 @@ class Experiment:
         """
         if self.exp_dir is not None and (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
-            storage.write_all_metrics(self.exp_dir, [table if isinstance(table, EpisodeTable) else run
-                                                     for table, run in zip(tables, runs)])
+            storage.write_all_metrics(
+                self.exp_dir, [table if isinstance(table, EpisodeTable) else run for table, run in zip(tables, runs)]
+            )
             for table in tables:
                 if isinstance(table, EpisodeTable):
                     table.release_chunks()  # written: the memory goes back
@@ -249,8 +269,9 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
             "overwrite=True to replace it, or choose another exp_dir."
         )
     if differing:
-        raise FileExistsError(f"{differing[0]} already exists with other content: pass overwrite=True or another "
-                              "exp_dir.")
+        raise FileExistsError(
+            f"{differing[0]} already exists with other content: pass overwrite=True or another exp_dir."
+        )
 
 
 def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:
@@ -259,8 +280,11 @@ def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple
     check behind :func:`check_exp_dir` and the command's (``online_trainer.cli.run.check_exp_dir``)."""
     if not exp_dir.is_dir():
         return [], []
-    differing = [exp_dir / name for name, text in inputs.items() if text is not None and (exp_dir / name).is_file()
-                 and (exp_dir / name).read_text(encoding="utf-8") != text]
+    differing = [
+        exp_dir / name
+        for name, text in inputs.items()
+        if text is not None and (exp_dir / name).is_file() and (exp_dir / name).read_text(encoding="utf-8") != text
+    ]
     return storage.existing_experiment_files(exp_dir), differing
 
 
@@ -317,8 +341,13 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
     """
     check_exp_dir(exp_dir, overwrite, inputs)  # every input checked before any is written
     if overwrite and exp_dir.is_dir():
-        set_aside(exp_dir, [*storage.existing_experiment_files(exp_dir),
-                            *(exp_dir / name for name in inputs if (exp_dir / name).is_file())])
+        set_aside(
+            exp_dir,
+            [
+                *storage.existing_experiment_files(exp_dir),
+                *(exp_dir / name for name in inputs if (exp_dir / name).is_file()),
+            ],
+        )
     created: list[Path] = []
     exp_dir.mkdir(parents=True, exist_ok=True)
     try:
@@ -345,8 +374,12 @@ def set_aside(exp_dir: Path, paths: Sequence[Path]) -> None:
     aside.mkdir()
     for path in paths:
         os.replace(path, aside / path.name)
-    logger.info("overwrite=True: set aside %d files of an earlier experiment in %s (removed when this call ends, "
-                "put back if no run gets past its first env step)", len(paths), exp_dir)
+    logger.info(
+        "overwrite=True: set aside %d files of an earlier experiment in %s (removed when this call ends, "
+        "put back if no run gets past its first env step)",
+        len(paths),
+        exp_dir,
+    )
 
 
 def settle_set_aside(exp_dir: Path) -> None:

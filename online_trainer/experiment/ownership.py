@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 try:
     import fcntl
@@ -82,14 +83,20 @@ def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: 
         writer is alive (those runs really are running).
     """
     # a run handed to a Slurm job is that job's: the job records how it ends (resume=True asks Slurm about it)
-    entries = [e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING
-               and (owned or SLURM_JOB_KEY not in e)]
+    entries = [
+        e
+        for e in manifest.get("runs", [])
+        if isinstance(e, dict) and e.get("status") == RUNNING and (owned or SLURM_JOB_KEY not in e)
+    ]
     if not entries or (not owned and is_held(lock_path(exp_dir, manifest))):
         return []
     for entry in entries:
         entry["status"] = INTERRUPTED
     runs: list[int] = [entry["run"] for entry in entries]  # every manifest entry has its run number
-    logger.warning("%s: run(s) %s were running when the process writing the experiment ended without recording "
-                   "how they ended (killed, or its machine went down): they count as interrupted.",
-                   os.fspath(exp_dir), ", ".join(map(str, runs)))
+    logger.warning(
+        "%s: run(s) %s were running when the process writing the experiment ended without recording "
+        "how they ended (killed, or its machine went down): they count as interrupted.",
+        os.fspath(exp_dir),
+        ", ".join(map(str, runs)),
+    )
     return runs

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+from typing import Any
 
 from online_trainer.experiment import ownership
 from online_trainer.experiment.job_results import apply_result, read_job_result
@@ -31,8 +33,14 @@ CALL_KEY = "call"
 """The manifest's record of what a resumed call must repeat (:func:`online_trainer.options.derived.call_record`)."""
 
 
-def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, base_seed: int | None,
-                    call: Mapping[str, Any], num_envs: Callable[[], int] | None = None) -> None:
+def check_same_call(
+    exp_dir: Path,
+    manifest: Mapping[str, Any],
+    num_runs: int,
+    base_seed: int | None,
+    call: Mapping[str, Any],
+    num_envs: Callable[[], int] | None = None,
+) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
     ``call`` is :func:`~online_trainer.options.derived.call_record` of this call: every option that can change
@@ -47,10 +55,13 @@ def check_same_call(exp_dir: Path, manifest: Mapping[str, Any], num_runs: int, b
     Raises:
         ValueError: naming the first option that differs and both values.
     """
+
     def refuse(name: str, before: Any, now: Any) -> None:
-        raise ValueError(f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
-                         f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or "
-                         "start a new experiment (another exp_dir, or overwrite=True).")
+        raise ValueError(
+            f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
+            f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or "
+            "start a new experiment (another exp_dir, or overwrite=True)."
+        )
 
     if num_runs != manifest["num_runs"]:
         refuse("num_runs", manifest["num_runs"], num_runs)
@@ -100,7 +111,7 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
     read_manifest(Path(exp_dir))
 
 
-def hold_resumable(exp_dir: str | os.PathLike | None) -> ContextManager[list[Path]]:
+def hold_resumable(exp_dir: str | os.PathLike | None) -> AbstractContextManager[list[Path]]:
     """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`)."""
     check_resumable(exp_dir)
     assert exp_dir is not None  # check_resumable raised otherwise
@@ -114,13 +125,16 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
         FileNotFoundError: there is none: nothing to resume.
     """
     if not (exp_dir / storage.MANIFEST_FILE).is_file():
-        raise FileNotFoundError(f"resume=True, but exp_dir={os.fspath(exp_dir)!r} holds no experiment (no "
-                                f"{storage.MANIFEST_FILE}): run it without resume first.")
+        raise FileNotFoundError(
+            f"resume=True, but exp_dir={os.fspath(exp_dir)!r} holds no experiment (no "
+            f"{storage.MANIFEST_FILE}): run it without resume first."
+        )
     return storage.read_manifest(exp_dir)
 
 
-def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True,
-              hooks: Sequence[Any] = ()) -> dict[int, dict[str, Any] | None]:
+def runs_left(
+    manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True, hooks: Sequence[Any] = ()
+) -> dict[int, dict[str, Any] | None]:
     """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
 
     The caller holds the experiment's lock: runs the manifest says are ``running`` were cut
@@ -143,8 +157,11 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
             if result is not None and result.status in COMPLETED:
                 apply_result(manifest, result)
     ownership.settle_running(exp_dir, manifest, owned=True)
-    entries = {entry["run"]: entry for entry in manifest["runs"]
-               if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()}
+    entries = {
+        entry["run"]: entry
+        for entry in manifest["runs"]
+        if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()
+    }
     left: dict[int, dict[str, Any] | None] = {}
     for run in entries:
         header = left[run] = full_checkpoint.read(exp_dir, run, header_only=True) if continue_runs else None
@@ -155,15 +172,23 @@ def runs_left(manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = Tru
         if header is None:
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
-            entry["resumed_from"] = {"global_step": header["global_step"], "episodes": header["episodes"],
-                                     "env_restored": header["env_kept"]}
-            logger.info("run %d continues from its checkpoint at step %d (%d episodes)", run, header["global_step"],
-                        header["episodes"])
+            entry["resumed_from"] = {
+                "global_step": header["global_step"],
+                "episodes": header["episodes"],
+                "env_restored": header["env_kept"],
+            }
+            logger.info(
+                "run %d continues from its checkpoint at step %d (%d episodes)",
+                run,
+                header["global_step"],
+                header["episodes"],
+            )
     return left
 
 
-def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int, dict[str, Any] | None],
-                   tag_prefix: str = "") -> None:
+def rewind_outputs(
+    callback: Any, manifest: Mapping[str, Any], left: Mapping[int, dict[str, Any] | None], tag_prefix: str = ""
+) -> None:
     """Cut the callback's files back to each run's checkpoint; remove every entry of a run that starts again.
 
     Runs that never started wrote nothing and are skipped.
@@ -177,8 +202,15 @@ def rewind_outputs(callback: Any, manifest: Mapping[str, Any], left: Mapping[int
         rewind(f"{tag_prefix}run_{run}", None if header is None else header["outputs"].get("callback"))
 
 
-def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call: Mapping[str, Any],
-                     callback: Any, hooks: Sequence[Any] = (), env_factory: Any = None) -> tuple[dict[str, Any], dict[int, int]]:
+def resumed_manifest(
+    exp_dir: Path,
+    num_runs: int,
+    seed_offset: int | None,
+    call: Mapping[str, Any],
+    callback: Any,
+    hooks: Sequence[Any] = (),
+    env_factory: Any = None,
+) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
     Checks the call against the manifest, settles runs cut off, and cuts the callback's files
@@ -190,11 +222,21 @@ def resumed_manifest(exp_dir: Path, num_runs: int, seed_offset: int | None, call
             state from those a run's checkpoint holds; nothing is changed then.
     """
     manifest = read_manifest(exp_dir)
-    check_same_call(exp_dir, manifest, num_runs, seed_offset, call,
-                    None if env_factory is None else lambda: env_num_envs(env_factory))
+    check_same_call(
+        exp_dir,
+        manifest,
+        num_runs,
+        seed_offset,
+        call,
+        None if env_factory is None else lambda: env_num_envs(env_factory),
+    )
     left = runs_left(manifest, exp_dir, hooks=hooks)
     rewind_outputs(callback, manifest, left)
     done = manifest["num_runs"] - len(left)
-    logger.info("resume: %d runs finished earlier, %d continue from a checkpoint, %d start again", done,
-                sum(header is not None for header in left.values()), sum(header is None for header in left.values()))
+    logger.info(
+        "resume: %d runs finished earlier, %d continue from a checkpoint, %d start again",
+        done,
+        sum(header is not None for header in left.values()),
+        sum(header is None for header in left.values()),
+    )
     return manifest, {run: manifest["seeds"][run - 1] for run in left}

@@ -7,7 +7,8 @@ have ``state_dict``/``load_state_dict`` for exact resume.
 from __future__ import annotations
 
 import collections
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.options import validation
@@ -58,8 +59,10 @@ class StopOnReturn(Hook):
     def _check(self, ctx: RunContext, value: float, what: str) -> None:
         self.held = self.held + 1 if value >= self.threshold else 0
         if self.held >= self.patience:
-            ctx.stop(f"StopOnReturn: {what} {value:.4g} >= {self.threshold:g} for {self.held} consecutive "
-                     f"check(s) at step {ctx.global_step}")
+            ctx.stop(
+                f"StopOnReturn: {what} {value:.4g} >= {self.threshold:g} for {self.held} consecutive "
+                f"check(s) at step {ctx.global_step}"
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """The window of training returns and the consecutive checks that held."""
@@ -97,8 +100,10 @@ class StopOnNoImprovement(Hook):
         else:
             self.without += 1
         if self.evals >= self.min_evals and self.without >= self.patience:
-            ctx.stop(f"StopOnNoImprovement: no better evaluation mean than {self.best:.4g} in {self.without} "
-                     f"evaluations, at step {ctx.global_step}")
+            ctx.stop(
+                f"StopOnNoImprovement: no better evaluation mean than {self.best:.4g} in {self.without} "
+                f"evaluations, at step {ctx.global_step}"
+            )
 
     def state_dict(self) -> dict[str, Any]:
         """The best mean, the evaluations seen, and those in a row without a new best."""
@@ -143,9 +148,11 @@ class StopOnPlateau(Hook):
             change = abs(mean - self.previous) / max(abs(self.previous), 1e-8)
             self.flat = self.flat + 1 if change < self.rel_tol else 0
             if self.flat >= self.patience:
-                ctx.stop(f"StopOnPlateau: the mean return of blocks of {self.window} episodes changed by less than "
-                         f"{self.rel_tol:g} (relative) {self.flat} times in a row, at {mean:.4g}, step "
-                         f"{ctx.global_step}")
+                ctx.stop(
+                    f"StopOnPlateau: the mean return of blocks of {self.window} episodes changed by less than "
+                    f"{self.rel_tol:g} (relative) {self.flat} times in a row, at {mean:.4g}, step "
+                    f"{ctx.global_step}"
+                )
         self.previous = mean
 
     def state_dict(self) -> dict[str, Any]:

@@ -8,7 +8,8 @@ summed into its return, recorded as an action or transition, nor reported as an 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Space
@@ -318,15 +319,32 @@ class EpisodeTracker:
         if not keep_table:  # the records are in the metrics stream
             table = EpisodeTable(table.agent_seed)
             table.first = self.table.count
-        return {"num_envs": self.num_envs, "returns": self.returns.copy(), "valid": self.valid.copy(),
-                "resetting": list(self.resetting), "steps": self._steps, "starts": list(self._starts),
-                "actions": None if self.actions is None else self.actions.to_state(),
-                "transitions": self.transitions, "frames": self.frames, "next_frames": self._next_frames,
-                "triggered": dict(self._triggered), "finished": self._finished, "logs": self.logs,
-                "has_logs": self._has_logs, "closed": self.closed, "new_frames": self.new_frames,
-                "unsealed": {"returns": self._returns, "lengths": self._lengths, "at_step": self._at_step,
-                             "at_time": self._at_time, "objects": self._objects},
-                "table": table.to_state()}
+        return {
+            "num_envs": self.num_envs,
+            "returns": self.returns.copy(),
+            "valid": self.valid.copy(),
+            "resetting": list(self.resetting),
+            "steps": self._steps,
+            "starts": list(self._starts),
+            "actions": None if self.actions is None else self.actions.to_state(),
+            "transitions": self.transitions,
+            "frames": self.frames,
+            "next_frames": self._next_frames,
+            "triggered": dict(self._triggered),
+            "finished": self._finished,
+            "logs": self.logs,
+            "has_logs": self._has_logs,
+            "closed": self.closed,
+            "new_frames": self.new_frames,
+            "unsealed": {
+                "returns": self._returns,
+                "lengths": self._lengths,
+                "at_step": self._at_step,
+                "at_time": self._at_time,
+                "objects": self._objects,
+            },
+            "table": table.to_state(),
+        }
 
     def from_state(self, state: dict[str, Any]) -> EpisodeTracker:
         """Set this tracker (new, built with the run's configuration) to the one :meth:`to_state` described, and
@@ -336,8 +354,10 @@ class EpisodeTracker:
             ValueError: the state is of a tracker of another number of sub-envs, or keeping actions differs.
         """
         if state["num_envs"] != self.num_envs or (state["actions"] is None) != (self.actions is None):
-            raise ValueError(f"the saved episode tracker has num_envs={state['num_envs']} and keeps actions: "
-                             f"{state['actions'] is not None}; this run's: {self.num_envs}, {self.actions is not None}")
+            raise ValueError(
+                f"the saved episode tracker has num_envs={state['num_envs']} and keeps actions: "
+                f"{state['actions'] is not None}; this run's: {self.num_envs}, {self.actions is not None}"
+            )
         self.returns[:], self.valid[:] = state["returns"], state["valid"]
         self.resetting, self._steps, self._starts = list(state["resetting"]), state["steps"], list(state["starts"])
         if self.actions is not None:

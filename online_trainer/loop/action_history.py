@@ -87,7 +87,7 @@ class ActionHistory:
     def episode(self, i: int) -> Any:
         """Return a copy of sub-env ``i``'s actions since its episode started."""
         if self._paths is None:
-            return self.buffers[0][self.start[i]:self.t, i].copy()
+            return self.buffers[0][self.start[i] : self.t, i].copy()
         rows = slice(self.start[i], self.t)
         assert self.space is not None  # structured actions: the space was inferred when the buffers were made
         return _nest(self.space, iter([buffer[rows, i].copy() for buffer in self.buffers]))
@@ -144,7 +144,7 @@ class ActionHistory:
             return
         self._pending = False
         assert self._closed is not None  # array actions: made with the buffer
-        marks = self._closed[self._unread:self.t + 1]
+        marks = self._closed[self._unread : self.t + 1]
         # by row, then sub-env: the order they were closed in (2-d nonzero is 6x slower than 1-d)
         rows, envs = np.divmod(marks.reshape(-1).nonzero()[0], self.num_envs)
         marks[...] = False
@@ -156,9 +156,9 @@ class ActionHistory:
         sizes = last - first  # 0 for the sub-envs with no episode here
         offsets = np.cumsum(sizes) - sizes  # where each sub-env's rows go in the slab
         buffer = self.buffers[0]
-        dtype = narrowest(buffer[int(first[envs].min()):self.t], buffer.dtype)
+        dtype = narrowest(buffer[int(first[envs].min()) : self.t], buffer.dtype)
         lo, hi = first.tolist(), last.tolist()
-        pieces = [buffer[lo[i]:hi[i], i] for i in np.flatnonzero(sizes).tolist()] or [buffer[:0, 0]]
+        pieces = [buffer[lo[i] : hi[i], i] for i in np.flatnonzero(sizes).tolist()] or [buffer[:0, 0]]
         data = np.concatenate(pieces, dtype=dtype, casting="unsafe")
         self._slabs.append(ActionSlab(data, (offsets - first)[envs] + rows, buffer.dtype))
         self._since = np.array(self.start)
@@ -167,12 +167,22 @@ class ActionHistory:
         """The history as plain data (the rows kept so far, the episodes' starts, the closing marks and slabs not
         yet taken): what a full checkpoint keeps."""
         t = self.t
-        return {"num_envs": self.num_envs, "capacity": self.capacity, "space": self.space, "t": t,
-                "start": list(self.start), "buffers": [buffer[:t].copy() for buffer in self.buffers],
-                "closed": None if self._closed is None else self._closed[:t + 1].copy(), "since": self._since.copy(),
-                "unread": self._unread, "pending": self._pending, "paths": self._paths, "items": list(self._items),
-                "allocated": self._allocated,
-                "slabs": [{"data": slab.data, "ends": list(slab.ends), "dtype": slab.dtype} for slab in self._slabs]}
+        return {
+            "num_envs": self.num_envs,
+            "capacity": self.capacity,
+            "space": self.space,
+            "t": t,
+            "start": list(self.start),
+            "buffers": [buffer[:t].copy() for buffer in self.buffers],
+            "closed": None if self._closed is None else self._closed[: t + 1].copy(),
+            "since": self._since.copy(),
+            "unread": self._unread,
+            "pending": self._pending,
+            "paths": self._paths,
+            "items": list(self._items),
+            "allocated": self._allocated,
+            "slabs": [{"data": slab.data, "ends": list(slab.ends), "dtype": slab.dtype} for slab in self._slabs],
+        }
 
     def from_state(self, state: dict[str, Any]) -> ActionHistory:
         """Set this (new) history to the one :meth:`to_state` described, and return it.
@@ -192,7 +202,7 @@ class ActionHistory:
         self._closed = None
         if state["closed"] is not None:
             self._closed = np.zeros((capacity + 1, self.num_envs), dtype=bool)
-            self._closed[:t + 1] = state["closed"]
+            self._closed[: t + 1] = state["closed"]
         self._since, self._unread, self._pending = np.array(state["since"]), state["unread"], state["pending"]
         self._paths, self._items, self._allocated = state["paths"], list(state["items"]), state["allocated"]
         self._slabs = [ActionSlab(slab["data"], list(slab["ends"]), slab["dtype"]) for slab in state["slabs"]]
@@ -213,7 +223,7 @@ class ActionHistory:
             for k, buffer in enumerate(self.buffers):
                 if grow:
                     self.buffers[k] = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
-                self.buffers[k][:live] = buffer[first:self.t]  # in place: the rows do not overlap (live <= first)
+                self.buffers[k][:live] = buffer[first : self.t]  # in place: the rows do not overlap (live <= first)
             if grow and self._closed is not None:
                 self._closed = np.zeros((self.capacity + 1, self.num_envs), dtype=bool)
             self.start = [start - first for start in self.start]

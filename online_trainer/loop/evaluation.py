@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -44,9 +45,15 @@ def eval_seed(run_seed: int) -> int:
     return run_seed + EVAL_SEED_SHIFT
 
 
-def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
-                  max_episode_steps: int | None = None,
-                  frames: list[np.ndarray] | None = None, raw: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def play_episodes(
+    env: VectorEnv,
+    agent: Any,
+    num_episodes: int,
+    seed: int,
+    max_episode_steps: int | None = None,
+    frames: list[np.ndarray] | None = None,
+    raw: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
     The episodes are spread evenly over the sub-envs, each playing its share to the end
@@ -89,12 +96,18 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
             frames.append(_first_frame(env))
         tracker.observe(None, actions, reward, terminated, truncated)
         ended = tracker.done.nonzero()[0].tolist() if tracker.ended else []
-        cut = [i for i, length in enumerate(tracker.running_lengths())
-               if length >= max_episode_steps and i not in ended]
+        cut = [
+            i for i, length in enumerate(tracker.running_lengths()) if length >= max_episode_steps and i not in ended
+        ]
         if cut:
-            logger.warning("evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
-                           "not end them and the env has no time limit (give eval_env one, e.g. "
-                           "gym.make(..., max_episode_steps=...))", max_episode_steps, cut, seed)
+            logger.warning(
+                "evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
+                "not end them and the env has no time limit (give eval_env one, e.g. "
+                "gym.make(..., max_episode_steps=...))",
+                max_episode_steps,
+                cut,
+                seed,
+            )
         closed = sorted(ended + cut)
         if closed:
             if filming and closed[0] == 0:
@@ -117,8 +130,9 @@ def play_episodes(env: VectorEnv, agent: Any, num_episodes: int, seed: int,
     return np.asarray(done_returns, dtype=np.float64), np.asarray(done_lengths, dtype=np.float64 if raw else np.int64)
 
 
-def evaluation_record(returns: np.ndarray, lengths: np.ndarray, index: int, global_step: int, episodes_trained: int,
-                      start: float) -> dict[str, Any]:
+def evaluation_record(
+    returns: np.ndarray, lengths: np.ndarray, index: int, global_step: int, episodes_trained: int, start: float
+) -> dict[str, Any]:
     """The record of one evaluation: what ``eval_run{i}.pkl`` holds, one per evaluation."""
     return {
         "eval_index": index,
@@ -145,24 +159,38 @@ class Evaluator:
             env's wrappers (ValueError when it has none); ``"return"`` the sums of the rewards.
     """
 
-    def __init__(self, env: VectorEnv, agent: Any, seed: int, num_episodes: int, training: bool = True,
-                 video_dir: str | os.PathLike | None = None, video_every: int | None = None,
-                 score: str = "return") -> None:
+    def __init__(
+        self,
+        env: VectorEnv,
+        agent: Any,
+        seed: int,
+        num_episodes: int,
+        training: bool = True,
+        video_dir: str | os.PathLike | None = None,
+        video_every: int | None = None,
+        score: str = "return",
+    ) -> None:
         self.raw = raw_scores.check_score(score) == "raw"
         if self.raw:
             raw_scores.require_episode_statistics(env, "eval env")
         self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
         self.video_dir, self.video_every = video_dir, video_every
         if video_every is not None and getattr(env, "render_mode", None) != "rgb_array":
-            raise ValueError(f"record_video={video_every} needs an eval env made with render_mode='rgb_array', but "
-                             f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
-                             "such as lambda: gym.make_vec(..., render_mode='rgb_array').")
+            raise ValueError(
+                f"record_video={video_every} needs an eval env made with render_mode='rgb_array', but "
+                f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
+                "such as lambda: gym.make_vec(..., render_mode='rgb_array')."
+            )
         self.count = 0
         self.last_step = -1
         self.start = time.perf_counter()
 
-    def evaluate(self, global_step: int, episodes_trained: int,
-                 on_video: Callable[[list[np.ndarray], float, int], None] | None = None) -> dict[str, Any]:
+    def evaluate(
+        self,
+        global_step: int,
+        episodes_trained: int,
+        on_video: Callable[[list[np.ndarray], float, int], None] | None = None,
+    ) -> dict[str, Any]:
         """Play one evaluation and return its record.
 
         When it is filmed, ``on_video(frames, fps, global_step)`` is called after the mp4 is written.
@@ -175,8 +203,9 @@ class Evaluator:
         film = self.video_every is not None and self.count % self.video_every == 0
         frames: list[np.ndarray] | None = [] if film else None
         try:
-            returns, lengths = play_episodes(self.env, self.agent, self.num_episodes, self.seed, frames=frames,
-                                             raw=self.raw)
+            returns, lengths = play_episodes(
+                self.env, self.agent, self.num_episodes, self.seed, frames=frames, raw=self.raw
+            )
         finally:
             back = getattr(self.agent, "train", None)
             if self.training and callable(back):
@@ -211,8 +240,9 @@ def write_video(path: str | os.PathLike, frames: list[np.ndarray], fps: float) -
     try:
         import imageio_ffmpeg
     except ImportError as exc:
-        raise ImportError("record_video needs imageio-ffmpeg: pip install -e '.[video]' (or pip install "
-                          "imageio-ffmpeg).") from exc
+        raise ImportError(
+            "record_video needs imageio-ffmpeg: pip install -e '.[video]' (or pip install imageio-ffmpeg)."
+        ) from exc
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")

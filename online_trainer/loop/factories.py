@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy as _copy
 import inspect
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -83,8 +84,10 @@ class EnvFactory(_InstanceOrFactory):
                 raise TypeError("an AsyncVectorEnv holds worker processes")
             return as_vector_env(_copy.deepcopy(self._instance), source=self._instance)
         except Exception as exc:
-            raise TypeError(f"The env {self._instance!r} cannot be copied for evaluation ({type(exc).__name__}: "
-                            f"{exc}): pass eval_env=<a factory>, e.g. lambda: gym.make_vec(...).") from exc
+            raise TypeError(
+                f"The env {self._instance!r} cannot be copied for evaluation ({type(exc).__name__}: "
+                f"{exc}): pass eval_env=<a factory>, e.g. lambda: gym.make_vec(...)."
+            ) from exc
 
     def release(self, env: VectorEnv) -> None:
         """Close an env a factory built; the user's instance stays open."""
@@ -227,22 +230,29 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
         try:
             count = sum(1 for _ in iterate(env.action_space, actions))
         except Exception as exc:
-            raise ValueError(f"{who} returned {actions!r}, which is not a batch of {num_envs} actions of "
-                             f"{space}: {type(exc).__name__}: {exc}") from exc
+            raise ValueError(
+                f"{who} returned {actions!r}, which is not a batch of {num_envs} actions of "
+                f"{space}: {type(exc).__name__}: {exc}"
+            ) from exc
         if count != num_envs:
-            raise ValueError(f"{who} returned {count} actions, but the env has num_envs={num_envs}: return one "
-                             "action per sub-env.")
+            raise ValueError(
+                f"{who} returned {count} actions, but the env has num_envs={num_envs}: return one action per sub-env."
+            )
         return
     batch = np.asarray(actions)
     expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:
         got = batch.shape[0] if batch.ndim else "a scalar, not a batch of"
-        raise ValueError(f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "
-                         f"num_envs={num_envs} needs shape {expected}: return one action per sub-env.")
+        raise ValueError(
+            f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "
+            f"num_envs={num_envs} needs shape {expected}: return one action per sub-env."
+        )
     if isinstance(space, spaces.Box):
         return
     if not np.issubdtype(batch.dtype, np.integer):
-        raise TypeError(f"{who} returned actions of dtype {batch.dtype} for the integer action space {space}: "
-                        f"return integers, e.g. np.asarray(actions, dtype=np.int64).")
+        raise TypeError(
+            f"{who} returned actions of dtype {batch.dtype} for the integer action space {space}: "
+            f"return integers, e.g. np.asarray(actions, dtype=np.int64)."
+        )
     if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
         raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")

@@ -7,7 +7,8 @@ they are, so that the options (:class:`~online_trainer.options.groups.RunPlan`) 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -80,8 +81,9 @@ class RunContext:
             ``state_dict()`` is restored before ``on_run_start``, and ``global_step`` is where it stopped.
     """
 
-    def __init__(self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any,
-                 run_tag: str) -> None:
+    def __init__(
+        self, run: int, seed: int, env: Any, agent: Any, exp_dir: str | None, callback: Any, run_tag: str
+    ) -> None:
         self.run, self.seed, self.env, self.agent, self.exp_dir = run, seed, env, agent, exp_dir
         self.global_step = 0
         self.episodes = 0
@@ -148,20 +150,28 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
         raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
     for index, hook in enumerate(hooks):
         if isinstance(hook, type):
-            raise TypeError(f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)].")
+            raise TypeError(
+                f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)]."
+            )
         if not any(defines(hook, name) for name in HOOK_METHODS):
-            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
-                            "define at least one (subclass online_trainer.hooks.Hook).")
+            raise TypeError(
+                f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
+                "define at least one (subclass online_trainer.hooks.Hook)."
+            )
         if defines(hook, "on_step"):
             steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
             valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
             valid_seconds = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
             if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
-                raise ValueError(f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
-                                 f"or every_seconds (a positive number), but got every_steps={steps!r}, "
-                                 f"every_seconds={seconds!r}.")
+                raise ValueError(
+                    f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
+                    f"or every_seconds (a positive number), but got every_steps={steps!r}, "
+                    f"every_seconds={seconds!r}."
+                )
         if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
-            raise ValueError(f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
-                             "None: no evaluation would come before the run's end, so it would never act. Pass "
-                             "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook.")
+            raise ValueError(
+                f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
+                "None: no evaluation would come before the run's end, so it would never act. Pass "
+                "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook."
+            )
     return tuple(hooks)

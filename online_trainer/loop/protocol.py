@@ -28,7 +28,8 @@ one of two ways:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np

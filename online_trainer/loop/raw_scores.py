@@ -17,7 +17,8 @@ SAME_STEP (the step's own info is the reset's).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -33,9 +34,11 @@ RAW_KEYS: tuple[str, ...] = ("raw_return", "raw_length")
 def check_score(score: Any) -> str:
     """Return ``score`` when it is one of :data:`SCORES`; raise ValueError naming it otherwise."""
     if score not in SCORES:
-        raise ValueError(f"score must be one of {', '.join(map(repr, SCORES))} but got score={score!r}: 'return' "
-                         "sums the rewards the agent learns from, 'raw' uses the episode statistics of a "
-                         "RecordEpisodeStatistics wrapper inside the env's wrappers.")
+        raise ValueError(
+            f"score must be one of {', '.join(map(repr, SCORES))} but got score={score!r}: 'return' "
+            "sums the rewards the agent learns from, 'raw' uses the episode statistics of a "
+            "RecordEpisodeStatistics wrapper inside the env's wrappers."
+        )
     return score
 
 
@@ -66,11 +69,13 @@ def has_episode_statistics(env: VectorEnv) -> bool:
 def require_episode_statistics(env: VectorEnv, what: str) -> None:
     """Raise ValueError for ``score='raw'`` when ``env`` (``what``: which env) has no ``RecordEpisodeStatistics``."""
     if not has_episode_statistics(env):
-        raise ValueError(f"score='raw' reports the episode statistics of a gymnasium.wrappers.RecordEpisodeStatistics "
-                         f"wrapper, but the sub-envs of the {what} have none: add it inside the reward wrappers, e.g. "
-                         "make_env(..., wrappers=['gymnasium.wrappers:RecordEpisodeStatistics', "
-                         "{'gymnasium.wrappers:ClipReward': {'min_reward': -1, 'max_reward': 1}}]), or use "
-                         "score='return'.")
+        raise ValueError(
+            f"score='raw' reports the episode statistics of a gymnasium.wrappers.RecordEpisodeStatistics "
+            f"wrapper, but the sub-envs of the {what} have none: add it inside the reward wrappers, e.g. "
+            "make_env(..., wrappers=['gymnasium.wrappers:RecordEpisodeStatistics', "
+            "{'gymnasium.wrappers:ClipReward': {'min_reward': -1, 'max_reward': 1}}]), or use "
+            "score='return'."
+        )
 
 
 def episode_statistics(info: dict[str, Any], envs: Sequence[int], same_step: bool) -> tuple[list[float], list[Any]]:

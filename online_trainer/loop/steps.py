@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from gymnasium.vector import AutoresetMode, VectorEnv
 
@@ -147,7 +148,7 @@ def run_loop(
             envs = done.nonzero()[0].tolist()
             last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
             if last:
-                envs = envs[:int(max_episodes - episodes)]
+                envs = envs[: int(max_episodes - episodes)]
             returns, lengths = close(envs, global_step, None if last else done)
             if raw is not None:
                 raw(info, envs)
@@ -172,4 +173,3 @@ def run_loop(
             if events.snapshot_due:
                 events.snapshot(LoopState(global_step, episodes, obs))
         actions = act(obs)
-

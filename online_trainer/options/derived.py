@@ -12,7 +12,8 @@ import inspect
 import json
 import textwrap
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from online_trainer.options.groups import SECTIONS, EvaluationOptions, OptionGroup, RunPlan
 
@@ -109,8 +110,12 @@ def fold_legacy(call: str, legacy: Mapping[str, Any], given: Mapping[str, Any]) 
         section, name = LEGACY_NAMES[old].split(".")
         cls = SECTIONS[section]
         shown = repr(value) if len(repr(value)) <= 40 else "..."
-        warnings.warn(f"{call}({old}={shown}) is deprecated and will be removed in the next release: pass "
-                      f"{section}={cls.__name__}({name}={shown}) instead.", DeprecationWarning, stacklevel=3)
+        warnings.warn(
+            f"{call}({old}={shown}) is deprecated and will be removed in the next release: pass "
+            f"{section}={cls.__name__}({name}={shown}) instead.",
+            DeprecationWarning,
+            stacklevel=3,
+        )
         if section not in given:
             raise TypeError(f"{call}() got an unexpected keyword argument {old!r} ({call} takes no {section}).")
         default = _default(cls, name)
@@ -130,8 +135,10 @@ def fold_legacy(call: str, legacy: Mapping[str, Any], given: Mapping[str, Any]) 
         for name, value in values.items():
             if getattr(current, name) != value:
                 old = next(k for k, v in LEGACY_NAMES.items() if v == f"{section}.{name}" and k in legacy)
-                raise ValueError(f"{old}={value!r} disagrees with {section}.{name}={getattr(current, name)!r}: give it "
-                                 f"once, as {section}={type(current).__name__}({name}=...).")
+                raise ValueError(
+                    f"{old}={value!r} disagrees with {section}.{name}={getattr(current, name)!r}: give it "
+                    f"once, as {section}={type(current).__name__}({name}=...)."
+                )
     return result
 
 
@@ -147,9 +154,12 @@ def RunOptions(**flat: Any) -> RunPlan:  # noqa: N802  (the previous release's c
 
     ``RunOptions(total_steps=10, eval_freq=5)`` is ``RunPlan(total_steps=10, evaluation=EvaluationOptions(freq=5))``.
     """
-    warnings.warn("RunOptions is deprecated and will be removed in the next release: pass the option groups "
-                  "(EvaluationOptions, CheckpointOptions, RecordOptions, ExecutionOptions) to multi_run.",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "RunOptions is deprecated and will be removed in the next release: pass the option groups "
+        "(EvaluationOptions, CheckpointOptions, RecordOptions, ExecutionOptions) to multi_run.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     evaluate = flat.pop("evaluate", None)
     own = {name: flat.pop(name) for name in list(flat) if name in {f.name for f in dataclasses.fields(RunPlan)}}
     groups = fold_legacy("RunOptions", flat, {"evaluation": None, "checkpoints": None, "records": None})
@@ -173,8 +183,12 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
         for node, after in zip(body, body[1:]):
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \
-                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
-                    and isinstance(after.value.value, str):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 docs[node.target.id] = " ".join(after.value.value.split())
     return docs

@@ -27,8 +27,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import multiprocessing
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import check_hooks
@@ -48,12 +49,17 @@ __all__ = [
     "option",
 ]
 
-SECTIONS: dict[str, type["OptionGroup"]] = {}
+SECTIONS: dict[str, type[OptionGroup]] = {}
 """Every option group by its section name (``"evaluation"``): what the YAML keys and the legacy keywords name."""
 
 
-def option(default: Any = dataclasses.MISSING, *, check: Callable[[str, Any], Any] | None = None,
-           affects_records: bool = True, default_factory: Any = dataclasses.MISSING) -> Any:
+def option(
+    default: Any = dataclasses.MISSING,
+    *,
+    check: Callable[[str, Any], Any] | None = None,
+    affects_records: bool = True,
+    default_factory: Any = dataclasses.MISSING,
+) -> Any:
     """A field of an option group.
 
     Args:
@@ -174,9 +180,15 @@ class RecordOptions(OptionGroup):
     stats_every_steps: int | None = option(None, check=validation.optional_positive_int)
     """Log SPS, rolling means and timing shares every this many env steps; None: about every 10 seconds (and once
     more when a run ends)."""
-    score: str = option("return", check=validation.choice(SCORES, "'return' sums the rewards the agent learns from, "
-                                                          "'raw' uses the episode statistics of a "
-                                                          "RecordEpisodeStatistics wrapper inside the env's wrappers."))
+    score: str = option(
+        "return",
+        check=validation.choice(
+            SCORES,
+            "'return' sums the rewards the agent learns from, "
+            "'raw' uses the episode statistics of a "
+            "RecordEpisodeStatistics wrapper inside the env's wrappers.",
+        ),
+    )
     """What evaluations, the progress display and the analysis report: ``"return"`` (the sum of the rewards the
     agent learns from) or ``"raw"`` (the episode statistics of a ``RecordEpisodeStatistics`` inside the env's
     wrappers: game scores under reward clipping)."""
@@ -214,24 +226,38 @@ class RunPlan(OptionGroup):
 
     def _check(self) -> None:
         object.__setattr__(self, "budget", validation.budget(self.num_episodes, self.total_steps))
-        for name, cls in (("evaluation", EvaluationOptions), ("checkpoints", CheckpointOptions),
-                          ("records", RecordOptions)):
+        for name, cls in (
+            ("evaluation", EvaluationOptions),
+            ("checkpoints", CheckpointOptions),
+            ("records", RecordOptions),
+        ):
             value = getattr(self, name)
             if not isinstance(value, cls) and not (value is None and name == "evaluation"):
-                raise TypeError(f"{name} must be a {cls.__name__}, but got {name}={value!r}: pass "
-                                f"{name}={cls.__name__}(...) from online_trainer.")
-        object.__setattr__(self, "hooks", check_hooks(self.hooks, None if self.evaluation is None else self.evaluation.freq))
+                raise TypeError(
+                    f"{name} must be a {cls.__name__}, but got {name}={value!r}: pass "
+                    f"{name}={cls.__name__}(...) from online_trainer."
+                )
+        object.__setattr__(
+            self, "hooks", check_hooks(self.hooks, None if self.evaluation is None else self.evaluation.freq)
+        )
         if self.checkpoints.keep and self.checkpoint_freq is None:
-            raise ValueError(f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
-                             "checkpoint_freq is None: pass checkpoint_freq=... too, or drop checkpoints.keep.")
+            raise ValueError(
+                f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
+                "checkpoint_freq is None: pass checkpoint_freq=... too, or drop checkpoints.keep."
+            )
         exp_dir = self.has_exp_dir or None
         if self.evaluation is not None:
             validation.needs_exp_dir(exp_dir, **{"evaluation.record_video": self.evaluation.record_video})
-        validation.needs_exp_dir(exp_dir, dump_metrics=self.dump_metrics, checkpoint_freq=self.checkpoint_freq,
-                                 **{"checkpoints.buffers": self.checkpoints.buffers})
+        validation.needs_exp_dir(
+            exp_dir,
+            dump_metrics=self.dump_metrics,
+            checkpoint_freq=self.checkpoint_freq,
+            **{"checkpoints.buffers": self.checkpoints.buffers},
+        )
         if not self.records.in_memory and not self.dump_metrics:
-            raise ValueError("records.in_memory=False needs dump_metrics=True and an exp_dir, or the records would "
-                             "be lost.")
+            raise ValueError(
+                "records.in_memory=False needs dump_metrics=True and an exp_dir, or the records would be lost."
+            )
 
     @property
     def num_eval_episodes(self) -> int:
@@ -303,11 +329,14 @@ class SlurmOptions:
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ValueError(f"{name} must be a non-empty string or None, but got {name}={value!r}.")
         if self.additional_parameters is not None and not isinstance(self.additional_parameters, Mapping):
-            raise ValueError("additional_parameters must be a dict of sbatch options, but got "
-                             f"additional_parameters={self.additional_parameters!r}.")
+            raise ValueError(
+                "additional_parameters must be a dict of sbatch options, but got "
+                f"additional_parameters={self.additional_parameters!r}."
+            )
         if not isinstance(self.poll_interval, (int, float)) or not self.poll_interval > 0:
-            raise ValueError(f"poll_interval must be a positive number of seconds, but got "
-                             f"poll_interval={self.poll_interval!r}.")
+            raise ValueError(
+                f"poll_interval must be a positive number of seconds, but got poll_interval={self.poll_interval!r}."
+            )
 
     def sbatch_parameters(self) -> dict[str, Any]:
         """The parameters of ``submitit.SlurmExecutor.update_parameters`` that were given."""
@@ -358,19 +387,24 @@ class ExecutionOptions(OptionGroup):
 
     def _check(self) -> None:
         if self.ray_resources is not None and self.backend != "ray":
-            raise ValueError(f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
-                             f"but got execution.backend={self.backend!r}.")
+            raise ValueError(
+                f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
+                f"but got execution.backend={self.backend!r}."
+            )
         validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
         if self.slurm is not None and self.backend != "slurm":
-            raise ValueError(f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got "
-                             f"backend={self.backend!r}.")
+            raise ValueError(
+                f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got backend={self.backend!r}."
+            )
         if self.slurm is not None and not isinstance(self.slurm, SlurmOptions):
-            raise ValueError(f"execution.slurm must be a SlurmOptions, but got execution.slurm={self.slurm!r}: use "
-                             "slurm=SlurmOptions(partition=..., time=...) from online_trainer.")
+            raise ValueError(
+                f"execution.slurm must be a SlurmOptions, but got execution.slurm={self.slurm!r}: use "
+                "slurm=SlurmOptions(partition=..., time=...) from online_trainer."
+            )
         if self.backend == "slurm" and self.slurm is None:
             object.__setattr__(self, "slurm", SlurmOptions())
 
-    def capped(self, num_runs: int) -> "ExecutionOptions":
+    def capped(self, num_runs: int) -> ExecutionOptions:
         """These options with at most ``num_runs`` workers (more would have nothing to do)."""
         if self.num_workers <= num_runs:
             return self
@@ -380,8 +414,10 @@ class ExecutionOptions(OptionGroup):
     def check_waits(self, caller: str) -> None:
         """Raise ValueError when ``caller`` (which needs every result) is asked not to wait for Slurm jobs."""
         if self.slurm is not None and not self.slurm.wait:
-            raise ValueError(f"{caller} needs the results of its runs, but got slurm=SlurmOptions(wait=False): "
-                             "wait=False is for multi_run; drop it here.")
+            raise ValueError(
+                f"{caller} needs the results of its runs, but got slurm=SlurmOptions(wait=False): "
+                "wait=False is for multi_run; drop it here."
+            )
 
     @property
     def in_workers(self) -> bool:

@@ -40,8 +40,9 @@ _MISSING = ("missing", "missing_keyword_only_argument", "missing_argument")
 _ABSENT = object()
 
 
-def build(cls: type[T], data: Any, prefix: str = "", error: type[Exception] = ValueError, *,
-          owner: str | None = None) -> T:
+def build(
+    cls: type[T], data: Any, prefix: str = "", error: type[Exception] = ValueError, *, owner: str | None = None
+) -> T:
     """``cls(**data)`` for the dataclass ``cls``, nested sections included, every key and type checked.
 
     Args:
@@ -84,12 +85,20 @@ def unknown_key_message(prefix: str, key: Any, names: Sequence[str], *, nested_i
     """``unknown key 'env.num_env' (did you mean 'env.num_envs'?); valid keys of env: id, num_envs, ...``."""
     section = f"of {prefix.rstrip('.')}" if prefix else ("" if nested_in_owner else "at the top level")
     listed = ", ".join(names) if names else "none"
-    return (f"unknown key {prefix + str(key)!r}{did_you_mean(str(key), names, prefix)}; valid keys"
-            f"{' ' + section if section else ''}: {listed}.")
+    return (
+        f"unknown key {prefix + str(key)!r}{did_you_mean(str(key), names, prefix)}; valid keys"
+        f"{' ' + section if section else ''}: {listed}."
+    )
 
 
-_TYPE_NAMES = {int: "an int", float: "a number", bool: "a bool (true or false)", str: "a string",
-               type(None): "null", Any: "any value"}
+_TYPE_NAMES = {
+    int: "an int",
+    float: "a number",
+    bool: "a bool (true or false)",
+    str: "a string",
+    type(None): "null",
+    Any: "any value",
+}
 _PLURALS = {int: "ints", float: "numbers", bool: "bools", str: "strings"}
 
 
@@ -115,7 +124,7 @@ def type_name(hint: Any) -> str:
 # ------------------------------------------------------------------------------------ pydantic
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _adapter(cls: type) -> pydantic.TypeAdapter:
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"build expects a dataclass, but got {cls!r}.")
@@ -184,8 +193,12 @@ def _locate(cls: type, data: Any, loc: tuple[Any, ...], prefix: str) -> _Place:
         if dataclasses.is_dataclass(hint) and part in _init_names(hint) and isinstance(value, Mapping):
             hint, value = typing.get_type_hints(hint)[part], value.get(part, _ABSENT)
             path = f"{path}.{part}" if path else str(part)
-        elif origin in (list, tuple, Sequence) and isinstance(part, int) and isinstance(value, (list, tuple)) \
-                and 0 <= part < len(value):
+        elif (
+            origin in (list, tuple, Sequence)
+            and isinstance(part, int)
+            and isinstance(value, (list, tuple))
+            and 0 <= part < len(value)
+        ):
             hint = args[0] if origin is not tuple or args[-1] is Ellipsis else args[part]
             value, path = value[part], f"{path}[{part}]"
         elif origin in (dict, Mapping) and isinstance(value, Mapping) and part in value:
@@ -217,8 +230,9 @@ def _wrong_type(place: _Place) -> str:
         written = f"{int(value)} or {int(value):_}" if abs(value) >= 10_000 else f"{int(value)}"
         hint_text = f" (write {written}, without a decimal point or exponent)"
     where = f"{place.path}=" if place.path else ""
-    return (f"{where}{value!r} has the wrong type: expected {type_name(place.hint)}, "
-            f"got {type(value).__name__}{hint_text}.")
+    return (
+        f"{where}{value!r} has the wrong type: expected {type_name(place.hint)}, got {type(value).__name__}{hint_text}."
+    )
 
 
 def _accepts_float(hint: Any) -> bool:
@@ -232,16 +246,19 @@ def _missing(parent: _Place, name: str) -> str:
     where = f" in {parent.path}" if parent.path else ""
     hint = typing.get_type_hints(parent.hint)[name]
     if dataclasses.is_dataclass(hint):
-        required = [f.name for f in dataclasses.fields(hint) if f.init and f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING]
-        return (f"missing section {full!r}{where}: {type_name(hint)} (required: "
-                f"{', '.join(required) or 'none'}).")
+        required = [
+            f.name
+            for f in dataclasses.fields(hint)
+            if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        return f"missing section {full!r}{where}: {type_name(hint)} (required: {', '.join(required) or 'none'})."
     doc = _field_doc(parent.hint, name)
     return f"missing key {full!r}{where}: {doc or type_name(hint)}"
 
 
-def _translate(exc: pydantic.ValidationError, cls: type, data: Any, prefix: str, error: type[Exception],
-               owner: str | None) -> Exception:
+def _translate(
+    exc: pydantic.ValidationError, cls: type, data: Any, prefix: str, error: type[Exception], owner: str | None
+) -> Exception:
     """One ``error`` naming every problem pydantic found, or what a ``__post_init__`` raised."""
     lead = f"{owner}: " if owner else ""
     unknown, missing, wrong, raised = [], [], [], []
@@ -253,8 +270,9 @@ def _translate(exc: pydantic.ValidationError, cls: type, data: Any, prefix: str,
             if parent.complete and dataclasses.is_dataclass(parent.hint):
                 if item["type"] in _UNKNOWN:
                     section = f"{parent.path}." if parent.path else ""
-                    unknown.append(unknown_key_message(section, loc[-1], _init_names(parent.hint),
-                                                       nested_in_owner=bool(owner)))
+                    unknown.append(
+                        unknown_key_message(section, loc[-1], _init_names(parent.hint), nested_in_owner=bool(owner))
+                    )
                 else:
                     missing.append(_missing(parent, str(loc[-1])))
                 continue

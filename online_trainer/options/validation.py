@@ -48,9 +48,12 @@ def choice(choices: tuple[str, ...], hint: str = "") -> Any:
 
             close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
             hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
-            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
-                             f"{hint}.{(' ' + explained) if explained else ''}")
+            raise ValueError(
+                f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
+                f"{hint}.{(' ' + explained) if explained else ''}"
+            )
         return value
+
     return check
 
 
@@ -62,14 +65,18 @@ def episode_trigger(name: str, value: Any) -> Any:
     if value is None or (_is_int(value) and value >= 1):
         return None if value is None else int(value)
     if not callable(value):
-        raise ValueError(f"{name} must be a positive int k (every k-th episode: k, 2k, ...) or a callable "
-                         f"episode_index -> bool, but got {name}={value!r}: pass e.g. {name}=10 or "
-                         f"{name}=lambda i: i in (1, 100).")
+        raise ValueError(
+            f"{name} must be a positive int k (every k-th episode: k, 2k, ...) or a callable "
+            f"episode_index -> bool, but got {name}={value!r}: pass e.g. {name}=10 or "
+            f"{name}=lambda i: i in (1, 100)."
+        )
     try:
         inspect.signature(value).bind(1)
     except TypeError as exc:
-        raise ValueError(f"{name}={value!r} must accept one argument, the episode index (from 1), but "
-                         f"calling it with one would fail: {exc}.") from exc
+        raise ValueError(
+            f"{name}={value!r} must accept one argument, the episode index (from 1), but "
+            f"calling it with one would fail: {exc}."
+        ) from exc
     except ValueError:  # no signature to inspect (some builtins): it is called as it is
         pass
     return value
@@ -125,6 +132,8 @@ def resume_or_overwrite(resume: Any, overwrite: Any) -> tuple[bool, bool]:
     """
     resume, overwrite = boolean("resume", resume), boolean("overwrite", overwrite)
     if resume and overwrite:
-        raise ValueError("resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
-                         "one of them (resume=True to finish what was cut off, overwrite=True to start again).")
+        raise ValueError(
+            "resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only "
+            "one of them (resume=True to finish what was cut off, overwrite=True to start again)."
+        )
     return resume, overwrite

@@ -14,19 +14,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
-from online_trainer.options import validation
-from online_trainer.records import storage
-from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.errors import RunsFailedError
-from online_trainer.loop.evaluation import eval_seed
-from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.run.one_run import RunResult, RunSpec
 from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.resuming import CALL_KEY
+from online_trainer.loop.evaluation import eval_seed
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.loop.protocol import Agent, AgentMaker, EnvLike
+from online_trainer.options import validation
+from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.orchestration.planning import RunnerParts, run_experiments
 from online_trainer.parallel.execution import ExecutionOptions
-from online_trainer.loop.protocol import Agent, AgentMaker, EnvLike
+from online_trainer.records import storage
+from online_trainer.run.one_run import RunResult, RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,8 +39,14 @@ def evaluation_path(exp_dir: str | os.PathLike, which: str) -> Path:
     return Path(exp_dir) / f"evaluation_{which}.csv"
 
 
-def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: str, num_episodes: int,
-                         execution: ExecutionOptions, overwrite: bool = False) -> "pd.DataFrame":
+def evaluate_checkpoints(
+    parts: RunnerParts,
+    exp_dir: str | os.PathLike,
+    which: str,
+    num_episodes: int,
+    execution: ExecutionOptions,
+    overwrite: bool = False,
+) -> pd.DataFrame:
     """Evaluate the ``which`` checkpoints of every finished run of ``exp_dir``; see :meth:`OnlineTrainer.evaluate`."""
     execution.check_waits("evaluate")
     import pandas as pd
@@ -56,45 +62,67 @@ def evaluate_checkpoints(parts: RunnerParts, exp_dir: str | os.PathLike, which: 
     manifest = storage.read_manifest(exp_dir)
     base = parts.agent_factory
     call = manifest.get(CALL_KEY, {})
-    score = call.get("records.score", call.get("score", "return"))  # a score="raw" experiment is evaluated on raw scores
-    options = RunPlan(num_episodes=num_episodes, evaluation=EvaluationOptions(episodes=num_episodes), dump_metrics=False,
-                      records=RecordOptions(keep_agents=False, score=score), has_exp_dir=False)
+    score = call.get(
+        "records.score", call.get("score", "return")
+    )  # a score="raw" experiment is evaluated on raw scores
+    options = RunPlan(
+        num_episodes=num_episodes,
+        evaluation=EvaluationOptions(episodes=num_episodes),
+        dump_metrics=False,
+        records=RecordOptions(keep_agents=False, score=score),
+        has_exp_dir=False,
+    )
     specs: list[RunSpec] = []
     for entry in manifest["runs"]:
         if entry["status"] != "finished":
             continue
         for label, path in checkpoints(exp_dir, entry["run"], which):
             loader = CheckpointAgent(lambda env: base(env, copy=base.is_instance), path)
-            specs.append(RunSpec(
-                run_idx=entry["run"], seed=eval_seed(entry["seed"]), env_factory=parts.env_factory,
-                agent_factory=AgentFactory(loader), options=options, callback=parts.callback, train=False,
-                exp_dir=None, eval_env_factory=parts.eval_env_factory, eval_only=True,
-                task_id=len(specs), label=f"run {entry['run']} {label}", checkpoint=label,
-            ))
+            specs.append(
+                RunSpec(
+                    run_idx=entry["run"],
+                    seed=eval_seed(entry["seed"]),
+                    env_factory=parts.env_factory,
+                    agent_factory=AgentFactory(loader),
+                    options=options,
+                    callback=parts.callback,
+                    train=False,
+                    exp_dir=None,
+                    eval_env_factory=parts.eval_env_factory,
+                    eval_only=True,
+                    task_id=len(specs),
+                    label=f"run {entry['run']} {label}",
+                    checkpoint=label,
+                )
+            )
     if not specs:
         raise FileNotFoundError(f"{exp_dir} has no finished run to evaluate.")
     group = CheckpointEvaluations(exp_dir, specs)
 
     def write(groups: list[CheckpointEvaluations]) -> list[list[Any]]:
-        rows = [[spec.run_idx, manifest["runs"][spec.run_idx - 1]["seed"], spec.checkpoint, k + 1, ret, length]
-                for spec, result in sorted(group.results, key=lambda item: item[0].key) if result.status == "finished"
-                and result.evaluations is not None  # a finished evaluation run has its evaluation
-                for k, (ret, length) in enumerate(zip(result.evaluations[0]["returns"],
-                                                      result.evaluations[0]["lengths"]))]
+        rows = [
+            [spec.run_idx, manifest["runs"][spec.run_idx - 1]["seed"], spec.checkpoint, k + 1, ret, length]
+            for spec, result in sorted(group.results, key=lambda item: item[0].key)
+            if result.status == "finished"
+            and result.evaluations is not None  # a finished evaluation run has its evaluation
+            for k, (ret, length) in enumerate(zip(result.evaluations[0]["returns"], result.evaluations[0]["lengths"]))
+        ]
         text = io.StringIO()
         csv.writer(text).writerows([COLUMNS, *rows])
         storage.write_atomic(out, text.getvalue().encode())
         return rows
 
     # the runs log nowhere (callback None) and write nothing but the table, under the experiment's lock
-    rows = run_experiments(hold_lock(exp_dir), execution.capped(len(specs)), len(specs), lambda created: [group],
-                           None, write).finalized
+    rows = run_experiments(
+        hold_lock(exp_dir), execution.capped(len(specs)), len(specs), lambda created: [group], None, write
+    ).finalized
     failures = [r for _, r in group.results if r.status != "finished"]
     if failures:
         from online_trainer.errors import RunFailure
 
-        raise RunsFailedError([RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
-                               for r in failures])
+        raise RunsFailedError(
+            [RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "") for r in failures]
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -131,8 +159,13 @@ class CheckpointEvaluations:
         """Nothing to mark: an interrupted evaluation writes no table."""
 
 
-def load_agent(exp_dir: str | os.PathLike, run: int = 1, which: str = "last",
-               agent_factory: AgentMaker | None = None, env: EnvLike | None = None) -> Agent:
+def load_agent(
+    exp_dir: str | os.PathLike,
+    run: int = 1,
+    which: str = "last",
+    agent_factory: AgentMaker | None = None,
+    env: EnvLike | None = None,
+) -> Agent:
     """An agent with run ``run``'s checkpoint loaded (``which``: ``"last"`` or ``"best"``).
 
     Args:

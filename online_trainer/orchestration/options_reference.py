@@ -14,9 +14,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from online_trainer.options.groups import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OptionGroup,
-                                         RecordOptions, RunPlan)
 from online_trainer.options.derived import LEGACY_NAMES, field_docs
+from online_trainer.options.groups import (
+    CheckpointOptions,
+    EvaluationOptions,
+    ExecutionOptions,
+    OptionGroup,
+    RecordOptions,
+    RunPlan,
+)
 from online_trainer.options.typed import type_name
 
 GROUPS: tuple[type[OptionGroup], ...] = (EvaluationOptions, CheckpointOptions, RecordOptions, ExecutionOptions)
@@ -64,11 +70,18 @@ def render() -> str:
     lines = [HEADER, "## Signatures", ""]
     for name in ("multi_run", "sweep", "evaluate"):
         lines += ["```text", f"OnlineTrainer.{name}{_signature(getattr(OnlineTrainer, name))}", "```", ""]
-    lines += ["The nine first parameters of `multi_run` are the original OnlineTrainer's, positional and in their "
-              "order; they are the fields of the run plan below. Everything after `tuning_hp` is keyword-only.", ""]
+    lines += [
+        "The nine first parameters of `multi_run` are the original OnlineTrainer's, positional and in their "
+        "order; they are the fields of the run plan below. Everything after `tuning_hp` is keyword-only.",
+        "",
+    ]
     own = {name: p.default for name, p in inspect.signature(OnlineTrainer.multi_run).parameters.items()}
-    lines += _table(RunPlan, "multi_run parameter", skip=("evaluation", "checkpoints", "records", "hooks",
-                                                          "has_exp_dir"), defaults=own)
+    lines += _table(
+        RunPlan,
+        "multi_run parameter",
+        skip=("evaluation", "checkpoints", "records", "hooks", "has_exp_dir"),
+        defaults=own,
+    )
     for group in GROUPS:
         doc = _markdown(" ".join((group.__doc__ or "").split()))
         lines += [f"## {group.section}: {group.__name__}", "", doc, ""]
@@ -121,12 +134,17 @@ def _table(cls: type, heading: str, skip: tuple[str, ...] = (), defaults: dict[s
 
 
 def _migration() -> list[str]:
-    lines = ["## Migration from the flat keywords", "",
-             "The flat keywords of the previous release (and the flat keys of its config files) still work for "
-             "one release, each with a `DeprecationWarning` that gives the new spelling. `num_workers` stays a "
-             "positional parameter of `multi_run` (the original's); `num_episodes` of `evaluate` is "
-             "`evaluation.episodes`. `RunOptions` is deprecated: pass the objects.", "",
-             "| previous release | now (Python) | now (config key) |", "|---|---|---|"]
+    lines = [
+        "## Migration from the flat keywords",
+        "",
+        "The flat keywords of the previous release (and the flat keys of its config files) still work for "
+        "one release, each with a `DeprecationWarning` that gives the new spelling. `num_workers` stays a "
+        "positional parameter of `multi_run` (the original's); `num_episodes` of `evaluate` is "
+        "`evaluation.episodes`. `RunOptions` is deprecated: pass the objects.",
+        "",
+        "| previous release | now (Python) | now (config key) |",
+        "|---|---|---|",
+    ]
     for old, new in LEGACY_NAMES.items():
         section, name = new.split(".")
         group = next(g for g in GROUPS if g.section == section)

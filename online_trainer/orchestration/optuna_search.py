@@ -18,7 +18,8 @@ Example::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import optuna
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 
 
 def optuna_objective(
-    trainer: "OnlineTrainer",
-    search_space: Callable[["optuna.Trial"], dict[str, Any]],
+    trainer: OnlineTrainer,
+    search_space: Callable[[optuna.Trial], dict[str, Any]],
     num_runs: int,
     num_episodes: int | None = None,
     total_steps: int | None = None,
@@ -36,7 +37,7 @@ def optuna_objective(
     last_k: int = 10,
     seed_offset: int | None = 0,
     **sweep_options: Any,
-) -> Callable[["optuna.Trial"], float]:
+) -> Callable[[optuna.Trial], float]:
     """An Optuna objective that runs ``num_runs`` seeds per trial and returns their aggregate.
 
     Args:
@@ -68,10 +69,18 @@ def optuna_objective(
     except ImportError as exc:
         raise ImportError("optuna_objective needs Optuna: pip install -e '.[optuna]' (or pip install optuna).") from exc
 
-    def objective(trial: "optuna.Trial") -> float:
+    def objective(trial: optuna.Trial) -> float:
         hp = search_space(trial)
-        ranking = trainer.sweep([hp], num_runs, num_episodes=num_episodes, total_steps=total_steps,
-                                seed_offset=seed_offset, metric=metric, last_k=last_k, **sweep_options)
+        ranking = trainer.sweep(
+            [hp],
+            num_runs,
+            num_episodes=num_episodes,
+            total_steps=total_steps,
+            seed_offset=seed_offset,
+            metric=metric,
+            last_k=last_k,
+            **sweep_options,
+        )
         row = ranking.iloc[0]
         trial.set_user_attr("experiment", str(row["experiment"]))
         trial.set_user_attr("ci_low", float(row[f"{metric}_lo"]))

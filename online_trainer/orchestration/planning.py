@@ -33,16 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from online_trainer.loop import seeding
 from online_trainer.errors import RunSetupError
-from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.options.groups import RunPlan
-from online_trainer.options.derived import call_record
-from online_trainer.run.one_run import RunSpec
 from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created
-from online_trainer.parallel import execution as base, executors
+from online_trainer.loop import seeding
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.options.derived import call_record
+from online_trainer.options.groups import RunPlan
+from online_trainer.parallel import execution as base
+from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.run.one_run import RunSpec
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
@@ -65,8 +66,12 @@ class RunnerParts:
         """Check, without calling anything, that what runs need can be sent to worker processes (with
         ``options``, their callable ``frames_trigger`` and their hooks too)."""
         if execution.in_workers:
-            objects = {"env": self.env_factory.source, "agent": self.agent_factory.source,
-                       "trainer.call_back": self.callback, "eval_env": getattr(self.eval_env_factory, "source", None)}
+            objects = {
+                "env": self.env_factory.source,
+                "agent": self.agent_factory.source,
+                "trainer.call_back": self.callback,
+                "eval_env": getattr(self.eval_env_factory, "source", None),
+            }
             if options is not None:
                 trigger = options.records.frames_trigger
                 objects.update({"records.frames_trigger": trigger} if callable(trigger) else {})
@@ -78,33 +83,58 @@ class RunnerParts:
         if not self.agent_factory.is_instance or execution.in_workers or num_runs == 1:
             return False
         if self.train:
-            logger.warning("The agent instance you passed is copied for each of the %d runs and stays as it was: "
-                           "the trained agents are trainer.agents after multi_run.", num_runs)
+            logger.warning(
+                "The agent instance you passed is copied for each of the %d runs and stays as it was: "
+                "the trained agents are trainer.agents after multi_run.",
+                num_runs,
+            )
         return True
 
     def manifest_fields(self, execution: ExecutionOptions) -> dict[str, Any]:
         """How the runs execute, for the manifest (``num_envs`` and the autoreset mode come from the runs)."""
-        return {"train": self.train, "backend": execution.backend, "num_workers": execution.num_workers,
-                "torch_threads": execution.torch_threads}
+        return {
+            "train": self.train,
+            "backend": execution.backend,
+            "num_workers": execution.num_workers,
+            "torch_threads": execution.torch_threads,
+        }
 
 
-def new_manifest(parts: RunnerParts, options: RunPlan, execution: ExecutionOptions, num_runs: int,
-                 seed_offset: int | None, tuning_hp: dict[str, Any] | None) -> dict[str, Any]:
+def new_manifest(
+    parts: RunnerParts,
+    options: RunPlan,
+    execution: ExecutionOptions,
+    num_runs: int,
+    seed_offset: int | None,
+    tuning_hp: dict[str, Any] | None,
+) -> dict[str, Any]:
     """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
 
     Besides how the runs execute and ``tuning_hp``, it records ``score`` when it is not ``"return"``: the
     analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`).
     """
-    fields = {**parts.manifest_fields(execution), "tuning_hp": tuning_hp,
-              resuming.CALL_KEY: call_record(options, tuning_hp, parts.train)}
+    fields = {
+        **parts.manifest_fields(execution),
+        "tuning_hp": tuning_hp,
+        resuming.CALL_KEY: call_record(options, tuning_hp, parts.train),
+    }
     if options.records.score != "return":
         fields["score"] = options.records.score
     return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
 
 
-def plan_runs(parts: RunnerParts, options: RunPlan, seeds: Mapping[int, int], exp_dir: Path | None,
-              tuning_hp: dict[str, Any] | None = None, copy_agent: bool = False, label: str = "",
-              tag_prefix: str = "", first_task_id: int = -1, resume: bool = False) -> list[RunSpec]:
+def plan_runs(
+    parts: RunnerParts,
+    options: RunPlan,
+    seeds: Mapping[int, int],
+    exp_dir: Path | None,
+    tuning_hp: dict[str, Any] | None = None,
+    copy_agent: bool = False,
+    label: str = "",
+    tag_prefix: str = "",
+    first_task_id: int = -1,
+    resume: bool = False,
+) -> list[RunSpec]:
     """The specs of the runs ``seeds`` (run number -> seed) of one experiment.
 
     Args:
@@ -121,19 +151,38 @@ def plan_runs(parts: RunnerParts, options: RunPlan, seeds: Mapping[int, int], ex
     """
     specs = []
     for offset, (run, seed) in enumerate(seeds.items()):
-        specs.append(RunSpec(
-            run_idx=run, seed=seed, env_factory=parts.env_factory, agent_factory=parts.agent_factory,
-            options=options, callback=parts.callback, train=parts.train, copy_agent=copy_agent, tuning_hp=tuning_hp,
-            exp_dir=None if exp_dir is None else os.fspath(exp_dir), eval_env_factory=parts.eval_env_factory,
-            task_id=first_task_id + offset if first_task_id >= 0 else -1,
-            label=f"{label} run {run}" if label else "", tag_prefix=tag_prefix, resume=resume,
-        ))
+        specs.append(
+            RunSpec(
+                run_idx=run,
+                seed=seed,
+                env_factory=parts.env_factory,
+                agent_factory=parts.agent_factory,
+                options=options,
+                callback=parts.callback,
+                train=parts.train,
+                copy_agent=copy_agent,
+                tuning_hp=tuning_hp,
+                exp_dir=None if exp_dir is None else os.fspath(exp_dir),
+                eval_env_factory=parts.eval_env_factory,
+                task_id=first_task_id + offset if first_task_id >= 0 else -1,
+                label=f"{label} run {run}" if label else "",
+                tag_prefix=tag_prefix,
+                resume=resume,
+            )
+        )
     return specs
 
 
-def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None, tuning_hp: dict[str, Any] | None,
-                   options: RunPlan, parts: RunnerParts, execution: ExecutionOptions,
-                   resume: bool = False) -> tuple[dict[str, Any], dict[int, int]]:
+def start_manifest(
+    exp_dir: Path | None,
+    num_runs: int,
+    seed_offset: int | None,
+    tuning_hp: dict[str, Any] | None,
+    options: RunPlan,
+    parts: RunnerParts,
+    execution: ExecutionOptions,
+    resume: bool = False,
+) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
 
     A new experiment has every run pending; with ``resume``, the experiment's own manifest,
@@ -144,9 +193,15 @@ def start_manifest(exp_dir: Path | None, num_runs: int, seed_offset: int | None,
 
         assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         refuse_live_jobs(exp_dir)
-        return resuming.resumed_manifest(exp_dir, num_runs, seed_offset,
-                                         call_record(options, tuning_hp, parts.train), parts.callback,
-                                         options.hooks, parts.env_factory)
+        return resuming.resumed_manifest(
+            exp_dir,
+            num_runs,
+            seed_offset,
+            call_record(options, tuning_hp, parts.train),
+            parts.callback,
+            options.hooks,
+            parts.env_factory,
+        )
     manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 
@@ -184,9 +239,14 @@ class Outcome:
     finalized: Any = None
 
 
-def run_experiments(hold: AbstractContextManager[list[Path]], execution: ExecutionOptions, max_runs: int,
-                    plan: Callable[[list[Path]], Sequence[RunGroup]], callback: Any,
-                    finalize: Callable[[list[Any]], Any] | None = None) -> Outcome:
+def run_experiments(
+    hold: AbstractContextManager[list[Path]],
+    execution: ExecutionOptions,
+    max_runs: int,
+    plan: Callable[[list[Path]], Sequence[RunGroup]],
+    callback: Any,
+    finalize: Callable[[list[Any]], Any] | None = None,
+) -> Outcome:
     """The one path from a validated call to its results: lock, workers, manifests, plan, execute, finalize.
 
     Args:
@@ -215,8 +275,13 @@ def run_experiments(hold: AbstractContextManager[list[Path]], execution: Executi
     return Outcome(experiments, handle, finalized)
 
 
-def execute_experiments(experiments: Sequence[RunGroup], execution: ExecutionOptions, callback: Any,
-                        pool: "WorkerPool | None" = None, created: Sequence[Path] = ()) -> Any:
+def execute_experiments(
+    experiments: Sequence[RunGroup],
+    execution: ExecutionOptions,
+    callback: Any,
+    pool: WorkerPool | None = None,
+    created: Sequence[Path] = (),
+) -> Any:
     """Run the specs of every experiment together (in ``pool`` if started); route each result to its experiment.
 
     Returns what :func:`~online_trainer.parallel.executors.execute` returns: None, or the handle of
@@ -236,17 +301,24 @@ def execute_experiments(experiments: Sequence[RunGroup], execution: ExecutionOpt
         remove_created(created)
         raise
     try:
-        handle = executors.execute(specs, execution, lambda result: owners[result.key].on_result(result), pool,
-                                   on_start=lambda spec: owners[spec.key].on_start(spec),
-                                   on_submitted=lambda spec, job_id: owners[spec.key].on_submitted(spec, job_id))
+        handle = executors.execute(
+            specs,
+            execution,
+            lambda result: owners[result.key].on_result(result),
+            pool,
+            on_start=lambda spec: owners[spec.key].on_start(spec),
+            on_submitted=lambda spec, job_id: owners[spec.key].on_submitted(spec, job_id),
+        )
     except RunSetupError as error:
         _close_quietly(callback)
         for experiment in experiments:
             experiment.discard()
         remove_created(created)
         if hasattr(error.cause, "add_note"):  # Python 3.11+
-            error.cause.add_note(f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
-                                 "every run was stopped and nothing was kept on disk)")
+            error.cause.add_note(
+                f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
+                "every run was stopped and nothing was kept on disk)"
+            )
         raise error.cause from None
     except BaseException:
         for experiment in experiments:

@@ -22,22 +22,23 @@ import json
 import logging
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from online_trainer.experiment import ownership
-from online_trainer.options import validation
-from online_trainer.records import storage
 from online_trainer.errors import RunsFailedError
+from online_trainer.experiment import ownership
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.options.groups import RunPlan
-from online_trainer.options.derived import call_record
 from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
+from online_trainer.options import validation
+from online_trainer.options.derived import call_record
+from online_trainer.options.groups import RunPlan
 from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
 from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.records import storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,8 +62,10 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
     if isinstance(configurations, Mapping):
         for key, values in configurations.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
-                raise ValueError(f"Each grid value must be a non-empty list, but got {key}={values!r}: "
-                                 f"write {key}=[{values!r}] for a single value.")
+                raise ValueError(
+                    f"Each grid value must be a non-empty list, but got {key}={values!r}: "
+                    f"write {key}=[{values!r}] for a single value."
+                )
         keys = list(configurations)
         grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())]
     else:
@@ -130,7 +133,7 @@ def _clean(text: str) -> str:
 
 
 def run_sweep(
-    trainer: "OnlineTrainer",
+    trainer: OnlineTrainer,
     configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
     num_runs: int,
     options: RunPlan,
@@ -139,12 +142,14 @@ def run_sweep(
     last_k: int = 10,
     execution: ExecutionOptions = ExecutionOptions(),
     resume: bool = False,
-) -> "pd.DataFrame":
+) -> pd.DataFrame:
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
     execution.check_waits("sweep")
     if trainer.exp_dir is None:
-        raise ValueError("A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
-                         "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep').")
+        raise ValueError(
+            "A sweep writes one experiment per configuration and resumes from them, but exp_dir is "
+            "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep')."
+        )
     resume = validation.boolean("resume", resume)
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
@@ -161,8 +166,19 @@ def run_sweep(
 
     def plan(created: list[Path]) -> list[Experiment]:
         seed = _sweep_seed(root, seed_offset, options.budget, created)
-        experiments, planned = _plan(parts, root, grid, num_runs, seed_offset, seed, parts.manifest_fields(execution),
-                                     options, copy_agent, created, resume)
+        experiments, planned = _plan(
+            parts,
+            root,
+            grid,
+            num_runs,
+            seed_offset,
+            seed,
+            parts.manifest_fields(execution),
+            options,
+            copy_agent,
+            created,
+            resume,
+        )
         names.extend(planned)
         return experiments
 
@@ -175,9 +191,19 @@ def run_sweep(
     return ranking
 
 
-def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: int, seed_offset: int | None,
-          seed: int, fields: dict[str, Any], options: RunPlan, copy_agent: bool,
-          created: list[Path], resume: bool = False) -> tuple[list[Experiment], list[str]]:
+def _plan(
+    parts: RunnerParts,
+    root: Path,
+    grid: list[dict[str, Any]],
+    num_runs: int,
+    seed_offset: int | None,
+    seed: int,
+    fields: dict[str, Any],
+    options: RunPlan,
+    copy_agent: bool,
+    created: list[Path],
+    resume: bool = False,
+) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names.
 
     Directories and files made here are appended to ``created``.
@@ -191,18 +217,38 @@ def _plan(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], num_runs: 
         exp_dir = root / name
         if not exp_dir.exists():
             created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]
-        manifest, todo = _resume(exp_dir, config, num_runs, seed_offset, seed,
-                                 {**fields, CALL_KEY: call_record(options, config, parts.train)}, parts.callback,
-                                 f"{name}/", resume, options.hooks)
+        manifest, todo = _resume(
+            exp_dir,
+            config,
+            num_runs,
+            seed_offset,
+            seed,
+            {**fields, CALL_KEY: call_record(options, config, parts.train)},
+            parts.callback,
+            f"{name}/",
+            resume,
+            options.hooks,
+        )
         seeds = {run: manifest["seeds"][run - 1] for run in todo}
-        specs = plan_runs(parts, options, seeds, exp_dir, config, copy_agent, label=name, tag_prefix=f"{name}/",
-                          first_task_id=task_id, resume=resume)
+        specs = plan_runs(
+            parts,
+            options,
+            seeds,
+            exp_dir,
+            config,
+            copy_agent,
+            label=name,
+            tag_prefix=f"{name}/",
+            first_task_id=task_id,
+            resume=resume,
+        )
         task_id += len(specs)
         manifest[ownership.LOCK_KEY] = os.path.relpath(root / LOCK_FILE, exp_dir)  # the sweep's lock covers it
         experiments.append(Experiment(exp_dir, manifest, specs))
     skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
-    logger.info("sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs,
-                task_id, skipped)
+    logger.info(
+        "sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs, task_id, skipped
+    )
     return experiments, names
 
 
@@ -214,11 +260,15 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[
     if path.is_file():
         recorded = json.loads(path.read_text())
         if seed_offset is not None and seed_offset != recorded["base_seed"]:
-            raise ValueError(f"The sweep in {root} ran with seed_offset={recorded['base_seed']}, but got "
-                             f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir.")
+            raise ValueError(
+                f"The sweep in {root} ran with seed_offset={recorded['base_seed']}, but got "
+                f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir."
+            )
         if recorded["budget"] != recorded_budget:
-            raise ValueError(f"The sweep in {root} ran with {recorded['budget']}, but got {recorded_budget}: a sweep "
-                             "compares configurations on one budget; use another exp_dir.")
+            raise ValueError(
+                f"The sweep in {root} ran with {recorded['budget']}, but got {recorded_budget}: a sweep "
+                "compares configurations on one budget; use another exp_dir."
+            )
         return recorded["base_seed"]
     seed = base_seed(seed_offset)
     created.append(path)
@@ -227,9 +277,18 @@ def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[
     return seed
 
 
-def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: int | None, seed: int,
-            fields: dict[str, Any], callback: Any, tag_prefix: str, resume: bool,
-            hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], list[int]]:
+def _resume(
+    exp_dir: Path,
+    config: dict[str, Any],
+    num_runs: int,
+    seed_offset: int | None,
+    seed: int,
+    fields: dict[str, Any],
+    callback: Any,
+    tag_prefix: str,
+    resume: bool,
+    hooks: Sequence[Any] = (),
+) -> tuple[dict[str, Any], list[int]]:
     """The manifest of a configuration's experiment and the runs still to do (with ``resume``, runs cut off
     continue from their full checkpoints; else they start again); the callback's files are cut back."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
@@ -238,7 +297,7 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
         rewind_outputs(callback, manifest, left, tag_prefix)
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
-        for entry in extra["runs"][len(manifest["runs"]):]:
+        for entry in extra["runs"][len(manifest["runs"]) :]:
             manifest["runs"].append(entry)
             manifest["seeds"].append(entry["seed"])
             todo.append(entry["run"])
@@ -250,7 +309,7 @@ def _resume(exp_dir: Path, config: dict[str, Any], num_runs: int, seed_offset: i
     return manifest, list(range(1, num_runs + 1))
 
 
-def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> "pd.DataFrame":
+def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> pd.DataFrame:
     """Rank the configurations ``names`` of the sweep at ``root`` by ``metric`` of their final returns.
 
     A ranking is only as good as the intervals under it: each configuration is compared
@@ -286,7 +345,7 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     return _against_top(table, finals, metric)
 
 
-def _against_top(table: "pd.DataFrame", finals: "pd.DataFrame", metric: str) -> "pd.DataFrame":
+def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Add the comparison of each configuration with the top one, and the note of ``attrs``."""
     from online_trainer.analysis.compare import CompareOptions, compare_scores
 
@@ -307,17 +366,24 @@ def _against_top(table: "pd.DataFrame", finals: "pd.DataFrame", metric: str) -> 
             table.loc[i, column] = pairs.loc[name, column]
         table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
     second = pairs.loc[table["experiment"].iloc[1]]
-    interval = (f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
-                f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]")
+    interval = (
+        f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
+        f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]"
+    )
     if second["distinguishable"]:
         table.attrs["note"] = f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval})."
         return table
     tied = [top] + [n for n, t in zip(table["experiment"].iloc[1:], table["told_apart"].iloc[1:]) if not t]
     needed = second["seeds_needed"]
-    more = f"; about {int(needed)} seeds per configuration would separate them if the difference holds" \
-        if needed == needed and needed != float("inf") else ""
-    table.attrs["note"] = (f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
-                           f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
-                           "among them is noise.")
+    more = (
+        f"; about {int(needed)} seeds per configuration would separate them if the difference holds"
+        if needed == needed and needed != float("inf")
+        else ""
+    )
+    table.attrs["note"] = (
+        f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
+        f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
+        "among them is noise."
+    )
     logger.warning("sweep: %s", table.attrs["note"])
     return table

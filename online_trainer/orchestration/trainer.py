@@ -8,23 +8,24 @@ import functools
 import inspect
 import logging
 import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from online_trainer.callbacks import EmptyCallBack, MultiCallback, TBCallBack
 from online_trainer.callbacks.multi import check_callback
-from online_trainer.options import validation
-from online_trainer.records import storage
 from online_trainer.errors import RunsFailedError
-from online_trainer.loop.factories import AgentFactory, EnvFactory
-from online_trainer.records.record_view import RunRecords
 from online_trainer.experiment.manifest import Experiment, hold_exp_dir
 from online_trainer.experiment.resuming import hold_resumable
-from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
+from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.loop.protocol import AgentLike, EnvLike
+from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
+from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.orchestration.planning import RunnerParts, plan_runs, run_experiments, start_manifest
 from online_trainer.parallel.execution import ExecutionOptions, resolve_execution
-from online_trainer.loop.protocol import AgentLike, EnvLike
+from online_trainer.records import storage
+from online_trainer.records.record_view import RunRecords
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -49,7 +50,6 @@ def legacy_keywords(method: F) -> F:
         return method(self, *args, **kwargs)
 
     return call  # type: ignore[return-value]
-
 
 
 class OnlineTrainer:
@@ -208,12 +208,17 @@ class OnlineTrainer:
         num_runs = validation.positive_int("num_runs", num_runs)
         resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunPlan(
-            num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
+            num_episodes=num_episodes,
+            total_steps=total_steps,
+            checkpoint_freq=checkpoint_freq,
             dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
-            dump_transitions=bool(dump_transitions), evaluation=evaluation,
+            dump_transitions=bool(dump_transitions),
+            evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
-            records=RecordOptions() if records is None else records, hooks=() if hooks is None else hooks,
-            has_exp_dir=self.exp_dir is not None)
+            records=RecordOptions() if records is None else records,
+            hooks=() if hooks is None else hooks,
+            has_exp_dir=self.exp_dir is not None,
+        )
         execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
@@ -221,13 +226,17 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        inputs = {storage.CONFIG_FILE: None if self.config is None else self.config.read_text(), storage.ARGS_FILE: self.args_yaml}
+        inputs = {
+            storage.CONFIG_FILE: None if self.config is None else self.config.read_text(),
+            storage.ARGS_FILE: self.args_yaml,
+        }
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
         keep_records = options.records.in_memory
 
         def plan(created: list[Path]) -> list[Experiment]:
-            manifest, seeds = start_manifest(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution,
-                                             resume)
+            manifest, seeds = start_manifest(
+                self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume
+            )
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             return [Experiment(self.exp_dir, manifest, specs)]
 
@@ -272,7 +281,7 @@ class OnlineTrainer:
         execution: ExecutionOptions | None = None,
         hooks: Sequence[Any] | None = None,
         resume: bool = False,
-    ) -> "pd.DataFrame":
+    ) -> pd.DataFrame:
         """Run every configuration over ``num_runs`` seeds and rank the configurations.
 
         Each configuration gets its own experiment directory under ``exp_dir`` (named after
@@ -315,13 +324,19 @@ class OnlineTrainer:
         """
         from online_trainer.orchestration.sweep import run_sweep
 
-        options = RunPlan(num_episodes=num_episodes, total_steps=total_steps, checkpoint_freq=checkpoint_freq,
-                          dump_transitions=bool(dump_transitions), evaluation=evaluation,
-                          checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
-                          records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
-                          hooks=() if hooks is None else hooks)
-        return run_sweep(self, configurations, num_runs, options, seed_offset, metric, last_k,
-                         resolve_execution(execution), resume)
+        options = RunPlan(
+            num_episodes=num_episodes,
+            total_steps=total_steps,
+            checkpoint_freq=checkpoint_freq,
+            dump_transitions=bool(dump_transitions),
+            evaluation=evaluation,
+            checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
+            records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),
+            hooks=() if hooks is None else hooks,
+        )
+        return run_sweep(
+            self, configurations, num_runs, options, seed_offset, metric, last_k, resolve_execution(execution), resume
+        )
 
     @legacy_keywords
     def evaluate(
@@ -332,7 +347,7 @@ class OnlineTrainer:
         evaluation: EvaluationOptions | None = None,
         execution: ExecutionOptions | None = None,
         overwrite: bool = False,
-    ) -> "pd.DataFrame":
+    ) -> pd.DataFrame:
         """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
 
         Each run's agent is rebuilt with this trainer's agent factory and its checkpoint

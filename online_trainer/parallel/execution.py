@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import traceback
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import cloudpickle
 
-from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.errors import RunSetupError
+from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.run.one_run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -37,8 +38,10 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
         ValueError: a keyword disagrees with the same field set in ``execution``, or a value is invalid.
     """
     if execution is not None and not isinstance(execution, ExecutionOptions):
-        raise TypeError(f"execution must be an ExecutionOptions, but got execution={execution!r}: use "
-                        "execution=ExecutionOptions(num_workers=2, ...) from online_trainer.")
+        raise TypeError(
+            f"execution must be an ExecutionOptions, but got execution={execution!r}: use "
+            "execution=ExecutionOptions(num_workers=2, ...) from online_trainer."
+        )
     given = {name: value for name, value in keywords.items() if value is not None}
     checks = {spec.name: spec.metadata.get("check") for spec in dataclasses.fields(ExecutionOptions)}
     for name, value in given.items():  # named as the caller spelled it: num_workers=0, not execution.num_workers=0
@@ -50,8 +53,10 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
     default = ExecutionOptions()
     for name, value in given.items():
         if getattr(execution, name) not in (value, getattr(default, name)):
-            raise ValueError(f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
-                             f"give {name} once, either as a keyword or in execution=ExecutionOptions(...).")
+            raise ValueError(
+                f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
+                f"give {name} once, either as a keyword or in execution=ExecutionOptions(...)."
+            )
     return dataclasses.replace(execution, **given)
 
 
@@ -72,8 +77,15 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     extra: dict[str, Any] = {"exception": summary}
     if keep_exception or (setup and _picklable(cause)):
         extra["exception_object"] = cause
-    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key,
-                     status="setup_failed" if setup else "failed", error=error, extra=extra)
+    return RunResult(
+        run_idx=spec.run_idx,
+        seed=spec.seed,
+        records=None,
+        key=spec.key,
+        status="setup_failed" if setup else "failed",
+        error=error,
+        extra=extra,
+    )
 
 
 def _picklable(obj: Any) -> bool:

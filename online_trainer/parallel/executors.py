@@ -10,7 +10,8 @@ result to ``on_result`` as soon as it is known. What they share is in
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from online_trainer.parallel.execution import ExecutionOptions, ResultHandler, StartHandler, no_start
 from online_trainer.parallel.ray_backend import RayExecutor
@@ -37,9 +38,14 @@ def early_workers(options: ExecutionOptions, max_runs: int) -> Iterator[WorkerPo
     yield pool
 
 
-def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: ResultHandler,
-            pool: WorkerPool | None = None, on_start: StartHandler = no_start,
-            on_submitted: Callable[[RunSpec, str], None] | None = None) -> Any:
+def execute(
+    specs: Sequence[RunSpec],
+    options: ExecutionOptions,
+    on_result: ResultHandler,
+    pool: WorkerPool | None = None,
+    on_start: StartHandler = no_start,
+    on_submitted: Callable[[RunSpec, str], None] | None = None,
+) -> Any:
     """Run ``specs`` as ``options`` say, with one progress display for all of them.
 
     ``pool`` is the one :func:`early_workers` started, if any. ``on_start(spec)`` is called
@@ -55,8 +61,9 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
         return None
     budget = specs[0].budget
     detached = options.slurm is not None and not options.slurm.wait  # nothing to show: no run ends here
-    display = ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress and not detached \
-        else NoProgress()
+    display = (
+        ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress and not detached else NoProgress()
+    )
     try:
         if options.backend == "slurm":
             from online_trainer.parallel.slurm import SlurmExecutor
@@ -72,7 +79,9 @@ def execute(specs: Sequence[RunSpec], options: ExecutionOptions, on_result: Resu
             slurm.run(specs, display, on_result, on_start, on_submitted)
             return None
         if options.backend == "ray":
-            executor = RayExecutor(options.ray_address, options.ray_resources, options.num_workers, options.torch_threads)
+            executor = RayExecutor(
+                options.ray_address, options.ray_resources, options.num_workers, options.torch_threads
+            )
             executor.run(specs, display, on_result, on_start)
         elif options.num_workers > 1:
             pool = pool or shared_pool(options.num_workers, options.start_method, options.torch_threads)

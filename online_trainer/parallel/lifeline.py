@@ -96,8 +96,9 @@ def guard(reader: Connection, owner_pid: int, death_signal: bool, inherited_writ
     parent = os.getppid()
     if select.select([reader], [], [], 0)[0] or not _pid_alive(owner_pid):
         die_orphaned()  # the parent died before the requests above took effect
-    threading.Thread(target=_watch, args=(reader, owner_pid, parent), name="online_trainer-lifeline",
-                     daemon=True).start()
+    threading.Thread(
+        target=_watch, args=(reader, owner_pid, parent), name="online_trainer-lifeline", daemon=True
+    ).start()
 
 
 def _arm(fd: int) -> None:

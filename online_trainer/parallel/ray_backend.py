@@ -18,8 +18,9 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import cloudpickle
 
@@ -98,8 +99,14 @@ class RayExecutor:
         grace: seconds to wait for interrupted tasks before they are killed.
     """
 
-    def __init__(self, address: str | None = None, resources: Mapping[str, Any] | None = None,
-                 max_concurrent: int = 1, torch_threads: int | None = 1, grace: float = 5.0) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        resources: Mapping[str, Any] | None = None,
+        max_concurrent: int = 1,
+        torch_threads: int | None = 1,
+        grace: float = 5.0,
+    ) -> None:
         self.ray = _import_ray()
         self.address = address or os.environ.get("RAY_ADDRESS")
         self.resources = dict(resources or {"num_cpus": 1})
@@ -108,11 +115,17 @@ class RayExecutor:
     def _connect(self) -> None:
         if not self.ray.is_initialized():
             logger.info("connecting to Ray at %s", self.address or "a new local instance")
-            self.ray.init(address=self.address, include_dashboard=False, logging_level=logging.WARNING,
-                          configure_logging=False)
+            self.ray.init(
+                address=self.address, include_dashboard=False, logging_level=logging.WARNING, configure_logging=False
+            )
 
-    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
-            on_start: StartHandler = no_start) -> None:
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        display: ProgressDisplay | NoProgress,
+        on_result: ResultHandler,
+        on_start: StartHandler = no_start,
+    ) -> None:
         """Run every spec as a Ray task (``on_start(spec)`` before each is submitted); return when all have a result."""
         ray = self.ray
         self._connect()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 from online_trainer.errors import RunSetupError
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
@@ -13,8 +13,12 @@ from online_trainer.run.one_run import COMPLETED, RunSpec, execute_run
 logger = logging.getLogger(__name__)
 
 
-def run_serial(specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
-               on_start: StartHandler = no_start) -> None:
+def run_serial(
+    specs: Sequence[RunSpec],
+    display: ProgressDisplay | NoProgress,
+    on_result: ResultHandler,
+    on_start: StartHandler = no_start,
+) -> None:
     """Run every spec here, one after another; a failing run does not stop the others."""
     for spec in specs:
         on_start(spec)

@@ -20,8 +20,9 @@ import pickle
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import cloudpickle
 
@@ -36,10 +37,39 @@ logger = logging.getLogger(__name__)
 
 SubmitHandler = Callable[[RunSpec, str], None]
 # squeue states after which a job runs no more (a PREEMPTED or REQUEUED job may come back: PENDING again)
-ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "DEADLINE",
-                   "OUT_OF_MEMORY", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"})
-LIVE = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                  "RESIZING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "POWER_UP_NODE"})
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
+LIVE = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+        "POWER_UP_NODE",
+    }
+)
 GONE = "GONE"  # not known to squeue (any more)
 _LOG_LINES = 20
 
@@ -49,8 +79,9 @@ def import_submitit() -> Any:
     try:
         import submitit
     except ImportError as exc:
-        raise ImportError("backend='slurm' needs submitit: pip install -e '.[slurm]' (or pip install submitit).") \
-            from exc
+        raise ImportError(
+            "backend='slurm' needs submitit: pip install -e '.[slurm]' (or pip install submitit)."
+        ) from exc
     return submitit
 
 
@@ -79,8 +110,12 @@ def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:
 
 def _squeue(bases: list[str]) -> dict[str, str] | None:
     try:
-        done = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         logger.warning("squeue failed (%s): trying again", exc)
         return None
@@ -116,8 +151,15 @@ def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state:
     how = "is no longer known to Slurm" if state == GONE else f"ended {state}"
     summary = f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result"
     error = f"{summary}. The end of its log {path}:\n{tail}"
-    return RunResult(run_idx=spec_run, seed=seed, records=None, key=key, status="failed", error=error,
-                     extra={"exception": summary, "slurm_job": job_id})
+    return RunResult(
+        run_idx=spec_run,
+        seed=seed,
+        records=None,
+        key=key,
+        status="failed",
+        error=error,
+        extra={"exception": summary, "slurm_job": job_id},
+    )
 
 
 class _Watch:
@@ -205,8 +247,9 @@ class SlurmExecutor:
             return Path(self.options.folder)
         return Path(os.path.commonpath([os.path.abspath(str(spec.exp_dir)) for spec in specs])) / job_results.SLURM_DIR
 
-    def submit(self, specs: Sequence[RunSpec], on_start: StartHandler = no_start,
-               on_submitted: SubmitHandler | None = None) -> list[tuple[RunSpec, str]]:
+    def submit(
+        self, specs: Sequence[RunSpec], on_start: StartHandler = no_start, on_submitted: SubmitHandler | None = None
+    ) -> list[tuple[RunSpec, str]]:
         """Submit ``specs``; return each with its job id.
 
         ``on_start(spec)`` is called before the jobs are submitted, ``on_submitted(spec, job_id)`` after.
@@ -217,8 +260,10 @@ class SlurmExecutor:
         """
         missing = [spec.run_idx for spec in specs if spec.exp_dir is None]
         if missing:
-            raise ValueError("backend='slurm' needs an exp_dir on a filesystem the nodes share (jobs write their "
-                             f"results there), but got exp_dir=None for run(s) {missing}: pass exp_dir=...")
+            raise ValueError(
+                "backend='slurm' needs an exp_dir on a filesystem the nodes share (jobs write their "
+                f"results there), but got exp_dir=None for run(s) {missing}: pass exp_dir=..."
+            )
         folder = self.folder(specs)
         folder.mkdir(parents=True, exist_ok=True)
         for spec in specs:  # what an earlier call's jobs left for the runs done now
@@ -230,11 +275,15 @@ class SlurmExecutor:
         # time=None: no --time, the partition's limit (submitit would otherwise ask for 5 minutes)
         # the thread variables in the job script: numpy's BLAS reads them when the job unpickles its runs
         setup = [f"export {name}={value}" for name, value in thread_variables(self.torch_threads).items()]
-        executor.update_parameters(**{"time": None, **self.options.sbatch_parameters()}, job_name="online_trainer",
-                                   signal_delay_s=self.options.signal_delay_s, array_parallelism=self.max_running,
-                                   setup=setup)
+        executor.update_parameters(
+            **{"time": None, **self.options.sbatch_parameters()},
+            job_name="online_trainer",
+            signal_delay_s=self.options.signal_delay_s,
+            array_parallelism=self.max_running,
+            setup=setup,
+        )
         size = self.options.runs_per_job
-        groups = [list(specs[i:i + size]) for i in range(0, len(specs), size)]
+        groups = [list(specs[i : i + size]) for i in range(0, len(specs), size)]
         for spec in specs:
             on_start(spec)
         write_all = not self.options.wait
@@ -244,27 +293,41 @@ class SlurmExecutor:
                 payloads = [cloudpickle.dumps(spec) for spec in group]
                 from online_trainer.parallel.slurm_job import SlurmRunJob
 
-                jobs.append(executor.submit(SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues,
-                                                        write_all)))
+                jobs.append(
+                    executor.submit(SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all))
+                )
         submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
-        logger.info("submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s", len(specs),
-                    len(jobs), ", ".join(str(job.job_id) for job in jobs[:3]) + (", ..." if len(jobs) > 3 else ""),
-                    self.max_running, folder)
+        logger.info(
+            "submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s",
+            len(specs),
+            len(jobs),
+            ", ".join(str(job.job_id) for job in jobs[:3]) + (", ..." if len(jobs) > 3 else ""),
+            self.max_running,
+            folder,
+        )
         if on_submitted is not None:
             for spec, job_id in submitted:
                 on_submitted(spec, job_id)
         return submitted
 
-    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
-            on_start: StartHandler = no_start, on_submitted: SubmitHandler | None = None) -> None:
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        display: ProgressDisplay | NoProgress,
+        on_result: ResultHandler,
+        on_start: StartHandler = no_start,
+        on_submitted: SubmitHandler | None = None,
+    ) -> None:
         """Submit every spec; return once each has a result.
 
         An exception here (Ctrl-C, ``on_result`` raising) cancels the jobs still queued or running:
         each run in progress writes a full checkpoint first (SIGTERM), for ``resume=True``.
         """
         submitted = self.submit(specs, on_start, on_submitted)
-        watch = _Watch([(spec.key, str(spec.exp_dir), spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
-                       str(self.folder(specs)))
+        watch = _Watch(
+            [(spec.key, str(spec.exp_dir), spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
+            str(self.folder(specs)),
+        )
         try:
             follow(watch, display, self.options.poll_interval, on_result)
         except BaseException:
@@ -272,8 +335,9 @@ class SlurmExecutor:
             raise
 
 
-def follow(watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float,
-           on_result: Callable[[RunResult], None]) -> None:
+def follow(
+    watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float, on_result: Callable[[RunResult], None]
+) -> None:
     """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``."""
     last_poll = 0.0
     while watch.runs:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from online_trainer.errors import RunFailure, RunsFailedError
 from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
@@ -29,7 +30,7 @@ class SlurmRuns:
         self.runs, self.folder = [(os.fspath(exp_dir), run) for exp_dir, run in runs], folder
 
     @classmethod
-    def of(cls, exp_dir: str | os.PathLike, folder: str | os.PathLike | None = None) -> "SlurmRuns":
+    def of(cls, exp_dir: str | os.PathLike, folder: str | os.PathLike | None = None) -> SlurmRuns:
         """The handle of the runs of ``exp_dir`` handed to Slurm jobs (logs in ``folder``, else ``exp_dir/slurm``)."""
         manifest = storage.read_manifest(exp_dir)
         runs = [(os.fspath(exp_dir), entry["run"]) for entry in manifest["runs"] if SLURM_JOB_KEY in entry]
@@ -74,8 +75,11 @@ class SlurmRuns:
                 runs.append(storage.load_run_metrics(exp_dir, run))
             else:
                 runs.append(None)
-                failures.append(RunFailure(run, entry["seed"], (entry.get("error") or "?").splitlines()[0],
-                                           entry.get("error") or ""))
+                failures.append(
+                    RunFailure(
+                        run, entry["seed"], (entry.get("error") or "?").splitlines()[0], entry.get("error") or ""
+                    )
+                )
         if failures:
             raise RunsFailedError(failures, runs)
         return runs
@@ -116,19 +120,29 @@ def refuse_live_jobs(exp_dir: Path) -> None:
     except (OSError, ValueError):
         return
     # an interrupted run's job may still be writing its checkpoint (cancelled, within the cluster's KillWait)
-    entries = [e for e in manifest.get("runs", []) if e.get("status") in ("running", "interrupted")
-               and SLURM_JOB_KEY in e and read_job_result(exp_dir, e["run"]) is None]
+    entries = [
+        e
+        for e in manifest.get("runs", [])
+        if e.get("status") in ("running", "interrupted")
+        and SLURM_JOB_KEY in e
+        and read_job_result(exp_dir, e["run"]) is None
+    ]
     if not entries:
         return
     states = job_states(e[SLURM_JOB_KEY] for e in entries)
     if states is None:
-        live = {e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here") for e in entries
-                if e["status"] == "running"}
+        live = {
+            e["run"]: (e[SLURM_JOB_KEY], "state unknown: squeue cannot be run here")
+            for e in entries
+            if e["status"] == "running"
+        }
     else:
-        live = {e["run"]: (e[SLURM_JOB_KEY], states[e[SLURM_JOB_KEY]]) for e in entries
-                if states[e[SLURM_JOB_KEY]] in LIVE}
+        live = {
+            e["run"]: (e[SLURM_JOB_KEY], states[e[SLURM_JOB_KEY]]) for e in entries if states[e[SLURM_JOB_KEY]] in LIVE
+        }
     if live:
         described = ", ".join(f"run {run} in job {job} ({state})" for run, (job, state) in live.items())
-        raise RuntimeError(f"resume=True, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
-                           "for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and resume then.")
-
+        raise RuntimeError(
+            f"resume=True, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
+            "for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and resume then."
+        )

@@ -90,8 +90,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         write_all_metrics: the job recording the last run of the experiment writes ``all_metrics.pkl``.
     """
 
-    def __init__(self, payloads: list[bytes], torch_threads: int | None, max_requeues: int,
-                 write_all_metrics: bool = False) -> None:
+    def __init__(
+        self, payloads: list[bytes], torch_threads: int | None, max_requeues: int, write_all_metrics: bool = False
+    ) -> None:
         self.payloads, self.torch_threads, self.max_requeues = payloads, torch_threads, max_requeues
         self.write_all_metrics = write_all_metrics
 
@@ -123,10 +124,13 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
     def _run(self, spec: RunSpec, restarts: int, time_limit: threading.Event) -> None:
         job_id = _job_id()
         if restarts > self.max_requeues:
-            result = failed_result(spec, f"RequeueLimit: Slurm job {job_id} was requeued {restarts} times, more than "
-                                         f"max_requeues={self.max_requeues}, so run {spec.run_idx} (seed {spec.seed}) "
-                                         "stops here. Its full checkpoint is kept: continue it with resume=True, or "
-                                         "allow more requeues with SlurmOptions(max_requeues=...).")
+            result = failed_result(
+                spec,
+                f"RequeueLimit: Slurm job {job_id} was requeued {restarts} times, more than "
+                f"max_requeues={self.max_requeues}, so run {spec.run_idx} (seed {spec.seed}) "
+                "stops here. Its full checkpoint is kept: continue it with resume=True, or "
+                "allow more requeues with SlurmOptions(max_requeues=...).",
+            )
             logger.error("%s", result.error)
             self._finish(spec, result)
             return
@@ -138,8 +142,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         except Preempted:
             channel.flush()
             if time_limit.is_set():
-                logger.warning("run %d checkpointed before the time limit: requeueing Slurm job %s", spec.run_idx,
-                               job_id)
+                logger.warning(
+                    "run %d checkpointed before the time limit: requeueing Slurm job %s", spec.run_idx, job_id
+                )
                 subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
             raise SystemExit(EXIT_PREEMPTED) from None
         except Exception as exc:  # isolated: the job goes on with its next run

@@ -25,8 +25,9 @@ import site
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
 
@@ -71,8 +72,13 @@ class _Worker:
 class _Call:
     """The state of one :meth:`WorkerPool.run` call: runs waiting, runs pending, where results go."""
 
-    def __init__(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
-                 on_start: StartHandler = no_start):
+    def __init__(
+        self,
+        specs: Sequence[RunSpec],
+        display: ProgressDisplay | NoProgress,
+        on_result: ResultHandler,
+        on_start: StartHandler = no_start,
+    ):
         self.waiting = collections.deque(specs)
         self.pending = {spec.key for spec in specs}
         self.display, self.on_result, self.on_start = display, on_result, on_start
@@ -105,8 +111,14 @@ class WorkerPool:
         idle_timeout: seconds a worker waits for work before it leaves (None: :data:`IDLE_TIMEOUT`).
     """
 
-    def __init__(self, num_workers: int, start_method: str = "spawn", torch_threads: int | None = 1, grace: float = 5.0,
-                 idle_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        num_workers: int,
+        start_method: str = "spawn",
+        torch_threads: int | None = 1,
+        grace: float = 5.0,
+        idle_timeout: float | None = None,
+    ) -> None:
         # get_context(str) is typed BaseContext, which has no Process; each start method's own context has one
         self.context = cast("SpawnContext | ForkServerContext | ForkContext", multiprocessing.get_context(start_method))
         if start_method == "forkserver":
@@ -132,8 +144,15 @@ class WorkerPool:
         # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread.
         death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
         inherited = held_write_ends() if self.start_method == "fork" else ()
-        args = (child_end, lifeline.reader, self.owner_pid, death_signal, self.torch_threads, self.idle_timeout,
-                inherited)
+        args = (
+            child_end,
+            lifeline.reader,
+            self.owner_pid,
+            death_signal,
+            self.torch_threads,
+            self.idle_timeout,
+            inherited,
+        )
         process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}")
         try:
             # in the environment it starts with, so that numpy's BLAS, loaded before worker_main runs, reads the limit
@@ -163,8 +182,13 @@ class WorkerPool:
                 self._discard(slot)
             self._spawn(slot)
 
-    def run(self, specs: Sequence[RunSpec], display: ProgressDisplay | NoProgress, on_result: ResultHandler,
-            on_start: StartHandler = no_start) -> None:
+    def run(
+        self,
+        specs: Sequence[RunSpec],
+        display: ProgressDisplay | NoProgress,
+        on_result: ResultHandler,
+        on_start: StartHandler = no_start,
+    ) -> None:
         """Run every spec; return when each has a result (a failed one when its worker died).
 
         ``on_start(spec)`` is called as a run is sent to a worker, before the worker can begin it.
@@ -261,12 +285,16 @@ class WorkerPool:
         try:
             result = pickle.loads(payload)
         except Exception as exc:
-            return failed_result(spec, f"ResultNotRead: the run's result could not be unpickled here "
-                                       f"({type(exc).__name__}: {exc})")
+            return failed_result(
+                spec, f"ResultNotRead: the run's result could not be unpickled here ({type(exc).__name__}: {exc})"
+            )
         if "agent_not_sent" in result.extra:
-            logger.warning("run %d: its trained agent could not be sent back from the worker (%s), so none is kept "
-                           "for it; pass keep_agents=False to skip sending agents", spec.run_idx,
-                           result.extra["agent_not_sent"])
+            logger.warning(
+                "run %d: its trained agent could not be sent back from the worker (%s), so none is kept "
+                "for it; pass keep_agents=False to skip sending agents",
+                spec.run_idx,
+                result.extra["agent_not_sent"],
+            )
         return result
 
     def _bury(self, slot: int, call: _Call) -> None:
@@ -294,15 +322,19 @@ class WorkerPool:
         if call.lost[spec.key] < _MAX_LOST:
             call.waiting.appendleft(spec)  # it never received the run: another worker runs it
         else:
-            reason = (f"WorkerDied: {_MAX_LOST} worker processes died as they were given this run (the last "
-                      f"{describe_exit(code)})")
+            reason = (
+                f"WorkerDied: {_MAX_LOST} worker processes died as they were given this run (the last "
+                f"{describe_exit(code)})"
+            )
             call.finish(spec, failed_result(spec, reason))
 
     def _fail_unstarted(self, call: _Call) -> None:
         codes = sorted({c for c in call.start_failures}, key=str)
-        reason = (f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
-                  f"start_method='{self.start_method}' workers import the main script again: put the "
-                  "script's code under `if __name__ == '__main__':`.")
+        reason = (
+            f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
+            f"start_method='{self.start_method}' workers import the main script again: put the "
+            "script's code under `if __name__ == '__main__':`."
+        )
         for spec in list(call.waiting):
             call.finish(spec, failed_result(spec, reason))
         call.waiting.clear()

@@ -117,8 +117,10 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
         except Exception as exc:
             error = exc
     logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)
-    reason = (f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
-              f"({type(error).__name__}: {error}); its records up to the last flush are on disk.")
+    reason = (
+        f"ResultNotSent: the run ended ({result.status}) but its result could not be sent to the parent "
+        f"({type(error).__name__}: {error}); its records up to the last flush are on disk."
+    )
     if result.status not in COMPLETED:
         reason += f" The run's own error: {result.extra.get('exception', result.error)}"
     return pickle.dumps(failed_result(spec, reason), protocol=pickle.HIGHEST_PROTOCOL)
@@ -160,8 +162,10 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
     except _PARENT_GONE:
         die_orphaned()
     except (OSError, ValueError, MemoryError) as exc:  # too large for the pipe, or no memory for the copy
-        reason = (f"ResultNotSent: the run ended ({result.status}) but sending its result failed "
-                  f"({type(exc).__name__}: {exc})")
+        reason = (
+            f"ResultNotSent: the run ended ({result.status}) but sending its result failed "
+            f"({type(exc).__name__}: {exc})"
+        )
         logger.error("run %d: %s", spec.run_idx, reason)
         channel.put(("result", pickle.dumps(failed_result(spec, reason))))
 
@@ -183,8 +187,15 @@ def _on_sigterm(signum: int, frame: object) -> None:
         leave(128 + signum)
 
 
-def worker_main(conn: Connection, lifeline: Connection, owner_pid: int, death_signal: bool, torch_threads: int | None,
-                idle_timeout: float, inherited_write_ends: tuple[int, ...] = ()) -> None:
+def worker_main(
+    conn: Connection,
+    lifeline: Connection,
+    owner_pid: int,
+    death_signal: bool,
+    torch_threads: int | None,
+    idle_timeout: float,
+    inherited_write_ends: tuple[int, ...] = (),
+) -> None:
     """The body of a worker process: run what the parent sends until told to leave.
 
     Args:

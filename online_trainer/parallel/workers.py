@@ -38,8 +38,11 @@ def shared_pool(num_workers: int, start_method: str, torch_threads: int | None) 
     """The pool ``multi_run`` calls share, started afresh when it cannot serve this call."""
     global _shared
     pool = _shared
-    if pool is not None and (pool.broken or pool.settings != (num_workers, start_method, torch_threads)
-                             or _code_changed_since(pool.started_at)):
+    if pool is not None and (
+        pool.broken
+        or pool.settings != (num_workers, start_method, torch_threads)
+        or _code_changed_since(pool.started_at)
+    ):
         pool.close()
         pool = None
     if pool is None:

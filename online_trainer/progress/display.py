@@ -144,7 +144,7 @@ class Progress(Protocol):
 class NoProgress:
     """Displays nothing."""
 
-    def open_run(self, key: int, name: str, total: int, unit: str) -> "NoProgress":
+    def open_run(self, key: int, name: str, total: int, unit: str) -> NoProgress:
         return self
 
     def advance(self, amount: int) -> None:
@@ -187,15 +187,22 @@ class ProgressDisplay:
         self.one_line = in_notebook or (_text_bars() and not _terminal())
         if in_notebook and not _told_about_widgets:
             _told_about_widgets = True
-            logger.warning("Jupyter without ipywidgets: the progress display keeps to one line of text; "
-                           "pip install ipywidgets (the package's `notebook` extra) for a bar per run.")
+            logger.warning(
+                "Jupyter without ipywidgets: the progress display keeps to one line of text; "
+                "pip install ipywidgets (the package's `notebook` extra) for a bar per run."
+            )
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self.done = self.failed = self.stopped_early = 0
-        self.overall = _bar(total=num_runs * total, unit=unit, desc="all runs", postfix=self._overall_postfix(),
-                            **({} if self.one_line else {"position": 0}))
+        self.overall = _bar(
+            total=num_runs * total,
+            unit=unit,
+            desc="all runs",
+            postfix=self._overall_postfix(),
+            **({} if self.one_line else {"position": 0}),
+        )
 
-    def open_run(self, key: int, name: str, total: int, unit: str) -> "DirectRunProgress":
+    def open_run(self, key: int, name: str, total: int, unit: str) -> DirectRunProgress:
         """Show a run (in-process runs report through the returned object)."""
         self._start(key, name)
         return DirectRunProgress(self, key)
@@ -294,7 +301,7 @@ class QueueProgress:
     def __init__(self, queue: Any, interval: float = 0.2) -> None:
         self.queue, self.interval = queue, interval
 
-    def open_run(self, key: int, name: str, total: int, unit: str) -> "QueueRunProgress":
+    def open_run(self, key: int, name: str, total: int, unit: str) -> QueueRunProgress:
         self.queue.put(("start", key, name))
         return QueueRunProgress(self.queue, key, self.interval)
 

@@ -31,19 +31,45 @@ import contextlib
 import gc
 import itertools
 import pickle
-from collections.abc import Sequence
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from online_trainer.records.pickling import ActionSlab, Call, episode_actions_form
 
-RECORD_KEYS = ("ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
-               "agent_logs", "global_step", "wall_time")
+RECORD_KEYS = (
+    "ep_return",
+    "ep_length",
+    "frames",
+    "transitions",
+    "actions",
+    "agent_seed",
+    "episode_index",
+    "agent_logs",
+    "global_step",
+    "wall_time",
+)
 EXTRA_KEYS = ("frames", "transitions", "agent_logs")
 RAW_KEYS = ("raw_return", "raw_length")  # after RECORD_KEYS in runs with raw scores (loop.raw_scores)
-_STATE = ("agent_seed", "first", "returns", "lengths", "steps", "times", "_segments", "_segment_dtypes", "_packed",
-          "_segment_rows", "_segment_ends", "_objects", "extras", "_extra_positions", "raw_returns", "raw_lengths")
+_STATE = (
+    "agent_seed",
+    "first",
+    "returns",
+    "lengths",
+    "steps",
+    "times",
+    "_segments",
+    "_segment_dtypes",
+    "_packed",
+    "_segment_rows",
+    "_segment_ends",
+    "_objects",
+    "extras",
+    "_extra_positions",
+    "raw_returns",
+    "raw_lengths",
+)
 PROTOCOL = 5
 
 
@@ -108,8 +134,14 @@ class EpisodeTable:
     def __len__(self) -> int:
         return len(self.returns)
 
-    def add(self, returns: Sequence[float] | np.ndarray, lengths: Sequence[int] | np.ndarray,
-            steps: Sequence[int] | np.ndarray, times: Sequence[float] | np.ndarray, actions: Any) -> None:
+    def add(
+        self,
+        returns: Sequence[float] | np.ndarray,
+        lengths: Sequence[int] | np.ndarray,
+        steps: Sequence[int] | np.ndarray,
+        times: Sequence[float] | np.ndarray,
+        actions: Any,
+    ) -> None:
         """Append episodes, in the order they ended.
 
         Args:
@@ -135,8 +167,14 @@ class EpisodeTable:
                 self._objects = [None] * first_new
             self._objects.extend([None] * added if actions is None else actions)
 
-    def add_slabs(self, returns: Sequence[float], lengths: Sequence[int], steps: Sequence[int],
-                  times: Sequence[float], slabs: Sequence[ActionSlab]) -> None:
+    def add_slabs(
+        self,
+        returns: Sequence[float],
+        lengths: Sequence[int],
+        steps: Sequence[int],
+        times: Sequence[float],
+        slabs: Sequence[ActionSlab],
+    ) -> None:
         """Append episodes, in the order they ended, whose array actions are in ``slabs``.
 
         The slabs' episodes, one after the other, are those given (one value each in ``returns``,
@@ -153,8 +191,10 @@ class EpisodeTable:
             self._add_segment(row, slab.data, slab.dtype, False, slab.ends)
             row += len(slab.ends)
         if row != len(self.returns):
-            raise ValueError(f"EpisodeTable.add_slabs: the slabs hold {row - len(self.returns) + len(returns)} "
-                             f"episodes, not {len(returns)}")
+            raise ValueError(
+                f"EpisodeTable.add_slabs: the slabs hold {row - len(self.returns) + len(returns)} "
+                f"episodes, not {len(returns)}"
+            )
 
     def _add_segment(self, row: int, data: np.ndarray, dtype: np.dtype, packed: bool, ends: Any) -> None:
         self._segments.append(data)
@@ -165,8 +205,13 @@ class EpisodeTable:
 
     def add_one(self, ep_return: float, length: int, step: int, wall_time: float, actions: Any) -> None:
         """Append one episode (``actions``: its array of ``length`` rows, another object, or None)."""
-        self.add((ep_return,), (length,), (step,), (wall_time,),
-                 actions if actions is None or (isinstance(actions, np.ndarray) and self._objects is None) else [actions])
+        self.add(
+            (ep_return,),
+            (length,),
+            (step,),
+            (wall_time,),
+            actions if actions is None or (isinstance(actions, np.ndarray) and self._objects is None) else [actions],
+        )
 
     def set_extra(self, key: str, position: int, value: Any) -> None:
         """Give episode ``position`` (not given one before, and after those given one) its ``key``."""
@@ -195,8 +240,9 @@ class EpisodeTable:
 
     # ------------------------------------------------------------ reading
 
-    def _actions_column(self, lo: int, hi: int, for_disk: bool, read_only: bool = False,
-                        lengths: list[int] | None = None) -> Any:
+    def _actions_column(
+        self, lo: int, hi: int, for_disk: bool, read_only: bool = False, lengths: list[int] | None = None
+    ) -> Any:
         """The actions of held rows ``lo:hi``: a list (of read-only views), or (for disk) what loads as one.
 
         ``lengths``: ``self.lengths[lo:hi]``, when the caller has the list (pickled once, for both).
@@ -222,10 +268,10 @@ class EpisodeTable:
             if read_only:  # views of a read-only view: the table's own arrays stay writeable (and pickle so)
                 segment = segment.view()
                 segment.flags.writeable = False
-            ends = self._segment_ends[k][a - rows[k]:b - rows[k]]
+            ends = self._segment_ends[k][a - rows[k] : b - rows[k]]
             if isinstance(ends, np.ndarray):
                 ends = ends.tolist()
-            views.extend([segment[end - length:end] for end, length in zip(ends, lengths[a - lo:b - lo])])
+            views.extend([segment[end - length : end] for end, length in zip(ends, lengths[a - lo : b - lo])])
         return views
 
     def _widened(self, k: int) -> np.ndarray:
@@ -241,8 +287,9 @@ class EpisodeTable:
     def _disk_actions(self, parts: list[tuple[int, int, int]], lengths: list[int], lo: int) -> Any:
         """What pickles as the actions of ``parts`` (see :meth:`_actions_column`) and loads as one array each."""
         rows = self._segment_rows
-        pieces = [(self._segments[k], self._packed[k], self._segment_ends[k][a - rows[k]:b - rows[k]])
-                  for k, a, b in parts]
+        pieces = [
+            (self._segments[k], self._packed[k], self._segment_ends[k][a - rows[k] : b - rows[k]]) for k, a, b in parts
+        ]
         return episode_actions_form(pieces, lengths, self._segment_dtypes[parts[0][0]])
 
     def _has_extra(self, key: str, lo: int, hi: int) -> bool:
@@ -267,19 +314,30 @@ class EpisodeTable:
         n = hi - lo
         seed = Call(itertools.repeat, self.agent_seed, n) if for_disk else itertools.repeat(self.agent_seed, n)
         lengths = self.lengths[lo:hi]
-        return [self.returns[lo:hi], lengths, self._extra_column("frames", lo, hi, for_disk),
-                self._extra_column("transitions", lo, hi, for_disk),
-                self._actions_column(lo, hi, for_disk, read_only, lengths), seed,
-                range(self.first + lo + 1, self.first + hi + 1), self._extra_column("agent_logs", lo, hi, for_disk),
-                self.steps[lo:hi], self.times[lo:hi]] + (
-                    [] if self.raw_returns is None or self.raw_lengths is None
-                    else [self.raw_returns[lo:hi], self.raw_lengths[lo:hi]])
+        return [
+            self.returns[lo:hi],
+            lengths,
+            self._extra_column("frames", lo, hi, for_disk),
+            self._extra_column("transitions", lo, hi, for_disk),
+            self._actions_column(lo, hi, for_disk, read_only, lengths),
+            seed,
+            range(self.first + lo + 1, self.first + hi + 1),
+            self._extra_column("agent_logs", lo, hi, for_disk),
+            self.steps[lo:hi],
+            self.times[lo:hi],
+        ] + (
+            []
+            if self.raw_returns is None or self.raw_lengths is None
+            else [self.raw_returns[lo:hi], self.raw_lengths[lo:hi]]
+        )
 
     def keys(self) -> tuple[str, ...]:
         """The keys of this table's records: :data:`RECORD_KEYS`, then :data:`RAW_KEYS` with raw scores."""
         return RECORD_KEYS if self.raw_returns is None else RECORD_KEYS + RAW_KEYS
 
-    def records(self, start: int | None = None, stop: int | None = None, read_only: bool = False) -> list[dict[str, Any]]:
+    def records(
+        self, start: int | None = None, stop: int | None = None, read_only: bool = False
+    ) -> list[dict[str, Any]]:
         """The records of positions ``start:stop`` (default: every held one), as dicts.
 
         Array actions are views of one buffer (which the table no longer changes); with
@@ -299,17 +357,44 @@ class EpisodeTable:
             lengths = self.lengths[lo:hi]
             actions = self._actions_column(lo, hi, False, read_only, lengths)
             with _gc_paused():
-                return [{"ep_return": r, "ep_length": n, "frames": [], "transitions": [], "actions": a,
-                         "agent_seed": seed, "episode_index": i, "agent_logs": None, "global_step": s, "wall_time": w}
-                        for r, n, a, i, s, w in zip(self.returns[lo:hi], lengths, actions, indices,
-                                                    self.steps[lo:hi], self.times[lo:hi])]
+                return [
+                    {
+                        "ep_return": r,
+                        "ep_length": n,
+                        "frames": [],
+                        "transitions": [],
+                        "actions": a,
+                        "agent_seed": seed,
+                        "episode_index": i,
+                        "agent_logs": None,
+                        "global_step": s,
+                        "wall_time": w,
+                    }
+                    for r, n, a, i, s, w in zip(
+                        self.returns[lo:hi], lengths, actions, indices, self.steps[lo:hi], self.times[lo:hi]
+                    )
+                ]
         returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times = self._columns(
-            lo, hi, False, read_only)
+            lo, hi, False, read_only
+        )
         with _gc_paused():
-            return [{"ep_return": r, "ep_length": n, "frames": f, "transitions": tr, "actions": a, "agent_seed": seed,
-                     "episode_index": i, "agent_logs": g, "global_step": s, "wall_time": w}
-                    for r, n, f, tr, a, seed, i, g, s, w
-                    in zip(returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times)]
+            return [
+                {
+                    "ep_return": r,
+                    "ep_length": n,
+                    "frames": f,
+                    "transitions": tr,
+                    "actions": a,
+                    "agent_seed": seed,
+                    "episode_index": i,
+                    "agent_logs": g,
+                    "global_step": s,
+                    "wall_time": w,
+                }
+                for r, n, f, tr, a, seed, i, g, s, w in zip(
+                    returns, lengths, frames, transitions, actions, seeds, indices, logs, steps, times
+                )
+            ]
 
     def disk_form(self, start: int | None = None, stop: int | None = None) -> Any:
         """What pickles as the records of positions ``start:stop`` and loads as their list of dicts.

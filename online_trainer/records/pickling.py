@@ -8,8 +8,8 @@ numpy that the pickle names (:class:`Call`), never by a class of ours.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -68,8 +68,9 @@ def narrowed(pieces: list[np.ndarray], dtype: np.dtype | None) -> Any:
     return flat if dtype is None else Call(np.asarray, flat, dtype)
 
 
-def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int] | np.ndarray]], lengths: list[int],
-                         dtype: np.dtype) -> Call:
+def episode_actions_form(
+    pieces: list[tuple[np.ndarray, bool, Sequence[int] | np.ndarray]], lengths: list[int], dtype: np.dtype
+) -> Call:
     """What pickles as the array actions of consecutive episodes and loads as one array each, in ``dtype``.
 
     Args:
@@ -87,14 +88,14 @@ def episode_actions_form(pieces: list[tuple[np.ndarray, bool, Sequence[int] | np
     if all(packed for _, packed, _ in pieces):
         joined = []
         for data, _, ends in pieces:
-            joined.append(data[ends[0] - lengths[episode]:ends[-1]])
+            joined.append(data[ends[0] - lengths[episode] : ends[-1]])
             episode += len(ends)
         return Call(np.split, narrowed(joined, dtype), cuts)
     spans, shifts = [], []
     taken = placed = 0  # rows of the spans so far, and of their episodes back to back
     for data, _, piece_ends in pieces:
         ends = np.asarray(piece_ends)
-        held = np.array(lengths[episode:episode + len(ends)])
+        held = np.array(lengths[episode : episode + len(ends)])
         episode += len(ends)
         starts = ends - held
         first, last = int(starts.min()), int(ends.max())

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from online_trainer.records.episode_table import RECORD_KEYS, EpisodeTable
+from online_trainer.records.episode_table import EpisodeTable
 
-SCALAR_KEYS = {"ep_return": ("returns", np.float64), "ep_length": ("lengths", np.int64),
-               "global_step": ("steps", np.int64), "wall_time": ("times", np.float64)}
+SCALAR_KEYS = {
+    "ep_return": ("returns", np.float64),
+    "ep_length": ("lengths", np.int64),
+    "global_step": ("steps", np.int64),
+    "wall_time": ("times", np.float64),
+}
 READ_BLOCK = 1024  # records built at a time while iterating
 
 

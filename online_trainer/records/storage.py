@@ -25,8 +25,9 @@ import os
 import pickle
 import types
 import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -61,7 +62,8 @@ EXPERIMENT_PATTERNS = (
     "*.csv",
     "mlflow.db",
     "mlflow_runs.json",
-    "mlartifacts", "wandb",
+    "mlartifacts",
+    "wandb",
     "wandb_runs.json",
     "slurm",  # the Slurm backend's results, progress and job logs
 )
@@ -104,8 +106,9 @@ def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
     return sorted(found)
 
 
-def write_atomic(path: str | os.PathLike,
-                 data: bytes | Iterable[bytes | memoryview] | Callable[[BinaryIO], None]) -> None:
+def write_atomic(
+    path: str | os.PathLike, data: bytes | Iterable[bytes | memoryview] | Callable[[BinaryIO], None]
+) -> None:
     """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in.
 
     Args:
@@ -235,8 +238,9 @@ def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]
     """Yield the chunks of a metrics stream; a truncated last chunk ends it with a warning."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No metrics stream at {path}: the run has not started, or it ran with "
-                                "dump_metrics=False.")
+        raise FileNotFoundError(
+            f"No metrics stream at {path}: the run has not started, or it ran with dump_metrics=False."
+        )
     with open(path, "rb") as f:
         while True:
             start = f.tell()
@@ -287,7 +291,9 @@ class _ArgsLoader(yaml.SafeLoader):
 
 
 _ArgsDumper.add_representer(tuple, lambda d, v: d.represent_sequence("tag:yaml.org,2002:python/tuple", v))
-_ArgsLoader.add_constructor("tag:yaml.org,2002:python/tuple", lambda l, n: tuple(l.construct_sequence(n)))
+_ArgsLoader.add_constructor(
+    "tag:yaml.org,2002:python/tuple", lambda loader, node: tuple(loader.construct_sequence(node))
+)
 
 
 def dump_args(args: argparse.Namespace | Mapping[str, Any]) -> str:
@@ -361,7 +367,7 @@ def run_indices(exp_dir: str | os.PathLike) -> list[int]:
     path = _require_dir(exp_dir)
     indices = []
     for stream in path.glob("metrics_run*.pkl"):
-        suffix = stream.stem[len("metrics_run"):]
+        suffix = stream.stem[len("metrics_run") :]
         if suffix.isdigit():
             indices.append(int(suffix))
     return sorted(indices)

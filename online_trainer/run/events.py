@@ -64,8 +64,15 @@ class RunEvents:
         checkpoints: the built-in checkpoint hook, when the run writes checkpoints.
     """
 
-    def __init__(self, spec: RunSpec, hooks: HookRunner, tracker: EpisodeTracker, metrics: MetricsFlush,
-                 evaluations: RunEvaluations | None = None, checkpoints: RunCheckpoints | None = None) -> None:
+    def __init__(
+        self,
+        spec: RunSpec,
+        hooks: HookRunner,
+        tracker: EpisodeTracker,
+        metrics: MetricsFlush,
+        evaluations: RunEvaluations | None = None,
+        checkpoints: RunCheckpoints | None = None,
+    ) -> None:
         self.spec, self.hooks, self.tracker, self.metrics = spec, hooks, tracker, metrics
         self.evaluations, self.checkpoints = evaluations, checkpoints
         self.max_steps = spec.options.budget.max_steps
@@ -114,18 +121,26 @@ class RunEvents:
         assert spec.exp_dir is not None  # a full checkpoint is written only into an experiment directory
         metrics.flush()
         evaluations = self.evaluations
-        outputs = {"metrics": None if metrics.stream is None else metrics.stream.position(),
-                   "evaluations": None if evaluations is None or evaluations.stream is None
-                   else evaluations.stream.position()}
+        outputs = {
+            "metrics": None if metrics.stream is None else metrics.stream.position(),
+            "evaluations": None if evaluations is None or evaluations.stream is None else evaluations.stream.position(),
+        }
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
             outputs["callback"] = checkpoint(ctx.run_tag)
         return full_checkpoint.FullCheckpoint(
-            run=spec.run_idx, seed=spec.seed, num_envs=self.tracker.num_envs, loop=loop,
-            tracker=self.tracker.to_state(keep_table=metrics.stream is None), events=self.hooks.state_dict(),
+            run=spec.run_idx,
+            seed=spec.seed,
+            num_envs=self.tracker.num_envs,
+            loop=loop,
+            tracker=self.tracker.to_state(keep_table=metrics.stream is None),
+            events=self.hooks.state_dict(),
             agent=full_checkpoint.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
-            env=full_checkpoint.env_bytes(ctx.env), rng=full_checkpoint.global_rng_state(), outputs=outputs,
-            elapsed=time.perf_counter() - self.tracker.start_time)
+            env=full_checkpoint.env_bytes(ctx.env),
+            rng=full_checkpoint.global_rng_state(),
+            outputs=outputs,
+            elapsed=time.perf_counter() - self.tracker.start_time,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the hooks' state from a full checkpoint's ``events`` (a resumed run, before :meth:`start`)."""
@@ -146,8 +161,15 @@ class RunEvents:
             self.hooks.close()
 
 
-def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, tracker: EpisodeTracker,
-               evaluator: Evaluator | None = None, outputs: dict[str, Any] | None = None) -> RunEvents:
+def run_events(
+    spec: RunSpec,
+    env: Any,
+    agent: Any,
+    progress: RunProgress,
+    tracker: EpisodeTracker,
+    evaluator: Evaluator | None = None,
+    outputs: dict[str, Any] | None = None,
+) -> RunEvents:
     """The run's events: its context, its built-in hooks in their order, then a copy of each of the user's.
 
     Opens the run's metrics and evaluation streams (``exp_dir`` with ``dump_metrics``); a resumed
@@ -160,7 +182,9 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
     streams = spec.exp_dir is not None and options.dump_metrics
     stream = None
     if streams and spec.exp_dir is not None:
-        stream = storage.MetricsStream(storage.metrics_path(spec.exp_dir, spec.run_idx), resume_at=outputs.get("metrics"))
+        stream = storage.MetricsStream(
+            storage.metrics_path(spec.exp_dir, spec.run_idx), resume_at=outputs.get("metrics")
+        )
     metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory)
     builtin: dict[str, Any] = {"metrics": metrics}
     if type(callback) is not EmptyCallBack:  # it would drop them: skip the calls
@@ -170,16 +194,26 @@ def run_events(spec: RunSpec, env: Any, agent: Any, progress: RunProgress, track
         assert options.evaluation is not None  # an evaluator is made from the evaluation options
         eval_stream = None
         if streams and spec.exp_dir is not None:
-            eval_stream = storage.MetricsStream(storage.evaluations_path(spec.exp_dir, spec.run_idx), 1,
-                                                resume_at=outputs.get("evaluations"))
-        evaluations = builtin["evaluations"] = RunEvaluations(evaluator, options.evaluation.freq, by_episode, eval_stream,
-                                                              callback, run_tag)
+            eval_stream = storage.MetricsStream(
+                storage.evaluations_path(spec.exp_dir, spec.run_idx), 1, resume_at=outputs.get("evaluations")
+            )
+        evaluations = builtin["evaluations"] = RunEvaluations(
+            evaluator, options.evaluation.freq, by_episode, eval_stream, callback, run_tag
+        )
     # checkpoint_freq needs an exp_dir (RunOptions checks it)
     if options.checkpoint_freq is not None and spec.exp_dir is not None and callable(getattr(agent, "save", None)):
         checkpoints = builtin["checkpoints"] = RunCheckpoints(
-            agent, spec.exp_dir, spec.run_idx, options.checkpoint_freq, by_episode, evaluator is not None,
-            options.checkpoints.keep)
-    builtin["progress"] = ProgressTicks(progress, options.budget, tracker.raw if options.records.score == "raw" else None)
+            agent,
+            spec.exp_dir,
+            spec.run_idx,
+            options.checkpoint_freq,
+            by_episode,
+            evaluator is not None,
+            options.checkpoints.keep,
+        )
+    builtin["progress"] = ProgressTicks(
+        progress, options.budget, tracker.raw if options.records.score == "raw" else None
+    )
     if not isinstance(callback, EmptyCallBack):
         builtin["stats"] = RunStats(options.records.stats_window, options.records.stats_every_steps)
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:

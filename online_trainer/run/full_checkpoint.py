@@ -34,9 +34,10 @@ import random
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import cloudpickle
 import numpy as np
@@ -87,9 +88,18 @@ class FullCheckpoint:
     def header(self) -> dict[str, Any]:
         """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
         seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.run.hook_runner.saved_hooks`)."""
-        return {"format": self.version, "run": self.run, "seed": self.seed, "num_envs": self.num_envs,
-                "outputs": self.outputs, "global_step": self.loop.global_step, "episodes": self.loop.episodes,
-                "env_kept": self.env is not None, "elapsed": self.elapsed, "hooks": saved_hooks(self.events)}
+        return {
+            "format": self.version,
+            "run": self.run,
+            "seed": self.seed,
+            "num_envs": self.num_envs,
+            "outputs": self.outputs,
+            "global_step": self.loop.global_step,
+            "episodes": self.loop.episodes,
+            "env_kept": self.env is not None,
+            "elapsed": self.elapsed,
+            "hooks": saved_hooks(self.events),
+        }
 
     def to_state(self) -> dict[str, Any]:
         """The checkpoint as plain data (what the file holds after the header)."""
@@ -119,15 +129,20 @@ def check_version(version: Any, source: Any) -> None:
         ValueError: naming ``source`` and both versions.
     """
     if version != FORMAT:
-        raise ValueError(f"{source} was written by another version of online_trainer (format {version!r}, this one "
-                         f"reads {FORMAT}): the run cannot continue from it; remove it to start the run again.")
+        raise ValueError(
+            f"{source} was written by another version of online_trainer (format {version!r}, this one "
+            f"reads {FORMAT}): the run cannot continue from it; remove it to start the run again."
+        )
 
 
 def global_rng_state() -> dict[str, Any]:
     """The state of the process-wide generators (``random``, ``numpy.random``, ``torch`` when imported)."""
     torch = sys.modules.get("torch")
-    return {"random": random.getstate(), "numpy": np.random.get_state(),
-            "torch": None if torch is None else torch.get_rng_state()}
+    return {
+        "random": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": None if torch is None else torch.get_rng_state(),
+    }
 
 
 def set_global_rng_state(state: dict[str, Any]) -> None:
@@ -147,7 +162,9 @@ def env_bytes(env: Any) -> bytes | None:
     try:
         return cloudpickle.dumps(env)
     except Exception as exc:  # anything can fail in a user's env's pickling
-        logger.debug("the env does not pickle (%s: %s): a resumed run restarts it from a reset", type(exc).__name__, exc)
+        logger.debug(
+            "the env does not pickle (%s: %s): a resumed run restarts it from a reset", type(exc).__name__, exc
+        )
         return None
 
 
@@ -234,8 +251,11 @@ def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
     except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
         header = None
     if header is not None and header["global_step"] >= (progress["global_step"] or 0):
-        progress = {"episodes": max(progress["episodes"] or 0, header["episodes"]),
-                    "global_step": header["global_step"], "wall_time": header.get("elapsed", progress["wall_time"])}
+        progress = {
+            "episodes": max(progress["episodes"] or 0, header["episodes"]),
+            "global_step": header["global_step"],
+            "wall_time": header.get("elapsed", progress["wall_time"]),
+        }
     return progress
 
 
@@ -245,8 +265,9 @@ class Preempted(KeyboardInterrupt):
 
     def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
         where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
-        super().__init__(f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or "
-                         "`online-trainer resume EXP_DIR`")
+        super().__init__(
+            f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or `online-trainer resume EXP_DIR`"
+        )
 
 
 def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: bool) -> dict[str, Any]:
@@ -282,15 +303,22 @@ def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> Loop
         ValueError: the env has another number of sub-envs than the checkpoint's run.
     """
     if env.num_envs != saved.num_envs:
-        raise ValueError(f"num_envs={env.num_envs}, but run {saved.run} was checkpointed with "
-                         f"num_envs={saved.num_envs}: resume with the env the experiment ran with.")
+        raise ValueError(
+            f"num_envs={env.num_envs}, but run {saved.run} was checkpointed with "
+            f"num_envs={saved.num_envs}: resume with the env the experiment ran with."
+        )
     load_agent(agent, saved.agent)
     loop = saved.loop
     if saved.env is not None:
         return loop
     restart = restart_seed(seed, loop.global_step)
-    logger.info("run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
-                "the episodes in progress were dropped", saved.run, restart, loop.global_step)
+    logger.info(
+        "run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
+        "the episodes in progress were dropped",
+        saved.run,
+        restart,
+        loop.global_step,
+    )
     obs, _ = env.reset(seed=restart)
     return LoopState(loop.global_step, loop.episodes, obs)
 
@@ -317,7 +345,10 @@ def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = Tru
     """
     header = read(exp_dir, run, header_only=True) if continue_run else None
     if header is None:
-        for path in (storage.metrics_path(exp_dir, run), storage.evaluations_path(exp_dir, run),
-                     storage.resume_path(exp_dir, run)):
+        for path in (
+            storage.metrics_path(exp_dir, run),
+            storage.evaluations_path(exp_dir, run),
+            storage.resume_path(exp_dir, run),
+        ):
             path.unlink(missing_ok=True)  # a run that starts again from its first step
     return header

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from online_trainer.loop.budget import INFINITY
 from online_trainer.loop.hook_protocol import RunContext, defines
@@ -74,31 +75,43 @@ def hook_keys(hooks: Sequence[Any]) -> list[str]:
 def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:
     """:func:`hook_keys` name -> class name of each of the user's ``hooks`` with a ``state_dict`` (what a full
     checkpoint keeps)."""
-    return {key: type(hook).__qualname__ for key, hook in zip(hook_keys(hooks), hooks)
-            if callable(getattr(hook, "state_dict", None))}
+    return {
+        key: type(hook).__qualname__
+        for key, hook in zip(hook_keys(hooks), hooks)
+        if callable(getattr(hook, "state_dict", None))
+    }
 
 
 def saved_hooks(state: Mapping[str, Any]) -> dict[str, str | None]:
     """What :func:`stateful_hooks` said of the hooks whose state :meth:`HookRunner.state_dict` returned (the class
     name None when the state does not record it)."""
-    return {key: entry.get("type") for key, entry in state["hooks"].items()
-            if entry.get("user") and entry["state"] is not None}
+    return {
+        key: entry.get("type")
+        for key, entry in state["hooks"].items()
+        if entry.get("user") and entry["state"] is not None
+    }
 
 
-def check_saved_hooks(saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state") -> None:
+def check_saved_hooks(
+    saved: Mapping[str, str | None], hooks: Mapping[str, str], where: str = "The saved state"
+) -> None:
     """Raise unless the user hooks whose state was saved (:func:`saved_hooks`) are those of the run (:func:`stateful_hooks`).
 
     Raises:
         ValueError: a user hook with state is missing or extra, or of another class at its position.
     """
     if set(saved) != set(hooks):
-        raise ValueError(f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
-                         f"are {sorted(hooks)}: resume with the hooks the run was started with (hooks of one class "
-                         "in the same order; classes in any order).")
+        raise ValueError(
+            f"{where} holds the user hooks {sorted(saved)}, but this run's hooks with state "
+            f"are {sorted(hooks)}: resume with the hooks the run was started with (hooks of one class "
+            "in the same order; classes in any order)."
+        )
     for key, name in saved.items():
         if name is not None and name != hooks[key]:
-            raise ValueError(f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
-                             "the hooks in the order the run was started with.")
+            raise ValueError(
+                f"{where} of {key} is a {name}'s, but this run's {key} is a {hooks[key]}: resume with "
+                "the hooks in the order the run was started with."
+            )
 
 
 class HookRunner:
@@ -133,8 +146,11 @@ class HookRunner:
         self.checkpoint = self._methods("on_checkpoint")
         self.run_end = self._methods("on_run_end")
         # a hook's on_step runs at the cadence it declares (a built-in configured without one takes no on_step)
-        self.cadences = {key: Cadence(h) for key, h in zip(self.keys, self.hooks) if defines(h, "on_step")
-                         and (getattr(h, "every_steps", None) or getattr(h, "every_seconds", None))}
+        self.cadences = {
+            key: Cadence(h)
+            for key, h in zip(self.keys, self.hooks)
+            if defines(h, "on_step") and (getattr(h, "every_steps", None) or getattr(h, "every_seconds", None))
+        }
         self.next_step = self._next_step()
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
         self.closed = False
@@ -171,8 +187,12 @@ class HookRunner:
         if self.episode_end:
             for j in range(len(returns)):
                 ctx.episodes = index = first_index + j
-                record = {"episode_index": index, "ep_return": float(returns[j]), "ep_length": int(lengths[j]),
-                          "global_step": global_step}
+                record = {
+                    "episode_index": index,
+                    "ep_return": float(returns[j]),
+                    "ep_length": int(lengths[j]),
+                    "global_step": global_step,
+                }
                 for method in self.episode_end:
                     method(ctx, record)
             ctx.episodes = last
@@ -230,11 +250,17 @@ class HookRunner:
             save = getattr(hook, "state_dict", None)
             cadence = self.cadences.get(key)
             if callable(save) or cadence is not None:
-                hooks[key] = {"state": save() if callable(save) else None, "user": key in self.user_keys,
-                              "type": type(hook).__qualname__,
-                              "next_step": None if cadence is None else cadence.next_step}
-        return {"hooks": hooks, "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
-                "stop_reason": self.ctx.stop_reason}
+                hooks[key] = {
+                    "state": save() if callable(save) else None,
+                    "user": key in self.user_keys,
+                    "type": type(hook).__qualname__,
+                    "next_step": None if cadence is None else cadence.next_step,
+                }
+        return {
+            "hooks": hooks,
+            "rng": copy.deepcopy(self.ctx.rng.bit_generator.state),
+            "stop_reason": self.ctx.stop_reason,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` into this run's hooks (built the same way, not yet run).

@@ -122,11 +122,15 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source)
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
-        raise TypeError(f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
-                        f"{agent!r} lacks: add it, or drop checkpoint_freq.")
+        raise TypeError(
+            f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
+            f"{agent!r} lacks: add it, or drop checkpoint_freq."
+        )
     if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
-        raise TypeError(f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
-                        "add set_hp(dict), or drop tuning_hp.")
+        raise TypeError(
+            f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
+            "add set_hp(dict), or drop tuning_hp."
+        )
     if spec.train:
         _call_if_present(agent, "reset", spec.seed)
     _call_if_present(agent, "set_num_env", env.num_envs)
@@ -152,17 +156,23 @@ def _end_sink_run(spec: RunSpec, status: str) -> None:
 
 def _check_env(env: Any, frames_trigger: Any = None) -> None:
     if env.num_envs > seeding.SEED_STRIDE:
-        raise ValueError(f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
-                         f"at most {seeding.SEED_STRIDE} sub-envs.")
+        raise ValueError(
+            f"num_envs={env.num_envs} exceeds {seeding.SEED_STRIDE}: runs would share env seeds. Use "
+            f"at most {seeding.SEED_STRIDE} sub-envs."
+        )
     render_mode = getattr(env, "render_mode", None)
     supported = env.metadata.get("render_modes") or []
     if render_mode is not None and supported and render_mode not in supported:
-        raise ValueError(f"render_mode={render_mode!r} is not a render mode of this env, which supports "
-                         f"{list(supported)}: make the env with one of them.")
+        raise ValueError(
+            f"render_mode={render_mode!r} is not a render mode of this env, which supports "
+            f"{list(supported)}: make the env with one of them."
+        )
     if frames_trigger is not None and render_mode not in FRAME_RENDER_MODES:
-        raise ValueError(f"frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
-                         f"the env's render_mode is {render_mode!r}: make the env with render_mode='rgb_array' "
-                         f"(or one of {list(FRAME_RENDER_MODES)}), or drop frames_trigger.")
+        raise ValueError(
+            f"frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
+            f"the env's render_mode is {render_mode!r}: make the env with render_mode='rgb_array' "
+            f"(or one of {list(FRAME_RENDER_MODES)}), or drop frames_trigger."
+        )
 
 
 def _warn_if_nan(obs: Any, run_idx: int) -> None:
@@ -194,7 +204,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     sink_run_open = False
     try:
         try:
-            saved = full_checkpoint.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
+            saved = (
+                full_checkpoint.read(spec.exp_dir, spec.run_idx) if spec.resume and spec.exp_dir is not None else None
+            )
             env = full_checkpoint.restored_env(saved)
             if env is None:
                 env = spec.env_factory()
@@ -213,20 +225,42 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             if spec.options.evaluation is not None and spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
                 video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
-                evaluator = Evaluator(eval_env, agent, eval_seed(spec.seed), spec.options.evaluation.episodes, spec.train,
-                                      video_dir, spec.options.evaluation.record_video, score=spec.options.records.score)
+                evaluator = Evaluator(
+                    eval_env,
+                    agent,
+                    eval_seed(spec.seed),
+                    spec.options.evaluation.episodes,
+                    spec.train,
+                    video_dir,
+                    spec.options.evaluation.record_video,
+                    score=spec.options.records.score,
+                )
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
-            _call_if_present(spec.callback, "start_run", spec.run_idx, spec.seed, dict(spec.tuning_hp or {}),
-                             spec.exp_dir, f"{spec.tag_prefix}run_{spec.run_idx}")
+            _call_if_present(
+                spec.callback,
+                "start_run",
+                spec.run_idx,
+                spec.seed,
+                dict(spec.tuning_hp or {}),
+                spec.exp_dir,
+                f"{spec.tag_prefix}run_{spec.run_idx}",
+            )
             sink_run_open = True
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         render_mode = getattr(env, "render_mode", None)
         render = render_mode in FRAME_RENDER_MODES
-        tracker = EpisodeTracker(env.num_envs, mode, keep_transitions=spec.options.dump_transitions, keep_frames=render,
-                                 observation_space=env.single_observation_space,
-                                 action_space=env.single_action_space, frames_trigger=spec.options.records.frames_trigger,
-                                 render_each_step=render_mode == "rgb_array_list", agent_seed=spec.seed)
+        tracker = EpisodeTracker(
+            env.num_envs,
+            mode,
+            keep_transitions=spec.options.dump_transitions,
+            keep_frames=render,
+            observation_space=env.single_observation_space,
+            action_space=env.single_action_space,
+            frames_trigger=spec.options.records.frames_trigger,
+            render_each_step=render_mode == "rgb_array_list",
+            agent_seed=spec.seed,
+        )
         if saved is not None:
             tracker = full_checkpoint.restored_tracker(saved, tracker)
         if with_raw:  # reads the (restored) table
@@ -248,12 +282,14 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             events.start()
             if saved is not None:  # after on_run_start: the loop goes on with the generators it had
                 full_checkpoint.set_global_rng_state(saved.rng)
-            global_step, episodes = run_loop(env, agent, obs, first_actions, tracker, events, spec.budget, spec.train,
-                                             step_logger, resumed_from)
+            global_step, episodes = run_loop(
+                env, agent, obs, first_actions, tracker, events, spec.budget, spec.train, step_logger, resumed_from
+            )
         except StopRun as stop:
             global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
-            logger.info("run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step,
-                        stop_reason)
+            logger.info(
+                "run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step, stop_reason
+            )
         events.finish(True, global_step)
         sink_run_open = False
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
@@ -288,8 +324,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         wall_time=time.perf_counter() - start + (saved.elapsed if saved is not None else 0.0),
         agent=agent if spec.options.records.keep_agents else None,
         evaluations=events.evaluations.records if events.evaluations is not None else None,
-        env_info={"num_envs": env.num_envs, "autoreset_mode": mode.name, "env_id": _env_id(env),
-                  "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps}},
+        env_info={
+            "num_envs": env.num_envs,
+            "autoreset_mode": mode.name,
+            "env_id": _env_id(env),
+            "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps},
+        },
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
@@ -321,13 +361,21 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
-        evaluator = Evaluator(env, agent, spec.seed, spec.options.num_eval_episodes, training=False,
-                              score=spec.options.records.score)
+        evaluator = Evaluator(
+            env, agent, spec.seed, spec.options.num_eval_episodes, training=False, score=spec.options.records.score
+        )
         record = evaluator.evaluate(0, 0)
         bar.advance(spec.options.num_eval_episodes)
     finally:
         bar.close()
         if env is not None:
             (spec.eval_env_factory or spec.env_factory).release(env)
-    return RunResult(run_idx=spec.run_idx, seed=spec.seed, records=None, key=spec.key, episodes=len(record["returns"]),
-                     wall_time=time.perf_counter() - start, evaluations=[record])
+    return RunResult(
+        run_idx=spec.run_idx,
+        seed=spec.seed,
+        records=None,
+        key=spec.key,
+        episodes=len(record["returns"]),
+        wall_time=time.perf_counter() - start,
+        evaluations=[record],
+    )

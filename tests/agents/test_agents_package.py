@@ -5,7 +5,9 @@ from online_trainer import agents
 
 def test_all_is_sorted_and_complete():
     assert agents.__all__ == sorted(agents.__all__)
-    assert {"RandomAgent", "QLearningAgent", "DQNAgent", "PPOAgent", "SACAgent", "SACConfig", "AGENTS"} <= set(agents.__all__)
+    assert {"RandomAgent", "QLearningAgent", "DQNAgent", "PPOAgent", "SACAgent", "SACConfig", "AGENTS"} <= set(
+        agents.__all__
+    )
     assert all(hasattr(agents, name) for name in agents.__all__)
 
 

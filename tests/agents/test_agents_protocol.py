@@ -18,8 +18,16 @@ from online_trainer.loop.protocol import OPTIONAL_METHODS, missing_methods
 FAST_HP = {
     RandomAgent: {},
     QLearningAgent: {"lr": 0.5},
-    DQNAgent: {"learning_starts": 8, "batch_size": 8, "train_freq": 2, "target_update_interval": 10,
-               "exploration_steps": 50, "hidden_sizes": (16,), "buffer_size": 200, "save_buffer": True},
+    DQNAgent: {
+        "learning_starts": 8,
+        "batch_size": 8,
+        "train_freq": 2,
+        "target_update_interval": 10,
+        "exploration_steps": 50,
+        "hidden_sizes": (16,),
+        "buffer_size": 200,
+        "save_buffer": True,
+    },
     PPOAgent: {"n_steps": 8, "minibatch_size": 8, "n_epochs": 2, "hidden_sizes": (16,)},
 }
 # A hyperparameter each agent has, and a new valid value for it.
@@ -81,8 +89,13 @@ def test_agent_factory_lambda_builds_from_a_vector_env(corridor):
 
 
 def test_registry_names_the_five_agents():
-    assert AGENTS == {"random": RandomAgent, "q_learning": QLearningAgent, "dqn": DQNAgent, "ppo": PPOAgent,
-                      "sac": SACAgent}
+    assert AGENTS == {
+        "random": RandomAgent,
+        "q_learning": QLearningAgent,
+        "dqn": DQNAgent,
+        "ppo": PPOAgent,
+        "sac": SACAgent,
+    }
 
 
 @pytest.mark.parametrize("cls", ALL)
@@ -170,8 +183,11 @@ def test_set_hp_changes_the_value(cls, corridor):
 def test_set_hp_unknown_key_names_it_and_lists_the_valid_ones(cls, corridor):
     agent = build(cls, corridor())
     valid = ", ".join(field.name for field in dataclasses.fields(cls.Config)) or "none"
-    with pytest.raises(ValueError, match=rf"^{cls.__name__} hyperparameters: unknown key 'learning_rate'.*; valid "
-                                         rf"keys: {re.escape(valid)}\.$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{cls.__name__} hyperparameters: unknown key 'learning_rate'.*; valid "
+        rf"keys: {re.escape(valid)}\.$",
+    ):
         agent.set_hp({"learning_rate": 0.1})
     with pytest.raises(ValueError, match=f"^{cls.__name__} hyperparameters: unknown key 'bogus'; valid keys: "):
         cls(corridor(), bogus=1)

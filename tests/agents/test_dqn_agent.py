@@ -10,8 +10,15 @@ from online_trainer import envs
 from online_trainer.agents import DQNAgent
 from tests.conftest import feed
 
-SMALL = {"learning_starts": 8, "batch_size": 8, "train_freq": 1, "target_update_interval": 5,
-         "exploration_steps": 10, "hidden_sizes": (8,), "buffer_size": 100}
+SMALL = {
+    "learning_starts": 8,
+    "batch_size": 8,
+    "train_freq": 1,
+    "target_update_interval": 5,
+    "exploration_steps": 10,
+    "hidden_sizes": (8,),
+    "buffer_size": 100,
+}
 
 
 def agent_on(env, seed=0, **hp):
@@ -24,8 +31,14 @@ def test_reset_steps_never_reach_the_replay_buffer(corridor):
     agent = agent_on(corridor(3))
     feed(agent, [0, 1, 2], [1, 2, 3], [1234.0] * 3, valid=np.array([False, False, False]))
     assert len(agent.buffer) == 0 and agent.steps == 0
-    feed(agent, [0, 1, 2], [1, 2, 3], [1.0, 1234.0, 1234.0], terminated=[False, True, False],
-         valid=np.array([True, False, False]))
+    feed(
+        agent,
+        [0, 1, 2],
+        [1, 2, 3],
+        [1.0, 1234.0, 1234.0],
+        terminated=[False, True, False],
+        valid=np.array([True, False, False]),
+    )
     assert len(agent.buffer) == 1
     assert agent.buffer.rewards[:1].tolist() == [1.0]
     assert agent.buffer.obs[0] == 0 and agent.buffer.next_obs[0] == 1
@@ -162,8 +175,17 @@ def test_structural_hp_change_rebuilds_the_network(corridor):
 
 def test_learns_the_corridor(corridor, loop, greedy):
     env = corridor(2, length=6)
-    agent = agent_on(env, lr=1e-2, hidden_sizes=(32,), learning_starts=50, batch_size=32, train_freq=2,
-                     target_update_interval=50, exploration_steps=600, buffer_size=5000)
+    agent = agent_on(
+        env,
+        lr=1e-2,
+        hidden_sizes=(32,),
+        learning_starts=50,
+        batch_size=32,
+        train_freq=2,
+        target_update_interval=50,
+        exploration_steps=600,
+        buffer_size=5000,
+    )
     returns = loop(env, agent, n_steps=1200)
     assert np.mean(returns[-10:]) > np.mean(returns[:10])
     assert greedy(agent, corridor(1, length=6)) == envs.optimal_return(6)

@@ -40,31 +40,44 @@ def test_cnn_output_width_for_nature_and_small_images(shape, features):
 
 
 def test_uint8_pixels_are_scaled_by_1_over_255():
-    uint8 = ImageEncoder(image_layout(gym.spaces.Box(0, 255, (8, 8, 2), np.uint8)), 16,
-                         torch.Generator().manual_seed(0), orthogonal=False)
-    floats = ImageEncoder(image_layout(gym.spaces.Box(0.0, 1.0, (8, 8, 2), np.float32)), 16,
-                          torch.Generator().manual_seed(0), orthogonal=False)
+    uint8 = ImageEncoder(
+        image_layout(gym.spaces.Box(0, 255, (8, 8, 2), np.uint8)),
+        16,
+        torch.Generator().manual_seed(0),
+        orthogonal=False,
+    )
+    floats = ImageEncoder(
+        image_layout(gym.spaces.Box(0.0, 1.0, (8, 8, 2), np.float32)),
+        16,
+        torch.Generator().manual_seed(0),
+        orthogonal=False,
+    )
     pixels = np.random.default_rng(1).integers(0, 256, (3, 8, 8, 2)).astype(np.float32)
-    torch.testing.assert_close(uint8(torch.as_tensor(pixels.reshape(3, -1))),
-                               floats(torch.as_tensor(pixels.reshape(3, -1) / 255.0)))
+    torch.testing.assert_close(
+        uint8(torch.as_tensor(pixels.reshape(3, -1))), floats(torch.as_tensor(pixels.reshape(3, -1) / 255.0))
+    )
 
 
 def test_channels_last_images_are_permuted_to_channels_first():
-    hwc = ImageEncoder(image_layout(gym.spaces.Box(0, 255, (8, 8, 2), np.uint8)), 16,
-                       torch.Generator().manual_seed(0), orthogonal=True)
-    chw = ImageEncoder(image_layout(gym.spaces.Box(0, 255, (2, 8, 8), np.uint8)), 16,
-                       torch.Generator().manual_seed(0), orthogonal=True)
+    hwc = ImageEncoder(
+        image_layout(gym.spaces.Box(0, 255, (8, 8, 2), np.uint8)), 16, torch.Generator().manual_seed(0), orthogonal=True
+    )
+    chw = ImageEncoder(
+        image_layout(gym.spaces.Box(0, 255, (2, 8, 8), np.uint8)), 16, torch.Generator().manual_seed(0), orthogonal=True
+    )
     images = np.random.default_rng(2).integers(0, 256, (3, 8, 8, 2)).astype(np.float32)
     as_chw = images.transpose(0, 3, 1, 2)
-    torch.testing.assert_close(hwc(torch.as_tensor(images.reshape(3, -1))),
-                               chw(torch.as_tensor(as_chw.reshape(3, -1))))
+    torch.testing.assert_close(hwc(torch.as_tensor(images.reshape(3, -1))), chw(torch.as_tensor(as_chw.reshape(3, -1))))
 
 
 def test_dict_observations_are_packed_flat_and_encoded_per_key():
     space = CueEnv("dict").observation_space
     encoder = ObsEncoder(space)
-    obs = {"image": np.full((2, 8, 8, 1), 255, np.uint8), "cue": np.array([1, 0]),
-           "noise": np.array([[0.5, -0.5], [0.25, 0.0]], np.float32)}
+    obs = {
+        "image": np.full((2, 8, 8, 1), 255, np.uint8),
+        "cue": np.array([1, 0]),
+        "noise": np.array([[0.5, -0.5], [0.25, 0.0]], np.float32),
+    }
     packed = encoder.pack(obs)
     assert packed.shape == (2, 64 + 1 + 2) and packed.dtype == np.float32
     x = encoder(packed)
@@ -87,11 +100,14 @@ def test_dict_of_vectors_only_needs_no_extra_layer():
     assert layers == [] and width == 7
 
 
-@pytest.mark.parametrize("space", [
-    gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))),
-    gym.spaces.Dict({"inner": gym.spaces.Dict({"x": gym.spaces.Discrete(2)})}),
-    gym.spaces.Text(5),
-])
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))),
+        gym.spaces.Dict({"inner": gym.spaces.Dict({"x": gym.spaces.Discrete(2)})}),
+        gym.spaces.Text(5),
+    ],
+)
 def test_unsupported_spaces_suggest_a_wrapper(space):
     env = gym.vector.SyncVectorEnv([lambda: CueEnv()])
     env.single_observation_space = space
@@ -112,8 +128,19 @@ def greedy_accuracy(agent, env, episodes=40, seed=7):
 
 def test_dqn_learns_from_images_with_the_cnn():
     env = vector(CueEnv, 2, kind="image")
-    agent = DQNAgent(env, seed=0, lr=1e-3, learning_starts=64, batch_size=32, train_freq=2, exploration_steps=150,
-                     target_update_interval=50, hidden_sizes=(32,), cnn_features=32, buffer_size=1000)
+    agent = DQNAgent(
+        env,
+        seed=0,
+        lr=1e-3,
+        learning_starts=64,
+        batch_size=32,
+        train_freq=2,
+        exploration_steps=150,
+        target_update_interval=50,
+        hidden_sizes=(32,),
+        cnn_features=32,
+        buffer_size=1000,
+    )
     assert isinstance(agent.q_net[0], ImageEncoder)
     assert agent.buffer.obs.dtype == np.uint8 and agent.buffer.obs.shape[1:] == (8, 8, 1)
     run_loop(env, agent, 300)

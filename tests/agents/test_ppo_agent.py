@@ -56,8 +56,17 @@ def test_masked_gae_skips_reset_steps_and_bootstraps_truncation():
     last = np.array([0.3, -0.7], dtype=np.float32)
     adv, ret = masked_gae(rewards, values, terminated, truncated, final_values, valid, last, 0.9, 0.8)
     for i in range(2):
-        expected = reference_gae(rewards[:, i], values[:, i], terminated[:, i], truncated[:, i],
-                                 final_values[:, i], valid[:, i], last[i], 0.9, 0.8)
+        expected = reference_gae(
+            rewards[:, i],
+            values[:, i],
+            terminated[:, i],
+            truncated[:, i],
+            final_values[:, i],
+            valid[:, i],
+            last[i],
+            0.9,
+            0.8,
+        )
         np.testing.assert_allclose(adv[:, i], expected, rtol=1e-5, atol=1e-5)
     assert np.all(adv[~valid] == 0) and np.all(ret[~valid] == 0)
     np.testing.assert_allclose(ret[valid], (adv + values)[valid], rtol=1e-6)
@@ -87,8 +96,15 @@ def test_content_of_reset_steps_does_not_change_learning(corridor, params):
             done = np.array([False, t % 5 == 0])
             next_obs = np.where([False, reset_step], [0, 4 if junk else 0], np.minimum(obs + 1, 4))
             reward = np.array([-1.0, junk if reset_step else -1.0])
-            feed(agent, obs, next_obs, reward, terminated=done, valid=np.array([True, not reset_step]),
-                 call_back=reports.append)
+            feed(
+                agent,
+                obs,
+                next_obs,
+                reward,
+                terminated=done,
+                valid=np.array([True, not reset_step]),
+                call_back=reports.append,
+            )
         assert len(reports) == 6
         runs.append(params(agent))
     for x, y in zip(*runs):

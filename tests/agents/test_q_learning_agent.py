@@ -18,9 +18,13 @@ def agent_on(env, **hp):
 def one_step(agent, obs, next_obs, reward, terminated=None, truncated=None, valid=None):
     n = len(obs)
     agent.act(np.asarray(obs))
-    agent.update(np.asarray(next_obs), np.asarray(reward, dtype=float),
-                 np.zeros(n, bool) if terminated is None else np.asarray(terminated),
-                 np.zeros(n, bool) if truncated is None else np.asarray(truncated), valid=valid)
+    agent.update(
+        np.asarray(next_obs),
+        np.asarray(reward, dtype=float),
+        np.zeros(n, bool) if terminated is None else np.asarray(terminated),
+        np.zeros(n, bool) if truncated is None else np.asarray(truncated),
+        valid=valid,
+    )
 
 
 def test_update_follows_the_q_learning_rule(corridor):
@@ -49,8 +53,14 @@ def test_same_state_action_in_two_sub_envs_adds_both_increments(corridor):
 def test_reset_steps_never_touch_the_table(corridor):
     agent = agent_on(corridor(3), lr=1.0)
     before = agent.q_table.copy()
-    one_step(agent, [0, 1, 2], [1, 2, 3], [1e6, 1e6, 1e6], terminated=[True, True, True],
-             valid=np.array([False, False, False]))
+    one_step(
+        agent,
+        [0, 1, 2],
+        [1, 2, 3],
+        [1e6, 1e6, 1e6],
+        terminated=[True, True, True],
+        valid=np.array([False, False, False]),
+    )
     np.testing.assert_array_equal(agent.q_table, before)
     one_step(agent, [0, 1, 2], [1, 2, 3], [1e6, 1e6, 1e6], valid=np.array([False, True, False]))
     changed = np.argwhere(agent.q_table != before)
@@ -67,8 +77,15 @@ def test_valid_array_is_not_kept_by_reference(corridor):
 
 def test_epsilon_decays_per_finished_episode(corridor):
     agent = agent_on(corridor(3), epsilon=1.0, epsilon_decay=0.5, epsilon_min=0.1)
-    one_step(agent, [0, 0, 0], [1, 1, 1], [-1] * 3, terminated=[True, False, False], truncated=[False, True, False],
-             valid=np.array([True, True, True]))
+    one_step(
+        agent,
+        [0, 0, 0],
+        [1, 1, 1],
+        [-1] * 3,
+        terminated=[True, False, False],
+        truncated=[False, True, False],
+        valid=np.array([True, True, True]),
+    )
     assert agent.epsilon == pytest.approx(0.25)
     assert agent.episodes == 2
     one_step(agent, [0, 0, 0], [1, 1, 1], [-1] * 3, terminated=[True, True, True], valid=np.array([False] * 3))

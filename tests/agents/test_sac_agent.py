@@ -27,8 +27,7 @@ def test_registered_as_sac():
 
 def test_learns_the_best_continuous_action():
     env = vector(TargetEnv, 2)
-    agent = SACAgent(env, seed=0, lr=3e-3, learning_starts=64, batch_size=64, hidden_sizes=(32, 32),
-                     buffer_size=2000)
+    agent = SACAgent(env, seed=0, lr=3e-3, learning_starts=64, batch_size=64, hidden_sizes=(32, 32), buffer_size=2000)
     run_loop(env, agent, 700)
     agent.eval()
     x = np.linspace(-0.9, 0.9, 19, dtype=np.float32).reshape(-1, 1)
@@ -41,8 +40,7 @@ def test_reset_steps_never_reach_the_buffer_or_the_counters():
     agent = agent_on(vector(TargetEnv, 2))
     feed(agent, [[0.1], [0.2]], [[0.1], [0.2]], [1234.0, 1234.0], valid=np.array([False, False]))
     assert len(agent.buffer) == 0 and agent.steps == 0
-    feed(agent, [[0.1], [0.2]], [[0.3], [0.4]], [-1.0, 1234.0], terminated=[True, False],
-         valid=np.array([True, False]))
+    feed(agent, [[0.1], [0.2]], [[0.3], [0.4]], [-1.0, 1234.0], terminated=[True, False], valid=np.array([True, False]))
     assert (len(agent.buffer), agent.steps) == (1, 1)
     assert agent.buffer.rewards[0] == -1.0 and agent.buffer.terminated[0]
     np.testing.assert_array_equal(agent.buffer.next_obs[0], np.float32([0.3]))
@@ -76,8 +74,9 @@ def test_critic_target_bootstraps_unless_terminated_and_targets_follow_by_polyak
     next_q = agent.critic_target(obs, next_actions).min(dim=0).values - 0.1 * next_log_prob
     expected = torch.tensor([1.0, 1.0]) + 0.5 * torch.tensor([1.0, 0.0]) * next_q
     q_before = agent.critic(obs, torch.zeros(2, 1)).detach()
-    stats = agent._gradient_step(obs, torch.zeros(2, 1), torch.ones(2), obs, torch.tensor([1.0, 0.0]), noise[0],
-                                 noise[1])
+    stats = agent._gradient_step(
+        obs, torch.zeros(2, 1), torch.ones(2), obs, torch.tensor([1.0, 0.0]), noise[0], noise[1]
+    )
     torch.testing.assert_close(stats["critic_loss"], 0.5 * (q_before - expected.detach()).pow(2).mean(1).sum())
     torch._foreach_lerp_(list(agent.critic_target.parameters()), list(agent.critic.parameters()), 0.5)
     new_online = list(agent.critic.parameters())
@@ -101,8 +100,14 @@ def test_call_back_reports_losses():
     agent = agent_on(env)
     reports = []
     run_loop(env, agent, 60, call_back=reports.append)
-    assert reports and set(reports[0]) == {"actor_loss", "critic_loss", "ent_coef", "ent_coef_loss", "q_mean",
-                                           "gradient_steps"}
+    assert reports and set(reports[0]) == {
+        "actor_loss",
+        "critic_loss",
+        "ent_coef",
+        "ent_coef_loss",
+        "q_mean",
+        "gradient_steps",
+    }
     assert reports[0]["gradient_steps"] == 5 and all(np.isfinite(v) for v in reports[-1].values())
 
 
@@ -114,15 +119,19 @@ def test_save_load_gives_the_same_future(via, tmp_path):
     saved = agent.save() if via == "state" else agent.save(str(tmp_path / "sac"))
     if via == "path":
         assert {"actor", "critic", "critic_target", "log_ent_coef", "ent_optimizer", "buffer"} <= set(
-            torch.load(saved, weights_only=True))
+            torch.load(saved, weights_only=True)
+        )
     expected = run_loop(env, agent, 40, seed=2)
     expected_params = [p.detach().clone() for p in agent.actor.parameters()]
     other = agent_on(env, seed=9)
     other.load(saved if via == "state" else str(tmp_path / "sac"))
     assert run_loop(env, other, 40, seed=2) == expected
     assert all(torch.equal(a, b) for a, b in zip(expected_params, other.actor.parameters()))
-    assert (other.steps, other.gradient_steps_done, other.ent_coef) == (agent.steps, agent.gradient_steps_done,
-                                                                        agent.ent_coef)
+    assert (other.steps, other.gradient_steps_done, other.ent_coef) == (
+        agent.steps,
+        agent.gradient_steps_done,
+        agent.ent_coef,
+    )
 
 
 def test_checkpoint_without_the_buffer_is_smaller_and_resumes_with_an_empty_one(tmp_path):

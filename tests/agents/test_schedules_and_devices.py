@@ -23,15 +23,17 @@ def test_linear_schedule_as_rl_zoo_writes_it():
 
 @pytest.mark.parametrize("value", ["lin_", "linear_0.2", "lin_-1", "lin_x"])
 def test_bad_schedule_names_the_value(value):
-    with pytest.raises(ValueError, match=f"clip_coef must be a positive number or a linear schedule 'lin_<start>'.*"
-                                         f"clip_coef={value!r}"):
+    with pytest.raises(
+        ValueError, match=f"clip_coef must be a positive number or a linear schedule 'lin_<start>'.*clip_coef={value!r}"
+    ):
         parse_schedule(value, "clip_coef")
 
 
 def test_ppo_lr_and_clip_range_decay_linearly_with_the_transitions_seen(corridor):
     env = corridor(2)
-    agent = PPOAgent(env, seed=0, lr="lin_0.001", clip_coef="lin_0.2", total_steps=64, n_steps=8,
-                     minibatch_size=8, hidden_sizes=(8,))
+    agent = PPOAgent(
+        env, seed=0, lr="lin_0.001", clip_coef="lin_0.2", total_steps=64, n_steps=8, minibatch_size=8, hidden_sizes=(8,)
+    )
     reports = []
     run_loop(env, agent, 24, call_back=lambda report: reports.append({**report, "steps": agent.steps}))
     assert [r["updates"] for r in reports] == [1, 2, 3]
@@ -51,8 +53,9 @@ def test_ppo_schedule_without_total_steps_is_an_error(corridor):
 
 def test_dqn_learning_starts_acts_uniformly_at_random_without_updates(corridor):
     env = corridor(1)
-    agent = DQNAgent(env, seed=0, learning_starts=300, epsilon_start=0.0, epsilon_end=0.0, batch_size=8,
-                     hidden_sizes=(8,))
+    agent = DQNAgent(
+        env, seed=0, learning_starts=300, epsilon_start=0.0, epsilon_end=0.0, batch_size=8, hidden_sizes=(8,)
+    )
     greedy = agent.act(np.array([0]))[0]
     agent._pending = None
     actions = []
@@ -73,8 +76,9 @@ def test_device_auto_is_cuda_when_available_else_cpu(monkeypatch):
 
 
 def test_unknown_device_names_the_value(corridor):
-    with pytest.raises(ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>' but got "
-                                         "device='gpu0'"):
+    with pytest.raises(
+        ValueError, match="device must be 'auto', 'cpu', 'cuda' or 'cuda:<index>' but got device='gpu0'"
+    ):
         PPOAgent(corridor(1), device="gpu0")
 
 

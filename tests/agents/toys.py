@@ -21,8 +21,9 @@ class CueEnv(gym.Env):
         if kind == "image":
             self.observation_space = image
         else:
-            self.observation_space = gym.spaces.Dict({"image": image, "cue": gym.spaces.Discrete(2),
-                                                      "noise": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)})
+            self.observation_space = gym.spaces.Dict(
+                {"image": image, "cue": gym.spaces.Discrete(2), "noise": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+            )
         self._cue = 0
 
     def _obs(self):

@@ -31,15 +31,17 @@ def test_public_names():
     assert {"TBCallBack", "BasicCallBack", "JsonlCallback", "EmptyCallBack"} <= set(callbacks.__all__)
 
 
-@pytest.mark.parametrize("names, values, step", [(("loss/run_0",), [0.5], 300), (("a/t", "b/t"), [1.0, -2.0], 5), (("x",), [3.0], 2**40)])
+@pytest.mark.parametrize(
+    "names, values, step", [(("loss/run_0",), [0.5], 300), (("a/t", "b/t"), [1.0, -2.0], 5), (("x",), [3.0], 2**40)]
+)
 def test_encoded_record_matches_tensorboard_checksum_and_proto(names, values, step):
     from tensorboard.compat.proto import event_pb2
 
     record = ScalarEncoder().encode(names, values, step, 12.5)
     length = int.from_bytes(record[:8], "little")
-    payload = record[12:12 + length]
+    payload = record[12 : 12 + length]
     assert record[8:12] == masked_crc32c(record[:8]).to_bytes(4, "little")
-    assert record[12 + length:] == masked_crc32c(payload).to_bytes(4, "little")
+    assert record[12 + length :] == masked_crc32c(payload).to_bytes(4, "little")
     event = event_pb2.Event.FromString(payload)
     assert event.step == step and event.wall_time == 12.5
     assert [(v.tag, v.simple_value) for v in event.summary.value] == list(zip(names, values))
@@ -201,13 +203,16 @@ def test_empty_callback_does_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("key, tag, name", [
-    ("ep_return", "ep_return/run_1", "ep_return/run_1"),
-    ("ep_return", "eval/ep_return/run_1", "eval/ep_return/run_1"),
-    ("loss", "agents/run_1", "agents/loss/run_1"),
-    ("ep_return", "ep_returns/run_1", "ep_returns/ep_return/run_1"),
-    ("loss", "", "loss"),
-])
+@pytest.mark.parametrize(
+    "key, tag, name",
+    [
+        ("ep_return", "ep_return/run_1", "ep_return/run_1"),
+        ("ep_return", "eval/ep_return/run_1", "eval/ep_return/run_1"),
+        ("loss", "agents/run_1", "agents/loss/run_1"),
+        ("ep_return", "ep_returns/run_1", "ep_returns/ep_return/run_1"),
+        ("loss", "", "loss"),
+    ],
+)
 def test_scalar_names(key, tag, name):
     assert scalar_name(key, tag) == name
 
@@ -261,7 +266,8 @@ def test_evaluations_reach_tensorboard_under_the_tags_the_callback_gets(tmp_path
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=4, eval_freq=2, eval_episodes=2, progress=False)
+        1, num_episodes=4, eval_freq=2, eval_episodes=2, progress=False
+    )
     names = set(read_scalars(tmp_path))
     assert {"eval/ep_return/run_1", "eval/ep_length/run_1", "ep_return/run_1"} <= names
     assert not [n for n in names if n.count("ep_return") > 1]

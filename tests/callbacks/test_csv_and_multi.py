@@ -24,8 +24,9 @@ def episode_table(records):
 def test_csv_holds_every_value_the_runner_logged(tmp_path, num_workers):
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
     trainer.call_back = CSVCallback(tmp_path / "scalars.csv")
-    runs = trainer.multi_run(2, num_episodes=7, seed_offset=0, num_workers=num_workers, eval_freq=3,
-                             eval_episodes=2, progress=False)
+    runs = trainer.multi_run(
+        2, num_episodes=7, seed_offset=0, num_workers=num_workers, eval_freq=3, eval_episodes=2, progress=False
+    )
 
     df = pd.read_csv(tmp_path / "scalars.csv")
     assert list(df.columns) == ["run", "metric", "step", "value", "tag", "key", "wall_time"]
@@ -38,8 +39,9 @@ def test_csv_holds_every_value_the_runner_logged(tmp_path, num_workers):
         assert [(s, v, lengths[s]) for s, v in zip(returns.step, returns.value)] == episode_table(runs[run - 1])
         evals = own[own.metric == "eval/ep_return"]
         assert set(evals.tag) == {f"eval/ep_return/run_{run}"}
-        assert list(zip(evals.step, evals.value)) == [(e["global_step"], e["mean"])
-                                                      for e in trainer.evaluations[run - 1]]
+        assert list(zip(evals.step, evals.value)) == [
+            (e["global_step"], e["mean"]) for e in trainer.evaluations[run - 1]
+        ]
         losses = own[own.tag == f"agents/run_{run}"]
         assert set(losses.key) == {"loss"} and set(losses.metric) == {"agents/loss"}
         assert list(losses.value) == [float(k) for k in range(1, len(losses) + 1)]
@@ -167,13 +169,22 @@ def test_multi_callback_hands_every_call_to_each_sink():
     multi.end_run(1, "finished")
     multi.reset()
     multi.close()
-    expected = [("setup", "d", {1: 5}), ("start_run", 1, 5, {"lr": 0.1}, "run_1"),
-                ("call", {"loss": 1.0}, "agents/run_1", 3, False),
-                ("series", "ep_return", "ep_return/run_1", [1.0, 2.0], [1, 2]),
-                ("video", "eval/video/run_1", 2, 30.0, 4), ("end_run", 1, "finished"), ("reset",), ("close",)]
+    expected = [
+        ("setup", "d", {1: 5}),
+        ("start_run", 1, 5, {"lr": 0.1}, "run_1"),
+        ("call", {"loss": 1.0}, "agents/run_1", 3, False),
+        ("series", "ep_return", "ep_return/run_1", [1.0, 2.0], [1, 2]),
+        ("video", "eval/video/run_1", 2, 30.0, 4),
+        ("end_run", 1, "finished"),
+        ("reset",),
+        ("close",),
+    ]
     assert first.calls == expected and second.calls == expected
-    assert plain.values == [({"loss": 1.0}, "agents/run_1", 3), ({"ep_return": 1.0}, "ep_return/run_1", 1),
-                            ({"ep_return": 2.0}, "ep_return/run_1", 2)]
+    assert plain.values == [
+        ({"loss": 1.0}, "agents/run_1", 3),
+        ({"ep_return": 1.0}, "ep_return/run_1", 1),
+        ({"ep_return": 2.0}, "ep_return/run_1", 2),
+    ]
 
 
 def test_multi_callback_closes_every_sink_then_raises_the_first_error():
@@ -262,9 +273,14 @@ def test_lifecycle_calls_reach_the_callback_in_order(tmp_path):
     recorder = trainer.call_back = Recorder()
     trainer.multi_run(2, num_episodes=2, seed_offset=0, tuning_hp={"lr": 0.5}, progress=False)
     lifecycle = [c for c in recorder.calls if c[0] in ("setup", "start_run", "end_run", "close")]
-    assert lifecycle == [("setup", tmp_path, {1: 0, 2: 10000}),
-                         ("start_run", 1, 0, {"lr": 0.5}, "run_1"), ("end_run", 1, "finished"),
-                         ("start_run", 2, 10000, {"lr": 0.5}, "run_2"), ("end_run", 2, "finished"), ("close",)]
+    assert lifecycle == [
+        ("setup", tmp_path, {1: 0, 2: 10000}),
+        ("start_run", 1, 0, {"lr": 0.5}, "run_1"),
+        ("end_run", 1, "finished"),
+        ("start_run", 2, 10000, {"lr": 0.5}, "run_2"),
+        ("end_run", 2, "finished"),
+        ("close",),
+    ]
 
 
 def test_a_failing_run_ends_its_sink_run_as_failed(tmp_path):

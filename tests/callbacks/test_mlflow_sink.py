@@ -31,8 +31,16 @@ def test_one_mlflow_run_per_seed_holds_what_the_runner_logged(tmp_path, num_work
     exp_dir = tmp_path / "cartpole_dqn"
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1})
     trainer.call_back = MLflowCallback()
-    records = trainer.multi_run(2, num_episodes=6, seed_offset=0, tuning_hp={"lr": 0.1}, num_workers=num_workers,
-                                eval_freq=3, eval_episodes=2, progress=False)
+    records = trainer.multi_run(
+        2,
+        num_episodes=6,
+        seed_offset=0,
+        tuning_hp={"lr": 0.1},
+        num_workers=num_workers,
+        eval_freq=3,
+        eval_episodes=2,
+        progress=False,
+    )
 
     client, experiment, runs = mlflow_runs(exp_dir)
     assert experiment.artifact_location == (exp_dir / "mlartifacts").as_uri()
@@ -109,8 +117,11 @@ def test_an_interrupted_run_resumed_holds_the_points_of_an_uninterrupted_one(tmp
     uri = f"sqlite:///{tmp_path / 'store.db'}"
 
     def trainer(name):
-        t = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"),
-                          lambda env: PPOAgent(env, n_steps=64), exp_dir=tmp_path / name)
+        t = OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"),
+            lambda env: PPOAgent(env, n_steps=64),
+            exp_dir=tmp_path / name,
+        )
         t.call_back = MLflowCallback(tracking_uri=uri, flush_values=20)
         return t
 
@@ -123,14 +134,16 @@ def test_an_interrupted_run_resumed_holds_the_points_of_an_uninterrupted_one(tmp
     points = {}
     for name in ("ref", "cut"):
         (run,) = client.search_runs([client.get_experiment_by_name(name).experiment_id])
-        points[name] = {key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-                        for key in run.data.metrics if key.split("/")[0] not in ("stats", "timing")}
+        points[name] = {
+            key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+            for key in run.data.metrics
+            if key.split("/")[0] not in ("stats", "timing")
+        }
     assert {"ep_return", "eval/ep_return", "agents/policy_loss"} <= set(points["ref"])
     assert points["cut"] == points["ref"]
 
 
-def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_the_range(tmp_path, caplog,
-                                                                                       monkeypatch):
+def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_the_range(tmp_path, caplog, monkeypatch):
     monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns
     from online_trainer.callbacks.store_points import StorePosition
 
@@ -156,4 +169,5 @@ def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_th
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
         f"MLflowCallback, MLflow run {run.info.run_id}, run_1: 1 points of 'ep_return' from episode 4 to 4 were in the "
         "store already, sent before the interruption, with other values than the resumed run logged (it is not "
-        "deterministic); the store keeps the earlier values"]
+        "deterministic); the store keeps the earlier values"
+    ]

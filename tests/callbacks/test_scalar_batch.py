@@ -25,8 +25,8 @@ VALUES = [0.5, -1e30, 1e-45, float("nan"), float("inf"), -float("inf"), 3, np.fl
 def split_records(stream: bytes) -> list[bytes]:
     records, at = [], 0
     while at < len(stream):
-        size = int.from_bytes(stream[at:at + 8], "little")
-        records.append(stream[at:at + 16 + size])
+        size = int.from_bytes(stream[at : at + 8], "little")
+        records.append(stream[at : at + 16 + size])
         at += 16 + size
     assert at == len(stream)
     return records
@@ -55,13 +55,23 @@ def fill(batch, calls, monkeypatch):
 @pytest.mark.parametrize("seed", range(3))
 def test_batch_gives_the_eager_records_with_every_scalar_in_call_order(seed, monkeypatch):
     rng = random.Random(seed)
-    layouts = [("agents/run_1", ("loss",)), ("ep_return/run_1", ("ep_return",)), ("x", ("a", "b", "c")),
-               ("agents/run_2", ("q", "loss"))]
+    layouts = [
+        ("agents/run_1", ("loss",)),
+        ("ep_return/run_1", ("ep_return",)),
+        ("x", ("a", "b", "c")),
+        ("agents/run_2", ("q", "loss")),
+    ]
     calls = []
     for k in range(2500):
         tag, keys = rng.choice(layouts)
-        calls.append(({key: rng.choice(VALUES) for key in keys}, tag, rng.choice(STEPS + [rng.randrange(10**6)]),
-                      1.7e9 + k * 0.25))
+        calls.append(
+            (
+                {key: rng.choice(VALUES) for key in keys},
+                tag,
+                rng.choice(STEPS + [rng.randrange(10**6)]),
+                1.7e9 + k * 0.25,
+            )
+        )
     batch = ScalarBatch()
     expected = fill(batch, calls, monkeypatch)
     got = split_records(batch.encode())
@@ -72,8 +82,10 @@ def test_batch_gives_the_eager_records_with_every_scalar_in_call_order(seed, mon
 
 def test_layouts_sharing_a_scalar_keep_exact_call_order(monkeypatch):
     """{"loss"} and {"loss", "q"} under one tag interleave: every record goes to its place."""
-    calls = [({"loss": float(k)} if k % 3 else {"loss": float(k), "q": -1.0}, "agents/run_1", k * 50, 10.0 + k)
-             for k in range(400)]  # steps cross 128 and 16384: three varint widths
+    calls = [
+        ({"loss": float(k)} if k % 3 else {"loss": float(k), "q": -1.0}, "agents/run_1", k * 50, 10.0 + k)
+        for k in range(400)
+    ]  # steps cross 128 and 16384: three varint widths
     batch = ScalarBatch()
     expected = fill(batch, calls, monkeypatch)
     assert batch.encode() == b"".join(expected)
@@ -88,7 +100,9 @@ def test_empty_data_logs_nothing_and_bad_input_raises_at_the_call():
         batch.add({"x": 1.0, "y": "high"}, "t", 1)
     batch.add({"x": 2.0, "y": 3.0}, "t", 2)  # the failed call left nothing behind
     (record,) = split_records(batch.encode())
-    assert record == ScalarEncoder().encode(("t/x", "t/y"), [2.0, 3.0], 2, event_pb2.Event.FromString(record[12:-4]).wall_time)
+    assert record == ScalarEncoder().encode(
+        ("t/x", "t/y"), [2.0, 3.0], 2, event_pb2.Event.FromString(record[12:-4]).wall_time
+    )
 
 
 def test_tb_reads_values_at_the_call(tmp_path):
@@ -171,9 +185,10 @@ def test_a_series_gives_the_records_of_one_call_a_value(monkeypatch):
 
 def test_tbcallback_series_and_one_call_a_value_read_back_alike(tmp_path):
     values, steps = [1.0, 2.5, -3.0], [1, 2, 3]
-    for name, log in (("series", lambda cb: cb.series("ep_return", "ep_return/run_1", values, steps)),
-                      ("calls", lambda cb: [cb({"ep_return": v}, "ep_return/run_1", s, force=True)
-                                            for v, s in zip(values, steps)])):
+    for name, log in (
+        ("series", lambda cb: cb.series("ep_return", "ep_return/run_1", values, steps)),
+        ("calls", lambda cb: [cb({"ep_return": v}, "ep_return/run_1", s, force=True) for v, s in zip(values, steps)]),
+    ):
         cb = TBCallBack(tmp_path / name)
         log(cb)
         cb.close()

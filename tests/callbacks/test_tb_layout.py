@@ -23,8 +23,9 @@ def plugin_for(log_dir):
     multiplexer.AddRunsFromDirectory(str(log_dir))
     multiplexer.Reload()
     provider = data_provider.MultiplexerDataProvider(multiplexer, str(log_dir))
-    tb_context = base_plugin.TBContext(logdir=str(log_dir), data_provider=provider, multiplexer=multiplexer,
-                                       plugin_name_to_instance={})
+    tb_context = base_plugin.TBContext(
+        logdir=str(log_dir), data_provider=provider, multiplexer=multiplexer, plugin_name_to_instance={}
+    )
     tb_context.plugin_name_to_instance["scalars"] = ScalarsPlugin(tb_context)
     return CustomScalarsPlugin(tb_context)
 

@@ -29,8 +29,8 @@ def wandb_records(path):
         if BLOCK - pos % BLOCK < 7:  # the rest of a block is padding
             pos += BLOCK - pos % BLOCK
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
         if kind == 0:
             break
         pending = chunk if kind in (1, 2) else pending + chunk
@@ -52,7 +52,9 @@ def read_run(exp_dir, run_id):
             elif kind == "config":
                 config.update({item.key: json.loads(item.value_json) for item in record.config.update})
             elif kind == "history":
-                row = {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+                row = {
+                    "/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item
+                }
                 axis = "episode" if "episode" in row else "step"
                 for key, value in row.items():
                     if not key.startswith("_") and key not in ("episode", "step"):
@@ -71,15 +73,22 @@ def offline(monkeypatch):
 def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, monkeypatch, num_workers):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     if num_workers > 1:  # workers kept warm from an earlier call never see WANDB_MODE set after they started
-        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=1, num_workers=2,
-                                                                        progress=False)
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=1, num_workers=2, progress=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
     exp_dir = tmp_path / "cartpole_dqn"
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir)
     trainer.call_back = WandbCallback(project="tests")
-    records = trainer.multi_run(2, num_episodes=6, seed_offset=0, tuning_hp={"gamma": 0.9}, eval_freq=3,
-                                eval_episodes=2, num_workers=num_workers, progress=False)
+    records = trainer.multi_run(
+        2,
+        num_episodes=6,
+        seed_offset=0,
+        tuning_hp={"gamma": 0.9},
+        eval_freq=3,
+        eval_episodes=2,
+        num_workers=num_workers,
+        progress=False,
+    )
 
     ids = {int(run): run_id for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items()}
     assert sorted(ids) == [1, 2]
@@ -87,8 +96,11 @@ def test_one_offline_wandb_run_per_seed_holds_what_the_runner_logged(tmp_path, m
     for run, run_id in ids.items():
         config, series, group, name = read_run(exp_dir, run_id)
         assert (group, name) == ("cartpole_dqn", f"run_{run}")
-        assert {k: config[k] for k in ("seed", "run", "gamma")} == {"seed": manifest["seeds"][run - 1], "run": run,
-                                                                    "gamma": 0.9}
+        assert {k: config[k] for k in ("seed", "run", "gamma")} == {
+            "seed": manifest["seeds"][run - 1],
+            "run": run,
+            "gamma": 0.9,
+        }
         own = list(records[run - 1])
         assert series["ep_return"] == [(r["episode_index"], r["ep_return"]) for r in own]
         assert series["ep_length"] == [(r["episode_index"], r["ep_length"]) for r in own]
@@ -124,9 +136,12 @@ def test_values_of_one_episode_share_a_row(tmp_path, offline):
     callback.series("ep_length", "ep_length/run_1", [3, 4], range(1, 3))
     callback({"loss": 0.5}, "agents/run_1", 10)
     callback({"loss": 0.25}, "agents/run_1", 10)  # the same name at the same x: a row of its own
-    assert callback._rows == [{"episode": 1, "ep_return": 1.0, "ep_length": 3.0},
-                              {"episode": 2, "ep_return": 2.0, "ep_length": 4.0},
-                              {"step": 10, "agents/loss": 0.5}, {"step": 10, "agents/loss": 0.25}]
+    assert callback._rows == [
+        {"episode": 1, "ep_return": 1.0, "ep_length": 3.0},
+        {"episode": 2, "ep_return": 2.0, "ep_length": 4.0},
+        {"step": 10, "agents/loss": 0.5},
+        {"step": 10, "agents/loss": 0.25},
+    ]
     callback.close()
 
 
@@ -153,8 +168,11 @@ def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, off
     read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
     # what a kill leaves: episodes 2 and 3 never written, episode 4 (after the checkpoint) written; and a loss
     # logged before the tail the checkpoint kept, lost too
-    lost = StorePosition({"ep_return": (3, 3), "agents/loss": (2, 30)}, position.axes,
-                         tail=(("ep_return", 2, 2.0), ("ep_return", 3, 3.0), ("agents/loss", 30, 0.5)))
+    lost = StorePosition(
+        {"ep_return": (3, 3), "agents/loss": (2, 30)},
+        position.axes,
+        tail=(("ep_return", 2, 2.0), ("ep_return", 3, 3.0), ("agents/loss", 30, 0.5)),
+    )
     callback = WandbCallback(project="tests")
     callback.rewind("run_1", lost)
     callback.setup(exp_dir, {1: 5})
@@ -167,8 +185,11 @@ def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, off
     assert sorted(series["ep_return"]) == [(k, float(k)) for k in range(1, 6)]
     assert sorted(series["agents/loss"]) == [(30, 0.5), (50, 0.25)]
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert re.search(r"WandbCallback, W&B run \w+, run_1: the store lacks 1 of the 2 points of 'agents/loss' logged "
-                     r"before step 30 \(the run resumes from its checkpoint at step 30\)", warning)
+    assert re.search(
+        r"WandbCallback, W&B run \w+, run_1: the store lacks 1 of the 2 points of 'agents/loss' logged "
+        r"before step 30 \(the run resumes from its checkpoint at step 30\)",
+        warning,
+    )
 
 
 def test_a_run_started_again_sends_nothing_its_files_hold(tmp_path, offline):
@@ -181,8 +202,9 @@ def test_a_run_started_again_sends_nothing_its_files_hold(tmp_path, offline):
             callback.rewind("run_1", None)  # what resume=True does for a run that starts again
         callback.setup(exp_dir, {1: 5})
         callback.start_run(1, 5, {}, str(exp_dir), "run_1")
-        callback.series("ep_return", "ep_return/run_1", [float(k) for k in range(1, episodes + 1)],
-                        range(1, episodes + 1))
+        callback.series(
+            "ep_return", "ep_return/run_1", [float(k) for k in range(1, episodes + 1)], range(1, episodes + 1)
+        )
         callback({"loss": 0.5}, "agents/run_1", 10)
         callback.end_run(1, "interrupted" if not attempt else "finished")
     _, series, _, _ = read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])

@@ -68,8 +68,9 @@ def test_bad_num_envs_is_named(num_envs):
 
 
 def test_wrappers_as_classes_and_class_kwargs_pairs_apply_to_each_sub_env():
-    factory = make_env(CORRIDOR_ID, num_envs=2, length=4,
-                       wrappers=[(TransformReward, {"func": np.negative}), RecordEpisodeStatistics])
+    factory = make_env(
+        CORRIDOR_ID, num_envs=2, length=4, wrappers=[(TransformReward, {"func": np.negative}), RecordEpisodeStatistics]
+    )
     env = factory()
     env.reset(seed=0)
     _, reward, *_ = env.step(np.ones(2, dtype=np.int64))
@@ -81,8 +82,12 @@ def test_wrappers_as_classes_and_class_kwargs_pairs_apply_to_each_sub_env():
 
 @pytest.mark.parametrize(
     ("mode", "expected"),
-    [(None, AutoresetMode.NEXT_STEP), ("same_step", AutoresetMode.SAME_STEP),
-     ("Disabled", AutoresetMode.DISABLED), (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP)],
+    [
+        (None, AutoresetMode.NEXT_STEP),
+        ("same_step", AutoresetMode.SAME_STEP),
+        ("Disabled", AutoresetMode.DISABLED),
+        (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP),
+    ],
 )
 def test_autoreset_mode(mode, expected):
     env = make_env(CORRIDOR_ID, autoreset_mode=mode)()
@@ -91,8 +96,10 @@ def test_autoreset_mode(mode, expected):
 
 
 def test_bad_autoreset_mode_is_named():
-    with pytest.raises(ValueError, match="autoreset_mode must be None, an AutoresetMode or one of .* but got "
-                                         "autoreset_mode='sometimes'"):
+    with pytest.raises(
+        ValueError,
+        match="autoreset_mode must be None, an AutoresetMode or one of .* but got autoreset_mode='sometimes'",
+    ):
         make_env(CORRIDOR_ID, autoreset_mode="sometimes")
 
 
@@ -104,8 +111,11 @@ def test_render_mode_and_env_kwargs_reach_the_sub_envs():
 
 
 def test_a_render_mode_the_env_class_lacks_is_refused_before_any_env_is_built():
-    with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of CartPole-v1, which supports "
-                                         r"\['human', 'rgb_array'\]: pass one of them, or None\."):
+    with pytest.raises(
+        ValueError,
+        match=r"render_mode='rgbarray' is not a render mode of CartPole-v1, which supports "
+        r"\['human', 'rgb_array'\]: pass one of them, or None\.",
+    ):
         make_env("CartPole-v1", render_mode="rgbarray")
     with pytest.raises(ValueError, match=r"render_mode='human' is not a render mode of .*Corridor-v0"):
         make_env(CORRIDOR_ID, length=3, render_mode="human")  # as an env kwarg too: make_env(..., **env_kwargs)

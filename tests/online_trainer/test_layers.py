@@ -47,8 +47,12 @@ def imported_modules(path: Path) -> set[str]:
     return {name for name in names if name.split(".")[0] == "online_trainer"}
 
 
-FOLDERS = {"online_trainer.callbacks": ROOT / "callbacks", "online_trainer.agents": ROOT / "agents",
-           "online_trainer.envs": ROOT / "envs", "online_trainer": PACKAGE}
+FOLDERS = {
+    "online_trainer.callbacks": ROOT / "callbacks",
+    "online_trainer.agents": ROOT / "agents",
+    "online_trainer.envs": ROOT / "envs",
+    "online_trainer": PACKAGE,
+}
 
 
 def module_files() -> dict[str, Path]:
@@ -131,7 +135,9 @@ def test_no_runtime_import_cycle():
 def test_the_cycle_check_sees_a_cycle_through_a_lazy_import(tmp_path):
     (tmp_path / "a.py").write_text("from online_trainer.parallel import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from online_trainer.parallel.a import x\n")
-    (tmp_path / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import online_trainer.parallel.a\n")
+    (tmp_path / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import online_trainer.parallel.a\n"
+    )
     modules = {"online_trainer.parallel.a", "online_trainer.parallel.b", "online_trainer.parallel.c"}
     graph = {f"online_trainer.parallel.{n}": runtime_imports(tmp_path / f"{n}.py", modules) for n in "abc"}
     assert graph["online_trainer.parallel.c"] == set()
@@ -145,7 +151,9 @@ def layer_of(module: str) -> str | None:
 
 def package_modules() -> list[Path]:
     """Every module of ``online_trainer/`` but the top-level ``__init__`` and ``__main__``."""
-    return sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).as_posix() not in ("__init__.py", "__main__.py"))
+    return sorted(
+        p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).as_posix() not in ("__init__.py", "__main__.py")
+    )
 
 
 def layer_of_path(path: Path) -> str:
@@ -161,7 +169,10 @@ def test_every_module_belongs_to_a_layer():
 def test_every_module_name_is_unique():
     """No two modules share a name (``__init__`` aside), in the runner and the reference packages alike."""
     by_name: dict[str, list[str]] = {}
-    for path in [*package_modules(), *(p for folder in ("callbacks", "agents", "envs") for p in (ROOT / folder).rglob("*.py"))]:
+    for path in [
+        *package_modules(),
+        *(p for folder in ("callbacks", "agents", "envs") for p in (ROOT / folder).rglob("*.py")),
+    ]:
         if path.stem not in ("__init__", "__main__"):
             by_name.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
@@ -174,29 +185,42 @@ def test_imports_point_down(path):
     upward = sorted(m for m in imported_modules(path) if layer_of(m) is not None and layer_of(m) not in allowed)
     bare = sorted(m for m in imported_modules(path) if m == "online_trainer")
     assert upward == [], f"{path.relative_to(ROOT)} ({layer}) imports a layer above or beside it: {upward}"
-    assert bare == [], f"{path.relative_to(ROOT)} imports the top-level package; import the module that defines the name"
+    assert bare == [], (
+        f"{path.relative_to(ROOT)} imports the top-level package; import the module that defines the name"
+    )
 
 
 @pytest.mark.parametrize("package", sorted(REFERENCE_PACKAGES))
 def test_reference_packages_stand_beside_the_runner(package):
     allowed = (f"online_trainer.{package}", *(f"online_trainer.{layer}" for layer in REFERENCE_PACKAGES[package]))
-    users = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
-                                              if not any(m == a or m.startswith(a + ".") for a in allowed))
-             for p in (ROOT / package).rglob("*.py")}
+    users = {
+        str(p.relative_to(ROOT)): sorted(
+            m for m in imported_modules(p) if not any(m == a or m.startswith(a + ".") for a in allowed)
+        )
+        for p in (ROOT / package).rglob("*.py")
+    }
     assert {path: mods for path, mods in users.items() if mods} == {}
 
 
 def test_the_import_checker_sees_lazy_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from online_trainer.cli.main import main\n    import online_trainer.analysis.stats\n")
+    module.write_text(
+        "def f():\n    from online_trainer.cli.main import main\n    import online_trainer.analysis.stats\n"
+    )
     assert {"online_trainer.cli.main", "online_trainer.analysis.stats"} <= imported_modules(module)
 
 
 def test_workers_load_neither_orchestration_nor_analysis():
-    code = ("import sys, online_trainer.parallel.worker_process, online_trainer.parallel.worker_pool\n"
-            "print(' '.join(sorted(sys.modules)))")
+    code = (
+        "import sys, online_trainer.parallel.worker_process, online_trainer.parallel.worker_pool\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    above = [m for m in loaded if m.startswith("online_trainer.") and layer_of(m) in ("orchestration", "analysis", "cli", "config")]
+    above = [
+        m
+        for m in loaded
+        if m.startswith("online_trainer.") and layer_of(m) in ("orchestration", "analysis", "cli", "config")
+    ]
     assert above == []
     assert not {"pandas", "scipy", "matplotlib"} & set(loaded)
 
@@ -232,8 +256,9 @@ def test_the_architecture_page_describes_exactly_the_tree():
     documented, actual = documented_tree(ARCHITECTURE_PAGE.read_text()), actual_tree()
     assert sorted(set(actual) - set(documented)) == [], "packages the architecture page leaves out"
     assert sorted(set(documented) - set(actual)) == [], "packages the architecture page names that do not exist"
-    assert {name: modules for name, modules in documented.items() if modules != actual[name]} == \
-        {name: actual[name] for name, modules in documented.items() if modules != actual[name]}
+    assert {name: modules for name, modules in documented.items() if modules != actual[name]} == {
+        name: actual[name] for name, modules in documented.items() if modules != actual[name]
+    }
 
 
 def test_the_page_check_sees_a_missing_and_a_made_up_package():

@@ -51,8 +51,13 @@ class ZeroAgent:
 @pytest.mark.parametrize("mode", MODES)
 def test_mujoco_continuous_actions_are_counted_exactly(mode):
     pytest.importorskip("mujoco")
-    make = lambda: gym.make("InvertedPendulum-v5")
-    vec = lambda: gym.vector.SyncVectorEnv([make, make], autoreset_mode=gym.vector.AutoresetMode(mode))
+
+    def make():
+        return gym.make("InvertedPendulum-v5")
+
+    def vec():
+        return gym.vector.SyncVectorEnv([make, make], autoreset_mode=gym.vector.AutoresetMode(mode))
+
     (records,) = OnlineTrainer(vec, ZeroAgent).multi_run(1, num_episodes=6, seed_offset=7, progress=False)
     expected = sorted(hand_loop(make, 7, 6) + hand_loop(make, 8, 6))
     got = [(r["ep_length"], r["ep_return"]) for r in records]
@@ -64,10 +69,16 @@ def test_mujoco_continuous_actions_are_counted_exactly(mode):
 def test_ale_image_observations_are_counted_exactly(mode):
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)
-    make = lambda: gym.make("ALE/Breakout-v5", max_episode_steps=60)
-    vec = lambda: gym.vector.SyncVectorEnv([make, make], autoreset_mode=gym.vector.AutoresetMode(mode))
-    (records,) = OnlineTrainer(vec, ZeroAgent).multi_run(1, num_episodes=4, seed_offset=3, dump_transitions=True,
-                                                         progress=False)
+
+    def make():
+        return gym.make("ALE/Breakout-v5", max_episode_steps=60)
+
+    def vec():
+        return gym.vector.SyncVectorEnv([make, make], autoreset_mode=gym.vector.AutoresetMode(mode))
+
+    (records,) = OnlineTrainer(vec, ZeroAgent).multi_run(
+        1, num_episodes=4, seed_offset=3, dump_transitions=True, progress=False
+    )
     expected = hand_loop(make, 3, 2) + hand_loop(make, 4, 2)
     assert sorted((r["ep_length"], r["ep_return"]) for r in records) == sorted(expected)
     obs, action, *_ = records[0]["transitions"][0]

@@ -16,8 +16,9 @@ from __future__ import annotations
 import io
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from online_trainer.loop.budget import INFINITY
 from online_trainer.loop.factories import accepts_keyword
@@ -57,8 +58,16 @@ class RunCheckpoints(Hook):
         keep: keep only the last this many periodic checkpoints; None keeps them all.
     """
 
-    def __init__(self, agent: Any, exp_dir: str | os.PathLike, run_idx: int, freq: int, by_episode: bool,
-                 by_eval: bool, keep: int | None = None) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        exp_dir: str | os.PathLike,
+        run_idx: int,
+        freq: int,
+        by_episode: bool,
+        by_eval: bool,
+        keep: int | None = None,
+    ) -> None:
         self.agent, self.exp_dir, self.run_idx, self.freq = agent, exp_dir, run_idx, freq
         self.by_episode, self.by_eval, self.keep = by_episode, by_eval, keep
         self.best_kwargs = {"buffers": False} if accepts_keyword(agent.save, "buffers") else {}
@@ -69,8 +78,9 @@ class RunCheckpoints(Hook):
         self.saved: list[str] = []  # labels of the periodic checkpoints on disk, oldest first
         self.every_steps = None if by_episode else freq
         # episodes: the best training return (without evaluations) and checkpoints every freq-th episode
-        self.handles = frozenset({"on_run_end", "on_step" if not by_episode else "on_episodes",
-                                  "on_eval" if by_eval else "on_episodes"})
+        self.handles = frozenset(
+            {"on_run_end", "on_step" if not by_episode else "on_episodes", "on_eval" if by_eval else "on_episodes"}
+        )
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if not self.by_eval:
@@ -119,8 +129,12 @@ class RunCheckpoints(Hook):
     def state_dict(self) -> dict[str, Any]:
         """``next_step``: the env step of the next periodic checkpoint (step budget); ``best_return`` and
         ``best_state`` (bytes, or None); ``saved``: the labels of the periodic checkpoints kept on disk."""
-        return {"next_step": self.next_step, "best_return": self.best_return, "best_state": self.best_state,
-                "saved": list(self.saved)}
+        return {
+            "next_step": self.next_step,
+            "best_return": self.best_return,
+            "best_state": self.best_state,
+            "saved": list(self.saved),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.next_step, self.best_return = state["next_step"], float(state["best_return"])

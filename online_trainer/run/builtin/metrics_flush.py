@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.hook_protocol import Hook, RunContext
@@ -32,8 +33,9 @@ class MetricsFlush(Hook):
         keep_records: the run hands its records back in memory.
     """
 
-    def __init__(self, tracker: EpisodeTracker, stream: storage.MetricsStream | None, flush_every: int | None,
-                 keep_records: bool) -> None:
+    def __init__(
+        self, tracker: EpisodeTracker, stream: storage.MetricsStream | None, flush_every: int | None, keep_records: bool
+    ) -> None:
         self.tracker, self.stream, self.keep_records = tracker, stream, keep_records
         self.flush_every = flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
         self.flushed = 0  # records of the table written to the stream (or sealed)

@@ -13,7 +13,8 @@ import contextlib
 import logging
 import signal
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from online_trainer.loop.hook_protocol import Hook, RunContext
 
@@ -43,8 +44,10 @@ def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = Tr
     if not _requested.is_set():
         _received.append(signum)
         if announce:
-            logger.warning("%s received: each run writes a full checkpoint at its next step and stops; no new run "
-                           "starts", signal.Signals(signum).name)
+            logger.warning(
+                "%s received: each run writes a full checkpoint at its next step and stops; no new run starts",
+                signal.Signals(signum).name,
+            )
     _requested.set()
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import Hook, RunContext

@@ -16,7 +16,8 @@ import collections
 import sys
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from online_trainer.loop.hook_protocol import Hook, RunContext
 
@@ -32,10 +33,15 @@ class PhaseSampler:
     """Counts, at regular intervals, whether a thread is inside ``act``, ``env.step``, ``update`` or elsewhere."""
 
     def __init__(self, agent: Any, env: Any, thread_id: int) -> None:
-        self.codes = {code: phase for code, phase in ((_code(getattr(agent, "act", None)), "act"),
-                                                      (_code(getattr(env, "step", None)), "env_step"),
-                                                      (_code(getattr(agent, "update", None)), "update"))
-                      if code is not None}
+        self.codes = {
+            code: phase
+            for code, phase in (
+                (_code(getattr(agent, "act", None)), "act"),
+                (_code(getattr(env, "step", None)), "env_step"),
+                (_code(getattr(agent, "update", None)), "update"),
+            )
+            if code is not None
+        }
         self.thread_id = thread_id
         self.counts = dict.fromkeys(PHASES, 0)
         self._stop = threading.Event()
@@ -120,8 +126,11 @@ class RunStats(Hook):
         """``returns`` and ``lengths``: the window of the rolling means, oldest first; ``phase_counts``:
         the timing samples per phase so far (the SPS period starts again on resume)."""
         counts = self.sampler.counts if self.sampler is not None else self.phase_counts
-        return {"returns": [float(r) for r in self.returns], "lengths": [int(n) for n in self.lengths],
-                "phase_counts": dict(counts)}
+        return {
+            "returns": [float(r) for r in self.returns],
+            "lengths": [int(n) for n in self.lengths],
+            "phase_counts": dict(counts),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.returns.clear()

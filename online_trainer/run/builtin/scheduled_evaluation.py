@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,10 +39,16 @@ class RunEvaluations(Hook):
         tag: ``run_{i}`` with the sweep's prefix.
     """
 
-    def __init__(self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any,
-                 tag: str) -> None:
-        self.evaluator, self.freq, self.by_episode, self.stream, self.callback = (evaluator, freq, by_episode,
-                                                                                   stream, callback)
+    def __init__(
+        self, evaluator: Evaluator, freq: int | None, by_episode: bool, stream: Any, callback: Any, tag: str
+    ) -> None:
+        self.evaluator, self.freq, self.by_episode, self.stream, self.callback = (
+            evaluator,
+            freq,
+            by_episode,
+            stream,
+            callback,
+        )
         self.return_tag, self.length_tag = f"eval/ep_return/{tag}", f"eval/ep_length/{tag}"
         self.video_tag = f"eval/video/{tag}"
         self.on_video = self._video if callable(getattr(callback, "video", None)) else None
@@ -93,9 +100,13 @@ class RunEvaluations(Hook):
     def state_dict(self) -> dict[str, Any]:
         """``count``: evaluations made (numbers the next one, and its video); ``last_step``: the env step of
         the last one; ``records``: every evaluation record so far (copies of their arrays)."""
-        return {"count": self.evaluator.count, "last_step": self.evaluator.last_step,
-                "records": [{k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in r.items()}
-                            for r in self.records]}
+        return {
+            "count": self.evaluator.count,
+            "last_step": self.evaluator.last_step,
+            "records": [
+                {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in r.items()} for r in self.records
+            ],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.evaluator.count, self.evaluator.last_step = int(state["count"]), int(state["last_step"])

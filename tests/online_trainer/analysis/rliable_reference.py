@@ -73,21 +73,25 @@ def band(replicates: np.ndarray, q: float, z: float, ours: int = OUR_RESAMPLES, 
 def z_for(num_checks: int, false_alarm: float = FALSE_ALARM) -> float:
     """The two-sided normal quantile for ``false_alarm`` shared by ``num_checks`` endpoints."""
     from scipy.stats import norm
+
     return float(norm.isf(false_alarm / (2 * num_checks)))
 
 
 def datasets() -> dict[str, dict]:
     """Scores (``runs x tasks`` per candidate, as rliable takes them) rounded to 3 decimals, and their gap threshold."""
     rng = np.random.default_rng(20240532)
-    levels_ = np.array([0.2, 0.8, 1.4])   # tasks far apart: a bootstrap that does not stratify is much wider
+    levels_ = np.array([0.2, 0.8, 1.4])  # tasks far apart: a bootstrap that does not stratify is much wider
     three = {"A": rng.normal(levels_, 0.3, (10, 3)), "B": rng.normal(levels_ + 0.25, 0.35, (10, 3))}
     one = {"A": rng.integers(0, 11, (6, 1)).astype(float), "B": rng.integers(2, 13, (9, 1)).astype(float)}
-    return {"three_tasks": {"scores": {k: np.round(v, 3) for k, v in three.items()}, "optimality_threshold": 1.0},
-            "one_task_ties_unequal_runs": {"scores": one, "optimality_threshold": 8.0}}
+    return {
+        "three_tasks": {"scores": {k: np.round(v, 3) for k, v in three.items()}, "optimality_threshold": 1.0},
+        "one_task_ties_unequal_runs": {"scores": one, "optimality_threshold": 8.0},
+    }
 
 
-def rliable_interval(bootstrap, data, func, seed: int, reps: int,
-                     verify: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def rliable_interval(
+    bootstrap, data, func, seed: int, reps: int, verify: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """rliable's point estimate and interval of ``func``, and its replicates.
 
     ``bootstrap`` is ``StratifiedBootstrap`` for one array, ``StratifiedIndependentBootstrap`` for a
@@ -96,6 +100,7 @@ def rliable_interval(bootstrap, data, func, seed: int, reps: int,
     ``rliable.library.get_interval_estimates`` with the same seed (doing the bootstrap twice).
     """
     from rliable import library
+
     np.random.seed(seed)
     replicates = (bootstrap(*data) if isinstance(data, list) else bootstrap(data)).apply(func, reps)
     cis = np.percentile(replicates, [100 * q for q in levels()], axis=0)
@@ -117,30 +122,49 @@ def reference(reps: int = REPS) -> dict:
     out, pending, seed = {}, [], 0
     for name, spec in datasets().items():
         scores, gamma = spec["scores"], spec["optimality_threshold"]
-        stats = [metrics.aggregate_iqm, metrics.aggregate_mean, metrics.aggregate_median, pooled_median,
-                 lambda m: metrics.aggregate_optimality_gap(m, gamma)]
-        entry = {"scores": {k: v.tolist() for k, v in scores.items()}, "optimality_threshold": gamma,
-                 "aggregates": {}, "improvement": {}}
+        stats = [
+            metrics.aggregate_iqm,
+            metrics.aggregate_mean,
+            metrics.aggregate_median,
+            pooled_median,
+            lambda m, gamma=gamma: metrics.aggregate_optimality_gap(m, gamma),
+        ]
+        entry = {
+            "scores": {k: v.tolist() for k, v in scores.items()},
+            "optimality_threshold": gamma,
+            "aggregates": {},
+            "improvement": {},
+        }
         for candidate, m in scores.items():
             seed += 1
-            point, cis, reps_ = rliable_interval(library.StratifiedBootstrap, m,
-                                                 lambda m: np.array([f(m) for f in stats]), seed, reps)
+            point, cis, reps_ = rliable_interval(
+                library.StratifiedBootstrap, m, lambda m, stats=stats: np.array([f(m) for f in stats]), seed, reps
+            )
             assert np.allclose(point, [f(m) for f in stats])
-            entry["aggregates"][candidate] = {s: {"value": point[i], "lo": cis[0, i], "hi": cis[1, i],
-                                                  "seed": seed} for i, s in enumerate(AGGREGATES)}
-            pending += [(entry["aggregates"][candidate][s], reps_[:, i])
-                        for i, s in enumerate(AGGREGATES) if s != "median"]
+            entry["aggregates"][candidate] = {
+                s: {"value": point[i], "lo": cis[0, i], "hi": cis[1, i], "seed": seed} for i, s in enumerate(AGGREGATES)
+            }
+            pending += [
+                (entry["aggregates"][candidate][s], reps_[:, i]) for i, s in enumerate(AGGREGATES) if s != "median"
+            ]
 
         def pair(x, y):
-            return np.array([metrics.probability_of_improvement(x, y),
-                             metrics.aggregate_iqm(x) - metrics.aggregate_iqm(y),
-                             metrics.aggregate_mean(x) - metrics.aggregate_mean(y), np.median(x) - np.median(y)])
+            return np.array(
+                [
+                    metrics.probability_of_improvement(x, y),
+                    metrics.aggregate_iqm(x) - metrics.aggregate_iqm(y),
+                    metrics.aggregate_mean(x) - metrics.aggregate_mean(y),
+                    np.median(x) - np.median(y),
+                ]
+            )
 
         seed += 1
-        point, cis, reps_ = rliable_interval(library.StratifiedIndependentBootstrap, [scores["A"], scores["B"]], pair,
-                                             seed, reps)
-        entry["improvement"]["A>B"] = {s: {"value": point[i], "lo": cis[0, i], "hi": cis[1, i], "seed": seed}
-                                       for i, s in enumerate(DIFFERENCES)}
+        point, cis, reps_ = rliable_interval(
+            library.StratifiedIndependentBootstrap, [scores["A"], scores["B"]], pair, seed, reps
+        )
+        entry["improvement"]["A>B"] = {
+            s: {"value": point[i], "lo": cis[0, i], "hi": cis[1, i], "seed": seed} for i, s in enumerate(DIFFERENCES)
+        }
         pending += [(entry["improvement"]["A>B"][s], reps_[:, i]) for i, s in enumerate(DIFFERENCES)]
 
         pooled = np.concatenate([m.ravel() for m in scores.values()])
@@ -151,7 +175,9 @@ def reference(reps: int = REPS) -> dict:
             np.random.seed(seed)
             fractions, cis = library.create_performance_profile({"x": m}, taus, reps=reps, confidence_interval_size=CI)
             np.random.seed(seed)
-            reps_ = library.StratifiedBootstrap(m).apply(lambda s: library.score_distributions(s, taus), reps)
+            reps_ = library.StratifiedBootstrap(m).apply(
+                lambda s, taus=taus: library.score_distributions(s, taus), reps
+            )
             assert np.array_equal(np.percentile(reps_, [100 * q for q in levels()], axis=0), cis["x"])
             profile = {"value": fractions["x"], "lo": cis["x"][0], "hi": cis["x"][1], "seed": seed}
             entry["profiles"][candidate] = profile
@@ -165,10 +191,17 @@ def reference(reps: int = REPS) -> dict:
         for end, q in zip(("lo", "hi"), levels()):
             estimate[f"{end}_band"] = band(replicates, q, z, theirs=reps)
     versions = {p: metadata.version(p) for p in ("rliable", "arch", "pandas", "numpy", "scipy")}
-    return {"generated_by": "tests/online_trainer/analysis/rliable_reference.py (see its docstring)",
-            "versions": {"python": platform.python_version(), **versions},
-            "reps": reps, "our_n_resamples": OUR_RESAMPLES, "ci": CI, "false_alarm": FALSE_ALARM,
-            "num_checks": num_checks, "z": z, "datasets": out}
+    return {
+        "generated_by": "tests/online_trainer/analysis/rliable_reference.py (see its docstring)",
+        "versions": {"python": platform.python_version(), **versions},
+        "reps": reps,
+        "our_n_resamples": OUR_RESAMPLES,
+        "ci": CI,
+        "false_alarm": FALSE_ALARM,
+        "num_checks": num_checks,
+        "z": z,
+        "datasets": out,
+    }
 
 
 def _plain(value):
@@ -184,8 +217,10 @@ def _plain(value):
 def main() -> None:
     data = _plain(reference())
     FIXTURE.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes; {data['num_checks']} endpoints, z = {data['z']:.2f})",
-          file=sys.stderr)
+    print(
+        f"wrote {FIXTURE} ({FIXTURE.stat().st_size} bytes; {data['num_checks']} endpoints, z = {data['z']:.2f})",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -19,15 +19,21 @@ from tests.conftest import RecordingAgent, make_counting_vec
 
 def table(values: dict[str, dict[str, list[float]]]) -> pd.DataFrame:
     """Per-run scores: {candidate: {task: [score of run 1, ...]}}."""
-    return pd.DataFrame([{"candidate": c, "task": t, "experiment": f"{c}/{t}", "run": i, "raw_score": v}
-                         for c, tasks in values.items() for t, vs in tasks.items() for i, v in enumerate(vs, 1)])
+    return pd.DataFrame(
+        [
+            {"candidate": c, "task": t, "experiment": f"{c}/{t}", "run": i, "raw_score": v}
+            for c, tasks in values.items()
+            for t, vs in tasks.items()
+            for i, v in enumerate(vs, 1)
+        ]
+    )
 
 
 def test_point_estimates_equal_a_hand_computation():
     scores = table({"A": {"t": [1, 2, 3, 4, 5, 6, 7, 8]}, "B": {"t": [0, 2, 2, 9, 9, 9, 9, 9]}})
     out = compare_scores(scores, CompareOptions(optimality_threshold=6, n_resamples=200))
     a = out.aggregates.set_index("candidate")
-    assert a.loc["A", "iqm"] == pytest.approx((3 + 4 + 5 + 6) / 4)   # int(0.25 * 8) = 2 dropped at each end
+    assert a.loc["A", "iqm"] == pytest.approx((3 + 4 + 5 + 6) / 4)  # int(0.25 * 8) = 2 dropped at each end
     assert a.loc["B", "iqm"] == pytest.approx((2 + 9 + 9 + 9) / 4)
     assert a.loc["A", "optimality_gap"] == pytest.approx(6 - (1 + 2 + 3 + 4 + 5 + 6 + 6 + 6) / 8)
     # pairs (a, b) with a > b, plus one half per tie: 1 beats 0; 2 beats 0, ties two 2s; 3..8 beat 0, 2, 2
@@ -39,8 +45,9 @@ def test_point_estimates_equal_a_hand_computation():
 
 
 def test_probability_of_improvement_is_averaged_over_tasks():
-    assert probability_of_improvement([np.array([1.0, 2.0]), np.array([5.0])],
-                                      [np.array([2.0]), np.array([1.0, 9.0])]) == pytest.approx((0.25 + 0.5) / 2)  # (0 + 1/2) / 2, (1 + 0) / 2
+    assert probability_of_improvement(
+        [np.array([1.0, 2.0]), np.array([5.0])], [np.array([2.0]), np.array([1.0, 9.0])]
+    ) == pytest.approx((0.25 + 0.5) / 2)  # (0 + 1/2) / 2, (1 + 0) / 2
 
 
 def test_identical_candidates_cannot_be_told_apart():
@@ -56,8 +63,14 @@ def test_identical_candidates_cannot_be_told_apart():
 
 def test_a_clearly_better_candidate_has_an_interval_above_one_half():
     rng = np.random.default_rng(2)
-    out = compare_scores(table({"good": {"t1": list(rng.normal(3, 1, 10)), "t2": list(rng.normal(3, 1, 10))},
-                                "bad": {"t1": list(rng.normal(0, 1, 10)), "t2": list(rng.normal(0, 1, 10))}}))
+    out = compare_scores(
+        table(
+            {
+                "good": {"t1": list(rng.normal(3, 1, 10)), "t2": list(rng.normal(3, 1, 10))},
+                "bad": {"t1": list(rng.normal(0, 1, 10)), "t2": list(rng.normal(0, 1, 10))},
+            }
+        )
+    )
     row = out.improvement.set_index(["candidate", "versus"]).loc[("good", "bad")]
     assert row["probability_of_improvement_lo"] > 0.5 and row["distinguishable"]
     assert row["difference_lo"] > 0 and row["seeds_needed"] == 10  # the seeds run, never fewer
@@ -72,8 +85,9 @@ def test_seeds_needed_is_never_fewer_than_were_run():
 
 
 def test_complete_separation_is_a_degenerate_interval_with_a_bound_that_holds_at_five_seeds():
-    out = compare_scores(table({"A": {"t": [1, 2, 3, 4, 5]}, "B": {"t": [6, 7, 8, 9, 10]}}),
-                         CompareOptions(n_resamples=500))
+    out = compare_scores(
+        table({"A": {"t": [1, 2, 3, 4, 5]}, "B": {"t": [6, 7, 8, 9, 10]}}), CompareOptions(n_resamples=500)
+    )
     pair = out.improvement.set_index(["candidate", "versus"])
     a_b, b_a = pair.loc[("A", "B")], pair.loc[("B", "A")]
     assert (a_b["probability_of_improvement_lo"], a_b["probability_of_improvement_hi"]) == (0, 0)  # every resample
@@ -89,15 +103,19 @@ def test_separation_bounds_over_tasks_and_unequal_seeds():
     assert separation_bound(1.0, pairs=3, ci=0.9) == pytest.approx(0.05 ** (1 / 3))
     assert math.isnan(separation_bound(0.96, pairs=3, ci=0.9))
     # 3 vs 4 seeds on each of two tasks: 2 * min(3, 4) = 6 disjoint pairs, C(7, 3) = 35 rank sets per task
-    out = compare_scores(table({"A": {"t1": [5, 6, 7], "t2": [5, 6, 7]}, "B": {"t1": [1, 2, 3, 4], "t2": [0, 1, 2, 3]}}),
-                         CompareOptions(n_resamples=200))
+    out = compare_scores(
+        table({"A": {"t1": [5, 6, 7], "t2": [5, 6, 7]}, "B": {"t1": [1, 2, 3, 4], "t2": [0, 1, 2, 3]}}),
+        CompareOptions(n_resamples=200),
+    )
     row = out.improvement.set_index(["candidate", "versus"]).loc[("A", "B")]
     assert row["degenerate"] and row["separation_bound"] == pytest.approx(0.025 ** (1 / 6))
-    assert row["separation_chance"] == pytest.approx(1 / 35 ** 2)
+    assert row["separation_chance"] == pytest.approx(1 / 35**2)
 
 
 def test_an_interval_that_is_not_a_point_is_not_degenerate():
-    out = compare_scores(table({"A": {"t": [1, 2, 3, 7, 5]}, "B": {"t": [6, 4, 8, 9, 10]}}), CompareOptions(n_resamples=500))
+    out = compare_scores(
+        table({"A": {"t": [1, 2, 3, 7, 5]}, "B": {"t": [6, 4, 8, 9, 10]}}), CompareOptions(n_resamples=500)
+    )
     row = out.improvement.iloc[0]
     assert not row["degenerate"] and math.isnan(row["separation_bound"]) and math.isnan(row["separation_chance"])
 
@@ -119,10 +137,15 @@ def test_intervals_cover_the_known_answer_and_a_seed_repeats_them():
 
 
 def test_profiles_count_runs_above_tau_averaged_over_tasks():
-    out = compare_scores(table({"A": {"t1": [0, 1], "t2": [0, 0]}, "B": {"t1": [1, 1], "t2": [1, 1]}}),
-                         CompareOptions(num_taus=3))
+    out = compare_scores(
+        table({"A": {"t1": [0, 1], "t2": [0, 0]}, "B": {"t1": [1, 1], "t2": [1, 1]}}), CompareOptions(num_taus=3)
+    )
     profiles = out.profiles.set_index(["candidate", "tau"])["fraction"]
-    assert profiles.loc["A"].tolist() == [0.25, 0.25, 0.0] and profiles.loc["B"].tolist() == [1.0, 1.0, 0.0]  # tau 0, 0.5, 1
+    assert profiles.loc["A"].tolist() == [0.25, 0.25, 0.0] and profiles.loc["B"].tolist() == [
+        1.0,
+        1.0,
+        0.0,
+    ]  # tau 0, 0.5, 1
 
 
 def test_normalisation_and_optimality_gap():
@@ -156,7 +179,7 @@ def rliable_library():
 
 def cross_check_scores():
     rng = np.random.default_rng(4)
-    return {"A": rng.normal(0, 1, (10, 3)), "B": rng.normal(0.4, 1, (10, 3))}   # runs x tasks, as rliable takes
+    return {"A": rng.normal(0, 1, (10, 3)), "B": rng.normal(0.4, 1, (10, 3))}  # runs x tasks, as rliable takes
 
 
 def as_table(scores):
@@ -196,19 +219,27 @@ def test_intervals_equal_rliable_within_bootstrap_noise():
     z = z_for(2 * (2 * len(columns) + 2))
     checks = []
     for seed, (c, m) in enumerate(scores.items(), 1):
-        _, cis, replicates = rliable_interval(library.StratifiedBootstrap, m, lambda m: np.array([f(m) for f in stats]),
-                                              seed, reps, verify=False)
-        checks += [(f"{c} {col}", aggregates.loc[c, f"{col}_{end}"], cis[i, j], replicates[:, j], q)
-                   for j, col in enumerate(columns) for i, (end, q) in enumerate(zip(("lo", "hi"), levels()))]
+        _, cis, replicates = rliable_interval(
+            library.StratifiedBootstrap, m, lambda m: np.array([f(m) for f in stats]), seed, reps, verify=False
+        )
+        checks += [
+            (f"{c} {col}", aggregates.loc[c, f"{col}_{end}"], cis[i, j], replicates[:, j], q)
+            for j, col in enumerate(columns)
+            for i, (end, q) in enumerate(zip(("lo", "hi"), levels()))
+        ]
 
     def pair(x, y):
         return np.array([metrics.probability_of_improvement(x, y), metrics.aggregate_iqm(x) - metrics.aggregate_iqm(y)])
 
-    _, cis, replicates = rliable_interval(library.StratifiedIndependentBootstrap, [scores["A"], scores["B"]], pair,
-                                          3, reps, verify=False)
+    _, cis, replicates = rliable_interval(
+        library.StratifiedIndependentBootstrap, [scores["A"], scores["B"]], pair, 3, reps, verify=False
+    )
     names = [("P(A > B)", "probability_of_improvement"), ("IQM(A) - IQM(B)", "difference")]
-    checks += [(name, row[f"{col}_{end}"], cis[i, j], replicates[:, j], q)
-               for j, (name, col) in enumerate(names) for i, (end, q) in enumerate(zip(("lo", "hi"), levels()))]
+    checks += [
+        (name, row[f"{col}_{end}"], cis[i, j], replicates[:, j], q)
+        for j, (name, col) in enumerate(names)
+        for i, (end, q) in enumerate(zip(("lo", "hi"), levels()))
+    ]
     wrong = []
     for label, value, theirs, replicates_, q in checks:
         low, high = band(replicates_, q, z, ours=n_resamples, theirs=reps)
@@ -221,7 +252,8 @@ def test_intervals_equal_rliable_within_bootstrap_noise():
 def experiment(path, num_runs=3, tuning_hp=None, **kwargs):
     kwargs.setdefault("num_episodes", 12)
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=path).multi_run(
-        num_runs, seed_offset=1, progress=False, tuning_hp=tuning_hp, **kwargs)
+        num_runs, seed_offset=1, progress=False, tuning_hp=tuning_hp, **kwargs
+    )
     return path
 
 
@@ -264,13 +296,16 @@ def test_evaluations_per_episode(tmp_path):
     assert len(rows) == 2 * 2 * 3 and rows["episode"].tolist()[:3] == [1, 2, 3]
     per_eval = load_evaluations(tmp_path)
     assert rows.groupby(["run", "eval_index"])["return"].mean().tolist() == pytest.approx(
-        per_eval["eval_return"].tolist())
+        per_eval["eval_return"].tolist()
+    )
 
 
 def test_step_budget_curves_end_on_every_run(tmp_path):
     experiment(tmp_path, num_runs=3, num_episodes=None, total_steps=101)
     df = load_episodes(tmp_path)
-    assert {r["budget_unit"] for r in df.attrs["runs"]} == {"steps"} and {r["budget"] for r in df.attrs["runs"]} == {101}
+    assert {r["budget_unit"] for r in df.attrs["runs"]} == {"steps"} and {r["budget"] for r in df.attrs["runs"]} == {
+        101
+    }
     table_ = curves(df, num_points=20)
     assert table_["global_step"].iloc[-1] == 101
     assert table_["num_runs"].iloc[-1] == 3  # before: the run whose last episode ended last, alone (n=1)

@@ -27,12 +27,17 @@ FLOAT = 1e-9
 """Slack for rounding: two bootstraps that draw the same resample compute its statistic in a different order."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ours(name: str, metric: str) -> Comparison:
     spec = REFERENCE["datasets"][name]
     scores = {c: np.array(m) for c, m in spec["scores"].items()}
-    options = CompareOptions(optimality_threshold=spec["optimality_threshold"], ci=REFERENCE["ci"],
-                             n_resamples=REFERENCE["our_n_resamples"], num_taus=len(spec["taus"]), metric=metric)
+    options = CompareOptions(
+        optimality_threshold=spec["optimality_threshold"],
+        ci=REFERENCE["ci"],
+        n_resamples=REFERENCE["our_n_resamples"],
+        num_taus=len(spec["taus"]),
+        metric=metric,
+    )
     return compare_scores(as_table(scores), options, candidates=list(scores))
 
 
@@ -98,8 +103,10 @@ def test_improvement_intervals_equal_rliables_within_bootstrap_noise(name):
     pair, wrong = REFERENCE["datasets"][name]["improvement"]["A>B"], []
     for metric in ("iqm", "mean", "median"):
         row = ours(name, metric).improvement.set_index(["candidate", "versus"]).loc[("A", "B")]
-        for column, key in (("probability_of_improvement", "probability_of_improvement"),
-                            ("difference", f"difference_{metric}")):
+        for column, key in (
+            ("probability_of_improvement", "probability_of_improvement"),
+            ("difference", f"difference_{metric}"),
+        ):
             for end in ("lo", "hi"):
                 if outside(row[f"{column}_{end}"], pair[key], end):
                     wrong.append(describe(f"{key} (metric={metric})", row[f"{column}_{end}"], pair[key], end))
@@ -115,8 +122,10 @@ def test_profile_bands_equal_rliables_within_bootstrap_noise(name):
             values = rows[f"fraction_{end}"].to_numpy()
             for i in np.flatnonzero(outside(values, theirs, end)):
                 low, high = np.asarray(theirs[f"{end}_band"])[:, i]
-                wrong.append(f"{candidate} tau={rows['tau'].iloc[i]:.3f} {end}: ours {values[i]}, "
-                             f"rliable {theirs[end][i]}, band [{low}, {high}]")
+                wrong.append(
+                    f"{candidate} tau={rows['tau'].iloc[i]:.3f} {end}: ours {values[i]}, "
+                    f"rliable {theirs[end][i]}, band [{low}, {high}]"
+                )
     assert wrong == []
 
 

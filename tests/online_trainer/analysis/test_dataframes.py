@@ -18,14 +18,24 @@ from tests.conftest import RecordingAgent, make_counting_vec, record, write_expe
 
 def run(exp_dir, num_runs=2, episodes=5, **kwargs):
     return OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir).multi_run(
-        num_runs, num_episodes=episodes, seed_offset=1, progress=False, **kwargs)
+        num_runs, num_episodes=episodes, seed_offset=1, progress=False, **kwargs
+    )
 
 
 def test_one_experiment(tmp_path):
     runs = run(tmp_path, tuning_hp={"lr": 0.1})
     df = load_episodes(tmp_path)
-    assert list(df.columns) == ["run", "seed", "status", "episode_index", "global_step", "ep_return", "ep_length",
-                                "wall_time", "lr"]
+    assert list(df.columns) == [
+        "run",
+        "seed",
+        "status",
+        "episode_index",
+        "global_step",
+        "ep_return",
+        "ep_length",
+        "wall_time",
+        "lr",
+    ]
     assert len(df) == 10
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert df.groupby("run")["seed"].first().to_dict() == {e["run"]: e["seed"] for e in manifest["runs"]}
@@ -64,9 +74,9 @@ def test_runs_are_read_by_their_manifest_number_with_status_and_zero_episode_run
     runs = {
         1: ("finished", 100, [record(i, i) for i in range(1, 6)]),
         2: ("failed", 200, [record(1, -5), record(2, -6)]),
-        3: ("interrupted", 300, None),              # killed before its first flush: no stream
+        3: ("interrupted", 300, None),  # killed before its first flush: no stream
         5: ("Stopped early", 500, [record(1, 9)]),  # numbers need not be contiguous
-        6: ("pending", 600, []),                     # an empty stream
+        6: ("pending", 600, []),  # an empty stream
     }
     write_experiment(tmp_path, runs, manifest_order=[5, 3, 1, 6, 2])  # list order is not the run number
     with caplog.at_level(logging.WARNING):
@@ -78,7 +88,12 @@ def test_runs_are_read_by_their_manifest_number_with_status_and_zero_episode_run
     assert "2 of 5 run(s) have no episode on disk" in caplog.text
     assert "run 3 (interrupted)" in caplog.text and "run 6 (pending)" in caplog.text
     assert [(r["run"], r["status"], r["num_episodes"]) for r in df.attrs["runs"]] == [
-        (1, "finished", 5), (2, "failed", 2), (3, "interrupted", 0), (5, "stopped_early", 1), (6, "pending", 0)]
+        (1, "finished", 5),
+        (2, "failed", 2),
+        (3, "interrupted", 0),
+        (5, "stopped_early", 1),
+        (6, "pending", 0),
+    ]
     table = load_runs(tmp_path)
     assert table["run"].tolist() == [1, 2, 3, 5, 6]
     assert table.loc[table["run"] == 2, "error"].item().endswith("RuntimeError: boom")
@@ -97,9 +112,17 @@ def test_a_stream_without_manifest_entry_has_status_unknown(tmp_path, caplog):
 
 def test_original_onlinetrainer_directory_without_manifest(tmp_path):
     """metrics_run{i}.pkl from 1, appended pickled lists of dicts lacking global_step, wall_time, episode_index."""
+
     def legacy(ret, length):
-        return {"ep_return": ret, "ep_length": length, "frames": [], "transitions": [], "actions": None,
-                "agent_seed": 42, "agent_logs": None}
+        return {
+            "ep_return": ret,
+            "ep_length": length,
+            "frames": [],
+            "transitions": [],
+            "actions": None,
+            "agent_seed": 42,
+            "agent_logs": None,
+        }
 
     with open(tmp_path / "metrics_run1.pkl", "wb") as f:
         pickle.dump([legacy(-10.0, 4), legacy(-8.0, 3)], f)
@@ -129,8 +152,19 @@ def test_evaluations_of_a_real_run(tmp_path):
     run(tmp_path, episodes=10, eval_freq=5, eval_episodes=3, tuning_hp={"lr": 0.1})
     assert [p.name for p in evaluation_files(tmp_path)] == ["eval_run1.pkl", "eval_run2.pkl"]
     evals = load_evaluations(tmp_path)
-    assert list(evals.columns) == ["run", "seed", "status", "eval_index", "global_step", "episodes_trained",
-                                   "eval_return", "eval_std", "eval_episodes", "wall_time", "lr"]
+    assert list(evals.columns) == [
+        "run",
+        "seed",
+        "status",
+        "eval_index",
+        "global_step",
+        "episodes_trained",
+        "eval_return",
+        "eval_std",
+        "eval_episodes",
+        "wall_time",
+        "lr",
+    ]
     assert evals["run"].tolist() == [1, 1, 2, 2] and evals["eval_index"].tolist() == [1, 2, 1, 2]
     assert evals["episodes_trained"].tolist() == [5, 10, 5, 10]
     assert (evals["eval_episodes"] == 3).all() and (evals["status"] == "finished").all()
@@ -147,9 +181,12 @@ def test_missing_directory(tmp_path):
 def test_a_run_without_a_metrics_stream_is_said_to_be_one(tmp_path, caplog):
     """dump_metrics=False: the run finished with episodes, none on disk; the warning says why (an outside tester's find)."""
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=4, seed_offset=0, dump_metrics=False, progress=False)
+        1, num_episodes=4, seed_offset=0, dump_metrics=False, progress=False
+    )
     with caplog.at_level(logging.WARNING):
         df = load_episodes(tmp_path)
     assert df.empty and df.attrs["runs"][0]["status"] == "finished"
-    assert "run 1 ended finished after 4 episodes but wrote no metrics_run1.pkl (it ran with dump_metrics=False)" \
+    assert (
+        "run 1 ended finished after 4 episodes but wrote no metrics_run1.pkl (it ran with dump_metrics=False)"
         in caplog.text
+    )

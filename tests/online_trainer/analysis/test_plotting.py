@@ -20,9 +20,19 @@ def synthetic(groups=("a", "b"), num_runs=4, num_episodes=40) -> pd.DataFrame:
             steps = np.cumsum(rng.integers(20, 40, num_episodes))
             returns = (g + 1) * np.log1p(steps / 100) + rng.normal(0, 0.3, num_episodes)
             for e in range(num_episodes):
-                rows.append({"experiment": name, "lr": lr, "run": run, "seed": run, "episode_index": e + 1,
-                             "global_step": int(steps[e]), "ep_return": returns[e], "ep_length": 30,
-                             "wall_time": 0.01 * e})
+                rows.append(
+                    {
+                        "experiment": name,
+                        "lr": lr,
+                        "run": run,
+                        "seed": run,
+                        "episode_index": e + 1,
+                        "global_step": int(steps[e]),
+                        "ep_return": returns[e],
+                        "ep_length": 30,
+                        "wall_time": 0.01 * e,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -101,7 +111,8 @@ def test_learning_curves_from_real_experiment_directories(tmp_path):
     dirs = [tmp_path / "a", tmp_path / "b"]
     for exp_dir in dirs:
         OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp_dir).multi_run(
-            3, num_episodes=12, seed_offset=0, progress=False)
+            3, num_episodes=12, seed_offset=0, progress=False
+        )
     fig = plot_learning_curves(dirs, x="episode_index")
     fig.savefig(tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 0
@@ -135,8 +146,18 @@ def shaped(num_runs=4, num_episodes=30, short=None, statuses=None, early=None, e
         for e in range(1, (short or {}).get(run, num_episodes) + 1):
             ret = early if early is not None and e <= 3 else float(e)
             step += early_length if e <= 3 else 10
-            rows.append({"run": run, "seed": run, "status": (statuses or {}).get(run, "finished"), "episode_index": e,
-                         "global_step": step, "ep_return": ret, "ep_length": 10, "wall_time": 0.1 * e})
+            rows.append(
+                {
+                    "run": run,
+                    "seed": run,
+                    "status": (statuses or {}).get(run, "finished"),
+                    "episode_index": e,
+                    "global_step": step,
+                    "ep_return": ret,
+                    "ep_length": 10,
+                    "wall_time": 0.1 * e,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -210,12 +231,15 @@ def test_ordinary_curves_are_not_cut():
     assert fig.axes[0].get_yscale() == "linear" and "y axis" not in notes(fig)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"yscale": "log"}, r"yscale must be one of \('auto', 'linear', 'symlog'\), got yscale='log'"),
-    ({"ylim": (1, 0)}, r"ylim must be finite with low < high, got ylim=\(1, 0\)"),
-    ({"ylim": "tight"}, "ylim must be 'auto', None or a pair"),
-    ({"span": "both"}, "span must be one of"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"yscale": "log"}, r"yscale must be one of \('auto', 'linear', 'symlog'\), got yscale='log'"),
+        ({"ylim": (1, 0)}, r"ylim must be finite with low < high, got ylim=\(1, 0\)"),
+        ({"ylim": "tight"}, "ylim must be 'auto', None or a pair"),
+        ({"span": "both"}, "span must be one of"),
+    ],
+)
 def test_axis_option_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_learning_curves(synthetic(), **kwargs)
@@ -223,8 +247,11 @@ def test_axis_option_errors(kwargs, match):
 
 def test_final_performance_draws_the_iqm_not_the_mean():
     # final returns (last 5 episodes) 0, 0, 0, 0, 0, 0, 0 and 800 for one outlier run: mean 100, IQM 0
-    rows = [{"run": r, "seed": r, "episode_index": e, "global_step": 10 * e, "ep_return": 800.0 if r == 7 else 0.0}
-            for r in range(8) for e in range(1, 6)]
+    rows = [
+        {"run": r, "seed": r, "episode_index": e, "global_step": 10 * e, "ep_return": 800.0 if r == 7 else 0.0}
+        for r in range(8)
+        for e in range(1, 6)
+    ]
     df = pd.DataFrame(rows)
     fig = plot_final_performance(df, stat="iqm", last_k=5, show_runs=False)
     marker = [line for line in fig.axes[0].get_lines() if line.get_marker() == "o"]

@@ -21,8 +21,18 @@ def episodes(returns: dict, steps: dict | None = None, **columns) -> pd.DataFram
     for run, rets in returns.items():
         xs = steps[run] if steps else [100 * (e + 1) for e in range(len(rets))]
         for e, (ret, step) in enumerate(zip(rets, xs)):
-            rows.append({"run": run, "seed": 10 + run, "episode_index": e + 1, "global_step": step,
-                         "ep_return": float(ret), "ep_length": 5, "wall_time": 0.1 * e, **columns})
+            rows.append(
+                {
+                    "run": run,
+                    "seed": 10 + run,
+                    "episode_index": e + 1,
+                    "global_step": step,
+                    "ep_return": float(ret),
+                    "ep_length": 5,
+                    "wall_time": 0.1 * e,
+                    **columns,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -62,8 +72,9 @@ def test_final_performance_after_step(caplog):
 
 
 def test_final_performance_groups_by_experiment_by_default_and_keeps_runs_apart():
-    df = pd.concat([episodes({0: [1, 2], 1: [3, 4]}, experiment="a", lr=0.1),
-                    episodes({0: [10, 20]}, experiment="b", lr=0.1)])
+    df = pd.concat(
+        [episodes({0: [1, 2], 1: [3, 4]}, experiment="a", lr=0.1), episodes({0: [10, 20]}, experiment="b", lr=0.1)]
+    )
     out = final_performance(df, last_k=1)
     assert list(out.columns[:2]) == ["experiment", "run"]
     assert out["final_return"].tolist() == [2.0, 4.0, 20.0]
@@ -125,8 +136,20 @@ def test_aggregate_point_estimates_by_hand():
 def test_aggregate_columns_and_groups():
     df = pd.concat([final_values([1, 2, 3], experiment="a"), final_values([4, 5, 6, 7], experiment="b")])
     out = aggregate(df)
-    assert list(out.columns) == ["experiment", "mean", "mean_lo", "mean_hi", "median", "median_lo",
-                                 "median_hi", "iqm", "iqm_lo", "iqm_hi", "num_runs", "num_missing"]
+    assert list(out.columns) == [
+        "experiment",
+        "mean",
+        "mean_lo",
+        "mean_hi",
+        "median",
+        "median_lo",
+        "median_hi",
+        "iqm",
+        "iqm_lo",
+        "iqm_hi",
+        "num_runs",
+        "num_missing",
+    ]
     assert out["experiment"].tolist() == ["a", "b"]
     assert out["mean"].tolist() == [2.0, 5.5]
     assert out["num_runs"].tolist() == [3, 4]
@@ -146,8 +169,9 @@ def test_aggregate_ci_contains_estimate_and_shrinks_with_more_runs():
 def test_aggregate_is_deterministic_with_a_seed():
     data = final_values(np.random.default_rng(0).normal(size=8))
     pd.testing.assert_frame_equal(aggregate(data, seed=7), aggregate(data, seed=7))
-    pd.testing.assert_frame_equal(aggregate(data, seed=np.random.default_rng(7)),
-                                  aggregate(data, seed=np.random.default_rng(7)))
+    pd.testing.assert_frame_equal(
+        aggregate(data, seed=np.random.default_rng(7)), aggregate(data, seed=np.random.default_rng(7))
+    )
     assert not aggregate(data, seed=7, n_resamples=500).equals(aggregate(data, seed=8, n_resamples=500))
     with pytest.raises(ValueError, match="seed must be a non-negative int"):
         aggregate(data, seed=-1)
@@ -165,7 +189,9 @@ def test_a_groups_interval_does_not_depend_on_the_other_groups():
     runs_b = episodes({r: rng.normal(5, 1, 9) for r in range(3)}, experiment="0b")
     curve_alone = curves(runs_a, n_resamples=200)
     curve_together = curves(pd.concat([runs_b, runs_a]), n_resamples=200)
-    pd.testing.assert_frame_equal(curve_alone, curve_together[curve_together["experiment"] == "a"].reset_index(drop=True))
+    pd.testing.assert_frame_equal(
+        curve_alone, curve_together[curve_together["experiment"] == "a"].reset_index(drop=True)
+    )
 
 
 def test_aggregate_single_run_and_identical_values(caplog):
@@ -217,8 +243,12 @@ def test_aggregate_errors():
 
 
 def test_summarize_is_final_performance_then_aggregate():
-    df = pd.concat([episodes({r: np.arange(12) * (r + 1) for r in range(4)}, experiment="a"),
-                    episodes({r: np.arange(12) - r for r in range(3)}, experiment="b")])
+    df = pd.concat(
+        [
+            episodes({r: np.arange(12) * (r + 1) for r in range(4)}, experiment="a"),
+            episodes({r: np.arange(12) - r for r in range(3)}, experiment="b"),
+        ]
+    )
     expected = aggregate(final_performance(df, last_k=4), seed=3).assign(num_excluded=0)
     pd.testing.assert_frame_equal(summarize(df, last_k=4, seed=3), expected)
 
@@ -288,10 +318,12 @@ def test_curves_smooth_is_a_trailing_moving_average():
 
 def test_curves_groups_ci_and_determinism():
     rng = np.random.default_rng(0)
-    df = pd.concat([
-        episodes({r: rng.normal(0, 1, 30) + np.arange(30) for r in range(6)}, experiment="a"),
-        episodes({r: rng.normal(5, 1, 30) for r in range(5)}, experiment="b"),
-    ])
+    df = pd.concat(
+        [
+            episodes({r: rng.normal(0, 1, 30) + np.arange(30) for r in range(6)}, experiment="a"),
+            episodes({r: rng.normal(5, 1, 30) for r in range(5)}, experiment="b"),
+        ]
+    )
     out = curves(df, num_points=20, seed=1)
     assert out["experiment"].tolist() == ["a"] * 20 + ["b"] * 20
     assert out.groupby("experiment")["num_runs"].max().tolist() == [6, 5]
@@ -331,8 +363,10 @@ def with_status(df: pd.DataFrame, statuses: dict) -> pd.DataFrame:
 
 
 def test_runs_that_did_not_finish_are_left_out_with_a_warning_naming_them(caplog):
-    df = with_status(episodes({0: [10] * 3, 1: [20] * 3, 2: [-100] * 2, 3: [30] * 3}),
-                     {0: "finished", 1: "finished", 2: "failed", 3: "stopped_early"})
+    df = with_status(
+        episodes({0: [10] * 3, 1: [20] * 3, 2: [-100] * 2, 3: [30] * 3}),
+        {0: "finished", 1: "finished", 2: "failed", 3: "stopped_early"},
+    )
     with caplog.at_level(logging.WARNING):
         final = final_performance(df, last_k=2)
     assert final["run"].tolist() == [0, 1, 3]
@@ -350,8 +384,12 @@ def test_runs_that_did_not_finish_are_left_out_with_a_warning_naming_them(caplog
 
 
 def test_a_group_whose_every_run_failed_keeps_a_row_and_all_failed_is_an_error():
-    df = pd.concat([with_status(episodes({0: [1, 2], 1: [3, 4]}, experiment="ok"), {0: "finished", 1: "finished"}),
-                    with_status(episodes({0: [5], 1: [6]}, experiment="bad"), {0: "failed", 1: "interrupted"})])
+    df = pd.concat(
+        [
+            with_status(episodes({0: [1, 2], 1: [3, 4]}, experiment="ok"), {0: "finished", 1: "finished"}),
+            with_status(episodes({0: [5], 1: [6]}, experiment="bad"), {0: "failed", 1: "interrupted"}),
+        ]
+    )
     summary = summarize(df, last_k=1, ci=None).set_index("experiment")
     assert summary.loc["ok", "num_runs"] == 2 and summary.loc["ok", "num_excluded"] == 0
     assert summary.loc["bad", "num_runs"] == 0 and summary.loc["bad", "num_excluded"] == 2
@@ -366,8 +404,9 @@ def test_a_group_whose_every_run_failed_keeps_a_row_and_all_failed_is_an_error()
 def test_runs_without_episodes_are_counted_not_dropped(caplog):
     # 8 runs of which 6 never finished an episode: num_runs 2, and the 6 are reported
     df = with_status(episodes({1: [1.0, 3.0], 2: [5.0, 7.0]}), {1: "finished", 2: "finished"})
-    df.attrs["runs"] = [{"run": r, "seed": 10 + r, "status": "finished", "num_episodes": 2 if r <= 2 else 0}
-                        for r in range(1, 9)]
+    df.attrs["runs"] = [
+        {"run": r, "seed": 10 + r, "status": "finished", "num_episodes": 2 if r <= 2 else 0} for r in range(1, 9)
+    ]
     final = final_performance(df, last_k=1)
     assert final["run"].tolist() == list(range(1, 9))
     assert final["num_episodes"].tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
@@ -382,9 +421,11 @@ def test_runs_without_episodes_are_counted_not_dropped(caplog):
 
 def test_runs_without_episodes_that_did_not_finish_count_as_excluded():
     df = with_status(episodes({1: [1.0], 2: [3.0]}), {1: "finished", 2: "finished"})
-    df.attrs["runs"] = [{"run": 1, "status": "finished", "num_episodes": 1},
-                        {"run": 2, "status": "finished", "num_episodes": 1},
-                        {"run": 3, "status": "failed", "num_episodes": 0}]
+    df.attrs["runs"] = [
+        {"run": 1, "status": "finished", "num_episodes": 1},
+        {"run": 2, "status": "finished", "num_episodes": 1},
+        {"run": 3, "status": "failed", "num_episodes": 0},
+    ]
     summary = summarize(df, last_k=1, ci=None)
     assert (summary["num_runs"].item(), summary["num_missing"].item(), summary["num_excluded"].item()) == (2, 0, 1)
     assert final_performance(df, include_unfinished=True)["run"].tolist() == [1, 2, 3]

@@ -58,13 +58,26 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
     config = write_config(tmp_path, TINY.replace("callback: empty", "callback: jsonl"))
     assert run(str(config)) == 0
     exp_dir = tmp_path / "runs" / "tiny"  # default: runs/<config file stem>
-    for name in ("config.yaml", "args.yaml", "manifest.json", "metrics_run1.pkl", "metrics_run2.pkl",
-                 "all_metrics.pkl", "callback.jsonl"):
+    for name in (
+        "config.yaml",
+        "args.yaml",
+        "manifest.json",
+        "metrics_run1.pkl",
+        "metrics_run2.pkl",
+        "all_metrics.pkl",
+        "callback.jsonl",
+    ):
         assert (exp_dir / name).is_file(), name
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     assert resolved == yaml.safe_load((exp_dir / "args.yaml").read_text())
-    assert resolved["env"] == {"id": "Corridor-v0", "num_envs": 2, "vectorization": "sync", "kwargs": {},
-                               "wrappers": [], "vector_kwargs": {}}
+    assert resolved["env"] == {
+        "id": "Corridor-v0",
+        "num_envs": 2,
+        "vectorization": "sync",
+        "kwargs": {},
+        "wrappers": [],
+        "vector_kwargs": {},
+    }
     assert resolved["exp_dir"] == "runs/tiny" and resolved["last_k"] == 10 and resolved["total_steps"] is None
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert manifest["seeds"] == [0, 10000] and [r["status"] for r in manifest["runs"]] == ["finished"] * 2
@@ -72,14 +85,20 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
     assert "mean return of its last 10 episodes" in out
     assert "IQM" in out and "95% CI" in out
     assert f"Experiment directory: {Path('runs', 'tiny')}" in out
-    table = out[out.index("final return"):].splitlines()
+    table = out[out.index("final return") :].splitlines()
     assert table[1].split()[:3] == ["1", "0", "6"] and table[2].split()[:3] == ["2", "10000", "6"]
 
 
 def test_overrides_are_applied_and_recorded(tmp_path, capsys):
     exp_dir = tmp_path / "exp"
-    overrides = ["num_runs=3", "env.num_envs=1", "agent.hyperparameters.lr=2.5e-1",
-                 "agent.hyperparameters.epsilon_decay=0.5", f"exp_dir={exp_dir}", "seed_offset=7"]
+    overrides = [
+        "num_runs=3",
+        "env.num_envs=1",
+        "agent.hyperparameters.lr=2.5e-1",
+        "agent.hyperparameters.epsilon_decay=0.5",
+        f"exp_dir={exp_dir}",
+        "seed_offset=7",
+    ]
     assert run(str(write_config(tmp_path)), *overrides) == 0
     text = (exp_dir / "config.yaml").read_text()
     assert "# with overrides: num_runs=3 env.num_envs=1" in text
@@ -146,16 +165,20 @@ def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does
 @pytest.fixture
 def mixed(tmp_path) -> Path:
     """A hand-written experiment: 2 finished runs, 1 failed, 1 interrupted before any episode, 1 finished with none."""
+
     def returns(values, length=10):
         return [record(i, v, step=length * i) for i, v in enumerate(values, start=1)]
 
-    return write_experiment(tmp_path / "mixed", {
-        1: ("finished", 11, returns([-50, -20, -10, -12])),
-        2: ("finished", 22, returns([-60, -30, -14, -10, -11, -9, float("nan")], length=20)),  # a NaN at the end
-        3: ("failed", 33, returns([-500])),
-        4: ("interrupted", 44, None),
-        5: ("finished", 55, []),
-    })
+    return write_experiment(
+        tmp_path / "mixed",
+        {
+            1: ("finished", 11, returns([-50, -20, -10, -12])),
+            2: ("finished", 22, returns([-60, -30, -14, -10, -11, -9, float("nan")], length=20)),  # a NaN at the end
+            3: ("failed", 33, returns([-500])),
+            4: ("interrupted", 44, None),
+            5: ("finished", 55, []),
+        },
+    )
 
 
 def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplog):
@@ -179,8 +202,9 @@ def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplo
     assert caplog.text.count("Leaving out 1 episode(s) whose ep_return is NaN or infinite (run 2: 1)") == 1
     assert cli.main(["show", str(mixed), "--last-k", "2", "--include-unfinished"]) == 0
     out = capsys.readouterr().out
-    stats = out.splitlines()[out.splitlines().index("Across runs, with 95% percentile-bootstrap confidence "
-                                                      "intervals:") + 2].split()
+    stats = out.splitlines()[
+        out.splitlines().index("Across runs, with 95% percentile-bootstrap confidence intervals:") + 2
+    ].split()
     assert stats[:3] == ["3", "2", "-173.67"]  # runs 1, 2, 3; runs 4 and 5 have no return
 
 
@@ -191,8 +215,21 @@ def write_evaluations(exp_dir: Path, run: int, means: list[float], every: int = 
     with open(exp_dir / f"eval_run{run}.pkl", "wb") as f:
         for i, mean in enumerate(means, start=1):
             returns = np.array([mean - 1.0, mean + 1.0])
-            pickle.dump([{"eval_index": i, "global_step": every * i, "episodes_trained": 2 * i, "returns": returns,
-                          "lengths": np.array([5, 5]), "mean": mean, "std": 1.0, "wall_time": 0.5 * i}], f)
+            pickle.dump(
+                [
+                    {
+                        "eval_index": i,
+                        "global_step": every * i,
+                        "episodes_trained": 2 * i,
+                        "returns": returns,
+                        "lengths": np.array([5, 5]),
+                        "mean": mean,
+                        "std": 1.0,
+                        "wall_time": 0.5 * i,
+                    }
+                ],
+                f,
+            )
 
 
 def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, capsys):
@@ -200,8 +237,26 @@ def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, cap
     write_evaluations(mixed, 2, [-50.0, -20.0, -8.0])
     write_evaluations(mixed, 3, [-90.0])  # the failed run: left out
     out_dir = tmp_path / "out"
-    assert cli.main(["report", str(mixed), "--out", str(out_dir), "--last-k", "2", "--ylim", "-100", "0",
-                     "--yscale", "symlog", "--smooth", "2"]) == 0
+    assert (
+        cli.main(
+            [
+                "report",
+                str(mixed),
+                "--out",
+                str(out_dir),
+                "--last-k",
+                "2",
+                "--ylim",
+                "-100",
+                "0",
+                "--yscale",
+                "symlog",
+                "--smooth",
+                "2",
+            ]
+        )
+        == 0
+    )
     summary = (out_dir / "summary.md").read_text()
     assert "| mixed | 2 | 1 | 2 | -10.50" in summary
     assert "## Runs left out" in summary
@@ -232,8 +287,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     never = write_experiment(tmp_path / "never", {1: ("failed", 1, None), 2: ("interrupted", 2, [])})
     capsys.readouterr()
     assert cli.main(["show", str(never)]) == 0
-    assert "No episode has finished yet: there is no final return to show. Runs: run 1 (failed), run 2 " \
-           "(interrupted)." in capsys.readouterr().out
+    assert (
+        "No episode has finished yet: there is no final return to show. Runs: run 1 (failed), run 2 "
+        "(interrupted)." in capsys.readouterr().out
+    )
     assert cli.main(["report", str(never)]) == 2
 
 
@@ -242,41 +299,67 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     [
         (["num_run=3"], "unknown key 'num_run' (did you mean 'num_runs'?); valid keys at the top level: env, agent, "),
         (["env.num_env=2"], "unknown key 'env.num_env' (did you mean 'env.num_envs'?)"),
-        (["agent.hyperparameters.lrr=0.1"], "agent 'q_learning': unknown key 'agent.hyperparameters.lrr' (did you "
-                                            "mean 'agent.hyperparameters.lr'?); valid keys of agent.hyperparameters: "
-                                            "lr, gamma, epsilon, "),
-        (["agent.hyperparameters.lr=1", "agent.hyperparameters.decay_unit=3"],
-         "agent 'q_learning': agent.hyperparameters.decay_unit=3 has the wrong type: expected a string, got int."),
-        (["checkpoint_freq=1e4"], "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
-                                  "(write 10000 or 10_000, without a decimal point or exponent)."),
+        (
+            ["agent.hyperparameters.lrr=0.1"],
+            "agent 'q_learning': unknown key 'agent.hyperparameters.lrr' (did you "
+            "mean 'agent.hyperparameters.lr'?); valid keys of agent.hyperparameters: "
+            "lr, gamma, epsilon, ",
+        ),
+        (
+            ["agent.hyperparameters.lr=1", "agent.hyperparameters.decay_unit=3"],
+            "agent 'q_learning': agent.hyperparameters.decay_unit=3 has the wrong type: expected a string, got int.",
+        ),
+        (
+            ["checkpoint_freq=1e4"],
+            "checkpoint_freq=10000.0 has the wrong type: expected an int or null, got float "
+            "(write 10000 or 10_000, without a decimal point or exponent).",
+        ),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
         (["checkpoints.keep=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
         (["keep_checkpoints=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
         (["checkpoints.keep=2"], "checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq is null"),
-        (["checkpoints.buffers=1"], "checkpoints.buffers=1 has the wrong type: expected a bool (true or false), got "
-                                    "int."),
-        (["evaluation.freqq=5"], "unknown key 'evaluation.freqq' (did you mean 'evaluation.freq'?); valid keys of "
-                                 "evaluation: env, freq, episodes, record_video."),
+        (
+            ["checkpoints.buffers=1"],
+            "checkpoints.buffers=1 has the wrong type: expected a bool (true or false), got int.",
+        ),
+        (
+            ["evaluation.freqq=5"],
+            "unknown key 'evaluation.freqq' (did you mean 'evaluation.freq'?); valid keys of "
+            "evaluation: env, freq, episodes, record_video.",
+        ),
         (["evaluation.freq=0"], "evaluation.freq must be a positive int, but got evaluation.freq=0."),
         (["execution.num_workers=two"], "execution.num_workers='two' has the wrong type: expected an int, got str."),
         (["evaluation={freq: 1e4}"], "evaluation.freq=10000.0 has the wrong type: expected an int or null, got float"),
-        (["env=3"], "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
-                    "wrappers, vector_kwargs, got int."),
+        (
+            ["env=3"],
+            "env=3 has the wrong type: expected a mapping with keys id, num_envs, vectorization, kwargs, "
+            "wrappers, vector_kwargs, got int.",
+        ),
         (["env.kwargs=[1]"], "env.kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
-        (["env={num_envs: 2}"], "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
-                                "module:Env-v0 to import module first."),
+        (
+            ["env={num_envs: 2}"],
+            "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
+            "module:Env-v0 to import module first.",
+        ),
         (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
         (["total_steps=1e3", "num_episodes=null"], "total_steps=1000.0 has the wrong type: expected an int or null"),
         (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
-        (["env.id=Corridoor-v0"], "unknown env env.id='Corridoor-v0': it is not in gymnasium.registry; close "
-                                  "matches: Corridor-v0"),
-        (["total_steps=100"], "Give exactly one of num_episodes and total_steps, as a positive int, but got "
-                              "num_episodes=6, total_steps=100."),
+        (
+            ["env.id=Corridoor-v0"],
+            "unknown env env.id='Corridoor-v0': it is not in gymnasium.registry; close matches: Corridor-v0",
+        ),
+        (
+            ["total_steps=100"],
+            "Give exactly one of num_episodes and total_steps, as a positive int, but got "
+            "num_episodes=6, total_steps=100.",
+        ),
         (["num_episodes=null"], "Give exactly one of num_episodes and total_steps"),
-        (["callback=tbb"], "callback must be one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', 'wandb', but "
-                           "got callback='tbb' (did you mean 'tb'?)"),
-        (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got "
-                                          "lr=-1.0."),
+        (
+            ["callback=tbb"],
+            "callback must be one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', 'wandb', but "
+            "got callback='tbb' (did you mean 'tb'?)",
+        ),
+        (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
     ],
 )
@@ -292,8 +375,11 @@ def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["env.kwargs={render_mode: rgbarray}"], "env: render_mode='rgbarray' is not a render mode of Corridor-v0, "
-                                                 "which supports ['ansi']: pass one of them, or None."),
+        (
+            ["env.kwargs={render_mode: rgbarray}"],
+            "env: render_mode='rgbarray' is not a render mode of Corridor-v0, "
+            "which supports ['ansi']: pass one of them, or None.",
+        ),
         (["agent.hyperparameters.lr=-1"], "lr must be > 0 but got lr=-1.0."),
         # known only once a run builds its agent on the env: what the call made is removed, runs/ included
         (["env.id=Pendulum-v1"], "needs a Discrete"),
@@ -320,7 +406,9 @@ def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):
 
 def test_config_schema_parts(tmp_path):
     assert parse_override("agent.hyperparameters.hidden_sizes=[32, 32]") == (
-        ("agent", "hyperparameters", "hidden_sizes"), [32, 32])
+        ("agent", "hyperparameters", "hidden_sizes"),
+        [32, 32],
+    )
     assert parse_override("agent.hyperparameters.lr=1e-3")[1] == 0.001
     with pytest.raises(ConfigError, match=r"cannot set num_runs\.x"):
         load_experiment_config(write_config(tmp_path), ["num_runs.x=1"])
@@ -329,8 +417,9 @@ def test_config_schema_parts(tmp_path):
 
 
 def test_python_dash_m_help():
-    result = subprocess.run([sys.executable, "-m", "online_trainer", "--help"], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "online_trainer", "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: online-trainer")
     for command in ("run", "show", "report"):
@@ -339,8 +428,10 @@ def test_python_dash_m_help():
 
 def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     exp_dir = tmp_path / "exp"
-    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=3", "eval_freq=3",
-               "eval_episodes=4") == 0
+    assert (
+        run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=3", "eval_freq=3", "eval_episodes=4")
+        == 0
+    )
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
     capsys.readouterr()
@@ -366,14 +457,15 @@ def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_ru
     exp_dir = tmp_path / "exp"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "agent.hyperparameters.lr=abc") == 2
     captured = capsys.readouterr()
-    assert "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str." \
+    assert (
+        "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str."
         in captured.err
+    )
     assert "Running" not in captured.out and not exp_dir.exists()
 
 
 @pytest.mark.parametrize("earlier_config", [None, "# the live writer's config\n"])
-def test_run_is_refused_before_it_writes_anything_while_another_call_holds_the_lock(tmp_path, capsys,
-                                                                                    earlier_config):
+def test_run_is_refused_before_it_writes_anything_while_another_call_holds_the_lock(tmp_path, capsys, earlier_config):
     """Two commands started on one exp_dir: the second must not replace the first's config.yaml."""
     import fcntl
     import os
@@ -404,10 +496,17 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     from online_trainer.cli.report import aligned_evaluations
 
     steps = [2000, 2002, 2003, 4001, 4000, 4003, 6002, 6001, 6000, 8002, 8003, 8003]
-    evals = pd.DataFrame({"run": [1, 2, 3] * 4, "seed": [0, 10000, 20000] * 4, "status": "finished",
-                          "eval_index": [k for k in (1, 2, 3, 4) for _ in range(3)], "global_step": steps,
-                          "episodes_trained": [s // 20 + run for s, run in zip(steps, [1, 2, 3] * 4)],
-                          "eval_return": [float(s % 7) for s in steps]})
+    evals = pd.DataFrame(
+        {
+            "run": [1, 2, 3] * 4,
+            "seed": [0, 10000, 20000] * 4,
+            "status": "finished",
+            "eval_index": [k for k in (1, 2, 3, 4) for _ in range(3)],
+            "global_step": steps,
+            "episodes_trained": [s // 20 + run for s, run in zip(steps, [1, 2, 3] * 4)],
+            "eval_return": [float(s % 7) for s in steps],
+        }
+    )
     as_episodes = {"eval_return": "ep_return", "eval_index": "episode_index"}
     raw = curves(evals.rename(columns=as_episodes), x="global_step", num_points=20)
     assert raw["num_runs"].iloc[0] < 3 and raw["num_runs"].iloc[-1] < 3  # what the report drew before
@@ -419,8 +518,10 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     assert points["value"].iloc[-1] == pytest.approx(aligned[aligned["eval_index"] == 4]["eval_return"].mean())
     # on an episode schedule the runs' steps differ widely; the curve aligns them on the evaluation index too
     # (unaligned, each run's points would draw its own thin segment under a legend counting every run)
-    by_episode = evals.assign(episodes_trained=[10 * k for k in evals["eval_index"]],
-                              global_step=[s + 700 * r for s, r in zip(steps, [0, 1, 2] * 4)])
+    by_episode = evals.assign(
+        episodes_trained=[10 * k for k in evals["eval_index"]],
+        global_step=[s + 700 * r for s, r in zip(steps, [0, 1, 2] * 4)],
+    )
     moved = aligned_evaluations(by_episode, "global_step")
     assert moved["global_step"].tolist() == [2702.0] * 3 + [4700.0] * 3 + [6701.0] * 3 + [8703.0] * 3
     assert curves(moved.rename(columns=as_episodes), x="global_step", num_points=20)["num_runs"].eq(3).all()
@@ -433,7 +534,8 @@ def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tm
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-        2, total_steps=101, seed_offset=0, progress=False)
+        2, total_steps=101, seed_offset=0, progress=False
+    )
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     table = load_episodes(tmp_path)
     for entry in manifest["runs"]:
@@ -445,8 +547,16 @@ def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tm
 
 def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
     exp_dir = tmp_path / "exp"
-    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "checkpoint_freq=2", "checkpoints.keep=1",
-               "checkpoints.buffers=true") == 0
+    assert (
+        run(
+            str(write_config(tmp_path)),
+            f"exp_dir={exp_dir}",
+            "checkpoint_freq=2",
+            "checkpoints.keep=1",
+            "checkpoints.buffers=true",
+        )
+        == 0
+    )
     for i in (1, 2):
         assert sorted(p.name for p in exp_dir.glob(f"Run{i}_E*")) == [f"Run{i}_E6.pt"]
         assert (exp_dir / f"Run{i}_Last.pt").exists() and (exp_dir / f"Run{i}_Best_agent.t").exists()
@@ -455,11 +565,19 @@ def test_keep_checkpoints_and_checkpoint_buffers_reach_the_runs(tmp_path):
 def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_dotted_keys(tmp_path):
     from online_trainer.config.loading import load_experiment_config
 
-    flat = write_config(tmp_path, TINY + "num_workers: 2\neval_freq: 3\neval_episodes: 4\nkeep_checkpoints: 1\n"
-                        "checkpoint_freq: 2\ntorch_threads: null\nscore: return\n", "flat.yaml")
-    dotted = write_config(tmp_path, TINY + "execution: {num_workers: 2, torch_threads: null}\n"
-                          "evaluation: {freq: 3, episodes: 4}\n"
-                          "checkpoints: {keep: 1}\ncheckpoint_freq: 2\n", "dotted.yaml")
+    flat = write_config(
+        tmp_path,
+        TINY + "num_workers: 2\neval_freq: 3\neval_episodes: 4\nkeep_checkpoints: 1\n"
+        "checkpoint_freq: 2\ntorch_threads: null\nscore: return\n",
+        "flat.yaml",
+    )
+    dotted = write_config(
+        tmp_path,
+        TINY + "execution: {num_workers: 2, torch_threads: null}\n"
+        "evaluation: {freq: 3, episodes: 4}\n"
+        "checkpoints: {keep: 1}\ncheckpoint_freq: 2\n",
+        "dotted.yaml",
+    )
     with pytest.warns(DeprecationWarning, match=r"the key 'eval_freq' is deprecated .* write evaluation.freq"):
         old = load_experiment_config(flat, [f"exp_dir={tmp_path}"])
     assert old == load_experiment_config(dotted, [f"exp_dir={tmp_path}"])
@@ -475,11 +593,18 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
 def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
     """SIGTERM to ``online-trainer run`` with 2 workers, alone (``kill PID``) or with its workers (as a cluster
     stops a job): one line for the signal, none from the workers, and the command that continues the experiment."""
-    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "execution: {num_workers: 2}\n")
+    config = write_config(
+        tmp_path, TINY.replace("num_episodes: 6", "total_steps: 100_000_000") + "execution: {num_workers: 2}\n"
+    )
     exp_dir = Path("runs") / "cut"  # relative to the working directory, as users type it
-    job = subprocess.Popen([sys.executable, "-m", "online_trainer", "run", str(config), f"exp_dir={exp_dir}",
-                            "--no-progress"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "online_trainer", "run", str(config), f"exp_dir={exp_dir}", "--no-progress"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     while len(list((tmp_path / exp_dir).glob("metrics_run*.pkl"))) < 2 and job.poll() is None:
         assert time.monotonic() < deadline, "the runs did not start stepping within 120 s"
@@ -518,8 +643,9 @@ def test_the_command_records_the_call_that_multi_run_records_for_the_same_config
     path = write_config(tmp_path, TINY + "seed_offset: 7\ncheckpoint_freq: 3\n")
     assert run(str(path), f"exp_dir={tmp_path / 'command'}") == 0
     config = load_experiment_config(path, [])
-    trainer = OnlineTrainer(env_factory(config.env), AgentBuilder(config.agent), exp_dir=tmp_path / "python",
-                            train=config.train)
+    trainer = OnlineTrainer(
+        env_factory(config.env), AgentBuilder(config.agent), exp_dir=tmp_path / "python", train=config.train
+    )
     trainer.call_back = CALLBACKS[config.callback](tmp_path / "python")
     trainer.multi_run(config.num_runs, **multi_run_kwargs(config, progress=False))
     command, python = (json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("command", "python"))

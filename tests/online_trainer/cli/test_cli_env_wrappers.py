@@ -44,7 +44,8 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     assert resolved["env"]["wrappers"] == [
         "gymnasium.wrappers:RecordEpisodeStatistics",
-        {"gymnasium.wrappers:ClipReward": {"min_reward": -0.5, "max_reward": 0.5}}]
+        {"gymnasium.wrappers:ClipReward": {"min_reward": -0.5, "max_reward": 0.5}},
+    ]
     assert resolved["env"]["vector_kwargs"] == {"shared_memory": False} and resolved["records"]["score"] == "raw"
     # the resolved config loads back to the same config
     assert load_experiment_config(exp_dir / "config.yaml").to_dict() == resolved
@@ -53,24 +54,38 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
     assert (df["ep_return"] == -0.5 * df["ep_length"]).all()  # the agent's reward: clipped
     assert (df["raw_return"] == -df["ep_length"]).all() and (df["raw_length"] == df["ep_length"]).all()
     out = capsys.readouterr().out
-    table = out[out.index("final return"):].splitlines()
+    table = out[out.index("final return") :].splitlines()
     assert float(table[1].split()[-2]) == pytest.approx(df["raw_return"].mean(), abs=0.01)  # before the status
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("env.wrappers=[gymnasium.wrappers:ClipRewards]",
-     "env.wrappers[0]='gymnasium.wrappers:ClipRewards': 'gymnasium.wrappers' has no attribute 'ClipRewards' "
-     "(did you mean 'ClipReward'?)"),
-    ("env.wrappers=[{gymnasium.wrappers:ClipReward: {low: 1}}]",
-     "env.wrappers[0]: gymnasium.wrappers:ClipReward cannot be called as"),
-    ("env.wrappers=gymnasium.wrappers:ClipReward",
-     "env.wrappers='gymnasium.wrappers:ClipReward' has the wrong type: expected a list, got str."),
-    ("env.vector_kwargs={copy: false, shared_memry: false}",
-     "AsyncVectorEnv (vectorization='async') takes no argument 'shared_memry'"),
-    ("records.score=game", "records.score must be one of 'return', 'raw', but got records.score='game'"),
-    ("env.id=ALE/Pong-v5", "unknown env env.id='ALE/Pong-v5': it is not in gymnasium.registry. Ids of ale_py are "
-                           "registered when it is imported: try 'ale_py:ALE/Pong-v5'"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "env.wrappers=[gymnasium.wrappers:ClipRewards]",
+            "env.wrappers[0]='gymnasium.wrappers:ClipRewards': 'gymnasium.wrappers' has no attribute 'ClipRewards' "
+            "(did you mean 'ClipReward'?)",
+        ),
+        (
+            "env.wrappers=[{gymnasium.wrappers:ClipReward: {low: 1}}]",
+            "env.wrappers[0]: gymnasium.wrappers:ClipReward cannot be called as",
+        ),
+        (
+            "env.wrappers=gymnasium.wrappers:ClipReward",
+            "env.wrappers='gymnasium.wrappers:ClipReward' has the wrong type: expected a list, got str.",
+        ),
+        (
+            "env.vector_kwargs={copy: false, shared_memry: false}",
+            "AsyncVectorEnv (vectorization='async') takes no argument 'shared_memry'",
+        ),
+        ("records.score=game", "records.score must be one of 'return', 'raw', but got records.score='game'"),
+        (
+            "env.id=ALE/Pong-v5",
+            "unknown env env.id='ALE/Pong-v5': it is not in gymnasium.registry. Ids of ale_py are "
+            "registered when it is imported: try 'ale_py:ALE/Pong-v5'",
+        ),
+    ],
+)
 def test_bad_wrapper_keys_exit_2_before_anything_runs(tmp_path, capsys, override, message):
     exp_dir = tmp_path / "exp"
     assert cli.main(["run", str(write(tmp_path)), f"exp_dir={exp_dir}", override, "--no-progress"]) == 2

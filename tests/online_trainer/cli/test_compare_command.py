@@ -7,17 +7,18 @@ import pandas as pd
 from online_trainer import OnlineTrainer
 from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
+from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli import main as cli
 from online_trainer.cli.compare_command import comparison_markdown, parse_normalize
 from online_trainer.cli.report import default_x
-from online_trainer.analysis.dataframes import load_episodes
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
 def experiment(path, num_runs=3, **budget):
     budget = budget or {"num_episodes": 10}
-    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=path).multi_run(num_runs, seed_offset=1,
-                                                                              progress=False, **budget)
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=path).multi_run(
+        num_runs, seed_offset=1, progress=False, **budget
+    )
     return path
 
 
@@ -36,15 +37,23 @@ def test_compare_writes_the_markdown_and_the_figures(tmp_path, capsys):
 
 def test_compare_says_when_an_interval_is_degenerate_and_never_advises_fewer_seeds():
     # every run of strong beats every run of weak: every bootstrap resample gives P(weak > strong) = 0
-    scores = pd.DataFrame({"candidate": ["weak"] * 5 + ["strong"] * 5, "task": "t", "run": list(range(1, 6)) * 2,
-                           "raw_score": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10]})
+    scores = pd.DataFrame(
+        {
+            "candidate": ["weak"] * 5 + ["strong"] * 5,
+            "task": "t",
+            "run": list(range(1, 6)) * 2,
+            "raw_score": [1.0, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        }
+    )
     comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
     text = comparison_markdown(comparison, [])
     assert "| weak | strong | 0 [0, 0] (degenerate) |" in text
-    assert ("every run of `strong` beats every run of `weak`, so every bootstrap resample gives 0, a certainty 5 "
-            "seeds cannot give. Whatever the score distributions, P(weak > strong) ≤ 0.52 (97.5% one-sided bound "
-            "after complete separation); were both from one distribution, a separation this complete would happen "
-            "with probability 0.004 (1 in 252).") in text
+    assert (
+        "every run of `strong` beats every run of `weak`, so every bootstrap resample gives 0, a certainty 5 "
+        "seeds cannot give. Whatever the score distributions, P(weak > strong) ≤ 0.52 (97.5% one-sided bound "
+        "after complete separation); were both from one distribution, a separation this complete would happen "
+        "with probability 0.004 (1 in 252)."
+    ) in text
     assert "`strong` is better on IQM" in text and "with 5 seeds per candidate" in text
     assert "would have sufficed" not in text
 
@@ -59,8 +68,10 @@ def test_compare_refuses_a_single_candidate(tmp_path, capsys):
 def test_parse_normalize():
     assert parse_normalize(["minmax"]) == "minmax" and parse_normalize(None) is None
     assert parse_normalize(["0,500"]) == (0.0, 500.0)
-    assert parse_normalize(["CartPole-v1=9,500", "Acrobot-v1=-500,-60"]) == {"CartPole-v1": (9.0, 500.0),
-                                                                             "Acrobot-v1": (-500.0, -60.0)}
+    assert parse_normalize(["CartPole-v1=9,500", "Acrobot-v1=-500,-60"]) == {
+        "CartPole-v1": (9.0, 500.0),
+        "Acrobot-v1": (-500.0, -60.0),
+    }
 
 
 def test_report_x_axis_follows_the_budget(tmp_path):

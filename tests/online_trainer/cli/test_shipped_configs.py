@@ -19,10 +19,12 @@ CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"
 NEEDS = {"breakout_ppo": ("ale_py", "cv2"), "minigrid_ppo": ("minigrid",), "halfcheetah_sac": ("mujoco",)}
 # a few agent updates, in seconds: rollouts and warm-ups cut to the budget (Breakout's random episodes take
 # about 200 steps: 1,200 steps of 4 sub-envs end some, for their raw scores)
-CUTS = {"breakout_ppo": ["agent.hyperparameters.n_steps=32", "agent.hyperparameters.n_epochs=1", "total_steps=1200"],
-        "cartpole_dqn": ["agent.hyperparameters.learning_starts=200"],
-        "halfcheetah_sac": ["agent.hyperparameters.learning_starts=200"],
-        "pendulum_sac": ["agent.hyperparameters.learning_starts=200"]}
+CUTS = {
+    "breakout_ppo": ["agent.hyperparameters.n_steps=32", "agent.hyperparameters.n_epochs=1", "total_steps=1200"],
+    "cartpole_dqn": ["agent.hyperparameters.learning_starts=200"],
+    "halfcheetah_sac": ["agent.hyperparameters.learning_starts=200"],
+    "pendulum_sac": ["agent.hyperparameters.learning_starts=200"],
+}
 
 
 def test_the_configs_folder_is_found():
@@ -36,8 +38,18 @@ def test_a_shipped_config_runs_from_the_command(path, tmp_path):
     config = yaml.safe_load(path.read_text())
     budget = ["num_episodes=3"] if "num_episodes" in config else ["total_steps=400"]
     exp_dir = tmp_path / "exp"
-    code = cli.main(["run", "--no-progress", str(path), "num_runs=1", "num_workers=1", f"exp_dir={exp_dir}",
-                     *budget, *CUTS.get(path.stem, [])])
+    code = cli.main(
+        [
+            "run",
+            "--no-progress",
+            str(path),
+            "num_runs=1",
+            "num_workers=1",
+            f"exp_dir={exp_dir}",
+            *budget,
+            *CUTS.get(path.stem, []),
+        ]
+    )
     assert code == 0
     episodes = load_episodes(exp_dir)
     assert (episodes["run"] == 1).all()

@@ -55,7 +55,8 @@ def test_a_second_writer_is_refused_naming_the_owner(tmp_path, overwrite):
         manifest = (tmp_path / "manifest.json").read_bytes()
         with pytest.raises(ExperimentInUseError, match=rf"is being written by another call \(pid {writer.pid} on "):
             OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-                1, num_episodes=2, overwrite=overwrite, progress=False)
+                1, num_episodes=2, overwrite=overwrite, progress=False
+            )
         assert (tmp_path / "manifest.json").read_bytes() == manifest
         assert writer.poll() is None
     finally:
@@ -70,7 +71,8 @@ def test_the_lock_of_a_killed_writer_is_taken_over_with_a_warning(tmp_path, capl
     assert json.loads((tmp_path / LOCK_FILE).read_text())["pid"] == writer.pid
     caplog.set_level(logging.WARNING, logger="online_trainer")
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=2, overwrite=True, progress=False)
+        1, num_episodes=2, overwrite=True, progress=False
+    )
     assert f"taking over the lock of pid {writer.pid}" in caplog.text
     assert (tmp_path / LOCK_FILE).read_text() == ""  # released at the end
 
@@ -101,8 +103,11 @@ def test_an_unwritable_exp_dir_is_refused_with_a_fix(tmp_path, monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", read_only)
-    with pytest.raises(PermissionError, match=r"exp_dir='.*' cannot be written \(Permission denied\): choose a "
-                                              r"directory you can write to"):
+    with pytest.raises(
+        PermissionError,
+        match=r"exp_dir='.*' cannot be written \(Permission denied\): choose a "
+        r"directory you can write to",
+    ):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=1)
 
 
@@ -133,8 +138,11 @@ def test_a_full_disk_names_the_file_and_the_run(tmp_path, monkeypatch):
 
     monkeypatch.setattr(storage.MetricsStream, "__init__", init)
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    with pytest.raises(RunsFailedError, match=r"run 1 \(seed 0\): OSError: \[Errno 28\] could not write "
-                                              r".*metrics_run1.pkl: No space left on device. Free some space"):
+    with pytest.raises(
+        RunsFailedError,
+        match=r"run 1 \(seed 0\): OSError: \[Errno 28\] could not write "
+        r".*metrics_run1.pkl: No space left on device. Free some space",
+    ):
         trainer.multi_run(1, num_episodes=20, seed_offset=0, metrics_flush_every=5, progress=False)
 
 
@@ -153,8 +161,11 @@ def test_a_full_disk_names_config_py_and_args_yaml(tmp_path, monkeypatch, full_a
     exp_dir = tmp_path / "exp"
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, config=config, args={"lr": 0.1})
     monkeypatch.setattr(os, "fsync", fsync)
-    with pytest.raises(OSError, match=rf"\[Errno 28\] could not write {exp_dir / full_at}: No space left on device\. "
-                                      r"Free some space or choose another exp_dir\."):
+    with pytest.raises(
+        OSError,
+        match=rf"\[Errno 28\] could not write {exp_dir / full_at}: No space left on device\. "
+        r"Free some space or choose another exp_dir\.",
+    ):
         trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
     # nothing of the call is left (no input half-written or alone, no lock): the corrected call starts afresh
     assert not exp_dir.exists()
@@ -172,14 +183,17 @@ def test_write_atomic_names_the_file_and_leaves_no_temp_file(tmp_path, monkeypat
 
 def snapshot(root: Path) -> dict[str, tuple[bytes | None, int]]:
     """Every path under ``root`` (``root`` included): its bytes (None for a directory) and its mtime in ns."""
-    return {os.fspath(p.relative_to(root)): (None if p.is_dir() else p.read_bytes(), p.stat().st_mtime_ns)
-            for p in [root, *sorted(root.rglob("*"))]}
+    return {
+        os.fspath(p.relative_to(root)): (None if p.is_dir() else p.read_bytes(), p.stat().st_mtime_ns)
+        for p in [root, *sorted(root.rglob("*"))]
+    }
 
 
 def earlier_experiment(exp_dir: Path, owner: dict | None = None) -> dict[str, tuple[bytes | None, int]]:
     """Run an experiment into ``exp_dir``, put ``owner`` in its lock, age every mtime; return its snapshot."""
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.1}).multi_run(
-        1, num_episodes=2, seed_offset=0, progress=False)
+        1, num_episodes=2, seed_offset=0, progress=False
+    )
     if owner is not None:  # the owner line a killed writer left behind
         (exp_dir / LOCK_FILE).write_text(json.dumps(owner))
     for path in [*exp_dir.rglob("*"), exp_dir]:
@@ -193,7 +207,8 @@ def test_a_call_refused_for_an_earlier_experiment_changes_nothing_on_disk(tmp_pa
     before = earlier_experiment(exp_dir, owner)
     with caplog.at_level(logging.WARNING), pytest.raises(FileExistsError, match="already holds an earlier experiment"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.2}).multi_run(
-            1, num_episodes=2, seed_offset=0, progress=False)
+            1, num_episodes=2, seed_offset=0, progress=False
+        )
     assert snapshot(exp_dir) == before  # byte for byte, mtimes included: the .lock and its owner line too
     assert "taking over the lock" not in caplog.text  # the refused call took nothing over
     # an input file of another content is refused the same way
@@ -203,7 +218,8 @@ def test_a_call_refused_for_an_earlier_experiment_changes_nothing_on_disk(tmp_pa
     before = snapshot(exp_dir)
     with pytest.raises(FileExistsError, match=r"args.yaml already exists with other content"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.2}).multi_run(
-            1, num_episodes=2, seed_offset=0, progress=False)
+            1, num_episodes=2, seed_offset=0, progress=False
+        )
     assert snapshot(exp_dir) == before
 
 
@@ -213,8 +229,10 @@ def test_a_refused_command_changes_nothing_on_disk(tmp_path, monkeypatch, capsys
     from online_trainer.cli import run as cli_run
 
     config = tmp_path / "c.yaml"
-    config.write_text("env: {id: Corridor-v0, kwargs: {length: 3}}\nagent: {name: random}\nnum_runs: 1\n"
-                      "num_episodes: 2\ncallback: empty\n")
+    config.write_text(
+        "env: {id: Corridor-v0, kwargs: {length: 3}}\nagent: {name: random}\nnum_runs: 1\n"
+        "num_episodes: 2\ncallback: empty\n"
+    )
     exp_dir = tmp_path / "exp"
     real_check, checks, before = cli_run.check_exp_dir, [], {}
 

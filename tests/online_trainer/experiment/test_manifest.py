@@ -40,8 +40,11 @@ def earlier_experiment(exp_dir):
 def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_its_first_step(tmp_path, workers):
     before = earlier_experiment(tmp_path)
     trainer = OnlineTrainer(make_counting_vec(1), WrongShape, exp_dir=tmp_path, args={"lr": 0.2})
-    with pytest.raises(ValueError, match=r"returned actions of shape \(2,\) \(2 actions\), but Discrete\(2\) with "
-                                         r"num_envs=1 needs shape \(1,\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"returned actions of shape \(2,\) \(2 actions\), but Discrete\(2\) with "
+        r"num_envs=1 needs shape \(1,\)",
+    ):
         trainer.multi_run(2, total_steps=2000, overwrite=True, num_workers=workers, progress=False)
     assert snapshot(tmp_path) == before  # byte for byte, and nothing else (no set-aside folder left)
 
@@ -49,7 +52,8 @@ def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_i
 def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path):
     earlier_experiment(tmp_path)
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=3, overwrite=True, progress=False)
+        1, num_episodes=3, overwrite=True, progress=False
+    )
     names = set(snapshot(tmp_path))
     assert not any(name.startswith(storage.SET_ASIDE_DIR) for name in names)
     assert not any(name.startswith("Run2") or name == "args.yaml" or name == "metrics_run2.pkl" for name in names)
@@ -64,7 +68,9 @@ def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
     for path in storage.existing_experiment_files(tmp_path):
         path.rename(aside / path.name)
     with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
-        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, progress=False)
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=3, progress=False
+        )
     assert snapshot(tmp_path) == before
     assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
 

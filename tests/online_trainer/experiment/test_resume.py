@@ -15,8 +15,16 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer, RecordOptions,
-                            RunsFailedError, load_episodes, load_evaluations)
+from online_trainer import (
+    CheckpointOptions,
+    EvaluationOptions,
+    ExecutionOptions,
+    OnlineTrainer,
+    RecordOptions,
+    RunsFailedError,
+    load_episodes,
+    load_evaluations,
+)
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
@@ -46,8 +54,10 @@ def cartpole(num_envs: int = 2, mode: str = "sync"):
 AGENTS = {
     "ppo": (cartpole(2), lambda env: PPOAgent(env, n_steps=64)),
     "dqn": (cartpole(1), lambda env: DQNAgent(env, learning_starts=100, save_buffer=True)),
-    "q_learning": (lambda: gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync"),
-                   lambda env: QLearningAgent(env)),
+    "q_learning": (
+        lambda: gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync"),
+        lambda env: QLearningAgent(env),
+    ),
 }
 
 
@@ -61,15 +71,21 @@ def tb_scalars(exp_dir):
     acc = EventAccumulator(str(exp_dir), size_guidance={"scalars": 0})
     acc.Reload()
     # stats/ and timing/ (SPS, timing shares: wall-clock figures, logged at a cadence in seconds) differ by design
-    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]
-            if tag.split("/")[0] not in ("stats", "timing")}
+    return {
+        tag: [(e.step, e.value) for e in acc.Scalars(tag)]
+        for tag in acc.Tags()["scalars"]
+        if tag.split("/")[0] not in ("stats", "timing")
+    }
 
 
 def jsonl(path):
     with open(path) as file:
         lines = [json.loads(line) for line in file]
-    return sorted((l["tag"], l["step"], json.dumps(l["values"], sort_keys=True)) for l in lines
-                  if l["tag"].split("/")[-2] not in ("stats", "timing"))
+    return sorted(
+        (entry["tag"], entry["step"], json.dumps(entry["values"], sort_keys=True))
+        for entry in lines
+        if entry["tag"].split("/")[-2] not in ("stats", "timing")
+    )
 
 
 @pytest.mark.slow
@@ -90,8 +106,10 @@ def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_pa
         assert all(np.array_equal(a["actions"], b["actions"]) for a, b in zip(ref_run, run))
     ref_df, cut_df = load_episodes(tmp_path / "ref"), load_episodes(tmp_path / "cut")
     assert ref_df[COLUMNS].equals(cut_df[COLUMNS])
-    assert load_evaluations(tmp_path / "ref")[["run", "global_step", "eval_return"]].values.tolist() == \
-        load_evaluations(tmp_path / "cut")[["run", "global_step", "eval_return"]].values.tolist()
+    assert (
+        load_evaluations(tmp_path / "ref")[["run", "global_step", "eval_return"]].values.tolist()
+        == load_evaluations(tmp_path / "cut")[["run", "global_step", "eval_return"]].values.tolist()
+    )
     assert tb_scalars(tmp_path / "ref") == tb_scalars(tmp_path / "cut")
     assert jsonl(tmp_path / "ref" / "log.jsonl") == jsonl(tmp_path / "cut" / "log.jsonl")
     assert not storage.resume_path(tmp_path / "cut", 1).exists()  # a finished run needs none
@@ -143,16 +161,26 @@ def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
     entry = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"][0]
     assert entry["status"] == "finished" and entry["resumed_from"]["env_restored"] is False
     assert 1000 <= entry["resumed_from"]["global_step"] < 1002
-    assert full_checkpoint.restart_seed(9, 1000) == full_checkpoint.restart_seed(9, 1000) != full_checkpoint.restart_seed(9, 500)
+    assert (
+        full_checkpoint.restart_seed(9, 1000)
+        == full_checkpoint.restart_seed(9, 1000)
+        != full_checkpoint.restart_seed(9, 500)
+    )
 
 
-@pytest.mark.parametrize("change,field", [({"total_steps": 2000}, "total_steps"), ({"seed_offset": 4}, "seed_offset"),
-                                          ({"checkpoint_freq": 500}, "checkpoint_freq"),
-                                          ({"tuning_hp": {"lr": 0.1}}, "tuning_hp"),
-                                          ({"dump_transitions": True}, "dump_transitions"),
-                                          ({"evaluation": EvaluationOptions(freq=200)}, "evaluation"),
-                                          ({"records": RecordOptions(stats_window=5)}, "records.stats_window"),
-                                          ({"checkpoints": CheckpointOptions(buffers=True)}, "checkpoints.buffers")])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"total_steps": 2000}, "total_steps"),
+        ({"seed_offset": 4}, "seed_offset"),
+        ({"checkpoint_freq": 500}, "checkpoint_freq"),
+        ({"tuning_hp": {"lr": 0.1}}, "tuning_hp"),
+        ({"dump_transitions": True}, "dump_transitions"),
+        ({"evaluation": EvaluationOptions(freq=200)}, "evaluation"),
+        ({"records": RecordOptions(stats_window=5)}, "records.stats_window"),
+        ({"checkpoints": CheckpointOptions(buffers=True)}, "checkpoints.buffers"),
+    ],
+)
 def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp_path, change, field):
     env, agent = AGENTS["q_learning"]
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
@@ -175,14 +203,23 @@ def test_a_resumed_env_with_another_number_of_sub_envs_is_refused_and_execution_
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], progress=False, **kw)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
-    with pytest.raises(ValueError, match=r"which ran with num_envs \(of the env\)=1, but this call has num_envs "
-                                         r"\(of the env\)=2"):
+    with pytest.raises(
+        ValueError,
+        match=r"which ran with num_envs \(of the env\)=1, but this call has num_envs "
+        r"\(of the env\)=2",
+    ):
         OnlineTrainer(cliff(2), agent, exp_dir=tmp_path).multi_run(2, resume=True, progress=False, **kw)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == before
     # what cannot change the records may differ: workers, progress, checkpoints kept, records held in memory
     runs = OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(
-        2, resume=True, num_workers=2, checkpoints=CheckpointOptions(keep=1),
-        records=RecordOptions(in_memory=False, keep_agents=False), execution=ExecutionOptions(progress=False), **kw)
+        2,
+        resume=True,
+        num_workers=2,
+        checkpoints=CheckpointOptions(keep=1),
+        records=RecordOptions(in_memory=False, keep_agents=False),
+        execution=ExecutionOptions(progress=False),
+        **kw,
+    )
     assert runs == [None, None]
     assert [r["status"] for r in json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]] == ["finished"] * 2
 
@@ -219,8 +256,9 @@ JOB = textwrap.dedent("""
 
 
 def run_job(script, exp_dir, workers, resume_flag, **popen):
-    return subprocess.Popen([sys.executable, str(script), str(exp_dir), str(workers), resume_flag],
-                            cwd=script.parent, **popen)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(exp_dir), str(workers), resume_flag], cwd=script.parent, **popen
+    )
 
 
 @pytest.mark.slow
@@ -283,7 +321,8 @@ def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
     for buffers in (False, True):
         with pytest.raises(KeyboardInterrupt):
             OnlineTrainer(env, lambda e: DQNAgent(e, learning_starts=100), exp_dir=tmp_path / str(buffers)).multi_run(
-                1, hooks=[Crash(1100)], checkpoint_buffers=buffers, **kw)
+                1, hooks=[Crash(1100)], checkpoint_buffers=buffers, **kw
+            )
         sizes[buffers] = storage.resume_path(tmp_path / str(buffers), 1).stat().st_size
         agent = DQNAgent(env())
         agent.load(full_checkpoint.read(tmp_path / str(buffers), 1).agent["state"])
@@ -303,8 +342,11 @@ def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
     started = []
     monkeypatch.setattr(Hook, "on_run_start", lambda self, ctx: started.append(ctx.run), raising=False)
-    with pytest.raises(ValueError, match=rf"Run1_Resume.pkl was written by another version of online_trainer "
-                                         rf"\(format {full_checkpoint.FORMAT - 1}, this one reads {full_checkpoint.FORMAT}\).*remove it"):
+    with pytest.raises(
+        ValueError,
+        match=rf"Run1_Resume.pkl was written by another version of online_trainer "
+        rf"\(format {full_checkpoint.FORMAT - 1}, this one reads {full_checkpoint.FORMAT}\).*remove it",
+    ):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
     assert after == before and not started  # refused at planning: no run started, nothing changed
@@ -318,9 +360,17 @@ def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
 
     env, agent = AGENTS["ppo"]
     with pytest.raises(KeyboardInterrupt):
-        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, total_steps=1500, seed_offset=3, checkpoint_freq=300,
-                                                              eval_freq=500, eval_episodes=2, progress=False,
-                                                              dump_metrics=False, hooks=[Crash(1000)])
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(
+            1,
+            total_steps=1500,
+            seed_offset=3,
+            checkpoint_freq=300,
+            eval_freq=500,
+            eval_episodes=2,
+            progress=False,
+            dump_metrics=False,
+            hooks=[Crash(1000)],
+        )
     saved = full_checkpoint.read(tmp_path, 1)
     assert saved.tracker["table"]["returns"] and saved.tracker["actions"]["t"] > 0  # records and actions are kept
     for part in (saved.loop.to_state(), saved.tracker, saved.events, saved.rng):
@@ -374,7 +424,8 @@ def sink_points(exp_dir, store):
     for run in client.search_runs([client.get_experiment_by_name(exp_dir.name).experiment_id]):
         for key in run.data.metrics:
             points[("mlflow", run.info.run_name, key)] = sorted(
-                (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+                (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
+            )
     for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items():
         for key, values in read_run(exp_dir, run_id)[1].items():
             points[("wandb", run, key)] = sorted(values)
@@ -392,24 +443,44 @@ def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted
     store = f"sqlite:///{tmp_path / 'store.db'}"
     env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": os.pathsep.join(sys.path)}
     run = [sys.executable, str(script)]  # run in tmp_path: MLflow puts a given store's artifacts in ./mlruns
-    assert subprocess.run([*run, str(tmp_path / "ref"), store, "1000000", "0"], env=env, timeout=900,
-                          cwd=tmp_path).returncode == 0
-    job = subprocess.run([*run, str(tmp_path / "cut"), store, str(kill_at), "0"], env=env, timeout=900,
-                         cwd=tmp_path, start_new_session=True)
+    assert (
+        subprocess.run(
+            [*run, str(tmp_path / "ref"), store, "1000000", "0"], env=env, timeout=900, cwd=tmp_path
+        ).returncode
+        == 0
+    )
+    job = subprocess.run(
+        [*run, str(tmp_path / "cut"), store, str(kill_at), "0"],
+        env=env,
+        timeout=900,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
     assert job.returncode == -signal.SIGKILL
-    assert subprocess.run([*run, str(tmp_path / "cut"), store, "1000000", "1"], env=env, timeout=900,
-                          cwd=tmp_path).returncode == 0
+    assert (
+        subprocess.run(
+            [*run, str(tmp_path / "cut"), store, "1000000", "1"], env=env, timeout=900, cwd=tmp_path
+        ).returncode
+        == 0
+    )
     reference = sink_points(tmp_path / "ref", store)
-    assert {("mlflow", "run_1", "ep_return"), ("wandb", "1", "ep_return"), ("mlflow", "run_2", "agents/policy_loss"),
-            ("wandb", "1", "eval/ep_return")} <= set(reference)
+    assert {
+        ("mlflow", "run_1", "ep_return"),
+        ("wandb", "1", "ep_return"),
+        ("mlflow", "run_2", "agents/policy_loss"),
+        ("wandb", "1", "eval/ep_return"),
+    } <= set(reference)
     assert sink_points(tmp_path / "cut", store) == reference
 
 
 def files_with_times(root):
     """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside: taking the lock
     writes its owner into it, and releasing it empties it again)."""
-    return {p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
@@ -424,15 +495,26 @@ def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
     assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
 
 
-@pytest.mark.parametrize("hooks, message", [
-    ([], r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state "
-         r"are \[\]"),
-    ([StopOnPlateau(window=10**6), StopOnReturn(10**6)],
-     r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are \['StopOnPlateau#0', "
-     r"'StopOnReturn#0'\]"),
-    ([StopOnReturn(10**6)], r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are "
-                            r"\['StopOnReturn#0'\]"),
-])
+@pytest.mark.parametrize(
+    "hooks, message",
+    [
+        (
+            [],
+            r"\(run 1, Run1_Resume.pkl\) holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state "
+            r"are \[\]",
+        ),
+        (
+            [StopOnPlateau(window=10**6), StopOnReturn(10**6)],
+            r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are \['StopOnPlateau#0', "
+            r"'StopOnReturn#0'\]",
+        ),
+        (
+            [StopOnReturn(10**6)],
+            r"holds the user hooks \['StopOnPlateau#0'\], but this run's hooks with state are "
+            r"\['StopOnReturn#0'\]",
+        ),
+    ],
+)
 def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_changes(tmp_path, hooks, message):
     env, agent = AGENTS["q_learning"]
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)

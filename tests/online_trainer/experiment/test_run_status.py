@@ -36,17 +36,25 @@ def test_runs_are_running_from_their_start_and_readers_see_them_running_while_th
                 keys.append([sorted(entry) for entry in entries])
 
     OnlineTrainer(make_counting_vec(1), Probe, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
-    assert seen == [(["running", "pending"], ["running", "pending"]),
-                    (["finished", "running"], ["finished", "running"])]
+    assert seen == [
+        (["running", "pending"], ["running", "pending"]),
+        (["finished", "running"], ["finished", "running"]),
+    ]
     assert manifest_statuses(tmp_path) == ["finished", "finished"]
-    every_key = sorted(["run", "seed", "status", "episodes", "global_step", "wall_time", "sps", "stop_reason",
-                        "error"])
+    every_key = sorted(["run", "seed", "status", "episodes", "global_step", "wall_time", "sps", "stop_reason", "error"])
     assert all(entry_keys == every_key for call in keys for entry_keys in call)  # raw JSON readers find every key
 
 
 def hand_written(tmp_path):
-    return write_experiment(tmp_path, {1: ("finished", 0, [record(1, 1.0)]), 2: ("running", 10000, [record(1, 2.0)]),
-                                       3: ("running", 20000, None), 4: ("pending", 30000, None)})
+    return write_experiment(
+        tmp_path,
+        {
+            1: ("finished", 0, [record(1, 1.0)]),
+            2: ("running", 10000, [record(1, 2.0)]),
+            3: ("running", 20000, None),
+            4: ("pending", 30000, None),
+        },
+    )
 
 
 def test_a_running_run_whose_writer_is_gone_is_reported_interrupted(tmp_path, caplog):
@@ -110,14 +118,16 @@ def test_the_runs_of_a_sweep_are_judged_by_the_sweep_lock_and_a_cut_off_run_runs
 
 def test_a_run_that_fails_its_setup_on_resume_leaves_the_earlier_statuses(tmp_path):
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).sweep(
-        {"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False)
+        {"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False
+    )
 
     def broken(env):
         raise RuntimeError("no agent today")
 
     with pytest.raises(RuntimeError, match="no agent today"):
         OnlineTrainer(make_counting_vec(1), broken, exp_dir=tmp_path).sweep(
-            {"lr": [0.1]}, num_runs=2, num_episodes=2, seed_offset=0, progress=False)
+            {"lr": [0.1]}, num_runs=2, num_episodes=2, seed_offset=0, progress=False
+        )
     assert manifest_statuses(tmp_path / "lr=0.1") == ["finished", "pending"]
 
 

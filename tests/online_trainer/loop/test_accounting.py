@@ -12,8 +12,8 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from online_trainer.callbacks.base import CallBack
 from online_trainer import OnlineTrainer
+from online_trainer.callbacks.base import CallBack
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.steps import agent_log
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
@@ -29,10 +29,13 @@ class CallRecorder(CallBack):
         self.calls.append((dict(data), tag, step, force))
 
 
-ACTION_SPACES = {"discrete": gym.spaces.Discrete(2), "scalar_box": gym.spaces.Box(-1, 1, shape=(), dtype=np.float32),
-                 "box": gym.spaces.Box(-1, 1, shape=(2,), dtype=np.float32),
-                 "dict": gym.spaces.Dict(move=gym.spaces.Discrete(3), aim=gym.spaces.Box(-1, 1, shape=(2,))),
-                 "tuple": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, shape=(), dtype=np.float32)))}
+ACTION_SPACES = {
+    "discrete": gym.spaces.Discrete(2),
+    "scalar_box": gym.spaces.Box(-1, 1, shape=(), dtype=np.float32),
+    "box": gym.spaces.Box(-1, 1, shape=(2,), dtype=np.float32),
+    "dict": gym.spaces.Dict(move=gym.spaces.Discrete(3), aim=gym.spaces.Box(-1, 1, shape=(2,))),
+    "tuple": gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1, 1, shape=(), dtype=np.float32))),
+}
 
 
 def batch_of(space, n, k):
@@ -74,10 +77,12 @@ class ValidRecorder(RecordingAgent):
 
 def fractional_counting_env(mode, action_space):
     """CountingEnv with rewards 0.1 t + 0.013, so that returns depend on the order of the sums."""
+
     def make():
         env = gym.wrappers.TransformReward(CountingEnv(truncate_at=4), lambda r: 0.1 * r + 0.013)
         env.action_space = action_space
         return env
+
     return lambda: gym.vector.SyncVectorEnv([make], autoreset_mode=AutoresetMode(mode))
 
 
@@ -93,8 +98,17 @@ def test_single_env_loop_makes_the_calls_and_records_of_the_general_loop(mode, b
         trainer.call_back = callback
         (records,) = trainer.multi_run(1, seed_offset=2, dump_transitions=general, progress=False, **budget)
         agent = trainer.agents[0]
-        fields = [(r["ep_return"], r["ep_length"], r["global_step"], r["episode_index"], plain(r["actions"]),
-                   r["agent_logs"]["t"].tolist()) for r in records]
+        fields = [
+            (
+                r["ep_return"],
+                r["ep_length"],
+                r["global_step"],
+                r["episode_index"],
+                plain(r["actions"]),
+                r["agent_logs"]["t"].tolist(),
+            )
+            for r in records
+        ]
         calls = [call for call in callback.calls if call[1].split("/")[0] not in ("stats", "timing")]  # wall-clock
         results.append((fields, agent.valids, agent.updates, calls, agent.final_obs_ok))
     assert results[0] == results[1]
@@ -190,8 +204,9 @@ def test_agent_log_is_any_callable_log_and_a_log_returning_none_keeps_nothing():
         agent = notes(None)
         agent.log = attribute
         assert agent_log(agent) is None
-        (records,) = OnlineTrainer(make_counting_vec(2), agent).multi_run(1, num_episodes=4, seed_offset=0,
-                                                                          progress=False)
+        (records,) = OnlineTrainer(make_counting_vec(2), agent).multi_run(
+            1, num_episodes=4, seed_offset=0, progress=False
+        )
         assert len(records) == 4 and agent.log is attribute
     callable_object = type("Log", (), {"__call__": lambda self: None})()
     assert agent_log(type("A", (), {"log": callable_object})()) is callable_object
@@ -212,8 +227,9 @@ class SometimesLogging(RecordingAgent):
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
 def test_log_is_asked_every_step_however_long_it_returned_none(mode):
     agent = SometimesLogging()
-    (records,) = OnlineTrainer(make_counting_vec(1, mode), agent).multi_run(1, num_episodes=40, seed_offset=0,
-                                                                          progress=False)
+    (records,) = OnlineTrainer(make_counting_vec(1, mode), agent).multi_run(
+        1, num_episodes=40, seed_offset=0, progress=False
+    )
     logged = np.concatenate([r["agent_logs"]["u"] for r in records if r["agent_logs"] is not None])
     # every third update after the 40th, except those of NEXT_STEP reset steps (not transitions)
     assert len(logged) > 10 and all(u > 40 and u % 3 == 0 for u in logged)
@@ -222,7 +238,7 @@ def test_log_is_asked_every_step_however_long_it_returned_none(mode):
         updates = np.cumsum([r["ep_length"] + 1 for r in records])
         reset_updates = set(updates.tolist())
     wanted = [u for u in range(41, agent.updates + 1) if u % 3 == 0 and u not in reset_updates]
-    assert logged.tolist() == wanted[:len(logged)] and len(wanted) - len(logged) <= 1
+    assert logged.tolist() == wanted[: len(logged)] and len(wanted) - len(logged) <= 1
 
 
 class InPlaceState(RecordingAgent):

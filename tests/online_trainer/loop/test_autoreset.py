@@ -32,7 +32,7 @@ def expected_episodes(seed: int, num_envs: int, mode: str, truncate_at=None, cal
     # real transitions up to and including each env.step call
     real = np.full(calls, num_envs)
     if mode == "NextStep":
-        for call, j, *_ in ends:
+        for call, _j, *_ in ends:
             if call + 1 < calls:
                 real[call + 1] -= 1
     cumulative = np.cumsum(real)
@@ -44,6 +44,7 @@ def _agents_factory(created):
         agent = RecordingAgent()
         created.append(agent)
         return agent
+
     return factory
 
 
@@ -83,7 +84,9 @@ def test_step_budget_counts_real_transitions(mode, vectorization):
     # the run stops at the first env.step call at which the real-transition count reaches the budget
     assert total <= agent.real < total + num_envs
     finished = [e for e in expected if e[4] <= agent.real and e[0] < agent.updates]
-    assert [(r["ep_length"], r["ep_return"], r["global_step"]) for r in records] == [(e[2], e[3], e[4]) for e in finished]
+    assert [(r["ep_length"], r["ep_return"], r["global_step"]) for r in records] == [
+        (e[2], e[3], e[4]) for e in finished
+    ]
     assert sum(r["ep_length"] for r in records) <= agent.real
     assert agent.final_obs_ok
 
@@ -116,7 +119,9 @@ def test_agent_without_valid_keyword_still_runs():
         def update(self, next_obs, reward, terminated, truncated, call_back=None):
             self.n += 1
 
-    (records,) = OnlineTrainer(make_counting_vec(2, "NextStep"), Plain()).multi_run(1, num_episodes=4, seed_offset=0, progress=False)
+    (records,) = OnlineTrainer(make_counting_vec(2, "NextStep"), Plain()).multi_run(
+        1, num_episodes=4, seed_offset=0, progress=False
+    )
     expected = expected_episodes(0, 2, "NextStep")[:4]
     assert [r["ep_length"] for r in records] == [e[2] for e in expected]
 
@@ -124,6 +129,7 @@ def test_agent_without_valid_keyword_still_runs():
 @pytest.mark.parametrize("mode", MODES)
 def test_logs_of_an_agent_without_valid_keyword_leave_out_reset_steps(mode):
     """The loop keeps ``valid`` for log() even when the agent's update does not take it."""
+
     class LogsEveryStep:
         def act(self, obs):
             return np.zeros(len(obs), dtype=np.int64)
@@ -135,7 +141,8 @@ def test_logs_of_an_agent_without_valid_keyword_leave_out_reset_steps(mode):
             return [{"obs": float(o[0])} for o in self.obs]
 
     (records,) = OnlineTrainer(make_counting_vec(2, mode), LogsEveryStep()).multi_run(
-        1, num_episodes=12, seed_offset=0, progress=False)
+        1, num_episodes=12, seed_offset=0, progress=False
+    )
     expected = expected_episodes(0, 2, mode)[:12]
     assert [r["ep_length"] for r in records] == [e[2] for e in expected]
     for record in records:  # one entry per real transition: the step counts 1..L (the reset step's 0 left out)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer.agents import PPOAgent, QLearningAgent
 from online_trainer import EvaluationOptions, OnlineTrainer
+from online_trainer.agents import PPOAgent, QLearningAgent
 
 EVAL_SEED = 12345
 EVAL_EPISODES = 5
@@ -49,7 +49,8 @@ def greedy_returns(agent, env_id: str, seed: int, episodes: int) -> list[float]:
 
 def through_trainer(agent_or_factory, env_id: str) -> list[float]:
     (records,) = OnlineTrainer(lambda: gym.make_vec(env_id, num_envs=1), agent_or_factory, train=False).multi_run(
-        1, num_episodes=EVAL_EPISODES, seed_offset=EVAL_SEED, progress=False)
+        1, num_episodes=EVAL_EPISODES, seed_offset=EVAL_SEED, progress=False
+    )
     return [r["ep_return"] for r in records]
 
 
@@ -58,6 +59,7 @@ def loading(cls, path):
         agent = cls(env)
         agent.load(path)
         return agent
+
     return factory
 
 
@@ -66,14 +68,23 @@ def loading_best(cls, path):
         agent = cls(env)
         agent.load(torch.load(path, weights_only=True))
         return agent
+
     return factory
 
 
 CASES = {
-    "q_learning": (QLearningAgent, "CliffWalking-v1", {"num_episodes": 150},
-                   {"lr": 0.5, "epsilon_decay": 0.95, "decay_unit": "episode"}),
-    "ppo": (PPOAgent, "CartPole-v1", {"total_steps": 6000},
-            {"lr": 1e-3, "n_steps": 128, "n_epochs": 4, "minibatch_size": 64}),
+    "q_learning": (
+        QLearningAgent,
+        "CliffWalking-v1",
+        {"num_episodes": 150},
+        {"lr": 0.5, "epsilon_decay": 0.95, "decay_unit": "episode"},
+    ),
+    "ppo": (
+        PPOAgent,
+        "CartPole-v1",
+        {"total_steps": 6000},
+        {"lr": 1e-3, "n_steps": 128, "n_epochs": 4, "minibatch_size": 64},
+    ),
 }
 
 
@@ -97,7 +108,8 @@ def test_a_trained_agent_scores_through_the_trainer_what_it_scores_by_hand(tmp_p
     best = cls(gym.make_vec(env_id, num_envs=1), **hp)
     best.load(torch.load(tmp_path / "Run1_Best_agent.t", weights_only=True))
     assert through_trainer(loading_best(cls, tmp_path / "Run1_Best_agent.t"), env_id) == greedy_returns(
-        best, env_id, EVAL_SEED, EVAL_EPISODES)
+        best, env_id, EVAL_SEED, EVAL_EPISODES
+    )
 
 
 def test_evaluation_never_calls_reset_nor_update():
@@ -122,10 +134,12 @@ def test_evaluation_never_calls_reset_nor_update():
 
     agent = Trained()
     OnlineTrainer(gym.make_vec("CartPole-v1", num_envs=2), agent, train=False).multi_run(
-        2, num_episodes=4, seed_offset=0, progress=False)
+        2, num_episodes=4, seed_offset=0, progress=False
+    )
     assert agent.calls == []  # two runs in this process: each evaluated a copy; the instance is untouched
     OnlineTrainer(gym.make_vec("CartPole-v1", num_envs=2), agent, train=False).multi_run(
-        1, num_episodes=4, seed_offset=0, progress=False)
+        1, num_episodes=4, seed_offset=0, progress=False
+    )
     assert agent.calls == ["eval"]
 
 
@@ -192,10 +206,12 @@ class Drifting(RecordingAgent):
 
 def test_best_agent_is_the_state_at_the_best_evaluation(tmp_path):
     same_step = gym.vector.AutoresetMode.SAME_STEP  # one env step per transition: updates == global_step
-    trainer = OnlineTrainer(lambda: gym.vector.SyncVectorEnv([Bandit], autoreset_mode=same_step), Drifting,
-                            exp_dir=tmp_path)
-    trainer.multi_run(1, total_steps=60, seed_offset=0, eval_freq=5, eval_episodes=2, checkpoint_freq=1000,
-                      progress=False)
+    trainer = OnlineTrainer(
+        lambda: gym.vector.SyncVectorEnv([Bandit], autoreset_mode=same_step), Drifting, exp_dir=tmp_path
+    )
+    trainer.multi_run(
+        1, total_steps=60, seed_offset=0, eval_freq=5, eval_episodes=2, checkpoint_freq=1000, progress=False
+    )
     (evaluations,) = trainer.evaluations
     means = [e["mean"] for e in evaluations]
     assert len(set(means)) == 3  # the evaluations differ
@@ -210,33 +226,42 @@ def test_best_agent_is_the_state_at_the_best_evaluation(tmp_path):
 
 
 def strip_evaluations(trainer):
-    return [[(e["global_step"], e["episodes_trained"], e["returns"].tolist(), e["lengths"].tolist())
-             for e in run] for run in trainer.evaluations]
+    return [
+        [(e["global_step"], e["episodes_trained"], e["returns"].tolist(), e["lengths"].tolist()) for e in run]
+        for run in trainer.evaluations
+    ]
 
 
 def cliff_trainer(exp_dir=None):
-    return OnlineTrainer(lambda: gym.make_vec("CliffWalking-v1", num_envs=2, max_episode_steps=200),
-                         lambda env: QLearningAgent(env, lr=0.5, epsilon_decay=0.9, decay_unit="episode"),
-                         exp_dir=exp_dir)
+    return OnlineTrainer(
+        lambda: gym.make_vec("CliffWalking-v1", num_envs=2, max_episode_steps=200),
+        lambda env: QLearningAgent(env, lr=0.5, epsilon_decay=0.9, decay_unit="episode"),
+        exp_dir=exp_dir,
+    )
 
 
 def test_evaluation_leaves_training_records_unchanged_and_is_the_same_with_workers(tmp_path):
     plain = cliff_trainer().multi_run(2, num_episodes=40, seed_offset=3, progress=False)
     serial = cliff_trainer()
     evaluated = serial.multi_run(2, num_episodes=40, seed_offset=3, eval_freq=10, eval_episodes=3, progress=False)
-    records = lambda runs: [[(r["ep_return"], r["ep_length"], r["actions"].tolist()) for r in run] for run in runs]
+
+    def records(runs):
+        return [[(r["ep_return"], r["ep_length"], r["actions"].tolist()) for r in run] for run in runs]
+
     assert records(evaluated) == records(plain)
     assert [len(run) for run in serial.evaluations] == [4, 4]
     in_workers = cliff_trainer(tmp_path)
-    in_workers.multi_run(2, num_episodes=40, seed_offset=3, eval_freq=10, eval_episodes=3, num_workers=2,
-                         progress=False)
+    in_workers.multi_run(
+        2, num_episodes=40, seed_offset=3, eval_freq=10, eval_episodes=3, num_workers=2, progress=False
+    )
     assert strip_evaluations(in_workers) == strip_evaluations(serial)
 
 
 def test_evaluating_the_last_checkpoint_repeats_the_final_evaluation(tmp_path):
     trainer = cliff_trainer(tmp_path)
-    trainer.multi_run(2, num_episodes=30, seed_offset=0, eval_freq=10, eval_episodes=4, checkpoint_freq=10,
-                      progress=False)
+    trainer.multi_run(
+        2, num_episodes=30, seed_offset=0, eval_freq=10, eval_episodes=4, checkpoint_freq=10, progress=False
+    )
     episodes = trainer.evaluate("last", num_episodes=4, progress=False)
     for run, evaluations in enumerate(trainer.evaluations, start=1):
         mine = episodes[episodes["run"] == run]
@@ -254,16 +279,23 @@ def test_evaluating_the_last_checkpoint_uses_the_eval_env_of_the_training_runs(t
         return gym.make_vec("CliffWalking-v1", num_envs=1, max_episode_steps=30)
 
     trainer = cliff_trainer(tmp_path)
-    trainer.multi_run(2, num_episodes=30, seed_offset=0, eval_env=eval_env, eval_freq=10, eval_episodes=3,
-                      checkpoint_freq=10, progress=False)
+    trainer.multi_run(
+        2,
+        num_episodes=30,
+        seed_offset=0,
+        eval_env=eval_env,
+        eval_freq=10,
+        eval_episodes=3,
+        checkpoint_freq=10,
+        progress=False,
+    )
     episodes = trainer.evaluate("last", num_episodes=3, progress=False)
     for run, evaluations in enumerate(trainer.evaluations, start=1):
         assert episodes[episodes["run"] == run]["ep_length"].tolist() == evaluations[-1]["lengths"].tolist()
     assert episodes["ep_length"].max() <= 30
     # a new trainer knows no eval env of its own: it evaluates on the training env unless given one
     fresh = cliff_trainer(tmp_path).evaluate("last", num_episodes=3, overwrite=True, progress=False)
-    again = cliff_trainer(tmp_path).evaluate("last", num_episodes=3, eval_env=eval_env, overwrite=True,
-                                             progress=False)
+    again = cliff_trainer(tmp_path).evaluate("last", num_episodes=3, eval_env=eval_env, overwrite=True, progress=False)
     assert again["ep_length"].tolist() == episodes["ep_length"].tolist()
     assert fresh["ep_length"].max() > 30
 
@@ -277,12 +309,17 @@ def test_eval_seeds_never_equal_training_seeds():
                 seen.append(seed)
             return self.env.reset(seed=seed, options=options)
 
-    OnlineTrainer(lambda: gym.vector.SyncVectorEnv([lambda: Spy(gym.make("CartPole-v1"))] * 2), RecordingAgent).multi_run(
-        2, num_episodes=4, seed_offset=0, eval_freq=2, eval_episodes=2, progress=False)
+    OnlineTrainer(
+        lambda: gym.vector.SyncVectorEnv([lambda: Spy(gym.make("CartPole-v1"))] * 2), RecordingAgent
+    ).multi_run(2, num_episodes=4, seed_offset=0, eval_freq=2, eval_episodes=2, progress=False)
     training = {0, 1, 10000, 10001}
     assert training <= set(seen)
-    assert set(seen) - training == {EVAL_SEED_SHIFT, EVAL_SEED_SHIFT + 1, EVAL_SEED_SHIFT + 10000,
-                                    EVAL_SEED_SHIFT + 10001}
+    assert set(seen) - training == {
+        EVAL_SEED_SHIFT,
+        EVAL_SEED_SHIFT + 1,
+        EVAL_SEED_SHIFT + 10000,
+        EVAL_SEED_SHIFT + 10001,
+    }
 
 
 def test_load_agent_gives_the_trained_agent(tmp_path):
@@ -290,7 +327,10 @@ def test_load_agent_gives_the_trained_agent(tmp_path):
 
     trainer = cliff_trainer(tmp_path)
     trainer.multi_run(1, num_episodes=20, seed_offset=0, checkpoint_freq=10, progress=False)
-    make = lambda env: QLearningAgent(env)
+
+    def make(env):
+        return QLearningAgent(env)
+
     agent = load_agent(tmp_path, 1, "last", agent_factory=make, env=lambda: gym.make_vec("CliffWalking-v1", num_envs=2))
     assert agent.steps == trainer.agents[0].steps
     np.testing.assert_array_equal(agent.q_table, trainer.agents[0].q_table)
@@ -302,9 +342,16 @@ def test_record_video_films_the_first_episode_of_every_nth_evaluation(tmp_path):
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
     pytest.importorskip("pygame")
     trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path)
-    trainer.multi_run(1, total_steps=40, seed_offset=0, eval_freq=10, eval_episodes=2, record_video=2,
-                      eval_env=lambda: gym.make_vec("CartPole-v1", num_envs=2, render_mode="rgb_array"),
-                      progress=False)
+    trainer.multi_run(
+        1,
+        total_steps=40,
+        seed_offset=0,
+        eval_freq=10,
+        eval_episodes=2,
+        record_video=2,
+        eval_env=lambda: gym.make_vec("CartPole-v1", num_envs=2, render_mode="rgb_array"),
+        progress=False,
+    )
     (evaluations,) = trainer.evaluations
     filmed = [e for e in evaluations if "video" in e]
     assert [e["eval_index"] for e in filmed] == [2, 4]
@@ -312,15 +359,22 @@ def test_record_video_films_the_first_episode_of_every_nth_evaluation(tmp_path):
         num_frames, _ = imageio_ffmpeg.count_frames_and_secs(record["video"])  # decodes the whole file
         # sub-env 0's episode (one of the two): its reset frame, then one frame per step
         assert num_frames - 1 in record["lengths"].tolist()
-    assert sorted(p.name for p in (tmp_path / "videos" / "run1").iterdir()) == ["eval2_step20.mp4",
-                                                                                 "eval4_step40.mp4"]
+    assert sorted(p.name for p in (tmp_path / "videos" / "run1").iterdir()) == ["eval2_step20.mp4", "eval4_step40.mp4"]
 
 
 def test_evaluation_videos_go_to_tensorboard_as_gifs_of_every_frame(tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)  # the default TBCallBack
-    trainer.multi_run(1, total_steps=40, seed_offset=0, eval_freq=10, eval_episodes=2, record_video=2,
-                      eval_env=make_counting_vec(1, render_mode="rgb_array"), progress=False)
+    trainer.multi_run(
+        1,
+        total_steps=40,
+        seed_offset=0,
+        eval_freq=10,
+        eval_episodes=2,
+        record_video=2,
+        eval_env=make_counting_vec(1, render_mode="rgb_array"),
+        progress=False,
+    )
     (evaluations,) = trainer.evaluations
     filmed = [e for e in evaluations if "video" in e]
     videos = read_videos(tmp_path)
@@ -335,11 +389,13 @@ def test_evaluation_videos_go_to_tensorboard_as_gifs_of_every_frame(tmp_path):
 def test_record_video_needs_an_rgb_array_eval_env(tmp_path):
     with pytest.raises(ValueError, match=r"record_video=1 needs an eval env made with render_mode='rgb_array'"):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
-            1, total_steps=20, eval_freq=10, record_video=1, progress=False)
+            1, total_steps=20, eval_freq=10, record_video=1, progress=False
+        )
     # EvaluationOptions(record_video=...) alone evaluates at the end, on the training env's factory
     with pytest.raises(ValueError, match=r"record_video=2 needs an eval env made with render_mode='rgb_array'"):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
-            1, total_steps=20, evaluation=EvaluationOptions(record_video=2), progress=False)
+            1, total_steps=20, evaluation=EvaluationOptions(record_video=2), progress=False
+        )
 
 
 def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):
@@ -356,7 +412,8 @@ def test_the_progress_bar_shows_the_last_evaluation_mean(monkeypatch, terminal):
 
     monkeypatch.setattr(progress_module, "_bar", recording_bar)
     OnlineTrainer(lambda: gym.vector.SyncVectorEnv([Bandit]), Drifting).multi_run(
-        1, total_steps=400, seed_offset=0, eval_freq=100, eval_episodes=2, progress=True)
+        1, total_steps=400, seed_offset=0, eval_freq=100, eval_episodes=2, progress=True
+    )
     assert any(text.startswith("return=") and ", eval=" in text for text in postfixes)
 
 

@@ -28,7 +28,10 @@ def clipped(statistics: bool = True):
 def make_vec(num_envs=2, mode="NextStep", vectorization="sync", statistics=True):
     def factory():
         cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
-        return cls([lambda: clipped(statistics) for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode(mode))
+        return cls(
+            [lambda: clipped(statistics) for _ in range(num_envs)], autoreset_mode=gym.vector.AutoresetMode(mode)
+        )
+
     return factory
 
 
@@ -68,20 +71,26 @@ def test_without_the_wrapper_records_and_table_have_no_raw_columns(tmp_path):
 
 def test_score_raw_without_the_wrapper_fails_before_the_first_step(tmp_path):
     trainer = OnlineTrainer(make_vec(2, statistics=False), RandomAgent, exp_dir=tmp_path / "exp")
-    with pytest.raises(ValueError, match="score='raw' reports the episode statistics of a gymnasium.wrappers."
-                                         "RecordEpisodeStatistics wrapper, but the sub-envs of the training env have "
-                                         "none: add it inside the reward wrappers"):
+    with pytest.raises(
+        ValueError,
+        match="score='raw' reports the episode statistics of a gymnasium.wrappers."
+        "RecordEpisodeStatistics wrapper, but the sub-envs of the training env have "
+        "none: add it inside the reward wrappers",
+    ):
         trainer.multi_run(1, num_episodes=4, progress=False, score="raw")
     assert not (tmp_path / "exp" / "metrics_run1.pkl").exists()
-    with pytest.raises(ValueError, match="records.score must be one of 'return', 'raw', but got records.score='game'. 'return' sums"):
+    with pytest.raises(
+        ValueError, match="records.score must be one of 'return', 'raw', but got records.score='game'. 'return' sums"
+    ):
         trainer.multi_run(1, num_episodes=4, progress=False, score="game")
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_score_raw_evaluates_and_summarizes_raw_scores(tmp_path, mode):
     trainer = OnlineTrainer(make_vec(2, mode), RandomAgent, exp_dir=tmp_path)
-    runs = trainer.multi_run(2, num_episodes=8, progress=False, score="raw", eval_freq=4, eval_episodes=4,
-                             seed_offset=0)
+    runs = trainer.multi_run(
+        2, num_episodes=8, progress=False, score="raw", eval_freq=4, eval_episodes=4, seed_offset=0
+    )
     evaluation = trainer.evaluations[0][-1]
     lengths = evaluation["lengths"]
     assert evaluation["score"] == "raw" and len(lengths) == 4
@@ -93,18 +102,21 @@ def test_score_raw_evaluates_and_summarizes_raw_scores(tmp_path, mode):
     clipped_sums = summarize(df, last_k=3, ci=None, score="return")
     finals = [np.mean([r["raw_return"] for r in run][-3:]) for run in runs]
     assert raw["mean"].iloc[0] == pytest.approx(np.mean(finals))
-    assert clipped_sums["mean"].iloc[0] == pytest.approx(np.mean([np.mean([r["ep_return"] for r in run][-3:])
-                                                                  for run in runs]))
+    assert clipped_sums["mean"].iloc[0] == pytest.approx(
+        np.mean([np.mean([r["ep_return"] for r in run][-3:]) for run in runs])
+    )
     assert not math.isclose(raw["mean"].iloc[0], clipped_sums["mean"].iloc[0])
     # final_performance (the command's per-run table, plot_final_performance, compare) reads the same score
     assert final_performance(df, last_k=3)["final_return"].tolist() == pytest.approx(finals)
     assert final_performance(df, last_k=3, score="return")["final_return"].tolist() == pytest.approx(
-        [np.mean([r["ep_return"] for r in run][-3:]) for run in runs])
+        [np.mean([r["ep_return"] for r in run][-3:]) for run in runs]
+    )
 
 
 def test_summarize_score_raw_needs_the_column(tmp_path):
     OnlineTrainer(make_vec(2, statistics=False), RandomAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=4, progress=False)
+        1, num_episodes=4, progress=False
+    )
     with pytest.raises(ValueError, match="score='raw' needs the raw_return column, which this table lacks"):
         summarize(load_episodes(tmp_path), score="raw")
 
@@ -135,10 +147,14 @@ def test_progress_shows_the_raw_return_under_score_raw(tmp_path):
             pass
 
     bar = Bar()
-    spec = RunSpec(run_idx=1, seed=0, env_factory=EnvFactory(make_vec(1, "NextStep")),
-                   agent_factory=AgentFactory(RandomAgent), callback=EmptyCallBack(),
-                   options=RunPlan(num_episodes=5, dump_metrics=False, has_exp_dir=False,
-                                   records=RecordOptions(score="raw")))
+    spec = RunSpec(
+        run_idx=1,
+        seed=0,
+        env_factory=EnvFactory(make_vec(1, "NextStep")),
+        agent_factory=AgentFactory(RandomAgent),
+        callback=EmptyCallBack(),
+        options=RunPlan(num_episodes=5, dump_metrics=False, has_exp_dir=False, records=RecordOptions(score="raw")),
+    )
     result = execute_run(spec, bar)
     lengths = [r["ep_length"] for r in result.records.records()]
     raw = [n * (n + 1) / 2 for n in lengths]

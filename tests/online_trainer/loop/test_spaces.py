@@ -9,7 +9,8 @@ actions; the trainer's records and what its agent was handed must match them exa
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -40,20 +41,26 @@ class StructuredEnv(gym.Env):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         if kind == "dict":
-            self.action_space = spaces.Dict({
-                "move": spaces.Discrete(3),
-                "aim": spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.MultiBinary(3))),
-            })
-            self.observation_space = spaces.Dict({
-                "t": spaces.Box(0, 100, (1,), np.float32),
-                "pair": spaces.Tuple((spaces.Discrete(10), spaces.MultiBinary(2))),
-            })
+            self.action_space = spaces.Dict(
+                {
+                    "move": spaces.Discrete(3),
+                    "aim": spaces.Tuple((spaces.Box(-1, 1, (2,), np.float32), spaces.MultiBinary(3))),
+                }
+            )
+            self.observation_space = spaces.Dict(
+                {
+                    "t": spaces.Box(0, 100, (1,), np.float32),
+                    "pair": spaces.Tuple((spaces.Discrete(10), spaces.MultiBinary(2))),
+                }
+            )
         else:
-            self.action_space = spaces.Tuple((
-                spaces.Discrete(4),
-                spaces.MultiDiscrete([2, 3]),
-                spaces.Dict({"x": spaces.Box(-1, 1, (1,), np.float64)}),
-            ))
+            self.action_space = spaces.Tuple(
+                (
+                    spaces.Discrete(4),
+                    spaces.MultiDiscrete([2, 3]),
+                    spaces.Dict({"x": spaces.Box(-1, 1, (1,), np.float64)}),
+                )
+            )
             self.observation_space = spaces.Tuple((spaces.Box(0, 100, (1,), np.float32), spaces.Discrete(50)))
         self._seed, self._episode, self._t, self._length = 0, -1, 0, 0
 
@@ -85,15 +92,20 @@ class StructuredEnv(gym.Env):
 
 def structured_policy(kind: str) -> Policy:
     """A deterministic policy of the observation (so the hand-written loop can replay it)."""
+
     def policy(obs):
         if kind == "dict":
             t = int(obs["t"][0]) + 3 * int(obs["pair"][0])
             return {
                 "move": np.int64(t % 3),
-                "aim": (np.array([t % 10 / 10, -(t % 10) / 20], dtype=np.float32), np.array([t & 1, (t >> 1) & 1, 1], dtype=np.int8)),
+                "aim": (
+                    np.array([t % 10 / 10, -(t % 10) / 20], dtype=np.float32),
+                    np.array([t & 1, (t >> 1) & 1, 1], dtype=np.int8),
+                ),
             }
         t = int(obs[0][0]) + int(obs[1])
         return (np.int64(t % 4), np.array([t % 2, t % 3], dtype=np.int64), {"x": np.array([t % 7 / 7])})
+
     return policy
 
 
@@ -213,11 +225,16 @@ def reference(make_env: Callable[[], gym.Env], policy: Policy, seed: int, num_en
                 if terminated or truncated:
                     break
                 call += 1
-            episodes.append({
-                "call": call, "env": j, "length": len(transitions),
-                "return": sum(t[2] for t in transitions), "transitions": transitions,
-                "actions": [t[1] for t in transitions],
-            })
+            episodes.append(
+                {
+                    "call": call,
+                    "env": j,
+                    "length": len(transitions),
+                    "return": sum(t[2] for t in transitions),
+                    "transitions": transitions,
+                    "actions": [t[1] for t in transitions],
+                }
+            )
             found += 1
             call += 2 if mode == "NextStep" else 1  # NEXT_STEP: the reset step is a call of its own
             obs, _ = env.reset()
@@ -236,8 +253,9 @@ def run_and_check(make_single, make_vec, policy, num_envs, mode, num_episodes, s
         return agent
 
     trainer = OnlineTrainer(lambda: LastStep(make_vec()), agent_factory)
-    (records,) = trainer.multi_run(1, num_episodes=num_episodes, seed_offset=seed_offset,
-                                   dump_transitions=transitions, progress=False)
+    (records,) = trainer.multi_run(
+        1, num_episodes=num_episodes, seed_offset=seed_offset, dump_transitions=transitions, progress=False
+    )
     (agent,) = [a for a in created if a.updates]
     action_space = make_single().action_space
     expected = reference(make_single, policy, records[0]["agent_seed"], num_envs, mode, num_episodes)
@@ -274,10 +292,11 @@ def test_same_step_update_gets_final_obs(env_id):
     policy = minigrid_policy if env_id.startswith("MiniGrid") else blackjack_policy
 
     def make_vec():
-        return gym.make_vec(env_id, num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+        return gym.make_vec(
+            env_id, num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+        )
 
     run_and_check(lambda: gym.make(env_id), make_vec, policy, 2, "SameStep", num_episodes=4, transitions=False)
-
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -286,7 +305,9 @@ def test_minigrid_dict_observations(mode):
     env_id = "MiniGrid-Empty-5x5-v0"
 
     def make_vec():
-        return gym.make_vec(env_id, num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode(mode)})
+        return gym.make_vec(
+            env_id, num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode(mode)}
+        )
 
     records = run_and_check(lambda: gym.make(env_id), make_vec, minigrid_policy, 2, mode, num_episodes=4)
     assert isinstance(records[0]["transitions"][0][0], dict)
@@ -297,8 +318,12 @@ def test_minigrid_dict_observations(mode):
 @pytest.mark.parametrize("vectorization", ["sync", "async"])
 def test_blackjack_tuple_observations(mode, vectorization):
     def make_vec():
-        return gym.make_vec("Blackjack-v1", num_envs=3, vectorization_mode=vectorization,
-                            vector_kwargs={"autoreset_mode": AutoresetMode(mode)})
+        return gym.make_vec(
+            "Blackjack-v1",
+            num_envs=3,
+            vectorization_mode=vectorization,
+            vector_kwargs={"autoreset_mode": AutoresetMode(mode)},
+        )
 
     records = run_and_check(lambda: gym.make("Blackjack-v1"), make_vec, blackjack_policy, 3, mode, num_episodes=12)
     assert isinstance(records[0]["transitions"][0][0], tuple)
@@ -322,7 +347,9 @@ def test_structured_actions(kind, mode):
 @pytest.mark.parametrize("kind", ["dict", "tuple"])
 def test_structured_actions_async(kind):
     make_single = lambda: StructuredEnv(kind)  # noqa: E731
-    run_and_check(make_single, vec_of(make_single, 2, "SameStep", "async"), structured_policy(kind), 2, "SameStep", num_episodes=6)
+    run_and_check(
+        make_single, vec_of(make_single, 2, "SameStep", "async"), structured_policy(kind), 2, "SameStep", num_episodes=6
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -331,7 +358,9 @@ def test_log_entries_per_episode_equal_its_length(mode):
     from tests.conftest import RecordingAgent, make_counting_vec
 
     agent = lambda env: RecordingAgent(env, log_every_step=True)  # noqa: E731
-    (records,) = OnlineTrainer(make_counting_vec(3, mode), agent).multi_run(1, num_episodes=10, seed_offset=0, progress=False)
+    (records,) = OnlineTrainer(make_counting_vec(3, mode), agent).multi_run(
+        1, num_episodes=10, seed_offset=0, progress=False
+    )
     assert [len(r["agent_logs"]["t"]) for r in records] == [r["ep_length"] for r in records]
 
 
@@ -411,8 +440,11 @@ def test_action_history_every_space(name, given):
     for i in range(num_envs):
         start = 0
         for length, episode in zip(lengths[i], got[i]):
-            want = [items[i] for items, _ in steps[start:start + length]]
-            if isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple)):
+            want = [items[i] for items, _ in steps[start : start + length]]
+            if isinstance(
+                space,
+                (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict, spaces.Tuple),
+            ):
                 assert_same(episode, stack(space, want))
             else:  # items of Text, Sequence, Graph, OneOf: an object array along time
                 assert episode.dtype == object and episode.shape == (length,)
@@ -445,7 +477,9 @@ def test_infer_space_reads_gymnasium_layouts():
         infer_space(np.zeros((3, 2)), n)
 
 
-@pytest.mark.parametrize("obs_name, act_name", [("tuple", "tuple"), ("dict", "dict"), ("dict_of_text", "multidiscrete")])
+@pytest.mark.parametrize(
+    "obs_name, act_name", [("tuple", "tuple"), ("dict", "dict"), ("dict_of_text", "multidiscrete")]
+)
 def test_tracker_transitions_hold_sub_env_items(obs_name, act_name):
     """Each transition holds sub-env i's own obs and action, in the single-env structure."""
     obs_space, act_space = ALL_SPACES[obs_name], ALL_SPACES[act_name]
@@ -463,8 +497,9 @@ def test_tracker_transitions_hold_sub_env_items(obs_name, act_name):
 def test_tracker_transitions_with_given_spaces():
     """With the spaces given, transitions hold each sub-env's own obs and action."""
     obs_space, act_space = ALL_SPACES["tuple_of_text"], ALL_SPACES["dict"]
-    tracker = EpisodeTracker(2, AutoresetMode.SAME_STEP, keep_transitions=True,
-                             observation_space=obs_space, action_space=act_space)
+    tracker = EpisodeTracker(
+        2, AutoresetMode.SAME_STEP, keep_transitions=True, observation_space=obs_space, action_space=act_space
+    )
     obs_items, obs = _samples(obs_space, 2)
     act_items, actions = _samples(act_space, 2)
     tracker.observe(obs, actions, np.array([1.0, 2.0]), np.array([True, False]), np.array([False, False]))

@@ -77,13 +77,37 @@ def message(data: Any, **kwargs: Any) -> str:
 
 
 def test_plain_data_becomes_the_dataclass_tree():
-    built = build(Spec, {"env": {"id": "Pong", "num_envs": 4, "wrappers": ["TimeLimit", {"name": "Clip", "max": 1}],
-                                 "vector_kwargs": {"copy": False, "shape": [2, 2]}},
-                         "steps": 1000, "lr": 1, "sizes": [32, 16], "limit": None, "flag": True,
-                         "eval_env": {"id": "Pong"}})
-    assert built == Spec(env=Env(id="Pong", num_envs=4, wrappers=["TimeLimit", {"name": "Clip", "max": 1}],
-                                 vector_kwargs={"copy": False, "shape": [2, 2]}),
-                         steps=1000, lr=1.0, sizes=(32, 16), limit=None, flag=True, eval_env=Env(id="Pong"))
+    built = build(
+        Spec,
+        {
+            "env": {
+                "id": "Pong",
+                "num_envs": 4,
+                "wrappers": ["TimeLimit", {"name": "Clip", "max": 1}],
+                "vector_kwargs": {"copy": False, "shape": [2, 2]},
+            },
+            "steps": 1000,
+            "lr": 1,
+            "sizes": [32, 16],
+            "limit": None,
+            "flag": True,
+            "eval_env": {"id": "Pong"},
+        },
+    )
+    assert built == Spec(
+        env=Env(
+            id="Pong",
+            num_envs=4,
+            wrappers=["TimeLimit", {"name": "Clip", "max": 1}],
+            vector_kwargs={"copy": False, "shape": [2, 2]},
+        ),
+        steps=1000,
+        lr=1.0,
+        sizes=(32, 16),
+        limit=None,
+        flag=True,
+        eval_env=Env(id="Pong"),
+    )
     assert type(built.lr) is float and type(built.sizes) is tuple
     assert build(Spec, spec(lr=-math.inf)).lr == -math.inf
     assert build(Spec, spec(limit=7)).limit == 7
@@ -93,8 +117,10 @@ def test_numpy_scalars_and_arrays_count_as_their_python_values():
     built = build(Spec, spec(steps=np.int64(5), lr=np.float32(0.25), sizes=np.array([3, 4]), flag=np.bool_(True)))
     assert (built.steps, built.lr, built.sizes, built.flag) == (5, 0.25, (3, 4), True)
     assert type(built.steps) is int
-    assert message(spec(steps=np.float64(2.0))) == (f"steps={np.float64(2.0)!r} has the wrong type: expected an int, "
-                                                    "got float64 (write 2, without a decimal point or exponent).")
+    assert message(spec(steps=np.float64(2.0))) == (
+        f"steps={np.float64(2.0)!r} has the wrong type: expected an int, "
+        "got float64 (write 2, without a decimal point or exponent)."
+    )
 
 
 def test_data_json_cannot_carry_is_validated_as_python_objects():
@@ -107,10 +133,16 @@ def test_data_json_cannot_carry_is_validated_as_python_objects():
     ("fields", "text"),
     [
         ({"steps": True}, "steps=True has the wrong type: expected an int, got bool."),
-        ({"steps": 1e3}, "steps=1000.0 has the wrong type: expected an int, got float (write 1000, without a "
-                         "decimal point or exponent)."),
-        ({"steps": 2.5e5}, "steps=250000.0 has the wrong type: expected an int, got float (write 250000 or "
-                           "250_000, without a decimal point or exponent)."),
+        (
+            {"steps": 1e3},
+            "steps=1000.0 has the wrong type: expected an int, got float (write 1000, without a "
+            "decimal point or exponent).",
+        ),
+        (
+            {"steps": 2.5e5},
+            "steps=250000.0 has the wrong type: expected an int, got float (write 250000 or "
+            "250_000, without a decimal point or exponent).",
+        ),
         ({"steps": 2.5}, "steps=2.5 has the wrong type: expected an int, got float."),
         ({"steps": "1"}, "steps='1' has the wrong type: expected an int, got str."),
         ({"steps": None}, "steps=None has the wrong type: expected an int, got NoneType."),
@@ -119,20 +151,33 @@ def test_data_json_cannot_carry_is_validated_as_python_objects():
         ({"sizes": [32, "a"]}, "sizes[1]='a' has the wrong type: expected an int, got str."),
         ({"sizes": {"a": 1}}, "sizes={'a': 1} has the wrong type: expected a list of ints, got dict."),
         ({"limit": "3"}, "limit='3' has the wrong type: expected an int or null, got str."),
-        ({"limit": 3.0}, "limit=3.0 has the wrong type: expected an int or null, got float (write 3, without a "
-                         "decimal point or exponent)."),
-        ({"env": 3}, "env=3 has the wrong type: expected a mapping with keys id, num_envs, wrappers, vector_kwargs, "
-                     "got int."),
+        (
+            {"limit": 3.0},
+            "limit=3.0 has the wrong type: expected an int or null, got float (write 3, without a "
+            "decimal point or exponent).",
+        ),
+        (
+            {"env": 3},
+            "env=3 has the wrong type: expected a mapping with keys id, num_envs, wrappers, vector_kwargs, got int.",
+        ),
         ({"env": {"id": "x", "num_envs": "2"}}, "env.num_envs='2' has the wrong type: expected an int, got str."),
-        ({"env": {"id": "x", "wrappers": ["TimeLimit", 3]}},
-         "env.wrappers[1]=3 has the wrong type: expected a string or a mapping with string keys, got int."),
-        ({"env": {"id": "x", "wrappers": "TimeLimit"}},
-         "env.wrappers='TimeLimit' has the wrong type: expected a list, got str."),
-        ({"env": {"id": "x", "vector_kwargs": [1]}},
-         "env.vector_kwargs=[1] has the wrong type: expected a mapping with string keys, got list."),
-        ({"eval_env": {"id": "x", "num_envs": 1.0}},
-         "eval_env.num_envs=1.0 has the wrong type: expected an int, got float (write 1, without a decimal point "
-         "or exponent)."),
+        (
+            {"env": {"id": "x", "wrappers": ["TimeLimit", 3]}},
+            "env.wrappers[1]=3 has the wrong type: expected a string or a mapping with string keys, got int.",
+        ),
+        (
+            {"env": {"id": "x", "wrappers": "TimeLimit"}},
+            "env.wrappers='TimeLimit' has the wrong type: expected a list, got str.",
+        ),
+        (
+            {"env": {"id": "x", "vector_kwargs": [1]}},
+            "env.vector_kwargs=[1] has the wrong type: expected a mapping with string keys, got list.",
+        ),
+        (
+            {"eval_env": {"id": "x", "num_envs": 1.0}},
+            "eval_env.num_envs=1.0 has the wrong type: expected an int, got float (write 1, without a decimal point "
+            "or exponent).",
+        ),
     ],
 )
 def test_a_value_of_the_wrong_type_names_the_key_the_value_and_the_type(fields, text):
@@ -140,27 +185,36 @@ def test_a_value_of_the_wrong_type_names_the_key_the_value_and_the_type(fields, 
 
 
 def test_an_unknown_key_suggests_the_nearest_and_lists_the_valid_ones():
-    assert message(spec(step=3)) == ("unknown key 'step' (did you mean 'steps'?); valid keys at the top level: env, "
-                                     "steps, lr, sizes, limit, flag, eval_env, extra.")
+    assert message(spec(step=3)) == (
+        "unknown key 'step' (did you mean 'steps'?); valid keys at the top level: env, "
+        "steps, lr, sizes, limit, flag, eval_env, extra."
+    )
     assert message(spec(env={"id": "x", "num_env": 2})) == (
         "unknown key 'env.num_env' (did you mean 'env.num_envs'?); valid keys of env: id, num_envs, wrappers, "
-        "vector_kwargs.")
+        "vector_kwargs."
+    )
     assert message(spec(eval_env={"id": "x", "wrapper": []})) == (
         "unknown key 'eval_env.wrapper' (did you mean 'eval_env.wrappers'?); valid keys of eval_env: id, num_envs, "
-        "wrappers, vector_kwargs.")
+        "wrappers, vector_kwargs."
+    )
     assert message({"env": {"id": "x", "zzz": 1}}, prefix="config.", owner="sweep 'a'") == (
-        "sweep 'a': unknown key 'config.env.zzz'; valid keys of config.env: id, num_envs, wrappers, vector_kwargs.")
+        "sweep 'a': unknown key 'config.env.zzz'; valid keys of config.env: id, num_envs, wrappers, vector_kwargs."
+    )
     assert message(spec(zzz=1), owner="MyAgent hyperparameters").startswith(
-        "MyAgent hyperparameters: unknown key 'zzz'; valid keys: env, steps, ")
+        "MyAgent hyperparameters: unknown key 'zzz'; valid keys: env, steps, "
+    )
 
 
 def test_a_missing_key_is_explained_by_its_docstring():
-    assert message({"env": {"num_envs": 2}}) == ("missing key 'env.id' in env: A registered gymnasium id, e.g. "
-                                                 "CartPole-v1.")
-    assert message(spec(eval_env={"num_envs": 2})) == ("missing key 'eval_env.id' in eval_env: A registered "
-                                                       "gymnasium id, e.g. CartPole-v1.")
-    assert message({"steps": 3}) == ("missing section 'env': a mapping with keys id, num_envs, wrappers, "
-                                     "vector_kwargs (required: id).")
+    assert message({"env": {"num_envs": 2}}) == (
+        "missing key 'env.id' in env: A registered gymnasium id, e.g. CartPole-v1."
+    )
+    assert message(spec(eval_env={"num_envs": 2})) == (
+        "missing key 'eval_env.id' in eval_env: A registered gymnasium id, e.g. CartPole-v1."
+    )
+    assert message({"steps": 3}) == (
+        "missing section 'env': a mapping with keys id, num_envs, wrappers, vector_kwargs (required: id)."
+    )
 
 
 def test_every_problem_is_reported_unknown_keys_first():

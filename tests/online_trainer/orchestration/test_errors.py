@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from online_trainer import RecordOptions, OnlineTrainer
+from online_trainer import OnlineTrainer, RecordOptions
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -32,7 +32,10 @@ class CountingFactory:
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"num_episodes": 5, "total_steps": 10}, r"exactly one of num_episodes and total_steps.*num_episodes=5, total_steps=10"),
+        (
+            {"num_episodes": 5, "total_steps": 10},
+            r"exactly one of num_episodes and total_steps.*num_episodes=5, total_steps=10",
+        ),
         ({}, r"num_episodes=None, total_steps=None"),
         ({"num_episodes": 0}, r"num_episodes=0, total_steps=None"),
         ({"total_steps": 2.5}, r"total_steps=2.5"),
@@ -92,14 +95,20 @@ def test_env_factory_returning_something_else(tmp_path):
     with pytest.raises(TypeError, match=r"env factory .*bad_env returned 'CartPole-v1' of type str, which is neither"):
         OnlineTrainer(bad_env, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
     assert not (tmp_path / "exp").exists()
-    with pytest.raises(TypeError, match=r"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one "
-                                        r"or a registered env id, but got env=42 of type int"):
+    with pytest.raises(
+        TypeError,
+        match=r"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one "
+        r"or a registered env id, but got env=42 of type int",
+    ):
         OnlineTrainer(42, RecordingAgent)
 
 
 def test_an_unknown_env_id_is_refused_at_once_naming_it(tmp_path):
-    with pytest.raises(ValueError, match=r"env='Pendulm-v1' is not a registered gymnasium env id \(.*Did you mean: "
-                                         r"`Pendulum`\?\): pass a registered id such as 'CartPole-v1'"):
+    with pytest.raises(
+        ValueError,
+        match=r"env='Pendulm-v1' is not a registered gymnasium env id \(.*Did you mean: "
+        r"`Pendulum`\?\): pass a registered id such as 'CartPole-v1'",
+    ):
         OnlineTrainer("Pendulm-v1", RecordingAgent, exp_dir=tmp_path / "exp")
     assert not (tmp_path / "exp").exists()
 
@@ -107,15 +116,21 @@ def test_an_unknown_env_id_is_refused_at_once_naming_it(tmp_path):
 def test_unknown_hyperparameter_is_raised_before_the_first_step(tmp_path):
     factory = CountingFactory()
     with pytest.raises(ValueError, match=r"unknown hyperparameters \['momentum'\]"):
-        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, tuning_hp={"momentum": 0.9})
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(
+            1, num_episodes=1, tuning_hp={"momentum": 0.9}
+        )
     assert factory.steps == 0 and not (tmp_path / "exp").exists()
 
 
 def test_existing_experiment_is_not_replaced(tmp_path):
-    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=2, seed_offset=0, progress=False
+    )
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     factory = CountingFactory()
-    with pytest.raises(FileExistsError, match=r"already holds an earlier experiment \(.*manifest.json.*\): pass overwrite=True"):
+    with pytest.raises(
+        FileExistsError, match=r"already holds an earlier experiment \(.*manifest.json.*\): pass overwrite=True"
+    ):
         OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2)
     assert factory.steps == 0
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
@@ -124,14 +139,17 @@ def test_existing_experiment_is_not_replaced(tmp_path):
 def test_different_args_in_reused_dir_refused(tmp_path):
     (tmp_path / "args.yaml").write_text("lr: 1\n")
     with pytest.raises(FileExistsError, match=r"args.yaml already exists with other content"):
-        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 2}).multi_run(1, num_episodes=1)
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 2}).multi_run(
+            1, num_episodes=1
+        )
     assert (tmp_path / "args.yaml").read_text() == "lr: 1\n"
 
 
 def test_keep_records_false_needs_disk():
     with pytest.raises(ValueError, match=r"records.in_memory=False needs dump_metrics=True"):
-        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1,
-                                                                      records=RecordOptions(in_memory=False))
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+            1, num_episodes=1, records=RecordOptions(in_memory=False)
+        )
 
 
 def test_checkpoint_needs_save(tmp_path):
@@ -143,7 +161,9 @@ def test_checkpoint_needs_save(tmp_path):
             pass
 
     with pytest.raises(TypeError, match=r"checkpoint_freq=3 needs agent.save"):
-        OnlineTrainer(make_counting_vec(1), NoSave(), exp_dir=tmp_path / "e").multi_run(1, num_episodes=1, checkpoint_freq=3)
+        OnlineTrainer(make_counting_vec(1), NoSave(), exp_dir=tmp_path / "e").multi_run(
+            1, num_episodes=1, checkpoint_freq=3
+        )
     assert not (tmp_path / "e").exists()
 
 
@@ -167,7 +187,8 @@ def test_a_setup_error_keeps_what_was_there_before(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="lr=-1"):
         OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=tmp_path, args={"lr": -1}).multi_run(
-            1, num_episodes=1, progress=False)
+            1, num_episodes=1, progress=False
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
@@ -185,21 +206,31 @@ class Acting(RecordingAgent):
 @pytest.mark.parametrize(
     "make_actions, error, message",
     [
-        (lambda obs: np.zeros(1, dtype=np.int64), ValueError,
-         r"Acting's act\(obs\) returned actions of shape \(1,\) \(1 actions\), but Discrete\(2\) with num_envs=3 "
-         r"needs shape \(3,\)"),
-        (lambda obs: np.zeros(len(obs), dtype=np.float64), TypeError,
-         r"returned actions of dtype float64 for the integer action space Discrete\(2\): return integers"),
+        (
+            lambda obs: np.zeros(1, dtype=np.int64),
+            ValueError,
+            r"Acting's act\(obs\) returned actions of shape \(1,\) \(1 actions\), but Discrete\(2\) with num_envs=3 "
+            r"needs shape \(3,\)",
+        ),
+        (
+            lambda obs: np.zeros(len(obs), dtype=np.float64),
+            TypeError,
+            r"returned actions of dtype float64 for the integer action space Discrete\(2\): return integers",
+        ),
         (lambda obs: np.full(len(obs), 5), ValueError, r"returned \[5, 5, 5\], outside the action space Discrete\(2\)"),
         (lambda obs: 0, ValueError, r"shape \(\) \(a scalar, not a batch of actions\)"),
     ],
 )
 def test_first_actions_are_checked_before_the_first_step(tmp_path, make_actions, error, message):
     factory = CountingFactory()
-    env_factory = lambda: make_counting_vec(3)()
+
+    def env_factory():
+        return make_counting_vec(3)()
+
     with pytest.raises(error, match=message):
-        OnlineTrainer(env_factory, Acting(make_actions), exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1,
-                                                                                            progress=False)
+        OnlineTrainer(env_factory, Acting(make_actions), exp_dir=tmp_path / "exp").multi_run(
+            1, num_episodes=1, progress=False
+        )
     assert factory.steps == 0 and not (tmp_path / "exp").exists()
 
 
@@ -213,18 +244,25 @@ def test_more_workers_than_runs_are_capped(caplog):
     import logging
 
     caplog.set_level(logging.INFO, logger="online_trainer")
-    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=2, num_workers=10**9,
-                                                                         progress=False)
+    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+        1, num_episodes=2, num_workers=10**9, progress=False
+    )
     assert len(runs) == 1 and "num_workers=1000000000 is more than num_runs=1" in caplog.text
 
 
 def test_a_render_mode_the_env_lacks_is_refused(tmp_path):
     import gymnasium as gym
 
-    with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of this env, which supports "
-                                         r"\['rgb_array'\]: make the env with one of them"):
-        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"), RecordingAgent,
-                      exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"render_mode='rgbarray' is not a render mode of this env, which supports "
+        r"\['rgb_array'\]: make the env with one of them",
+    ):
+        OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"),
+            RecordingAgent,
+            exp_dir=tmp_path / "exp",
+        ).multi_run(1, num_episodes=1, progress=False)
     assert not (tmp_path / "exp").exists()
 
 
@@ -233,8 +271,9 @@ def test_a_run_refused_at_its_setup_leaves_none_of_the_directories_it_made(tmp_p
 
     exp_dir = tmp_path / "runs" / "sweeps" / "exp"
     with pytest.raises(ValueError, match=r"render_mode='rgbarray' is not a render mode of this env"):
-        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"), RecordingAgent,
-                      exp_dir=exp_dir).multi_run(1, num_episodes=1, progress=False)
+        OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgbarray"), RecordingAgent, exp_dir=exp_dir
+        ).multi_run(1, num_episodes=1, progress=False)
     assert list(tmp_path.iterdir()) == []  # runs/ and runs/sweeps/ too
 
 
@@ -243,10 +282,14 @@ def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
 
     from online_trainer.agents import DQNAgent
 
-    with pytest.raises(ValueError, match=r"DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a "
-                                         r"number, got str\."):
+    with pytest.raises(
+        ValueError,
+        match=r"DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a "
+        r"number, got str\.",
+    ):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), DQNAgent).multi_run(
-            1, num_episodes=1, tuning_hp={"lr": "0.001"}, progress=False)
+            1, num_episodes=1, tuning_hp={"lr": "0.001"}, progress=False
+        )
 
 
 def test_nan_in_the_first_observation_is_warned_about(caplog):
@@ -256,8 +299,7 @@ def test_nan_in_the_first_observation_is_warned_about(caplog):
         def observation(self, obs):
             return np.full_like(obs, np.nan)
 
-    OnlineTrainer(lambda: NanObs(gym.make("CartPole-v1")), RecordingAgent).multi_run(1, num_episodes=1,
-                                                                                     progress=False)
+    OnlineTrainer(lambda: NanObs(gym.make("CartPole-v1")), RecordingAgent).multi_run(1, num_episodes=1, progress=False)
     assert "run 1: the env's first observation holds NaN" in caplog.text
 
 
@@ -269,20 +311,29 @@ class NoArgAgent(RecordingAgent):
 @pytest.mark.parametrize("factory", [lambda: RecordingAgent(), NoArgAgent, lambda env, config: RecordingAgent()])
 def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factory):
     env = CountingFactory()
-    with pytest.raises(TypeError, match=r"The agent factory agent=.* cannot be called with one argument .*, but it is "
-                                        r"called with the run's env, once per run.*lambda env: MyAgent\(env\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"The agent factory agent=.* cannot be called with one argument .*, but it is "
+        r"called with the run's env, once per run.*lambda env: MyAgent\(env\)",
+    ):
         OnlineTrainer(env, factory, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
     assert env.built == 0 and not (tmp_path / "exp").exists()
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    ({"resume": "yes"}, ValueError, r"resume must be True or False, but got resume='yes'"),
-    ({"resume": 1}, ValueError, r"resume must be True or False, but got resume=1"),
-    ({"overwrite": "no"}, ValueError, r"overwrite must be True or False, but got overwrite='no'"),
-    ({"overwrite": 0}, ValueError, r"overwrite must be True or False, but got overwrite=0"),
-    ({"resume": True, "overwrite": True}, ValueError,
-     r"resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only one of them"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        ({"resume": "yes"}, ValueError, r"resume must be True or False, but got resume='yes'"),
+        ({"resume": 1}, ValueError, r"resume must be True or False, but got resume=1"),
+        ({"overwrite": "no"}, ValueError, r"overwrite must be True or False, but got overwrite='no'"),
+        ({"overwrite": 0}, ValueError, r"overwrite must be True or False, but got overwrite=0"),
+        (
+            {"resume": True, "overwrite": True},
+            ValueError,
+            r"resume=True continues the experiment in exp_dir and overwrite=True replaces it: pass only one of them",
+        ),
+    ],
+)
 def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, message):
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=2, progress=False)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
@@ -295,5 +346,6 @@ def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, m
 def test_sweep_resume_is_a_flag(tmp_path):
     with pytest.raises(ValueError, match=r"resume must be True or False, but got resume='yes'"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "sweep").sweep(
-            {"lr": [0.1]}, 1, num_episodes=2, resume="yes")
+            {"lr": [0.1]}, 1, num_episodes=2, resume="yes"
+        )
     assert not (tmp_path / "sweep").exists()

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pickle
 
 import gymnasium as gym
-from gymnasium import spaces
 import numpy as np
 import pytest
+from gymnasium import spaces
 
-from online_trainer.callbacks import EmptyCallBack
 from online_trainer import OnlineTrainer, load_all_run_metrics
+from online_trainer.callbacks import EmptyCallBack
 from online_trainer.experiment import ownership
 from online_trainer.records import storage
 from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec, same_values
@@ -35,8 +35,9 @@ class RandomAgent:
 def test_all_metrics_and_streams_hold_the_returned_records(tmp_path, num_workers):
     trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=8), RandomAgent, exp_dir=tmp_path)
     trainer.call_back = EmptyCallBack()
-    runs = trainer.multi_run(2, total_steps=3000, seed_offset=0, num_workers=num_workers, progress=False,
-                             metrics_flush_every=7)
+    runs = trainer.multi_run(
+        2, total_steps=3000, seed_offset=0, num_workers=num_workers, progress=False, metrics_flush_every=7
+    )
     assert len(runs[0]) > 100 and runs[0][0]["actions"].dtype == np.int64
     assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)
     assert same_values(load_all_run_metrics(tmp_path), runs)
@@ -99,8 +100,9 @@ def test_returned_actions_are_read_only_and_files_hold_writeable_ones(tmp_path, 
 
 
 def test_all_metrics_holds_records_with_transitions_and_logs(tmp_path):
-    trainer = OnlineTrainer(make_counting_vec(3), lambda env: RecordingAgent(env, log_every_step=True),
-                            exp_dir=tmp_path)
+    trainer = OnlineTrainer(
+        make_counting_vec(3), lambda env: RecordingAgent(env, log_every_step=True), exp_dir=tmp_path
+    )
     runs = trainer.multi_run(2, num_episodes=9, seed_offset=0, dump_transitions=True, progress=False)
     assert runs[0][0]["transitions"] and runs[0][0]["agent_logs"]["t"].size
     assert same_values(pickle.loads((tmp_path / storage.ALL_METRICS_FILE).read_bytes()), runs)

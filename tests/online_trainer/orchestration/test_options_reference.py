@@ -12,7 +12,8 @@ from online_trainer.orchestration import options_reference
 
 def test_the_committed_reference_page_is_the_rendered_one():
     assert options_reference.PAGE.read_text() == options_reference.render(), (
-        "docs/reference/trainer-options.md is stale: run python -m online_trainer.orchestration.options_reference")
+        "docs/reference/trainer-options.md is stale: run python -m online_trainer.orchestration.options_reference"
+    )
 
 
 def test_every_option_is_on_the_page_with_its_dotted_key_and_its_resume_column():

@@ -26,7 +26,8 @@ def test_trainer_and_load_agent_annotate_env_and_agent_with_the_unions():
 def test_mypy_accepts_documented_calls_and_rejects_a_non_env_and_a_non_agent(tmp_path):
     api = pytest.importorskip("mypy.api")
     user = tmp_path / "user_code.py"
-    user.write_text(textwrap.dedent("""
+    user.write_text(
+        textwrap.dedent("""
         import gymnasium as gym
         import numpy as np
         from online_trainer.agents import DQNAgent, RandomAgent, SACAgent
@@ -47,7 +48,8 @@ def test_mypy_accepts_documented_calls_and_rejects_a_non_env_and_a_non_agent(tmp
         load_agent("runs/x", env="CartPole-v1", agent_factory=lambda env: Mine()).act(np.zeros(3))
         OnlineTrainer(3, Mine())
         OnlineTrainer("CartPole-v1", object())
-    """))
+    """)
+    )
     stdout, _, _ = api.run(["--config-file", str(ROOT / "pyproject.toml"), str(user)])
     errors = [line for line in stdout.splitlines() if "user_code.py" in line]
     assert len(errors) == 2, stdout

@@ -7,18 +7,30 @@ import inspect
 
 import pytest
 
-from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer, RecordOptions)
+from online_trainer import CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer, RecordOptions
 from online_trainer.orchestration.trainer import legacy_keywords
 from tests.conftest import RecordingAgent, make_counting_vec
 
-SEED_PARAMETERS = ["num_runs", "num_episodes", "total_steps", "seed_offset", "dump_metrics", "checkpoint_freq",
-                   "dump_transitions", "num_workers", "tuning_hp"]
+SEED_PARAMETERS = [
+    "num_runs",
+    "num_episodes",
+    "total_steps",
+    "seed_offset",
+    "dump_metrics",
+    "checkpoint_freq",
+    "dump_transitions",
+    "num_workers",
+    "tuning_hp",
+]
 GROUPS = {"evaluation", "checkpoints", "records", "execution"}
 
 
 def positional(method) -> list[str]:
-    return [p.name for p in inspect.signature(method).parameters.values()
-            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name != "self"]
+    return [
+        p.name
+        for p in inspect.signature(method).parameters.values()
+        if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and p.name != "self"
+    ]
 
 
 def keyword_only(method) -> set[str]:
@@ -52,8 +64,14 @@ def test_an_option_after_tuning_hp_cannot_be_given_by_position(tmp_path):
 # ------------------------------------------------------------------ the previous release's flat keywords
 
 ENV = make_counting_vec(1)
-EXECUTION = {"progress": False, "start_method": "forkserver", "torch_threads": 2, "backend": "ray",
-             "ray_address": "auto", "ray_resources": {"num_cpus": 1}}
+EXECUTION = {
+    "progress": False,
+    "start_method": "forkserver",
+    "torch_threads": 2,
+    "backend": "ray",
+    "ray_address": "auto",
+    "ray_resources": {"num_cpus": 1},
+}
 """Flat execution keywords of multi_run, sweep and evaluate, with a valid value each."""
 CASES = [
     *[("multi_run", name, value, f"execution.{name}") for name, value in EXECUTION.items()],
@@ -83,8 +101,10 @@ NEEDS = {"ray_resources": {"backend": "ray"}, "eval_episodes": {"eval_freq": 5}}
 
 def _stand_in(method: str):
     """A function with the signature of ``OnlineTrainer.<method>`` that returns what it was called with."""
+
     def call(self, *args, **kwargs):
         return kwargs
+
     call.__name__ = method
     call.__signature__ = inspect.signature(getattr(OnlineTrainer, method))
     return legacy_keywords(call)
@@ -93,8 +113,11 @@ def _stand_in(method: str):
 @pytest.mark.parametrize(("method", "old", "value", "new"), CASES, ids=[f"{m}-{o}" for m, o, _, _ in CASES])
 def test_every_flat_keyword_of_the_previous_release_still_works_and_warns(method, old, value, new):
     section, name = new.split(".")
-    with pytest.warns(DeprecationWarning, match=rf"{method}\({old}=.*\) is deprecated .* pass {section}="
-                                                 rf"\w+Options\({name}="):
+    with pytest.warns(
+        DeprecationWarning,
+        match=rf"{method}\({old}=.*\) is deprecated .* pass {section}="
+        rf"\w+Options\({name}=",
+    ):
         called = _stand_in(method)(None, **{old: value}, **NEEDS.get(old, {}))
     assert getattr(called[section], name) == value
     assert old not in called
@@ -109,8 +132,12 @@ def test_flat_keywords_run_as_they_did_and_give_the_records_of_the_option_object
 
     with pytest.warns(DeprecationWarning):
         flat = run(tmp_path / "flat", eval_freq=3, eval_episodes=2, keep_checkpoints=1, progress=False)
-    grouped = run(tmp_path / "grouped", evaluation=EvaluationOptions(freq=3, episodes=2),
-                  checkpoints=CheckpointOptions(keep=1), execution=ExecutionOptions(progress=False))
+    grouped = run(
+        tmp_path / "grouped",
+        evaluation=EvaluationOptions(freq=3, episodes=2),
+        checkpoints=CheckpointOptions(keep=1),
+        execution=ExecutionOptions(progress=False),
+    )
     assert flat == grouped
     assert [len(evaluations) for evaluations in flat[1]] == [2, 2]  # after episodes 3 and 6 (the end)
     assert sorted(p.name for p in (tmp_path / "flat").glob("Run1_E*")) == ["Run1_E6.txt"]
@@ -118,27 +145,43 @@ def test_flat_keywords_run_as_they_did_and_give_the_records_of_the_option_object
 
 def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anything_runs(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
-    with pytest.raises(ValueError, match=r"eval_freq=5 disagrees with evaluation.freq=3: give it once, as "
-                                         r"evaluation=EvaluationOptions\(freq=...\)"), pytest.warns(DeprecationWarning):
+    with (
+        pytest.raises(
+            ValueError,
+            match=r"eval_freq=5 disagrees with evaluation.freq=3: give it once, as "
+            r"evaluation=EvaluationOptions\(freq=...\)",
+        ),
+        pytest.warns(DeprecationWarning),
+    ):
         trainer.multi_run(2, num_episodes=2, eval_freq=5, evaluation=EvaluationOptions(freq=3))
     with pytest.raises(ValueError, match=r"num_workers=1 disagrees with execution.num_workers=2"):
         trainer.multi_run(2, num_episodes=2, num_workers=1, execution=ExecutionOptions(num_workers=2))
-    with pytest.raises(TypeError, match=r"execution must be an ExecutionOptions, but got execution=\{'num_workers': 2\}"):
+    with pytest.raises(
+        TypeError, match=r"execution must be an ExecutionOptions, but got execution=\{'num_workers': 2\}"
+    ):
         trainer.multi_run(2, num_episodes=2, execution={"num_workers": 2})
     with pytest.raises(TypeError, match=r"records must be a RecordOptions, but got records=\{'score': 'raw'\}"):
         trainer.multi_run(2, num_episodes=2, records={"score": "raw"})
-    with pytest.raises(TypeError, match=r"evaluate\(\) got an unexpected keyword argument 'keep_checkpoints'"), \
-            pytest.warns(DeprecationWarning):
+    with (
+        pytest.raises(TypeError, match=r"evaluate\(\) got an unexpected keyword argument 'keep_checkpoints'"),
+        pytest.warns(DeprecationWarning),
+    ):
         trainer.evaluate(keep_checkpoints=2)
     assert not (tmp_path / "exp").exists()
 
 
 def test_option_objects_are_frozen_and_name_the_dotted_key_of_a_bad_value():
-    with pytest.raises(ValueError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
-                                         r"execution.backend='rey' \(did you mean 'ray'\?\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
+        r"execution.backend='rey' \(did you mean 'ray'\?\)",
+    ):
         ExecutionOptions(backend="rey")
-    with pytest.raises(ValueError, match=r"execution.num_workers must be a positive int, but got "
-                                         r"execution.num_workers=0. Use 1 to run in this process."):
+    with pytest.raises(
+        ValueError,
+        match=r"execution.num_workers must be a positive int, but got "
+        r"execution.num_workers=0. Use 1 to run in this process.",
+    ):
         ExecutionOptions(num_workers=0)
     with pytest.raises(ValueError, match=r"evaluation.freq must be a positive int, but got evaluation.freq=0"):
         EvaluationOptions(freq=0)

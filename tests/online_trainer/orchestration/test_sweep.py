@@ -11,8 +11,6 @@ import pytest
 import yaml
 
 import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
-from online_trainer.agents import QLearningAgent
-from online_trainer.envs import make_env
 from online_trainer import (
     ExecutionOptions,
     OnlineTrainer,
@@ -22,9 +20,11 @@ from online_trainer import (
     optuna_objective,
     shutdown_workers,
 )
-from online_trainer.records import storage
+from online_trainer.agents import QLearningAgent
+from online_trainer.envs import make_env
 from online_trainer.hooks import Hook
 from online_trainer.orchestration.sweep import config_name, expand_grid
+from online_trainer.records import storage
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -53,8 +53,9 @@ def test_expand_grid_and_names():
 
 
 def test_the_known_best_configuration_ranks_first(tmp_path):
-    ranking = corridor_trainer(tmp_path).sweep({"lr": [1e-4, 0.5]}, num_runs=3, num_episodes=60, seed_offset=0,
-                                               progress=False)
+    ranking = corridor_trainer(tmp_path).sweep(
+        {"lr": [1e-4, 0.5]}, num_runs=3, num_episodes=60, seed_offset=0, progress=False
+    )
     assert ranking["lr"].tolist() == [0.5, 1e-4]
     assert ranking["rank"].tolist() == [1, 2]
     assert ranking["num_runs"].tolist() == [3, 3]
@@ -74,7 +75,8 @@ def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path)
     again = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, progress=False)
     assert factory.built == 4  # nothing new to run: no factory call
     assert again.drop(columns=[c for c in again if c.endswith(("_lo", "_hi"))]).equals(
-        first.drop(columns=[c for c in first if c.endswith(("_lo", "_hi"))]))
+        first.drop(columns=[c for c in first if c.endswith(("_lo", "_hi"))])
+    )
     trainer.sweep({"lr": [0.1, 0.5, 0.9]}, num_runs=3, num_episodes=20, progress=False)
     assert factory.built == 4 + 2 + 3  # one more seed for the old two, three for the new one
     assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
@@ -98,10 +100,12 @@ def test_failed_runs_are_reported_and_run_again(tmp_path):
 
 
 def test_sweep_runs_share_one_worker_pool(tmp_path):
-    serial = corridor_trainer(tmp_path / "a").sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1,
-                                                    progress=False)
-    parallel = corridor_trainer(tmp_path / "b").sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1,
-                                                      num_workers=2, progress=False)
+    serial = corridor_trainer(tmp_path / "a").sweep(
+        {"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1, progress=False
+    )
+    parallel = corridor_trainer(tmp_path / "b").sweep(
+        {"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1, num_workers=2, progress=False
+    )
     assert serial.equals(parallel)
 
 
@@ -110,7 +114,8 @@ def test_sweep_errors(tmp_path):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).sweep({"lr": [0.1]}, num_runs=1, num_episodes=1)
     with pytest.raises(ValueError, match=r"unknown hyperparameters \['momentum'\]"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "x").sweep(
-            {"lr": [0.1], "momentum": [0.9]}, num_runs=1, num_episodes=1)
+            {"lr": [0.1], "momentum": [0.9]}, num_runs=1, num_episodes=1
+        )
     assert not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match=r"metric must be one of \('iqm', 'mean', 'median'\), but got metric='max'"):
         corridor_trainer(tmp_path / "y").sweep({"lr": [0.1]}, num_runs=1, num_episodes=1, metric="max")
@@ -126,8 +131,13 @@ def test_optuna_trials_aggregate_seeds(tmp_path):
     optuna = pytest.importorskip("optuna")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     trainer = corridor_trainer(tmp_path)
-    objective = optuna_objective(trainer, lambda t: {"lr": t.suggest_float("lr", 1e-4, 0.9, log=True)},
-                                 num_runs=2, num_episodes=30, progress=False)
+    objective = optuna_objective(
+        trainer,
+        lambda t: {"lr": t.suggest_float("lr", 1e-4, 0.9, log=True)},
+        num_runs=2,
+        num_episodes=30,
+        progress=False,
+    )
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(objective, n_trials=3)
     assert len(study.trials) == 3
@@ -140,16 +150,19 @@ def test_optuna_trials_aggregate_seeds(tmp_path):
 
 def test_float_names_keep_4_significant_digits():
     assert config_name({"lr": 0.3043617032940743, "gamma": 0.99}) == "lr=0.3044,gamma=0.99"
-    assert config_name({"lr": 1.0, "eps": 1e-05, "big": 100000.0, "tau": 0.1 + 0.2}) == \
-        "lr=1.0,eps=1e-05,big=100000.0,tau=0.3"
+    assert (
+        config_name({"lr": 1.0, "eps": 1e-05, "big": 100000.0, "tau": 0.1 + 0.2})
+        == "lr=1.0,eps=1e-05,big=100000.0,tau=0.3"
+    )
     assert config_name({"net": [0.123456, 2]}) == "net=0.1235-2"
 
 
 def test_configurations_that_round_alike_get_directories_of_their_own(tmp_path):
     agents = CountingAgents()
     trainer = corridor_trainer(tmp_path, factory=agents)
-    ranking = trainer.sweep([{"lr": 0.30441}, {"lr": 0.30444}], num_runs=1, num_episodes=3, seed_offset=0,
-                            progress=False)
+    ranking = trainer.sweep(
+        [{"lr": 0.30441}, {"lr": 0.30444}], num_runs=1, num_episodes=3, seed_offset=0, progress=False
+    )
     names = sorted(ranking["experiment"])
     assert names[0] == "lr=0.3044" and re.fullmatch(r"lr=0\.3044-[0-9a-f]{8}", names[1])
     exact = {name: yaml.safe_load((tmp_path / name / "hyperparameters.yaml").read_text())["lr"] for name in names}
@@ -164,8 +177,13 @@ def test_configurations_that_round_alike_get_directories_of_their_own(tmp_path):
 def test_optuna_trial_directories_have_short_names_and_exact_records(tmp_path):
     optuna = pytest.importorskip("optuna")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    objective = optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
-                                 num_runs=1, num_episodes=3, progress=False)
+    objective = optuna_objective(
+        corridor_trainer(tmp_path),
+        lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
+        num_runs=1,
+        num_episodes=3,
+        progress=False,
+    )
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
     study.optimize(objective, n_trials=2)
     for trial in study.trials:
@@ -182,8 +200,15 @@ def test_optuna_trial_directories_have_short_names_and_exact_records(tmp_path):
 def test_optuna_value_is_the_metric_asked_for(tmp_path, metric):
     optuna = pytest.importorskip("optuna")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    objective = optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
-                                 num_runs=4, num_episodes=12, metric=metric, last_k=3, progress=False)
+    objective = optuna_objective(
+        corridor_trainer(tmp_path),
+        lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)},
+        num_runs=4,
+        num_episodes=12,
+        metric=metric,
+        last_k=3,
+        progress=False,
+    )
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
     study.optimize(objective, n_trials=1)
     trial = study.trials[0]
@@ -204,8 +229,14 @@ def test_sweep_runs_share_one_worker_pool_for_every_configuration(tmp_path):
     shutdown_workers()
     trainer = corridor_trainer(tmp_path, factory=PidLogging)
     trainer.sweep({"lr": [0.1, 0.3, 0.5]}, num_runs=2, num_episodes=3, seed_offset=1, num_workers=2, progress=False)
-    pids = {int(pid) for name in sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
-            for run in load_agent_logs(tmp_path / name) for logs in run if logs for pid in logs["pid"]}
+    pids = {
+        int(pid)
+        for name in sorted(p.name for p in tmp_path.iterdir() if p.is_dir())
+        for run in load_agent_logs(tmp_path / name)
+        for logs in run
+        if logs
+        for pid in logs["pid"]
+    }
     assert 1 <= len(pids) <= 2 and os.getpid() not in pids
 
 
@@ -242,8 +273,13 @@ class CrashRunOne(Hook):
 
 def test_a_resumed_sweep_with_a_stateful_hook_and_2_workers_records_what_an_uninterrupted_one_does(tmp_path):
     """The sweep goes through the one orchestration path: lock, pool, manifests, resume and user hook state."""
-    kw = dict(num_runs=2, total_steps=1500, seed_offset=0, checkpoint_freq=300,
-              execution=ExecutionOptions(num_workers=2, progress=False))
+    kw = dict(
+        num_runs=2,
+        total_steps=1500,
+        seed_offset=0,
+        checkpoint_freq=300,
+        execution=ExecutionOptions(num_workers=2, progress=False),
+    )
     grid = {"lr": [0.1, 0.5]}
     corridor_trainer(tmp_path / "ref").sweep(grid, hooks=[StopAfterEpisodes(25)], **kw)
     cut = corridor_trainer(tmp_path / "cut")

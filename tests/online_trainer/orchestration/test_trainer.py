@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer.callbacks import CallBack, EmptyCallBack, JsonlCallback
 from online_trainer import (
     OnlineTrainer,
     load_agent_logs,
@@ -21,11 +20,22 @@ from online_trainer import (
     load_run_metrics,
     load_transitions,
 )
+from online_trainer.callbacks import CallBack, EmptyCallBack, JsonlCallback
 from online_trainer.loop.seeding import SEED_STRIDE
 from tests.conftest import CountingEnv, RecordingAgent, SamplingAgent, make_counting_vec
 
-RECORD_KEYS = {"ep_return", "ep_length", "frames", "transitions", "actions", "agent_seed", "episode_index",
-               "agent_logs", "global_step", "wall_time"}
+RECORD_KEYS = {
+    "ep_return",
+    "ep_length",
+    "frames",
+    "transitions",
+    "actions",
+    "agent_seed",
+    "episode_index",
+    "agent_logs",
+    "global_step",
+    "wall_time",
+}
 
 
 def collecting(created, **kwargs):
@@ -33,6 +43,7 @@ def collecting(created, **kwargs):
         agent = RecordingAgent(**kwargs)
         created.append(agent)
         return agent
+
     return factory
 
 
@@ -50,11 +61,15 @@ def test_records_have_every_field_and_runs_get_distinct_seeds(tmp_path):
 
 
 def test_same_seed_offset_repeats_and_random_seed_is_recorded(tmp_path):
-    env = lambda: gym.make_vec("CartPole-v1", num_envs=2)
+    def env():
+        return gym.make_vec("CartPole-v1", num_envs=2)
 
     first = OnlineTrainer(env, SamplingAgent).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
     again = OnlineTrainer(env, SamplingAgent).multi_run(2, num_episodes=6, seed_offset=3, progress=False)
-    strip = lambda runs: [[(r["ep_return"], r["global_step"], r["actions"].tolist()) for r in run] for run in runs]
+
+    def strip(runs):
+        return [[(r["ep_return"], r["global_step"], r["actions"].tolist()) for r in run] for run in runs]
+
     assert strip(first) == strip(again)
     assert strip(first)[0] != strip(first)[1]
     drawn = OnlineTrainer(env, SamplingAgent, exp_dir=tmp_path).multi_run(2, num_episodes=3, progress=False)
@@ -82,8 +97,10 @@ def test_agent_protocol_calls_in_order_and_the_seeds_callback_calls(tmp_path):
     expected = []
     for record in runs[0]:
         i = record["episode_index"]
-        expected += [({"ep_return": record["ep_return"]}, "ep_return/run_1", i, True),
-                     ({"ep_length": record["ep_length"]}, "ep_length/run_1", i, True)]
+        expected += [
+            ({"ep_return": record["ep_return"]}, "ep_return/run_1", i, True),
+            ({"ep_length": record["ep_length"]}, "ep_length/run_1", i, True),
+        ]
     for tag in ("ep_return/run_1", "ep_length/run_1"):  # each scalar's points in episode order
         assert [c for c in episodes if c[1] == tag] == [c for c in expected if c[1] == tag]
     assert len(episodes) == len(expected)
@@ -99,7 +116,8 @@ def test_jsonl_names_follow_the_seed(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     # timing/ comes once the sampling thread has looked (every 250 ms): not in a run this short, or so
     assert {line["tag"] for line in lines if not line["tag"].startswith("timing/")} == {
-        f"{kind}/run_{i}" for kind in ("ep_return", "ep_length", "agents", "stats") for i in (1, 2)}
+        f"{kind}/run_{i}" for kind in ("ep_return", "ep_length", "agents", "stats") for i in (1, 2)
+    }
     assert [line["step"] for line in lines if line["tag"] == "ep_return/run_2"] == [1, 2, 3, 4]
 
 
@@ -153,8 +171,9 @@ def test_an_env_instance_is_used_in_place_and_left_open():
     env = make_counting_vec(2, vectorization="async")()
     try:
         runs = OnlineTrainer(env, RecordingAgent).multi_run(2, num_episodes=3, seed_offset=0, progress=False)
-        reference = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(2, num_episodes=3, seed_offset=0,
-                                                                                   progress=False)
+        reference = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(
+            2, num_episodes=3, seed_offset=0, progress=False
+        )
         assert [[r["ep_length"] for r in run] for run in runs] == [[r["ep_length"] for r in run] for run in reference]
         env.reset(seed=0)  # still open: the user owns it
     finally:
@@ -175,15 +194,19 @@ def test_a_registered_env_id_runs_like_make_env_of_it():
     from online_trainer.envs import make_env
 
     by_id = OnlineTrainer("CartPole-v1", RecordingAgent).multi_run(2, num_episodes=3, seed_offset=5, progress=False)
-    by_factory = OnlineTrainer(make_env("CartPole-v1"), RecordingAgent).multi_run(2, num_episodes=3, seed_offset=5,
-                                                                                 progress=False)
-    assert [run.column("ep_length").tolist() for run in by_id] == [run.column("ep_length").tolist()
-                                                                   for run in by_factory]
+    by_factory = OnlineTrainer(make_env("CartPole-v1"), RecordingAgent).multi_run(
+        2, num_episodes=3, seed_offset=5, progress=False
+    )
+    assert [run.column("ep_length").tolist() for run in by_id] == [
+        run.column("ep_length").tolist() for run in by_factory
+    ]
     assert [len(run) for run in by_id] == [3, 3]
 
 
 def test_single_env_is_wrapped():
-    (records,) = OnlineTrainer(CountingEnv(), RecordingAgent).multi_run(1, num_episodes=3, seed_offset=0, progress=False)
+    (records,) = OnlineTrainer(CountingEnv(), RecordingAgent).multi_run(
+        1, num_episodes=3, seed_offset=0, progress=False
+    )
     assert [r["ep_length"] for r in records] == [2, 3, 4]
 
 
@@ -192,7 +215,9 @@ def test_files_on_disk_and_loaders(tmp_path):
     config.write_text("LR = 0.25\n")
     args = argparse.Namespace(lr=0.25, layers=(64, 64), name="x", tags=["a"])
     exp = tmp_path / "exp"
-    trainer = OnlineTrainer(make_counting_vec(2), collecting([], log_every_step=True), exp_dir=exp, config=config, args=args)
+    trainer = OnlineTrainer(
+        make_counting_vec(2), collecting([], log_every_step=True), exp_dir=exp, config=config, args=args
+    )
     runs = trainer.multi_run(2, num_episodes=4, seed_offset=0, dump_transitions=True, progress=False)
     assert load_args(exp) == args
     assert load_config(exp).LR == 0.25
@@ -206,12 +231,17 @@ def test_files_on_disk_and_loaders(tmp_path):
     assert terminated and not truncated and reward == runs[0][0]["ep_length"]
     logs = load_agent_logs(exp)
     assert logs[0][0]["t"].shape[0] >= runs[0][0]["ep_length"]
-    assert OnlineTrainer.load_args is not None and OnlineTrainer.load_all_run_metrics(exp)[0][0]["ep_return"] == runs[0][0]["ep_return"]
+    assert (
+        OnlineTrainer.load_args is not None
+        and OnlineTrainer.load_all_run_metrics(exp)[0][0]["ep_return"] == runs[0][0]["ep_return"]
+    )
     assert list(exp.glob("events.out.tfevents.*"))
 
 
 def _same(a, b):
-    return [(r["ep_return"], r["ep_length"], r["global_step"]) for r in a] == [(r["ep_return"], r["ep_length"], r["global_step"]) for r in b]
+    return [(r["ep_return"], r["ep_length"], r["global_step"]) for r in a] == [
+        (r["ep_return"], r["ep_length"], r["global_step"]) for r in b
+    ]
 
 
 def test_checkpoints_episode_mode(tmp_path):
@@ -230,7 +260,8 @@ def test_checkpoints_episode_mode(tmp_path):
 
 def test_checkpoints_step_mode(tmp_path):
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, total_steps=50, seed_offset=0, checkpoint_freq=20, progress=False)
+        1, total_steps=50, seed_offset=0, checkpoint_freq=20, progress=False
+    )
     names = {p.name for p in tmp_path.iterdir()}
     assert {"Run1_S20.txt", "Run1_S40.txt", "Run1_Last.txt", "Run1_Best_agent.t"} <= names
     assert "Run1_S60.txt" not in names
@@ -238,7 +269,8 @@ def test_checkpoints_step_mode(tmp_path):
 
 def test_keep_records_false_returns_none_and_keeps_disk(tmp_path):
     runs = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        2, num_episodes=30, seed_offset=0, keep_records=False, progress=False)
+        2, num_episodes=30, seed_offset=0, keep_records=False, progress=False
+    )
     assert runs == [None, None]
     assert [len(r) for r in load_all_run_metrics(tmp_path)] == [30, 30]
     assert not (tmp_path / "all_metrics.pkl").exists()
@@ -252,6 +284,7 @@ def test_exception_mid_run_leaves_flushed_stream(tmp_path):
                 raise RuntimeError("boom at update 60")
 
     from online_trainer import RunsFailedError
+
     trainer = OnlineTrainer(make_counting_vec(1), Exploding, exp_dir=tmp_path)
     trainer.call_back = EmptyCallBack()
     with pytest.raises(RunsFailedError, match="boom at update 60") as info:
@@ -280,7 +313,9 @@ def test_keyboard_interrupt_flushes_and_propagates(tmp_path):
 
 def test_overwrite_replaces_earlier_experiment(tmp_path):
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(2, num_episodes=2, progress=False)
-    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(1, num_episodes=3, overwrite=True, progress=False)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=3, overwrite=True, progress=False
+    )
     assert [len(r) for r in load_all_run_metrics(tmp_path)] == [3]
 
 
@@ -336,8 +371,9 @@ def test_episodes_that_end_together_reach_tensorboard_and_callbacks_without_seri
             pass
 
     for name, callback in (("tb", None), ("plain", Plain())):
-        trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=64), SamplingAgent,
-                                exp_dir=tmp_path / name)
+        trainer = OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=64), SamplingAgent, exp_dir=tmp_path / name
+        )
         if callback is not None:
             trainer.call_back = callback
         (records,) = trainer.multi_run(1, total_steps=3000, seed_offset=0, progress=False)

@@ -27,9 +27,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
 from online_trainer.callbacks import EmptyCallBack
 from online_trainer.callbacks.base import CallBack
-from online_trainer import OnlineTrainer, RunsFailedError, load_episodes, load_runs, shutdown_workers
 from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock
 from online_trainer.experiment.ownership import is_held
 from online_trainer.experiment.resuming import runs_left
@@ -45,13 +45,18 @@ pytestmark = pytest.mark.slow  # kill trials: workers and parents killed, proces
 
 REPO = Path(__file__).resolve().parents[3]
 # (start method, whether a thread other than the main thread calls multi_run, seed of the kill's timing)
-PARENT_KILL_TRIALS = ([("spawn", False, seed) for seed in range(5)] + [("spawn", True, seed) for seed in (5, 6)]
-                      + [("forkserver", False, seed) for seed in (7, 8, 9)] + [("fork", False, 10), ("fork", True, 11)])
+PARENT_KILL_TRIALS = (
+    [("spawn", False, seed) for seed in range(5)]
+    + [("spawn", True, seed) for seed in (5, 6)]
+    + [("forkserver", False, seed) for seed in (7, 8, 9)]
+    + [("fork", False, 10), ("fork", True, 11)]
+)
 
 
 @contextlib.contextmanager
 def deadline(seconds: float):
     """Raise TimeoutError in this (the main) thread when the block takes longer than ``seconds``."""
+
     def expire(signum, frame):
         raise TimeoutError(f"still running after {seconds} s: the call hangs")
 
@@ -146,12 +151,20 @@ def test_nothing_outlives_a_killed_parent(tmp_path, start_method, from_thread, s
     exp = tmp_path / "exp"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     caller = "thread" if from_thread else "main"
-    proc = subprocess.Popen([sys.executable, str(script), str(exp), start_method, caller], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(exp), start_method, caller],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         end = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < end and not any(
-                p.stat().st_size for p in exp.glob("metrics_run*.pkl")):
+        while (
+            proc.poll() is None
+            and time.monotonic() < end
+            and not any(p.stat().st_size for p in exp.glob("metrics_run*.pkl"))
+        ):
             time.sleep(0.05)
         assert proc.poll() is None, proc.communicate()[1].decode()
         time.sleep(rng.uniform(0.0, 1.0))
@@ -173,7 +186,7 @@ def test_nothing_outlives_a_killed_parent(tmp_path, start_method, from_thread, s
 def check_truthful_manifest(exp: Path, counts: dict[str, int]) -> None:
     """After the kill no run that started says pending, readers report running ones interrupted, a resume redoes them."""
     recorded = {entry["run"]: entry["status"] for entry in json.loads((exp / "manifest.json").read_text())["runs"]}
-    started = {int(name[len("metrics_run"):-len(".pkl")]) for name in counts}
+    started = {int(name[len("metrics_run") : -len(".pkl")]) for name in counts}
     assert started and set(recorded.values()) <= {"finished", "running", "pending"}, recorded
     assert all(recorded[run] in ("finished", "running") for run in started), (recorded, counts)
     assert all(counts[f"metrics_run{run}.pkl"] == RUN_EPISODES for run in recorded if recorded[run] == "finished")
@@ -210,7 +223,8 @@ def test_a_busy_worker_killed_fails_its_run_and_the_next_call_succeeds(tmp_path)
     with deadline(60):
         with pytest.raises(RunsFailedError) as info:
             OnlineTrainer(make_counting_vec(1), KillsItselfOnSecondRun, exp_dir=tmp_path / "a").multi_run(
-                4, num_episodes=6, seed_offset=0, num_workers=2, progress=False)
+                4, num_episodes=6, seed_offset=0, num_workers=2, progress=False
+            )
     [failure] = info.value.failures
     assert failure.seed == 10000
     assert failure.exception == "WorkerDied: the worker process was killed by SIGKILL (exit code -9) during this run"
@@ -218,7 +232,8 @@ def test_a_busy_worker_killed_fails_its_run_and_the_next_call_succeeds(tmp_path)
     assert sorted(load_every_chunk(tmp_path / "a").values())[-3:] == [6, 6, 6]
     with deadline(60):
         runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "b").multi_run(
-            4, num_episodes=6, seed_offset=0, num_workers=2, progress=False)
+            4, num_episodes=6, seed_offset=0, num_workers=2, progress=False
+        )
     assert [len(run) for run in runs] == [6, 6, 6, 6]
     assert len(live_workers(shared_pool(2, "spawn", 1))) == 2  # the dead one was replaced
 
@@ -229,8 +244,9 @@ def test_calls_after_an_idle_worker_was_killed_finish(tmp_path, start_method):
     rng = random.Random(7)
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
     with deadline(60):
-        expected = trainer.multi_run(4, num_episodes=4, seed_offset=3, num_workers=2, start_method=start_method,
-                                     progress=False)
+        expected = trainer.multi_run(
+            4, num_episodes=4, seed_offset=3, num_workers=2, start_method=start_method, progress=False
+        )
     for attempt in range(5):
         pool = shared_pool(2, start_method, 1)
         workers = live_workers(pool)
@@ -240,8 +256,9 @@ def test_calls_after_an_idle_worker_was_killed_finish(tmp_path, start_method):
             victim.send_signal(signal.SIGKILL)
         assert wait_gone(victims, 5.0) == []
         with deadline(60):
-            runs = trainer.multi_run(4, num_episodes=4, seed_offset=3, num_workers=2, start_method=start_method,
-                                     progress=False)
+            runs = trainer.multi_run(
+                4, num_episodes=4, seed_offset=3, num_workers=2, start_method=start_method, progress=False
+            )
         assert [[r["ep_return"] for r in run] for run in runs] == [[r["ep_return"] for r in run] for run in expected]
         assert shared_pool(2, start_method, 1) is pool  # the same pool, with the dead worker replaced
         assert not {w.pid for w in live_workers(pool)} & {v.pid for v in victims}
@@ -293,7 +310,8 @@ class DevFullCallback(CallBack):
 def test_a_full_disk_in_a_worker_is_reported_as_the_disk_error(tmp_path):
     with deadline(60), pytest.raises(RunsFailedError) as info:
         OnlineTrainer(make_counting_vec(1), DiskFullAgent, exp_dir=tmp_path).multi_run(
-            3, num_episodes=20, seed_offset=0, num_workers=2, progress=False)
+            3, num_episodes=20, seed_offset=0, num_workers=2, progress=False
+        )
     assert len(info.value.failures) == 3
     for failure in info.value.failures:
         assert failure.exception == "OSError: [Errno 28] No space left on device: '/data/exp/Run2_E5.txt'"
@@ -323,8 +341,10 @@ def test_a_result_that_cannot_travel_is_still_reported(caplog):
     with deadline(60), caplog.at_level(logging.WARNING, logger="online_trainer.parallel.workers"):
         runs = trainer.multi_run(2, num_episodes=3, seed_offset=0, num_workers=2, progress=False)
     assert [len(run) for run in runs] == [3, 3]  # the records came back, only the agents could not
-    assert "its trained agent could not be sent back from the worker (TypeError: cannot pickle '_thread.lock'" \
+    assert (
+        "its trained agent could not be sent back from the worker (TypeError: cannot pickle '_thread.lock'"
         in caplog.text
+    )
 
 
 # ---------------------------------------------------------------- the on_result handler raises
@@ -347,10 +367,18 @@ class WaitsForAnotherStream(SlowAgent):
 
 
 def specs(exp_dir: Path, budgets: list[int]) -> list[RunSpec]:
-    return [RunSpec(run_idx=i, seed=i * 10000, env_factory=EnvFactory(make_counting_vec(1)),
-                    agent_factory=AgentFactory(SlowAgent), options=RunPlan(num_episodes=n, records=RecordOptions(flush_every=2)),
-                    callback=EmptyCallBack(), exp_dir=str(exp_dir))
-            for i, n in enumerate(budgets, start=1)]
+    return [
+        RunSpec(
+            run_idx=i,
+            seed=i * 10000,
+            env_factory=EnvFactory(make_counting_vec(1)),
+            agent_factory=AgentFactory(SlowAgent),
+            options=RunPlan(num_episodes=n, records=RecordOptions(flush_every=2)),
+            callback=EmptyCallBack(),
+            exp_dir=str(exp_dir),
+        )
+        for i, n in enumerate(budgets, start=1)
+    ]
 
 
 class HandlerFailed(Exception):

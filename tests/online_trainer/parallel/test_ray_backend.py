@@ -37,9 +37,12 @@ def local_ray():
 
 
 def test_ray_gives_the_same_records_as_serial(tmp_path):
-    serial = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(3, num_episodes=6, seed_offset=4, progress=False)
+    serial = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(
+        3, num_episodes=6, seed_offset=4, progress=False
+    )
     on_ray = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        3, num_episodes=6, seed_offset=4, backend="ray", num_workers=2, ray_resources={"num_cpus": 1}, progress=False)
+        3, num_episodes=6, seed_offset=4, backend="ray", num_workers=2, ray_resources={"num_cpus": 1}, progress=False
+    )
     assert strip(on_ray) == strip(serial)
     assert strip([load_run_metrics(tmp_path, i) for i in range(1, 4)]) == strip(serial)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -50,7 +53,8 @@ def test_ray_gives_the_same_records_as_serial(tmp_path):
 def test_ray_isolates_a_failing_run(tmp_path):
     with pytest.raises(RunsFailedError, match=r"run 3 \(seed 20000\): ValueError: diverged on purpose") as info:
         OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path).multi_run(
-            4, num_episodes=8, seed_offset=0, backend="ray", num_workers=2, metrics_flush_every=1, progress=False)
+            4, num_episodes=8, seed_offset=0, backend="ray", num_workers=2, metrics_flush_every=1, progress=False
+        )
     assert [len(r) if r is not None else None for r in info.value.results] == [8, 8, None, 8]
     assert len(load_run_metrics(tmp_path, 3)) >= 1
 
@@ -62,7 +66,9 @@ def test_ray_progress_reaches_the_driver(capsys):
 
 
 def test_ray_options_are_checked():
-    with pytest.raises(ValueError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got execution.backend='dask'"):
+    with pytest.raises(
+        ValueError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got execution.backend='dask'"
+    ):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, backend="dask")
     with pytest.raises(ValueError, match=r"execution.ray_resources=\{'num_cpus': 1\} applies to backend='ray' only"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, ray_resources={"num_cpus": 1})
@@ -70,8 +76,15 @@ def test_ray_options_are_checked():
 
 def test_a_sweep_on_ray_runs_every_configuration(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    ranking = trainer.sweep({"lr": [0.1, 0.5], "gamma": [0.9]}, num_runs=2, num_episodes=4, seed_offset=0,
-                            backend="ray", num_workers=2, progress=False)
+    ranking = trainer.sweep(
+        {"lr": [0.1, 0.5], "gamma": [0.9]},
+        num_runs=2,
+        num_episodes=4,
+        seed_offset=0,
+        backend="ray",
+        num_workers=2,
+        progress=False,
+    )
     assert sorted(ranking["lr"]) == [0.1, 0.5] and ranking["num_runs"].tolist() == [2, 2]
     for name in ("lr=0.1,gamma=0.9", "lr=0.5,gamma=0.9"):
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
@@ -82,6 +95,13 @@ def test_a_sweep_on_ray_runs_every_configuration(tmp_path):
 def test_ray_tasks_limit_every_thread_pool(tmp_path):
     """Ray gives a task of one CPU one OpenMP thread by default; torch_threads=2 is what every pool gets."""
     OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        2, num_episodes=2, backend="ray", num_workers=2, torch_threads=2, ray_resources={"num_cpus": 1},
-        hooks=[ReportPools(tmp_path)], progress=False)
+        2,
+        num_episodes=2,
+        backend="ray",
+        num_workers=2,
+        torch_threads=2,
+        ray_resources={"num_cpus": 1},
+        hooks=[ReportPools(tmp_path)],
+        progress=False,
+    )
     assert pool_threads(pool_reports(tmp_path)) == {2}

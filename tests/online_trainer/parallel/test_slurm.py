@@ -17,8 +17,15 @@ import cloudpickle
 import gymnasium as gym
 import pytest
 
-from online_trainer import (ExecutionOptions, OnlineTrainer, RunsFailedError, SlurmOptions, SlurmRuns, load_episodes,
-                            load_run_metrics)
+from online_trainer import (
+    ExecutionOptions,
+    OnlineTrainer,
+    RunsFailedError,
+    SlurmOptions,
+    SlurmRuns,
+    load_episodes,
+    load_run_metrics,
+)
 from online_trainer.agents import QLearningAgent
 from online_trainer.hooks import Hook
 from tests.conftest import RecordingAgent, make_counting_vec, strip
@@ -33,8 +40,11 @@ def _cluster_problem() -> str | None:
         done = subprocess.run(["sinfo", "-h", "-o", "%a %t"], capture_output=True, text=True, timeout=30, check=False)
     except subprocess.TimeoutExpired:
         return "the Slurm cluster does not answer (sinfo timed out)"
-    usable = [line for line in done.stdout.splitlines() if line.startswith("up") and line.split()[1].rstrip("*")
-              in ("idle", "mix", "alloc")]
+    usable = [
+        line
+        for line in done.stdout.splitlines()
+        if line.startswith("up") and line.split()[1].rstrip("*") in ("idle", "mix", "alloc")
+    ]
     if done.returncode != 0 or not usable:
         return f"the Slurm cluster is down (sinfo: {(done.stderr or done.stdout).strip() or 'no node up'})"
     return None
@@ -67,8 +77,9 @@ def cliff():
 
 
 def slurm(workers: int = 2, **options) -> ExecutionOptions:
-    return ExecutionOptions(backend="slurm", num_workers=workers, progress=False,
-                            slurm=SlurmOptions(poll_interval=1.0, **options))
+    return ExecutionOptions(
+        backend="slurm", num_workers=workers, progress=False, slurm=SlurmOptions(poll_interval=1.0, **options)
+    )
 
 
 def wait_for(path: Path, timeout: float = 300) -> None:
@@ -79,10 +90,12 @@ def wait_for(path: Path, timeout: float = 300) -> None:
 
 
 def test_records_on_slurm_equal_a_local_run_and_each_run_ran_in_a_job(tmp_path):
-    local = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(3, num_episodes=6, seed_offset=4,
-                                                                         progress=False)
+    local = OnlineTrainer(make_counting_vec(2), RecordingAgent).multi_run(
+        3, num_episodes=6, seed_offset=4, progress=False
+    )
     on_slurm = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        3, num_episodes=6, seed_offset=4, execution=slurm(), hooks=[JobIdHook()])
+        3, num_episodes=6, seed_offset=4, execution=slurm(), hooks=[JobIdHook()]
+    )
     assert strip(on_slurm) == strip(local)
     assert strip([load_run_metrics(tmp_path, run) for run in (1, 2, 3)]) == strip(local)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -117,12 +130,14 @@ def uninterrupted(tmp_path_factory):
     return load_episodes(exp_dir)[COLUMNS], tensorboard_returns(exp_dir)
 
 
-@pytest.mark.parametrize("interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]],
-                         ids=["requeue", "time-limit-signal"])
+@pytest.mark.parametrize(
+    "interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]], ids=["requeue", "time-limit-signal"]
+)
 def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path, uninterrupted, interrupt):
     """``scontrol requeue`` (SIGTERM, Slurm requeues), or the signal before a time limit (the job requeues itself)."""
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False))
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False)
+    )
     assert isinstance(handle, SlurmRuns) and not handle.done()
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
@@ -139,21 +154,25 @@ def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one
 
 def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_checkpoint(tmp_path):
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False, max_requeues=0))
+        1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False, max_requeues=0)
+    )
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
     subprocess.run(["scontrol", "requeue", job], check=True)
     with pytest.raises(RunsFailedError) as caught:
         handle.wait(progress=False)
     (failure,) = caught.value.failures
-    assert f"RequeueLimit: Slurm job {job} was requeued 1 times, more than max_requeues=0, so run 1 (seed 11)" \
+    assert (
+        f"RequeueLimit: Slurm job {job} was requeued 1 times, more than max_requeues=0, so run 1 (seed 11)"
         in failure.exception
+    )
     assert (tmp_path / "Run1_Resume.pkl").is_file()
 
 
 def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_resume_submits_it_alone(tmp_path):
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        3, total_steps=STEPS, seed_offset=0, execution=slurm(2, wait=False))
+        3, total_steps=STEPS, seed_offset=0, execution=slurm(2, wait=False)
+    )
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
     subprocess.run(["scancel", job], check=True)
@@ -166,8 +185,9 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
     # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
-    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(3, total_steps=STEPS, seed_offset=0,
-                                                                     execution=slurm(2), resume=True)
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        3, total_steps=STEPS, seed_offset=0, execution=slurm(2), resume=True
+    )
     resumed = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in resumed["runs"]] == ["finished"] * 3
     assert resumed["runs"][0]["slurm_job"] != job and resumed["runs"][1:] == manifest["runs"][1:]
@@ -186,16 +206,19 @@ def test_a_setup_error_in_a_job_stops_every_run_with_that_error_and_leaves_nothi
     exp = tmp_path / "exp"
     with pytest.raises(ValueError, match=r"^lr=-1 must be positive") as info:
         OnlineTrainer(make_counting_vec(1), RejectsHyperparameters, exp_dir=exp).multi_run(
-            3, num_episodes=50, seed_offset=0, execution=slurm(2))
+            3, num_episodes=50, seed_offset=0, execution=slurm(2)
+        )
     assert "before its first env step" in "".join(getattr(info.value, "__notes__", []))
     assert not exp.exists()  # the corrected call finds nothing in its way
 
 
 def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
     local = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "local").multi_run(
-        50, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+        50, num_episodes=2, seed_offset=0, num_workers=2, progress=False
+    )
     on_slurm = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "slurm").multi_run(
-        50, num_episodes=2, seed_offset=0, execution=slurm(2, runs_per_job=5))
+        50, num_episodes=2, seed_offset=0, execution=slurm(2, runs_per_job=5)
+    )
     assert strip(on_slurm) == strip(local)
     manifest = json.loads((tmp_path / "slurm" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["finished"] * 50

@@ -12,15 +12,18 @@ from online_trainer.experiment import ownership
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"time": 0}, "time must be a positive int, but got time=0"),
-    ({"cpus_per_task": 1.5}, "cpus_per_task must be a positive int, but got cpus_per_task=1.5"),
-    ({"runs_per_job": 0}, "runs_per_job must be a positive int, but got runs_per_job=0"),
-    ({"max_requeues": -1}, "max_requeues must be a non-negative int, but got max_requeues=-1"),
-    ({"mem": " "}, "mem must be a non-empty string or None, but got mem=' '"),
-    ({"additional_parameters": ["exclude"]}, "additional_parameters must be a dict of sbatch options"),
-    ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, but got poll_interval=0"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"time": 0}, "time must be a positive int, but got time=0"),
+        ({"cpus_per_task": 1.5}, "cpus_per_task must be a positive int, but got cpus_per_task=1.5"),
+        ({"runs_per_job": 0}, "runs_per_job must be a positive int, but got runs_per_job=0"),
+        ({"max_requeues": -1}, "max_requeues must be a non-negative int, but got max_requeues=-1"),
+        ({"mem": " "}, "mem must be a non-empty string or None, but got mem=' '"),
+        ({"additional_parameters": ["exclude"]}, "additional_parameters must be a dict of sbatch options"),
+        ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, but got poll_interval=0"),
+    ],
+)
 def test_bad_slurm_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         SlurmOptions(**options)
@@ -35,8 +38,12 @@ def test_slurm_options_belong_to_the_slurm_backend():
 
 def test_only_the_slurm_parameters_given_reach_sbatch():
     options = SlurmOptions(partition="gpu", time=60, mem="4G", additional_parameters={"exclude": "node3"})
-    assert options.sbatch_parameters() == {"partition": "gpu", "time": 60, "mem": "4G",
-                                           "additional_parameters": {"exclude": "node3"}}
+    assert options.sbatch_parameters() == {
+        "partition": "gpu",
+        "time": 60,
+        "mem": "4G",
+        "additional_parameters": {"exclude": "node3"},
+    }
     assert SlurmOptions().sbatch_parameters() == {}
 
 
@@ -60,19 +67,27 @@ def test_a_run_in_a_slurm_job_stays_running_when_the_submitting_process_is_gone(
 def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_episodes: 2\nexecution: {num_workers: 3}\n")
-    config = load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partition=debug",
-                                           "execution.slurm.time=30"])
-    assert execution_options(config) == ExecutionOptions(backend="slurm", num_workers=3, slurm=SlurmOptions(
-        partition="debug", time=30))
-    with pytest.raises(ConfigError, match=r"unknown key 'execution.slurm.partitoin' \(did you mean "
-                                          r"'execution.slurm.partition'\?\)"):
+    config = load_experiment_config(
+        path, ["execution.backend=slurm", "execution.slurm.partition=debug", "execution.slurm.time=30"]
+    )
+    assert execution_options(config) == ExecutionOptions(
+        backend="slurm", num_workers=3, slurm=SlurmOptions(partition="debug", time=30)
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key 'execution.slurm.partitoin' \(did you mean "
+        r"'execution.slurm.partition'\?\)",
+    ):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partitoin=a"]))
     with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
     with pytest.raises(ConfigError, match="execution.slurm=.* applies to backend='slurm' only"):
         load_experiment_config(path, ["execution.slurm.time=30"])
-    with pytest.raises(ConfigError, match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
-                                          r"execution.backend='rayy' \(did you mean 'ray'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
+        r"execution.backend='rayy' \(did you mean 'ray'\?\)",
+    ):
         load_experiment_config(path, ["execution.backend=rayy"])
 
 
@@ -88,9 +103,9 @@ class Display:
 
 def test_a_jobs_progress_reaches_the_display_once_even_when_read_mid_write(tmp_path):
     from online_trainer.experiment import job_results
-    from online_trainer.progress.display import QueueProgress
     from online_trainer.parallel.slurm import _Watch
     from online_trainer.parallel.slurm_job import FileChannel
+    from online_trainer.progress.display import QueueProgress
 
     (tmp_path / "slurm").mkdir()
     path = job_results.progress_path(tmp_path, 2)

@@ -39,7 +39,8 @@ def all_pools() -> set[int]:
 def test_runs_in_this_process_use_torch_threads_and_give_the_callers_back(tmp_path, callers_threads):
     variables = {name: os.environ.get(name) for name in THREAD_VARIABLES}
     OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        2, num_episodes=2, torch_threads=1, hooks=[ReportPools(tmp_path)], progress=False)
+        2, num_episodes=2, torch_threads=1, hooks=[ReportPools(tmp_path)], progress=False
+    )
     assert pool_threads(pool_reports(tmp_path)) == {1}  # during each run
     assert all_pools() == {callers_threads}  # after them
     assert {name: os.environ.get(name) for name in THREAD_VARIABLES} == variables
@@ -47,8 +48,8 @@ def test_runs_in_this_process_use_torch_threads_and_give_the_callers_back(tmp_pa
 
 def test_torch_threads_none_leaves_every_pool_as_it_is(tmp_path, callers_threads):
     OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        1, num_episodes=2, execution=ExecutionOptions(torch_threads=None, progress=False),
-        hooks=[ReportPools(tmp_path)])
+        1, num_episodes=2, execution=ExecutionOptions(torch_threads=None, progress=False), hooks=[ReportPools(tmp_path)]
+    )
     assert pool_threads(pool_reports(tmp_path)) == {callers_threads}
 
 

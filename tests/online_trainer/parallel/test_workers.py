@@ -18,8 +18,8 @@ import numpy as np
 import psutil
 import pytest
 
-from online_trainer.callbacks import JsonlCallback
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
+from online_trainer.callbacks import JsonlCallback
 from online_trainer.loop.seeding import run_seed
 from online_trainer.parallel import worker_pool, workers
 from online_trainer.parallel.threads import THREAD_VARIABLES
@@ -65,9 +65,11 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
             pass
 
     serial = OnlineTrainer(env, lambda e: NotebookAgent(e), exp_dir=tmp_path / "serial").multi_run(
-        4, num_episodes=15, seed_offset=2, progress=False)
+        4, num_episodes=15, seed_offset=2, progress=False
+    )
     parallel = OnlineTrainer(env, lambda e: NotebookAgent(e), exp_dir=tmp_path / "parallel").multi_run(
-        4, num_episodes=15, seed_offset=2, num_workers=2, progress=False)
+        4, num_episodes=15, seed_offset=2, num_workers=2, progress=False
+    )
     assert strip(serial) == strip(parallel)
     assert strip(load_all_run_metrics(tmp_path / "parallel")) == strip(serial)
     manifest = json.loads((tmp_path / "parallel" / "manifest.json").read_text())
@@ -85,7 +87,8 @@ class ThreadCountAgent(RecordingAgent):
 @pytest.mark.parametrize("torch_threads", [1, 2])
 def test_workers_limit_torch_threads(torch_threads):
     runs = OnlineTrainer(make_counting_vec(1), ThreadCountAgent).multi_run(
-        2, num_episodes=2, num_workers=2, torch_threads=torch_threads, progress=False)
+        2, num_episodes=2, num_workers=2, torch_threads=torch_threads, progress=False
+    )
     assert {int(t) for run in runs for r in run for t in r["agent_logs"]["threads"]} == {torch_threads}
 
 
@@ -109,8 +112,9 @@ def test_workers_limit_every_thread_pool_in_the_users_environment(tmp_path, star
     script.write_text(POOLS_SCRIPT)
     env = {name: value for name, value in os.environ.items() if name not in THREAD_VARIABLES}
     env["PYTHONPATH"] = os.getcwd()
-    done = subprocess.run([sys.executable, str(script), str(tmp_path), start_method], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), start_method], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert pool_threads(pool_reports(tmp_path)) == {1}
 
@@ -138,7 +142,9 @@ def nth_run(exp_dir, n):
 def test_one_failing_run_leaves_the_others_complete(tmp_path, num_workers):
     trainer = OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path)
     with pytest.raises(RunsFailedError) as info:
-        trainer.multi_run(4, num_episodes=8, seed_offset=0, num_workers=num_workers, metrics_flush_every=1, progress=False)
+        trainer.multi_run(
+            4, num_episodes=8, seed_offset=0, num_workers=num_workers, metrics_flush_every=1, progress=False
+        )
     message = str(info.value)
     assert "1 run(s) failed" in message
     third = nth_run(tmp_path, 2)
@@ -167,8 +173,10 @@ def test_a_dying_worker_fails_only_its_run(tmp_path):
         trainer.multi_run(4, num_episodes=5, seed_offset=0, num_workers=2, progress=False)
     second = nth_run(tmp_path, 1)
     assert [f.run_idx for f in info.value.failures] == [second]
-    assert (f"run {second} (seed {run_seed(0, 2)}): WorkerDied: the worker process exited with code 3 during this run"
-            in str(info.value))
+    assert (
+        f"run {second} (seed {run_seed(0, 2)}): WorkerDied: the worker process exited with code 3 during this run"
+        in str(info.value)
+    )
     assert [len(load_run_metrics(tmp_path, i)) for i in run_indices(tmp_path) if i != second] == [5, 5, 5]
 
 
@@ -214,8 +222,11 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     proc = subprocess.Popen([sys.executable, str(script), str(exp)], env=env, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while proc.poll() is None and time.monotonic() < deadline and not (
-            len([p for p in exp.glob("metrics_run*.pkl") if p.stat().st_size]) == 2):
+    while (
+        proc.poll() is None
+        and time.monotonic() < deadline
+        and not (len([p for p in exp.glob("metrics_run*.pkl") if p.stat().st_size]) == 2)
+    ):
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1]
     children = psutil.Process(proc.pid).children(recursive=True)
@@ -246,8 +257,9 @@ def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
 
             atexit.register((marker_dir / f"{seed}.txt").write_text, str(os.getpid()))
 
-    OnlineTrainer(make_counting_vec(1), AtexitAgent).multi_run(2, num_episodes=2, num_workers=2, seed_offset=0,
-                                                               progress=False)
+    OnlineTrainer(make_counting_vec(1), AtexitAgent).multi_run(
+        2, num_episodes=2, num_workers=2, seed_offset=0, progress=False
+    )
     shutdown_workers()  # workers otherwise wait for the next call
     markers = {int(m.stem): int(m.read_text()) for m in marker_dir.iterdir()}
     assert sorted(markers) == [0, 10000]  # the seeds of the two runs
@@ -266,7 +278,7 @@ def test_a_worker_stopped_while_it_leaves_prints_nothing(tmp_path, capfd):
             super().reset(seed)
             import atexit
 
-            def slow_exit(path=marker_dir / str(os.getpid())):
+            def slow_exit(path=marker_dir / str(os.getpid())):  # noqa: B008  (the worker's pid, read when it defines this)
                 path.touch()
                 time.sleep(3)  # the SIGTERM below comes meanwhile
 
@@ -407,8 +419,9 @@ def test_forkserver_workers_start_with_the_heavy_libraries_loaded():
     multiprocessing.forkserver._forkserver._stop()
     trainer = OnlineTrainer(make_counting_vec(2), LoadedModulesAgent)
     serial = trainer.multi_run(3, num_episodes=4, seed_offset=5, progress=False)
-    forked = trainer.multi_run(3, num_episodes=4, seed_offset=5, num_workers=2, start_method="forkserver",
-                               progress=False)
+    forked = trainer.multi_run(
+        3, num_episodes=4, seed_offset=5, num_workers=2, start_method="forkserver", progress=False
+    )
     assert strip(forked) == strip(serial)
     assert all(r["agent_logs"]["torch_loaded"].all() for run in forked for r in run)
     shutdown_workers()

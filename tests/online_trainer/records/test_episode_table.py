@@ -18,7 +18,6 @@ from online_trainer.records import storage
 from online_trainer.records.episode_table import RECORD_KEYS, EpisodeTable, dump_runs
 from tests.conftest import expected_record, filled_table, same_values
 
-
 KINDS = ["discrete", "box", "dict", "none", "slabs"]
 
 
@@ -54,16 +53,19 @@ def test_clear_forgets_held_records_and_numbering_goes_on():
         table.records(count - 1, count + 1)
 
 
-@pytest.mark.parametrize("actions", [
-    np.array([0, 1, 1, 0, 1, 0], dtype=np.int64),  # Discrete: int64, values that fit a byte
-    np.array([-5, 300, 0, 7, -128, 127], dtype=np.int64),
-    np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, 1, 2, 3], dtype=np.int64),
-    np.array([np.iinfo(np.uint64).max, 0, 1, 2, 3, 4], dtype=np.uint64),
-    np.array([0, 1, 2, 3, 2, 1], dtype=np.dtype(">i4")),
-    np.array([30000, -30000, 1, 2, 3, 4], dtype=np.dtype(">i2")),  # nothing narrower: kept as it is
-    np.array([1, 0, 1, 1, 0, 0], dtype=np.int8),  # MultiBinary
-    np.array([0.5, -1.0, 2.0, 0.0, 1.0, 3.0], dtype=np.float32),
-])
+@pytest.mark.parametrize(
+    "actions",
+    [
+        np.array([0, 1, 1, 0, 1, 0], dtype=np.int64),  # Discrete: int64, values that fit a byte
+        np.array([-5, 300, 0, 7, -128, 127], dtype=np.int64),
+        np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, 1, 2, 3], dtype=np.int64),
+        np.array([np.iinfo(np.uint64).max, 0, 1, 2, 3, 4], dtype=np.uint64),
+        np.array([0, 1, 2, 3, 2, 1], dtype=np.dtype(">i4")),
+        np.array([30000, -30000, 1, 2, 3, 4], dtype=np.dtype(">i2")),  # nothing narrower: kept as it is
+        np.array([1, 0, 1, 1, 0, 0], dtype=np.int8),  # MultiBinary
+        np.array([0.5, -1.0, 2.0, 0.0, 1.0, 3.0], dtype=np.float32),
+    ],
+)
 def test_integer_actions_are_stored_narrow_and_load_with_their_own_dtype(actions):
     one, two = EpisodeTable(0), EpisodeTable(0)  # the episodes added at once, and one by one
     one.add([1.0, 2.0], [4, 2], [4, 6], [0.1, 0.2], actions)
@@ -93,11 +95,13 @@ def test_chunks_and_all_metrics_load_with_pickle_alone(tmp_path, kind, name):
     path = tmp_path / name
     chunk = table.chunk(0, table.count)
     path.write_bytes(chunk if name == "chunk.pkl" else dump_runs([table]))
-    code = ("import sys, pickle; sys.modules['online_trainer'] = None; "
-            f"records = pickle.load(open({str(path)!r}, 'rb')); "
-            f"records = records[0] if {name == 'all_metrics.pkl'} else records; "
-            "print(len(records), records[1]['episode_index'], records[1]['actions'].tolist(), "
-            "'online_trainer' in sys.modules and sys.modules['online_trainer'] is not None)")
+    code = (
+        "import sys, pickle; sys.modules['online_trainer'] = None; "
+        f"records = pickle.load(open({str(path)!r}, 'rb')); "
+        f"records = records[0] if {name == 'all_metrics.pkl'} else records; "
+        "print(len(records), records[1]['episode_index'], records[1]['actions'].tolist(), "
+        "'online_trainer' in sys.modules and sys.modules['online_trainer'] is not None)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[:2] == [str(len(expected)), "2"] and out[-1] == "False"
     assert "".join(out[2:-1]) == str(expected[1]["actions"].tolist()).replace(" ", "")
@@ -147,7 +151,7 @@ def test_a_stream_of_table_chunks_cut_anywhere_in_its_last_chunk_loads_its_compl
 
 ACTION_BATCHES = {  # num_envs actions a step, of the dtypes and ranges agents return
     "int64 pairs": lambda rng, n: rng.integers(0, 100, size=(n, 2)),
-    "int64 needing 32 bits": lambda rng, n: rng.integers(-2**20, 2**20, size=n) * rng.integers(0, 2, size=n),
+    "int64 needing 32 bits": lambda rng, n: rng.integers(-(2**20), 2**20, size=n) * rng.integers(0, 2, size=n),
     "big-endian int32": lambda rng, n: rng.integers(-300, 300, size=n).astype(">i4"),
     "uint64 extremes": lambda rng, n: rng.choice(np.array([0, 1, 2**64 - 1], dtype=np.uint64), size=n),
     "float32 boxes": lambda rng, n: rng.normal(size=(n, 3)).astype(np.float32),
@@ -212,13 +216,18 @@ def test_action_history_copies_closed_episodes_into_a_narrow_slab_and_skips_empt
     lengths = [3, 3, 0] + history.close([0, 1], 1)
     assert lengths == [3, 3, 0, 2, 5]
     slabs = history.take()  # two: the empty episode made the first episodes leave the buffer early
-    expected = [[rows[t][0] for t in range(3)], [rows[t][2] for t in range(3)], [],
-                [rows[t][0] for t in range(3, 5)], [rows[t][1] for t in range(5)]]
+    expected = [
+        [rows[t][0] for t in range(3)],
+        [rows[t][2] for t in range(3)],
+        [],
+        [rows[t][0] for t in range(3, 5)],
+        [rows[t][1] for t in range(5)],
+    ]
     got, episode = [], 0
     for slab in slabs:
         assert slab.dtype == np.int64 and slab.data.dtype == np.uint8  # the values fit a byte
         for end in slab.ends:
-            got.append(slab.data[end - lengths[episode]:end].astype(slab.dtype))
+            got.append(slab.data[end - lengths[episode] : end].astype(slab.dtype))
             episode += 1
     assert same_values(got, [np.array(e, dtype=np.int64).reshape(-1, 2) for e in expected])
     assert [len(slab.data) for slab in slabs] == [3 + 3, 2 + 5]  # each sub-env's rows once a slab
@@ -236,7 +245,9 @@ def test_the_stream_gets_a_chunk_per_flush_every_records_and_at_least_every_seco
     trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path / "default")
     (records,) = trainer.multi_run(1, num_episodes=700, seed_offset=0, progress=False)
     sizes = chunk_sizes(tmp_path / "default")
-    assert sum(sizes) == 700 and len(sizes) >= 3 and all(size >= 300 for size in sizes[:-1])  # 100 per sub-env, whole steps
+    assert (
+        sum(sizes) == 700 and len(sizes) >= 3 and all(size >= 300 for size in sizes[:-1])
+    )  # 100 per sub-env, whole steps
     monkeypatch.setattr(metrics_flush, "FLUSH_SECONDS", 0.0)  # a slow run: every step's episodes at once
     trainer = OnlineTrainer(make_counting_vec(3), RecordingAgent, exp_dir=tmp_path / "slow")
     (slow,) = trainer.multi_run(1, num_episodes=100, seed_offset=0, progress=False, metrics_flush_every=1000)

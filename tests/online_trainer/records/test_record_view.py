@@ -93,8 +93,13 @@ def test_run_records_actions_are_read_only_views():
 def test_run_records_columns_without_dicts():
     table, expected = filled_table("box")
     run = RunRecords(table)
-    for key, dtype in (("ep_return", np.float64), ("ep_length", np.int64), ("global_step", np.int64),
-                       ("wall_time", np.float64), ("episode_index", np.int64)):
+    for key, dtype in (
+        ("ep_return", np.float64),
+        ("ep_length", np.int64),
+        ("global_step", np.int64),
+        ("wall_time", np.float64),
+        ("episode_index", np.int64),
+    ):
         column = run.column(key)
         assert isinstance(column, np.ndarray) and column.dtype == dtype
         assert column.tolist() == [r[key] for r in expected]
@@ -108,8 +113,13 @@ def test_run_records_columns_without_dicts():
 def test_run_records_pickle_as_a_plain_list_and_iterate_in_blocks():
     table = EpisodeTable(5)
     count = 2 * READ_BLOCK + 3
-    table.add(np.arange(count, dtype=np.float64), np.ones(count, dtype=np.int64), np.arange(count), np.zeros(count),
-              np.arange(count))
+    table.add(
+        np.arange(count, dtype=np.float64),
+        np.ones(count, dtype=np.int64),
+        np.arange(count),
+        np.zeros(count),
+        np.arange(count),
+    )
     run = RunRecords(table)
     records = list(run)
     assert [r["episode_index"] for r in records] == list(range(1, count + 1))

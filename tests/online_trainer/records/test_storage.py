@@ -54,8 +54,16 @@ def test_missing_things_raise_file_not_found(tmp_path):
 
 def original_record(episode_index, ep_return, ep_length):
     """An episode record as the original OnlineTrainer wrote it (no global_step, no wall_time)."""
-    return {"ep_return": ep_return, "ep_length": ep_length, "frames": [], "transitions": [], "actions": [0] * ep_length,
-            "agent_seed": 0, "episode_index": episode_index, "agent_logs": None}
+    return {
+        "ep_return": ep_return,
+        "ep_length": ep_length,
+        "frames": [],
+        "transitions": [],
+        "actions": [0] * ep_length,
+        "agent_seed": 0,
+        "episode_index": episode_index,
+        "agent_logs": None,
+    }
 
 
 def test_loaders_read_an_experiment_of_the_original_trainer(tmp_path):
@@ -70,9 +78,18 @@ def test_loaders_read_an_experiment_of_the_original_trainer(tmp_path):
 
 
 def streamed_record(index, length):
-    return {"ep_return": float(length), "ep_length": length, "frames": [], "transitions": [],
-            "actions": np.arange(length, dtype=np.int64) % 2, "agent_seed": 3, "episode_index": index,
-            "agent_logs": None, "global_step": 5 * index, "wall_time": 0.25 * index}
+    return {
+        "ep_return": float(length),
+        "ep_length": length,
+        "frames": [],
+        "transitions": [],
+        "actions": np.arange(length, dtype=np.int64) % 2,
+        "agent_seed": 3,
+        "episode_index": index,
+        "agent_logs": None,
+        "global_step": 5 * index,
+        "wall_time": 0.25 * index,
+    }
 
 
 def write_stream(path, records, flush_every):

@@ -42,8 +42,16 @@ class Batches(Hook):
     seen: list = []
 
     def on_episodes(self, ctx, first_index, returns, lengths):
-        Batches.seen.append(("batch", first_index, [float(r) for r in returns], [int(n) for n in lengths],
-                             ctx.global_step, ctx.episodes))
+        Batches.seen.append(
+            (
+                "batch",
+                first_index,
+                [float(r) for r in returns],
+                [int(n) for n in lengths],
+                ctx.global_step,
+                ctx.episodes,
+            )
+        )
 
     def on_episode_end(self, ctx, record):
         Batches.seen.append(("episode", record["episode_index"], record["global_step"]))
@@ -53,14 +61,15 @@ class Batches(Hook):
 def test_on_episodes_gets_every_episode_batched_by_env_step_before_the_per_episode_calls(num_envs):
     Batches.seen = []
     (records,) = OnlineTrainer(make_counting_vec(num_envs), RecordingAgent).multi_run(
-        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[Batches()])
+        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[Batches()]
+    )
     batches = [entry for entry in Batches.seen if entry[0] == "batch"]
     assert [r for b in batches for r in b[2]] == [r["ep_return"] for r in records]
     assert [n for b in batches for n in b[3]] == [r["ep_length"] for r in records]
     index = 1
     for _, first, returns, _, step, last in batches:
         assert first == index and last == first + len(returns) - 1
-        assert {r["global_step"] for r in records[first - 1:last]} == {step}  # one env step per batch
+        assert {r["global_step"] for r in records[first - 1 : last]} == {step}  # one env step per batch
         index = last + 1
     if num_envs == 3:
         assert any(len(b[2]) > 1 for b in batches)
@@ -102,8 +111,16 @@ class SeesBuiltins(Hook):
 def test_user_hooks_see_evaluations_and_checkpoints_once_written_and_end_after_them(tmp_path):
     SeesBuiltins.notes = []
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
-    trainer.multi_run(1, total_steps=100, seed_offset=SEED, progress=False, eval_freq=40, eval_episodes=2,
-                      checkpoint_freq=50, hooks=[SeesBuiltins()])
+    trainer.multi_run(
+        1,
+        total_steps=100,
+        seed_offset=SEED,
+        progress=False,
+        eval_freq=40,
+        eval_episodes=2,
+        checkpoint_freq=50,
+        hooks=[SeesBuiltins()],
+    )
     evals = [n for n in SeesBuiltins.notes if n[0] == "eval"]
     assert [n[1] for n in evals] == [e["global_step"] for e in trainer.evaluations[0]] and all(n[2] for n in evals)
     # the step budget ends the loop at step 100: no S100, as before (the end has Run1_Last)
@@ -118,7 +135,8 @@ def test_a_stop_in_on_run_start_ends_the_run_before_its_first_step(tmp_path):
             ctx.stop("nothing to do")
 
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
-        1, num_episodes=5, seed_offset=SEED, progress=False, hooks=[StopAtOnce()])
+        1, num_episodes=5, seed_offset=SEED, progress=False, hooks=[StopAtOnce()]
+    )
     assert len(runs[0]) == 0
     entry = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
     assert entry["status"] == "stopped_early" and entry["stop_reason"] == "nothing to do"
@@ -162,9 +180,20 @@ def test_the_hooks_state_after_load_is_the_state_saved_mid_run(tmp_path, monkeyp
     monkeypatch.setattr(run_module, "run_events", spy)
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "exp")
     trainer.call_back = JsonlCallback(tmp_path / "log.jsonl")
-    trainer.multi_run(1, total_steps=500, seed_offset=SEED, progress=False, eval_freq=70, eval_episodes=2,
-                      checkpoint_freq=40, keep_checkpoints=2, stats_every_steps=30, stats_window=5,
-                      metrics_flush_every=7, hooks=[Counter()])
+    trainer.multi_run(
+        1,
+        total_steps=500,
+        seed_offset=SEED,
+        progress=False,
+        eval_freq=70,
+        eval_episodes=2,
+        checkpoint_freq=40,
+        keep_checkpoints=2,
+        stats_every_steps=30,
+        stats_window=5,
+        metrics_flush_every=7,
+        hooks=[Counter()],
+    )
     (saved,) = Counter.snapshots
     hooks = saved["hooks"]
     assert list(hooks) == ["metrics", "evaluations", "checkpoints", "progress", "stats", "preemption", "Counter#0"]
@@ -183,8 +212,9 @@ def test_the_hooks_state_after_load_is_the_state_saved_mid_run(tmp_path, monkeyp
 
     spec, env, agent, _, tracker, evaluator, _ = calls[0]
     (tmp_path / "fresh").mkdir()
-    fresh = run_events(dataclasses.replace(spec, exp_dir=str(tmp_path / "fresh")), env, agent, NoProgress(), tracker,
-                       evaluator)
+    fresh = run_events(
+        dataclasses.replace(spec, exp_dir=str(tmp_path / "fresh")), env, agent, NoProgress(), tracker, evaluator
+    )
     assert not same(fresh.hooks.state_dict(), saved)
     fresh.hooks.load_state_dict(saved)
     assert same(fresh.hooks.state_dict(), saved)
@@ -215,23 +245,28 @@ def test_load_state_dict_refuses_other_user_hooks():
     state = HookRunner([Stateful()], ctx).state_dict()
     assert set(state["hooks"]) == {"Stateful#0"}
     HookRunner([Stateful()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
-    with pytest.raises(ValueError, match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
-                                         r"are \[\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
+        r"are \[\]",
+    ):
         HookRunner([], ctx).load_state_dict(state)
-    with pytest.raises(ValueError, match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
-                                         r"are \['OtherStateful#0'\]: resume with the hooks the run was started"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds the user hooks \['Stateful#0'\], but this run's hooks with state "
+        r"are \['OtherStateful#0'\]: resume with the hooks the run was started",
+    ):
         HookRunner([OtherStateful()], RunContext(1, 0, None, None, None, None, "run_1")).load_state_dict(state)
 
 
 def test_user_hook_state_is_keyed_by_class_and_occurrence_so_classes_may_be_reordered():
-    saved = HookRunner([Stateful(1), OtherStateful(2), Stateful(3)], RunContext(1, 0, None, None, None, None,
-                                                                                "run_1")).state_dict()
+    saved = HookRunner(
+        [Stateful(1), OtherStateful(2), Stateful(3)], RunContext(1, 0, None, None, None, None, "run_1")
+    ).state_dict()
     assert list(saved["hooks"]) == ["Stateful#0", "OtherStateful#0", "Stateful#1"]
-    runner = HookRunner([OtherStateful(0), Stateful(0), Stateful(0)], RunContext(1, 0, None, None, None, None,
-                                                                                 "run_1"))
+    runner = HookRunner([OtherStateful(0), Stateful(0), Stateful(0)], RunContext(1, 0, None, None, None, None, "run_1"))
     runner.load_state_dict(saved)
-    assert [(type(h).__name__, h.n) for h in runner.hooks] == [("OtherStateful", 2), ("Stateful", 1),
-                                                               ("Stateful", 3)]
+    assert [(type(h).__name__, h.n) for h in runner.hooks] == [("OtherStateful", 2), ("Stateful", 1), ("Stateful", 3)]
 
 
 def test_builtin_hooks_declare_the_events_they_take_and_are_never_rewired(tmp_path):
@@ -257,8 +292,15 @@ def test_builtin_hooks_declare_the_events_they_take_and_are_never_rewired(tmp_pa
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(run_module, "run_events", spy)
         OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-            1, num_episodes=6, seed_offset=SEED, progress=False, eval_freq=3, eval_episodes=1, checkpoint_freq=3,
-            hooks=[Sees()])
+            1,
+            num_episodes=6,
+            seed_offset=SEED,
+            progress=False,
+            eval_freq=3,
+            eval_episodes=1,
+            checkpoint_freq=3,
+            hooks=[Sees()],
+        )
     runner = built[0].hooks
     for hook in runner.hooks:
         overridden = set(vars(hook)) & set(HOOK_METHODS)
@@ -267,23 +309,36 @@ def test_builtin_hooks_declare_the_events_they_take_and_are_never_rewired(tmp_pa
     assert by_name["evaluations"].handles == {"on_run_end", "on_episodes"}
     assert by_name["checkpoints"].handles == {"on_run_end", "on_episodes", "on_eval"}
     assert by_name["progress"].every_steps is None and set(runner.cadences) == {"stats", "preemption"}
-    assert seen == [("eval", seen[0][1]), ("checkpoint", "Run1_E3"), ("eval", seen[2][1]), ("checkpoint", "Run1_E6"),
-                    ("checkpoint", "Run1_Last")]
+    assert seen == [
+        ("eval", seen[0][1]),
+        ("checkpoint", "Run1_E3"),
+        ("eval", seen[2][1]),
+        ("checkpoint", "Run1_E6"),
+        ("checkpoint", "Run1_Last"),
+    ]
 
 
 def periodic(exp_dir, run=1):
-    return sorted((p.name for p in exp_dir.iterdir() if p.name.startswith((f"Run{run}_S", f"Run{run}_E"))),
-                  key=lambda name: int(name.split("_")[1][1:].split(".")[0]))
+    return sorted(
+        (p.name for p in exp_dir.iterdir() if p.name.startswith((f"Run{run}_S", f"Run{run}_E"))),
+        key=lambda name: int(name.split("_")[1][1:].split(".")[0]),
+    )
 
 
 @pytest.mark.parametrize("budget", [{"total_steps": 200}, {"num_episodes": 30}])
 def test_keep_checkpoints_leaves_the_last_periodic_ones_and_never_last_or_best(tmp_path, budget):
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
-        2, seed_offset=SEED, progress=False, checkpoint_freq=5 if "num_episodes" in budget else 30,
-        keep_checkpoints=2, **budget)
+        2,
+        seed_offset=SEED,
+        progress=False,
+        checkpoint_freq=5 if "num_episodes" in budget else 30,
+        keep_checkpoints=2,
+        **budget,
+    )
     for run in (1, 2):
-        expected = ["Run{}_E25.txt", "Run{}_E30.txt"] if "num_episodes" in budget else ["Run{}_S150.txt",
-                                                                                         "Run{}_S180.txt"]
+        expected = (
+            ["Run{}_E25.txt", "Run{}_E30.txt"] if "num_episodes" in budget else ["Run{}_S150.txt", "Run{}_S180.txt"]
+        )
         assert periodic(tmp_path, run) == [name.format(run) for name in expected]
         assert (tmp_path / f"Run{run}_Last.txt").exists() and (tmp_path / f"Run{run}_Best_agent.t").exists()
 
@@ -291,11 +346,17 @@ def test_keep_checkpoints_leaves_the_last_periodic_ones_and_never_last_or_best(t
 def test_keep_checkpoints_and_checkpoint_buffers_are_checked(tmp_path):
     with pytest.raises(ValueError, match=r"checkpoints.keep must be a positive int, but got checkpoints.keep=0"):
         CheckpointOptions(keep=0)
-    with pytest.raises(ValueError, match=r"checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq "
-                                         r"is None"):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq "
+        r"is None",
+    ):
         RunPlan(total_steps=10, checkpoints=CheckpointOptions(keep=2))
-    with pytest.raises(ValueError, match=r"checkpoints.buffers=True writes into the experiment directory, but exp_dir "
-                                         r"is None"):
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoints.buffers=True writes into the experiment directory, but exp_dir "
+        r"is None",
+    ):
         RunPlan(total_steps=10, checkpoints=CheckpointOptions(buffers=True), has_exp_dir=False, dump_metrics=False)
     with pytest.raises(ValueError, match=r"checkpoints.buffers must be True or False, but got checkpoints.buffers='y'"):
         CheckpointOptions(buffers="y")
@@ -308,8 +369,9 @@ def test_keep_checkpoints_and_checkpoint_buffers_are_checked(tmp_path):
 def dqn_factory(save_buffer=False):
     from online_trainer.agents import DQNAgent
 
-    return lambda env: DQNAgent(env, learning_starts=20, batch_size=8, buffer_size=500, hidden_sizes=(8,),
-                                save_buffer=save_buffer)
+    return lambda env: DQNAgent(
+        env, learning_starts=20, batch_size=8, buffer_size=500, hidden_sizes=(8,), save_buffer=save_buffer
+    )
 
 
 @pytest.mark.parametrize("save_buffer", [False, True])
@@ -323,9 +385,9 @@ def test_dqn_periodic_checkpoints_hold_the_buffer_as_the_agent_says_and_the_best
 
     for asked in (False, True):  # checkpoint_buffers is for the full checkpoint (test_resume), not these
         exp_dir = tmp_path / f"asked_{asked}"
-        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), dqn_factory(save_buffer),
-                      exp_dir=exp_dir).multi_run(1, total_steps=300, seed_offset=SEED, progress=False,
-                                                 checkpoint_freq=100, checkpoint_buffers=asked)
+        OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=2), dqn_factory(save_buffer), exp_dir=exp_dir
+        ).multi_run(1, total_steps=300, seed_offset=SEED, progress=False, checkpoint_freq=100, checkpoint_buffers=asked)
         assert has_buffer(exp_dir / "Run1_S200.pt") == save_buffer
         assert has_buffer(exp_dir / "Run1_Last.pt") == save_buffer
         best = unpack_state(torch.load(exp_dir / "Run1_Best_agent.t", weights_only=True))

@@ -33,8 +33,9 @@ class StepRecorder(Hook):
 
 def test_on_step_runs_every_n_env_steps_and_ctx_says_where_the_run_is():
     StepRecorder.calls = []
-    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, total_steps=23, seed_offset=SEED, progress=False,
-                                                                  hooks=[StepRecorder()])
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
+        1, total_steps=23, seed_offset=SEED, progress=False, hooks=[StepRecorder()]
+    )
     assert [step for _, step, _ in StepRecorder.calls] == [5, 10, 15, 20]
     assert all(run == 1 for run, _, _ in StepRecorder.calls)
 
@@ -51,7 +52,8 @@ class StopAtEpisode(Hook):
 def test_stop_ends_the_run_after_that_step_with_the_reason_recorded(tmp_path):
     exp_dir = tmp_path / "exp"
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
-        2, num_episodes=50, seed_offset=SEED, progress=False, checkpoint_freq=10, hooks=[StopAtEpisode(7)])
+        2, num_episodes=50, seed_offset=SEED, progress=False, checkpoint_freq=10, hooks=[StopAtEpisode(7)]
+    )
     assert [len(run) for run in runs] == [7, 7]
     assert [r["ep_return"] for r in runs[0]] == episode_returns(SEED, 7)
     entries = manifest(exp_dir)["runs"]
@@ -67,10 +69,11 @@ def test_stop_ends_the_run_after_that_step_with_the_reason_recorded(tmp_path):
 def test_stop_on_return_needs_the_rolling_mean_over_the_window():
     returns = episode_returns(SEED, 40)
     window, threshold = 3, 8.0
-    means = [sum(returns[i - window + 1:i + 1]) / window for i in range(window - 1, len(returns))]
+    means = [sum(returns[i - window + 1 : i + 1]) / window for i in range(window - 1, len(returns))]
     expected = window + next(i for i, m in enumerate(means) if m >= threshold)
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[StopOnReturn(threshold, window=window)])
+        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[StopOnReturn(threshold, window=window)]
+    )
     assert len(runs[0]) == expected < 40
 
 
@@ -83,14 +86,22 @@ def test_stop_on_return_with_patience_waits_for_consecutive_checks():
             expected = index
             break
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[StopOnReturn(6, window=1, patience=2)])
+        1, num_episodes=40, seed_offset=SEED, progress=False, hooks=[StopOnReturn(6, window=1, patience=2)]
+    )
     assert len(runs[0]) == expected
 
 
 def test_stop_on_no_improvement_counts_evaluations_without_a_new_best(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
-    runs = trainer.multi_run(1, total_steps=1000, seed_offset=SEED, progress=False, eval_freq=50, eval_episodes=4,
-                             hooks=[StopOnNoImprovement(patience=2)])
+    runs = trainer.multi_run(
+        1,
+        total_steps=1000,
+        seed_offset=SEED,
+        progress=False,
+        eval_freq=50,
+        eval_episodes=4,
+        hooks=[StopOnNoImprovement(patience=2)],
+    )
     # the agent never learns: every evaluation (same eval seed) gives the same mean; the first sets the best
     evaluations = trainer.evaluations[0]
     # at 50, 100 and 150, the stop; the final evaluation is the one at the stop's step, not played twice
@@ -103,7 +114,8 @@ def test_stop_on_no_improvement_counts_evaluations_without_a_new_best(tmp_path):
 def test_stop_on_plateau_compares_blocks_relatively():
     # returns repeat with period 4, so blocks of 4 episodes have equal means: flat at blocks 2 and 3
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        1, num_episodes=100, seed_offset=SEED, progress=False, hooks=[StopOnPlateau(window=4, patience=2)])
+        1, num_episodes=100, seed_offset=SEED, progress=False, hooks=[StopOnPlateau(window=4, patience=2)]
+    )
     assert len(runs[0]) == 12
 
 
@@ -120,14 +132,16 @@ class ShortenEpisodes(Hook):
 @pytest.mark.parametrize("num_workers", [1, 2])
 def test_a_hook_that_changes_the_env_is_seen_in_the_records_the_same_with_workers(num_workers):
     runs = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        2, total_steps=100, seed_offset=SEED, num_workers=num_workers, progress=False, hooks=[ShortenEpisodes()])
+        2, total_steps=100, seed_offset=SEED, num_workers=num_workers, progress=False, hooks=[ShortenEpisodes()]
+    )
     for run in runs:
         late = [r for r in run if r["global_step"] > 42]
         assert late and all(r["ep_length"] <= 2 for r in late)
         assert any(r["ep_length"] > 2 for r in run if r["global_step"] <= 40)
     signature = [[(r["ep_return"], r["ep_length"], r["global_step"]) for r in run] for run in runs]
     serial = OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(
-        2, total_steps=100, seed_offset=SEED, progress=False, hooks=[ShortenEpisodes()])
+        2, total_steps=100, seed_offset=SEED, progress=False, hooks=[ShortenEpisodes()]
+    )
     assert signature == [[(r["ep_return"], r["ep_length"], r["global_step"]) for r in run] for run in serial]
 
 
@@ -142,7 +156,8 @@ def test_a_raising_hook_fails_only_its_run(tmp_path, num_workers):
     exp_dir = tmp_path / "exp"
     with pytest.raises(RunsFailedError, match="seed 10000") as caught:
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
-            3, num_episodes=6, seed_offset=SEED, num_workers=num_workers, progress=False, hooks=[FailsInRunTwo()])
+            3, num_episodes=6, seed_offset=SEED, num_workers=num_workers, progress=False, hooks=[FailsInRunTwo()]
+        )
     assert "hook broke" in str(caught.value)
     assert [e["status"] for e in manifest(exp_dir)["runs"]] == ["finished", "failed", "finished"]
 
@@ -181,8 +196,11 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         def on_step(self, ctx):
             pass
 
-    with pytest.raises(ValueError, match=r"must declare one of every_steps .* but got every_steps=None, "
-                                         r"every_seconds=None"):
+    with pytest.raises(
+        ValueError,
+        match=r"must declare one of every_steps .* but got every_steps=None, "
+        r"every_seconds=None",
+    ):
         trainer.multi_run(1, num_episodes=2, hooks=[NoCadence()])
     assert not (tmp_path / "exp").exists()
 
@@ -242,24 +260,39 @@ def test_show_prints_each_runs_sps_and_why_it_stopped(tmp_path, capsys):
 
     exp_dir = tmp_path / "exp"
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
-        2, num_episodes=50, seed_offset=SEED, progress=False, hooks=[StopAtEpisode(7)])
+        2, num_episodes=50, seed_offset=SEED, progress=False, hooks=[StopAtEpisode(7)]
+    )
     assert cli.main(["show", str(exp_dir)]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[1].split() == ["run", "seed", "episodes", "env", "steps", "SPS", "final", "return",
-                                           "status"]
+    assert out.splitlines()[1].split() == [
+        "run",
+        "seed",
+        "episodes",
+        "env",
+        "steps",
+        "SPS",
+        "final",
+        "return",
+        "status",
+    ]
     assert "Stopped early: run 1: enough at episode 7" in out and "Stopped early: run 2: enough at episode 7" in out
     sps = json.loads((exp_dir / "manifest.json").read_text())["runs"][0]["sps"]
     assert f"{sps:,.0f}" in out.splitlines()[2]
 
 
-@pytest.mark.parametrize("hook, name", [(StopOnNoImprovement(patience=2), "StopOnNoImprovement"),
-                                        (StopOnReturn(5, source="eval"), "StopOnReturn")])
+@pytest.mark.parametrize(
+    "hook, name",
+    [(StopOnNoImprovement(patience=2), "StopOnNoImprovement"), (StopOnReturn(5, source="eval"), "StopOnReturn")],
+)
 @pytest.mark.parametrize("evaluation", [{}, {"eval_env": make_counting_vec(1)}])
 def test_a_hook_on_evaluations_is_refused_without_eval_freq(tmp_path, hook, name, evaluation):
     """Without eval_freq no evaluation comes before the run's end (at most the final one): the hook would never act."""
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
-    with pytest.raises(ValueError, match=rf"hooks\[1\], a {name}, acts on the evaluations made during the run, but "
-                                         r"eval_freq is None: .* Pass eval_freq=\.\.\."):
+    with pytest.raises(
+        ValueError,
+        match=rf"hooks\[1\], a {name}, acts on the evaluations made during the run, but "
+        r"eval_freq is None: .* Pass eval_freq=\.\.\.",
+    ):
         trainer.multi_run(1, total_steps=500, hooks=[StopOnPlateau(), hook], progress=False, **evaluation)
     assert not (tmp_path / "exp").exists()
 
