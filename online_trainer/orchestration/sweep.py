@@ -32,7 +32,7 @@ from online_trainer.errors import RunsFailedError
 from online_trainer.experiment import ownership
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.experiment.resuming import CALL_KEY, rewind_outputs, runs_left
+from online_trainer.experiment.resuming import CALL_KEY, check_same_call, env_num_envs, rewind_outputs, runs_left
 from online_trainer.options import validation
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
@@ -210,10 +210,21 @@ def _plan(
     """
     experiments: list[Experiment] = []
     names: list[str] = []
-    task_id = 0
     for config in grid:
-        name = experiment_name(root, config, names)
-        names.append(name)
+        names.append(experiment_name(root, config, names))
+    for config, name in zip(grid, names):  # runs done earlier are kept: every configuration's call is checked
+        if (root / name / storage.MANIFEST_FILE).is_file():  # before any of them is cut back
+            manifest = storage.read_manifest(root / name)
+            check_same_call(
+                root / name,
+                manifest,
+                manifest["num_runs"],  # a sweep may add seeds to its configurations
+                None,  # the sweep's seed is checked against sweep.json
+                call_record(options, config, parts.train),
+                lambda: env_num_envs(parts.env_factory),
+            )
+    task_id = 0
+    for config, name in zip(grid, names):
         exp_dir = root / name
         if not exp_dir.exists():
             created += [exp_dir, exp_dir / storage.HYPERPARAMETERS_FILE]

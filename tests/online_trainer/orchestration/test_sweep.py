@@ -297,3 +297,18 @@ def test_a_resumed_sweep_with_a_stateful_hook_and_2_workers_records_what_an_unin
         runs = json.loads((tmp_path / "cut" / name / storage.MANIFEST_FILE).read_text())["runs"]
         assert [r["status"] for r in runs] == ["stopped_early"] * 2
         assert runs[0]["resumed_from"]["global_step"] == 600  # continued from its checkpoint, not started again
+
+
+def test_a_resumed_sweep_with_another_option_that_changes_records_is_refused_before_anything_changes(tmp_path):
+    kw = dict(num_runs=2, total_steps=600, seed_offset=0, checkpoint_freq=300)
+    grid = {"lr": [0.1, 0.5]}
+    cut = corridor_trainer(tmp_path)
+    with pytest.raises(RunsFailedError, match="crash at step 400"):
+        cut.sweep(grid, hooks=[CrashRunOne(400)], **kw)
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
+    with pytest.raises(
+        ValueError, match=r"which ran with dump_transitions=False, but this call has dump_transitions=True"
+    ):
+        corridor_trainer(tmp_path).sweep(grid, resume=True, dump_transitions=True, **kw)
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before
