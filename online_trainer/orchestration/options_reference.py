@@ -41,17 +41,21 @@ the dotted key of its section (`evaluation.freq=5000`, `execution.num_workers=4`
 refused, naming the key and both values. The others cannot change what runs record and may differ.
 
 ```python
-from online_trainer import (CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer,
-                            RecordOptions)
+from online_trainer import CheckpointOptions, EvaluationOptions, ExecutionOptions, OnlineTrainer, RecordOptions
 from online_trainer.agents import DQNAgent
 from online_trainer.envs import make_env
 
 trainer = OnlineTrainer(make_env("CartPole-v1", num_envs=4), lambda env: DQNAgent(env), exp_dir="runs/options")
-trainer.multi_run(5, total_steps=100_000, seed_offset=0, checkpoint_freq=20_000,
-                  evaluation=EvaluationOptions(freq=10_000, episodes=10),
-                  checkpoints=CheckpointOptions(keep=2),
-                  records=RecordOptions(stats_window=50),
-                  execution=ExecutionOptions(num_workers=4))
+trainer.multi_run(
+    5,
+    total_steps=100_000,
+    seed_offset=0,
+    checkpoint_freq=20_000,
+    evaluation=EvaluationOptions(freq=10_000, episodes=10),
+    checkpoints=CheckpointOptions(keep=2),
+    records=RecordOptions(stats_window=50),
+    execution=ExecutionOptions(num_workers=4),
+)
 ```
 
 What `OnlineTrainer` and `multi_run` do with their arguments (budgets, seeds, agents, records, files) is
