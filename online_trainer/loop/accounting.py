@@ -80,6 +80,7 @@ class EpisodeTracker:
         agent_seed: int = 0,
     ) -> None:
         self.num_envs = num_envs
+        self._single = num_envs == 1
         self.mode = autoreset_mode
         self._reset_skip = 1 if autoreset_mode is AutoresetMode.NEXT_STEP else 0
         self.returns = np.zeros(num_envs, dtype=np.float64)
@@ -126,13 +127,19 @@ class EpisodeTracker:
             self.actions.append(actions)
         else:
             self._steps += 1
+        returns, resetting = self.returns, self.resetting
+        if self._single:  # Python scalars: a third of the cost of the array operations below for one element
+            ended = self.ended = bool(terminated[0]) or bool(truncated[0])
+            self.done[0] = ended
+            returns[0] = 0.0 if resetting else returns.item() + float(reward[0])  # float64, as below
+            if self.transitions is not None:
+                self._keep_transitions(obs, actions, reward, terminated, truncated)
+            return 0 if resetting else 1
         done = self.done
         np.logical_or(terminated, truncated, out=done)
         self.ended = bool(np.count_nonzero(done))
-        returns = self.returns
         returns += reward
         real = self.num_envs
-        resetting = self.resetting
         if resetting:  # their entries are reset steps (NEXT_STEP): no reward of theirs counts
             for i in resetting:
                 returns[i] = 0.0
