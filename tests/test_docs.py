@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+import html
+import http.server
 import importlib
+import json
 import os
 import re
+import shutil
+import socketserver
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -111,12 +118,13 @@ def test_the_check_names_a_public_name_left_out():
     ]
 
 
-@pytest.mark.slow
-def test_the_site_builds_in_strict_mode(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The documentation site, built once with ``mkdocs build --strict``."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python")
     pytest.importorskip("material")
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("docs") / "site"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
@@ -127,6 +135,11 @@ def test_the_site_builds_in_strict_mode(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
+    return site
+
+
+@pytest.mark.slow
+def test_the_site_builds_in_strict_mode(site):
     # the reference was generated from the docstrings, the package_dir folders included
     agents_page = (site / "reference" / "api" / "agents" / "index.html").read_text()
     assert 'id="online_trainer.agents.DQNAgent"' in agents_page
@@ -158,3 +171,53 @@ def test_the_command_page_names_every_command_agent_sink_and_config():
         + [f"`{path.name}`" for path in (ROOT / "configs").glob("*.yaml")]
     )
     assert [name for name in names if name not in page] == []
+
+
+# Appended to a page: once laid out, list every table or code block wider than its box (a sideways scrollbar).
+SIDEWAYS_PROBE = """<script>window.addEventListener('load', () => setTimeout(() => {
+  const wide = [...document.querySelectorAll('.md-typeset__scrollwrap, .md-typeset__table, .md-typeset table')]
+    .filter((el) => el.scrollWidth > el.clientWidth + 1)
+    .map((el) => el.scrollWidth + 'px in ' + el.clientWidth + 'px: ' + el.textContent.trim().slice(0, 60));
+  const out = document.createElement('pre'); out.id = 'sideways'; out.textContent = 'SIDEWAYS' + JSON.stringify(wide);
+  document.body.appendChild(out);
+}, 300));</script>"""
+
+
+@pytest.mark.slow
+def test_no_table_of_the_site_scrolls_sideways_at_1280_px(site):
+    """Every page in a real browser (headless Chromium) 1280 px wide: no table wider than the content column."""
+    browser = next(
+        (shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome") if shutil.which(name)), None
+    )
+    if browser is None:
+        pytest.skip("no Chromium on this machine: the layout is checked where one is installed")
+    pages = sorted(p for p in site.rglob("index.html") if "404" not in p.parts)
+    for page in pages:
+        page.with_name("probe.html").write_text(page.read_text().replace("</body>", SIDEWAYS_PROBE + "</body>"))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    with socketserver.TCPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        wide = {}
+        for page in pages:
+            url = f"http://127.0.0.1:{server.server_address[1]}/{page.with_name('probe.html').relative_to(site).as_posix()}"
+            dom = subprocess.run(
+                [
+                    browser,
+                    "--headless=new",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--window-size=1280,900",
+                    "--virtual-time-budget=5000",
+                    "--dump-dom",
+                    url,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            ).stdout
+            found = re.search(r"SIDEWAYS(\[.*?\])</pre>", dom, re.DOTALL)
+            assert found, f"the probe did not run on {page.relative_to(site)}"
+            if json.loads(html.unescape(found.group(1))):
+                wide[str(page.relative_to(site))] = json.loads(html.unescape(found.group(1)))
+        server.shutdown()
+    assert not wide, f"tables wider than the page at 1280 px: {wide}"
