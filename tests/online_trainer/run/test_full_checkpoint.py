@@ -107,7 +107,8 @@ def test_a_header_that_lacks_a_field_is_refused_naming_the_file_before_any_run_s
             started.append(ctx.run)
 
     with pytest.raises(
-        ValueError, match=rf"{re.escape(str(path))} lacks \['episodes'\] in its header: it is damaged; remove it to start the run again"
+        ValueError,
+        match=rf"{re.escape(str(path))} lacks \['episodes'\] in its header: it is damaged; remove it to start the run again",
     ):
         trainer(exp_dir).multi_run(1, hooks=[Crash(10**6), Started()], resume=True, **KW)
     after = {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file() and p.name != ".lock"}
