@@ -98,9 +98,11 @@ class CallBack:
         """Write what is buffered and return where this sink's outputs stand; called at a run's full
         checkpoint, in the run's process.
 
-        Whatever it returns is kept in the checkpoint and handed back to :meth:`rewind` when the
-        run is resumed from it. None (this default) when there is nothing to cut back: a sink
-        that keeps one record per run (MLflow, W&B) continues that record.
+        What it returns is stored in the checkpoint file and handed back to :meth:`rewind` when the
+        run is resumed from it, so it must be plain data: dicts, lists, tuples, strings, numbers,
+        None (the built-in sinks return a position's ``to_state()``). An object of your own class
+        would be pickled by reference, and a checkpoint would then load only where that class
+        imports, unchanged. None (this default) when there is nothing to cut back.
 
         Args:
             run_tag: the last part of the run's tags (``run_1``; ``lr=0.1/run_1`` in a sweep).
@@ -108,8 +110,10 @@ class CallBack:
         return None
 
     def rewind(self, run_tag: str, position: Any) -> None:
-        """Remove what the run ``run_tag`` logged after ``position`` (what :meth:`checkpoint` returned),
-        or everything it logged when ``position`` is None (it starts again from scratch).
+        """Remove what the run ``run_tag`` logged after ``position`` (what :meth:`checkpoint` returned, as
+        plain data), or everything it logged when ``position`` is None (it starts again from scratch).
+        A sink that keeps one record per run (MLflow, W&B) notes the position instead, and continues
+        that record when the run starts.
 
         Called in the parent process before the resumed run starts, with no run writing.
         """

@@ -12,7 +12,7 @@ from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
-from online_trainer.callbacks.rewind import FilePosition, position, rewind_files, text_lines
+from online_trainer.callbacks.rewind import as_file_position, position, rewind_files, text_lines
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
 
@@ -128,15 +128,15 @@ class CSVCallback(CallBack):
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return self._fd
 
-    def checkpoint(self, run_tag: str) -> FilePosition:
+    def checkpoint(self, run_tag: str) -> dict[str, Any]:
         """Write the rows kept; the file's size is the run's position."""
         self.flush()
-        return position(self.log_path)
+        return position(self.log_path).to_state()
 
-    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's rows written after ``position`` (all of them when None)."""
         if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, position, _rows)
+            rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _rows)
 
     def close(self) -> None:
         try:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack
-from online_trainer.callbacks.rewind import FilePosition, position, rewind_files, text_lines
+from online_trainer.callbacks.rewind import as_file_position, position, rewind_files, text_lines
 
 
 def _jsonable(value: Any) -> Any:
@@ -96,15 +96,15 @@ class JsonlCallback(CallBack):
             written = os.write(self._fd, view)
             view = view[written:]
 
-    def checkpoint(self, run_tag: str) -> FilePosition:
+    def checkpoint(self, run_tag: str) -> dict[str, Any]:
         """Write the buffered lines; the file's size is the run's position."""
         self.flush()
-        return position(self.log_path)
+        return position(self.log_path).to_state()
 
-    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's lines written after ``position`` (all of them when None)."""
         if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, position, _lines)
+            rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _lines)
 
     def close(self) -> None:
         self.flush()

@@ -1,7 +1,8 @@
 """Cutting a run's outputs back to a checkpoint, so that a resumed run writes nothing twice.
 
 A sink's :meth:`~online_trainer.callbacks.CallBack.checkpoint` flushes what it holds and says
-where its files stand (:class:`FilePosition`); before a resumed run starts,
+where its files stand (a :class:`FilePosition`, returned as plain data: its :meth:`~FilePosition.to_state`,
+which the run's full checkpoint keeps); before a resumed run starts,
 :meth:`~online_trainer.callbacks.CallBack.rewind` removes from those files what the run wrote
 after that point. Files are shared (runs of several worker processes append to one JSONL or
 CSV file; a worker's TensorBoard file holds each run it ran, one after the other), so only
@@ -14,9 +15,10 @@ file swapped in.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 from online_trainer.callbacks.files import write_atomic
 
@@ -34,6 +36,37 @@ class FilePosition:
     path: str | None
     offset: int = 0
     others: dict[str, int] = field(default_factory=dict)
+
+    KIND: ClassVar[str] = "file"
+    """The ``kind`` of its :meth:`to_state`, which tells it from another sink's position."""
+
+    def to_state(self) -> dict[str, Any]:
+        """The position as plain data (what the sink's ``checkpoint`` returns, kept in the full checkpoint)."""
+        return {"kind": self.KIND, "path": self.path, "offset": self.offset, "others": dict(self.others)}
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> FilePosition:
+        """The position :meth:`to_state` described.
+
+        Raises:
+            ValueError: ``state`` is not a file position's (another sink's: the callbacks differ from the run's).
+        """
+        if not isinstance(state, Mapping) or state.get("kind") != cls.KIND:
+            raise ValueError(
+                f"the run's checkpoint holds {state!r} for this sink, not where its files stood: "
+                "resume with the callbacks the experiment ran with."
+            )
+        return cls(state["path"], int(state["offset"]), {str(k): int(v) for k, v in state["others"].items()})
+
+
+def as_file_position(state: Mapping[str, Any] | None) -> FilePosition | None:
+    """The :class:`FilePosition` a checkpoint kept for a sink (its :meth:`~FilePosition.to_state`), or None
+    (the run starts again: every entry of it goes).
+
+    Raises:
+        ValueError: ``state`` is another sink's position.
+    """
+    return None if state is None else FilePosition.from_state(state)
 
 
 def belongs(tag: str, run_tag: str) -> bool:

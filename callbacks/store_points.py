@@ -3,7 +3,8 @@
 Such a store cannot be cut back the way a file is (:mod:`online_trainer.callbacks.rewind`):
 MLflow deletes no metric point, W&B none of a run's history. So a sink that writes to one
 keeps a :class:`PointLedger` of what the run has logged; at a full checkpoint it sends what
-it buffered and hands back the ledger's :class:`StorePosition`. When the run resumes, the
+it buffered and hands back the ledger's :class:`StorePosition` as plain data
+(:meth:`StorePosition.to_state`, which the run's full checkpoint keeps). When the run resumes, the
 sink reads what the store holds for it and makes a :class:`Resumption` of it:
 
 - points past the checkpoint that the store holds already (sent before the interruption)
@@ -26,8 +27,9 @@ from __future__ import annotations
 import collections
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +42,7 @@ WALL_CLOCK = ("stats/", "timing/")
 
 @dataclass(frozen=True)
 class StorePosition:
-    """What a per-run store held at a run's checkpoint (what the sink's ``checkpoint`` returns).
+    """What a per-run store held at a run's checkpoint (the sink's ``checkpoint`` returns its :meth:`to_state`).
 
     Attributes:
         counts: metric name -> (points logged so far, x of the last one).
@@ -51,6 +53,27 @@ class StorePosition:
     counts: dict[str, tuple[int, float]]
     axes: dict[str, str] = field(default_factory=dict)
     tail: tuple[Point, ...] = ()
+
+    KIND: ClassVar[str] = "store"
+    """The ``kind`` of its :meth:`to_state`, which tells it from another sink's position."""
+
+    def to_state(self) -> dict[str, Any]:
+        """The position as plain data: dicts, lists, strings and numbers."""
+        return {
+            "kind": self.KIND,
+            "counts": {name: [count, x] for name, (count, x) in self.counts.items()},
+            "axes": dict(self.axes),
+            "tail": [[name, x, value] for name, x, value in self.tail],
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> StorePosition:
+        """The position :meth:`to_state` described."""
+        return cls(
+            {str(name): (int(count), x) for name, (count, x) in state["counts"].items()},
+            {str(name): str(axis) for name, axis in state["axes"].items()},
+            tuple((str(name), x, value) for name, x, value in state["tail"]),
+        )
 
 
 class PointLedger:
@@ -193,6 +216,9 @@ class Resumption:
         self.mismatched = {}
 
 
-def as_position(position: object) -> StorePosition | None:
-    """The :class:`StorePosition` a checkpoint kept for a sink (None: none, or one of another kind)."""
-    return position if isinstance(position, StorePosition) else None
+def as_position(state: object) -> StorePosition | None:
+    """The :class:`StorePosition` a checkpoint kept for a sink (its :meth:`~StorePosition.to_state`); None when it
+    kept none, or another kind of position (the run's points are then matched as those of a run that starts again)."""
+    if isinstance(state, Mapping) and state.get("kind") == StorePosition.KIND:
+        return StorePosition.from_state(state)
+    return None

@@ -13,7 +13,7 @@ import numpy as np
 
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
-from online_trainer.callbacks.rewind import FilePosition, event_records, position, rewind_files
+from online_trainer.callbacks.rewind import as_file_position, event_records, position, rewind_files
 from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
@@ -152,17 +152,17 @@ class TBCallBack(CallBack):
     def reset(self) -> None:
         self._pending.clear()
 
-    def checkpoint(self, run_tag: str) -> FilePosition:
+    def checkpoint(self, run_tag: str) -> dict[str, Any]:
         """Write everything kept; the position is this process's event file and its size, and the
         other event files of ``log_dir`` as they are (see :mod:`online_trainer.callbacks.rewind`)."""
         if self._batch.count or self._writer is not None:
             self._flush()
         path = None if self._writer is None else self._writer.path
-        return position(path, self._event_files())
+        return position(path, self._event_files()).to_state()
 
-    def rewind(self, run_tag: str, position: FilePosition | None) -> None:
+    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""
-        rewind_files(self._event_files(), run_tag, position, event_records)
+        rewind_files(self._event_files(), run_tag, as_file_position(position), event_records)
 
     def _event_files(self) -> list[Path]:
         if not os.path.isdir(self.log_dir):

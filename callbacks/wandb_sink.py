@@ -222,13 +222,15 @@ class WandbCallback(CallBack):
                 )
         return points
 
-    def checkpoint(self, run_tag: str) -> StorePosition:
-        """Send what is kept and return how many points of each metric the run has logged, with the last ones."""
+    def checkpoint(self, run_tag: str) -> dict[str, Any]:
+        """Send what is kept and return how many points of each metric the run has logged, with the last ones (as
+        :meth:`StorePosition.to_state <online_trainer.callbacks.store_points.StorePosition.to_state>`)."""
         self.flush()
-        return self._ledger.position()
+        return self._ledger.position().to_state()
 
     def rewind(self, run_tag: str, position: Any) -> None:
-        """Note that the run ``run_tag`` resumes from ``position`` (None: starts again); its :meth:`start_run`
+        """Note that the run ``run_tag`` resumes from ``position`` (what :meth:`checkpoint` returned; None: it
+        starts again); its :meth:`start_run`
         then reads what its W&B run files hold, so as to send what they lack and nothing twice."""
         self._resuming[run_tag] = as_position(position)
 

@@ -86,7 +86,7 @@ def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
     for entry in manifest["runs"]:
         header = full_checkpoint.read(exp_dir, entry["run"], header_only=True)
         if header is not None:
-            return int(header["num_envs"])
+            return header.num_envs
     return None
 
 
@@ -134,7 +134,7 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
 
 def runs_left(
     manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True, hooks: Sequence[Any] = ()
-) -> dict[int, dict[str, Any] | None]:
+) -> dict[int, full_checkpoint.CheckpointHeader | None]:
     """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
 
     The caller holds the experiment's lock: runs the manifest says are ``running`` were cut
@@ -162,7 +162,7 @@ def runs_left(
         for entry in manifest["runs"]
         if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()
     }
-    left: dict[int, dict[str, Any] | None] = {}
+    left: dict[int, full_checkpoint.CheckpointHeader | None] = {}
     for run in entries:
         header = left[run] = full_checkpoint.read(exp_dir, run, header_only=True) if continue_runs else None
         if header is not None:
@@ -173,21 +173,24 @@ def runs_left(
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {
-                "global_step": header["global_step"],
-                "episodes": header["episodes"],
-                "env_restored": header["env_kept"],
+                "global_step": header.global_step,
+                "episodes": header.episodes,
+                "env_restored": header.env_kept,
             }
             logger.info(
                 "run %d continues from its checkpoint at step %d (%d episodes)",
                 run,
-                header["global_step"],
-                header["episodes"],
+                header.global_step,
+                header.episodes,
             )
     return left
 
 
 def rewind_outputs(
-    callback: Any, manifest: Mapping[str, Any], left: Mapping[int, dict[str, Any] | None], tag_prefix: str = ""
+    callback: Any,
+    manifest: Mapping[str, Any],
+    left: Mapping[int, full_checkpoint.CheckpointHeader | None],
+    tag_prefix: str = "",
 ) -> None:
     """Cut the callback's files back to each run's checkpoint; remove every entry of a run that starts again.
 
@@ -199,7 +202,7 @@ def rewind_outputs(
     for run, header in left.items():
         if manifest["runs"][run - 1]["status"] == "pending" and header is None:
             continue
-        rewind(f"{tag_prefix}run_{run}", None if header is None else header["outputs"].get("callback"))
+        rewind(f"{tag_prefix}run_{run}", None if header is None else header.callback_position)
 
 
 def resumed_manifest(

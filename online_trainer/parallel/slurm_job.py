@@ -164,9 +164,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         header = restart_point(str(spec.exp_dir), spec.run_idx)
         rewind = getattr(spec.callback, "rewind", None)
         if callable(rewind):
-            position = None if header is None else header["outputs"].get("callback")
+            position = None if header is None else header.callback_position
             rewind(f"{spec.tag_prefix}run_{spec.run_idx}", position)
-        where = f"from its checkpoint at step {header['global_step']}" if header is not None else "from its start"
+        where = f"from its checkpoint at step {header.global_step}" if header is not None else "from its start"
         logger.warning("Slurm restarted this job: run %d continues %s", spec.run_idx, where)
         return dataclasses.replace(spec, resume=True)
 

@@ -5,7 +5,9 @@ boundary: after the env step whose handlers ran (episodes closed, evaluations an
 due done), before the agent acts on the next observation. It is a :class:`FullCheckpoint` of
 layout version :data:`FORMAT`, written as plain data (each stateful part's ``to_state()``: dicts,
 lists, numbers and numpy arrays; no object of this package is pickled), and checked when it is
-read: a checkpoint of another version is refused before any run starts. It holds:
+read: a checkpoint of another version, or one that lacks a part, is refused before any run starts.
+The file is two pickles: a small :class:`CheckpointHeader` (what planning reads), then the checkpoint.
+It holds:
 
 - ``loop``: the loop's position (:class:`~online_trainer.loop.steps.LoopState`: global step,
   episodes, the observation to act on);
@@ -16,7 +18,8 @@ read: a checkpoint of another version is refused before any run starts. It holds
 - ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
   or MuJoCo envs); None otherwise;
 - ``rng``: the global generators of ``random``, ``numpy`` and ``torch``, for agents that use them;
-- ``outputs``: where the metrics and evaluation streams and the callback's files stood.
+- ``outputs``: where the metrics and evaluation streams stood (byte offsets) and what the callback's
+  ``checkpoint()`` returned (the built-in sinks: where their files or stores stood, as plain data).
 
 Resuming with the env in the checkpoint gives the records an uninterrupted run would have
 given (but ``wall_time``), when the agent's ``save``/``load`` hold its full state (the
@@ -37,7 +40,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import cloudpickle
 import numpy as np
@@ -51,8 +54,62 @@ from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, state
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 2
-"""The layout version of :class:`FullCheckpoint`: raise it whenever a part's ``to_state`` changes."""
+FORMAT = 3
+"""The layout version of :class:`FullCheckpoint` and :class:`CheckpointHeader`: raise it whenever a part's
+``to_state`` changes. (3: the built-in sinks' positions are plain data, the header has every field.)"""
+
+
+@dataclass(frozen=True)
+class CheckpointHeader:
+    """The small first part of a full checkpoint file, which planning reads without loading the rest.
+
+    Attributes:
+        run, seed, num_envs: the run's number, seed, and number of sub-envs.
+        outputs: where the metrics and evaluation streams and the callback's outputs stood
+            (:attr:`FullCheckpoint.outputs`).
+        global_step, episodes: the loop's counts at the checkpoint.
+        env_kept: whether the env is in the checkpoint (the resumed run continues its episodes).
+        elapsed: the run's wall time so far, in seconds.
+        hooks: the user hooks whose state the checkpoint holds (:func:`~online_trainer.run.hook_runner.saved_hooks`).
+        version: the layout version (:data:`FORMAT` when written by this version of the package).
+    """
+
+    run: int
+    seed: int
+    num_envs: int
+    outputs: dict[str, Any]
+    global_step: int
+    episodes: int
+    env_kept: bool
+    elapsed: float
+    hooks: dict[str, Any]
+    version: int = FORMAT
+
+    @property
+    def callback_position(self) -> Any:
+        """What the callback's ``checkpoint()`` returned (None when it has none): what its ``rewind`` takes."""
+        return self.outputs.get("callback")
+
+    def to_state(self) -> dict[str, Any]:
+        """The header as plain data (a dict; its version under ``format``)."""
+        state = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "version"}
+        return {"format": self.version, **state}
+
+    @classmethod
+    def from_state(cls, state: Any, source: Any = "the checkpoint") -> CheckpointHeader:
+        """The header :meth:`to_state` described.
+
+        Raises:
+            ValueError: it is of another layout version, or lacks a field (``source`` names it in the message).
+        """
+        check_version(state.get("format") if isinstance(state, dict) else None, source)
+        names = [field.name for field in dataclasses.fields(cls) if field.name != "version"]
+        missing = [name for name in names if name not in state]
+        if missing:
+            raise ValueError(
+                f"{source} lacks {missing} in its header: it is damaged; remove it to start the run again."
+            )
+        return cls(**{name: state[name] for name in names}, version=state["format"])
 
 
 @dataclass(frozen=True)
@@ -85,21 +142,20 @@ class FullCheckpoint:
     elapsed: float
     version: int = FORMAT
 
-    def header(self) -> dict[str, Any]:
-        """The small first part of the file, which planning reads: :data:`HEADER_KEYS`, the loop's counts, the
-        seconds the run had taken, the user hooks whose state it holds (:func:`~online_trainer.run.hook_runner.saved_hooks`)."""
-        return {
-            "format": self.version,
-            "run": self.run,
-            "seed": self.seed,
-            "num_envs": self.num_envs,
-            "outputs": self.outputs,
-            "global_step": self.loop.global_step,
-            "episodes": self.loop.episodes,
-            "env_kept": self.env is not None,
-            "elapsed": self.elapsed,
-            "hooks": saved_hooks(self.events),
-        }
+    def header(self) -> CheckpointHeader:
+        """The small first part of the file, which planning reads."""
+        return CheckpointHeader(
+            run=self.run,
+            seed=self.seed,
+            num_envs=self.num_envs,
+            outputs=self.outputs,
+            global_step=self.loop.global_step,
+            episodes=self.loop.episodes,
+            env_kept=self.env is not None,
+            elapsed=self.elapsed,
+            hooks=saved_hooks(self.events),
+            version=self.version,
+        )
 
     def to_state(self) -> dict[str, Any]:
         """The checkpoint as plain data (what the file holds after the header)."""
@@ -174,17 +230,14 @@ def restart_seed(run_seed: int, global_step: int) -> int:
     return int(sequence.generate_state(1, dtype=np.uint32)[0] % (2**31 - seeding.SEED_STRIDE))
 
 
-HEADER_KEYS = ("run", "seed", "num_envs", "outputs")
-
-
 def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
 
-    The file is two pickles of plain data: a small header (:meth:`FullCheckpoint.header`), which
+    The file is two pickles of plain data: a small header (:meth:`CheckpointHeader.to_state`), which
     the parent reads to check the version and cut outputs back, then :meth:`FullCheckpoint.to_state`.
     (The agent's own ``save()`` may hold what only cloudpickle pickles: the second part is written with it.)
     """
-    header, state = checkpoint.header(), checkpoint.to_state()
+    header, state = checkpoint.header().to_state(), checkpoint.to_state()
 
     def dump(file: Any) -> None:
         pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -193,7 +246,7 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
 
 
-def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any]) -> None:
+def check_hooks(exp_dir: str | Path, header: CheckpointHeader, hooks: Sequence[Any]) -> None:
     """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
 
     Args:
@@ -204,27 +257,33 @@ def check_hooks(exp_dir: str | Path, header: dict[str, Any], hooks: Sequence[Any
     Raises:
         ValueError: naming the run, its checkpoint and the hooks that differ.
     """
-    saved = header.get("hooks")
-    if saved is None:  # written before headers listed them: the whole checkpoint says
-        state = read(exp_dir, header["run"])
-        saved = {} if state is None else saved_hooks(state.events)
-    where = f"The saved state (run {header['run']}, {storage.resume_path(exp_dir, header['run']).name})"
-    check_saved_hooks(saved, stateful_hooks(hooks), where)
+    where = f"The saved state (run {header.run}, {storage.resume_path(exp_dir, header.run).name})"
+    check_saved_hooks(header.hooks, stateful_hooks(hooks), where)
 
 
-def read(exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False) -> Any:
-    """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its header, a dict of
-    :data:`HEADER_KEYS` and the loop's counts), or None when it has none.
+@overload
+def read(exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[False] = False) -> FullCheckpoint | None: ...
+
+
+@overload
+def read(exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[True]) -> CheckpointHeader | None: ...
+
+
+def read(
+    exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False
+) -> FullCheckpoint | CheckpointHeader | None:
+    """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its
+    :class:`CheckpointHeader` alone), or None when it has none.
 
     Raises:
-        ValueError: the file was written with another layout version (:data:`FORMAT`), or is damaged.
+        ValueError: the file was written with another layout version (:data:`FORMAT`), or is damaged
+            (the message names the file and says to remove it).
     """
     path = storage.resume_path(exp_dir, run_idx)
     if not path.is_file():
         return None
     with open(path, "rb") as file:
-        header = pickle.load(file)
-        check_version(header.get("format") if isinstance(header, dict) else None, path)
+        header = CheckpointHeader.from_state(pickle.load(file), path)
         return header if header_only else FullCheckpoint.from_state(pickle.load(file), path)
 
 
@@ -250,11 +309,11 @@ def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
         header = read(exp_dir, run_idx, header_only=True)
     except (ValueError, OSError, pickle.UnpicklingError, EOFError):  # another format, or unreadable: the records say
         header = None
-    if header is not None and header["global_step"] >= (progress["global_step"] or 0):
+    if header is not None and header.global_step >= (progress["global_step"] or 0):
         progress = {
-            "episodes": max(progress["episodes"] or 0, header["episodes"]),
-            "global_step": header["global_step"],
-            "wall_time": header.get("elapsed", progress["wall_time"]),
+            "episodes": max(progress["episodes"] or 0, header.episodes),
+            "global_step": header.global_step,
+            "wall_time": header.elapsed,
         }
     return progress
 
@@ -334,7 +393,7 @@ def restored_tracker(saved: FullCheckpoint, fresh: EpisodeTracker) -> EpisodeTra
     return fresh
 
 
-def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> dict[str, Any] | None:
+def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = True) -> CheckpointHeader | None:
     """The header of the full checkpoint run ``run`` continues from; None when it starts again, its partial
     streams and its checkpoint removed.
 

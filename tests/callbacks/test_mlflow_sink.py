@@ -158,7 +158,7 @@ def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_th
     callback.end_run(1, "interrupted")
     callback = MLflowCallback(tracking_uri=uri, experiment_name="shared")
     # a checkpoint after 2 episodes, one of which the store holds twice; episodes 3 to 5 sent after it
-    callback.rewind("run_1", StorePosition({"ep_return": (1, 1)}, {"ep_return": "episode"}))
+    callback.rewind("run_1", StorePosition({"ep_return": (1, 1)}, {"ep_return": "episode"}).to_state())
     callback.setup(exp_dir, {1: 7})
     with caplog.at_level(logging.WARNING):
         callback.start_run(1, 7, {}, str(exp_dir), "run_1")

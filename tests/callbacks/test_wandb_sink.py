@@ -161,7 +161,7 @@ def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, off
     callback.start_run(1, 5, {}, str(exp_dir), "run_1")
     callback.series("ep_return", "ep_return/run_1", [1.0, 2.0, 3.0], range(1, 4))
     callback({"loss": 0.5}, "agents/run_1", 30)
-    position = callback.checkpoint("run_1")
+    position = StorePosition.from_state(callback.checkpoint("run_1"))
     assert position.counts == {"ep_return": (3, 3), "agents/loss": (1, 30)}
     callback.series("ep_return", "ep_return/run_1", [4.0], range(4, 5))
     callback.end_run(1, "interrupted")
@@ -174,7 +174,7 @@ def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, off
         tail=(("ep_return", 2, 2.0), ("ep_return", 3, 3.0), ("agents/loss", 30, 0.5)),
     )
     callback = WandbCallback(project="tests")
-    callback.rewind("run_1", lost)
+    callback.rewind("run_1", lost.to_state())
     callback.setup(exp_dir, {1: 5})
     with caplog.at_level(logging.WARNING):
         callback.start_run(1, 5, {}, str(exp_dir), "run_1")

@@ -126,10 +126,10 @@ def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
     with pytest.raises(full_checkpoint.Preempted):
         trainer.multi_run(1, total_steps=10**8, seed_offset=0, hooks=[Preempt(200)], progress=False)
     header = full_checkpoint.read(tmp_path, 1, header_only=True)
-    assert header["global_step"] > 200
+    assert header.global_step > 200
     (entry,) = entries(tmp_path)
-    assert entry["status"] == "interrupted" and entry["global_step"] == header["global_step"]
-    assert entry["episodes"] == header["episodes"] == len(storage.load_run_metrics(tmp_path, 1)) > 0
-    assert entry["wall_time"] == pytest.approx(header["elapsed"], abs=1e-3)
+    assert entry["status"] == "interrupted" and entry["global_step"] == header.global_step
+    assert entry["episodes"] == header.episodes == len(storage.load_run_metrics(tmp_path, 1)) > 0
+    assert entry["wall_time"] == pytest.approx(header.elapsed, abs=1e-3)
     runs = load_runs(tmp_path)
-    assert runs["env_steps"].tolist() == [header["global_step"]] and runs["wall_time"].tolist()[0] > 0
+    assert runs["env_steps"].tolist() == [header.global_step] and runs["wall_time"].tolist()[0] > 0

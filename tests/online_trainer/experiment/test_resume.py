@@ -99,7 +99,7 @@ def test_a_resumed_run_gives_the_records_and_logs_of_an_uninterrupted_one(tmp_pa
     manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
     assert [r["status"] for r in manifest["runs"]] == ["interrupted", "pending"]
     header = full_checkpoint.read(tmp_path / "cut", 1, header_only=True)
-    assert 900 <= header["global_step"] < 902 and header["env_kept"]  # at the checkpoint (2 sub-envs may overshoot)
+    assert 900 <= header.global_step < 902 and header.env_kept  # at the checkpoint (2 sub-envs may overshoot)
     resumed = trainer(tmp_path, "cut", env, agent).multi_run(2, resume=True, **kw)
     for ref_run, run in zip(reference, resumed):
         assert [{k: r[k] for k in COLUMNS[2:]} for r in ref_run] == [{k: r[k] for k in COLUMNS[2:]} for r in run]
@@ -152,7 +152,7 @@ def test_an_env_that_does_not_pickle_restarts_with_contiguous_indices(tmp_path):
     kw = dict(total_steps=1500, seed_offset=9, checkpoint_freq=500, progress=False)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, hooks=[Crash(1200)], **kw)
-    assert not full_checkpoint.read(tmp_path, 1, header_only=True)["env_kept"]
+    assert not full_checkpoint.read(tmp_path, 1, header_only=True).env_kept
     run = OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(1, resume=True, **kw)[0]
     indices, steps = [r["episode_index"] for r in run], [r["global_step"] for r in run]
     assert indices == list(range(1, len(run) + 1))
@@ -276,7 +276,7 @@ def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
     assert manifest["runs"][0]["status"] == "interrupted"
     header = full_checkpoint.read(tmp_path / "cut", 1, header_only=True)
-    assert 0 < header["global_step"] < 8_000  # written at once, not at checkpoint_freq
+    assert 0 < header.global_step < 8_000  # written at once, not at checkpoint_freq
     assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=900) == 0
     assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=900) == 0
     assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])

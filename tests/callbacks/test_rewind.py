@@ -1,0 +1,44 @@
+"""A file sink's position at a checkpoint is plain data, and rewinding to it cuts the run's entries back."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from online_trainer.callbacks import JsonlCallback
+from online_trainer.callbacks.store_points import StorePosition
+
+
+def logged(path):
+    return [(row["tag"], row["step"]) for row in map(json.loads, path.read_text().splitlines())]
+
+
+def test_a_jsonl_position_is_plain_data_that_rewind_cuts_the_run_back_to(tmp_path):
+    path = tmp_path / "log.jsonl"
+    callback = JsonlCallback(path)
+    callback({"ep_return": 1.0}, "ep_return/run_1", 1)
+    callback({"ep_return": 5.0}, "ep_return/run_2", 1)
+    position = callback.checkpoint("run_1")
+    assert position == {"kind": "file", "path": str(path), "offset": path.stat().st_size, "others": {}}
+    assert pickle.loads(pickle.dumps(position)) == position and type(position) is dict
+    callback({"ep_return": 2.0}, "ep_return/run_1", 2)
+    callback({"ep_return": 6.0}, "ep_return/run_2", 2)
+    callback.close()
+
+    callback.rewind("run_1", position)
+    assert logged(path) == [("ep_return/run_1", 1), ("ep_return/run_2", 1), ("ep_return/run_2", 2)]
+    callback.rewind("run_2", None)  # a run that starts again loses every entry
+    assert logged(path) == [("ep_return/run_1", 1)]
+
+
+def test_a_position_of_another_sink_is_refused_and_the_file_kept(tmp_path):
+    path = tmp_path / "log.jsonl"
+    callback = JsonlCallback(path)
+    callback({"ep_return": 1.0}, "ep_return/run_1", 1)
+    callback.close()
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"not where its files stood: resume with the callbacks the experiment ran"):
+        callback.rewind("run_1", StorePosition({"ep_return": (1, 1.0)}).to_state())
+    assert path.read_bytes() == before
