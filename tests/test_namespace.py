@@ -107,6 +107,7 @@ def run_in(folder: Path, *command: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_notebook_style_script_beside_a_users_own_modules(user_folder):
     (user_folder / "experiment.py").write_text(textwrap.dedent(SCRIPT))
     done = run_in(user_folder, sys.executable, "experiment.py")
@@ -114,6 +115,7 @@ def test_a_notebook_style_script_beside_a_users_own_modules(user_folder):
     assert done.stdout.strip().splitlines()[-1] == "the user callbacks|the user agents|the user envs"
 
 
+@pytest.mark.slow
 def test_the_command_beside_a_users_own_modules(user_folder):
     (user_folder / "cliff.yaml").write_text(CONFIG)
     command = Path(sys.executable).with_name("online-trainer")

@@ -106,6 +106,7 @@ def test_values_outside_a_run_are_refused():
         MLflowCallback(tracking_uri="sqlite:///unused.db")({"x": 1.0}, "t", 0)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumed_holds_the_points_of_an_uninterrupted_one(tmp_path, monkeypatch):
     """Values sent after the checkpoint, before the interruption, are not sent again by the resumed run."""
     monkeypatch.chdir(tmp_path)  # MLflow puts the artifacts of a given store in ./mlruns

@@ -589,6 +589,7 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
         assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["the command", "its process group"])
 def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
     """SIGTERM to ``online-trainer run`` with 2 workers, alone (``kill PID``) or with its workers (as a cluster

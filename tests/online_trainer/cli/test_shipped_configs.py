@@ -31,6 +31,7 @@ def test_the_configs_folder_is_found():
     assert {"quickstart", "cartpole_ppo", "breakout_ppo", "minigrid_ppo"} <= {path.stem for path in CONFIGS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda path: path.stem)
 def test_a_shipped_config_runs_from_the_command(path, tmp_path):
     for module in NEEDS.get(path.stem, ()):

@@ -193,6 +193,7 @@ def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp
     assert after == before  # a refused call changes nothing
 
 
+@pytest.mark.slow
 def test_a_resumed_env_with_another_number_of_sub_envs_is_refused_and_execution_options_may_differ(tmp_path):
     _, agent = AGENTS["q_learning"]
 
@@ -432,6 +433,7 @@ def sink_points(exp_dir, store):
     return {key: values for key, values in points.items() if key[2].split("/")[0] not in ("stats", "timing")}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kill_at", [1000])
 def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted_one(tmp_path, kill_at):
     """SIGKILL of the job's process group (W&B's service included) after a checkpoint, with values sent after it

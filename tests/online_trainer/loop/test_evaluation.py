@@ -88,6 +88,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_trained_agent_scores_through_the_trainer_what_it_scores_by_hand(tmp_path, name):
     cls, env_id, budget, hp = CASES[name]

@@ -50,7 +50,7 @@ def _cluster_problem() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_cluster_problem() is not None, reason=str(_cluster_problem()))
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_cluster_problem() is not None, reason=str(_cluster_problem()))]
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 
 

@@ -84,6 +84,7 @@ class ThreadCountAgent(RecordingAgent):
         return [{"threads": np.array([torch.get_num_threads()])}] * self.num_envs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torch_threads", [1, 2])
 def test_workers_limit_torch_threads(torch_threads):
     runs = OnlineTrainer(make_counting_vec(1), ThreadCountAgent).multi_run(
@@ -104,6 +105,7 @@ POOLS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 def test_workers_limit_every_thread_pool_in_the_users_environment(tmp_path, start_method):
     """In a fresh process started without OMP_NUM_THREADS and the like, each worker's BLAS, OpenMP and torch
@@ -215,6 +217,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)
@@ -266,6 +269,7 @@ def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
     assert os.getpid() not in markers.values()  # written by the workers as they ended
 
 
+@pytest.mark.slow
 def test_a_worker_stopped_while_it_leaves_prints_nothing(tmp_path, capfd):
     """SIGTERM to workers running their exit handlers (a notebook kernel's process group stopped while the pool
     sends its workers away) prints no "Exception ignored in atexit ... SystemExit: 143"."""
@@ -308,6 +312,7 @@ def worker_pids(runs):
     return {int(p) for run in runs for r in run for p in r["agent_logs"]["pid"]}
 
 
+@pytest.mark.slow
 def test_calls_share_warm_workers_until_shutdown():
     shutdown_workers()
     trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
@@ -322,6 +327,7 @@ def test_calls_share_warm_workers_until_shutdown():
     assert worker_processes() == []
 
 
+@pytest.mark.slow
 def test_changed_source_restarts_the_workers(tmp_path, monkeypatch):
     """Warm workers must not run stale code: an edited module of the user's means new workers."""
     shutdown_workers()
@@ -356,6 +362,7 @@ def test_idle_workers_leave_and_are_replaced():
     assert all(not p.is_alive() for p in pool.processes.values())
 
 
+@pytest.mark.slow
 def test_a_call_after_the_workers_left_idle_starts_new_ones(monkeypatch):
     shutdown_workers()
     monkeypatch.setattr(workers, "IDLE_TIMEOUT", 0.5)
@@ -382,6 +389,7 @@ ORPHAN_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_workers_leave_when_their_parent_is_killed(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(ORPHAN_SCRIPT)
@@ -408,6 +416,7 @@ class LoadedModulesAgent(RecordingAgent):
         return [{"torch_loaded": np.array([self.torch_loaded])}] * self.num_envs
 
 
+@pytest.mark.slow
 def test_forkserver_workers_start_with_the_heavy_libraries_loaded():
     import multiprocessing.forkserver
 
@@ -464,6 +473,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_a_run_refused_before_its_first_step_stops_the_workers_without_tracebacks(tmp_path):
     # The other worker may still be starting (importing the script again) when the refusal
     # stops the pool: it must leave quietly, not print a KeyboardInterrupt nobody pressed.
