@@ -709,6 +709,7 @@ sys.exit(main.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a kill trial in a subprocess
 def test_an_overwrite_killed_before_its_runs_started_leaves_the_earlier_experiment_and_its_config(tmp_path, capsys):
     """The next call on the directory puts back what a killed ``overwrite=true`` call set aside, config.yaml included."""
     config, exp_dir = write_config(tmp_path), tmp_path / "exp"
