@@ -29,37 +29,36 @@ from online_trainer.run.builtin import preemption
 
 
 class CommandTrainer(OnlineTrainer):
-    """The trainer of ``online-trainer run``: the resolved ``config.yaml`` is one more input file of the
-    experiment (:meth:`OnlineTrainer.input_files`), so that it is checked, set aside, put back and removed
-    with the experiment by the one path; and the trainer says what it runs once the directory is its own.
+    """The trainer of ``online-trainer run`` for ``config``: its resolved ``config.yaml`` is one more input file
+    of the experiment (:meth:`OnlineTrainer.input_files`), so that it is checked, set aside, put back and
+    removed with the experiment by the one path; and it says what it runs once the directory is its own.
 
     Args:
-        make_env, make_agent: the env and agent factories of the config.
-        exp_dir, train, args: as in :class:`OnlineTrainer`.
+        config: the experiment's config (its ``exp_dir`` set).
         config_yaml: the text of ``config.yaml``.
-        announcement: printed once ``exp_dir`` is held and prepared, before any env is made.
+
+    Raises:
+        TypeError, ValueError: as :class:`OnlineTrainer` (``exp_dir`` is a file).
     """
 
-    def __init__(
-        self,
-        make_env: Any,
-        make_agent: Any,
-        *,
-        exp_dir: Path,
-        train: bool,
-        args: dict[str, Any],
-        config_yaml: str,
-        announcement: str,
-    ) -> None:
-        super().__init__(make_env, make_agent, exp_dir=exp_dir, train=train, args=args)
-        self.config_yaml, self.announcement = config_yaml, announcement
+    def __init__(self, config: ExperimentConfig, config_yaml: str) -> None:
+        assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
+        super().__init__(
+            env_factory(config.env),
+            AgentBuilder(config.agent),
+            exp_dir=config.exp_dir,
+            train=config.train,
+            args=config.to_dict(),
+        )
+        self.call_back = CALLBACKS[config.callback](Path(config.exp_dir))
+        self.config_yaml, self.description = config_yaml, _describe(config)
 
     def input_files(self) -> dict[str, str | None]:
         """``config.py`` and ``args.yaml`` as :meth:`OnlineTrainer.input_files` says, and ``config.yaml``."""
         return {**super().input_files(), CONFIG_YAML: self.config_yaml}
 
     def _on_exp_dir_held(self) -> None:
-        print(self.announcement, flush=True)
+        print(f"Running {self.description} into {self.exp_dir}", flush=True)
 
 
 def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError:
@@ -144,18 +143,9 @@ def run_command(args: argparse.Namespace) -> int:
     assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
     exp_dir = Path(config.exp_dir)
     try:
-        trainer = CommandTrainer(
-            env_factory(config.env),
-            AgentBuilder(config.agent),
-            exp_dir=exp_dir,
-            train=config.train,
-            args=config.to_dict(),
-            config_yaml=_resolved_text(config, os.fspath(args.config), list(args.overrides)),
-            announcement=f"Running {_describe(config)} into {exp_dir}",
-        )
+        trainer = CommandTrainer(config, _resolved_text(config, os.fspath(args.config), list(args.overrides)))
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
-    trainer.call_back = CALLBACKS[config.callback](exp_dir)
     status, handle = 0, None
     try:
         handle = trainer.multi_run(
