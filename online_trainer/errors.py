@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 
 class RunFailure:
@@ -65,3 +66,18 @@ class RunSetupError(Exception):
 
 class ExperimentInUseError(RuntimeError):
     """Another live call is writing into the experiment directory (it holds its lock)."""
+
+
+class ExperimentExistsError(FileExistsError):
+    """The experiment directory holds an earlier experiment, or an input file (``config.py``, ``args.yaml``)
+    with other content, and ``overwrite`` is false; nothing was written.
+
+    Attributes:
+        exp_dir: the directory.
+        earlier: the files of the earlier experiment (empty when only input files are in the way).
+        differing: the input files there with other content.
+    """
+
+    def __init__(self, message: str, exp_dir: Path, earlier: Sequence[Path], differing: Sequence[Path]) -> None:
+        super().__init__(message)
+        self.exp_dir, self.earlier, self.differing = exp_dir, list(earlier), list(differing)

@@ -20,9 +20,7 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
 )
-from online_trainer.errors import RunsFailedError
-from online_trainer.experiment.lock import LOCK_FILE, ExperimentLock, new_paths
-from online_trainer.experiment.manifest import earlier_experiment, remove_created
+from online_trainer.errors import ExperimentExistsError, RunsFailedError
 from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
@@ -30,28 +28,47 @@ from online_trainer.records import storage
 from online_trainer.run.builtin import preemption
 
 
-def check_exp_dir(config: ExperimentConfig, text: str) -> Path:
-    """The experiment directory, after checking that running would replace nothing silently.
+class CommandTrainer(OnlineTrainer):
+    """The trainer of ``online-trainer run`` for ``config``: its resolved ``config.yaml`` is one more input file
+    of the experiment (:meth:`OnlineTrainer.input_files`), so that it is checked, set aside, put back and
+    removed with the experiment by the one path; and it says what it runs once the directory is its own.
+
+    Args:
+        config: the experiment's config (its ``exp_dir`` set).
+        config_yaml: the text of ``config.yaml``.
 
     Raises:
-        ConfigError: ``exp_dir`` is a file, or holds an earlier experiment (or another
-            config) and ``overwrite`` is false.
+        TypeError, ValueError: as :class:`OnlineTrainer` (``exp_dir`` is a file).
     """
-    assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
-    exp_dir = Path(config.exp_dir)
-    if exp_dir.exists() and not exp_dir.is_dir():
-        raise ConfigError(f"exp_dir={config.exp_dir!r} exists and is not a directory: set exp_dir=<another path>.")
-    if config.overwrite:
-        return exp_dir
-    files, differing = earlier_experiment(exp_dir, {CONFIG_YAML: text})
-    earlier = [p.name for p in files] or [CONFIG_YAML + " of another config" for _ in differing]
-    if earlier:
-        names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
-        raise ConfigError(
-            f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
-            "to replace it, or exp_dir=<another path>."
+
+    def __init__(self, config: ExperimentConfig, config_yaml: str) -> None:
+        assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
+        super().__init__(
+            env_factory(config.env),
+            AgentBuilder(config.agent),
+            exp_dir=config.exp_dir,
+            train=config.train,
+            args=config.to_dict(),
         )
-    return exp_dir
+        self.call_back = CALLBACKS[config.callback](Path(config.exp_dir))
+        self.config_yaml, self.description = config_yaml, _describe(config)
+
+    def input_files(self) -> dict[str, str | None]:
+        """``config.py`` and ``args.yaml`` as :meth:`OnlineTrainer.input_files` says, and ``config.yaml``."""
+        return {**super().input_files(), CONFIG_YAML: self.config_yaml}
+
+    def _on_exp_dir_held(self) -> None:
+        print(f"Running {self.description} into {self.exp_dir}", flush=True)
+
+
+def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError:
+    """The command's words for an experiment directory that ``multi_run`` refused to replace."""
+    earlier = [p.name for p in exc.earlier] or [f"{p.name} of another config" for p in exc.differing]
+    names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+    return ConfigError(
+        f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
+        "to replace it, or exp_dir=<another path>."
+    )
 
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:
@@ -113,6 +130,9 @@ def _describe(config: ExperimentConfig) -> str:
 def run_command(args: argparse.Namespace) -> int:
     """Run the experiment of ``args.config`` with ``args.overrides``; print the final table.
 
+    ``multi_run`` takes the experiment's lock, refuses an earlier experiment (unless ``overwrite``) before
+    anything is written or any env is made, and writes ``config.yaml`` with its own input files.
+
     Returns:
         0 when every run completed, 1 when some failed (their error is printed).
 
@@ -120,47 +140,26 @@ def run_command(args: argparse.Namespace) -> int:
         ConfigError: for any problem with the config, before anything runs.
     """
     config = load_experiment_config(args.config, args.overrides)
-    text = _resolved_text(config, os.fspath(args.config), list(args.overrides))
-    exp_dir = check_exp_dir(config, text)
-    make_env, make_agent = env_factory(config.env), AgentBuilder(config.agent)
+    assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
+    exp_dir = Path(config.exp_dir)
     try:
-        trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train, args=config.to_dict())
+        trainer = CommandTrainer(config, _resolved_text(config, os.fspath(args.config), list(args.overrides)))
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
-    trainer.call_back = CALLBACKS[config.callback](exp_dir)
-    created = new_paths(exp_dir, LOCK_FILE, CONFIG_YAML)  # runs/ of runs/<stem> included
-    status, locked, handle = 0, False, None
+    status, handle = 0, None
     try:
-        # The lock first, so that a second writer is refused before it writes anything (config.yaml
-        # included); multi_run joins it. The exp_dir is checked again under the lock (a writer may have
-        # ended meanwhile), before the lock file is written: a refused call changes nothing.
-        with ExperimentLock(exp_dir, reentrant=True, check=lambda: check_exp_dir(config, text)):
-            locked = True
-            earlier = _earlier_config(exp_dir)
-            storage.write_atomic(exp_dir / CONFIG_YAML, text.encode())
-            print(f"Running {_describe(config)} into {exp_dir}", flush=True)
-            try:
-                handle = trainer.multi_run(
-                    config.num_runs,
-                    overwrite=config.overwrite,
-                    **multi_run_kwargs(config, progress=not args.no_progress),
-                )
-            except BaseException:
-                if earlier is not None and _manifest_bytes(exp_dir) == earlier[1]:
-                    # overwrite=true, and no run started: the earlier experiment is back, with its config
-                    storage.write_atomic(exp_dir / CONFIG_YAML, earlier[0])
-                raise
+        handle = trainer.multi_run(
+            config.num_runs, overwrite=config.overwrite, **multi_run_kwargs(config, progress=not args.no_progress)
+        )
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
-    except BaseException as exc:  # multi_run checks its input and each run's setup before any step
-        if locked and not storage.existing_experiment_files(exp_dir):
-            remove_created(created)  # nothing ran: leave no trace for the corrected call
-        if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, or a preemption signal (Preempted)
-            return interrupted(exp_dir)
-        if isinstance(exc, (TypeError, ValueError, FileExistsError)):
-            raise ConfigError(str(exc)) from exc
-        raise
+    except ExperimentExistsError as exc:
+        raise refusal(config, exc) from exc
+    except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted)
+        return interrupted(exp_dir)
+    except (TypeError, ValueError, FileExistsError) as exc:  # checked before any env step
+        raise ConfigError(str(exc)) from exc
     if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
         print(
             f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
@@ -172,19 +171,6 @@ def run_command(args: argparse.Namespace) -> int:
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
-
-
-def _manifest_bytes(exp_dir: Path) -> bytes | None:
-    path = exp_dir / storage.MANIFEST_FILE
-    return path.read_bytes() if path.is_file() else None
-
-
-def _earlier_config(exp_dir: Path) -> tuple[bytes, bytes] | None:
-    """The ``config.yaml`` and manifest of an experiment in ``exp_dir`` (that ``overwrite=true`` replaces), or None."""
-    manifest = _manifest_bytes(exp_dir)
-    if manifest is None or not (exp_dir / CONFIG_YAML).is_file():
-        return None
-    return (exp_dir / CONFIG_YAML).read_bytes(), manifest
 
 
 def eval_command(args: argparse.Namespace) -> int:

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,8 +38,6 @@ logger = logging.getLogger(__name__)
 # A reader probing whether the lock is held (online_trainer.experiment.ownership.is_held) holds it for an
 # instant: a writer that finds it taken tries again for this long before it refuses.
 _RETRY_FOR = 0.2
-# Locks taken with reentrant=True, by (lock file, process, thread): later acquisitions there join them.
-_JOINABLE: dict[tuple[str, int, int], ExperimentLock] = {}
 
 
 class ExperimentLock:
@@ -48,10 +45,7 @@ class ExperimentLock:
 
     Args:
         exp_dir: the directory (created if missing).
-        reentrant: later acquisitions of this directory's lock by the same thread, while this
-            one is held, join it instead of being refused: for a caller that writes files of
-            its own (the command's ``config.yaml``) before a call that takes the lock itself.
-        check: called once the lock is held (or joined) and before anything is written: what it
+        check: called once the lock is held and before anything is written: what it
             raises refuses the call, and the disk is left as it was (the lock file and the
             directories this acquisition created are removed, an existing lock file is untouched).
 
@@ -60,26 +54,13 @@ class ExperimentLock:
         Exception: on entering, what ``check`` raises.
     """
 
-    def __init__(
-        self, exp_dir: str | os.PathLike, reentrant: bool = False, check: Callable[[], object] | None = None
-    ) -> None:
+    def __init__(self, exp_dir: str | os.PathLike, check: Callable[[], object] | None = None) -> None:
         self.path = Path(exp_dir) / LOCK_FILE
-        self.reentrant = reentrant
         self.check = check
         self._fd: int | None = None
-        self._joined = False  # whether acquire() joined a reentrant lock held by this thread
-        self._registered: tuple[str, int, int] | None = None  # where a reentrant lock can be joined
-
-    def _key(self) -> tuple[str, int, int]:
-        return os.path.realpath(self.path), os.getpid(), threading.get_ident()
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`ExperimentInUseError` naming its owner (or what ``check`` raises)."""
-        if self._key() in _JOINABLE:
-            if self.check is not None:
-                self.check()
-            self._joined = True
-            return
         new_dirs = missing_dirs(self.path.parent)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,20 +107,11 @@ class ExperimentLock:
             os.close(fd)
             raise
         self._fd = fd
-        if self.reentrant:
-            self._registered = self._key()
-            _JOINABLE[self._registered] = self
 
     def release(self) -> None:
         """Clear the owner and release the lock (the file stays: deleting it would race a waiting writer)."""
-        if self._joined:
-            self._joined = False
-            return
         if self._fd is None:
             return
-        if self._registered is not None:
-            _JOINABLE.pop(self._registered, None)
-            self._registered = None
         fd, self._fd = self._fd, None
         try:
             os.ftruncate(fd, 0)

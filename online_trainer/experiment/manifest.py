@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from online_trainer.errors import RunFailure
+from online_trainer.errors import ExperimentExistsError, RunFailure
 from online_trainer.experiment import job_results, ownership
 from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
 from online_trainer.experiment.lock import hold_lock
@@ -253,31 +253,37 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
         exp_dir: the experiment directory (it may not exist yet).
         overwrite: an earlier experiment will be replaced: nothing is refused.
         inputs: file name -> text of the files that say what produced the experiment
-            (``config.py``, ``args.yaml``; None: not given).
+            (``config.py``, ``args.yaml``, the command's ``config.yaml``; None: not given).
 
     Raises:
-        FileExistsError: an earlier experiment is there, or an input file is there with other
-            content, and ``overwrite`` is false.
+        ExperimentExistsError: (a FileExistsError) an earlier experiment is there, or an input file
+            is there with other content, and ``overwrite`` is false; it lists both, for callers
+            that say it in their own terms (the command's ``overwrite=true``).
     """
     if overwrite:
         return
     earlier, differing = earlier_experiment(exp_dir, inputs)
     if earlier:
         names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
-        raise FileExistsError(
+        raise ExperimentExistsError(
             f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
-            "overwrite=True to replace it, or choose another exp_dir."
+            "overwrite=True to replace it, or choose another exp_dir.",
+            exp_dir,
+            earlier,
+            differing,
         )
     if differing:
-        raise FileExistsError(
-            f"{differing[0]} already exists with other content: pass overwrite=True or another exp_dir."
+        raise ExperimentExistsError(
+            f"{differing[0]} already exists with other content: pass overwrite=True or another exp_dir.",
+            exp_dir,
+            earlier,
+            differing,
         )
 
 
 def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:
     """What a new experiment in ``exp_dir`` would replace: the files of an earlier experiment, and the input
-    files (name -> text, as in :func:`check_exp_dir`) there with other content. This only reads; the one
-    check behind :func:`check_exp_dir` and the command's (``online_trainer.cli.run.check_exp_dir``)."""
+    files (name -> text, as in :func:`check_exp_dir`) there with other content. This only reads."""
     if not exp_dir.is_dir():
         return [], []
     differing = [
@@ -292,13 +298,17 @@ def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple
 def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str | None]) -> Iterator[list[Path]]:
     """Hold the lock of ``exp_dir`` and prepare it (:func:`prepare_exp_dir`); yield the paths this call created.
 
-    An earlier experiment is refused (:func:`check_exp_dir`) under the lock and before anything is
-    written, so a refused call changes nothing on disk, the earlier experiment's ``.lock``
-    included. When the inputs cannot be written (a full disk), what the call created is removed.
-    With ``overwrite``, the earlier experiment is only set aside (:func:`set_aside`) until the call
-    ends: it is removed then, unless the call left no experiment in ``exp_dir`` (a run failed before
-    its first env step, as with actions of the wrong shape, and every output of the call was
-    removed), in which case it is put back as it was (:func:`settle_set_aside`).
+    This is the one place where a new experiment's directory is taken, checked, prepared and given
+    back (``multi_run``, and through it the command ``online-trainer run``). An earlier experiment
+    is refused (:func:`check_exp_dir`) under the lock and before anything is written, so a refused
+    call changes nothing on disk, the earlier experiment's ``.lock`` included. When the call ends
+    in an error while ``exp_dir`` holds no experiment (the inputs could not be written, a run failed
+    before its first env step, Ctrl-C before any run started), what the call created is removed,
+    the input files and the directories included. With ``overwrite``, the earlier experiment and
+    its input files are only set aside (:func:`set_aside`) until the call ends: they are removed
+    then, unless the call left no experiment in ``exp_dir`` (a run failed before its first env step,
+    as with actions of the wrong shape, and every output of the call was removed), in which case
+    they are put back byte for byte (:func:`settle_set_aside`).
     Without an ``exp_dir`` there is nothing to lock or write.
     """
     if exp_dir is None:
@@ -311,12 +321,12 @@ def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str
 
     with hold_lock(exp_dir, check=check) as created:
         try:
-            try:
-                created += prepare_exp_dir(exp_dir, overwrite, inputs)
-            except BaseException:
-                remove_created(created)  # nothing ran: leave no trace for the corrected call
-                raise
+            created += prepare_exp_dir(exp_dir, overwrite, inputs)
             yield created
+        except BaseException:
+            if not storage.existing_experiment_files(exp_dir):
+                remove_created(created)  # no run started: leave no trace for the corrected call
+            raise
         finally:
             settle_set_aside(exp_dir)
 
@@ -328,7 +338,7 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
         exp_dir: the experiment directory (created if missing).
         overwrite: set the files of an earlier experiment aside (:func:`set_aside`) instead of refusing.
         inputs: file name -> text of the files that say what produced the experiment
-            (``config.py``, ``args.yaml``; None: not given).
+            (``config.py``, ``args.yaml``, the command's ``config.yaml``; None: not given).
 
     Returns:
         The files this call created, so that they can be removed if no run starts.

@@ -182,9 +182,13 @@ def run_sweep(
         names.extend(planned)
         return experiments
 
-    outcome = run_experiments(hold_lock(root), execution, len(grid) * num_runs, plan, parts.callback)
-    ranking = rank(root, names, metric, last_k)
-    ranking.to_csv(root / RESULTS_FILE, index=False)
+    def finalize(experiments: list[Experiment]) -> pd.DataFrame:
+        ranking = rank(root, names, metric, last_k)
+        ranking.to_csv(root / RESULTS_FILE, index=False)  # under the sweep's lock, as every file of the sweep
+        return ranking
+
+    outcome = run_experiments(hold_lock(root), execution, len(grid) * num_runs, plan, parts.callback, finalize)
+    ranking: pd.DataFrame = outcome.finalized
     failures = [f for e in outcome.experiments for f in e.failures()]
     if failures:
         raise RunsFailedError(failures, None)

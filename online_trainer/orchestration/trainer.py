@@ -226,14 +226,11 @@ class OnlineTrainer:
         parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
-        inputs = {
-            storage.CONFIG_FILE: None if self.config is None else self.config.read_text(),
-            storage.ARGS_FILE: self.args_yaml,
-        }
-        hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, inputs)
+        hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, self.input_files())
         keep_records = options.records.in_memory
 
         def plan(created: list[Path]) -> list[Experiment]:
+            self._on_exp_dir_held()
             manifest, seeds = start_manifest(
                 self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume
             )
@@ -256,6 +253,29 @@ class OnlineTrainer:
         if failures:
             raise RunsFailedError(failures, runs) from experiment.first_exception()
         return runs
+
+    def input_files(self) -> dict[str, str | None]:
+        """The files that say what produced an experiment, by name: their text (None: not given).
+
+        :meth:`multi_run` writes them into ``exp_dir`` under the experiment's lock, through
+        :func:`~online_trainer.experiment.manifest.hold_exp_dir`: one that is there with other content is
+        refused unless ``overwrite``; with ``overwrite`` an earlier experiment's are set aside with it and put
+        back byte for byte if no run gets past its first env step; and they are removed when the call ends
+        with no experiment in ``exp_dir``. A subclass adds its own (the command ``online-trainer run`` adds
+        its resolved ``config.yaml``).
+
+        Returns:
+            ``config.py`` (a copy of ``config``) and ``args.yaml`` (``args``), by file name.
+        """
+        return {
+            storage.CONFIG_FILE: None if self.config is None else self.config.read_text(),
+            storage.ARGS_FILE: self.args_yaml,
+        }
+
+    def _on_exp_dir_held(self) -> None:
+        """Called by :meth:`multi_run` once it holds ``exp_dir`` (checked, and the input files written), before
+        any env is made; does nothing. A subclass says what is about to run here: a call refused for another
+        writer or an earlier experiment never gets this far."""
 
     @property
     def parts(self) -> RunnerParts:

@@ -653,3 +653,76 @@ def test_the_command_records_the_call_that_multi_run_records_for_the_same_config
     assert command["call"] == python["call"] and command["call"]["checkpoint_freq"] == 3
     for key in ("num_runs", "seeds", "base_seed", "train", "backend", "num_workers", "tuning_hp"):
         assert command[key] == python[key], key
+
+
+def experiment_files(exp_dir: Path) -> dict[str, bytes]:
+    """Every file under ``exp_dir`` (the lock's owner line left out), by its path there."""
+    return {
+        p.relative_to(exp_dir).as_posix(): p.read_bytes()
+        for p in sorted(exp_dir.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.mark.parametrize("earlier_by", ["command", "python"])
+def test_an_overwrite_whose_actions_have_the_wrong_shape_puts_back_the_earlier_experiment(
+    tmp_path, capsys, monkeypatch, earlier_by
+):
+    """An ``overwrite=true`` run that fails at its first action keeps the earlier experiment byte for byte (its
+    config.yaml, manifest and records), and leaves no config.yaml of its own beside one made from Python."""
+    from online_trainer.agents import AGENTS, RandomAgent
+    from online_trainer.config.builders import AgentBuilder, env_factory
+    from online_trainer.orchestration.trainer import OnlineTrainer
+
+    class OneActionTooFew(RandomAgent):
+        def act(self, obs):
+            return super().act(obs)[:-1]
+
+    monkeypatch.setitem(AGENTS, "one_action_too_few", OneActionTooFew)
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    if earlier_by == "command":
+        assert run(str(config), f"exp_dir={exp_dir}") == 0
+    else:
+        resolved = load_experiment_config(config, [])
+        OnlineTrainer(env_factory(resolved.env), AgentBuilder(resolved.agent), exp_dir=exp_dir).multi_run(
+            2, num_episodes=4, seed_offset=0, progress=False
+        )
+    before = experiment_files(exp_dir)
+    assert "manifest.json" in before and "metrics_run2.pkl" in before
+    assert ("config.yaml" in before) == (earlier_by == "command")
+    capsys.readouterr()
+    assert run(str(config), f"exp_dir={exp_dir}", "overwrite=true", "agent={name: one_action_too_few}") == 2
+    captured = capsys.readouterr()
+    assert "Running 2 seed(s) of one_action_too_few" in captured.out and "Traceback" not in captured.err
+    assert experiment_files(exp_dir) == before
+    assert not (exp_dir / ".replaced").exists()
+
+
+KILLED_AFTER_PREPARING = """\
+import os, signal, sys
+from online_trainer.cli import main
+from online_trainer.cli.run import CommandTrainer
+
+# killed once multi_run holds exp_dir: the earlier experiment is set aside, this call's input files are written
+CommandTrainer._on_exp_dir_held = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+sys.exit(main.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow  # a kill trial in a subprocess
+def test_an_overwrite_killed_before_its_runs_started_leaves_the_earlier_experiment_and_its_config(tmp_path, capsys):
+    """The next call on the directory puts back what a killed ``overwrite=true`` call set aside, config.yaml included."""
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    before = experiment_files(exp_dir)
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AFTER_PREPARING)
+    argv = [sys.executable, str(script), "run", str(config), f"exp_dir={exp_dir}", "num_runs=1", "overwrite=true"]
+    killed = subprocess.run([*argv, "--no-progress"], capture_output=True, text=True, cwd=Path.cwd())
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert (exp_dir / ".replaced" / "config.yaml").read_bytes() == before["config.yaml"]
+    assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1  # the killed call's
+    capsys.readouterr()
+    assert run(str(config), f"exp_dir={exp_dir}") == 2  # puts back what was set aside, then refuses
+    assert "already holds an experiment (" in capsys.readouterr().err
+    assert experiment_files(exp_dir) == before

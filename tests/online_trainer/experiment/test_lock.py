@@ -224,9 +224,10 @@ def test_a_call_refused_for_an_earlier_experiment_changes_nothing_on_disk(tmp_pa
 
 
 def test_a_refused_command_changes_nothing_on_disk(tmp_path, monkeypatch, capsys):
-    """``online-trainer run`` into an experiment that a writer finished between its first check and its lock."""
+    """``online-trainer run`` into an experiment that a writer finished after the command started, before its lock:
+    the one check, under the lock, refuses it in the command's words, and nothing changes on disk."""
     from online_trainer.cli import main as cli
-    from online_trainer.cli import run as cli_run
+    from online_trainer.cli.run import CommandTrainer
 
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -234,19 +235,20 @@ def test_a_refused_command_changes_nothing_on_disk(tmp_path, monkeypatch, capsys
         "num_episodes: 2\ncallback: empty\n"
     )
     exp_dir = tmp_path / "exp"
-    real_check, checks, before = cli_run.check_exp_dir, [], {}
+    real_inputs, before = CommandTrainer.input_files, {}
 
-    def check_later(config, text):  # the first check finds no exp_dir; an experiment lands there before the lock
-        checks.append(text)
-        result = real_check(config, text)
-        if len(checks) == 1:
-            before.update(earlier_experiment(exp_dir))
-        return result
+    def inputs_then_a_writer_finishes(self):  # multi_run reads its inputs; an experiment lands before the lock
+        assert not exp_dir.exists()
+        before.update(earlier_experiment(exp_dir))
+        return real_inputs(self)
 
-    monkeypatch.setattr(cli_run, "check_exp_dir", check_later)
+    monkeypatch.setattr(CommandTrainer, "input_files", inputs_then_a_writer_finishes)
     assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 2
-    assert "already holds an experiment" in capsys.readouterr().err
-    assert len(checks) == 2 and snapshot(exp_dir) == before
+    captured = capsys.readouterr()
+    assert f"exp_dir={os.fspath(exp_dir)!r} already holds an experiment (" in captured.err
+    assert "add overwrite=true to replace it, or exp_dir=<another path>." in captured.err
+    assert "Running" not in captured.out
+    assert before and snapshot(exp_dir) == before
 
 
 def test_a_lock_refused_by_its_check_leaves_what_it_found(tmp_path):

@@ -60,6 +60,26 @@ def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path)
     assert [len(run) for run in storage.load_all_run_metrics(tmp_path)] == [3]
 
 
+class CtrlCBeforeTheRuns(OnlineTrainer):
+    """Ctrl-C once the call holds its directory (input files written), before any run started."""
+
+    def _on_exp_dir_held(self):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_call_interrupted_before_any_run_started_leaves_the_directory_as_it_found_it(tmp_path, earlier):
+    exp_dir = tmp_path / "runs" / "exp"
+    before = earlier_experiment(exp_dir) if earlier else None
+    trainer = CtrlCBeforeTheRuns(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir, args={"lr": 0.2})
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(1, num_episodes=3, overwrite=earlier, progress=False)
+    if earlier:
+        assert snapshot(exp_dir) == before  # put back, args.yaml of lr 0.1 included
+    else:
+        assert list(tmp_path.iterdir()) == []  # no args.yaml, no .lock, no runs/exp
+
+
 def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
     """A call killed while its runs were being set up leaves the earlier experiment aside: the next call puts it back."""
     before = earlier_experiment(tmp_path)
