@@ -198,6 +198,17 @@ class PPOAgent(AgentBase):
 
     def _new_per_env_state(self, num_envs: int) -> None:
         """An empty rollout, a fresh reward scaler and no pending step, for ``num_envs`` sub-envs."""
+        rollout = self.config.n_steps * num_envs
+        if self.config.minibatch_size > rollout:
+            logger.warning(
+                "minibatch_size=%d is more than a rollout's n_steps * num_envs = %d * %d = %d transitions: each "
+                "epoch is one full-batch gradient step. Set minibatch_size <= %d for minibatch updates.",
+                self.config.minibatch_size,
+                self.config.n_steps,
+                num_envs,
+                rollout,
+                rollout,
+            )
         action_shape = () if self._discrete else (self.policy.out_dim,)
         action_dtype = np.int64 if self._discrete else np.float32
         self.rollout = Rollout(self.config.n_steps, num_envs, self.encoder.dim, action_shape, action_dtype)

@@ -120,7 +120,8 @@ def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) 
 
 def _describe(config: ExperimentConfig) -> str:
     budget = f"{config.num_episodes} episodes" if config.num_episodes is not None else f"{config.total_steps} env steps"
-    workers = f", {config.execution.num_workers} workers" if config.execution.num_workers > 1 else ""
+    num_workers = min(config.execution.num_workers, config.num_runs)  # multi_run uses no more than num_runs
+    workers = f", {num_workers} workers" if num_workers > 1 else ""
     return (
         f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
         f"(x{config.env.num_envs}), {budget} each{workers}"

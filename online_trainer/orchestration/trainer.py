@@ -193,7 +193,9 @@ class OnlineTrainer:
             resume: continue the experiment in ``exp_dir`` (the same call): unfinished runs go on from their full
                 checkpoint (``checkpoint_freq``, SIGTERM, SIGUSR1); see the docs' "Resume and crashes". Every
                 option that changes what runs record must be the experiment's, or the call is refused.
-            overwrite: replace the outputs of an earlier experiment in ``exp_dir``.
+            overwrite: replace the outputs of an earlier experiment in ``exp_dir``. It is set aside, put back
+                when no run gets past its first env step, and removed when the call ends otherwise (even if
+                runs failed later: see ``docs/explanation/experiment-directory.md``).
 
         Returns:
             The episode records of each run (``None`` per run when ``records.in_memory`` is False), as a

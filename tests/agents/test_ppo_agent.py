@@ -195,3 +195,14 @@ def test_learns_the_corridor(corridor, loop, greedy):
     returns = loop(env, agent, n_steps=1000)
     assert np.mean(returns[-10:]) > np.mean(returns[:10])
     assert greedy(agent, corridor(1, length=6)) == envs.optimal_return(6)
+
+
+def test_a_minibatch_larger_than_a_rollout_is_a_logged_warning_naming_the_sizes(caplog):
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with caplog.at_level("WARNING", logger="online_trainer.agents._ppo"):
+        PPOAgent(env, n_steps=16, minibatch_size=100_000)
+    assert "minibatch_size=100000 is more than a rollout's n_steps * num_envs = 16 * 2 = 32 transitions" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="online_trainer.agents._ppo"):
+        PPOAgent(env, n_steps=16, minibatch_size=32)
+    assert not caplog.text

@@ -726,3 +726,11 @@ def test_an_overwrite_killed_before_its_runs_started_leaves_the_earlier_experime
     assert run(str(config), f"exp_dir={exp_dir}") == 2  # puts back what was set aside, then refuses
     assert "already holds an experiment (" in capsys.readouterr().err
     assert experiment_files(exp_dir) == before
+
+
+def test_the_line_before_the_runs_says_the_workers_multi_run_uses(tmp_path, capsys):
+    config = write_config(tmp_path, TINY.replace("num_runs: 2", "num_runs: 1"))
+    assert run(str(config), f"exp_dir={tmp_path / 'exp'}", "execution.num_workers=2") == 0
+    out = capsys.readouterr().out
+    assert "Running 1 seed(s) of q_learning on Corridor-v0 (x2), 6 episodes each into" in out
+    assert "workers" not in out.splitlines()[0]  # one run uses no worker processes
