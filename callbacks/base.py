@@ -109,6 +109,15 @@ class CallBack:
         """
         return None
 
+    def check_position(self, position: Any) -> None:
+        """Raise ``ValueError`` unless :meth:`rewind` takes ``position`` (what a run's checkpoint holds for this sink).
+
+        Called in the parent process for every run that continues from a checkpoint, before
+        anything of the experiment changes, so that a resume with other callbacks than the
+        experiment ran with is refused whole, not after some files were cut. This default takes
+        any position.
+        """
+
     def rewind(self, run_tag: str, position: Any) -> None:
         """Remove what the run ``run_tag`` logged after ``position`` (what :meth:`checkpoint` returned, as
         plain data), or everything it logged when ``position`` is None (it starts again from scratch).

@@ -12,7 +12,7 @@ from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
-from online_trainer.callbacks.rewind import as_file_position, position, rewind_files, text_lines
+from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
 
@@ -132,6 +132,10 @@ class CSVCallback(CallBack):
         """Write the rows kept; the file's size is the run's position."""
         self.flush()
         return position(self.log_path).to_state()
+
+    def check_position(self, position: Mapping[str, Any] | None) -> None:
+        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
+        check_file_position(position, os.path.basename(self.log_path).__eq__)
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's rows written after ``position`` (all of them when None)."""

@@ -150,7 +150,9 @@ class EventFileWriter:
     def __init__(self, log_dir: str | os.PathLike, buffer_bytes: int = 1 << 16) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_COUNTER)}"
+        # TensorBoard reads a folder's event files in name order, and takes a step that goes back for a restart
+        # (it drops the points after it): the counter is padded so that "10" comes after "9" within one second.
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.{next(_FILE_COUNTER):06d}"
         self.path = self.log_dir / name
         self._file = open(self.path, "xb")
         self._buffer = bytearray()

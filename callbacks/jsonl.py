@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack
-from online_trainer.callbacks.rewind import as_file_position, position, rewind_files, text_lines
+from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 
 def _jsonable(value: Any) -> Any:
@@ -100,6 +100,10 @@ class JsonlCallback(CallBack):
         """Write the buffered lines; the file's size is the run's position."""
         self.flush()
         return position(self.log_path).to_state()
+
+    def check_position(self, position: Mapping[str, Any] | None) -> None:
+        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
+        check_file_position(position, os.path.basename(self.log_path).__eq__)
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's lines written after ``position`` (all of them when None)."""

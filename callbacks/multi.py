@@ -84,12 +84,33 @@ class MultiCallback(CallBack):
             for callback in self.callbacks
         ]
 
+    def check_position(self, position: Any) -> None:
+        """Raise ``ValueError`` unless ``position`` holds a position for each sink, in order, that the sink takes."""
+        for callback, at in zip(self.callbacks, self._positions(position)):
+            check = getattr(callback, "check_position", None)
+            if callable(check):
+                try:
+                    check(at)
+                except ValueError as exc:
+                    raise ValueError(f"{callback!r}: {exc}") from None
+
     def rewind(self, run_tag: str, position: Any) -> None:
-        positions = position if isinstance(position, list) else [None] * len(self.callbacks)
-        for callback, at in zip(self.callbacks, positions):
+        for callback, at in zip(self.callbacks, self._positions(position)):
             rewind = getattr(callback, "rewind", None)
             if callable(rewind):
                 rewind(run_tag, at)
+
+    def _positions(self, position: Any) -> list[Any]:
+        """Each sink's part of ``position`` (what :meth:`checkpoint` returned; None: every run's entry goes)."""
+        if position is None:
+            return [None] * len(self.callbacks)
+        if not isinstance(position, list) or len(position) != len(self.callbacks):
+            held = f"the positions of {len(position)} sinks" if isinstance(position, list) else "one sink's position"
+            raise ValueError(
+                f"the run's checkpoint holds {held}, but this MultiCallback has {len(self.callbacks)} sinks: "
+                "resume with the callbacks the experiment ran with."
+            )
+        return position
 
     def reset(self) -> None:
         for callback in self.callbacks:

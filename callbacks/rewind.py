@@ -69,6 +69,25 @@ def as_file_position(state: Mapping[str, Any] | None) -> FilePosition | None:
     return None if state is None else FilePosition.from_state(state)
 
 
+def check_file_position(state: Mapping[str, Any] | None, writes: Callable[[str], bool]) -> None:
+    """A file sink's ``check_position``: raise ``ValueError`` unless ``state`` is None or the position of files
+    the sink writes (``writes(name)`` is true for the name of each).
+
+    Files are matched by name (see :func:`rewind_files`): the position of another file sink would cut
+    this sink's file at that sink's offset, or take it for a file made after the checkpoint and empty it.
+    """
+    at = as_file_position(state)
+    if at is None:
+        return
+    for path in [at.path, *at.others] if at.path is not None else at.others:
+        name = os.path.basename(path)
+        if not writes(name):
+            raise ValueError(
+                f"the run's checkpoint holds the position of {name!r} for this sink, which writes no such file: "
+                "resume with the callbacks the experiment ran with."
+            )
+
+
 def belongs(tag: str, run_tag: str) -> bool:
     """Whether a value logged under ``tag`` is the run's whose tags end with ``run_tag`` (``run_1``, ``lr=0.1/run_1``)."""
     return tag == run_tag or tag.endswith("/" + run_tag)

@@ -13,7 +13,7 @@ import numpy as np
 
 from online_trainer.callbacks.base import CallBack, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
-from online_trainer.callbacks.rewind import as_file_position, event_records, position, rewind_files
+from online_trainer.callbacks.rewind import as_file_position, check_file_position, event_records, position, rewind_files
 from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
@@ -160,6 +160,10 @@ class TBCallBack(CallBack):
         path = None if self._writer is None else self._writer.path
         return position(path, self._event_files()).to_state()
 
+    def check_position(self, position: Mapping[str, Any] | None) -> None:
+        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
+        check_file_position(position, is_event_file)
+
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""
         rewind_files(self._event_files(), run_tag, as_file_position(position), event_records)
@@ -167,7 +171,7 @@ class TBCallBack(CallBack):
     def _event_files(self) -> list[Path]:
         if not os.path.isdir(self.log_dir):
             return []
-        return sorted(path for path in Path(self.log_dir).glob("events.out.tfevents.*") if path.name != LAYOUT_FILE)
+        return sorted(path for path in Path(self.log_dir).glob("events.out.tfevents.*") if is_event_file(path.name))
 
     def close(self) -> None:
         try:
@@ -184,6 +188,11 @@ class TBCallBack(CallBack):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(log_dir={self.log_dir!r}, flush_every={self.flush_every})"
+
+
+def is_event_file(name: str) -> bool:
+    """Whether ``name`` is that of an event file of scalars (the custom-scalars layout file aside)."""
+    return name.startswith("events.out.tfevents.") and name != LAYOUT_FILE
 
 
 def encode_gif(frames: Sequence[Any], fps: float) -> tuple[bytes, tuple[int, int, int]]:

@@ -133,7 +133,11 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
 
 
 def runs_left(
-    manifest: dict[str, Any], exp_dir: Path, continue_runs: bool = True, hooks: Sequence[Any] = ()
+    manifest: dict[str, Any],
+    exp_dir: Path,
+    continue_runs: bool = True,
+    hooks: Sequence[Any] = (),
+    callback: Any = None,
 ) -> dict[int, full_checkpoint.CheckpointHeader | None]:
     """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
 
@@ -146,10 +150,11 @@ def runs_left(
         exp_dir: the experiment directory.
         continue_runs: continue runs from their full checkpoints (False: every run left starts again).
         hooks: the user hooks of the call: those with state must be the ones each checkpoint holds.
+        callback: the call's callback: it must take the position each checkpoint holds for it.
 
     Raises:
-        ValueError: a checkpoint holds the state of other user hooks than ``hooks`` (checked before
-            anything is removed).
+        ValueError: a checkpoint holds the state of other user hooks than ``hooks``, or a position
+            ``callback`` cannot rewind to (both checked before anything is removed).
     """
     for entry in manifest["runs"]:  # a Slurm job that ended after its submitting process: its result counts
         if entry["status"] not in COMPLETED and ownership.SLURM_JOB_KEY in entry:
@@ -167,6 +172,7 @@ def runs_left(
         header = left[run] = full_checkpoint.read(exp_dir, run, header_only=True) if continue_runs else None
         if header is not None:
             full_checkpoint.check_hooks(exp_dir, header, hooks)
+            full_checkpoint.check_callback_position(exp_dir, header, callback)
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
@@ -233,7 +239,7 @@ def resumed_manifest(
         call,
         None if env_factory is None else lambda: env_num_envs(env_factory),
     )
-    left = runs_left(manifest, exp_dir, hooks=hooks)
+    left = runs_left(manifest, exp_dir, hooks=hooks, callback=callback)
     rewind_outputs(callback, manifest, left)
     done = manifest["num_runs"] - len(left)
     logger.info(

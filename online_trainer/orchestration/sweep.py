@@ -308,7 +308,7 @@ def _resume(
     continue from their full checkpoints; else they start again); the callback's files are cut back."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
-        left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks)
+        left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks, callback=callback)
         rewind_outputs(callback, manifest, left, tag_prefix)
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})

@@ -261,6 +261,24 @@ def check_hooks(exp_dir: str | Path, header: CheckpointHeader, hooks: Sequence[A
     check_saved_hooks(header.hooks, stateful_hooks(hooks), where)
 
 
+def check_callback_position(exp_dir: str | Path, header: CheckpointHeader, callback: Any) -> None:
+    """Raise unless ``callback`` takes the position the run's full checkpoint holds for it (see
+    :meth:`online_trainer.callbacks.CallBack.check_position`).
+
+    Raises:
+        ValueError: naming the run, its checkpoint and what its callback cannot rewind to.
+    """
+    check = getattr(callback, "check_position", None)
+    if callable(check):
+        try:
+            check(header.callback_position)
+        except ValueError as exc:
+            raise ValueError(
+                f"The saved state (run {header.run}, {storage.resume_path(exp_dir, header.run).name}) does not fit "
+                f"the callback {callback!r}: {exc}"
+            ) from None
+
+
 @overload
 def read(exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[False] = False) -> FullCheckpoint | None: ...
 

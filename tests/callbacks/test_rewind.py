@@ -42,3 +42,34 @@ def test_a_position_of_another_sink_is_refused_and_the_file_kept(tmp_path):
     with pytest.raises(ValueError, match=r"not where its files stood: resume with the callbacks the experiment ran"):
         callback.rewind("run_1", StorePosition({"ep_return": (1, 1.0)}).to_state())
     assert path.read_bytes() == before
+
+
+def test_a_position_of_another_file_sink_is_refused_by_the_check_and_by_rewind(tmp_path):
+    """The position of another sink's file would empty this sink's file (taken for one made after the checkpoint)."""
+    from online_trainer.callbacks import CSVCallback, MultiCallback, TBCallBack
+
+    jsonl, csv = JsonlCallback(tmp_path / "log.jsonl"), CSVCallback(tmp_path / "log.csv")
+    tb = TBCallBack(tmp_path)
+    for sink in (jsonl, csv, tb):
+        sink({"ep_return": 1.0}, "ep_return/run_1", 1)
+    positions = [sink.checkpoint("run_1") for sink in (jsonl, csv, tb)]
+    for sink in (jsonl, csv, tb):
+        sink.close()
+    for sink, own in zip((jsonl, csv, tb), positions):
+        sink.check_position(own)
+        sink.check_position(None)
+        for other in positions:
+            if other is not own:
+                with pytest.raises(ValueError, match=r"holds the position of '.*' for this sink, which writes no such"):
+                    sink.check_position(other)
+    multi = MultiCallback([jsonl, tb])
+    multi.check_position([positions[0], positions[2]])
+    with pytest.raises(ValueError, match=r"TBCallBack\(.*\): the run's checkpoint holds the position of 'log.csv'"):
+        multi.check_position([positions[0], positions[1]])
+    before = (tmp_path / "log.jsonl").read_bytes()
+    for wrong, held in ((positions[0], "one sink's position"), ([positions[0]], "the positions of 1 sinks")):
+        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has 2 sinks: resume with"):
+            multi.check_position(wrong)
+        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has 2 sinks"):
+            multi.rewind("run_1", wrong)  # it used to start every sink over: each lost the run's entries
+    assert (tmp_path / "log.jsonl").read_bytes() == before

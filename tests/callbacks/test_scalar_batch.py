@@ -193,3 +193,15 @@ def test_tbcallback_series_and_one_call_a_value_read_back_alike(tmp_path):
         log(cb)
         cb.close()
         assert read_scalars(tmp_path / name) == {"ep_return/run_1": list(zip(steps, values))}
+
+
+def test_event_files_of_one_process_sort_in_the_order_they_were_made(tmp_path, monkeypatch):
+    """TensorBoard reads event files in name order: the 10th file of a second must not come before the 9th
+    (a resumed run's file read first would make TensorBoard drop the earlier points as a restart)."""
+    from online_trainer.callbacks.event_file import EventFileWriter
+
+    monkeypatch.setattr("online_trainer.callbacks.event_file.time.time", lambda: 1_700_000_000.5)
+    writers = [EventFileWriter(tmp_path) for _ in range(12)]
+    for writer in writers:
+        writer.close()
+    assert sorted(writer.path.name for writer in writers) == [writer.path.name for writer in writers]

@@ -530,3 +530,58 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
     with pytest.raises(ValueError, match=message + r": resume with the hooks"):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, hooks=hooks, **kw)
     assert files_with_times(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "first, then, message",
+    [
+        (
+            lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
+            lambda d: TBCallBack(d),
+            r"does not fit the callback TBCallBack\(.*\): the run's checkpoint holds \[.*\] for this sink, not where "
+            r"its files stood",
+        ),
+        (
+            lambda d: TBCallBack(d),
+            lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
+            r"the run's checkpoint holds one sink's position, but this MultiCallback has 2 sinks",
+        ),
+        (
+            lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
+            lambda d: MultiCallback([JsonlCallback(d / "log.jsonl"), TBCallBack(d)]),
+            r"JsonlCallback\(.*\): the run's checkpoint holds the position of 'events.out.tfevents.* for this sink, which writes no "
+            r"such file",
+        ),
+    ],
+)
+def test_a_resume_with_other_callbacks_than_the_experiments_is_refused_before_anything_changes(
+    tmp_path, first, then, message
+):
+    """A run that continues from its checkpoint needs the callback it checkpointed: with another, the sinks'
+    files would be cut to a position that is not theirs (before, a MultiCallback given one sink's position
+    removed every entry of the run from each of its sinks, and the resumed run logged only what came after)."""
+    env, agent = AGENTS["ppo"]  # episodes end and the agent logs before the checkpoint: the sinks have files
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    exp = tmp_path / "exp"
+    cut = OnlineTrainer(env, agent, exp_dir=exp)
+    cut.call_back = first(exp)
+    with pytest.raises(KeyboardInterrupt):
+        cut.multi_run(2, hooks=[Crash(400)], **kw)
+    assert full_checkpoint.read(exp, 1, header_only=True) is not None
+    before = files_with_times(exp)
+    time.sleep(0.01)
+    resumed = OnlineTrainer(env, agent, exp_dir=exp)
+    resumed.call_back = then(exp)
+    with pytest.raises(
+        ValueError,
+        match=r"The saved state \(run 1, Run1_Resume.pkl\) .*" + message + r".*resume with "
+        r"the callbacks the experiment ran with",
+    ):
+        resumed.multi_run(2, resume=True, **kw)
+    assert files_with_times(exp) == before
+    again = OnlineTrainer(env, agent, exp_dir=exp)  # with its own callbacks the experiment resumes
+    again.call_back = first(exp)
+    reference = OnlineTrainer(env, agent, exp_dir=tmp_path / "ref").multi_run(2, **kw)
+    assert [[r["ep_return"] for r in run] for run in again.multi_run(2, resume=True, **kw)] == [
+        [r["ep_return"] for r in run] for run in reference
+    ]
