@@ -29,10 +29,17 @@ class RunsFailedError(RuntimeError):
         results: the records of every run that completed, ``None`` for the failed ones.
     """
 
-    def __init__(self, failures: Sequence[RunFailure], results: list | None = None) -> None:
+    def __init__(self, failures: Sequence[RunFailure], results: list | None = None, on_disk: bool = True) -> None:
+        """``on_disk``: the runs wrote their records into an experiment directory (False: ``exp_dir`` None)."""
         self.failures = list(failures)
         self.results = results
-        parts = [f"{len(self.failures)} run(s) failed; the records of each up to its failure are on disk."]
+        kept = (
+            "the records of each up to its failure are on disk."
+            if on_disk
+            else "with exp_dir=None their records are lost; those of the runs that completed are in this error's "
+            "results."
+        )
+        parts = [f"{len(self.failures)} run(s) failed; {kept}"]
         for failure in self.failures:
             line = f"  run {failure.run_idx} (seed {failure.seed}): {failure.exception}"
             if failure.traceback.strip() != failure.exception:

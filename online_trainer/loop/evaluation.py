@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.loop import raw_scores
 from online_trainer.loop.accounting import EpisodeTracker
-from online_trainer.loop.factories import autoreset_mode
+from online_trainer.loop.factories import autoreset_mode, explain_step_error
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,11 @@ def play_episodes(
         frames.append(_first_frame(env))
     while any(count < target for count, target in zip(counts, targets)):
         actions = agent.act(obs)
-        obs, reward, terminated, truncated, info = env.step(actions)
+        try:
+            obs, reward, terminated, truncated, info = env.step(actions)
+        except Exception as error:
+            explain_step_error(error, actions, env, agent, "In an evaluation")
+            raise
         if filming and frames is not None:  # filming implies a list of frames
             frames.append(_first_frame(env))
         tracker.observe(None, actions, reward, terminated, truncated)

@@ -256,3 +256,27 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
         )
     if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
         raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")
+
+
+def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: Any, where: str) -> None:
+    """Raise a clear error when ``env.step(actions)`` failed because of the agent's actions; else return.
+
+    Envs check their actions with a bare ``assert`` (gymnasium's ``CartPole``: ``AssertionError: [2]
+    (<class 'numpy.ndarray'>) invalid``), which names neither the agent nor the step. The first
+    actions of a run are checked before its first step (:func:`check_actions`); this checks the ones
+    that broke a later step the same way.
+
+    Args:
+        error: what ``env.step`` raised.
+        actions: what the agent's ``act`` returned.
+        env: the env.
+        agent: the agent.
+        where: the step, for the message (``"At env step 512"``).
+
+    Raises:
+        ValueError, TypeError: :func:`check_actions`'s message after ``where``, from ``error``.
+    """
+    try:
+        check_actions(actions, env, agent)
+    except (ValueError, TypeError) as problem:
+        raise type(problem)(f"{where}: {problem}") from error

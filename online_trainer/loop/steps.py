@@ -10,7 +10,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
-from online_trainer.loop.factories import accepts_valid
+from online_trainer.loop.factories import accepts_valid, explain_step_error
 from online_trainer.loop.spaces import final_observations
 
 
@@ -127,7 +127,11 @@ def run_loop(
     global_step, episodes = (0, 0) if start is None else (start.global_step, start.episodes)
     next_event = events.on_step_event(global_step)
     while True:
-        next_obs, reward, terminated, truncated, info = step(actions)
+        try:
+            next_obs, reward, terminated, truncated, info = step(actions)
+        except Exception as error:  # free until raised (Python 3.11's exceptions cost nothing on the way)
+            explain_step_error(error, actions, env, agent, f"At env step {global_step + 1} of the run")
+            raise
         global_step += observe(obs, actions, reward, terminated, truncated)
         ended = tracker.ended
         if update is not None:

@@ -234,6 +234,70 @@ def test_first_actions_are_checked_before_the_first_step(tmp_path, make_actions,
     assert factory.steps == 0 and not (tmp_path / "exp").exists()
 
 
+class InvalidAt:
+    """CartPole actions: 0, but ``bad`` at the ``at``-th call of ``act``."""
+
+    def __init__(self, at: int, bad) -> None:
+        self.at, self.bad, self.calls = at, bad, 0
+
+    def __call__(self, obs):
+        self.calls += 1
+        return np.array([self.bad]) if self.calls == self.at else np.zeros(1, dtype=np.int64)
+
+
+def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(tmp_path):
+    """gymnasium's CartPole says only ``AssertionError: [2] (<class 'numpy.ndarray'>) invalid``."""
+    import gymnasium as gym
+
+    from online_trainer import EvaluationOptions, RunsFailedError
+
+    agent = Acting(InvalidAt(40, 2))
+    with pytest.raises(RunsFailedError) as raised:
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), agent).multi_run(1, total_steps=500)
+    (failure,) = raised.value.failures
+    assert failure.exception.startswith("ValueError: At env step ")  # its 40th act, less the reset steps
+    assert failure.exception.endswith(
+        " of the run: The agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
+    )
+    assert "AssertionError" in failure.traceback  # gymnasium's own error is the cause
+    assert "with exp_dir=None their records are lost" in str(raised.value)
+
+    def eval_env():  # its observations are float64 (CartPole's are float32): the agent acts -1 on them
+        return gym.wrappers.vector.DtypeObservation(gym.make_vec("CartPole-v1", num_envs=1), np.float64)
+
+    agent = Acting(lambda obs: np.array([-1]) if obs.dtype == np.float64 else np.zeros(1, dtype=np.int64))
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), agent, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError) as raised:
+        trainer.multi_run(1, total_steps=500, evaluation=EvaluationOptions(freq=100, episodes=1, env=eval_env))
+    (failure,) = raised.value.failures
+    assert failure.exception.startswith("ValueError: In an evaluation: The agent Acting's act(obs) returned [-1]")
+    assert "the records of each up to its failure are on disk" in str(raised.value)
+
+
+def test_an_env_step_error_that_is_not_the_agents_is_raised_as_it_is():
+    class Broken(RecordingAgent):
+        pass
+
+    def env_factory():
+        env = make_counting_vec(1)()
+        step = env.step
+
+        def failing(actions):
+            if env.calls >= 5:
+                raise RuntimeError("the simulator lost its licence")
+            env.calls += 1
+            return step(actions)
+
+        env.calls = 0
+        env.step = failing
+        return env
+
+    from online_trainer import RunsFailedError
+
+    with pytest.raises(RunsFailedError, match=r"RuntimeError: the simulator lost its licence"):
+        OnlineTrainer(env_factory, Broken).multi_run(1, total_steps=50)
+
+
 def test_call_back_must_be_a_callback(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
     with pytest.raises(TypeError, match=r"trainer.call_back must be a callback object .* but got 'tensorboard'"):
