@@ -340,24 +340,40 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         ``metric`` difference excludes zero; False for the top one). ``attrs["note"]`` says
         whether the top configurations can be told apart.
     """
+    import pandas as pd
+
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
     from online_trainer.analysis.stats import final_performance, summarize
 
     dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
-    if not dirs:
-        raise RuntimeError(f"No configuration of the sweep in {root} has any finished episode.")
-    episodes = load_episodes(dirs)
-    if "experiment" not in episodes:
+    episodes = load_episodes(dirs) if dirs else pd.DataFrame()
+    if dirs and "experiment" not in episodes:
         episodes.insert(0, "experiment", dirs[0].name)
+    scored = list(dict.fromkeys(episodes["experiment"])) if len(episodes) else []
+    if not scored:
+        raise RuntimeError(
+            f"No configuration of the sweep in {root} finished an episode, so none has a return to rank it by: "
+            "give the runs a budget of episodes (num_episodes=...) or more steps (total_steps=...). "
+            "Their records are on disk; the same call with the larger budget and resume=True continues them."
+        )
+    unscored = [name for name in names if name not in scored]
+    if unscored:
+        logger.warning(
+            "sweep: %d configuration(s) finished no episode and are ranked last, with no score: %s",
+            len(unscored),
+            ", ".join(unscored),
+        )
     summary = summarize(episodes, last_k=last_k, group_by="experiment")
-    hp_rows = [{"experiment": d.name, **hyperparameters(d)} for d in dirs]
-    import pandas as pd
-
+    hp_rows = [{"experiment": name, **hyperparameters(root / name)} for name in scored]
     table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
-    table.insert(0, "rank", range(1, len(table) + 1))
     finals = final_performance(episodes, last_k, group_by="experiment")
-    return _against_top(table, finals, metric)
+    table = _against_top(table, finals, metric)
+    if unscored:  # after the configurations with a score, in the order of the grid
+        rest = pd.DataFrame([{"experiment": name, **hyperparameters(root / name)} for name in unscored])
+        table = pd.concat([table, rest.assign(num_runs=0, told_apart=False)], ignore_index=True)
+    table.insert(0, "rank", range(1, len(table) + 1))
+    return table
 
 
 def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.DataFrame:

@@ -312,3 +312,33 @@ def test_a_resumed_sweep_with_another_option_that_changes_records_is_refused_bef
         corridor_trainer(tmp_path).sweep(grid, resume=True, dump_transitions=True, **kw)
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
     assert after == before
+
+
+def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_none_says_what_to_do(tmp_path, caplog):
+    """CountingEnv's episodes last 2 to 5 steps: a budget of 1 step finishes none (the ranking used to fail at
+    the end of the sweep with "The data is empty", or leave such a configuration out of the table)."""
+    import logging
+
+    from online_trainer.orchestration.sweep import rank
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "none")
+    with pytest.raises(
+        RuntimeError,
+        match=r"No configuration of the sweep in .* finished an episode, so none has a "
+        r"return to rank it by: give the runs a budget of episodes \(num_episodes=...\)",
+    ):
+        trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, total_steps=1, seed_offset=0)
+    assert load_episodes(tmp_path / "none").empty and (tmp_path / "none" / "lr=0.1" / "metrics_run1.pkl").is_file()
+
+    root = tmp_path / "mixed"
+    for lr, budget in ((0.1, {"total_steps": 1}), (0.2, {"num_episodes": 12}), (0.3, {"num_episodes": 12})):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=root / f"lr={lr}").multi_run(
+            3, seed_offset=0, tuning_hp={"lr": lr}, **budget
+        )
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    table = rank(root, ["lr=0.1", "lr=0.2", "lr=0.3"])
+    assert table["experiment"].tolist() == ["lr=0.2", "lr=0.3", "lr=0.1"]
+    assert table["rank"].tolist() == [1, 2, 3] and table["lr"].tolist() == [0.2, 0.3, 0.1]
+    assert table["num_runs"].tolist() == [3, 3, 0] and np.isnan(table["iqm"].iloc[2])
+    assert not np.isnan(table["probability_of_improvement"].iloc[1])  # the scored ones are still compared
+    assert "1 configuration(s) finished no episode and are ranked last, with no score: lr=0.1" in caplog.text
