@@ -353,8 +353,8 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     if not scored:
         raise RuntimeError(
             f"No configuration of the sweep in {root} finished an episode, so none has a return to rank it by: "
-            "give the runs a budget of episodes (num_episodes=...) or more steps (total_steps=...). "
-            "Their records are on disk; the same call with the larger budget and resume=True continues them."
+            "sweep again into another exp_dir with a budget of episodes (num_episodes=...) or more steps "
+            "(total_steps=...). A sweep compares its configurations on one budget: this one keeps its own."
         )
     unscored = [name for name in names if name not in scored]
     if unscored:

@@ -325,7 +325,8 @@ def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_no
     with pytest.raises(
         RuntimeError,
         match=r"No configuration of the sweep in .* finished an episode, so none has a "
-        r"return to rank it by: give the runs a budget of episodes \(num_episodes=...\)",
+        r"return to rank it by: sweep again into another exp_dir with a budget of episodes "
+        r"\(num_episodes=...\)",
     ):
         trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, total_steps=1, seed_offset=0)
     assert load_episodes(tmp_path / "none").empty and (tmp_path / "none" / "lr=0.1" / "metrics_run1.pkl").is_file()
