@@ -177,9 +177,9 @@ class Experiment:
         """The exception object of the first failed run, when it ran in this process."""
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
 
-    def runs(self, keep_records: bool) -> list[RunRecords | list[dict[str, Any]] | None]:
+    def runs(self, keep_records: bool) -> list[RunRecords | None]:
         """Records per run: from memory for runs done now, from disk for runs done before (or resumed now)."""
-        runs: list[RunRecords | list[dict[str, Any]] | None] = []
+        runs: list[RunRecords | None] = []
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
             if result is not None and result.records is not None:
@@ -187,7 +187,7 @@ class Experiment:
             elif not keep_records or result is not None and result.status not in COMPLETED:
                 runs.append(None)
             elif entry["status"] in COMPLETED and self.exp_dir is not None:  # done earlier, or resumed now
-                runs.append(storage.load_run_metrics(self.exp_dir, entry["run"]))
+                runs.append(as_records(storage.load_run_metrics(self.exp_dir, entry["run"])))
             else:
                 runs.append(None)
         return runs
@@ -214,14 +214,24 @@ class Experiment:
             self._write()
 
     def evaluations(self) -> list[list[dict[str, Any]] | None]:
-        """The evaluation records of every run done now (None for the others, or without evaluation)."""
-        return [getattr(self.results.get(entry["run"]), "evaluations", None) for entry in self.manifest["runs"]]
+        """The evaluation records of every run: from memory for runs done now, from ``eval_run{i}.pkl`` for runs
+        done in an earlier call (None for runs without evaluations, or that did not complete)."""
+        evaluations: list[list[dict[str, Any]] | None] = []
+        for entry in self.manifest["runs"]:
+            result = self.results.get(entry["run"])
+            kept = None if result is None else getattr(result, "evaluations", None)
+            path = None if self.exp_dir is None else storage.evaluations_path(self.exp_dir, entry["run"])
+            if kept is None and result is None and entry["status"] in COMPLETED and path is not None and path.is_file():
+                kept = [record for chunk in storage.iter_metrics_chunks(path) for record in chunk]
+            evaluations.append(kept)
+        return evaluations
 
     def agents(self) -> list[Any]:
-        """The final agent of every run (None for runs that failed, or ran in an earlier call)."""
+        """The final agent of every run done now (None for runs that failed, or ran in an earlier call: load
+        one of those with :func:`online_trainer.load_agent`)."""
         return [getattr(self.results.get(entry["run"]), "agent", None) for entry in self.manifest["runs"]]
 
-    def write_all_metrics(self, runs: list[RunRecords | list[dict[str, Any]] | None]) -> None:
+    def write_all_metrics(self, runs: list[RunRecords | None]) -> None:
         """Write ``all_metrics.pkl`` (the list of runs) atomically, unless no run was done now and it is there.
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.

@@ -151,7 +151,7 @@ class OnlineTrainer:
         hooks: Sequence[Any] | None = None,
         resume: bool = False,
         overwrite: bool = False,
-    ) -> list[RunRecords | list[dict[str, Any]] | None]:
+    ) -> list[RunRecords | None]:
         """Run ``num_runs`` seeds, each for ``num_episodes`` episodes or ``total_steps`` env steps.
 
         The nine first parameters are the original OnlineTrainer's, positional and in their order; the

@@ -12,6 +12,7 @@ from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, appl
 from online_trainer.parallel.slurm import LIVE, _Watch, follow, job_states
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.records import storage
+from online_trainer.records.record_view import RunRecords, as_records
 from online_trainer.run.one_run import COMPLETED, RunResult
 
 
@@ -50,7 +51,7 @@ class SlurmRuns:
         self._settle(self._watch_unended())
         return not self._watch_unended().runs
 
-    def wait(self, progress: bool = True, poll_interval: float = 2.0) -> list[list[dict[str, Any]] | None]:
+    def wait(self, progress: bool = True, poll_interval: float = 2.0) -> list[RunRecords | None]:
         """Wait until every run has ended; return the records of each run of the experiment(s), read from disk.
 
         Raises:
@@ -69,10 +70,10 @@ class SlurmRuns:
         finally:
             display.close_all()
         failures: list[RunFailure] = []
-        runs: list[list[dict[str, Any]] | None] = []
+        runs: list[RunRecords | None] = []
         for (exp_dir, run), entry in zip(self.runs, self._entries()):
             if entry["status"] in COMPLETED:
-                runs.append(storage.load_run_metrics(exp_dir, run))
+                runs.append(as_records(storage.load_run_metrics(exp_dir, run)))
             else:
                 runs.append(None)
                 failures.append(

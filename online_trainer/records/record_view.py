@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.episode_table import RAW_KEYS, RECORD_KEYS, EpisodeTable
 
 SCALAR_KEYS = {
     "ep_return": ("returns", np.float64),
@@ -107,6 +107,69 @@ class RunRecords(Sequence):
         return [record[key] for record in self]
 
 
-def as_records(run: Any) -> RunRecords | list[dict[str, Any]] | None:
-    """A run's records as a sequence of dicts (``run``: an :class:`EpisodeTable`, a list of records, or None)."""
-    return RunRecords(run) if isinstance(run, EpisodeTable) else run
+class LoadedRecords(RunRecords):
+    """A run's records read back as a list of dicts (from its metrics file, or from a worker), read like a
+    :class:`RunRecords`: ``multi_run`` hands every run back the same way, whether it ran in this call or
+    an earlier one that ``resume=True`` continues. Each read gives fresh dicts, as a :class:`RunRecords` does.
+
+    Args:
+        records: the run's record dicts, in episode order, no longer changed.
+    """
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: list[dict[str, Any]]) -> None:
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [dict(record) for record in self._records[index]]
+        try:
+            return dict(self._records[operator.index(index)])
+        except IndexError:
+            raise IndexError(
+                f"record index {index} out of range: the run has {len(self._records)} episode records"
+            ) from None
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return map(dict, self._records)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunRecords):
+            return len(other) == len(self) and list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        seed = self._records[0].get("agent_seed") if self._records else None
+        return f"<RunRecords: {len(self)} episode records of the run with seed {seed}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self._records),)
+
+    def column(self, key: str) -> Any:
+        """Every record's ``key``, in episode order (see :meth:`RunRecords.column`).
+
+        Raises:
+            KeyError: ``key`` is not a record key.
+        """
+        keys = self._records[0].keys() if self._records else (*RECORD_KEYS, *RAW_KEYS)
+        if key not in keys:
+            raise KeyError(f"column({key!r}): not a record key; the keys are {list(keys)}")
+        values = [record[key] for record in self._records]
+        if key in SCALAR_KEYS:
+            return np.array(values, dtype=SCALAR_KEYS[key][1])
+        if key in ("episode_index", "agent_seed"):
+            return np.array(values, dtype=np.int64)
+        return values
+
+
+def as_records(run: Any) -> RunRecords | None:
+    """A run's records as a :class:`RunRecords` (``run``: an :class:`EpisodeTable`, a list of records, or None)."""
+    if run is None or isinstance(run, RunRecords):
+        return run
+    return RunRecords(run) if isinstance(run, EpisodeTable) else LoadedRecords(list(run))

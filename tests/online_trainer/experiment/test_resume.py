@@ -585,3 +585,41 @@ def test_a_resume_with_other_callbacks_than_the_experiments_is_refused_before_an
     assert [[r["ep_return"] for r in run] for run in again.multi_run(2, resume=True, **kw)] == [
         [r["ep_return"] for r in run] for run in reference
     ]
+
+
+def test_a_resumed_call_hands_back_every_run_alike_with_its_evaluations(tmp_path):
+    """Runs kept from the earlier call, runs continued from a checkpoint and runs started now all come back as
+    RunRecords (kept and continued ones used to be plain lists, without ``column``), and ``trainer.evaluations``
+    holds the kept runs' evaluations too (read from ``eval_run{i}.pkl``; they used to be None)."""
+    import online_trainer.envs  # noqa: F401  (registers Corridor-v0)
+    from online_trainer import EvaluationOptions, RunRecords
+    from online_trainer.agents import QLearningAgent
+    from online_trainer.envs import make_env
+
+    def trainer_for(exp_dir):
+        return OnlineTrainer(make_env("Corridor-v0", num_envs=1), QLearningAgent, exp_dir=exp_dir)
+
+    class CrashRun2(Crash):
+        def on_step(self, ctx) -> None:
+            if ctx.run == 2 and ctx.global_step >= self.at:
+                raise self.error(f"crash at step {ctx.global_step}")
+
+    kw = dict(
+        total_steps=3000, seed_offset=3, checkpoint_freq=1000, evaluation=EvaluationOptions(freq=1000, episodes=2)
+    )
+    reference = trainer_for(tmp_path / "ref")
+    expected = reference.multi_run(3, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        trainer_for(tmp_path / "cut").multi_run(3, hooks=[CrashRun2(1500)], **kw)  # run 1 done, 2 cut, 3 pending
+    resumed = trainer_for(tmp_path / "cut")
+    runs = resumed.multi_run(3, resume=True, **kw)
+    assert all(isinstance(run, RunRecords) for run in runs)
+    for run, ref in zip(runs, expected):
+        assert run.column("ep_return").tolist() == ref.column("ep_return").tolist()
+        assert run.column("episode_index").tolist() == list(range(1, len(ref) + 1))
+        assert run[-1]["global_step"] == ref[-1]["global_step"] and len(run[1:3]) == 2
+        assert all(np.array_equal(a, b) for a, b in zip(run.column("actions"), ref.column("actions")))
+    assert [[e["mean"] for e in run] for run in resumed.evaluations] == [
+        [e["mean"] for e in run] for run in reference.evaluations
+    ]
+    assert resumed.agents[0] is None and resumed.agents[2] is not None  # run 1 ran in the earlier call

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from online_trainer.records.episode_table import EpisodeTable
-from online_trainer.records.record_view import READ_BLOCK, RunRecords, as_records
+from online_trainer.records.record_view import READ_BLOCK, LoadedRecords, RunRecords, as_records
 from tests.conftest import filled_table, same_values
 
 
@@ -22,7 +22,33 @@ def test_as_records_takes_tables_lists_and_none():
     table, expected = filled_table("box")
     run = as_records(table)
     assert isinstance(run, RunRecords) and same_read(list(run), expected)
-    assert as_records(expected) is expected and as_records(None) is None
+    assert as_records(None) is None and as_records(run) is run
+    loaded = as_records(expected)  # records read from a metrics file, or sent back by a worker
+    assert isinstance(loaded, LoadedRecords) and isinstance(loaded, RunRecords) and same_values(list(loaded), expected)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box", "dict", "none"])
+def test_loaded_records_read_like_run_records(kind):
+    table, expected = filled_table(kind)
+    run, loaded = RunRecords(table), LoadedRecords([dict(r) for r in expected])
+    assert len(loaded) == len(run) and repr(loaded) == repr(run)
+    assert same_values(list(loaded), expected) and same_values(loaded[-1], expected[-1])
+    assert same_values(loaded[5:12], expected[5:12]) and same_values(loaded[::-1], expected[::-1])
+    for key in ("ep_return", "ep_length", "global_step", "wall_time", "episode_index", "agent_seed"):
+        assert np.array_equal(loaded.column(key), run.column(key)) and loaded.column(key).dtype == run.column(key).dtype
+    with pytest.raises(KeyError, match=r"column\('loss'\): not a record key"):
+        loaded.column("loss")
+    n = len(expected)
+    with pytest.raises(IndexError, match=f"record index {n} out of range: the run has {n} episode records"):
+        loaded[n]
+    first = loaded[0]
+    first["ep_return"] = 1e9
+    assert loaded[0]["ep_return"] == expected[0]["ep_return"]  # each read gives fresh dicts
+    copied = pickle.loads(pickle.dumps(loaded))
+    assert type(copied) is list and same_values(copied, expected)
+    if kind == "none":
+        assert loaded == expected and loaded == run and run == loaded
+    assert LoadedRecords([]).column("ep_return").shape == (0,) and len(LoadedRecords([])) == 0
 
 
 @pytest.mark.parametrize("kind", ["discrete", "box", "dict", "none", "slabs"])
