@@ -47,28 +47,32 @@ class EnvFactory(_InstanceOrFactory):
     it with its own seed) and left open for the user; sent to worker processes it travels
     as a copy, which an env holding processes or sockets (``AsyncVectorEnv``) cannot do:
     pass a factory such as ``online_trainer.envs.make_env(...)`` instead.
+
+    Args:
+        env: the env, as above.
+        name: the argument that gave it, for messages (``"evaluation.env"`` for an eval env).
     """
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, name: str = "env") -> None:
+        self.name = name
         if isinstance(env, str):
-            env = _registered_env(env)
+            env = _registered_env(env, name)
         if isinstance(env, (gym.Env, VectorEnv)):
             self._instance, self._factory = env, None
         elif callable(env):
             self._instance, self._factory = None, env
         else:
             raise TypeError(
-                f"env must be a gymnasium Env, a VectorEnv, a zero-argument factory of one or a registered env id, "
-                f"but got "
-                f"env={env!r} of type {type(env).__name__}."
+                f"{name} must be a gymnasium Env, a VectorEnv, a zero-argument factory of one or a registered env "
+                f"id, but got {name}={env!r} of type {type(env).__name__}."
             )
         self._wrapped: VectorEnv | None = None
 
     def __call__(self) -> VectorEnv:
         if self._factory is not None:
-            return as_vector_env(self._factory(), source=self._factory)
+            return as_vector_env(self._factory(), source=self._factory, name=self.name)
         if self._wrapped is None:
-            self._wrapped = as_vector_env(self._instance, source=self._instance)
+            self._wrapped = as_vector_env(self._instance, source=self._instance, name=self.name)
         return self._wrapped
 
     def fresh(self) -> VectorEnv:
@@ -82,11 +86,11 @@ class EnvFactory(_InstanceOrFactory):
         try:
             if isinstance(self._instance, AsyncVectorEnv):  # a failed copy would close its pipes
                 raise TypeError("an AsyncVectorEnv holds worker processes")
-            return as_vector_env(_copy.deepcopy(self._instance), source=self._instance)
+            return as_vector_env(_copy.deepcopy(self._instance), source=self._instance, name=self.name)
         except Exception as exc:
             raise TypeError(
                 f"The env {self._instance!r} cannot be copied for evaluation ({type(exc).__name__}: "
-                f"{exc}): pass eval_env=<a factory>, e.g. lambda: gym.make_vec(...)."
+                f"{exc}): pass EvaluationOptions(env=<a factory>), e.g. env=lambda: gym.make_vec(...)."
             ) from exc
 
     def release(self, env: VectorEnv) -> None:
@@ -98,7 +102,7 @@ class EnvFactory(_InstanceOrFactory):
         return {**self.__dict__, "_wrapped": None}
 
 
-def _registered_env(env_id: str) -> Callable[[], VectorEnv]:
+def _registered_env(env_id: str, name: str = "env") -> Callable[[], VectorEnv]:
     """The factory of a registered gymnasium id, checked now so that a typo fails before any run."""
     from online_trainer.envs import make_env  # the one place that resolves ids, "module:Env-v0" included
 
@@ -106,20 +110,21 @@ def _registered_env(env_id: str) -> Callable[[], VectorEnv]:
         return make_env(env_id)
     except ValueError as exc:
         raise ValueError(
-            f"env={env_id!r} is not a registered gymnasium env id ({exc}): pass a registered id such as "
+            f"{name}={env_id!r} is not a registered gymnasium env id ({exc}): pass a registered id such as "
             "'CartPole-v1' ('module:Env-v0' for ids another package registers, e.g. "
             "'minigrid:MiniGrid-Empty-5x5-v0'), an Env, a VectorEnv or a factory of one."
         ) from exc
 
 
-def as_vector_env(env: Any, source: Any = None) -> VectorEnv:
-    """Return ``env`` as a VectorEnv, wrapping a single Env; raise TypeError for anything else."""
+def as_vector_env(env: Any, source: Any = None, name: str = "env") -> VectorEnv:
+    """Return ``env`` as a VectorEnv, wrapping a single Env; raise TypeError for anything else (naming the
+    argument ``name`` whose factory ``source`` returned it)."""
     if isinstance(env, VectorEnv):
         return env
     if isinstance(env, gym.Env):
         return SyncVectorEnv([lambda: env])
     raise TypeError(
-        f"The env factory {_describe(source)} returned {env!r} of type {type(env).__name__}, which is "
+        f"The {name} factory {_describe(source)} returned {env!r} of type {type(env).__name__}, which is "
         "neither a gymnasium Env nor a VectorEnv: make it return gym.make(...) or gym.make_vec(...)."
     )
 

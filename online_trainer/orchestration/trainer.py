@@ -225,7 +225,9 @@ class OnlineTrainer:
         seed_offset = validation.seed_offset(seed_offset)
         tuning_hp = validation.tuning_hp(tuning_hp)
         eval_env = None if evaluation is None else evaluation.env
-        parts = dataclasses.replace(self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env))
+        parts = dataclasses.replace(
+            self.parts, eval_env_factory=None if eval_env is None else EnvFactory(eval_env, "evaluation.env")
+        )
         parts.check_travel(execution, options)
         copy_agent = parts.copies_agent(num_runs, execution)
         hold = hold_resumable(self.exp_dir) if resume else hold_exp_dir(self.exp_dir, overwrite, self.input_files())
@@ -402,7 +404,7 @@ class OnlineTrainer:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
         evaluation = EvaluationOptions() if evaluation is None else evaluation
         if evaluation.env is not None:
-            factory: EnvFactory | None = EnvFactory(evaluation.env)
+            factory: EnvFactory | None = EnvFactory(evaluation.env, "evaluation.env")
         else:  # the last multi_run's, to repeat its final evaluations
             factory = self._eval_env_factory if Path(target) == self.exp_dir else None
         parts = dataclasses.replace(self.parts, eval_env_factory=factory)

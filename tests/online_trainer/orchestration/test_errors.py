@@ -413,3 +413,18 @@ def test_sweep_resume_is_a_flag(tmp_path):
             {"lr": [0.1]}, 1, num_episodes=2, resume="yes"
         )
     assert not (tmp_path / "sweep").exists()
+
+
+def test_a_bad_eval_env_is_named_as_the_evaluation_env(tmp_path):
+    from online_trainer import EvaluationOptions
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(
+        TypeError, match=r"The evaluation.env factory .*<lambda> returned 3 of type int, which is neither"
+    ):
+        trainer.multi_run(1, num_episodes=2, evaluation=EvaluationOptions(freq=1, env=lambda: 3))
+    assert not (tmp_path / "exp").exists()
+    with pytest.raises(TypeError, match=r"evaluation.env must be a gymnasium Env, .* but got evaluation.env=3 of type"):
+        trainer.multi_run(1, num_episodes=2, evaluation=EvaluationOptions(freq=1, env=3))
+    with pytest.raises(ValueError, match=r"evaluation.env='CartPole-v9' is not a registered gymnasium env id"):
+        trainer.multi_run(1, num_episodes=2, evaluation=EvaluationOptions(freq=1, env="CartPole-v9"))
