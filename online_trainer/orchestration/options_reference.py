@@ -76,16 +76,23 @@ def render() -> str:
         lines += ["```text", f"OnlineTrainer.{name}{_signature(getattr(OnlineTrainer, name))}", "```", ""]
     lines += [
         "The nine first parameters of `multi_run` are the original OnlineTrainer's, positional and in their "
-        "order; they are the fields of the run plan below. Everything after `tuning_hp` is keyword-only.",
+        "order. Everything after `tuning_hp` is keyword-only.",
         "",
     ]
     own = {name: p.default for name, p in inspect.signature(OnlineTrainer.multi_run).parameters.items()}
-    lines += _table(
+    plan = _table(
         RunPlan,
         "multi_run parameter",
         skip=("evaluation", "checkpoints", "records", "hooks", "has_exp_dir"),
         defaults=own,
     )
+    rows = {row.split("`")[1]: row for row in plan[2:-1]} | {
+        name: f"| `{name}` | {kind} | {default} | {compared} | {text} |"
+        for name, (kind, default, compared, text) in CALL_PARAMETERS.items()
+    }
+    nine = list(own)[1:10]  # after self
+    assert set(nine) == set(rows), f"multi_run's nine parameters {nine} against the documented {sorted(rows)}"
+    lines += [*plan[:2], *(rows[name] for name in nine), ""]
     for group in GROUPS:
         doc = _markdown(" ".join((group.__doc__ or "").split()))
         lines += [f"## {group.section}: {group.__name__}", "", doc, ""]
@@ -107,6 +114,30 @@ def _signature(method: Any) -> str:
             text += f" = {parameter.default!r}"
         lines.append(f"    {text},")
     return "(\n" + "\n".join(lines) + "\n)"
+
+
+CALL_PARAMETERS = {
+    "num_runs": ("an int", "(required)", "yes", "Runs, one seed each, numbered from 1."),
+    "seed_offset": (
+        "an int or null",
+        "`None`",
+        "yes",
+        "Run `i`'s seed is `seed_offset + 10000 * (i - 1)`; None draws the base once (it is in `manifest.json`).",
+    ),
+    "num_workers": (
+        "an int or null",
+        "`None`",
+        "no",
+        "Runs going at once; `execution.num_workers` says the same (giving both, they must agree).",
+    ),
+    "tuning_hp": (
+        "a mapping or null",
+        "`None`",
+        "yes",
+        "Hyperparameters given to every agent through `set_hp` (and written to `hyperparameters.yaml`).",
+    ),
+}
+"""The parameters of ``multi_run`` that are not fields of :class:`RunPlan`: type, default, compared on resume, what."""
 
 
 def _markdown(text: str) -> str:
@@ -143,7 +174,7 @@ def _migration() -> list[str]:
         "",
         "The flat keywords of the previous release (and the flat keys of its config files) still work for "
         "one release, each with a `DeprecationWarning` that gives the new spelling. `num_workers` stays a "
-        "positional parameter of `multi_run` (the original's); `num_episodes` of `evaluate` is "
+        "positional parameter of `multi_run` (the original's), with no warning; `num_episodes` of `evaluate` is "
         "`evaluation.episodes`. `RunOptions` is deprecated: pass the objects.",
         "",
         "| previous release | now (Python) | now (config key) |",
@@ -152,7 +183,7 @@ def _migration() -> list[str]:
     for old, new in LEGACY_NAMES.items():
         section, name = new.split(".")
         group = next(g for g in GROUPS if g.section == section)
-        where = " (of `evaluate`)" if old == "num_episodes" else ""
+        where = {"num_episodes": " (of `evaluate`)", "num_workers": " (of `sweep` and `evaluate`)"}.get(old, "")
         lines.append(f"| `{old}=`{where} | `{section}={group.__name__}({name}=...)` | `{new}` |")
     return [*lines, ""]
 
