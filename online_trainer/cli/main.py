@@ -77,16 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
+        usage="%(prog)s [-h] [--no-progress] CONFIG [KEY=VALUE ...]",
         help="run an experiment described by a YAML config",
         description="Build the env and agent of CONFIG, run every seed, write the experiment directory "
         "(config.yaml, args.yaml, manifest.json, metrics_run*.pkl, logs) and print the final table.",
         epilog="Overrides are dotted keys with YAML values, e.g. num_runs=3 env.num_envs=4 "
         "agent.hyperparameters.lr=1e-3 exp_dir=runs/lr_1e-3 overwrite=true.",
     )
-    run.add_argument("config", metavar="CONFIG", help="YAML experiment config (see configs/)")
+    # optional here so that, without it, argparse does not also call the overrides required; main() requires it
+    run.add_argument("config", metavar="CONFIG", nargs="?", help="YAML experiment config (see configs/)")
     run.add_argument("overrides", metavar="KEY=VALUE", nargs="*", help="config overrides, applied in order")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    run.set_defaults(handler=run_command)
+    run.set_defaults(handler=run_command, usage_error=run.error)
 
     resume = commands.add_parser(
         "resume",
@@ -102,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     show = commands.add_parser(
         "show",
         help="print the final-performance table of an experiment on disk",
-        description="Print each run's final return and the mean, median and IQM across runs with 95%% bootstrap CIs.",
+        description="Print each run's final return and the mean, median and IQM across runs with 95% bootstrap CIs.",
     )
     show.add_argument("exp_dir", metavar="EXP_DIR", help="experiment directory, or a sweep of them")
     show.add_argument(
@@ -122,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="write learning curves (PNG) and a final-performance summary (Markdown)",
-        description="Plot the learning curves (IQM across runs, 95%% CI) of the experiments and write a "
+        description="Plot the learning curves (IQM across runs, 95% CI) of the experiments and write a "
         "Markdown table of their final performance; existing report files are replaced. Curves cover "
         "the whole range some run covers (thin where fewer runs have data; never extrapolated). Runs "
         "that did not finish are listed but left out unless --include-unfinished.",
@@ -192,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rebuild each run's agent from its checkpoint (with the env and agent of EXP_DIR/config.yaml), "
         "play greedy episodes on an env seeded with the run's eval seed, write "
         "EXP_DIR/evaluation_WHICH.csv and print each run's mean return and the mean, median and IQM "
-        "across runs with 95%% bootstrap CIs.",
+        "across runs with 95% bootstrap CIs.",
     )
     evaluate.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'run'")
     evaluate.add_argument(
@@ -214,7 +216,7 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
         help="is A better than B? aggregate metrics, probability of improvement, profiles (Markdown, PNG)",
         description="Compare experiments with the statistics of Agarwal et al. (2021): IQM, mean, median and "
         "optimality gap per candidate, the probability of improvement of each pair, performance "
-        "profiles and sample-efficiency curves, each with a 95%% stratified-bootstrap CI over runs "
+        "profiles and sample-efficiency curves, each with a 95% stratified-bootstrap CI over runs "
         "(seeds). Writes comparison.md and one PNG per figure; existing files are replaced.",
         epilog="Each DIR is a candidate named by its directory; a sweep directory makes each configuration a "
         "candidate. Tasks (envs) are matched by env id.",
@@ -279,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if args.command == "run" and args.config is None:
+            args.usage_error("the following arguments are required: CONFIG")
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else USAGE_ERROR
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]

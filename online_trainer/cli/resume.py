@@ -29,6 +29,8 @@ def resume_command(args: argparse.Namespace) -> int:
         ConfigError: the directory holds no experiment of ``online-trainer run``, or its config is invalid.
     """
     exp_dir = Path(args.exp_dir)
+    if not exp_dir.is_dir():
+        raise ConfigError(f"{exp_dir} does not exist: give the experiment directory 'online-trainer run' wrote.")
     if not (exp_dir / CONFIG_YAML).is_file():
         raise ConfigError(
             f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer resume' continues experiments made by "

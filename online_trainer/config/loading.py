@@ -45,7 +45,8 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     """Split ``"a.b.c=value"`` into ``(("a", "b", "c"), value)``, the value parsed as YAML.
 
     Raises:
-        ConfigError: when ``text`` has no ``=`` or an empty key.
+        ConfigError: when ``text`` has no ``=``, an empty key or an empty value (``exp_dir=``, often a shell
+            variable that was not set: YAML would read it as null, which is the default).
     """
     key, sep, raw = text.partition("=")
     path = tuple(part.strip() for part in key.split("."))
@@ -54,8 +55,12 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
             f"override {text!r} must look like key=value or section.key=value "
             "(e.g. num_runs=3, agent.hyperparameters.lr=0.001)."
         )
+    if not raw.strip():
+        raise ConfigError(
+            f"override {text!r} has no value: give it one, or write {key.strip()}=null for null (the default)."
+        )
     try:
-        value = yaml.load(raw, Loader=_Loader) if raw.strip() else None
+        value = yaml.load(raw, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"override {text!r}: the value is not valid YAML ({exc}).") from exc
     return path, value

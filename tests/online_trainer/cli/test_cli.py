@@ -400,8 +400,21 @@ def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):
     assert f"online-trainer: error: config file '{tmp_path / 'nope.yaml'}' does not exist." in capsys.readouterr().err
     assert cli.main(["show", str(tmp_path / "missing")]) == 2
     assert "does not exist" in capsys.readouterr().err
-    assert cli.main(["run"]) == 2  # argparse: CONFIG is required
-    assert "the following arguments are required: CONFIG" in capsys.readouterr().err
+    assert cli.main(["run"]) == 2  # argparse: CONFIG is required, the overrides are not
+    err = capsys.readouterr().err
+    assert err.endswith("online-trainer run: error: the following arguments are required: CONFIG\n")
+    assert "usage: online-trainer run [-h] [--no-progress] CONFIG [KEY=VALUE ...]" in err
+    assert cli.main(["resume", str(tmp_path / "missing")]) == 2
+    assert f"{tmp_path / 'missing'} does not exist: give the experiment directory" in capsys.readouterr().err
+    assert cli.main(["run", str(write_config(tmp_path)), "exp_dir="]) == 2  # an unset shell variable, often
+    assert (
+        "override 'exp_dir=' has no value: give it one, or write exp_dir=null for null (the default)."
+        in capsys.readouterr().err
+    )
+    for command in ("show", "report", "eval", "compare"):  # descriptions are not %-formatted: "95%", not "95%%"
+        assert cli.main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert "%%" not in out and "95%" in out
 
 
 def test_config_schema_parts(tmp_path):
