@@ -27,6 +27,7 @@ from online_trainer.analysis.compare_curves import sample_efficiency
 from online_trainer.analysis.compare_inputs import (
     CompareOptions,
     Data,
+    budget_note,
     check_tasks,
     load_candidates,
     normalization_bounds,
@@ -140,6 +141,9 @@ def compare(
         include_unfinished=include_unfinished,
     )
     table = load_candidates(data, by, options.source)
+    note = budget_note(table)
+    if note is not None:
+        logger.warning("compare: %s", note)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
@@ -152,7 +156,7 @@ def compare(
         comparison.profiles,
         curves,
         options,
-        comparison.info,
+        {**comparison.info, "budget_note": note},
     )
 
 

@@ -316,3 +316,36 @@ def check_tasks(scores: pd.DataFrame, candidates: Sequence[str]) -> list[str]:
             f"missing {gaps}. Compare on the tasks they share, or run the missing ones."
         )
     return tasks
+
+
+def budget_note(df: pd.DataFrame) -> str | None:
+    """A warning when the candidates of a task ran on different budgets (``None`` when they did not, or the data
+    does not say: a DataFrame without the runs' manifests).
+
+    Final scores of runs trained for 20,000 and 30,000 env steps rank the budgets as much as the agents.
+    """
+    runs = df.attrs.get(RUNS_ATTR) or []
+    if not runs or "experiment" not in df.columns:
+        return None
+    candidate_of = dict(zip(df["experiment"].astype(str), df["candidate"]))
+    task_of = dict(zip(df["experiment"].astype(str), df["task"].astype(str)))
+    budgets: dict[str, dict[str, set[str]]] = {}
+    for run in runs:
+        experiment = str(run.get("experiment", next(iter(candidate_of), "")))
+        if experiment not in candidate_of or run.get("budget") is None:
+            continue
+        budget = f"{run['budget']:,} {'env steps' if run.get('budget_unit') == 'steps' else 'episodes'}"
+        of_task = budgets.setdefault(task_of[experiment], {})
+        of_task.setdefault(candidate_of[experiment], set()).add(budget)
+    notes = []
+    for task, by_candidate in budgets.items():
+        if len({budget for kept in by_candidate.values() for budget in kept}) > 1:
+            listed = "; ".join(f"{c}: {', '.join(sorted(b))}" for c, b in by_candidate.items())
+            notes.append(f"{task} ({listed})")
+    if not notes:
+        return None
+    return (
+        "The candidates ran on different budgets, so their final scores also compare the budgets: "
+        + "; ".join(notes)
+        + ". Compare runs of one budget, or read the sample-efficiency curves at a step they all reached."
+    )

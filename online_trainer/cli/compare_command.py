@@ -87,6 +87,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         "stratified-bootstrap confidence interval: runs are resampled within each task "
         f"({options.n_resamples} resamples, seed {options.seed}).",
         "",
+        *([f"**Budgets differ.** {info['budget_note']}", ""] if info.get("budget_note") else []),
         "## Aggregate metrics",
         "",
         f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | optimality gap [{ci} CI] |",

@@ -309,3 +309,30 @@ def test_step_budget_curves_end_on_every_run(tmp_path):
     table_ = curves(df, num_points=20)
     assert table_["global_step"].iloc[-1] == 101
     assert table_["num_runs"].iloc[-1] == 3  # before: the run whose last episode ended last, alone (n=1)
+
+
+def test_candidates_run_on_different_budgets_are_flagged(tmp_path, caplog):
+    """Final scores of 200- and 300-step runs rank the budgets as much as the agents: compare says so."""
+    import logging
+
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    for name, steps in (("short", 200), ("long", 300), ("long_too", 300)):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            3, total_steps=steps, seed_offset=0
+        )
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    result = compare([tmp_path / "short", tmp_path / "long"], n_resamples=100)
+    note = result.info["budget_note"]
+    assert note.startswith("The candidates ran on different budgets, so their final scores also compare the budgets")
+    assert "(short: 200 env steps; long: 300 env steps)" in note and note in caplog.text
+    caplog.clear()
+    assert compare([tmp_path / "long", tmp_path / "long_too"], n_resamples=100).info["budget_note"] is None
+    assert "different budgets" not in caplog.text
+    from online_trainer.cli import main as cli
+
+    assert cli.main(["compare", str(tmp_path / "short"), str(tmp_path / "long"), "--out", str(tmp_path / "cmp")]) == 0
+    assert (
+        "**Budgets differ.** The candidates ran on different budgets"
+        in (tmp_path / "cmp" / "comparison.md").read_text()
+    )
