@@ -285,3 +285,5 @@ def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: An
         check_actions(actions, env, agent)
     except (ValueError, TypeError) as problem:
         raise type(problem)(f"{where}: {problem}") from error
+    except Exception:  # the check itself could not read the actions: the env's own error says more
+        return
