@@ -50,6 +50,7 @@ from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.factories import accepts_keyword
 from online_trainer.loop.steps import LoopState
 from online_trainer.records import storage
+from online_trainer.run import simulator_state
 from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, stateful_hooks
 
 logger = logging.getLogger(__name__)
@@ -212,11 +213,16 @@ def set_global_rng_state(state: dict[str, Any]) -> None:
 
 
 def env_bytes(env: Any) -> bytes | None:
-    """``env`` pickled, or None when it does not pickle (an ``AsyncVectorEnv``, an env holding a window or a lock)."""
+    """``env`` pickled with what its pickle leaves out (:mod:`~online_trainer.run.simulator_state`), or None when
+    it cannot be put back exactly (an ``AsyncVectorEnv``, an env holding a window or a lock, an Atari env with
+    sticky actions)."""
     if hasattr(env, "processes") or hasattr(env, "parent_pipes"):  # an AsyncVectorEnv: its sub-envs live elsewhere
         return None
     try:
-        return cloudpickle.dumps(env)
+        return cloudpickle.dumps({"env": env, "simulators": simulator_state.capture(env)})
+    except simulator_state.NotRestorable as exc:
+        logger.debug("the env cannot be kept exactly (%s): a resumed run restarts it from a reset", exc)
+        return None
     except Exception as exc:  # anything can fail in a user's env's pickling
         logger.debug(
             "the env does not pickle (%s: %s): a resumed run restarts it from a reset", type(exc).__name__, exc
@@ -367,7 +373,11 @@ def restored_env(saved: FullCheckpoint | None) -> Any:
     """The env of a full checkpoint, as it was (None when there is no checkpoint or the env did not pickle)."""
     if saved is None or saved.env is None:
         return None
-    return cloudpickle.loads(saved.env)
+    kept = cloudpickle.loads(saved.env)
+    if not isinstance(kept, dict):  # written before the simulators' states were kept
+        return kept
+    simulator_state.restore(kept["env"], kept["simulators"])
+    return kept["env"]
 
 
 def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> LoopState:
@@ -390,7 +400,8 @@ def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> Loop
         return loop
     restart = restart_seed(seed, loop.global_step)
     logger.info(
-        "run %d: its env was not in the checkpoint (it does not pickle): reset with seed %d at step %d; "
+        "run %d: its env was not in the checkpoint (it does not pickle, or could not be put back exactly): "
+        "reset with seed %d at step %d; "
         "the episodes in progress were dropped",
         saved.run,
         restart,
