@@ -128,7 +128,7 @@ def final_performance(
         raise ValueError(
             f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True to analyse them anyway."
         )
-    info = [c for c in ("seed", STATUS_COLUMN) if c in data.columns]
+    info = [c for c in ("seed", STATUS_COLUMN) if c in data.columns and c not in run_cols]  # group_by may name them
     runs = data[run_cols + info].drop_duplicates(run_cols).set_index(run_cols)
     no_episode = runs_without_episodes(data, run_cols)
     data = drop_nonfinite(data)

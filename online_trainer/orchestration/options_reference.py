@@ -134,7 +134,7 @@ CALL_PARAMETERS = {
         "a mapping or null",
         "`None`",
         "yes",
-        "Hyperparameters given to every agent through `set_hp` (and written to `hyperparameters.yaml`).",
+        "Hyperparameters given to every agent through `set_hp` (recorded in `manifest.json`; the loaders add them as columns).",
     ),
 }
 """The parameters of ``multi_run`` that are not fields of :class:`RunPlan`: type, default, compared on resume, what."""

@@ -84,6 +84,19 @@ def test_final_performance_groups_by_experiment_by_default_and_keeps_runs_apart(
     assert len(final_performance(df, last_k=1, group_by=[])) == 3
 
 
+@pytest.mark.parametrize("group_by", ["seed", ["experiment", "seed"], ["experiment", "status"], "status"])
+def test_group_by_the_seed_or_status_columns_a_run_carries(group_by):
+    """``seed`` and ``status`` are constant within a run: grouping by them is allowed (it used to fail inside
+    pandas, as they were also taken along as the runs' own columns)."""
+    df = pd.concat([episodes({0: [1, 2], 1: [3, 4]}, experiment="a"), episodes({0: [10, 20]}, experiment="b")]).assign(
+        status="finished"
+    )
+    out = final_performance(df, last_k=1, group_by=group_by)
+    assert sorted(out["final_return"].tolist()) == [2.0, 4.0, 20.0] and out.columns.is_unique
+    summary = summarize(df, last_k=1, group_by=group_by)
+    assert summary["num_runs"].sum() == 3
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
