@@ -33,6 +33,7 @@ from online_trainer.analysis.compare_inputs import (
     normalization_bounds,
     normalized,
     run_scores,
+    shared_seed_note,
 )
 from online_trainer.analysis.stats import aggregate
 
@@ -141,9 +142,10 @@ def compare(
         include_unfinished=include_unfinished,
     )
     table = load_candidates(data, by, options.source)
-    note = budget_note(table)
-    if note is not None:
-        logger.warning("compare: %s", note)
+    note, pooled = budget_note(table), shared_seed_note(table)
+    for warning in (note, pooled):
+        if warning is not None:
+            logger.warning("compare: %s", warning)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
@@ -156,7 +158,7 @@ def compare(
         comparison.profiles,
         curves,
         options,
-        {**comparison.info, "budget_note": note},
+        {**comparison.info, "budget_note": note, "shared_seed_note": pooled},
     )
 
 

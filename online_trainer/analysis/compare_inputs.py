@@ -349,3 +349,28 @@ def budget_note(df: pd.DataFrame) -> str | None:
         + "; ".join(notes)
         + ". Compare runs of one budget, or read the sample-efficiency curves at a step they all reached."
     )
+
+
+def shared_seed_note(df: pd.DataFrame) -> str | None:
+    """A warning when a candidate pools experiments whose runs share seeds (``by="lr"`` over a sweep that also
+    varies ``gamma``): its runs are counted apart, as independent, though runs of one seed are not (they share
+    the env's and the agent's random streams). None when no candidate does, or the data has no seeds."""
+    if "seed" not in df.columns or "experiment" not in df.columns:
+        return None
+    runs = df.drop_duplicates(["candidate", "task", "experiment", "run"])
+    pooled = []
+    for (candidate, _task), rows in runs.groupby(["candidate", "task"], sort=False):
+        if rows["experiment"].nunique() > 1 and rows["seed"].duplicated().any():
+            pooled.append(
+                f"{candidate} ({rows['experiment'].nunique()} experiments, {len(rows)} runs of "
+                f"{rows['seed'].nunique()} seeds)"
+            )
+    if not pooled:
+        return None
+    return (
+        "Some candidates pool experiments that ran the same seeds: "
+        + "; ".join(pooled)
+        + ". Their runs are counted as independent, but runs of one seed share its random streams, so the "
+        "intervals may be too narrow (and 'seeds' counts runs). Compare the configurations themselves (no by=), "
+        "or give each configuration its own seeds."
+    )

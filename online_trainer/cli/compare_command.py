@@ -88,6 +88,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         f"({options.n_resamples} resamples, seed {options.seed}).",
         "",
         *([f"**Budgets differ.** {info['budget_note']}", ""] if info.get("budget_note") else []),
+        *([f"**Seeds shared.** {info['shared_seed_note']}", ""] if info.get("shared_seed_note") else []),
         "## Aggregate metrics",
         "",
         f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | optimality gap [{ci} CI] |",

@@ -282,6 +282,22 @@ def test_a_sweep_compares_its_configurations(tmp_path):
     assert by_lr.info["candidates"] == ["0.1", "0.2", "0.3"]
 
 
+def test_a_candidate_pooling_configurations_that_share_seeds_is_flagged(tmp_path, caplog):
+    """by="lr" over a sweep that also varies gamma pools two runs of each seed into a candidate."""
+    import logging
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.sweep({"lr": [0.1, 0.2], "gamma": [0.9, 0.99]}, num_runs=3, num_episodes=6, seed_offset=0)
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    pooled = compare(tmp_path, by="lr", n_resamples=100).info["shared_seed_note"]
+    assert pooled.startswith(
+        "Some candidates pool experiments that ran the same seeds: 0.1 (2 experiments, 6 runs of 3"
+    )
+    assert pooled in caplog.text
+    assert compare(tmp_path, n_resamples=100).info["shared_seed_note"] is None
+    assert compare(tmp_path, by=["lr", "gamma"], n_resamples=100).info["shared_seed_note"] is None
+
+
 def test_a_sweep_of_one_configuration_has_an_experiment_column(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
     trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
