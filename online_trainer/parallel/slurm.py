@@ -149,8 +149,10 @@ def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state:
     """The failed result of a run whose job ended (``state``) before the run had a result."""
     path, tail = log_tail(folder, job_id)
     how = "is no longer known to Slurm" if state == GONE else f"ended {state}"
-    summary = f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result"
-    error = f"{summary}. The end of its log {path}:\n{tail}"
+    summary = (
+        f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result; its log: {path}"
+    )
+    error = f"{summary}. The end of that log:\n{tail}"
     return RunResult(
         run_idx=spec_run,
         seed=seed,

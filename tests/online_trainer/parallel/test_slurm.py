@@ -180,8 +180,8 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
         handle.wait(progress=False)
     (failure,) = caught.value.failures
     assert (failure.run_idx, failure.seed) == (1, 0)
-    assert f"Slurm job {job} ended CANCELLED before run 1 (seed 0) had a result" in failure.exception
-    assert f"{job}_0_log.err" in failure.traceback
+    assert f"Slurm job {job} ended CANCELLED before run 1 (seed 0) had a result; its log: " in failure.exception
+    assert failure.exception.endswith(f"{job}_0_log.err") and f"{job}_0_log.err" in str(caught.value)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
     # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
