@@ -337,8 +337,12 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         final returns (the mean return of each run's last ``last_k`` episodes), ``num_runs``,
         and against the top configuration: ``probability_of_improvement`` (P(top > this
         one), with ``_lo``/``_hi``; NaN for the top one) and ``told_apart`` (the interval of the
-        ``metric`` difference excludes zero; False for the top one). ``attrs["note"]`` says
-        whether the top configurations can be told apart.
+        ``metric`` difference excludes zero; False for the top one), ``degenerate`` (every run of the
+        top one beats every run of this one: P's interval is a point only because the seeds are few)
+        with ``separation_bound`` (the bound on P that holds then; see
+        :func:`~online_trainer.analysis.compare_stats.separation_bound`). Configurations that finished
+        no episode come last, with no score. ``attrs["note"]`` says whether the top configurations can
+        be told apart.
     """
     import pandas as pd
 
@@ -371,7 +375,7 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     table = _against_top(table, finals, metric)
     if unscored:  # after the configurations with a score, in the order of the grid
         rest = pd.DataFrame([{"experiment": name, **hyperparameters(root / name)} for name in unscored])
-        table = pd.concat([table, rest.assign(num_runs=0, told_apart=False)], ignore_index=True)
+        table = pd.concat([table, rest.assign(num_runs=0, told_apart=False, degenerate=False)], ignore_index=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
 
@@ -380,10 +384,16 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
     """Add the comparison of each configuration with the top one, and the note of ``attrs``."""
     from online_trainer.analysis.compare import CompareOptions, compare_scores
 
-    columns = ["probability_of_improvement", "probability_of_improvement_lo", "probability_of_improvement_hi"]
+    columns = [
+        "probability_of_improvement",
+        "probability_of_improvement_lo",
+        "probability_of_improvement_hi",
+        "separation_bound",
+    ]
     for column in columns:
         table[column] = float("nan")
     table["told_apart"] = False
+    table["degenerate"] = False
     scored = finals.dropna(subset=["final_return"])
     if len(table) < 2 or scored.groupby("experiment").size().reindex(table["experiment"]).isna().any():
         table.attrs["note"] = "A single configuration with scores: nothing to tell apart."
@@ -396,13 +406,23 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
         for column in columns:
             table.loc[i, column] = pairs.loc[name, column]
         table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
+        table.loc[i, "degenerate"] = bool(pairs.loc[name, "degenerate"])
     second = pairs.loc[table["experiment"].iloc[1]]
+    separated = table["experiment"][table["degenerate"]].tolist()
+    caveat = (
+        f" Every run of {top} beats every run of {', '.join(separated)} (complete separation): their P = 1 with a "
+        "point interval is what few seeds give, not a certainty; separation_bound is the bound on P that holds."
+        if separated
+        else ""
+    )
     interval = (
         f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
         f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]"
     )
     if second["distinguishable"]:
-        table.attrs["note"] = f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval})."
+        table.attrs["note"] = (
+            f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval}).{caveat}"
+        )
         return table
     tied = [top] + [n for n, t in zip(table["experiment"].iloc[1:], table["told_apart"].iloc[1:]) if not t]
     needed = second["seeds_needed"]
@@ -414,7 +434,7 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
     table.attrs["note"] = (
         f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
         f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
-        "among them is noise."
+        f"among them is noise.{caveat}"
     )
     logger.warning("sweep: %s", table.attrs["note"])
     return table

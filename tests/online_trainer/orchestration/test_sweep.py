@@ -60,6 +60,10 @@ def test_the_known_best_configuration_ranks_first(tmp_path):
     assert ranking["rank"].tolist() == [1, 2]
     assert ranking["num_runs"].tolist() == [3, 3]
     assert (ranking["iqm_lo"] <= ranking["iqm"]).all() and (ranking["iqm"] <= ranking["iqm_hi"]).all()
+    # every run of lr=0.5 beats every run of lr=1e-4: P = 1 [1, 1] from 3 seeds is flagged, with its true bound
+    assert ranking["probability_of_improvement"].iloc[1] == 1.0 and ranking["degenerate"].tolist() == [False, True]
+    assert 0.0 < ranking["separation_bound"].iloc[1] < 0.5 and np.isnan(ranking["separation_bound"].iloc[0])
+    assert "Every run of lr=0.5 beats every run of lr=0.0001 (complete separation)" in ranking.attrs["note"]
     assert (tmp_path / "sweep_results.csv").is_file()
     episodes = load_episodes(tmp_path)
     assert sorted(episodes["experiment"].unique()) == ["lr=0.0001", "lr=0.5"]
