@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
@@ -34,6 +35,8 @@ CI = 0.95
 DEFAULT_LAST_K = 10
 CURVES_FILE = "learning_curves.png"
 EVAL_CURVES_FILE = "eval_curves.png"
+MAX_EVAL_POINTS = 200
+"""Evaluation curves with at most this many evaluation steps are drawn at them, with a marker each."""
 SUMMARY_FILE = "summary.md"
 CURVE_STAT = "iqm"
 STATS = (("mean", "mean"), ("median", "median"), ("iqm", "IQM"))
@@ -407,9 +410,11 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
             "run, at the median env step of those evaluations."
         )
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
+    points = np.unique(table[x].to_numpy(float))
     figure = plot_learning_curves(
         table,
         x=x,
+        grid=points if len(points) <= MAX_EVAL_POINTS else None,  # at the evaluations, not between them
         stat=CURVE_STAT,
         ci=CI,
         title=title,
@@ -419,6 +424,10 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
         include_unfinished=args.include_unfinished,
     )
     ax = figure.axes[0]
+    if len(points) <= MAX_EVAL_POINTS:  # few evaluations: each one a marker, so a reader sees where they are
+        for line in ax.get_lines():
+            line.set_marker("o")
+            line.set_markersize(3.5)
     ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
     ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
     return figure

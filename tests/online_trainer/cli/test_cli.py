@@ -747,3 +747,21 @@ def test_the_line_before_the_runs_says_the_workers_multi_run_uses(tmp_path, caps
     out = capsys.readouterr().out
     assert "Running 1 seed(s) of q_learning on Corridor-v0 (x2), 6 episodes each into" in out
     assert "workers" not in out.splitlines()[0]  # one run uses no worker processes
+
+
+def test_evaluation_curves_are_drawn_at_the_evaluations_with_a_marker_each(tmp_path):
+    """Three evaluations a run: the curve's points are the evaluation steps (a 100-point grid between them drew
+    kinks in the band where no evaluation was), each with a marker."""
+    import argparse
+
+    from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
+    from online_trainer.cli.report import plot_evaluations
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, total_steps=300, seed_offset=0, evaluation=EvaluationOptions(freq=100, episodes=2)
+    )
+    args = argparse.Namespace(x="global_step", common_range=False, ylim=None, yscale="auto", include_unfinished=False)
+    figure = plot_evaluations(load_evaluations(tmp_path), args, title=None)
+    (line,) = [line for line in figure.axes[0].get_lines() if line.get_label().endswith("3 runs")]
+    assert line.get_marker() == "o" and sorted(set(line.get_xdata())) == [100.0, 200.0, 300.0]
