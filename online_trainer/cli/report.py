@@ -414,7 +414,7 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
     figure = plot_learning_curves(
         table,
         x=x,
-        grid=points if len(points) <= MAX_EVAL_POINTS else None,  # at the evaluations, not between them
+        grid=points.tolist() if len(points) <= MAX_EVAL_POINTS else None,  # at the evaluations, not between them
         stat=CURVE_STAT,
         ci=CI,
         title=title,
