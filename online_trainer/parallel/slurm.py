@@ -152,7 +152,7 @@ def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state:
     summary = (
         f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result; its log: {path}"
     )
-    error = f"{summary}. The end of that log:\n{tail}"
+    error = f"{summary}\nThe end of that log:\n{tail}"
     return RunResult(
         run_idx=spec_run,
         seed=seed,

@@ -86,7 +86,11 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
         ),
     ],
 )
-def test_bad_wrapper_keys_exit_2_before_anything_runs(tmp_path, capsys, override, message):
+def test_bad_wrapper_keys_exit_2_before_anything_runs(tmp_path, capsys, monkeypatch, override, message):
+    import gymnasium as gym
+
+    for env_id in [key for key in gym.registry if key.startswith("ALE/")]:  # as before another test imported ale_py
+        monkeypatch.delitem(gym.registry, env_id)
     exp_dir = tmp_path / "exp"
     assert cli.main(["run", str(write(tmp_path)), f"exp_dir={exp_dir}", override, "--no-progress"]) == 2
     err = capsys.readouterr().err
