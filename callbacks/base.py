@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -27,10 +28,11 @@ class CallBack:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # A fast series() inherited from a sink would bypass the subclass's own __call__.
-        if "__call__" in cls.__dict__ and "series" not in cls.__dict__ and cls.series is not CallBack.series:
-            # setattr: mypy refuses an assignment to a method, which is what this is meant to be
-            setattr(cls, "series", CallBack.series)  # noqa: B010
+        # A fast series() or step_logger() inherited from a sink would bypass the subclass's own __call__.
+        if "__call__" in cls.__dict__:
+            for name in ("series", "step_logger"):
+                if name not in cls.__dict__ and getattr(cls, name) is not getattr(CallBack, name):
+                    setattr(cls, name, getattr(CallBack, name))  # setattr: mypy refuses assigning a method
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         """Log the scalars of ``data`` as ``{key}/{tag}`` at ``step``.
@@ -44,15 +46,36 @@ class CallBack:
                 on such a call once ``max_delay`` seconds have passed since the last).
         """
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
         """Log ``values[j]`` of the scalar ``key`` at ``steps[j]``, each as a forced point.
 
-        The runner logs the returns and lengths of the episodes that ended on one env step
-        this way (``ep_return`` under ``ep_return/run_{i}``, with the episode indices as steps).
-        This default makes one call per value; sinks that buffer take them all at once.
+        The runner logs the returns and lengths of episodes this way, in batches of those that
+        ended within about a second (``ep_return`` under ``ep_return/run_{i}``, with the episode
+        indices as steps). This default makes one call per value; sinks that buffer take them all
+        at once.
+
+        Args:
+            key: the scalar's name.
+            tag: its group.
+            values: the values, in order.
+            steps: the x value of each.
+            wall_times: when each value was measured, in seconds since the epoch (``time.time()``);
+                None: now. A sink that stamps its points with a time uses these; this default,
+                routing each value through ``__call__``, cannot pass them on.
         """
         for value, step in zip(values, steps):
             self({key: value}, tag, step, force=True)
+
+    def step_logger(self, tag: str) -> StepLogger:
+        """The ``call_back`` the runner hands to ``agent.update``: it logs the agent's dicts under ``tag``
+        (``agents/run_{i}``) at the env step the runner sets (its ``step``) before each update.
+
+        This one calls the sink with every dict; a sink may return one that keeps the values its own
+        faster way (``TBCallBack`` does), as long as every value still reaches it.
+        """
+        return StepLogger(self, tag)
 
     def video(self, tag: str, frames: Sequence[Any], fps: float, step: int) -> None:
         """Log a video: ``frames`` (H x W x 3 uint8 arrays) to play at ``fps``, at ``step``.
@@ -172,3 +195,45 @@ def metric_name(key: str, tag: str, run_tag: str = "") -> str:
     if not group:
         return key
     return group if key in group.split("/") else f"{group}/{key}"
+
+
+class StepLogger:
+    """The ``call_back`` handed to ``agent.update``: ``call_back(data)`` logs ``data`` under ``tag`` at ``step``.
+
+    The runner sets :attr:`step` to the env step before each update.
+    """
+
+    __slots__ = ("callback", "tag", "step")
+
+    def __init__(self, callback: Any, tag: str) -> None:
+        self.callback, self.tag, self.step = callback, tag, 0
+
+    def __call__(self, data: Mapping[str, Any]) -> None:
+        self.callback(data, self.tag, self.step)
+
+
+def step_logger(callback: Any, tag: str) -> StepLogger:
+    """``callback.step_logger(tag)``, or a :class:`StepLogger` for a callback that has none (any callable sink)."""
+    make = getattr(callback, "step_logger", None)
+    return make(tag) if callable(make) else StepLogger(callback, tag)
+
+
+def takes_wall_times(series: Any) -> bool:
+    """Whether a sink's ``series`` takes ``wall_times`` (one written before the runner passed them does not).
+
+    The answer is kept per function, so asking again about a method costs a dict lookup.
+    """
+    function = getattr(series, "__func__", series)
+    known = _TAKES_WALL_TIMES.get(function) if inspect.isfunction(function) else None
+    if known is None:
+        try:
+            parameters = list(inspect.signature(series).parameters.values())
+        except (TypeError, ValueError):
+            parameters = []
+        known = any(p.name == "wall_times" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        if inspect.isfunction(function):
+            _TAKES_WALL_TIMES[function] = known
+    return known
+
+
+_TAKES_WALL_TIMES: dict[Any, bool] = {}

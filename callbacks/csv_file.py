@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -93,11 +94,16 @@ class CSVCallback(CallBack):
         elif force and now - self._last_flush > self.max_delay:
             self.flush()
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
         """Keep every value of ``key`` as a row, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         now, run = time.time(), self._run
         name = self._names.get((key, tag)) or self._name(key, tag)
-        self._rows.extend([(run, name, step, float(value), tag, key, now) for value, step in zip(values, steps)])
+        times = itertools.repeat(now) if wall_times is None else wall_times
+        self._rows.extend(
+            [(run, name, step, float(value), tag, key, wall) for value, step, wall in zip(values, steps, times)]
+        )
         if len(self._rows) >= self.flush_rows or now - self._last_flush > self.max_delay:
             self.flush()
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,17 @@ class JsonlCallback(CallBack):
         self._lines.append(_dumps(record))
         if force or len(self._lines) >= self.flush_every:
             self.flush()
+
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
+        """One line per value, each with its wall time, written at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
+        times = itertools.repeat(time.time()) if wall_times is None else wall_times
+        self._lines.extend(
+            _dumps({"tag": tag, "step": int(step), "values": {key: _jsonable(value)}, "wall_time": float(wall)})
+            for value, step, wall in zip(values, steps, times)
+        )
+        self.flush()
 
     def flush(self) -> None:
         """Write the buffered lines."""

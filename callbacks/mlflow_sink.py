@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -236,10 +237,13 @@ class MLflowCallback(CallBack):
         if len(self._buffer) >= self.flush_values or (force and now - self._last_flush > self.max_delay):
             self.flush()
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
         """Keep every value of ``key`` at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         now, name = time.time(), self._name(key, tag, "episode")
-        self._buffer.extend([(name, float(value), now, step) for value, step in zip(values, steps)])
+        times = itertools.repeat(now) if wall_times is None else wall_times
+        self._buffer.extend([(name, float(value), wall, step) for value, step, wall in zip(values, steps, times)])
         if len(self._buffer) >= self.flush_values or now - self._last_flush > self.max_delay:
             self.flush()
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.base import CallBack, takes_wall_times
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +52,16 @@ class MultiCallback(CallBack):
         for callback in self.callbacks:
             callback(data, tag, step, force)
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
         for callback in self.callbacks:
             series = getattr(callback, "series", None)
             if series is not None:
-                series(key, tag, values, steps)
+                if wall_times is not None and takes_wall_times(series):
+                    series(key, tag, values, steps, wall_times=wall_times)
+                else:
+                    series(key, tag, values, steps)
             else:
                 CallBack.series(callback, key, tag, values, steps)
 
@@ -135,3 +140,4 @@ class MultiCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"MultiCallback({self.callbacks!r})"
+

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import crc32c
@@ -151,22 +151,33 @@ class ScalarBatch:
         self.count += 1
         return self.count
 
-    def add_series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> int:
-        """Keep ``values[j]`` of scalar ``key`` under ``tag`` at ``steps[j]``, in order, now; return the count kept.
+    def step_logger(self, tag: str, limit: int, on_full: Callable[[], Any]) -> StepScalars:
+        """A ``call_back`` for ``agent.update`` that keeps its dicts under ``tag`` (see :class:`StepScalars`)."""
+        return StepScalars(self, tag, limit, on_full)
+
+    def add_series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> int:
+        """Keep ``values[j]`` of scalar ``key`` under ``tag`` at ``steps[j]``, in order; return the count kept.
+
+        ``wall_times[j]``: the wall time of ``values[j]`` (seconds since the epoch); None: now.
 
         Raises:
             TypeError: a step is not an integer, or a value is not a number.
         """
         count = len(values)
-        if count != len(steps):
-            raise ValueError(f"add_series: {count} values for {len(steps)} steps")
+        if count != len(steps) or (wall_times is not None and count != len(wall_times)):
+            raise ValueError(
+                f"add_series: {count} values for {len(steps)} steps"
+                + ("" if wall_times is None else f" and {len(wall_times)} wall times")
+            )
         group_key = (tag, key)
         group = self._groups.get(group_key) or self._group(group_key)
         floats = list(map(float, values))  # all converted before any list grows
         # the run passes a range of episode indices: integers already
         group.steps.extend(steps if type(steps) is range else list(map(_index, steps)))
         group.values.extend(floats)
-        group.walls.extend([_now()] * count)
+        group.walls.extend([_now()] * count if wall_times is None else list(map(float, wall_times)))
         group.seqs.extend(range(self.count, self.count + count))
         self.count += count
         return self.count
@@ -208,6 +219,44 @@ class ScalarBatch:
                     parts.append(_Part(group.names, np.array(seqs)[pick], rows))
         self.count = 0
         return _in_call_order(parts)
+
+
+class StepScalars:
+    """``call_back(data)`` keeps ``data`` under ``tag`` at :attr:`step`, as :meth:`ScalarBatch.add` does, in one call.
+
+    What ``TBCallBack`` hands to ``agent.update`` through the runner: an agent may log at every
+    update, and three nested calls (the logger, the sink, the batch) cost a 64-sub-env CartPole
+    run about 2% of its time. ``on_full`` is called once ``limit`` events are kept.
+    """
+
+    __slots__ = ("batch", "tag", "step", "limit", "on_full", "groups")
+
+    def __init__(self, batch: ScalarBatch, tag: str, limit: int, on_full: Callable[[], Any]) -> None:
+        self.batch, self.tag, self.step, self.limit, self.on_full = batch, tag, 0, limit, on_full
+        self.groups: dict[tuple[str, ...], _Group] = {}  # by the dict's keys: the tag is this logger's
+
+    def __call__(self, data: Mapping[str, Any]) -> None:
+        keys = tuple(data)
+        group = self.groups.get(keys)
+        if group is None:
+            if not keys:
+                return
+            group = self.groups[keys] = self.batch._group((self.tag, *keys))
+        values = group.values
+        kept = len(values)
+        try:
+            for value in data.values():
+                values.append(float(value))
+        except Exception:
+            del values[kept:]  # keep the group's lists aligned
+            raise
+        batch = self.batch
+        group.steps.append(self.step)
+        group.walls.append(_now())
+        group.seqs.append(batch.count)
+        batch.count += 1
+        if batch.count >= self.limit:
+            self.on_full()
 
 
 class _Part:

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from online_trainer.callbacks.base import CallBack, scalar_name
+from online_trainer.callbacks.base import CallBack, StepLogger, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, event_records, position, rewind_files
-from online_trainer.callbacks.scalar_batch import ScalarBatch
+from online_trainer.callbacks.scalar_batch import ScalarBatch, StepScalars
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
 
@@ -91,11 +91,20 @@ class TBCallBack(CallBack):
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
+    def step_logger(self, tag: str) -> StepLogger | StepScalars:
+        """The agent's ``call_back`` (see :meth:`online_trainer.callbacks.CallBack.step_logger`): with
+        ``flush_every=1``, one that keeps each dict in the batch in one call."""
+        if self.flush_every > 1:
+            return StepLogger(self, tag)
+        return self._batch.step_logger(tag, self._BATCH_EVENTS, self._write_batch)
+
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
         """Keep every value of ``key`` as a forced point, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         if len(values) == 0:
             return
-        self._batch.add_series(key, tag, values, steps)
+        self._batch.add_series(key, tag, values, steps, wall_times)
         now = time.time()
         if now - self._last_flush > self.max_delay:
             self._flush()

@@ -256,8 +256,13 @@ class WandbCallback(CallBack):
         if len(self._rows) >= self.flush_rows or (force and time.time() - self._last_flush > self.max_delay):
             self.flush()
 
-    def series(self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int]) -> None:
-        """Keep every value of ``key`` against its episode index (see :meth:`online_trainer.callbacks.CallBack.series`)."""
+    def series(
+        self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
+    ) -> None:
+        """Keep every value of ``key`` against its episode index (see :meth:`online_trainer.callbacks.CallBack.series`).
+
+        W&B stamps each row with the time it is logged: ``wall_times`` are not passed on.
+        """
         name = self._name(key, tag, EPISODE_AXIS)
         for value, step in zip(values, steps):
             self._add(EPISODE_AXIS, step, name, value)

@@ -8,22 +8,11 @@ from typing import Any, Protocol
 
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from online_trainer.callbacks.base import StepLogger
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.factories import accepts_valid, explain_step_error
 from online_trainer.loop.spaces import final_observations
-
-
-class StepLogger:
-    """The ``call_back`` handed to ``agent.update``: logs a dict under ``agents/run_{i}``."""
-
-    __slots__ = ("callback", "tag", "step")
-
-    def __init__(self, callback: Any, tag: str) -> None:
-        self.callback, self.tag, self.step = callback, tag, 0
-
-    def __call__(self, data: dict[str, Any]) -> None:
-        self.callback(data, self.tag, self.step)
 
 
 @dataclass(frozen=True)

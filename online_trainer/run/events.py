@@ -60,6 +60,7 @@ class RunEvents:
         hooks: the run's hooks, built-ins first (see :func:`run_events`).
         tracker: the run's episode tracker.
         metrics: the built-in metrics hook.
+        episode_log: the built-in episode log, when the run has a callback that keeps episodes.
         evaluations: the built-in evaluation hook, when the run evaluates.
         checkpoints: the built-in checkpoint hook, when the run writes checkpoints.
     """
@@ -70,10 +71,12 @@ class RunEvents:
         hooks: HookRunner,
         tracker: EpisodeTracker,
         metrics: MetricsFlush,
+        episode_log: EpisodeLog | None = None,
         evaluations: RunEvaluations | None = None,
         checkpoints: RunCheckpoints | None = None,
     ) -> None:
         self.spec, self.hooks, self.tracker, self.metrics = spec, hooks, tracker, metrics
+        self.episode_log = episode_log
         self.evaluations, self.checkpoints = evaluations, checkpoints
         self.max_steps = spec.options.budget.max_steps
         self.preempted = False  # end the run as interrupted once its full checkpoint is written
@@ -127,6 +130,8 @@ class RunEvents:
         }
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
+            if self.episode_log is not None:  # the callback's position then includes every episode so far
+                self.episode_log.send()
             outputs["callback"] = checkpoint(ctx.run_tag)
         return full_checkpoint.FullCheckpoint(
             run=spec.run_idx,
@@ -187,8 +192,9 @@ def run_events(
         )
     metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory)
     builtin: dict[str, Any] = {"metrics": metrics}
+    episode_log = None
     if type(callback) is not EmptyCallBack:  # it would drop them: skip the calls
-        builtin["episode_log"] = EpisodeLog(callback, run_tag)
+        episode_log = builtin["episode_log"] = EpisodeLog(callback, run_tag)
     evaluations = checkpoints = None
     if evaluator is not None:
         assert options.evaluation is not None  # an evaluator is made from the evaluation options
@@ -219,4 +225,4 @@ def run_events(
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)
-    return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)
+    return RunEvents(spec, hooks, tracker, metrics, episode_log, evaluations, checkpoints)

@@ -11,13 +11,14 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks import EmptyCallBack
+from online_trainer.callbacks.base import step_logger as callback_step_logger
 from online_trainer.errors import RunSetupError
 from online_trainer.loop import raw_scores, seeding
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.evaluation import Evaluator, eval_seed
 from online_trainer.loop.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
-from online_trainer.loop.steps import StepLogger, run_loop
+from online_trainer.loop.steps import run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
 from online_trainer.records.episode_table import EpisodeTable
@@ -268,7 +269,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         callback = spec.callback
         callback.reset()
         agent_tag = f"agents/{spec.tag_prefix}run_{spec.run_idx}"
-        step_logger = None if type(callback) is EmptyCallBack else StepLogger(callback, agent_tag)
+        step_logger = None if type(callback) is EmptyCallBack else callback_step_logger(callback, agent_tag)
         bar = progress.open_run(spec.key, spec.name, spec.budget.total, spec.budget.unit)
         events = run_events(spec, env, agent, bar, tracker, evaluator, None if saved is None else saved.outputs)
         if resumed_from is not None:
