@@ -140,4 +140,3 @@ class MultiCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"MultiCallback({self.callbacks!r})"
-
