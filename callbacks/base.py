@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 
 class CallBack:
     """A logging sink: ``cb(data, tag, step, force=False)``, ``reset()``, ``close()``.
@@ -65,6 +67,8 @@ class CallBack:
                 None: now. A sink that stamps its points with a time uses these; this default,
                 routing each value through ``__call__``, cannot pass them on.
         """
+        if isinstance(values, np.ndarray):  # each value reaches __call__ as a Python number
+            values = values.tolist()
         for value, step in zip(values, steps):
             self({key: value}, tag, step, force=True)
 

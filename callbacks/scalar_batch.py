@@ -33,9 +33,10 @@ _index, _now = operator.index, time.time
 
 
 class _Group:
-    """The pending events of one layout: parallel lists, one entry per call (``k`` values each)."""
+    """The pending events of one layout: parallel lists, one entry per call (``k`` values each), and the
+    array chunks of series (each already in call order, after the lists' entries kept before it)."""
 
-    __slots__ = ("names", "heads", "seqs", "steps", "walls", "values")
+    __slots__ = ("names", "heads", "seqs", "steps", "walls", "values", "chunks")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
@@ -46,9 +47,33 @@ class _Group:
         self.steps: list[int] = []
         self.walls: list[float] = []
         self.values: list[float] = []
+        self.chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def clear(self) -> None:
+    def add_chunk(self, seqs: np.ndarray, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        """Keep a series' events (after those of the lists so far)."""
+        if self.seqs:
+            self.chunks.append(self._lists())
+        self.chunks.append((seqs, steps, walls, values))
+
+    def _lists(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        chunk = (
+            np.array(self.seqs, dtype=np.int64),
+            np.array(self.steps, dtype=np.int64),
+            np.array(self.walls, dtype=np.float64),
+            np.array(self.values, dtype=np.float64).reshape(len(self.seqs), len(self.names)),
+        )
         self.seqs, self.steps, self.walls, self.values = [], [], [], []
+        return chunk
+
+    def take(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The events kept, as arrays (sequence numbers, steps, wall times, values), or None; the group is then empty."""
+        if self.seqs:
+            self.chunks.append(self._lists())
+        chunks, self.chunks = self.chunks, []
+        if len(chunks) <= 1:
+            return chunks[0] if chunks else None
+        seqs, steps, walls, values = zip(*chunks)
+        return np.concatenate(seqs), np.concatenate(steps), np.concatenate(walls), np.concatenate(values)
 
 
 class _Shape:
@@ -173,12 +198,14 @@ class ScalarBatch:
             )
         group_key = (tag, key)
         group = self._groups.get(group_key) or self._group(group_key)
-        floats = list(map(float, values))  # all converted before any list grows
-        # the run passes a range of episode indices: integers already
-        group.steps.extend(steps if type(steps) is range else list(map(_index, steps)))
-        group.values.extend(floats)
-        group.walls.extend([_now()] * count if wall_times is None else list(map(float, wall_times)))
-        group.seqs.extend(range(self.count, self.count + count))
+        # every array made before the group changes: a bad value or step leaves the batch as it was
+        floats = _numbers(values, np.float64, float)
+        if type(steps) is range:  # the run passes a range of episode indices
+            step_array = np.arange(steps.start, steps.stop, steps.step, dtype=np.int64)
+        else:
+            step_array = _numbers(steps, np.int64, _index, kinds="biu")
+        walls = np.full(count, _now()) if wall_times is None else _numbers(wall_times, np.float64, float)
+        group.add_chunk(np.arange(self.count, self.count + count), step_array, walls, floats.reshape(count, 1))
         self.count += count
         return self.count
 
@@ -197,13 +224,11 @@ class ScalarBatch:
             return b""
         parts: list[_Part] = []
         for group in self._layouts.values():
-            if not group.seqs:
+            kept = group.take()
+            if kept is None:
                 continue
-            seqs = group.seqs
-            steps = np.array(group.steps, dtype=np.int64).view(np.uint64)  # negative: two's complement
-            walls = np.array(group.walls, dtype=np.float64)
-            values = np.array(group.values, dtype=np.float64).reshape(len(seqs), len(group.names))
-            group.clear()
+            seqs, steps, walls, values = kept
+            steps = steps.view(np.uint64)  # negative: two's complement
             widths = np.searchsorted(_VARINT_LIMITS, steps, side="right") + 1
             low, high = int(widths.min()), int(widths.max())
             for m in range(low, high + 1):
@@ -216,9 +241,22 @@ class ScalarBatch:
                 pick = widths == m
                 if pick.any():
                     rows = shape.encode(steps[pick], walls[pick], values[pick], m)
-                    parts.append(_Part(group.names, np.array(seqs)[pick], rows))
+                    parts.append(_Part(group.names, seqs[pick], rows))
         self.count = 0
         return _in_call_order(parts)
+
+
+def _numbers(values: Sequence[Any], dtype: type, convert: Callable[[Any], Any], kinds: str = "biuf") -> np.ndarray:
+    """``values`` as a 1-d array of ``dtype``, each converted by ``convert`` unless numpy reads them as numbers.
+
+    ``np.asarray`` reads a list of Python numbers at C speed; anything else (None, a string, an
+    object, a float where ``kinds`` wants integers) goes through ``convert`` one by one, which
+    raises for what it does not take.
+    """
+    array = np.asarray(values)
+    if array.ndim == 1 and array.dtype.kind in kinds:
+        return array.astype(dtype)  # a copy: the caller's array may change after
+    return np.array([convert(value) for value in values], dtype=dtype)
 
 
 class StepScalars:

@@ -113,6 +113,7 @@ class EpisodeTracker:
         # Reads the raw scores of the episodes the loop closes (RecordEpisodeStatistics); set by the run
         self.raw: Any = None
         self.closed = 0  # episodes closed (sealed or not)
+        self.last_return: float | None = None  # of the last episode closed (what the progress bar shows)
         self.new_frames = False  # an episode that keeps frames was closed (the run clears this)
         # Closed episodes not yet sealed into the table: their returns, lengths, steps and times.
         self._returns: list[float] = []
@@ -251,6 +252,7 @@ class EpisodeTracker:
         """
         returns, history, skip = self.returns, self.actions, self._reset_skip
         ep_returns = [returns.item(i) for i in envs]
+        self.last_return = ep_returns[-1]
         if not skip:  # under NEXT_STEP observe() zeroes them at their reset step
             for i in envs:
                 returns[i] = 0.0

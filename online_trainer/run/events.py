@@ -194,7 +194,7 @@ def run_events(
     builtin: dict[str, Any] = {"metrics": metrics}
     episode_log = None
     if type(callback) is not EmptyCallBack:  # it would drop them: skip the calls
-        episode_log = builtin["episode_log"] = EpisodeLog(callback, run_tag)
+        episode_log = builtin["episode_log"] = EpisodeLog(callback, run_tag, options.records.stats_window)
     evaluations = checkpoints = None
     if evaluator is not None:
         assert options.evaluation is not None  # an evaluator is made from the evaluation options
@@ -218,10 +218,10 @@ def run_events(
             options.checkpoints.keep,
         )
     builtin["progress"] = ProgressTicks(
-        progress, options.budget, tracker.raw if options.records.score == "raw" else None
+        progress, options.budget, tracker, tracker.raw if options.records.score == "raw" else None
     )
-    if not isinstance(callback, EmptyCallBack):
-        builtin["stats"] = RunStats(options.records.stats_window, options.records.stats_every_steps)
+    if episode_log is not None and not isinstance(callback, EmptyCallBack):
+        builtin["stats"] = RunStats(episode_log, options.records.stats_every_steps)
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)

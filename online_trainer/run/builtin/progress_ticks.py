@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.progress.display import RunProgress
@@ -17,35 +18,39 @@ class ProgressTicks(Hook):
 
     Under an episode budget the bar moves at every batch of episodes; under a step budget
     about :data:`PROGRESS_TICKS` times a run (its ``on_step``, every ``total_steps // 200``
-    env steps, at the cadence of every hook), showing the last episode's return. Each
-    evaluation's mean is shown as it ends.
+    env steps, at the cadence of every hook), showing the last episode's return, which it
+    reads from the tracker then (so it takes no ``on_episodes``: a run of many sub-envs ends
+    episodes at nearly every step). Each evaluation's mean is shown as it ends.
 
     Args:
         progress: the run's bar.
         budget: the run's budget.
+        tracker: the run's episode tracker (its last return).
         raw: the run's raw-score reader (``score="raw"``): the bar shows raw scores; None shows returns.
     """
 
-    def __init__(self, progress: RunProgress, budget: Budget, raw: Any = None) -> None:
-        self.progress, self.raw = progress, raw
+    def __init__(self, progress: RunProgress, budget: Budget, tracker: EpisodeTracker, raw: Any = None) -> None:
+        self.progress, self.tracker, self.raw = progress, tracker, raw
         self.by_episode = budget.num_episodes is not None
         self.every_steps = None if self.by_episode else max(1, budget.total // PROGRESS_TICKS)
+        self.handles = frozenset(
+            {"on_episodes", "on_eval", "on_run_end"} if self.by_episode else {"on_step", "on_eval", "on_run_end"}
+        )
         self.shown_steps = 0
         self.shown_episodes = 0
-        self.last_returns: Any = None  # of the episodes that ended last (step budget)
         self.ended = False
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
+        """Under an episode budget: the bar moves by the episodes that ended and shows the last one's return."""
         if self.raw is not None:
             returns = self.raw.last
         self.shown_episodes = ctx.episodes
-        if self.by_episode:
-            self.progress.episode_end(float(returns[-1]))
-            self.progress.advance(len(returns))
-        else:  # shown at the next tick
-            self.last_returns = returns
+        self.progress.episode_end(float(returns[-1]))
+        self.progress.advance(len(returns))
 
     def on_step(self, ctx: RunContext) -> None:
+        """Under a step budget: the bar moves to this step and shows the last return."""
+        self.shown_episodes = ctx.episodes
         self._show_last_return()
         self.progress.advance(ctx.global_step - self.shown_steps)
         self.shown_steps = ctx.global_step
@@ -54,8 +59,15 @@ class ProgressTicks(Hook):
         self.progress.eval_end(result["mean"])
 
     def _show_last_return(self) -> None:
-        if self.last_returns is not None:
-            self.progress.episode_end(float(self.last_returns[-1]))
+        """Show the return of the last episode that ended (under a step budget; none yet: nothing)."""
+        if self.by_episode:
+            return
+        if self.raw is not None:
+            last = self.raw.last
+            if last is not None and len(last):
+                self.progress.episode_end(float(last[-1]))
+        elif self.tracker.last_return is not None:
+            self.progress.episode_end(self.tracker.last_return)
 
     def on_run_end(self, ctx: RunContext) -> None:
         """The bar reaches the run's last step."""

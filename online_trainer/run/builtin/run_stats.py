@@ -12,14 +12,13 @@ the loop); every 250 ms costs about 1 us (``bench/overhead.py``, variant ``tb``)
 
 from __future__ import annotations
 
-import collections
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.run.builtin.episode_log import EpisodeLog
 
 SAMPLE_SECONDS = 0.25  # 40 samples per 10-second period; the shares accumulate over the run
 PHASES = ("act", "env_step", "update", "runner")
@@ -75,21 +74,21 @@ class PhaseSampler:
 
 
 class RunStats(Hook):
-    """Logs SPS, rolling means and timing shares of a run (see the module docstring)."""
+    """Logs SPS, rolling means and timing shares of a run (see the module docstring).
 
-    def __init__(self, window: int = 100, every_steps: int | None = None, every_seconds: float = 10.0) -> None:
+    Args:
+        episodes: the run's episode log, which keeps the last ``window`` episodes' returns and lengths.
+        every_steps: log every this many env steps; None: every ``every_seconds``.
+        every_seconds: the period without ``every_steps``.
+    """
+
+    def __init__(self, episodes: EpisodeLog, every_steps: int | None = None, every_seconds: float = 10.0) -> None:
+        self.episodes = episodes
         self.every_steps = every_steps
         self.every_seconds = None if every_steps is not None else every_seconds
-        self.returns: collections.deque[float] = collections.deque(maxlen=window)
-        self.lengths: collections.deque[int] = collections.deque(maxlen=window)
         self.sampler: PhaseSampler | None = None
         self.phase_counts = dict.fromkeys(PHASES, 0)  # samples restored by load_state_dict, before the run starts
         self.mark = (0, 0.0)
-
-    def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
-        """Keep the returns and lengths of episodes that ended together (the window's oldest drop out)."""
-        self.returns.extend(returns)
-        self.lengths.extend(lengths)
 
     def on_run_start(self, ctx: RunContext) -> None:
         self.mark = (ctx.global_step, time.perf_counter())
@@ -107,9 +106,10 @@ class RunStats(Hook):
         now = time.perf_counter()
         self.mark = (ctx.global_step, now)
         stats = {"sps": (ctx.global_step - steps) / max(now - then, 1e-9)}
-        if self.returns:
-            stats["rolling_return"] = float(sum(self.returns)) / len(self.returns)
-            stats["rolling_length"] = float(sum(self.lengths)) / len(self.lengths)
+        returns, lengths = self.episodes.recent()
+        if returns:
+            stats["rolling_return"] = float(sum(returns)) / len(returns)
+            stats["rolling_length"] = float(sum(lengths)) / len(lengths)
         ctx.callback(stats, f"stats/{ctx.run_tag}", ctx.global_step, force=True)
         shares = self.sampler.shares() if self.sampler is not None else {}
         if shares:
@@ -126,17 +126,15 @@ class RunStats(Hook):
         """``returns`` and ``lengths``: the window of the rolling means, oldest first; ``phase_counts``:
         the timing samples per phase so far (the SPS period starts again on resume)."""
         counts = self.sampler.counts if self.sampler is not None else self.phase_counts
+        returns, lengths = self.episodes.recent()
         return {
-            "returns": [float(r) for r in self.returns],
-            "lengths": [int(n) for n in self.lengths],
+            "returns": [float(r) for r in returns],
+            "lengths": [int(n) for n in lengths],
             "phase_counts": dict(counts),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.returns.clear()
-        self.returns.extend(state["returns"])
-        self.lengths.clear()
-        self.lengths.extend(state["lengths"])
+        self.episodes.restore_recent(state["returns"], state["lengths"])
         self.phase_counts = {phase: int(state["phase_counts"].get(phase, 0)) for phase in PHASES}
         if self.sampler is not None:  # already sampling: its counts go on from the saved ones
             self.sampler.counts = dict(self.phase_counts)
