@@ -306,6 +306,10 @@ class EpisodeTracker:
         self.seal()
         return self.table.records(self.closed - 1, self.closed)[0]
 
+    def unsealed(self) -> tuple[list[float], list[int]]:
+        """The returns and lengths of the episodes closed since the last :meth:`seal` (read them, do not change them)."""
+        return self._returns, self._lengths
+
     def seal(self) -> None:
         """Hand the episodes closed since the last call to :attr:`table`."""
         if not self._returns:

@@ -3,13 +3,13 @@
 The runner's own jobs are built-in hooks of the interface users get (:mod:`online_trainer.run.hook_runner`),
 called in this order before the user's hooks:
 
-1. ``metrics``: :class:`~.metrics_flush.MetricsFlush`, the records to ``metrics_run{i}.pkl``;
-2. ``episode_log``: :class:`~.episode_log.EpisodeLog`, ``ep_return``/``ep_length`` to the callback;
-3. ``evaluations``: :class:`~.run_evaluations.RunEvaluations`, evaluations and their records;
-4. ``checkpoints``: :class:`~.run_checkpoints.RunCheckpoints`, checkpoints and the best agent state;
-5. ``progress``: :class:`~.progress_ticks.ProgressTicks`, the run's progress bar;
-6. ``stats``: :class:`~.run_stats.RunStats`, SPS, rolling means and timing shares;
-7. ``preemption``: :class:`~.preemption.PreemptionWatch`, a SIGTERM/SIGUSR1 check.
+1. ``metrics``: :class:`~.metrics_flush.MetricsFlush`, the records to ``metrics_run{i}.pkl``, and their
+   ``ep_return``/``ep_length`` to the callback (through :class:`~.episode_log.EpisodeLog`);
+2. ``evaluations``: :class:`~.run_evaluations.RunEvaluations`, evaluations and their records;
+3. ``checkpoints``: :class:`~.run_checkpoints.RunCheckpoints`, checkpoints and the best agent state;
+4. ``progress``: :class:`~.progress_ticks.ProgressTicks`, the run's progress bar;
+5. ``stats``: :class:`~.run_stats.RunStats`, SPS, rolling means and timing shares;
+6. ``preemption``: :class:`~.preemption.PreemptionWatch`, a SIGTERM/SIGUSR1 check.
 
 The names key their state in :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
 A job the run does not need is left out (evaluation without ``eval_freq``/``eval_env``,
@@ -60,7 +60,6 @@ class RunEvents:
         hooks: the run's hooks, built-ins first (see :func:`run_events`).
         tracker: the run's episode tracker.
         metrics: the built-in metrics hook.
-        episode_log: the built-in episode log, when the run has a callback that keeps episodes.
         evaluations: the built-in evaluation hook, when the run evaluates.
         checkpoints: the built-in checkpoint hook, when the run writes checkpoints.
     """
@@ -71,12 +70,10 @@ class RunEvents:
         hooks: HookRunner,
         tracker: EpisodeTracker,
         metrics: MetricsFlush,
-        episode_log: EpisodeLog | None = None,
         evaluations: RunEvaluations | None = None,
         checkpoints: RunCheckpoints | None = None,
     ) -> None:
         self.spec, self.hooks, self.tracker, self.metrics = spec, hooks, tracker, metrics
-        self.episode_log = episode_log
         self.evaluations, self.checkpoints = evaluations, checkpoints
         self.max_steps = spec.options.budget.max_steps
         self.preempted = False  # end the run as interrupted once its full checkpoint is written
@@ -130,8 +127,6 @@ class RunEvents:
         }
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
-            if self.episode_log is not None:  # the callback's position then includes every episode so far
-                self.episode_log.send()
             outputs["callback"] = checkpoint(ctx.run_tag)
         return full_checkpoint.FullCheckpoint(
             run=spec.run_idx,
@@ -190,11 +185,11 @@ def run_events(
         stream = storage.MetricsStream(
             storage.metrics_path(spec.exp_dir, spec.run_idx), resume_at=outputs.get("metrics")
         )
-    metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory)
-    builtin: dict[str, Any] = {"metrics": metrics}
     episode_log = None
     if type(callback) is not EmptyCallBack:  # it would drop them: skip the calls
-        episode_log = builtin["episode_log"] = EpisodeLog(callback, run_tag, options.records.stats_window)
+        episode_log = EpisodeLog(callback, run_tag, tracker, options.records.stats_window)
+    metrics = MetricsFlush(tracker, stream, options.records.flush_every, options.records.in_memory, episode_log)
+    builtin: dict[str, Any] = {"metrics": metrics}
     evaluations = checkpoints = None
     if evaluator is not None:
         assert options.evaluation is not None  # an evaluator is made from the evaluation options
@@ -225,4 +220,4 @@ def run_events(
     if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)
-    return RunEvents(spec, hooks, tracker, metrics, episode_log, evaluations, checkpoints)
+    return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)

@@ -9,6 +9,7 @@ from typing import Any
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.records import storage
+from online_trainer.run.builtin.episode_log import EpisodeLog
 
 FLUSH_SECONDS = 1.0  # while episodes end, records reach the disk at least this often
 # Records per metrics chunk and sub-env, unless the user says how many. The one-second flush bounds what a crash
@@ -23,27 +24,35 @@ class MetricsFlush(Hook):
     The records reach ``metrics_run{i}.pkl`` in chunks of ``flush_every`` records (episodes
     that end on one step share a chunk), at once when an episode kept frames (frames go to the
     stream only), at least every :data:`FLUSH_SECONDS` while episodes end, and when the run
-    ends. Without a stream, and with ``keep_records``, it looks at no episode: the table is
-    sealed when the run ends. With ``keep_records=False`` the flushed records leave memory.
+    ends; each chunk's returns and lengths go to the run's callback then (``episode_log``).
+    Without a stream or a callback, and with ``keep_records``, it looks at no episode: the
+    table is sealed when the run ends. With ``keep_records=False`` the flushed records leave memory.
 
     Args:
         tracker: the run's episode tracker (its table holds the records).
         stream: the run's metrics stream, or None (no ``exp_dir``, or ``dump_metrics=False``).
         flush_every: records per chunk (default: :data:`FLUSH_PER_SUB_ENV` per sub-env).
         keep_records: the run hands its records back in memory.
+        episode_log: sends each chunk's returns and lengths to the run's callback too (None: no callback).
     """
 
     def __init__(
-        self, tracker: EpisodeTracker, stream: storage.MetricsStream | None, flush_every: int | None, keep_records: bool
+        self,
+        tracker: EpisodeTracker,
+        stream: storage.MetricsStream | None,
+        flush_every: int | None,
+        keep_records: bool,
+        episode_log: EpisodeLog | None = None,
     ) -> None:
-        self.tracker, self.stream, self.keep_records = tracker, stream, keep_records
+        self.tracker, self.stream, self.keep_records, self.episode_log = tracker, stream, keep_records, episode_log
         self.flush_every = flush_every or FLUSH_PER_SUB_ENV * tracker.num_envs
         self.flushed = 0  # records of the table written to the stream (or sealed)
         self.next_flush = self.flush_every
         self.flush_deadline = time.monotonic() + FLUSH_SECONDS
         self.closed = False
-        # records that stay in memory only are sealed when the run ends: nothing to do as episodes end
-        self.handles = frozenset({"on_run_end"} if stream is None and keep_records else {"on_episodes", "on_run_end"})
+        # records that stay in memory only, and reach no callback, are sealed when the run ends
+        quiet = stream is None and keep_records and episode_log is None
+        self.handles = frozenset({"on_run_end"} if quiet else {"on_episodes", "on_run_end"})
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         if ctx.episodes >= self.next_flush or self.tracker.new_frames or time.monotonic() >= self.flush_deadline:
@@ -58,6 +67,9 @@ class MetricsFlush(Hook):
                 if self.stream is not None:
                     self.stream.write(table.chunk(self.flushed, table.count))
             finally:
+                if self.episode_log is not None:  # the run's failure, if the stream raised, comes after
+                    held = slice(self.flushed - table.first, table.count - table.first)
+                    self.episode_log.send(self.flushed, table.returns[held], table.lengths[held], table.times[held])
                 self.flushed = table.count
                 self.next_flush = table.count + self.flush_every
                 self.flush_deadline = time.monotonic() + FLUSH_SECONDS
