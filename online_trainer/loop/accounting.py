@@ -86,6 +86,7 @@ class EpisodeTracker:
         self.returns = np.zeros(num_envs, dtype=np.float64)
         self.valid = np.ones(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
+        self._return = 0.0  # with one sub-env, its return so far (returns[0] is set from it when read)
         self.ended = False
         self.resetting: list[int] = []
         self.keep_valid = True  # the loop turns it off when nothing reads valid (see end_step)
@@ -130,9 +131,12 @@ class EpisodeTracker:
             self._steps += 1
         returns, resetting = self.returns, self.resetting
         if self._single:  # Python scalars: a third of the cost of the array operations below for one element
-            ended = self.ended = bool(terminated[0]) or bool(truncated[0])
-            self.done[0] = ended
-            returns[0] = 0.0 if resetting else returns.item() + float(reward[0])  # float64, as below
+            ended = bool(terminated[0]) or bool(truncated[0])
+            if ended is not self.ended:  # done mirrors ended: written when it changes, not at every step
+                self.done[0] = ended
+            self.ended = ended
+            # the return in a Python float (float64, as below); returns[0] is set from it when it is read
+            self._return = 0.0 if resetting else self._return + float(reward[0])
             if self.transitions is not None:
                 self._keep_transitions(obs, actions, reward, terminated, truncated)
             return 0 if resetting else 1
@@ -251,11 +255,14 @@ class EpisodeTracker:
             The episodes' returns and lengths.
         """
         returns, history, skip = self.returns, self.actions, self._reset_skip
+        if self._single:
+            returns[0] = self._return
         ep_returns = [returns.item(i) for i in envs]
         self.last_return = ep_returns[-1]
         if not skip:  # under NEXT_STEP observe() zeroes them at their reset step
             for i in envs:
                 returns[i] = 0.0
+            self._return = 0.0
         if history is not None and history.is_array:
             lengths = history.close(envs, skip, mask)
         elif history is not None:
@@ -290,6 +297,7 @@ class EpisodeTracker:
         """Sub-envs ``envs``, whose episodes were just closed, were reset by the caller (not by the env's
         autoreset): their next step is a real transition, whatever the autoreset mode."""
         history = self.actions
+        self._return = 0.0
         for i in envs:
             self.returns[i] = 0.0
             if history is not None:
@@ -334,7 +342,7 @@ class EpisodeTracker:
             table.first = self.table.count
         return {
             "num_envs": self.num_envs,
-            "returns": self.returns.copy(),
+            "returns": np.array([self._return]) if self._single else self.returns.copy(),
             "valid": self.valid.copy(),
             "resetting": list(self.resetting),
             "steps": self._steps,
@@ -372,6 +380,7 @@ class EpisodeTracker:
                 f"{state['actions'] is not None}; this run's: {self.num_envs}, {self.actions is not None}"
             )
         self.returns[:], self.valid[:] = state["returns"], state["valid"]
+        self._return = self.returns.item(0)
         self.resetting, self._steps, self._starts = list(state["resetting"]), state["steps"], list(state["starts"])
         if self.actions is not None:
             self.actions.from_state(state["actions"])
