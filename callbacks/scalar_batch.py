@@ -15,6 +15,7 @@ records are in the order of its calls.
 
 from __future__ import annotations
 
+import functools
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +77,24 @@ class _Group:
         return np.concatenate(seqs), np.concatenate(steps), np.concatenate(walls), np.concatenate(values)
 
 
+@functools.lru_cache(maxsize=256)
+def _crc_tables(size: int, var_cols: tuple[int, ...]) -> np.ndarray:
+    """Entry ``256 * j + b``: what byte value ``b`` at position ``var_cols[j]`` of a ``size``-byte payload adds
+    (xor) to its CRC. They depend on the layout's geometry only: the runs of a sweep, whose tags have the same
+    lengths, share them."""
+    zero_crc = crc32c.crc32c(bytes(size))
+    basis = np.empty((len(var_cols), 8), dtype=np.uint32)
+    probe = bytearray(size)
+    for j, col in enumerate(var_cols):
+        for bit in range(8):
+            probe[col] = 1 << bit
+            basis[j, bit] = crc32c.crc32c(bytes(probe)) ^ zero_crc
+        probe[col] = 0
+    tables = np.bitwise_xor.reduce(np.where(_BIT_OF_BYTE[None, :, :], basis[:, None, :], np.uint32(0)), axis=2)
+    tables.flags.writeable = False  # shared
+    return tables.ravel()
+
+
 class _Shape:
     """The constant parts of the records of one layout whose steps take ``m`` varint bytes."""
 
@@ -96,18 +115,8 @@ class _Shape:
             _PACK_U64(size) + _masked_crc(_PACK_U64(size)) + bytes(payload) + bytes(4), dtype=np.uint8
         )
         self.var_cols = np.array(var_cols, dtype=np.intp)
-        zero_crc = crc32c.crc32c(bytes(size))
         self.base_crc = np.uint32(crc32c.crc32c(bytes(payload)))
-        # tables[j, b]: what byte value b at variable position j adds (xor) to the CRC of the template.
-        basis = np.empty((len(var_cols), 8), dtype=np.uint32)
-        probe = bytearray(size)
-        for j, col in enumerate(var_cols):
-            for bit in range(8):
-                probe[col] = 1 << bit
-                basis[j, bit] = crc32c.crc32c(bytes(probe)) ^ zero_crc
-            probe[col] = 0
-        tables = np.bitwise_xor.reduce(np.where(_BIT_OF_BYTE[None, :, :], basis[:, None, :], np.uint32(0)), axis=2)
-        self.tables = tables.ravel()  # entry 256 * j + b
+        self.tables = _crc_tables(size, tuple(var_cols))
         self.table_rows = np.arange(len(var_cols), dtype=np.intp) * 256
 
     def encode(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, m: int) -> np.ndarray:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fnmatch
 import functools
-import glob
 import importlib.util
 import json
 import logging
 import os
 import pickle
+import re
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -98,12 +99,18 @@ def best_agent_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     return Path(exp_dir) / f"Run{run_idx}_Best_agent.t"
 
 
+_EXPERIMENT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in EXPERIMENT_PATTERNS))
+
+
 def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
-    """Files in ``exp_dir`` written by an earlier ``multi_run``."""
-    found: set[Path] = set()
-    for pattern in EXPERIMENT_PATTERNS:
-        found.update(Path(p) for p in glob.glob(os.path.join(glob.escape(os.fspath(exp_dir)), pattern)))
-    return sorted(found)
+    """Files in ``exp_dir`` written by an earlier ``multi_run`` (names that match :data:`EXPERIMENT_PATTERNS`,
+    hidden ones aside, as ``glob`` reads them; one listing of the folder)."""
+    try:
+        names = os.listdir(exp_dir)
+    except OSError:  # no such folder, or not one: nothing of an experiment there
+        return []
+    root = Path(exp_dir)
+    return sorted(root / name for name in names if name[:1] != "." and _EXPERIMENT_NAME.match(name))
 
 
 def write_atomic(
