@@ -6,7 +6,7 @@ import inspect
 import os
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class CallBack:
         for value, step in zip(values, steps):
             self({key: value}, tag, step, force=True)
 
-    def step_logger(self, tag: str) -> StepLogger:
+    def step_logger(self, tag: str) -> AgentLogger:
         """The ``call_back`` the runner hands to ``agent.update``: it logs the agent's dicts under ``tag``
         (``agents/run_{i}``) at the env step the runner sets (its ``step``) before each update.
 
@@ -201,6 +201,15 @@ def metric_name(key: str, tag: str, run_tag: str = "") -> str:
     return group if key in group.split("/") else f"{group}/{key}"
 
 
+class AgentLogger(Protocol):
+    """What the runner hands to ``agent.update`` as ``call_back``: ``call_back(data)`` logs ``data`` at :attr:`step`."""
+
+    step: int
+    """The env step the values are logged at; the runner sets it before each update."""
+
+    def __call__(self, data: Mapping[str, Any]) -> None: ...
+
+
 class StepLogger:
     """The ``call_back`` handed to ``agent.update``: ``call_back(data)`` logs ``data`` under ``tag`` at ``step``.
 
@@ -216,7 +225,7 @@ class StepLogger:
         self.callback(data, self.tag, self.step)
 
 
-def step_logger(callback: Any, tag: str) -> StepLogger:
+def step_logger(callback: Any, tag: str) -> AgentLogger:
     """``callback.step_logger(tag)``, or a :class:`StepLogger` for a callback that has none (any callable sink)."""
     make = getattr(callback, "step_logger", None)
     return make(tag) if callable(make) else StepLogger(callback, tag)

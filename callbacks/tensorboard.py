@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from online_trainer.callbacks.base import CallBack, StepLogger, scalar_name
+from online_trainer.callbacks.base import AgentLogger, CallBack, StepLogger, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, event_records, position, rewind_files
-from online_trainer.callbacks.scalar_batch import ScalarBatch, StepScalars
+from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
 
@@ -91,7 +91,7 @@ class TBCallBack(CallBack):
         if self._batch.add(data, tag, step) >= self._BATCH_EVENTS:
             self._write_batch()
 
-    def step_logger(self, tag: str) -> StepLogger | StepScalars:
+    def step_logger(self, tag: str) -> AgentLogger:
         """The agent's ``call_back`` (see :meth:`online_trainer.callbacks.CallBack.step_logger`): with
         ``flush_every=1``, one that keeps each dict in the batch in one call."""
         if self.flush_every > 1:

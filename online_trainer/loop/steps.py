@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from online_trainer.callbacks.base import StepLogger
+from online_trainer.callbacks.base import AgentLogger
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.factories import accepts_valid, explain_step_error
@@ -80,7 +80,7 @@ def run_loop(
     events: LoopEvents,
     budget: Budget,
     train: bool,
-    step_logger: StepLogger | None,
+    step_logger: AgentLogger | None,
     start: LoopState | None = None,
 ) -> tuple[int, int]:
     """Run until the budget is spent; return ``(global_step, episodes)``.

@@ -205,3 +205,68 @@ def test_event_files_of_one_process_sort_in_the_order_they_were_made(tmp_path, m
     for writer in writers:
         writer.close()
     assert sorted(writer.path.name for writer in writers) == [writer.path.name for writer in writers]
+
+
+def test_tb_step_logger_keeps_what_a_call_a_dict_keeps(tmp_path, monkeypatch):
+    """The agent's call_back of TBCallBack writes the records tb(data, tag, step) writes, key sets changing."""
+    monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda: 99.5)
+    dicts = [{"loss": float(k)} if k % 3 else {"loss": float(k), "q": np.float32(k / 2)} for k in range(3000)]
+    files = {}
+    for way in ("calls", "logger"):
+        cb = TBCallBack(tmp_path / way, layout_metrics=())
+        cb.start_run(1, 0, {}, None)
+        logger = cb.step_logger("agents/run_1")
+        for k, data in enumerate(dicts):
+            if way == "calls":
+                cb(data, "agents/run_1", k * 10)
+            else:
+                logger.step = k * 10
+                logger(data)
+        cb.close()
+        (path,) = (tmp_path / way).glob("events.out.tfevents.*")
+        files[way] = split_records(path.read_bytes())[1:]  # the version record has its own time
+    assert files["logger"] == files["calls"] and len(files["calls"]) == 3000
+
+
+def test_tb_step_logger_refuses_a_bad_value_and_keeps_the_batch_aligned(tmp_path):
+    cb = TBCallBack(tmp_path, layout_metrics=())
+    logger = cb.step_logger("agents/run_1")
+    logger.step = 1
+    with pytest.raises(TypeError):
+        logger({"loss": 1.0, "q": None})
+    logger({"loss": 2.0, "q": 3.0})
+    logger({})  # nothing
+    cb.close()
+    assert read_scalars(tmp_path) == {"agents/loss/run_1": [(1, 2.0)], "agents/q/run_1": [(1, 3.0)]}
+
+
+def test_a_subclass_that_overrides_call_sees_the_agent_values_and_the_episodes(tmp_path):
+    seen = []
+
+    class Counting(TBCallBack):
+        def __call__(self, data, tag, step, force=False):
+            seen.append(tag)
+            super().__call__(data, tag, step, force)
+
+    cb = Counting(tmp_path)
+    logger = cb.step_logger("agents/run_1")
+    logger({"loss": 1.0})
+    cb.series("ep_return", "ep_return/run_1", np.array([1.0, 2.0]), range(1, 3), wall_times=[5.0, 6.0])
+    cb.close()
+    assert seen == ["agents/run_1", "ep_return/run_1", "ep_return/run_1"]
+
+
+def test_a_series_takes_arrays_and_wall_times_and_refuses_what_is_not_a_number(monkeypatch):
+    monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda: 1234.5)
+    batch, expected = ScalarBatch(), ScalarBatch()
+    batch.add_series("ep_length", "ep_length/run_1", np.array([3, 4]), range(1, 3), wall_times=np.array([7.0, 8.0]))
+    for value, step, wall in ((3, 1, 7.0), (4, 2, 8.0)):
+        monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda wall=wall: wall)
+        expected.add({"ep_length": value}, "ep_length/run_1", step)
+    assert batch.encode() == expected.encode()
+    for values, steps in (([None], [1]), (["x"], [1]), ([1.0], [1.5]), ([1.0], np.array([1.5]))):
+        with pytest.raises((TypeError, ValueError)):
+            batch.add_series("ep_return", "ep_return/run_1", values, steps)
+    with pytest.raises(ValueError, match="2 values for 2 steps and 1 wall times"):
+        batch.add_series("ep_return", "ep_return/run_1", [1.0, 2.0], [1, 2], wall_times=[3.0])
+    assert batch.count == 0 and batch.encode() == b""  # nothing kept of the refused calls
