@@ -36,13 +36,15 @@ so ``empty`` and ``tb`` time the whole call alone, and
 were built inside the call.) Records of the other variants are read after the timer, for the
 check.
 
-Every repetition runs the variants one after another in a rotated order, on fresh experiment
-directories; the runs' returns and lengths are checked equal to the bare loop's. Reported,
-for wall-clock time (what users wait for, including the runner's file writes and fsyncs) and
-for the process's CPU time (less disturbed by other jobs on a shared machine): the median over
+Every repetition runs the bare loop, then each other variant (in an order rotated between
+repetitions) followed by the bare loop again, on fresh experiment directories; the runs' returns
+and lengths are checked equal to the bare loop's. A variant is compared with the mean of the two
+bare runs beside it, which cancels a drift of the machine's speed across the pair. Reported, for
+wall-clock time (what users wait for, including the runner's file writes and fsyncs) and for the
+process's CPU time (less disturbed by other jobs on a shared machine): the median over
 repetitions of the microseconds per env step (one real transition of one sub-env, the unit of
-``total_steps``), of the extra microseconds over the bare loop of the same repetition, and of
-the ratio to that bare loop, with the ratio's range as the noise.
+``total_steps``), of the extra microseconds over the bare runs beside it, and of the ratio to
+them, with the ratio's interquartile range as the noise.
 
     python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,read] [--raw FILE]
 """
@@ -203,34 +205,58 @@ def time_variant(
 def measure(
     num_envs: int, total_steps: int, repeats: int, variants: tuple[str, ...]
 ) -> dict[str, dict[str, list[float]]]:
-    """Wall and CPU seconds per repetition of each variant, in rotated order; checks every run's episodes."""
-    times: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in variants}
+    """Wall and CPU seconds per repetition of each variant; checks every run's episodes.
+
+    Each repetition runs the bare loop, then each other variant (in an order rotated between
+    repetitions) followed by the bare loop again: a variant's ``wall_bare``/``cpu_bare`` entry is
+    the mean of the two bare runs beside it. This machine's speed moves in phases of a few
+    seconds; a bare run on each side cancels a drift across the pair, which one bare run per
+    repetition (up to three calls away) did not.
+    """
+    times: dict[str, dict[str, list[float]]] = {
+        v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": []} for v in variants
+    }
     references: dict[str, Any] = {}
+    others = tuple(v for v in variants if v != "bare")
+
+    def run(variant: str) -> tuple[float, float]:
+        wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
+        group = variant if variant in REAL_AGENTS else "cheap"
+        reference = references.setdefault(group, episodes)
+        if episodes != reference:
+            raise AssertionError(f"{variant} at num_envs={num_envs}: episodes differ from the first run's")
+        return wall, cpu
+
     for rep in range(repeats):
-        order = variants[rep % len(variants) :] + variants[: rep % len(variants)]
-        for variant in order:
-            wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
+        before = run("bare")
+        if "bare" in times:
+            times["bare"]["wall"].append(before[0])
+            times["bare"]["cpu"].append(before[1])
+        shift = rep % max(1, len(others))
+        for variant in others[shift:] + others[:shift]:
+            wall, cpu = run(variant)
             times[variant]["wall"].append(wall)
             times[variant]["cpu"].append(cpu)
-            group = variant if variant in REAL_AGENTS else "cheap"
-            reference = references.setdefault(group, episodes)
-            if episodes != reference:
-                raise AssertionError(f"{variant} at num_envs={num_envs}: episodes differ from the first run's")
+            after = run("bare")
+            times[variant]["wall_bare"].append((before[0] + after[0]) / 2)
+            times[variant]["cpu_bare"].append((before[1] + after[1]) / 2)
+            before = after
     return times
 
 
 def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[float]]]) -> None:
-    """One line per variant: median us per env step and, against the bare loop, extra us and ratio."""
+    """One line per variant: median us per env step and, against the bare runs beside it, extra us and ratio."""
     for variant, clocks in times.items():
         cells = [f"{num_envs:>8}", f"{total_steps:>8}", f"{variant:>6}"]
         for clock in ("wall", "cpu"):
             us = statistics.median(clocks[clock]) / total_steps * 1e6
             cells.append(f"{us:7.2f}")
-            if variant != "bare" and "bare" in times:
-                bare = times["bare"][clock]
+            bare = clocks.get(f"{clock}_bare")
+            if variant != "bare" and bare:
                 extra = statistics.median(t - b for t, b in zip(clocks[clock], bare)) / total_steps * 1e6
                 ratios = [t / b for t, b in zip(clocks[clock], bare)]
-                cells.append(f"{extra:+6.2f} {statistics.median(ratios):.3f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+                low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+                cells.append(f"{extra:+6.2f} {statistics.median(ratios):.3f} [{low:.2f}-{high:.2f}]")
             else:
                 cells.append(" " * 26)
         print("  ".join(cells), flush=True)
@@ -250,8 +276,8 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
     print(
-        f"medians over {args.repeats} repetitions; extra = us per env step over the bare loop of the same repetition;\n"
-        "ratio = time / bare loop's time in the same repetition: median [min-max]"
+        f"medians over {args.repeats} repetitions; extra = us per env step over the bare runs beside it;\n"
+        "ratio = time / the mean of the bare runs before and after it: median [interquartile range]"
     )
     print(
         f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26}  {'cpu us':>7}  "
