@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,11 +44,13 @@ class ActionHistory:
         self.buffers: list[np.ndarray] = []
         self.start = [0] * num_envs
         self.t = 0
-        # Episodes closed by close() whose actions are still in the buffer: _closed[t, i] marks that sub-env
-        # i's episode ended at row t (array actions). Its actions are the rows from the end of its previous
-        # one (and the reset row under NEXT_STEP), or from _since[i] for its first since the last copy out;
-        # rows before _unread hold no marks. And the slabs of episodes copied out already.
-        self._closed: np.ndarray | None = None
+        # Episodes closed by close() whose actions are still in the buffer (array actions): (t, envs) marks
+        # that the episodes of sub-envs envs ended at row t, in closing order. An episode's actions are the
+        # rows from the end of its sub-env's previous one (and the reset row under NEXT_STEP), or from
+        # _since[i] for its first since the last copy out, made at row _unread. And the slabs of episodes
+        # copied out already. (A list: a mark costs one append, where a row of a boolean matrix cost a view
+        # and a ufunc call at every step that ends an episode.)
+        self._marks: list[tuple[int, list[int]]] = []
         self._since = np.zeros(num_envs, dtype=np.int64)
         self._unread = 0
         self._pending = False
@@ -104,21 +107,16 @@ class ActionHistory:
     def close(self, envs: list[int], skip: int, mask: np.ndarray | None = None) -> list[int]:
         """End the episodes of sub-envs ``envs`` (ascending; array actions) and return their lengths.
 
-        ``mask``: a boolean array true for exactly ``envs``, when the caller has one (it is
-        copied, not built). The actions stay in the buffer until :meth:`take` copies them out,
-        all at once.
+        ``mask``: a boolean array true for exactly ``envs``, when the caller has one: ``envs`` came
+        from it, so they are ascending (not checked). The actions stay in the buffer until
+        :meth:`take` copies them out, all at once.
         """
-        start, t = self.start, self.t
-        assert self._closed is not None  # array actions: made with the buffer
-        closed = self._closed[t]
-        if mask is not None:
-            np.logical_or(closed, mask, out=closed)
-        elif envs:
-            if any(b <= a for a, b in zip(envs, envs[1:])):
-                raise ValueError(f"ActionHistory.close: envs={envs} must be ascending (episodes are numbered so)")
-            if closed[envs].any():  # a sub-env closes again before its next action: an empty episode
-                self._copy_out()
-            closed[envs] = True
+        start, t, marks = self.start, self.t, self._marks
+        if mask is None and any(b <= a for a, b in zip(envs, envs[1:])):
+            raise ValueError(f"ActionHistory.close: envs={envs} must be ascending (episodes are numbered so)")
+        if marks and marks[-1][0] == t:  # a second close at this row: what the first closed is copied out first,
+            self._copy_out()  # so that the episodes keep their closing order (and one closed twice is empty)
+        self._marks.append((t, list(envs)))
         lengths = [t - start[i] for i in envs]
         for i in envs:
             start[i] = t + skip
@@ -143,12 +141,10 @@ class ActionHistory:
         if not self._pending:
             return
         self._pending = False
-        assert self._closed is not None  # array actions: made with the buffer
-        marks = self._closed[self._unread : self.t + 1]
-        # by row, then sub-env: the order they were closed in (2-d nonzero is 6x slower than 1-d)
-        rows, envs = np.divmod(marks.reshape(-1).nonzero()[0], self.num_envs)
-        marks[...] = False
-        rows += self._unread
+        marks, self._marks = self._marks, []
+        counts = [len(envs) for _, envs in marks]
+        rows = np.repeat(np.array([row for row, _ in marks], dtype=np.int64), counts)
+        envs = np.fromiter(itertools.chain.from_iterable(envs for _, envs in marks), dtype=np.intp, count=len(rows))
         self._unread = self.t
         first = self._since
         last = first.copy()
@@ -174,7 +170,7 @@ class ActionHistory:
             "t": t,
             "start": list(self.start),
             "buffers": [buffer[:t].copy() for buffer in self.buffers],
-            "closed": None if self._closed is None else self._closed[: t + 1].copy(),
+            "closed": self._closed_matrix() if self._allocated and self._paths is None else None,
             "since": self._since.copy(),
             "unread": self._unread,
             "pending": self._pending,
@@ -199,16 +195,25 @@ class ActionHistory:
             buffer = np.empty((capacity, *rows.shape[1:]), dtype=rows.dtype)
             buffer[:t] = rows
             self.buffers.append(buffer)
-        self._closed = None
-        if state["closed"] is not None:
-            self._closed = np.zeros((capacity + 1, self.num_envs), dtype=bool)
-            self._closed[: t + 1] = state["closed"]
+        self._marks = []
+        if state["closed"] is not None:  # by row, then sub-env: the order they were closed in
+            rows, envs = np.nonzero(state["closed"])
+            for row, group in itertools.groupby(zip(rows.tolist(), envs.tolist()), key=lambda mark: mark[0]):
+                self._marks.append((row, [env for _, env in group]))
         self._since, self._unread, self._pending = np.array(state["since"]), state["unread"], state["pending"]
         self._paths, self._items, self._allocated = state["paths"], list(state["items"]), state["allocated"]
         self._slabs = [ActionSlab(slab["data"], list(slab["ends"]), slab["dtype"]) for slab in state["slabs"]]
         if self._allocated and self._paths is None:
             self._buffer, self._fast_rows = self.buffers[0], capacity
         return self
+
+    def _closed_matrix(self) -> np.ndarray:
+        """The marks as a ``(t + 1, num_envs)`` boolean matrix, true where a sub-env's episode ended at a row
+        (what a full checkpoint keeps)."""
+        closed = np.zeros((self.t + 1, self.num_envs), dtype=bool)
+        for row, envs in self._marks:
+            closed[row, envs] = True
+        return closed
 
     def _make_room(self, actions: Any) -> None:
         if not self._allocated:
@@ -224,8 +229,6 @@ class ActionHistory:
                 if grow:
                     self.buffers[k] = np.empty((self.capacity, *buffer.shape[1:]), dtype=buffer.dtype)
                 self.buffers[k][:live] = buffer[first : self.t]  # in place: the rows do not overlap (live <= first)
-            if grow and self._closed is not None:
-                self._closed = np.zeros((self.capacity + 1, self.num_envs), dtype=bool)
             self.start = [start - first for start in self.start]
             self.t = self._unread = live
             self._since = np.array(self.start)
@@ -237,7 +240,6 @@ class ActionHistory:
         if self.space is None:
             if isinstance(actions, np.ndarray):  # the common case: no inference needed
                 self.buffers = [_empty_buffer(self.capacity, actions)]
-                self._closed = np.zeros((self.capacity + 1, self.num_envs), dtype=bool)
                 return
             self.space = infer_space(actions, self.num_envs)
         paths = leaf_paths(self.space)
@@ -251,8 +253,6 @@ class ActionHistory:
         self.buffers = [_empty_buffer(self.capacity, leaf) for leaf in leaves]
         if paths != [()] or self._items[0]:
             self._paths = paths
-        else:
-            self._closed = np.zeros((self.capacity + 1, self.num_envs), dtype=bool)
 
 
 def _empty_buffer(capacity: int, batch: Any) -> np.ndarray:
