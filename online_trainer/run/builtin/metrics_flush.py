@@ -63,21 +63,24 @@ class MetricsFlush(Hook):
         tracker, table = self.tracker, self.tracker.table
         tracker.seal()
         if table.count > self.flushed:
+            start, held = self.flushed, slice(self.flushed - table.first, table.count - table.first)
             try:
                 if self.stream is not None:
-                    self.stream.write(table.chunk(self.flushed, table.count))
+                    self.stream.write(table.chunk(start, table.count))
             finally:
-                if self.episode_log is not None:  # the run's failure, if the stream raised, comes after
-                    held = slice(self.flushed - table.first, table.count - table.first)
-                    self.episode_log.send(self.flushed, table.returns[held], table.lengths[held], table.times[held])
                 self.flushed = table.count
                 self.next_flush = table.count + self.flush_every
                 self.flush_deadline = time.monotonic() + FLUSH_SECONDS
                 if tracker.new_frames and self.stream is not None:  # frames are kept in the stream only
                     table.drop_extra("frames")
                 tracker.new_frames = False
+                # the chunk's episodes for the callback (list slices: copies, kept when the table is cleared)
+                log = self.episode_log
+                episodes = None if log is None else (table.returns[held], table.lengths[held], table.times[held])
                 if not self.keep_records:
                     table.clear()
+                if log is not None and episodes is not None:  # last: a sink that raises leaves the book-keeping done
+                    log.send(start, *episodes)
 
     def on_run_end(self, ctx: RunContext) -> None:
         """Every record is on disk before the rest of the run's ending (and the user's ``on_run_end``)."""

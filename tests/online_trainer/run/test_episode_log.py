@@ -172,3 +172,21 @@ def test_tensorboard_points_carry_the_episode_wall_times(tmp_path):
     assert [e.step for e in events] == list(range(1, len(runs[0]) + 1))
     offsets = np.array([e.wall_time for e in events]) - np.array([r["wall_time"] for r in runs[0]])
     assert np.ptp(offsets) < 1e-3  # one clock offset: each point has its episode's time
+
+
+def test_a_sink_that_raises_leaves_the_metrics_stream_whole(tmp_path):
+    """The episodes go to the callback after the chunk is on disk and counted: a failing sink fails the run
+    without writing a chunk twice."""
+
+    class Breaks(Series):
+        def series(self, key, tag, values, steps, wall_times=None):
+            raise ConnectionError("tracking server gone")
+
+    from online_trainer import load_run_metrics
+
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = Breaks()
+    with pytest.raises(Exception, match="tracking server gone"):
+        trainer.multi_run(1, total_steps=300, seed_offset=SEED, progress=False)
+    records = load_run_metrics(tmp_path, 1)
+    assert [r["episode_index"] for r in records] == list(range(1, len(records) + 1)) and records
