@@ -44,7 +44,9 @@ wall-clock time (what users wait for, including the runner's file writes and fsy
 process's CPU time (less disturbed by other jobs on a shared machine): the median over
 repetitions of the microseconds per env step (one real transition of one sub-env, the unit of
 ``total_steps``), of the extra microseconds over the bare runs beside it, and of the ratio to
-them, with the ratio's interquartile range as the noise.
+them, with the ratio's interquartile range as the noise. ``best`` is the variant's fastest wall
+time over the fastest of the bare runs beside it: other jobs and the host only ever add time,
+so the fastest of many runs is what each side costs on a quiet machine (``timeit``'s reasoning).
 
     python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,read] [--raw FILE]
 """
@@ -214,7 +216,7 @@ def measure(
     repetition (up to three calls away) did not.
     """
     times: dict[str, dict[str, list[float]]] = {
-        v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": []} for v in variants
+        v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": [], "wall_bare_runs": []} for v in variants
     }
     references: dict[str, Any] = {}
     others = tuple(v for v in variants if v != "bare")
@@ -240,6 +242,7 @@ def measure(
             after = run("bare")
             times[variant]["wall_bare"].append((before[0] + after[0]) / 2)
             times[variant]["cpu_bare"].append((before[1] + after[1]) / 2)
+            times[variant]["wall_bare_runs"] += [before[0], after[0]]
             before = after
     return times
 
@@ -257,8 +260,10 @@ def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[floa
                 ratios = [t / b for t, b in zip(clocks[clock], bare)]
                 low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
                 cells.append(f"{extra:+6.2f} {statistics.median(ratios):.3f} [{low:.2f}-{high:.2f}]")
+                if clock == "wall":
+                    cells.append(f"{min(clocks[clock]) / min(clocks['wall_bare_runs']):.3f}")
             else:
-                cells.append(" " * 26)
+                cells.append(" " * (26 + 7 * (clock == "wall")))
         print("  ".join(cells), flush=True)
 
 
@@ -277,10 +282,11 @@ def main() -> None:
     variants = tuple(args.variants.split(","))
     print(
         f"medians over {args.repeats} repetitions; extra = us per env step over the bare runs beside it;\n"
-        "ratio = time / the mean of the bare runs before and after it: median [interquartile range]"
+        "ratio = time / the mean of the bare runs before and after it: median [interquartile range];\n"
+        "best = the variant's fastest wall time / the bare loop's fastest (noise only adds time: the quiet-machine estimate)"
     )
     print(
-        f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26}  {'cpu us':>7}  "
+        f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26} {'best':>5}  {'cpu us':>7}  "
         f"{'extra  ratio [range]':<26}"
     )
     for pair in args.steps.split(","):

@@ -205,6 +205,8 @@ class ScalarBatch:
                 f"add_series: {count} values for {len(steps)} steps"
                 + ("" if wall_times is None else f" and {len(wall_times)} wall times")
             )
+        if not count:  # an empty chunk would leave encode() an empty group to lay out
+            return self.count
         group_key = (tag, key)
         group = self._groups.get(group_key) or self._group(group_key)
         # every array made before the group changes: a bad value or step leaves the batch as it was

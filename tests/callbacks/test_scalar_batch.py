@@ -270,3 +270,15 @@ def test_a_series_takes_arrays_and_wall_times_and_refuses_what_is_not_a_number(m
     with pytest.raises(ValueError, match="2 values for 2 steps and 1 wall times"):
         batch.add_series("ep_return", "ep_return/run_1", [1.0, 2.0], [1, 2], wall_times=[3.0])
     assert batch.count == 0 and batch.encode() == b""  # nothing kept of the refused calls
+
+
+def test_an_empty_series_keeps_nothing_and_the_batch_still_encodes(monkeypatch):
+    """A chunk of no episodes (a sink called with empty arrays) adds nothing: encode() used to fail on the empty group."""
+    monkeypatch.setattr("online_trainer.callbacks.scalar_batch._now", lambda: 1234.5)
+    batch, expected = ScalarBatch(), ScalarBatch()
+    assert batch.add_series("ep_return", "ep_return/run_1", np.array([]), range(1, 1)) == 0
+    assert batch.encode() == b""
+    batch.add_series("ep_return", "ep_return/run_1", np.array([]), np.array([], dtype=np.int64), wall_times=[])
+    batch.add({"loss": 2.0}, "agents/run_1", 5)
+    expected.add({"loss": 2.0}, "agents/run_1", 5)
+    assert batch.count == 1 and batch.encode() == expected.encode()
