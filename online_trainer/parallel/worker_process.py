@@ -209,6 +209,9 @@ def worker_main(
         inherited_write_ends: lifeline write ends copied into this process by fork.
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
+    # the pool stops a run with SIGINT, so that it flushes its records; a parent started with SIGINT ignored
+    # (under nohup, a background job of a script) passes that on, and the SIGINT would be lost
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, _on_preemption)
     signal.signal(signal.SIGTERM, _on_sigterm)
     limit_threads(torch_threads)

@@ -385,6 +385,30 @@ class HandlerFailed(Exception):
     pass
 
 
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_workers_of_a_parent_that_ignores_sigint_still_stop_on_the_pools_sigint(tmp_path, caplog, start_method):
+    """A script under nohup, or a background job of a non-interactive shell, starts with SIGINT ignored, and its
+    workers inherit that. The pool still stops a busy worker's run with SIGINT, so that it flushes its records,
+    instead of waiting out the grace period and terminating it with the records unflushed."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        pool = WorkerPool(2, start_method, 1)
+
+        def on_result(result):
+            raise HandlerFailed(f"run {result.run_idx}")
+
+        with deadline(60), caplog.at_level(logging.WARNING):
+            with pytest.raises(HandlerFailed, match="run 2"):
+                long, short = specs(tmp_path, [10**6, 2])
+                waiting = AgentFactory(functools.partial(WaitsForAnotherStream, exp_dir=tmp_path))
+                pool.run([long, dataclasses.replace(short, agent_factory=waiting)], NoProgress(), on_result)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert all(not p.is_alive() for p in pool.processes.values())
+    assert "terminating it" not in caplog.text
+    assert max(load_every_chunk(tmp_path).values()) > 2  # the long run flushed its records on the way out
+
+
 def test_a_raising_on_result_stops_every_worker_and_the_next_call_starts_fresh_ones(tmp_path, caplog):
     pool = shared_pool(2, "spawn", 1)
 

@@ -223,7 +223,14 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     script.write_text(SCRIPT)
     exp = tmp_path / "exp"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, str(script), str(exp)], env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(exp)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        # a suite started in the background of a script has SIGINT ignored, and the script would inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 60
     while (
         proc.poll() is None
