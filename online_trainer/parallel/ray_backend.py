@@ -13,12 +13,15 @@ reaches the driver's display through a Ray queue.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +51,32 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str 
     limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
     try:
-        if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
-            _check_token(spec.exp_dir, token)
-        return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
+        with _interruptible():
+            if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
+                _check_token(spec.exp_dir, token)
+            return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
     except Exception as exc:
         return failed_result(spec, exc)
     finally:
         spec.callback.close()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Python's SIGINT handler while the task runs (the disposition the worker had, after).
+
+    Ray's soft cancel, which lets a run flush its records on its way out, interrupts the task with
+    SIGINT; a driver started with SIGINT ignored (under nohup, a background job of a script) passes
+    that on to the Ray workers it starts, and the cancel would do nothing until the kill.
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal handlers are the main thread's
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _check_token(exp_dir: str, token: str) -> None:

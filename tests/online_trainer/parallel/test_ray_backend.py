@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import textwrap
 
 import cloudpickle
 import pytest
@@ -105,3 +108,76 @@ def test_ray_tasks_limit_every_thread_pool(tmp_path):
         progress=False,
     )
     assert pool_threads(pool_reports(tmp_path)) == {2}
+
+
+CANCEL_SCRIPT = textwrap.dedent("""
+    import signal, sys, time
+    from pathlib import Path
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup: the Ray workers started below inherit it
+    import cloudpickle, ray
+    import tests.conftest
+    from online_trainer.callbacks import EmptyCallBack
+    from online_trainer.loop.factories import AgentFactory, EnvFactory
+    from online_trainer.options.groups import RecordOptions, RunPlan
+    from online_trainer.parallel.ray_backend import RayExecutor
+    from online_trainer.progress.display import NoProgress
+    from online_trainer.run.one_run import RunSpec
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Slow(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            time.sleep(0.002)
+
+    class AfterTheLongRunWrites(RecordingAgent):
+        exp = ""
+
+        def reset(self, seed):
+            stream = Path(self.exp) / "metrics_run1.pkl"
+            while not (stream.exists() and stream.stat().st_size):
+                time.sleep(0.05)
+            super().reset(seed)
+
+    class Stop(Exception):
+        pass
+
+    raised = []
+
+    def on_result(result):
+        raised.append(time.monotonic())
+        raise Stop()
+
+    if __name__ == "__main__":
+        cloudpickle.register_pickle_by_value(tests.conftest)
+        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+        AfterTheLongRunWrites.exp = sys.argv[1]
+        specs = [
+            RunSpec(
+                run_idx=i, seed=i, env_factory=EnvFactory(make_counting_vec(1)), agent_factory=AgentFactory(agent),
+                options=RunPlan(num_episodes=n, records=RecordOptions(flush_every=2)), callback=EmptyCallBack(),
+                exp_dir=sys.argv[1],
+            )
+            for i, agent, n in ((1, Slow, 10**6), (2, AfterTheLongRunWrites, 3))
+        ]
+        try:
+            RayExecutor(max_concurrent=2, grace=60).run(specs, NoProgress(), on_result)
+        except Stop:
+            print(f"STOPPED {time.monotonic() - raised[0]:.1f}")
+""")
+
+
+def test_a_cancel_interrupts_a_task_though_the_driver_ignores_sigint(tmp_path):
+    """The driver cancels the tasks in flight when it stops (an error of its own, Ctrl-C) and a run interrupted so
+    flushes its records on its way out. A driver started with SIGINT ignored (under nohup) passes SIG_IGN on to
+    the Ray workers it starts, and Ray's soft cancel, a SIGINT, did nothing until the kill after the grace period."""
+    script = tmp_path / "script.py"
+    script.write_text(CANCEL_SCRIPT)
+    (tmp_path / "exp").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "exp")], env=env, capture_output=True, text=True, timeout=240
+    )
+    stopped = [line for line in done.stdout.splitlines() if line.startswith("STOPPED")]
+    assert stopped, done.stdout + done.stderr
+    assert float(stopped[0].split()[1]) < 30  # interrupted at once, not killed after the 60 s of grace
