@@ -14,13 +14,19 @@ cost is not hidden behind the agent's:
 Variants, all on ``gym.make_vec("CartPole-v1", num_envs=n)`` (numpy-vectorised, NEXT_STEP
 autoreset), each env built before the timer starts:
 
-* ``bare``: act, step, update (no call_back), sum returns and count lengths of real
+* ``bare``: act, step, update (``call_back=None``, as the runner passes it with ``EmptyCallBack``), sum returns and count lengths of real
   transitions only (the step after a done is a reset step), keep each episode's return and
   length, stop after N real transitions; in Python scalars for one sub-env, in numpy arrays
   for several;
 * ``empty``: ``multi_run`` with ``trainer.call_back = EmptyCallBack()``;
 * ``tb``: ``multi_run`` with the default ``TBCallBack(exp_dir, flush_every=1)``: two scalars
-  per episode and the agent's one scalar per step;
+  per episode and the agent's one scalar per step. The agent builds its metric's dict only
+  when it is given a ``call_back``, so the bare runs beside ``tb`` give it one too, as a hand
+  loop that logs the agent's metrics must: ``call_back=kept.append``, the dicts kept in a
+  list. What ``tb`` is charged is then the runner's part: keeping each value, encoding it and
+  writing it to TensorBoard's file (and the episodes' two scalars);
+* ``tb-plain``: ``tb`` against the bare loop without a ``call_back``, as this bench compared
+  them until round 11: it also charges the runner with the agent's own dict and call;
 * ``hook``: as ``empty``, with one user hook whose ``on_step`` runs every 1,000 env steps (it
   reads ``ctx.global_step``): the cost of the hooks' cadence;
 * ``read``: as ``empty``, then every returned record's ``ep_return`` and ``ep_length`` read
@@ -48,7 +54,7 @@ them, with the ratio's interquartile range as the noise. ``best`` is the variant
 time over the fastest of the bare runs beside it: other jobs and the host only ever add time,
 so the fastest of many runs is what each side costs on a quiet machine (``timeit``'s reasoning).
 
-    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,read] [--raw FILE]
+    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,tb-plain,read,hook] [--raw FILE]
 """
 
 from __future__ import annotations
@@ -69,7 +75,8 @@ from online_trainer.callbacks import EmptyCallBack
 from online_trainer.hooks import Hook
 
 DEFAULT_STEPS = {1: 30_000, 8: 120_000, 64: 480_000}
-VARIANTS = ("bare", "empty", "tb", "read", "hook")
+VARIANTS = ("bare", "empty", "tb", "tb-plain", "read", "hook")
+AGENT_LOGS = ("tb",)  # variants whose bare runs give the agent a call_back (it builds its metrics then)
 REAL_AGENTS = ("dqn", "ppo")  # not in the default variants: they time the agents, not the runner
 
 
@@ -114,14 +121,17 @@ def make_env(num_envs: int) -> Any:
     return gym.make_vec("CartPole-v1", num_envs=num_envs)
 
 
-def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
+def bare_loop(env: Any, total_steps: int, seed: int, keep_logs: bool = False) -> list[tuple[float, int]]:
     """The loop a careful user writes by hand for NEXT_STEP autoreset; returns (return, length) per episode.
 
     Real transitions only: the step after a sub-env's episode ends is its reset step, not
     counted in lengths or steps (its reward is 0). With one sub-env the book-keeping is in
     Python scalars, as one writes it for a single env; with several, in numpy arrays.
+    ``keep_logs``: the agent gets ``call_back=kept.append`` and its metrics' dicts are kept.
     """
     agent = CheapAgent(env)
+    kept: list[Any] = []
+    call_back = kept.append if keep_logs else None
     agent.reset(seed)
     obs, _ = env.reset(seed=seed)
     num_envs = env.num_envs
@@ -132,7 +142,7 @@ def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
         while steps < total_steps:
             actions = agent.act(obs)
             obs, reward, terminated, truncated, _ = env.step(actions)
-            agent.update(obs, reward, terminated, truncated)
+            agent.update(obs, reward, terminated, truncated, call_back=call_back)
             if reset_step:
                 reset_step = False
                 continue
@@ -149,7 +159,7 @@ def bare_loop(env: Any, total_steps: int, seed: int) -> list[tuple[float, int]]:
     while steps < total_steps:
         actions = agent.act(obs)
         obs, reward, terminated, truncated, _ = env.step(actions)
-        agent.update(obs, reward, terminated, truncated)
+        agent.update(obs, reward, terminated, truncated, call_back=call_back)
         returns += reward
         lengths += real
         steps += np.count_nonzero(real)
@@ -171,7 +181,7 @@ def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: st
         trainer = OnlineTrainer(env, AGENTS[variant], exp_dir=exp_dir)
         (records,) = trainer.multi_run(1, total_steps=total_steps, seed_offset=seed)
         return records
-    trainer = OnlineTrainer(env, CheapAgent, exp_dir=exp_dir)
+    trainer = OnlineTrainer(env, CheapAgent, exp_dir=exp_dir)  # tb and tb-plain: the default callback
     if variant in ("empty", "read", "hook"):
         trainer.call_back = EmptyCallBack()
     hooks = [EveryThousandSteps()] if variant == "hook" else None
@@ -192,14 +202,14 @@ def time_variant(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             start, start_cpu = time.perf_counter(), time.process_time()
-            if variant == "bare":
-                episodes = bare_loop(env, total_steps, seed)
+            if variant in ("bare", "bare-logs"):
+                episodes = bare_loop(env, total_steps, seed, keep_logs=variant == "bare-logs")
             else:
                 episodes = trainer_run(env, total_steps, seed, variant, tmp)
             wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     finally:
         env.close()
-    if variant in ("empty", "tb", "hook", *REAL_AGENTS):  # read after the timer, for the check
+    if variant in ("empty", "tb", "tb-plain", "hook", *REAL_AGENTS):  # read after the timer, for the check
         episodes = [(r["ep_return"], r["ep_length"]) for r in episodes]
     return wall, cpu, episodes
 
@@ -213,7 +223,8 @@ def measure(
     repetitions) followed by the bare loop again: a variant's ``wall_bare``/``cpu_bare`` entry is
     the mean of the two bare runs beside it. This machine's speed moves in phases of a few
     seconds; a bare run on each side cancels a drift across the pair, which one bare run per
-    repetition (up to three calls away) did not.
+    repetition (up to three calls away) did not. The bare runs beside a variant of
+    :data:`AGENT_LOGS` keep the agent's metrics (``bare_loop(keep_logs=True)``).
     """
     times: dict[str, dict[str, list[float]]] = {
         v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": [], "wall_bare_runs": []} for v in variants
@@ -231,15 +242,19 @@ def measure(
 
     for rep in range(repeats):
         before = run("bare")
+        beside = "bare"
         if "bare" in times:
             times["bare"]["wall"].append(before[0])
             times["bare"]["cpu"].append(before[1])
         shift = rep % max(1, len(others))
         for variant in others[shift:] + others[:shift]:
+            kind = "bare-logs" if variant in AGENT_LOGS else "bare"
+            if kind != beside:
+                before, beside = run(kind), kind
             wall, cpu = run(variant)
             times[variant]["wall"].append(wall)
             times[variant]["cpu"].append(cpu)
-            after = run("bare")
+            after = run(kind)
             times[variant]["wall_bare"].append((before[0] + after[0]) / 2)
             times[variant]["cpu_bare"].append((before[1] + after[1]) / 2)
             times[variant]["wall_bare_runs"] += [before[0], after[0]]
@@ -250,7 +265,7 @@ def measure(
 def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[float]]]) -> None:
     """One line per variant: median us per env step and, against the bare runs beside it, extra us and ratio."""
     for variant, clocks in times.items():
-        cells = [f"{num_envs:>8}", f"{total_steps:>8}", f"{variant:>6}"]
+        cells = [f"{num_envs:>8}", f"{total_steps:>8}", f"{variant:>8}"]
         for clock in ("wall", "cpu"):
             us = statistics.median(clocks[clock]) / total_steps * 1e6
             cells.append(f"{us:7.2f}")
@@ -280,13 +295,17 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
+    unknown = sorted(set(variants) - {*VARIANTS, *REAL_AGENTS})
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; choose from {', '.join((*VARIANTS, *REAL_AGENTS))}")
     print(
         f"medians over {args.repeats} repetitions; extra = us per env step over the bare runs beside it;\n"
         "ratio = time / the mean of the bare runs before and after it: median [interquartile range];\n"
-        "best = the variant's fastest wall time / the bare loop's fastest (noise only adds time: the quiet-machine estimate)"
+        "best = the variant's fastest wall time / the bare loop's fastest (noise only adds time: the quiet-machine estimate);\n"
+        f"the bare runs beside {', '.join(AGENT_LOGS)} give the agent call_back=kept.append (tb-plain: as beside the others)"
     )
     print(
-        f"{'num_envs':>8}  {'steps':>8}  {'':>6}  {'wall us':>7}  {'extra  ratio [range]':<26} {'best':>5}  {'cpu us':>7}  "
+        f"{'num_envs':>8}  {'steps':>8}  {'':>8}  {'wall us':>7}  {'extra  ratio [range]':<26} {'best':>5}  {'cpu us':>7}  "
         f"{'extra  ratio [range]':<26}"
     )
     for pair in args.steps.split(","):
