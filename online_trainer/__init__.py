@@ -6,7 +6,7 @@
 import importlib
 from typing import Any
 
-from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
+from online_trainer.errors import ExperimentExistsError, ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.loop.protocol import Agent
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.records.record_view import RunRecords
@@ -63,6 +63,7 @@ __all__ = [
     "CheckpointOptions",
     "EvaluationOptions",
     "ExecutionOptions",
+    "ExperimentExistsError",
     "ExperimentInUseError",
     "OnlineTrainer",
     "RecordOptions",

@@ -111,11 +111,14 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
     read_manifest(Path(exp_dir))
 
 
-def hold_resumable(exp_dir: str | os.PathLike | None) -> AbstractContextManager[list[Path]]:
-    """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`)."""
+def hold_resumable(
+    exp_dir: str | os.PathLike | None, check: Callable[[], object] | None = None
+) -> AbstractContextManager[list[Path]]:
+    """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`),
+    whose ``check`` refuses the call before the lock writes anything."""
     check_resumable(exp_dir)
     assert exp_dir is not None  # check_resumable raised otherwise
-    return hold_lock(Path(exp_dir))
+    return hold_lock(Path(exp_dir), check=check)
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:
@@ -211,34 +214,17 @@ def rewind_outputs(
         rewind(f"{tag_prefix}run_{run}", None if header is None else header.callback_position)
 
 
-def resumed_manifest(
-    exp_dir: Path,
-    num_runs: int,
-    seed_offset: int | None,
-    call: Mapping[str, Any],
-    callback: Any,
-    hooks: Sequence[Any] = (),
-    env_factory: Any = None,
-) -> tuple[dict[str, Any], dict[int, int]]:
+def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
-    Checks the call against the manifest, settles runs cut off, and cuts the callback's files
-    back (see :func:`runs_left`, :func:`rewind_outputs`).
+    The call was checked against the manifest (:func:`check_same_call`) when its lock was taken. This settles
+    runs cut off, and cuts the callback's files back (see :func:`runs_left`, :func:`rewind_outputs`).
 
     Raises:
         FileNotFoundError: no experiment in ``exp_dir``.
-        ValueError: the call differs from the experiment's (the field is named), or its user hooks with
-            state from those a run's checkpoint holds; nothing is changed then.
+        ValueError: its user hooks with state differ from those a run's checkpoint holds; nothing is changed then.
     """
     manifest = read_manifest(exp_dir)
-    check_same_call(
-        exp_dir,
-        manifest,
-        num_runs,
-        seed_offset,
-        call,
-        None if env_factory is None else lambda: env_num_envs(env_factory),
-    )
     left = runs_left(manifest, exp_dir, hooks=hooks, callback=callback)
     rewind_outputs(callback, manifest, left)
     done = manifest["num_runs"] - len(left)

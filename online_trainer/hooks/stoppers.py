@@ -25,7 +25,7 @@ class StopOnReturn(Hook):
             episodes is checked after each episode, once ``window`` episodes have ended (one
             lucky episode does not stop a run).
         source: ``"train"`` (training returns) or ``"eval"`` (each evaluation's mean; needs
-            ``eval_freq``).
+            ``evaluation=EvaluationOptions(freq=...)``).
         patience: consecutive checks that must hold (default 1).
     """
 
@@ -41,7 +41,7 @@ class StopOnReturn(Hook):
 
     @property
     def needs_eval_freq(self) -> bool:  # type: ignore[override]
-        """With ``source="eval"`` it checks evaluations: a run without ``eval_freq`` is refused."""
+        """With ``source="eval"`` it checks evaluations: a run without ``evaluation.freq`` is refused."""
         return self.source == "eval"
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
@@ -77,7 +77,7 @@ class StopOnReturn(Hook):
 class StopOnNoImprovement(Hook):
     """Stop when ``patience`` evaluations in a row bring no new best evaluation mean.
 
-    It needs evaluations during the run: a run without ``eval_freq`` is refused before it starts.
+    It needs evaluations during the run: a run without ``evaluation.freq`` is refused before it starts.
 
     Args:
         patience: evaluations without a new best (strictly greater mean) that end the run.

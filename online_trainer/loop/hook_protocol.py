@@ -27,7 +27,7 @@ class Hook:
             event of no use to it (the runner's checkpoints under an episode budget take no
             ``on_step``) says so here, once, when it is built.
         needs_eval_freq: the hook acts on the evaluations made during the run (``on_eval``): a
-            run without ``eval_freq`` (no evaluation, or only the final one) is refused before it starts.
+            run without ``evaluation.freq`` (no evaluation, or only the final one) is refused before it starts.
     """
 
     every_steps: int | None = None
@@ -137,12 +137,12 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
 
     Args:
         hooks: the user's hooks.
-        eval_freq: the runs' evaluation period (None: no evaluation during the run).
+        eval_freq: the runs' evaluation period, ``evaluation.freq`` (None: no evaluation during the run).
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class.
         ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
-            a hook that ``needs_eval_freq`` is given without ``eval_freq``.
+            a hook that ``needs_eval_freq`` is given without ``evaluation.freq``.
     """
     if hooks is None:
         return ()
@@ -170,8 +170,9 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 )
         if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
             raise ValueError(
-                f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but eval_freq is "
-                "None: no evaluation would come before the run's end, so it would never act. Pass "
-                "eval_freq=... (evaluate every this many env steps or episodes), or drop the hook."
+                f"hooks[{index}], a {type(hook).__name__}, acts on the evaluations made during the run, but "
+                "evaluation.freq is None: no evaluation would come before the run's end, so it would never act. Pass "
+                "evaluation=EvaluationOptions(freq=...) (evaluate every this many env steps or episodes), or drop "
+                "the hook."
             )
     return tuple(hooks)

@@ -87,10 +87,23 @@ class OptionGroup:
 
     section: ClassVar[str] = ""
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        self = super().__new__(cls)
+        object.__setattr__(self, "_given", frozenset(kwargs))  # not a field: equality and repr leave it out
+        return self
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if cls.section:
             SECTIONS[cls.section] = cls
+
+    def given(self, name: str) -> bool:
+        """Whether the field ``name`` was passed when this object was built, rather than left at its default.
+
+        ``ExecutionOptions(num_workers=1)`` gives ``num_workers`` though 1 is its default: a flat keyword
+        that says otherwise disagrees with it. An object made by :func:`dataclasses.replace` gives every field.
+        """
+        return name in getattr(self, "_given", ())
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):

@@ -185,25 +185,44 @@ def start_manifest(
 ) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
 
-    A new experiment has every run pending; with ``resume``, the experiment's own manifest,
-    checked against this call, and the runs left (see :mod:`online_trainer.experiment.resuming`).
+    A new experiment has every run pending; with ``resume``, the experiment's own manifest and the
+    runs left (see :mod:`online_trainer.experiment.resuming`); the lock's check, :func:`resume_check`, has
+    compared the call with it.
     """
     if resume:
+        assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
+        return resuming.resumed_manifest(exp_dir, parts.callback, options.hooks)
+    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
+    return manifest, dict(enumerate(manifest["seeds"], start=1))
+
+
+def resume_check(
+    exp_dir: Path | None,
+    num_runs: int,
+    seed_offset: int | None,
+    tuning_hp: dict[str, Any] | None,
+    options: RunPlan,
+    parts: RunnerParts,
+) -> Callable[[], None]:
+    """What refuses a resumed ``multi_run``, run by the experiment's lock once taken and before it writes its owner
+    line, so that a refused call changes nothing on disk: runs still in live Slurm jobs, or a call that differs
+    from the experiment's (:func:`~online_trainer.experiment.resuming.check_same_call`)."""
+
+    def check() -> None:
         from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
         assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         refuse_live_jobs(exp_dir)
-        return resuming.resumed_manifest(
+        resuming.check_same_call(
             exp_dir,
+            resuming.read_manifest(exp_dir),
             num_runs,
             seed_offset,
             call_record(options, tuning_hp, parts.train),
-            parts.callback,
-            options.hooks,
-            parts.env_factory,
+            lambda: resuming.env_num_envs(parts.env_factory),
         )
-    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
-    return manifest, dict(enumerate(manifest["seeds"], start=1))
+
+    return check
 
 
 def base_seed(seed_offset: int | None) -> int:

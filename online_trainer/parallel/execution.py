@@ -31,7 +31,8 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
     """``execution`` (default: ``ExecutionOptions()``) with the keywords that were given (not None) applied.
 
     ``multi_run``'s positional ``num_workers`` (the original's) and ``execution.num_workers`` say the same: a
-    keyword fills a field ``execution`` leaves at its default, and must agree with one it sets.
+    keyword fills a field that ``execution`` was built without, and must agree with one it was given (even
+    at its default: ``ExecutionOptions(num_workers=1)`` with ``num_workers=2`` is refused).
 
     Raises:
         TypeError: ``execution`` is not an :class:`ExecutionOptions`.
@@ -52,7 +53,9 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
         return ExecutionOptions(**given)
     default = ExecutionOptions()
     for name, value in given.items():
-        if getattr(execution, name) not in (value, getattr(default, name)):
+        if getattr(execution, name) != value and (
+            execution.given(name) or getattr(execution, name) != getattr(default, name)
+        ):
             raise ValueError(
                 f"{name}={value!r} disagrees with execution.{name}={getattr(execution, name)!r}: "
                 f"give {name} once, either as a keyword or in execution=ExecutionOptions(...)."

@@ -330,10 +330,8 @@ class WorkerPool:
 
     def _fail_unstarted(self, call: _Call) -> None:
         codes = sorted({c for c in call.start_failures}, key=str)
-        reason = (
-            f"WorkerDied: every worker process exited (exit codes {codes}) before running it. With "
-            f"start_method='{self.start_method}' workers import the main script again: put the "
-            "script's code under `if __name__ == '__main__':`."
+        reason = f"WorkerDied: every worker process exited (exit codes {codes}) before running it. " + _start_hint(
+            self.start_method
         )
         for spec in list(call.waiting):
             call.finish(spec, failed_result(spec, reason))
@@ -425,3 +423,24 @@ def is_installed(module: Any, installed: tuple[str, ...]) -> bool:
     if not path:
         return False
     return os.path.realpath(path).startswith(installed)
+
+
+def _start_hint(start_method: str) -> str:
+    """Why workers of ``start_method`` may exit before they are ready, for the main script at hand."""
+    if start_method == "fork":
+        return "Their errors are in the log above."
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) is None:  # not `python -m`: imported by its path
+        path = getattr(main, "__file__", None)
+        if path is not None:
+            full = os.path.join(getattr(multiprocessing.process, "ORIGINAL_DIR", None) or "", path)
+            if not os.path.isfile(full):
+                return (
+                    f"With start_method='{start_method}' workers import the main script again, but it was read "
+                    f"from {path!r}, which they cannot read: save the script to a file and run that, or pass "
+                    "execution=ExecutionOptions(start_method='fork') (Linux), or num_workers=1."
+                )
+    return (
+        f"With start_method='{start_method}' workers import the main script again: put the script's code under "
+        "`if __name__ == '__main__':`."
+    )

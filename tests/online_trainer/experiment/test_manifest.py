@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from online_trainer import OnlineTrainer, RunsFailedError, load_runs
+from online_trainer import ExperimentExistsError, OnlineTrainer, RunsFailedError, load_runs
 from online_trainer.hooks import Hook
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -78,6 +78,18 @@ def test_a_call_interrupted_before_any_run_started_leaves_the_directory_as_it_fo
         assert snapshot(exp_dir) == before  # put back, args.yaml of lr 0.1 included
     else:
         assert list(tmp_path.iterdir()) == []  # no args.yaml, no .lock, no runs/exp
+
+
+def test_an_earlier_experiment_is_refused_with_the_public_error_that_lists_it(tmp_path):
+    before = earlier_experiment(tmp_path)
+    with pytest.raises(ExperimentExistsError, match="already holds an earlier experiment") as caught:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=3, progress=False
+        )
+    assert isinstance(caught.value, FileExistsError)  # what `except FileExistsError` catches, as the docs say
+    assert caught.value.exp_dir == tmp_path
+    assert {path.name for path in caught.value.earlier} >= {"all_metrics.pkl", "manifest.json"}
+    assert snapshot(tmp_path) == before
 
 
 def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):

@@ -186,11 +186,11 @@ def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], **kw)
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    before = files_with_times(tmp_path, lock=True)
+    time.sleep(0.01)  # a file written again would get another modification time
     with pytest.raises(ValueError, match=rf"{field}=.*but this call has {field}="):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **{**kw, **change})
-    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
-    assert after == before  # a refused call changes nothing
+    assert files_with_times(tmp_path, lock=True) == before  # a refused call changes nothing, not even the lock's time
 
 
 @pytest.mark.slow
@@ -203,14 +203,14 @@ def test_a_resumed_env_with_another_number_of_sub_envs_is_refused_and_execution_
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300)
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], progress=False, **kw)
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    before = files_with_times(tmp_path, lock=True)
     with pytest.raises(
         ValueError,
         match=r"which ran with num_envs \(of the env\)=1, but this call has num_envs "
         r"\(of the env\)=2",
     ):
         OnlineTrainer(cliff(2), agent, exp_dir=tmp_path).multi_run(2, resume=True, progress=False, **kw)
-    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == before
+    assert files_with_times(tmp_path, lock=True) == before
     # what cannot change the records may differ: workers, progress, checkpoints kept, records held in memory
     runs = OnlineTrainer(cliff(1), agent, exp_dir=tmp_path).multi_run(
         2,
@@ -477,11 +477,11 @@ def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted
     assert sink_points(tmp_path / "cut", store) == reference
 
 
-def files_with_times(root):
-    """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside: taking the lock
-    writes its owner into it, and releasing it empties it again)."""
+def files_with_times(root, lock=False):
+    """Every file under ``root`` with its bytes and modification time (``.lock``'s time aside unless ``lock``: a
+    call that goes ahead writes its owner into it, and empties it again when it ends)."""
     return {
-        p.relative_to(root).as_posix(): (p.read_bytes(), None if p.name == ".lock" else p.stat().st_mtime_ns)
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns if lock or p.name != ".lock" else None)
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }

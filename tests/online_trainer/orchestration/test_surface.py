@@ -4,6 +4,8 @@ release's flat keywords still work, each with a DeprecationWarning, from one tab
 from __future__ import annotations
 
 import inspect
+import json
+import pickle
 
 import pytest
 
@@ -156,6 +158,11 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anythin
         trainer.multi_run(2, num_episodes=2, eval_freq=5, evaluation=EvaluationOptions(freq=3))
     with pytest.raises(ValueError, match=r"num_workers=1 disagrees with execution.num_workers=2"):
         trainer.multi_run(2, num_episodes=2, num_workers=1, execution=ExecutionOptions(num_workers=2))
+    # given at its default is given too: the keyword does not win silently
+    with pytest.raises(
+        ValueError, match=r"num_workers=2 disagrees with execution.num_workers=1: give num_workers once"
+    ):
+        trainer.multi_run(2, num_episodes=2, num_workers=2, execution=ExecutionOptions(num_workers=1))
     with pytest.raises(
         TypeError, match=r"execution must be an ExecutionOptions, but got execution=\{'num_workers': 2\}"
     ):
@@ -168,6 +175,17 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anythin
     ):
         trainer.evaluate(keep_checkpoints=2)
     assert not (tmp_path / "exp").exists()
+
+
+def test_the_num_workers_keyword_fills_an_execution_built_without_it(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.multi_run(2, num_episodes=2, num_workers=2, execution=ExecutionOptions(progress=False))
+    manifest = json.loads((tmp_path / "exp" / "manifest.json").read_text())
+    assert manifest["num_workers"] == 2
+    options = ExecutionOptions(num_workers=1)
+    assert options.given("num_workers") and not options.given("progress")
+    assert options == ExecutionOptions() and repr(options) == repr(ExecutionOptions())  # not a field
+    assert pickle.loads(pickle.dumps(options)).given("num_workers")
 
 
 def test_option_objects_are_frozen_and_name_the_dotted_key_of_a_bad_value():

@@ -385,6 +385,37 @@ class HandlerFailed(Exception):
     pass
 
 
+STDIN_SCRIPT = textwrap.dedent("""
+    from online_trainer import OnlineTrainer, RunsFailedError
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    if __name__ == "__main__":
+        trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+        try:
+            trainer.multi_run(2, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
+        except RunsFailedError as error:
+            print(error)
+""")
+
+
+def test_workers_that_cannot_import_a_script_read_from_stdin_say_so(tmp_path):
+    """``python - < script.py`` with spawned workers: they cannot import '<stdin>' again, and the runs' error says
+    that (not that the code should go under ``if __name__ == '__main__':``, where it already is)."""
+    result = subprocess.run(
+        [sys.executable, "-"],
+        input=STDIN_SCRIPT,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "but it was read from '<stdin>', which they cannot read: save the script to a file" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    assert "if __name__" not in result.stdout
+
+
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
 def test_workers_of_a_parent_that_ignores_sigint_still_stop_on_the_pools_sigint(tmp_path, caplog, start_method):
     """A script under nohup, or a background job of a non-interactive shell, starts with SIGINT ignored, and its

@@ -291,7 +291,7 @@ def test_a_hook_on_evaluations_is_refused_without_eval_freq(tmp_path, hook, name
     with pytest.raises(
         ValueError,
         match=rf"hooks\[1\], a {name}, acts on the evaluations made during the run, but "
-        r"eval_freq is None: .* Pass eval_freq=\.\.\.",
+        r"evaluation.freq is None: .* Pass evaluation=EvaluationOptions\(freq=\.\.\.\)",
     ):
         trainer.multi_run(1, total_steps=500, hooks=[StopOnPlateau(), hook], progress=False, **evaluation)
     assert not (tmp_path / "exp").exists()
