@@ -345,6 +345,7 @@ def plot_final_performance(
     summary = aggregate(
         finals, group_by=group_cols, strata=strata_cols or None, ci=ci, n_resamples=n_resamples, seed=seed
     )
+    made = ax is None
     fig, ax = _axes(ax, (5.0, 1.0 + 0.45 * len(summary)))
     rng = np.random.default_rng(0)
     labels = []
@@ -361,7 +362,12 @@ def plot_final_performance(
     ax.set_yticks([y for y, _ in labels], [text for _, text in labels], fontsize=9)
     ax.set_ylim(-0.6, len(summary) - 0.4)
     window = f"after step {after_step:,g}" if after_step is not None else f"of the last {last_k or 10} episodes"
-    ax.set_xlabel(f"Return {window} ({_stat_text(stat, ci)})", fontsize=10)
+    xlabel = f"Return {window} ({_stat_text(stat, ci)})"
+    ax.set_xlabel(xlabel, fontsize=10)
+    ax.margins(x=0.06)  # the dots of runs at the extremes stay whole
+    if made:  # wide enough for the group labels beside an axes as wide as its label (about 0.07 in a character)
+        longest = max((len(text) for _, text in labels), default=0)
+        fig.set_size_inches(max(5.0, 0.07 * longest + 0.08 * len(xlabel) + 0.5), fig.get_figheight())
     _style(ax)
     ax.grid(False, axis="y")
     ax.spines["left"].set_visible(False)
