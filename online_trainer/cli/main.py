@@ -280,9 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
         if args.command == "run" and args.config is None:
             args.usage_error("the following arguments are required: CONFIG")
+        if extra:  # argparse ends a positional list at the first option: `run C --no-progress k=v` leaves k=v over
+            if args.command == "run" and all("=" in item and not item.startswith("-") for item in extra):
+                args.overrides = [*args.overrides, *extra]
+            else:
+                getattr(args, "usage_error", parser.error)(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else USAGE_ERROR
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]

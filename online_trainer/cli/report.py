@@ -376,6 +376,30 @@ def default_x(df: pd.DataFrame) -> str:
     return "episode_index" if units == {"episodes"} else "global_step"
 
 
+def finite_evaluations(evals: pd.DataFrame) -> pd.DataFrame:
+    """``evals`` without the evaluations whose mean return is NaN or infinite, with a warning that names their runs.
+
+    With ``score="raw"`` an evaluation episode cut before it ended (an eval env without a time limit, cut after
+    10,000 steps) has no return: ``RecordEpisodeStatistics`` never reported one. Such evaluations stay in
+    ``eval_run{i}.pkl`` and out of the report's statistics and curves.
+    """
+    if evals.empty:
+        return evals
+    bad = ~np.isfinite(pd.to_numeric(evals["eval_return"], errors="coerce").to_numpy(dtype=float))
+    if not bad.any():
+        return evals
+    ident = ident_columns(evals)
+    logger.warning(
+        "Leaving out %d of %d evaluation(s) whose mean return is NaN or infinite (%s): with score='raw' an "
+        "evaluation episode cut before it ended has no return (give the eval env a time limit, "
+        "gym.make(..., max_episode_steps=...)).",
+        int(bad.sum()),
+        len(evals),
+        describe_runs(evals[bad][ident].drop_duplicates()),
+    )
+    return evals[~bad].reset_index(drop=True)
+
+
 def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
     """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations.
 
@@ -487,7 +511,7 @@ def report_command(args: argparse.Namespace) -> int:
             include_unfinished=args.include_unfinished,
         )
         figure.savefig(out / CURVES_FILE, dpi=150)
-        evaluations = load_evaluations(paths)
+        evaluations = finite_evaluations(load_evaluations(paths))
         written = [out / CURVES_FILE]
         if evaluation_results(evaluations, args.include_unfinished) is not None:
             plot_evaluations(evaluations, args, title).savefig(out / EVAL_CURVES_FILE, dpi=150)

@@ -69,9 +69,18 @@ def has_episode_statistics(env: VectorEnv) -> bool:
 def require_episode_statistics(env: VectorEnv, what: str) -> None:
     """Raise ValueError for ``score='raw'`` when ``env`` (``what``: which env) has no ``RecordEpisodeStatistics``."""
     if not has_episode_statistics(env):
+        vector_level = ""
+        layer = env
+        while isinstance(layer, gym.vector.VectorWrapper):
+            if isinstance(layer, gym.wrappers.vector.RecordEpisodeStatistics):
+                vector_level = (
+                    " (the gymnasium.wrappers.vector.RecordEpisodeStatistics around the vector env is not read)"
+                )
+            layer = layer.env
         raise ValueError(
             f"score='raw' reports the episode statistics of a gymnasium.wrappers.RecordEpisodeStatistics "
-            f"wrapper, but the sub-envs of the {what} have none: add it inside the reward wrappers, e.g. "
+            f"wrapper, but the sub-envs of the {what} have none{vector_level}: add it inside each sub-env's reward "
+            "wrappers, e.g. "
             "make_env(..., wrappers=['gymnasium.wrappers:RecordEpisodeStatistics', "
             "{'gymnasium.wrappers:ClipReward': {'min_reward': -1, 'max_reward': 1}}]), or use "
             "score='return'."

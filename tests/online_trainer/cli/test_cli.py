@@ -765,3 +765,64 @@ def test_evaluation_curves_are_drawn_at_the_evaluations_with_a_marker_each(tmp_p
     figure = plot_evaluations(load_evaluations(tmp_path), args, title=None)
     (line,) = [line for line in figure.axes[0].get_lines() if line.get_label().endswith("3 runs")]
     assert line.get_marker() == "o" and sorted(set(line.get_xdata())) == [100.0, 200.0, 300.0]
+
+
+def test_report_leaves_out_evaluations_without_a_return_and_says_why(tmp_path, caplog):
+    """score='raw' with an eval env without a time limit: a greedy policy that never ends an episode is cut after
+    10,000 steps, and RecordEpisodeStatistics reports no return for it (NaN). The report leaves those evaluations
+    out, naming them, instead of failing to draw their curves."""
+    import logging
+
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.envs.classic_control import MountainCarEnv
+
+    from online_trainer import EvaluationOptions, OnlineTrainer, RecordOptions, load_evaluations
+
+    class StandStill:
+        def __init__(self, env):
+            self.num_envs = env.num_envs
+
+        def reset(self, seed):
+            pass
+
+        def act(self, obs):
+            return np.ones(self.num_envs, dtype=np.int64)  # never reaches the goal
+
+        def update(self, *args, **kwargs):
+            pass
+
+    def train_env():
+        return gym.make_vec("MountainCar-v0", num_envs=1, wrappers=[gym.wrappers.RecordEpisodeStatistics])
+
+    def eval_env():  # no time limit
+        return gym.vector.SyncVectorEnv([lambda: gym.wrappers.RecordEpisodeStatistics(MountainCarEnv())])
+
+    exp = tmp_path / "exp"
+    OnlineTrainer(train_env, StandStill, exp_dir=exp).multi_run(
+        2,
+        total_steps=400,
+        seed_offset=0,
+        records=RecordOptions(score="raw"),
+        evaluation=EvaluationOptions(freq=200, episodes=1, env=eval_env),
+        progress=False,
+    )
+    assert load_evaluations(exp)["eval_return"].isna().all()
+    out = tmp_path / "report"
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["report", str(exp), "--out", str(out)]) == 0
+    assert "Leaving out 4 of 4 evaluation(s) whose mean return is NaN or infinite (run 1, run 2)" in caplog.text
+    assert (out / "learning_curves.png").is_file() and (out / "summary.md").is_file()
+    assert not (out / "eval_curves.png").exists()
+
+
+def test_run_takes_overrides_on_either_side_of_its_options(tmp_path, capsys):
+    config = str(write_config(tmp_path))
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", config, "num_runs=1", "--no-progress", f"exp_dir={exp_dir}", "num_episodes=3"]) == 0
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    assert manifest["num_runs"] == 1 and [run["episodes"] for run in manifest["runs"]] == [3]
+    capsys.readouterr()
+    assert cli.main(["run", config, "--no-progress", "num_runs=1", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: online-trainer run" in err and "unrecognized arguments: num_runs=1 bogus" in err

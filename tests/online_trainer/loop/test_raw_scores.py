@@ -75,10 +75,21 @@ def test_score_raw_without_the_wrapper_fails_before_the_first_step(tmp_path):
         ValueError,
         match="score='raw' reports the episode statistics of a gymnasium.wrappers."
         "RecordEpisodeStatistics wrapper, but the sub-envs of the training env have "
-        "none: add it inside the reward wrappers",
+        "none: add it inside each sub-env's reward wrappers",
     ):
         trainer.multi_run(1, num_episodes=4, progress=False, score="raw")
     assert not (tmp_path / "exp" / "metrics_run1.pkl").exists()
+    vector_level = OnlineTrainer(
+        lambda: gym.wrappers.vector.RecordEpisodeStatistics(make_vec(2, statistics=False)()),
+        RandomAgent,
+        exp_dir=tmp_path / "vector",
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"have none \(the gymnasium.wrappers.vector.RecordEpisodeStatistics around the vector env is not "
+        r"read\): add it inside each sub-env's reward wrappers",
+    ):
+        vector_level.multi_run(1, num_episodes=4, progress=False, score="raw")
     with pytest.raises(
         ValueError, match="records.score must be one of 'return', 'raw', but got records.score='game'. 'return' sums"
     ):
