@@ -172,10 +172,7 @@ def runs_left(
     }
     left: dict[int, full_checkpoint.CheckpointHeader | None] = {}
     for run in entries:
-        header = left[run] = full_checkpoint.read(exp_dir, run, header_only=True) if continue_runs else None
-        if header is not None:
-            full_checkpoint.check_hooks(exp_dir, header, hooks)
-            full_checkpoint.check_callback_position(exp_dir, header, callback)
+        left[run] = _checked_header(exp_dir, run, hooks, callback) if continue_runs else None
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
@@ -193,6 +190,32 @@ def runs_left(
                 header.episodes,
             )
     return left
+
+
+def check_checkpoints(
+    exp_dir: Path, manifest: Mapping[str, Any], hooks: Sequence[Any] = (), callback: Any = None
+) -> None:
+    """Raise unless every run of ``manifest`` that would continue from its full checkpoint takes the call's
+    ``hooks`` and ``callback``, and its checkpoint is of this version: the checks of :func:`runs_left`, reading
+    only, so that the experiment's lock can refuse the call before it writes anything.
+
+    Raises:
+        ValueError: as :func:`runs_left`, or a checkpoint of another format version.
+    """
+    for entry in manifest["runs"]:
+        if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file():
+            _checked_header(exp_dir, entry["run"], hooks, callback)
+
+
+def _checked_header(
+    exp_dir: Path, run: int, hooks: Sequence[Any], callback: Any
+) -> full_checkpoint.CheckpointHeader | None:
+    """The header of run ``run``'s full checkpoint (None without one), checked against the call's hooks and callback."""
+    header = full_checkpoint.read(exp_dir, run, header_only=True)
+    if header is not None:
+        full_checkpoint.check_hooks(exp_dir, header, hooks)
+        full_checkpoint.check_callback_position(exp_dir, header, callback)
+    return header
 
 
 def rewind_outputs(

@@ -206,21 +206,24 @@ def resume_check(
 ) -> Callable[[], None]:
     """What refuses a resumed ``multi_run``, run by the experiment's lock once taken and before it writes its owner
     line, so that a refused call changes nothing on disk: runs still in live Slurm jobs, or a call that differs
-    from the experiment's (:func:`~online_trainer.experiment.resuming.check_same_call`)."""
+    from the experiment's (:func:`~online_trainer.experiment.resuming.check_same_call`), or checkpoints it cannot
+    continue (:func:`~online_trainer.experiment.resuming.check_checkpoints`)."""
 
     def check() -> None:
         from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
         assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         refuse_live_jobs(exp_dir)
+        manifest = resuming.read_manifest(exp_dir)
         resuming.check_same_call(
             exp_dir,
-            resuming.read_manifest(exp_dir),
+            manifest,
             num_runs,
             seed_offset,
             call_record(options, tuning_hp, parts.train),
             lambda: resuming.env_num_envs(parts.env_factory),
         )
+        resuming.check_checkpoints(exp_dir, manifest, options.hooks, parts.callback)
 
     return check
 

@@ -32,7 +32,14 @@ from online_trainer.errors import RunsFailedError
 from online_trainer.experiment import ownership
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
-from online_trainer.experiment.resuming import CALL_KEY, check_same_call, env_num_envs, rewind_outputs, runs_left
+from online_trainer.experiment.resuming import (
+    CALL_KEY,
+    check_checkpoints,
+    check_same_call,
+    env_num_envs,
+    rewind_outputs,
+    runs_left,
+)
 from online_trainer.options import validation
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
@@ -187,7 +194,11 @@ def run_sweep(
         ranking.to_csv(root / RESULTS_FILE, index=False)  # under the sweep's lock, as every file of the sweep
         return ranking
 
-    outcome = run_experiments(hold_lock(root), execution, len(grid) * num_runs, plan, parts.callback, finalize)
+    def check() -> None:  # run by the lock before it writes anything: a call refused here changes nothing on disk
+        _recorded_seed(root, seed_offset, options.budget)
+        _check_calls(parts, root, grid, options, resume)
+
+    outcome = run_experiments(hold_lock(root, check), execution, len(grid) * num_runs, plan, parts.callback, finalize)
     ranking: pd.DataFrame = outcome.finalized
     failures = [f for e in outcome.experiments for f in e.failures()]
     if failures:
@@ -213,20 +224,7 @@ def _plan(
     Directories and files made here are appended to ``created``.
     """
     experiments: list[Experiment] = []
-    names: list[str] = []
-    for config in grid:
-        names.append(experiment_name(root, config, names))
-    for config, name in zip(grid, names):  # runs done earlier are kept: every configuration's call is checked
-        if (root / name / storage.MANIFEST_FILE).is_file():  # before any of them is cut back
-            manifest = storage.read_manifest(root / name)
-            check_same_call(
-                root / name,
-                manifest,
-                manifest["num_runs"],  # a sweep may add seeds to its configurations
-                None,  # the sweep's seed is checked against sweep.json
-                call_record(options, config, parts.train),
-                lambda: env_num_envs(parts.env_factory),
-            )
+    names = _names(root, grid)
     task_id = 0
     for config, name in zip(grid, names):
         exp_dir = root / name
@@ -267,28 +265,72 @@ def _plan(
     return experiments, names
 
 
+def _names(root: Path, grid: list[dict[str, Any]]) -> list[str]:
+    """The experiment directory names of the configurations of ``grid``, in order (see :func:`experiment_name`)."""
+    names: list[str] = []
+    for config in grid:
+        names.append(experiment_name(root, config, names))
+    return names
+
+
+def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], options: RunPlan, resume: bool) -> None:
+    """Raise unless the call agrees with every configuration's experiment run earlier, and (with ``resume``) its
+    hooks and callback fit their full checkpoints: every configuration is checked before any is cut back."""
+    for config, name in zip(grid, _names(root, grid)):
+        exp_dir = root / name
+        if not (exp_dir / storage.MANIFEST_FILE).is_file():
+            continue
+        manifest = storage.read_manifest(exp_dir)
+        check_same_call(
+            exp_dir,
+            manifest,
+            manifest["num_runs"],  # a sweep may add seeds to its configurations
+            None,  # the sweep's seed is checked against sweep.json
+            call_record(options, config, parts.train),
+            lambda: env_num_envs(parts.env_factory),
+        )
+        if resume:
+            check_checkpoints(exp_dir, manifest, options.hooks, parts.callback)
+
+
+def _recorded_seed(root: Path, seed_offset: int | None, budget: Any) -> int | None:
+    """The base seed recorded for the sweep at ``root`` (None when none is).
+
+    Raises:
+        ValueError: ``seed_offset`` or ``budget`` differ from those recorded.
+    """
+    path = root / SWEEP_FILE
+    if not path.is_file():
+        return None
+    recorded = json.loads(path.read_text())
+    if seed_offset is not None and seed_offset != recorded["base_seed"]:
+        raise ValueError(
+            f"The sweep in {root} ran with seed_offset={recorded['base_seed']}, but got "
+            f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir."
+        )
+    if recorded["budget"] != _budget_record(budget):
+        raise ValueError(
+            f"The sweep in {root} ran with {recorded['budget']}, but got {_budget_record(budget)}: a sweep "
+            "compares configurations on one budget; use another exp_dir."
+        )
+    return int(recorded["base_seed"])
+
+
+def _budget_record(budget: Any) -> dict[str, int | None]:
+    return {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps}
+
+
 def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[Path]) -> int:
     """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now (and recorded:
     what this writes is appended to ``created``)."""
-    path = root / SWEEP_FILE
-    recorded_budget = {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps}
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        if seed_offset is not None and seed_offset != recorded["base_seed"]:
-            raise ValueError(
-                f"The sweep in {root} ran with seed_offset={recorded['base_seed']}, but got "
-                f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir."
-            )
-        if recorded["budget"] != recorded_budget:
-            raise ValueError(
-                f"The sweep in {root} ran with {recorded['budget']}, but got {recorded_budget}: a sweep "
-                "compares configurations on one budget; use another exp_dir."
-            )
-        return recorded["base_seed"]
+    recorded = _recorded_seed(root, seed_offset, budget)
+    if recorded is not None:
+        return recorded
     seed = base_seed(seed_offset)
+    path = root / SWEEP_FILE
     created.append(path)
     root.mkdir(parents=True, exist_ok=True)
-    storage.write_atomic(path, json.dumps({"base_seed": seed, "budget": recorded_budget}, indent=2).encode())
+    storage.write_atomic(path, json.dumps({"base_seed": seed, "budget": _budget_record(budget)}, indent=2).encode())
     return seed
 
 

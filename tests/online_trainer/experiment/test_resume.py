@@ -341,7 +341,8 @@ def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts
     assert isinstance(saved, full_checkpoint.FullCheckpoint) and saved.version == full_checkpoint.FORMAT
     assert saved.loop.global_step == 300 and saved.tracker["num_envs"] == 2
     monkeypatch.setattr(full_checkpoint, "FORMAT", full_checkpoint.FORMAT + 1)  # this package now reads a newer layout
-    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    before = files_with_times(tmp_path, lock=True)
+    time.sleep(0.01)
     started = []
     monkeypatch.setattr(Hook, "on_run_start", lambda self, ctx: started.append(ctx.run), raising=False)
     with pytest.raises(
@@ -350,8 +351,7 @@ def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts
         rf"\(format {full_checkpoint.FORMAT - 1}, this one reads {full_checkpoint.FORMAT}\).*remove it",
     ):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
-    after = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
-    assert after == before and not started  # refused at planning: no run started, nothing changed
+    assert files_with_times(tmp_path, lock=True) == before and not started  # refused by the lock's check
 
 
 def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
@@ -525,11 +525,11 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[StopOnPlateau(window=10**6), Crash(400)], **kw)
     assert full_checkpoint.read(tmp_path, 1, header_only=True) is not None
-    before = files_with_times(tmp_path)
+    before = files_with_times(tmp_path, lock=True)
     time.sleep(0.01)
     with pytest.raises(ValueError, match=message + r": resume with the hooks"):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, hooks=hooks, **kw)
-    assert files_with_times(tmp_path) == before
+    assert files_with_times(tmp_path, lock=True) == before  # refused by the lock's check: not even its time changes
 
 
 @pytest.mark.parametrize(
@@ -568,7 +568,7 @@ def test_a_resume_with_other_callbacks_than_the_experiments_is_refused_before_an
     with pytest.raises(KeyboardInterrupt):
         cut.multi_run(2, hooks=[Crash(400)], **kw)
     assert full_checkpoint.read(exp, 1, header_only=True) is not None
-    before = files_with_times(exp)
+    before = files_with_times(exp, lock=True)
     time.sleep(0.01)
     resumed = OnlineTrainer(env, agent, exp_dir=exp)
     resumed.call_back = then(exp)
@@ -578,7 +578,7 @@ def test_a_resume_with_other_callbacks_than_the_experiments_is_refused_before_an
         r"the callbacks the experiment ran with",
     ):
         resumed.multi_run(2, resume=True, **kw)
-    assert files_with_times(exp) == before
+    assert files_with_times(exp, lock=True) == before
     again = OnlineTrainer(env, agent, exp_dir=exp)  # with its own callbacks the experiment resumes
     again.call_back = first(exp)
     reference = OnlineTrainer(env, agent, exp_dir=tmp_path / "ref").multi_run(2, **kw)

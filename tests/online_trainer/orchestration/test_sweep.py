@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -303,19 +304,34 @@ def test_a_resumed_sweep_with_a_stateful_hook_and_2_workers_records_what_an_unin
         assert runs[0]["resumed_from"]["global_step"] == 600  # continued from its checkpoint, not started again
 
 
-def test_a_resumed_sweep_with_another_option_that_changes_records_is_refused_before_anything_changes(tmp_path):
-    kw = dict(num_runs=2, total_steps=600, seed_offset=0, checkpoint_freq=300)
+def files_with_times(root):
+    """Every file under ``root`` (``.lock`` included) with its bytes and modification time."""
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"dump_transitions": True}, r"which ran with dump_transitions=False, but this call has dump_transitions=True"),
+        ({"hooks": []}, r"holds the user hooks \['StopAfterEpisodes#0'\], but this run's hooks with state are \[\]"),
+        ({"seed_offset": 1}, r"ran with seed_offset=0, but got seed_offset=1"),
+        ({"total_steps": 900}, r"ran with \{'num_episodes': None, 'total_steps': 600\}, but got"),
+    ],
+)
+def test_a_resumed_sweep_that_differs_is_refused_before_anything_changes_even_the_lock_time(tmp_path, change, message):
+    """The sweep's call is checked by its lock before the lock writes its owner line, as a ``multi_run``'s is."""
+    kw = {"num_runs": 2, "total_steps": 600, "seed_offset": 0, "checkpoint_freq": 300}
     grid = {"lr": [0.1, 0.5]}
-    cut = corridor_trainer(tmp_path)
     with pytest.raises(RunsFailedError, match="crash at step 400"):
-        cut.sweep(grid, hooks=[CrashRunOne(400)], **kw)
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
-    with pytest.raises(
-        ValueError, match=r"which ran with dump_transitions=False, but this call has dump_transitions=True"
-    ):
-        corridor_trainer(tmp_path).sweep(grid, resume=True, dump_transitions=True, **kw)
-    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != ".lock"}
-    assert after == before
+        corridor_trainer(tmp_path).sweep(grid, hooks=[StopAfterEpisodes(10**6), CrashRunOne(400)], **kw)
+    before = files_with_times(tmp_path)
+    assert ".lock" in before and "lr=0.1/Run1_Resume.pkl" in before
+    time.sleep(0.01)  # a file written again would get another modification time
+    with pytest.raises(ValueError, match=message):
+        corridor_trainer(tmp_path).sweep(grid, resume=True, **{**kw, "hooks": [StopAfterEpisodes(10**6)], **change})
+    assert files_with_times(tmp_path) == before
 
 
 def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_none_says_what_to_do(tmp_path, caplog):
