@@ -56,8 +56,12 @@ class Comparison:
     """One row per ordered pair: ``candidate``, ``versus``, ``probability_of_improvement`` (P(candidate >
     versus)) with ``_lo``/``_hi``; ``difference`` (the metric of ``candidate`` minus that of ``versus``) with
     ``_lo``/``_hi``; ``intervals_overlap`` (the two candidates' metric intervals overlap);
-    ``distinguishable`` (the interval of the difference excludes zero); ``seeds_needed`` (seeds per candidate
-    and task for it to, if the difference stays as observed; never fewer than were run); ``degenerate`` (every
+    ``distinguishable`` (the interval of the difference excludes zero, with enough seeds: not
+    ``too_few_seeds``); ``too_few_seeds`` (with these numbers of runs no exact rank test can reach the
+    level ``ci``: even a complete separation has a two-sided p-value above ``1 - ci``, see
+    :func:`~online_trainer.analysis.compare_stats.smallest_p_value`; 3 seeds a side on one task at 95%);
+    ``seeds_needed`` (seeds per candidate and task for the difference to be told apart, if it stays as
+    observed; never fewer than were run, nor than enough seeds); ``degenerate`` (every
     bootstrap resample gave the same P: its interval is a point, a certainty the seeds cannot give, as under
     complete separation, where every run of one beats every run of the other); ``separation_bound`` (after
     complete separation, the bound on P that holds whatever the score distributions, at one-sided level
@@ -257,6 +261,11 @@ def _improvement(
         d, d_lo, d_hi = cs.difference_interval(x, y, stat, options.ci, options.n_resamples, rng)
         runs = min(min(len(t) for t in x), min(len(t) for t in y))
         needed = cs.seeds_needed(runs, d, d_lo, d_hi)
+        # A bootstrap interval of a few seeds excludes zero too easily (2 runs a side give 3 distinct resamples);
+        # a verdict also needs seeds with which an exact rank test could reach the level at all.
+        too_few = cs.smallest_p_value(x, y) > 1 - options.ci
+        if too_few and not math.isnan(needed):
+            needed = max(needed, float(cs.seeds_for_level(len(x), options.ci)))
         separated = p in (0.0, 1.0)
         pairs = len(x) * min(min(len(xt), len(yt)) for xt, yt in zip(x, y))
         chance = cs.separation_chance(x, y) if separated else math.nan
@@ -264,7 +273,8 @@ def _improvement(
         overlap = bool(a_lo <= b_hi and b_lo <= a_hi)
         common = {
             "intervals_overlap": overlap,
-            "distinguishable": bool(d_lo > 0 or d_hi < 0),
+            "distinguishable": bool((d_lo > 0 or d_hi < 0) and not too_few),
+            "too_few_seeds": bool(too_few),
             "seeds_needed": needed,
             "num_runs": runs,
             "degenerate": bool(p_lo == p_hi),

@@ -130,7 +130,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
             f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |"
         )
     lines += ["", "## What this says", ""] + [
-        f"- {_advice(row, metric)}{_degenerate(row, options.ci)}" for row in pairs
+        f"- {_advice(row, metric, options.ci)}{_degenerate(row, options.ci)}" for row in pairs
     ]
     lines += [
         "",
@@ -149,9 +149,16 @@ def _seeds(value: float) -> str:
     return "no number (equal)" if math.isinf(value) else str(int(value))
 
 
-def _advice(row: dict, metric: str) -> str:
+def _advice(row: dict, metric: str, ci: float) -> str:
     a, b, n = row["candidate"], row["versus"], row["num_runs"]
     p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
+    if row["too_few_seeds"] and (row["difference_lo"] > 0 or row["difference_hi"] < 0):
+        return (
+            f"`{a}` and `{b}` cannot be told apart with {n} seeds per candidate: the interval of the {metric} "
+            f"difference excludes zero ({p}), but with so few seeds even a complete separation could happen by "
+            f"chance too often for the {ci:.0%} level (no exact rank test reaches it); run at least "
+            f"{_seeds(row['seeds_needed'])} seeds per candidate."
+        )
     if row["distinguishable"]:
         better = a if row["difference"] > 0 else b
         return (
@@ -225,7 +232,7 @@ def compare_command(args: argparse.Namespace) -> int:
         print(f"{row['candidate']}: {STAT_LABELS[args.metric]} {_ci(row, args.metric)} over {row['num_runs']} runs")
     for row in comparison.improvement.to_dict("records"):
         if comparison.info["candidates"].index(row["candidate"]) < comparison.info["candidates"].index(row["versus"]):
-            print(_advice(row, STAT_LABELS[args.metric]).replace("`", ""))
+            print(_advice(row, STAT_LABELS[args.metric], comparison.options.ci).replace("`", ""))
     print()
     for name in [*written, MARKDOWN_FILE]:
         print(f"Wrote {out / name}")

@@ -379,7 +379,8 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         final returns (the mean return of each run's last ``last_k`` episodes), ``num_runs``,
         and against the top configuration: ``probability_of_improvement`` (P(top > this
         one), with ``_lo``/``_hi``; NaN for the top one) and ``told_apart`` (the interval of the
-        ``metric`` difference excludes zero; False for the top one), ``degenerate`` (every run of the
+        ``metric`` difference excludes zero, with seeds enough for a verdict, see ``too_few_seeds`` in
+        :class:`~online_trainer.analysis.compare.Comparison`; False for the top one), ``degenerate`` (every run of the
         top one beats every run of this one: P's interval is a point only because the seeds are few)
         with ``separation_bound`` (the bound on P that holds then; see
         :func:`~online_trainer.analysis.compare_stats.separation_bound`). Configurations that finished
@@ -473,9 +474,13 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
         if needed == needed and needed != float("inf")
         else ""
     )
+    why = (
+        f"too few seeds for a verdict at 95%, whatever the interval of the {metric} difference with {top}"
+        if second["too_few_seeds"]
+        else f"the interval of the {metric} difference with {top} includes zero"
+    )
     table.attrs["note"] = (
-        f"The top configurations cannot be told apart: {', '.join(tied)} (the interval of the "
-        f"{metric} difference with {top} includes zero; {interval}){more}. The ranking "
+        f"The top configurations cannot be told apart: {', '.join(tied)} ({why}; {interval}){more}. The ranking "
         f"among them is noise.{caveat}"
     )
     logger.warning("sweep: %s", table.attrs["note"])

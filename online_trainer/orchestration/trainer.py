@@ -343,7 +343,8 @@ class OnlineTrainer:
             (its directory name), mean/median/IQM with 95% bootstrap CIs, ``num_runs``, and
             against the top configuration ``probability_of_improvement`` (P(top > this one),
             with ``_lo``/``_hi``) and ``told_apart`` (the interval of the ``metric``
-            difference excludes zero). ``attrs["note"]`` says whether the top configurations
+            difference excludes zero, with seeds enough for a verdict: 4 per configuration at 95%,
+            see :func:`~online_trainer.analysis.compare.compare`). ``attrs["note"]`` says whether the top configurations
             can be told apart (logged as a warning when they cannot: the order among them is
             noise). It is also written to ``exp_dir/sweep_results.csv``.
 

@@ -11,7 +11,13 @@ import pytest
 from online_trainer import OnlineTrainer, compare, load_episodes
 from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
-from online_trainer.analysis.compare_stats import probability_of_improvement, seeds_needed, separation_bound
+from online_trainer.analysis.compare_stats import (
+    probability_of_improvement,
+    seeds_for_level,
+    seeds_needed,
+    separation_bound,
+    smallest_p_value,
+)
 from online_trainer.analysis.curves import curves
 from online_trainer.analysis.dataframes import load_evaluations
 from tests.conftest import RecordingAgent, make_counting_vec
@@ -75,6 +81,41 @@ def test_a_clearly_better_candidate_has_an_interval_above_one_half():
     assert row["probability_of_improvement_lo"] > 0.5 and row["distinguishable"]
     assert row["difference_lo"] > 0 and row["seeds_needed"] == 10  # the seeds run, never fewer
     assert out.aggregates["num_tasks"].tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "scores, told_apart, too_few, needed",
+    [
+        ({"t": ([1.0, 2.0], [50.0, 60.0])}, False, True, 4),  # any 2 vs 2 split: p >= 1/3, whatever the gap
+        ({"t": ([1.0, 2.0, 3.0], [50.0, 60.0, 70.0])}, False, True, 4),  # complete separation of 3 vs 3: p = 1/10
+        ({"t": ([1.0, 2.0, 3.0, 4.0], [50.0, 60.0, 70.0, 80.0])}, True, False, 4),  # 4 vs 4: p = 1/35
+        ({"t": ([1.0, 2.0, 3.0], [50.0, 60.0, 70.0]), "u": ([1.0, 2.0, 3.0], [50.0, 60.0, 70.0])}, True, False, 3),
+    ],
+)
+def test_a_verdict_needs_seeds_with_which_a_rank_test_could_reach_the_level(scores, told_apart, too_few, needed):
+    """Two seeds a side far apart used to be "told apart": their bootstrap interval of the difference excluded zero,
+    though a split that lopsided happens one time in six between two equal candidates."""
+    out = compare_scores(
+        table({"weak": {t: w for t, (w, _) in scores.items()}, "strong": {t: s for t, (_, s) in scores.items()}}),
+        CompareOptions(n_resamples=500),
+    )
+    row = out.improvement.set_index(["candidate", "versus"]).loc[("strong", "weak")]
+    assert row["difference_lo"] > 0  # the bootstrap interval alone would have said "better"
+    assert (bool(row["distinguishable"]), bool(row["too_few_seeds"]), row["seeds_needed"]) == (
+        told_apart,
+        too_few,
+        needed,
+    )
+
+
+def test_smallest_p_value_and_the_seeds_a_level_needs():
+    two, three, four = ([np.zeros(n)] for n in (2, 3, 4))
+    assert smallest_p_value(two, two) == pytest.approx(1 / 3)
+    assert smallest_p_value(three, three) == pytest.approx(1 / 10)
+    assert smallest_p_value(four, four) == pytest.approx(1 / 35)
+    assert smallest_p_value([np.zeros(1)], [np.zeros(1)]) == 1.0
+    assert smallest_p_value(three * 2, three * 2) == pytest.approx(2 / 400)  # tasks are independent
+    assert [seeds_for_level(1, 0.95), seeds_for_level(1, 0.99), seeds_for_level(2, 0.95)] == [4, 5, 3]
 
 
 def test_seeds_needed_is_never_fewer_than_were_run():

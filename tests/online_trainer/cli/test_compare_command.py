@@ -58,6 +58,26 @@ def test_compare_says_when_an_interval_is_degenerate_and_never_advises_fewer_see
     assert "would have sufficed" not in text
 
 
+def test_compare_gives_no_verdict_on_too_few_seeds_and_says_how_many_would_do():
+    scores = pd.DataFrame(
+        {
+            "candidate": ["weak", "weak", "strong", "strong"],
+            "task": "t",
+            "run": [1, 2, 1, 2],
+            "raw_score": [1.0, 2, 50, 60],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    text = comparison_markdown(comparison, [])
+    assert "| weak | strong |" in text and "| no | 4 |" in text
+    assert (
+        "`weak` and `strong` cannot be told apart with 2 seeds per candidate: the interval of the IQM difference "
+        "excludes zero"
+    ) in text
+    assert "too often for the 95% level (no exact rank test reaches it); run at least 4 seeds per candidate." in text
+    assert "is better on" not in text
+
+
 def test_compare_refuses_a_single_candidate(tmp_path, capsys):
     assert cli.main(["compare", str(experiment(tmp_path / "only")), "--out", str(tmp_path / "o")]) == 2
     assert "compare needs at least two candidates" in capsys.readouterr().err

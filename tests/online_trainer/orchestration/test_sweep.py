@@ -65,6 +65,9 @@ def test_the_known_best_configuration_ranks_first(tmp_path):
     assert ranking["probability_of_improvement"].iloc[1] == 1.0 and ranking["degenerate"].tolist() == [False, True]
     assert 0.0 < ranking["separation_bound"].iloc[1] < 0.5 and np.isnan(ranking["separation_bound"].iloc[0])
     assert "Every run of lr=0.5 beats every run of lr=0.0001 (complete separation)" in ranking.attrs["note"]
+    # 3 seeds a side: a separation that complete happens one time in ten between equal configurations
+    assert ranking["told_apart"].tolist() == [False, False]
+    assert "cannot be told apart: lr=0.5, lr=0.0001 (too few seeds for a verdict at 95%" in ranking.attrs["note"]
     assert (tmp_path / "sweep_results.csv").is_file()
     episodes = load_episodes(tmp_path)
     assert sorted(episodes["experiment"].unique()) == ["lr=0.0001", "lr=0.5"]
