@@ -54,7 +54,12 @@ them, with the ratio's interquartile range as the noise. ``best`` is the variant
 time over the fastest of the bare runs beside it: other jobs and the host only ever add time,
 so the fastest of many runs is what each side costs on a quiet machine (``timeit``'s reasoning).
 
-    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,tb-plain,read,hook] [--raw FILE]
+``--env replay`` swaps CartPole for :class:`ReplayVecEnv`, which replays precomputed steps at next
+to no cost: the ratios then mean little, but the ``extra`` microseconds are the runner's own work
+per env step, measured without a real env's noise (and without the cache traffic it adds, so they
+are a lower bound of the extra with a real env).
+
+    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,tb-plain,read,hook] [--env cartpole|replay] [--raw FILE]
 """
 
 from __future__ import annotations
@@ -117,7 +122,48 @@ class EveryThousandSteps(Hook):
         self.calls += ctx.global_step > 0
 
 
+class ReplayVecEnv(gym.vector.VectorEnv):
+    """A vector env that costs next to nothing: it replays precomputed CartPole-shaped steps.
+
+    Episodes end with probability 1/22 a step (CartPole's mean under a random policy), with
+    NEXT_STEP autoreset: a sub-env's step after its episode ends is its reset step (reward 0,
+    neither flag set). Actions are ignored. With it, a variant's extra microseconds are the
+    runner's own work, without the noise and the cache traffic of a real env's step.
+    """
+
+    metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int, period: int = 4096) -> None:
+        self.num_envs = num_envs
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        rng = np.random.default_rng(0)
+        self.obs = rng.standard_normal((period, num_envs, 4)).astype(np.float32)
+        self.terminated = rng.random((period, num_envs)) < 1 / 22
+        for t in range(1, period):  # the step after a done is a reset step
+            self.terminated[t] &= ~self.terminated[t - 1]
+        self.rewards = np.where(np.vstack([np.zeros((1, num_envs), bool), self.terminated[:-1]]), 0.0, 1.0)
+        self.truncated = np.zeros((period, num_envs), bool)
+        self.period, self.t = period, 0
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[np.ndarray, dict]:
+        self.t = 0
+        return self.obs[0], {}
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+        t = self.t = (self.t + 1) % self.period
+        return self.obs[t], self.rewards[t], self.terminated[t], self.truncated[t], {}
+
+
+ENVS = ("cartpole", "replay")
+ENV = "cartpole"  # set by --env
+
+
 def make_env(num_envs: int) -> Any:
+    if ENV == "replay":
+        return ReplayVecEnv(num_envs)
     return gym.make_vec("CartPole-v1", num_envs=num_envs)
 
 
@@ -292,7 +338,15 @@ def main() -> None:
     )
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--raw", help="append every repetition's seconds to this file, one JSON object a line")
+    parser.add_argument(
+        "--env",
+        choices=ENVS,
+        default="cartpole",
+        help="replay: a near-free env replaying CartPole-shaped steps; its 'extra' column is the runner's own us",
+    )
     args = parser.parse_args()
+    global ENV
+    ENV = args.env
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
     unknown = sorted(set(variants) - {*VARIANTS, *REAL_AGENTS})
