@@ -192,15 +192,41 @@ def _check_takes_env(factory: Callable[..., Any]) -> None:
         pass
 
 
-def check_agent(agent: Any, source: Any = None) -> None:
-    """Raise TypeError listing the required protocol methods ``agent`` lacks."""
+def check_agent(agent: Any, source: Any = None, train: bool = True) -> None:
+    """Raise TypeError when ``agent`` lacks a required protocol method, or cannot be called as the loop calls it.
+
+    The signatures are checked without calling anything (a method Python cannot inspect is taken as
+    it is): ``act(obs)`` and, when training, ``update(next_obs, reward, terminated, truncated,
+    call_back=...)``, so that a wrong signature is refused before the run's first env step.
+    """
+    made_by = "" if source is None or source is agent else f" (made by {_describe(source)})"
     missing = missing_methods(agent)
     if missing:
-        made_by = "" if source is None or source is agent else f" (made by {_describe(source)})"
         raise TypeError(
             f"The agent {agent!r}{made_by} lacks the required method(s) {', '.join(missing)}: an agent must "
             "define act(obs) and update(next_obs, reward, terminated, truncated, call_back=None)."
         )
+    calls = [("act", (None,), {}, "act(self, obs)")]
+    if train:
+        calls.append(
+            (
+                "update",
+                (None,) * 4,
+                {"call_back": None},
+                "update(self, next_obs, reward, terminated, truncated, call_back=None)",
+            )
+        )
+    for name, args, kwargs, expected in calls:
+        method = getattr(agent, name)
+        try:
+            inspect.signature(method).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(
+                f"The agent {type(agent).__name__}{made_by} has {name}{inspect.signature(method)}, which the loop "
+                f"cannot call ({exc}): define it as {expected}."
+            ) from None
+        except ValueError:  # no signature to inspect (some builtins and extension types)
+            pass
 
 
 def accepts_keyword(function: Callable[..., Any], name: str) -> bool:

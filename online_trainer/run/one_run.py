@@ -121,7 +121,7 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     hyperparameters were given, then ``eval()``; never ``reset``.
     """
     agent = spec.agent_factory(env, copy=spec.copy_agent)
-    check_agent(agent, spec.agent_factory.source)
+    check_agent(agent, spec.agent_factory.source, spec.train)
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
         raise TypeError(
             f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "

@@ -88,6 +88,56 @@ def test_agent_missing_methods_listed(tmp_path):
     assert factory.steps == 0 and not (tmp_path / "exp").exists()
 
 
+class NoCallBack:
+    def act(self, obs):
+        return np.zeros(len(obs), dtype=np.int64)
+
+    def update(self, obs, reward):
+        pass
+
+
+class ActWithoutObs(NoCallBack):
+    def act(self):
+        return np.zeros(1, dtype=np.int64)
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None):
+        pass
+
+
+@pytest.mark.parametrize(
+    "agent, message",
+    [
+        (
+            NoCallBack,
+            r"The agent NoCallBack .*has update\(obs, reward\), which the loop cannot call \(too many positional "
+            r"arguments\): define it as update\(self, next_obs, reward, terminated, truncated, call_back=None\)",
+        ),
+        (
+            ActWithoutObs,
+            r"The agent ActWithoutObs .*has act\(\), which the loop cannot call .*define it as act\(self, obs\)",
+        ),
+    ],
+)
+def test_an_agent_method_the_loop_cannot_call_is_refused_before_the_first_step_leaving_nothing(
+    tmp_path, agent, message
+):
+    factory = CountingFactory()
+    with pytest.raises(TypeError, match=message):
+        OnlineTrainer(factory, lambda env: agent(), exp_dir=tmp_path / "exp").multi_run(
+            2, num_episodes=1, progress=False
+        )
+    assert factory.steps == 0 and not (tmp_path / "exp").exists()  # the corrected call finds nothing in its way
+
+
+def test_an_update_taking_what_the_loop_passes_in_another_form_is_accepted():
+    class Flexible(NoCallBack):
+        def update(self, *transition, **extras):
+            self.seen = (len(transition), sorted(extras))
+
+    (run,) = OnlineTrainer(make_counting_vec(1), lambda env: Flexible()).multi_run(1, num_episodes=1, progress=False)
+    assert len(run) == 1
+
+
 def test_env_factory_returning_something_else(tmp_path):
     def bad_env():
         return "CartPole-v1"
