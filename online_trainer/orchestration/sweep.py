@@ -191,7 +191,8 @@ def run_sweep(
 
     def finalize(experiments: list[Experiment]) -> pd.DataFrame:
         ranking = rank(root, names, metric, last_k)
-        ranking.to_csv(root / RESULTS_FILE, index=False)  # under the sweep's lock, as every file of the sweep
+        # under the sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
+        storage.write_if_changed(root / RESULTS_FILE, ranking.to_csv(index=False).encode())
         return ranking
 
     def check() -> None:  # run by the lock before it writes anything: a call refused here changes nothing on disk

@@ -324,6 +324,18 @@ def _not_yaml(value: Any) -> bool:
     return False
 
 
+def write_if_changed(path: Path, data: bytes) -> bool:
+    """Write ``data`` to ``path`` (crash-safe, see :func:`write_atomic`) unless the file holds it already;
+    return whether it was written. A call that changes nothing leaves the file, and its time, alone."""
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    write_atomic(path, data)
+    return True
+
+
 def write_text_once(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (crash-safe, see :func:`write_atomic`) unless the same text is there.
 

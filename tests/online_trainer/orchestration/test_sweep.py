@@ -90,6 +90,16 @@ def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path)
     assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
 
 
+def test_resuming_a_finished_sweep_writes_nothing(tmp_path):
+    kw = {"num_runs": 2, "num_episodes": 10, "seed_offset": 3, "progress": False}
+    first = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, **kw)
+    before = {k: v for k, v in files_with_times(tmp_path).items() if k != ".lock"}  # the lock holds the call's owner
+    time.sleep(0.01)  # a file written again would get another modification time
+    again = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, resume=True, **kw)
+    assert {k: v for k, v in files_with_times(tmp_path).items() if k != ".lock"} == before
+    assert "sweep_results.csv" in before and again.equals(first)
+
+
 class FailsForLr(RecordingAgent):
     def update(self, *args, **kwargs):
         super().update(*args, **kwargs)
