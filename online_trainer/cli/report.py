@@ -167,7 +167,7 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
         [False] * len(lead) + [True] * 6 + [False] * len(status),
     )
     lines += [
-        f"Stopped early: run {entry['run']}: {entry['stop_reason']}"
+        f"Stopped early: {_run_name(entry)}: {entry['stop_reason']}"
         for entry in entries
         if isinstance(entry.get("stop_reason"), str)
     ]
@@ -209,6 +209,12 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     if len(no_return):
         lines += [f"No final return (no finished episode with a finite return): {describe_runs(no_return)}."]
     return "\n".join(lines)
+
+
+def _run_name(entry: dict) -> str:
+    """``run 1``, or ``lr=0.1 run 1`` for a run of an experiment of a sweep (or of several directories)."""
+    experiment = entry.get("experiment")
+    return f"{experiment} run {entry['run']}" if experiment else f"run {entry['run']}"
 
 
 def _sps(value: object) -> str:

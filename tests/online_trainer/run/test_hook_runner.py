@@ -310,3 +310,15 @@ def test_a_run_shorter_than_the_stats_period_logs_its_stats_when_it_ends(tmp_pat
         assert values["sps"] > 0
         assert values["rolling_return"] == pytest.approx(sum(r["ep_return"] for r in runs[run - 1][-5:]) / 5)
         assert values["rolling_length"] == pytest.approx(sum(r["ep_length"] for r in runs[run - 1][-5:]) / 5)
+
+
+def test_show_names_the_configuration_of_a_sweep_run_that_stopped_early(tmp_path, capsys):
+    from online_trainer.cli import main as cli
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).sweep(
+        {"lr": [0.1, 0.2]}, num_runs=1, num_episodes=50, seed_offset=SEED, progress=False, hooks=[StopAtEpisode(7)]
+    )
+    assert cli.main(["show", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Stopped early: lr=0.1 run 1: enough at episode 7" in out
+    assert "Stopped early: lr=0.2 run 1: enough at episode 7" in out
