@@ -58,6 +58,7 @@ EVAL_COLUMNS = [
     "eval_std",
     "eval_episodes",
     "wall_time",
+    "scheduled",
 ]
 #: Columns of :func:`load_evaluations` with ``per_episode=True``: one row per evaluation episode.
 EVAL_EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "global_step", "eval_index", "episode", "return", "length"]
@@ -198,6 +199,9 @@ def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list
                     "eval_std": record.get("std", np.nan),
                     "eval_episodes": returns.size,
                     "wall_time": record.get("wall_time", np.nan),
+                    "scheduled": bool(
+                        record.get("scheduled", True)
+                    ),  # not recorded before round 11: taken as scheduled
                 }
                 for name in EVAL_COLUMNS:
                     columns[name].append(values[name])
@@ -212,8 +216,9 @@ def load_evaluations(
     Columns: ``experiment`` (when several are loaded, or a sweep directory), ``run``, ``seed``, ``status`` (as in
     :func:`load_episodes`), ``eval_index`` (from 1), ``global_step`` and
     ``episodes_trained`` (when it was made), ``eval_return`` (the mean return of its
-    episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time`` and one
-    column per hyperparameter. Empty (with those columns) when no run was evaluated.
+    episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time``, ``scheduled``
+    (at a point of the budget every run reaches: every ``evaluation.freq``, or the budget's end;
+    False for the final evaluation of a run a hook stopped early) and one column per hyperparameter. Empty (with those columns) when no run was evaluated.
 
     With ``per_episode=True``, one row per evaluation episode instead: ``experiment``
     (as above), ``run``, ``seed``, ``status``, ``global_step``, ``eval_index``,

@@ -407,19 +407,22 @@ def finite_evaluations(evals: pd.DataFrame) -> pd.DataFrame:
 
 
 def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``evals`` with each run's k-th evaluation at the median ``global_step`` of the k-th evaluations.
+    """``evals`` with each run's k-th scheduled evaluation at the median ``global_step`` of the k-th ones.
 
-    The curves align the runs on the evaluation index. On a step schedule (``eval_freq`` in
-    env steps) the runs of an experiment evaluate at the same thresholds, but each at the
-    first step past one, up to ``num_envs`` apart; on an episode schedule they evaluate after
-    the same number of episodes, at steps that differ from run to run. Curves do not
-    extrapolate a run past its last point, so without this the curve would stand on fewer
-    runs than were evaluated (on an episode schedule, on disjoint thin stretches of one run
-    each). An ``x`` other than ``global_step`` is left as it is.
+    The curves align the runs on the schedule. On a step schedule (``evaluation.freq`` in env
+    steps) the runs of an experiment evaluate at the same thresholds, but each at the first step
+    past one, up to ``num_envs`` apart; on an episode schedule they evaluate after the same
+    number of episodes, at steps that differ from run to run. Curves do not extrapolate a run
+    past its last point, so without this the curve would stand on fewer runs than were evaluated
+    (on an episode schedule, on disjoint thin stretches of one run each). The final
+    evaluation of a run stopped early (``scheduled`` False) stays at its own step. An ``x`` other than ``global_step`` is left as it is.
     """
-    keys = [column for column in ("experiment",) if column in evals.columns] + ["eval_index"]
     if x != "global_step":
         return evals
+    runs = [column for column in ("experiment",) if column in evals.columns] + ["run"]
+    scheduled = evals["scheduled"].astype(bool) if "scheduled" in evals.columns else pd.Series(True, evals.index)
+    slot = scheduled.astype(int).groupby([evals[c] for c in runs]).cumsum()  # k for the k-th scheduled one
+    keys = [evals[c] for c in runs[:-1]] + [slot.where(scheduled, -evals.index.to_series() - 1)]
     aligned = evals.copy()
     aligned[x] = evals.groupby(keys)[x].transform("median")
     return aligned
@@ -430,7 +433,8 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
     x = "episodes_trained" if args.x == "episode_index" else "global_step"
     if (
         x == "global_step"
-        and evals.groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])["episodes_trained"]
+        and evals[evals["scheduled"]]
+        .groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])["episodes_trained"]
         .nunique()
         .eq(1)
         .all()

@@ -70,9 +70,15 @@ class RunEvaluations(Hook):
             self.evaluate(ctx, ctx.global_step, index)
             index += freq
 
-    def evaluate(self, ctx: RunContext, global_step: int, episodes: int) -> dict[str, Any]:
-        """Play an evaluation now, route its record (``ctx.evaluated`` last), and return it."""
+    def evaluate(self, ctx: RunContext, global_step: int, episodes: int, scheduled: bool = True) -> dict[str, Any]:
+        """Play an evaluation now, route its record (``ctx.evaluated`` last), and return it.
+
+        ``scheduled`` (recorded): the evaluation is at a point of the budget every run of the experiment
+        reaches (every ``freq``, or the budget's end), so that the runs' k-th ones line up; False for the final
+        evaluation of a run a hook stopped before its budget's end.
+        """
         record = self.evaluator.evaluate(global_step, episodes, self.on_video)
+        record["scheduled"] = scheduled
         self.records.append(record)
         if self.stream is not None:
             self.stream.append(record)
@@ -88,7 +94,7 @@ class RunEvaluations(Hook):
     def on_run_end(self, ctx: RunContext) -> None:
         """The final evaluation, unless one was just made at this step."""
         if self.evaluator.last_step != ctx.global_step:
-            self.evaluate(ctx, ctx.global_step, ctx.episodes)
+            self.evaluate(ctx, ctx.global_step, ctx.episodes, scheduled=ctx.stop_reason is None)
 
     def close(self) -> None:
         """Close the evaluation stream (once), however the run ended."""

@@ -163,6 +163,7 @@ def test_evaluations_of_a_real_run(tmp_path):
         "eval_std",
         "eval_episodes",
         "wall_time",
+        "scheduled",
         "lr",
     ]
     assert evals["run"].tolist() == [1, 1, 2, 2] and evals["eval_index"].tolist() == [1, 2, 1, 2]

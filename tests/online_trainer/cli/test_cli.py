@@ -826,3 +826,36 @@ def test_run_takes_overrides_on_either_side_of_its_options(tmp_path, capsys):
     assert cli.main(["run", config, "--no-progress", "num_runs=1", "bogus"]) == 2
     err = capsys.readouterr().err
     assert "usage: online-trainer run" in err and "unrecognized arguments: num_runs=1 bogus" in err
+
+
+def test_a_final_evaluation_off_the_schedule_stays_at_its_own_step(tmp_path):
+    """A run stopped early is evaluated once more where it stopped: that evaluation is not the k-th of the
+    schedule, and the curve does not move it to the other runs' k-th (it drew run 1's step 50 at 55)."""
+    from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
+    from online_trainer.cli.report import aligned_evaluations
+    from online_trainer.hooks import Hook
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class StopRunOne(Hook):
+        every_steps = 1
+
+        def on_step(self, ctx):
+            if ctx.run == 1 and ctx.global_step == 50:
+                ctx.stop("enough")
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2,
+        total_steps=100,
+        seed_offset=0,
+        hooks=[StopRunOne()],
+        evaluation=EvaluationOptions(freq=20, episodes=1),
+        progress=False,
+    )
+    evals = load_evaluations(tmp_path)
+    assert list(zip(evals["run"], evals["global_step"], evals["scheduled"])) == [
+        (1, 20, True),
+        (1, 40, True),
+        (1, 50, False),
+        *((2, step, True) for step in (20, 40, 60, 80, 100)),
+    ]
+    assert aligned_evaluations(evals, "global_step")["global_step"].tolist() == [20, 40, 50, 20, 40, 60, 80, 100]
