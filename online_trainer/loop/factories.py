@@ -206,7 +206,7 @@ def check_agent(agent: Any, source: Any = None, train: bool = True) -> None:
             f"The agent {agent!r}{made_by} lacks the required method(s) {', '.join(missing)}: an agent must "
             "define act(obs) and update(next_obs, reward, terminated, truncated, call_back=None)."
         )
-    calls = [("act", (None,), {}, "act(self, obs)")]
+    calls: list[tuple[str, tuple[None, ...], dict[str, None], str]] = [("act", (None,), {}, "act(self, obs)")]
     if train:
         calls.append(
             (
