@@ -15,11 +15,12 @@ from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import create_with
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
-COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time")
+COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time", "experiment")
+_EARLIER_HEADER = ",".join(COLUMNS[:-1])  # files written before the experiment column, appended to as they are
 
 
 class CSVCallback(CallBack):
-    """Appends every value as a row ``run,metric,step,value,tag,key,wall_time`` to one CSV file.
+    """Appends every value as a row ``run,metric,step,value,tag,key,wall_time,experiment`` to one CSV file.
 
     One tidy (long) file for every run and metric, the shape pandas works on::
 
@@ -31,7 +32,9 @@ class CSVCallback(CallBack):
     ``eval/ep_return``, ``agents/loss``); ``step`` is the x value (the episode index for
     episode returns and lengths, the env step for the agent's values and evaluations);
     ``tag`` and ``key`` are as logged (``ep_return/run_1`` and ``ep_return``; ``agents/run_1``
-    and ``loss``); ``wall_time`` is Unix time in seconds. NaN and
+    and ``loss``); ``wall_time`` is Unix time in seconds; ``experiment`` is the sweep's configuration
+    (``lr=0.1``: the runs of a sweep share their numbers across configurations), empty outside a
+    sweep. A file written before that column keeps its seven columns when appended to. NaN and
     infinities are written ``nan``, ``inf`` and ``-inf``, which ``read_csv`` reads back as floats.
 
     Rows are kept in memory and appended ``flush_rows`` at a time, at least every ``max_delay``
@@ -64,6 +67,8 @@ class CSVCallback(CallBack):
         self._rows: list[tuple[Any, ...]] = []
         self._run: int | str = ""
         self._run_tag = ""
+        self._experiment = ""
+        self._width = len(COLUMNS)  # of the file's rows (seven in a file written before the experiment column)
         self._names: dict[tuple[str, str], str] = {}
         self._last_flush = 0.0
 
@@ -77,18 +82,20 @@ class CSVCallback(CallBack):
         self, run_idx: int, seed: int, params: Mapping[str, Any], exp_dir: str | None, run_tag: str = ""
     ) -> None:
         self._run, self._run_tag = run_idx, run_tag or f"run_{run_idx}"
+        own = f"run_{run_idx}"  # a sweep's tag is "lr=0.1/run_1": its configuration comes first
+        self._experiment = self._run_tag[: -len(own)].rstrip("/") if self._run_tag.endswith(own) else ""
         self._names.clear()
 
     def end_run(self, run_idx: int, status: str) -> None:
         self.flush()
-        self._run, self._run_tag = "", ""
+        self._run, self._run_tag, self._experiment = "", "", ""
         self._names.clear()
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
-        now, run, rows, names = time.time(), self._run, self._rows, self._names
+        now, run, rows, names, experiment = time.time(), self._run, self._rows, self._names, self._experiment
         for key, value in data.items():
             name = names.get((key, tag)) or self._name(key, tag)
-            rows.append((run, name, step, float(value), tag, key, now))
+            rows.append((run, name, step, float(value), tag, key, now, experiment))
         if len(rows) >= self.flush_rows:
             self.flush()
         elif force and now - self._last_flush > self.max_delay:
@@ -98,11 +105,14 @@ class CSVCallback(CallBack):
         self, key: str, tag: str, values: Sequence[Any], steps: Sequence[int], wall_times: Sequence[float] | None = None
     ) -> None:
         """Keep every value of ``key`` as a row, at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
-        now, run = time.time(), self._run
+        now, run, experiment = time.time(), self._run, self._experiment
         name = self._names.get((key, tag)) or self._name(key, tag)
         times = itertools.repeat(now) if wall_times is None else wall_times
         self._rows.extend(
-            [(run, name, step, float(value), tag, key, wall) for value, step, wall in zip(values, steps, times)]
+            [
+                (run, name, step, float(value), tag, key, wall, experiment)
+                for value, step, wall in zip(values, steps, times)
+            ]
         )
         if len(self._rows) >= self.flush_rows or now - self._last_flush > self.max_delay:
             self.flush()
@@ -118,7 +128,9 @@ class CSVCallback(CallBack):
             return
         fd = self._open() if self._fd is None else self._fd
         buffer = io.StringIO()
-        csv.writer(buffer, lineterminator="\n").writerows(self._rows)
+        width = self._width
+        rows = self._rows if width == len(COLUMNS) else [row[:width] for row in self._rows]
+        csv.writer(buffer, lineterminator="\n").writerows(rows)
         self._rows.clear()
         view = memoryview(buffer.getvalue().encode("utf-8"))
         while view:
@@ -131,6 +143,9 @@ class CSVCallback(CallBack):
         if directory:
             os.makedirs(directory, exist_ok=True)
         create_with(self.log_path, (",".join(COLUMNS) + "\n").encode())
+        with open(self.log_path, encoding="utf-8") as file:
+            earlier = file.readline().rstrip("\n") == _EARLIER_HEADER
+        self._width = len(COLUMNS) - earlier
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return self._fd
 
@@ -165,7 +180,7 @@ _TAG_COLUMN = COLUMNS.index("tag")
 
 def _tag_of_row(line: bytes) -> str | None:
     row = next(csv.reader([line.decode("utf-8")]), None)
-    return row[_TAG_COLUMN] if row and len(row) == len(COLUMNS) and row[0] != "run" else None
+    return row[_TAG_COLUMN] if row and len(row) in (len(COLUMNS), len(COLUMNS) - 1) and row[0] != "run" else None
 
 
 def _rows(data: bytes) -> Iterator[tuple[int, int, str | None]]:

@@ -29,7 +29,8 @@ def test_csv_holds_every_value_the_runner_logged(tmp_path, num_workers):
     )
 
     df = pd.read_csv(tmp_path / "scalars.csv")
-    assert list(df.columns) == ["run", "metric", "step", "value", "tag", "key", "wall_time"]
+    assert list(df.columns) == ["run", "metric", "step", "value", "tag", "key", "wall_time", "experiment"]
+    assert df["experiment"].isna().all()  # no sweep: no configuration
     assert df["value"].dtype == float and df["step"].dtype == "int64" and df["run"].dtype == "int64"
     for run in (1, 2):
         own = df[df.run == run]
@@ -47,6 +48,37 @@ def test_csv_holds_every_value_the_runner_logged(tmp_path, num_workers):
         assert list(losses.value) == [float(k) for k in range(1, len(losses) + 1)]
     pivot = df[df.metric == "ep_return"].pivot(index="step", columns="run", values="value")
     assert list(pivot.columns) == [1, 2] and len(pivot) == 7
+
+
+def test_a_sweeps_csv_tells_its_configurations_apart(tmp_path):
+    """The runs of a sweep are numbered from 1 in every configuration: the experiment column tells them apart
+    (without it the docs' pivot failed on duplicate entries, and a groupby on step mixed configurations)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = CSVCallback(tmp_path / "scalars.csv")
+    trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=5, seed_offset=0, progress=False)
+    df = pd.read_csv(tmp_path / "scalars.csv")
+    returns = df[df.metric == "ep_return"]
+    assert sorted(set(zip(returns.experiment, returns.run))) == [
+        ("lr=0.1", 1),
+        ("lr=0.1", 2),
+        ("lr=0.5", 1),
+        ("lr=0.5", 2),
+    ]
+    assert all(tag == f"ep_return/{e}/run_{r}" for tag, e, r in zip(returns.tag, returns.experiment, returns.run))
+    pivot = returns.pivot(index="step", columns=["experiment", "run"], values="value")
+    assert pivot.shape == (5, 4)
+
+
+def test_a_csv_written_before_the_experiment_column_is_appended_to_as_it_is(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("run,metric,step,value,tag,key,wall_time\n1,x,0,1.0,t/run_1,x,0.0\n")
+    cb = CSVCallback(path)
+    cb.start_run(2, 0, {}, None, "run_2")
+    cb({"x": 2.0}, "t/run_2", 1)
+    cb.close()
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["run", "metric", "step", "value", "tag", "key", "wall_time"]
+    assert df["value"].tolist() == [1.0, 2.0] and df["run"].tolist() == [1, 2]
 
 
 def test_csv_quotes_odd_names_and_reads_back_non_finite_values(tmp_path):
