@@ -217,7 +217,8 @@ class RunPlan(OptionGroup):
     num_episodes: int | None = option(None)
     """Stop each run after exactly this many finished episodes (of all its sub-envs together)."""
     total_steps: int | None = option(None)
-    """Stop each run after this many env steps (real transitions of all sub-envs together)."""
+    """Stop each run after this many env steps (real transitions of all sub-envs together): at the first vector
+    step that reaches it, so a run with ``num_envs`` sub-envs may take up to ``num_envs - 1`` more."""
     checkpoint_freq: int | None = option(None, check=validation.optional_positive_int)
     """Save the agent every this many episodes (episode budget) or env steps (step budget)."""
     dump_metrics: bool = option(True, check=validation.boolean)
