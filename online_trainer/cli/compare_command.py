@@ -12,7 +12,7 @@ from pathlib import Path
 from online_trainer.analysis import compare_plots
 from online_trainer.analysis.compare import Comparison, compare
 from online_trainer.analysis.plotting import STAT_LABELS
-from online_trainer.cli.report import _each_message_once, default_out_dir
+from online_trainer.cli.report import _each_message_once, configured_last_k, default_out_dir
 from online_trainer.config.schema import ConfigError
 
 MARKDOWN_FILE = "comparison.md"
@@ -202,13 +202,14 @@ def compare_command(args: argparse.Namespace) -> int:
     """Write ``comparison.md`` and the figures of the experiments in ``args.dirs`` into ``args.out``."""
     paths = list(args.dirs)
     normalize = parse_normalize(args.normalize)
+    last_k = args.last_k or configured_last_k(paths)  # as show and report score the runs
     try:
         with _each_message_once():
             comparison = compare(
                 paths,
                 by=args.by,
                 source=args.source,
-                last_k=args.last_k,
+                last_k=last_k,
                 normalize=normalize,
                 optimality_threshold=args.optimality_threshold,
                 metric=args.metric,

@@ -241,9 +241,9 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare.add_argument(
         "--last-k",
         type=_positive_int,
-        default=10,
+        default=None,
         metavar="K",
-        help="training episodes averaged into a run's score (default: 10)",
+        help="training episodes averaged into a run's score (default: last_k of the configs, else 10)",
     )
     compare.add_argument(
         "--normalize",

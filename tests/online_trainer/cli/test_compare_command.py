@@ -97,3 +97,15 @@ def test_parse_normalize():
 def test_report_x_axis_follows_the_budget(tmp_path):
     assert default_x(load_episodes(experiment(tmp_path / "episodes"))) == "episode_index"
     assert default_x(load_episodes(experiment(tmp_path / "steps", total_steps=40))) == "global_step"
+
+
+def test_compare_scores_runs_over_the_configs_last_k_as_show_and_report_do(tmp_path):
+    a, b = experiment(tmp_path / "a"), experiment(tmp_path / "b")
+    for path in (a, b):
+        (path / "config.yaml").write_text("last_k: 3\n")
+    assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out"), "--resamples", "100"]) == 0
+    assert "the mean return of its last 3 training episodes" in (tmp_path / "out" / "comparison.md").read_text()
+    assert (
+        cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "k5"), "--resamples", "100", "--last-k", "5"]) == 0
+    )
+    assert "the mean return of its last 5 training episodes" in (tmp_path / "k5" / "comparison.md").read_text()
