@@ -6,7 +6,7 @@
 import importlib
 from typing import Any
 
-from online_trainer.errors import ExperimentExistsError, ExperimentInUseError, RunFailure, RunsFailedError
+from online_trainer.errors import ExperimentExistsError, ExperimentInUseError, Preempted, RunFailure, RunsFailedError
 from online_trainer.loop.protocol import Agent
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.records.record_view import RunRecords
@@ -64,6 +64,7 @@ __all__ = [
     "EvaluationOptions",
     "ExecutionOptions",
     "ExperimentExistsError",
+    "Preempted",
     "ExperimentInUseError",
     "OnlineTrainer",
     "RecordOptions",

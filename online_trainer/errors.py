@@ -88,3 +88,24 @@ class ExperimentExistsError(FileExistsError):
     def __init__(self, message: str, exp_dir: Path, earlier: Sequence[Path], differing: Sequence[Path]) -> None:
         super().__init__(message)
         self.exp_dir, self.earlier, self.differing = exp_dir, list(earlier), list(differing)
+
+
+class Preempted(KeyboardInterrupt):
+    """A run wrote a full checkpoint on a preemption signal (SIGTERM, SIGUSR1) and stopped: it is ``interrupted``,
+    and resuming continues it from there.
+
+    ``multi_run`` raises it once the other runs have stopped too (their own checkpoints written). It is a
+    ``KeyboardInterrupt``, so a script that does not catch it ends as one stopped by the signal would;
+    catch it to leave in order::
+
+        try:
+            trainer.multi_run(5, total_steps=1_000_000, checkpoint_freq=50_000)
+        except Preempted:
+            sys.exit(143)  # the scheduler requeues; the next start calls multi_run(..., resume=True)
+    """
+
+    def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
+        where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
+        super().__init__(
+            f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or `online-trainer resume EXP_DIR`"
+        )

@@ -7,7 +7,7 @@ import datetime
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -305,7 +305,12 @@ def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple
 
 
 @contextlib.contextmanager
-def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str | None]) -> Iterator[list[Path]]:
+def hold_exp_dir(
+    exp_dir: Path | None,
+    overwrite: bool,
+    inputs: Mapping[str, str | None],
+    refuse: Callable[[], object] | None = None,
+) -> Iterator[list[Path]]:
     """Hold the lock of ``exp_dir`` and prepare it (:func:`prepare_exp_dir`); yield the paths this call created.
 
     This is the one place where a new experiment's directory is taken, checked, prepared and given
@@ -319,13 +324,17 @@ def hold_exp_dir(exp_dir: Path | None, overwrite: bool, inputs: Mapping[str, str
     then, unless the call left no experiment in ``exp_dir`` (a run failed before its first env step,
     as with actions of the wrong shape, and every output of the call was removed), in which case
     they are put back byte for byte (:func:`settle_set_aside`).
-    Without an ``exp_dir`` there is nothing to lock or write.
+    Without an ``exp_dir`` there is nothing to lock or write. ``refuse``: called under the lock
+    before anything else, what it raises refuses the call (the caller's own conditions: an
+    earlier experiment's live Slurm jobs, before ``overwrite``).
     """
     if exp_dir is None:
         yield []
         return
 
     def check() -> None:
+        if refuse is not None:
+            refuse()
         settle_set_aside(exp_dir)  # left by a call that was killed: put back, or removed if that call's runs began
         check_exp_dir(exp_dir, overwrite, inputs)
 

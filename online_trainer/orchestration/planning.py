@@ -43,6 +43,7 @@ from online_trainer.options.groups import RunPlan
 from online_trainer.parallel import execution as base
 from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.records import storage
 from online_trainer.run.one_run import RunSpec
 
 if TYPE_CHECKING:
@@ -224,6 +225,19 @@ def resume_check(
             lambda: resuming.env_num_envs(parts.env_factory),
         )
         resuming.check_checkpoints(exp_dir, manifest, options.hooks, parts.callback)
+
+    return check
+
+
+def overwrite_check(exp_dir: Path | None) -> Callable[[], None]:
+    """What refuses ``overwrite=True`` under the experiment's lock: runs of the earlier experiment still in live
+    Slurm jobs, which would go on writing their checkpoints and results into the new experiment."""
+
+    def check() -> None:
+        from online_trainer.parallel.slurm_handle import refuse_live_jobs
+
+        if exp_dir is not None and (exp_dir / storage.MANIFEST_FILE).is_file():
+            refuse_live_jobs(exp_dir, "overwrite=True")
 
     return check
 

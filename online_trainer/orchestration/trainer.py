@@ -22,7 +22,14 @@ from online_trainer.loop.protocol import AgentLike, EnvLike
 from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
-from online_trainer.orchestration.planning import RunnerParts, plan_runs, resume_check, run_experiments, start_manifest
+from online_trainer.orchestration.planning import (
+    RunnerParts,
+    overwrite_check,
+    plan_runs,
+    resume_check,
+    run_experiments,
+    start_manifest,
+)
 from online_trainer.parallel.execution import ExecutionOptions, resolve_execution
 from online_trainer.records import storage
 from online_trainer.records.record_view import RunRecords
@@ -234,7 +241,8 @@ class OnlineTrainer:
             check = resume_check(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts)
             hold = hold_resumable(self.exp_dir, check)
         else:
-            hold = hold_exp_dir(self.exp_dir, overwrite, self.input_files())
+            refuse = overwrite_check(self.exp_dir) if overwrite else None
+            hold = hold_exp_dir(self.exp_dir, overwrite, self.input_files(), refuse)
         keep_records = options.records.in_memory
 
         def plan(created: list[Path]) -> list[Experiment]:

@@ -110,8 +110,13 @@ class SlurmRuns:
                 storage.write_manifest(exp_dir, manifest)
 
 
-def refuse_live_jobs(exp_dir: Path) -> None:
-    """Raise when runs of the experiment in ``exp_dir`` are still in Slurm jobs that may run (before a resume).
+def refuse_live_jobs(exp_dir: Path, call: str = "resume=True") -> None:
+    """Raise when runs of the experiment in ``exp_dir`` are still in Slurm jobs that may run (before a resume, or
+    before ``overwrite=True`` sets the experiment aside: its jobs would go on writing into the new one).
+
+    Args:
+        exp_dir: the experiment directory.
+        call: what the refused call asked, as its message names it (``resume=True``, ``overwrite=True``).
 
     Raises:
         RuntimeError: naming the runs, their jobs and their states, and what to do.
@@ -143,7 +148,8 @@ def refuse_live_jobs(exp_dir: Path) -> None:
         }
     if live:
         described = ", ".join(f"run {run} in job {job} ({state})" for run, (job, state) in live.items())
+        then = "resume" if call.startswith("resume") else "overwrite once they have ended"
         raise RuntimeError(
-            f"resume=True, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
-            "for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and resume then."
+            f"{call}, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
+            f"for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and {then}."
         )

@@ -33,6 +33,7 @@ from typing import Any
 import cloudpickle
 import submitit
 
+from online_trainer.errors import Preempted
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import record_job_result
 from online_trainer.parallel.execution import failed_result
@@ -41,7 +42,7 @@ from online_trainer.parallel.worker_process import pack_result
 from online_trainer.progress.display import QueueProgress
 from online_trainer.records import storage
 from online_trainer.run.builtin import preemption
-from online_trainer.run.full_checkpoint import Preempted, restart_point
+from online_trainer.run.full_checkpoint import restart_point
 from online_trainer.run.one_run import RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)

@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import cloudpickle
 
+from online_trainer.errors import Preempted
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
 from online_trainer.parallel.threads import environment, thread_variables
 from online_trainer.parallel.worker_process import worker_main
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
-from online_trainer.run.full_checkpoint import Preempted
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 if TYPE_CHECKING:

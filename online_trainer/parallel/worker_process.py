@@ -34,12 +34,12 @@ from typing import NoReturn
 
 import cloudpickle
 
+from online_trainer.errors import Preempted
 from online_trainer.parallel.execution import failed_result
 from online_trainer.parallel.lifeline import die_orphaned, guard
 from online_trainer.parallel.threads import limit_threads
 from online_trainer.progress.display import QueueProgress
 from online_trainer.run.builtin import preemption
-from online_trainer.run.full_checkpoint import Preempted
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)

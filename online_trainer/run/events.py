@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.callbacks import EmptyCallBack
+from online_trainer.errors import Preempted
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.evaluation import Evaluator
 from online_trainer.loop.hook_protocol import RunContext
@@ -114,7 +115,7 @@ class RunEvents:
         if self.spec.exp_dir is not None and callable(getattr(agent, "save", None)):
             full_checkpoint.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
         if self.preempted:
-            raise full_checkpoint.Preempted(self.spec.run_idx, loop.global_step)
+            raise Preempted(self.spec.run_idx, loop.global_step)
 
     def _full_state(self, loop: LoopState) -> full_checkpoint.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics

@@ -342,17 +342,6 @@ def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
     return progress
 
 
-class Preempted(KeyboardInterrupt):
-    """A run wrote a full checkpoint on a preemption signal (SIGTERM, SIGUSR1) and stopped: it is ``interrupted``,
-    and resuming continues it from there."""
-
-    def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
-        where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
-        super().__init__(
-            f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or `online-trainer resume EXP_DIR`"
-        )
-
-
 def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: bool) -> dict[str, Any]:
     """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
     save = agent.save

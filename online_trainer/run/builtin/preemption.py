@@ -3,7 +3,7 @@ full checkpoint at once and stop, as ``interrupted``, so that resuming loses not
 
 The handler only sets a flag. Each run looks at it about every second, at one of its step
 thresholds (:class:`PreemptionWatch`, a built-in hook: no per-step cost), writes its full
-checkpoint at that step boundary, and raises :class:`~online_trainer.run.full_checkpoint.Preempted`.
+checkpoint at that step boundary, and raises :class:`~online_trainer.errors.Preempted`.
 The parent forwards the signal to its worker processes and hands out no new run.
 """
 
