@@ -19,6 +19,7 @@ import os
 import pickle
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -289,15 +290,15 @@ class SlurmExecutor:
         for spec in specs:
             on_start(spec)
         write_all = not self.options.wait
+        import_path = [os.path.abspath(entry or os.curdir) for entry in sys.path]  # "" is this process's directory
         jobs = []
         with executor.batch():
             for group in groups:
                 payloads = [cloudpickle.dumps(spec) for spec in group]
                 from online_trainer.parallel.slurm_job import SlurmRunJob
 
-                jobs.append(
-                    executor.submit(SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all))
-                )
+                job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
+                jobs.append(executor.submit(job))
         submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
         logger.info(
             "submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s",

@@ -25,8 +25,10 @@ import os
 import pickle
 import signal
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,17 +91,27 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         torch_threads: threads of every pool (torch, BLAS, OpenMP) of the job's process (None: as they are).
         max_requeues: requeues after which the job's runs fail.
         write_all_metrics: the job recording the last run of the experiment writes ``all_metrics.pkl``.
+        sys_path: the submitting process's ``sys.path`` (absolute), put before the job's own entries it lacks.
     """
 
     def __init__(
-        self, payloads: list[bytes], torch_threads: int | None, max_requeues: int, write_all_metrics: bool = False
+        self,
+        payloads: list[bytes],
+        torch_threads: int | None,
+        max_requeues: int,
+        write_all_metrics: bool = False,
+        sys_path: Sequence[str] = (),
     ) -> None:
         self.payloads, self.torch_threads, self.max_requeues = payloads, torch_threads, max_requeues
         self.write_all_metrics = write_all_metrics
+        self.sys_path = list(sys_path)
 
     def __call__(self) -> list[int]:
         """Run every run that has no result yet; return their numbers."""
         limit_threads(self.torch_threads)
+        # the submitting process's import path, as spawned workers get it: a module beside the user's script (or
+        # one a notebook put on sys.path) is imported by name when the runs are unpickled
+        sys.path[:0] = [entry for entry in self.sys_path if entry not in sys.path]
         restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
         time_limit = threading.Event()
 

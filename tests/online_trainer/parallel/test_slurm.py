@@ -223,3 +223,62 @@ def test_fifty_tiny_runs_complete_on_slurm(tmp_path):
     manifest = json.loads((tmp_path / "slurm" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["finished"] * 50
     assert len({r["slurm_job"] for r in manifest["runs"]}) == 10  # five runs a job
+
+
+SIBLING = '''
+import numpy as np
+
+
+class SiblingAgent:
+    """An agent in a module beside the user's script: imported by name, not shipped by value."""
+
+    def __init__(self, env):
+        self.num_envs = env.num_envs
+
+    def act(self, obs):
+        return np.zeros(self.num_envs, dtype=np.int64)
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None):
+        pass
+'''
+
+
+def test_a_job_imports_what_the_submitting_process_can_import(tmp_path, monkeypatch):
+    """A module beside the user's script is on the submitting process's sys.path only; spawned workers get that
+    path, and so do Slurm jobs (they failed with ModuleNotFoundError)."""
+    code = tmp_path / "user_code"
+    code.mkdir()
+    (code / "sibling_agent_module.py").write_text(SIBLING)
+    monkeypatch.syspath_prepend(str(code))
+    import sibling_agent_module
+
+    on_slurm = OnlineTrainer(make_counting_vec(1), sibling_agent_module.SiblingAgent, exp_dir=tmp_path / "exp")
+    runs = on_slurm.multi_run(2, num_episodes=3, seed_offset=0, execution=slurm())
+    assert [len(run) for run in runs] == [3, 3]
+    del sys.modules["sibling_agent_module"]
+
+
+def test_overwrite_and_resume_are_refused_while_the_experiments_jobs_run(tmp_path):
+    """overwrite=True used to set the experiment aside while its jobs went on writing checkpoints and results
+    into the new one; resume=True was refused."""
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=10 * STEPS, seed_offset=11, execution=slurm(1, wait=False)
+    )
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    try:
+        for call in ({"overwrite": True}, {"resume": True}):
+            with pytest.raises(
+                RuntimeError,
+                match=rf"{next(iter(call))}=True, but .* has runs still in Slurm jobs: "
+                rf"run 1 in job {job} \((RUNNING|PENDING)\)",
+            ):
+                OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+                    1, total_steps=1000, seed_offset=11, progress=False, **call
+                )
+            manifest = json.loads((tmp_path / "manifest.json").read_text())
+            assert manifest["seed_offset"] == 11 and manifest["runs"][0]["slurm_job"] == job  # not set aside
+    finally:
+        subprocess.run(["scancel", job], check=True)
+        with pytest.raises(RunsFailedError):
+            handle.wait(progress=False)
