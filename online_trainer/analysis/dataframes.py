@@ -21,7 +21,7 @@ import yaml
 
 from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
 from online_trainer.analysis.selection import KEPT_STATUSES, RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
-from online_trainer.experiment import ownership
+from online_trainer.experiment import ownership, slurm_states
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
 
@@ -258,6 +258,7 @@ def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
         return {}
     manifest = storage.read_manifest(exp_dir)
     ownership.settle_running(exp_dir, manifest)
+    slurm_states.settle_ended_jobs(exp_dir, manifest)  # runs whose Slurm jobs ended without saying how
     entries = {}
     for entry in manifest.get("runs", []):
         if isinstance(entry, dict) and isinstance(entry.get("run"), int):

@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from online_trainer.experiment import ownership
+from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.options import validation
@@ -164,6 +164,7 @@ def runs_left(
             result = read_job_result(exp_dir, entry["run"])
             if result is not None and result.status in COMPLETED:
                 apply_result(manifest, result)
+    slurm_states.settle_ended_jobs(exp_dir, manifest)  # cancelled jobs are named as such
     ownership.settle_running(exp_dir, manifest, owned=True)
     entries = {
         entry["run"]: entry

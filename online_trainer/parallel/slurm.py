@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import cloudpickle
 
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import read_job_result
+from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, job_states
 from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay
@@ -37,41 +38,6 @@ from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 logger = logging.getLogger(__name__)
 
 SubmitHandler = Callable[[RunSpec, str], None]
-# squeue states after which a job runs no more (a PREEMPTED or REQUEUED job may come back: PENDING again)
-ENDED = frozenset(
-    {
-        "COMPLETED",
-        "CANCELLED",
-        "FAILED",
-        "TIMEOUT",
-        "NODE_FAIL",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "SPECIAL_EXIT",
-        "REVOKED",
-    }
-)
-LIVE = frozenset(
-    {
-        "PENDING",
-        "RUNNING",
-        "CONFIGURING",
-        "COMPLETING",
-        "REQUEUED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "RESIZING",
-        "SUSPENDED",
-        "STOPPED",
-        "SIGNALING",
-        "STAGE_OUT",
-        "RESV_DEL_HOLD",
-        "POWER_UP_NODE",
-    }
-)
-GONE = "GONE"  # not known to squeue (any more)
 _LOG_LINES = 20
 
 
@@ -84,52 +50,6 @@ def import_submitit() -> Any:
             "backend='slurm' needs submitit: pip install -e '.[slurm]' (or pip install submitit)."
         ) from exc
     return submitit
-
-
-def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:
-    """The ``squeue`` state of each job (``GONE`` when squeue knows it no more); None when squeue cannot be asked.
-
-    Args:
-        job_ids: ids as the manifest holds them: ``123`` or ``123_4`` (a task of an array).
-    """
-    job_ids = list(dict.fromkeys(job_ids))
-    if not job_ids:
-        return {}
-    if shutil.which("squeue") is None:
-        return None
-    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
-    states = _squeue(bases)
-    if states is None:  # one purged id fails the whole query: ask for each
-        states = {}
-        for base in bases:
-            one = _squeue([base])
-            if one is None:
-                return None
-            states.update(one)
-    return {job_id: states.get(job_id, GONE) for job_id in job_ids}
-
-
-def _squeue(bases: list[str]) -> dict[str, str] | None:
-    try:
-        done = subprocess.run(
-            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        logger.warning("squeue failed (%s): trying again", exc)
-        return None
-    if done.returncode != 0:
-        if "Invalid job id" in done.stderr:
-            return {} if len(bases) == 1 else None
-        logger.warning("squeue failed (%s): trying again", done.stderr.strip())
-        return None
-    states = {}
-    for line in done.stdout.splitlines():
-        job_id, _, state = line.strip().partition("|")
-        states[job_id] = state.split()[0] if state else "?"
-    return states
 
 
 def log_tail(folder: str | os.PathLike, job_id: str, lines: int = _LOG_LINES) -> tuple[Path, str]:

@@ -9,7 +9,8 @@ from typing import Any
 
 from online_trainer.errors import RunFailure, RunsFailedError
 from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
-from online_trainer.parallel.slurm import LIVE, _Watch, follow, job_states
+from online_trainer.experiment.slurm_states import LIVE, job_states
+from online_trainer.parallel.slurm import _Watch, follow
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.records import storage
 from online_trainer.records.record_view import RunRecords, as_records

@@ -262,7 +262,7 @@ def test_overwrite_and_resume_are_refused_while_the_experiments_jobs_run(tmp_pat
     """overwrite=True used to set the experiment aside while its jobs went on writing checkpoints and results
     into the new one; resume=True was refused."""
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        1, total_steps=10 * STEPS, seed_offset=11, execution=slurm(1, wait=False)
+        1, total_steps=2 * STEPS, seed_offset=11, execution=slurm(1, wait=False)
     )
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
@@ -282,3 +282,27 @@ def test_overwrite_and_resume_are_refused_while_the_experiments_jobs_run(tmp_pat
         subprocess.run(["scancel", job], check=True)
         with pytest.raises(RunsFailedError):
             handle.wait(progress=False)
+
+
+def test_readers_report_a_run_whose_job_was_cancelled_as_interrupted_once_the_job_has_ended(tmp_path, caplog):
+    """With the submitting process gone (wait=False, no wait()), a cancelled job's run stayed "running" for show and
+    load_episodes forever: the job writes a checkpoint on SIGTERM but no result (a requeue looks the same)."""
+    from online_trainer.experiment.slurm_states import LIVE, job_states
+
+    handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=2 * STEPS, seed_offset=11, execution=slurm(1, wait=False)
+    )
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scancel", job], check=True)
+    deadline = time.monotonic() + 300
+    while (job_states([job]) or {}).get(job) in LIVE:
+        assert time.monotonic() < deadline, "the cancelled job did not end"
+        time.sleep(1)
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "running"  # on disk
+    assert load_episodes(tmp_path)["status"].unique().tolist() == ["interrupted"]  # as readers report it
+    assert f"Slurm job {job} (cancelled) ended without recording how their runs ended" in caplog.text
+    OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=2 * STEPS, seed_offset=11, execution=slurm(1), resume=True
+    )
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "finished"

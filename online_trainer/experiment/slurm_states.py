@@ -1,0 +1,145 @@
+"""What Slurm says of an experiment's jobs (``squeue``), and what readers make of runs whose jobs ended.
+
+A run handed to a Slurm job stays ``running`` in the manifest until its job records how it ended
+(:mod:`online_trainer.experiment.job_results`). A job cancelled (``scancel``: SIGTERM, then
+SIGKILL) writes its run's checkpoint but no result, since it cannot tell a cancellation from a
+requeue; and when the process that submitted it has exited, nobody records the end either.
+Readers (:func:`settle_ended_jobs`) therefore ask ``squeue``: a run whose job runs no more and
+left no result is reported ``interrupted``, as ``resume=True`` will treat it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, read_job_result
+from online_trainer.experiment.ownership import INTERRUPTED, RUNNING
+
+logger = logging.getLogger(__name__)
+
+# squeue states after which a job runs no more (a PREEMPTED or REQUEUED job may come back: PENDING again)
+ENDED = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "SPECIAL_EXIT",
+        "REVOKED",
+    }
+)
+LIVE = frozenset(
+    {
+        "PENDING",
+        "RUNNING",
+        "CONFIGURING",
+        "COMPLETING",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SUSPENDED",
+        "STOPPED",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+        "POWER_UP_NODE",
+    }
+)
+GONE = "GONE"  # not known to squeue (any more)
+
+
+def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:
+    """The ``squeue`` state of each job (``GONE`` when squeue knows it no more); None when squeue cannot be asked.
+
+    Args:
+        job_ids: ids as the manifest holds them: ``123`` or ``123_4`` (a task of an array).
+    """
+    job_ids = list(dict.fromkeys(job_ids))
+    if not job_ids:
+        return {}
+    if shutil.which("squeue") is None:
+        return None
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    states = _squeue(bases)
+    if states is None:  # one purged id fails the whole query: ask for each
+        states = {}
+        for base in bases:
+            one = _squeue([base])
+            if one is None:
+                return None
+            states.update(one)
+    return {job_id: states.get(job_id, GONE) for job_id in job_ids}
+
+
+def _squeue(bases: list[str]) -> dict[str, str] | None:
+    try:
+        done = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(bases)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        logger.warning("squeue failed (%s): trying again", exc)
+        return None
+    if done.returncode != 0:
+        if "Invalid job id" in done.stderr:
+            return {} if len(bases) == 1 else None
+        logger.warning("squeue failed (%s): trying again", done.stderr.strip())
+        return None
+    states = {}
+    for line in done.stdout.splitlines():
+        job_id, _, state = line.strip().partition("|")
+        states[job_id] = state.split()[0] if state else "?"
+    return states
+
+
+def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[int]:
+    """Report the ``running`` runs of ``manifest`` whose Slurm jobs ended as they ended (in place; nothing is written).
+
+    A run whose job left a result gets that result's status; one whose job runs no more (ended, or
+    unknown to ``squeue``) without a result is ``interrupted``, with a warning. When ``squeue``
+    cannot be asked, the runs stay ``running``.
+
+    Returns:
+        The runs marked ``interrupted``.
+    """
+    entries = [
+        e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING and SLURM_JOB_KEY in e
+    ]
+    if not entries:
+        return []
+    pending = []
+    for entry in entries:
+        result = read_job_result(Path(exp_dir), entry["run"])
+        if result is not None:
+            apply_result(manifest, result)
+        else:
+            pending.append(entry)
+    states = job_states(e[SLURM_JOB_KEY] for e in pending)
+    if not states:
+        return []
+    ended = [e for e in pending if states[e[SLURM_JOB_KEY]] not in LIVE]
+    for entry in ended:
+        entry["status"] = INTERRUPTED
+    if ended:
+        logger.warning(
+            "%s: %s ended without recording how their runs ended (cancelled, or their node went down): "
+            "run(s) %s count as interrupted; resume=True continues them from their checkpoints.",
+            os.fspath(exp_dir),
+            ", ".join(f"Slurm job {e[SLURM_JOB_KEY]} ({states[e[SLURM_JOB_KEY]].lower()})" for e in ended),
+            ", ".join(str(e["run"]) for e in ended),
+        )
+    return [e["run"] for e in ended]
