@@ -8,12 +8,13 @@ from pathlib import Path
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
-from online_trainer.cli.run import interrupted, multi_run_kwargs
+from online_trainer.cli.run import interrupted, multi_run_kwargs, submitted
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError
 from online_trainer.errors import RunsFailedError
 from online_trainer.orchestration.trainer import OnlineTrainer
+from online_trainer.parallel.slurm_handle import SlurmRuns
 
 
 def resume_command(args: argparse.Namespace) -> int:
@@ -42,9 +43,11 @@ def resume_command(args: argparse.Namespace) -> int:
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
     trainer.call_back = CALLBACKS[config.callback](exp_dir)
     print(f"Resuming {exp_dir}", flush=True)
-    status = 0
+    status, handle = 0, None
     try:
-        trainer.multi_run(config.num_runs, resume=True, **multi_run_kwargs(config, progress=not args.no_progress))
+        handle = trainer.multi_run(
+            config.num_runs, resume=True, **multi_run_kwargs(config, progress=not args.no_progress)
+        )
     except RunsFailedError as exc:
         print(f"online-trainer: {exc}", file=sys.stderr)
         status = 1
@@ -52,6 +55,9 @@ def resume_command(args: argparse.Namespace) -> int:
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:
         raise ConfigError(str(exc)) from exc
+    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
+        print(submitted(handle, exp_dir))
+        return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")

@@ -162,16 +162,19 @@ def run_command(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, FileExistsError) as exc:  # checked before any env step
         raise ConfigError(str(exc)) from exc
     if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
-        print(
-            f"Submitted {config.num_runs} runs as Slurm jobs {', '.join(dict.fromkeys(handle.job_ids))}; see how "
-            f"they stand with: online-trainer show {exp_dir}"
-        )
+        print(submitted(handle, exp_dir))
         return status
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {exp_dir}")
     return status
+
+
+def submitted(handle: SlurmRuns, exp_dir: Path) -> str:
+    """What ``run`` and ``resume`` say when their runs went to Slurm jobs they do not wait for."""
+    jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
+    return f"Submitted {len(handle.runs)} runs as Slurm jobs {jobs}; see how they stand with: online-trainer show {exp_dir}"
 
 
 def eval_command(args: argparse.Namespace) -> int:

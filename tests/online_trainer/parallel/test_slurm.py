@@ -306,3 +306,47 @@ def test_readers_report_a_run_whose_job_was_cancelled_as_interrupted_once_the_jo
         1, total_steps=2 * STEPS, seed_offset=11, execution=slurm(1), resume=True
     )
     assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "finished"
+
+
+SUBMIT_AND_LEAVE = """\
+env:
+  id: Corridor-v0
+  num_envs: 2
+agent:
+  name: q_learning
+num_runs: 1
+total_steps: 3000000
+seed_offset: 0
+callback: empty
+execution:
+  backend: slurm
+  slurm:
+    wait: false
+    poll_interval: 1.0
+"""
+
+
+def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resumes(tmp_path, capsys):
+    """online-trainer resume with execution.slurm.wait=false printed a table of runs "left out" instead."""
+    from online_trainer.cli import main as cli
+    from online_trainer.experiment.slurm_states import LIVE, job_states
+
+    config = tmp_path / "leave.yaml"
+    config.write_text(SUBMIT_AND_LEAVE)
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 0
+    (job,) = SlurmRuns.of(exp_dir).job_ids
+    assert f"Submitted 1 runs as Slurm jobs {job}; see how they stand with: online-trainer show {exp_dir}" in (
+        capsys.readouterr().out
+    )
+    wait_for(exp_dir / "metrics_run1.pkl")
+    subprocess.run(["scancel", job], check=True)
+    deadline = time.monotonic() + 300
+    while (job_states([job]) or {}).get(job) in LIVE:
+        assert time.monotonic() < deadline, "the cancelled job did not end"
+        time.sleep(1)
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0
+    (again,) = SlurmRuns.of(exp_dir).job_ids
+    out = capsys.readouterr().out
+    assert again != job and f"Submitted 1 runs as Slurm jobs {again}" in out and "left out" not in out
+    subprocess.run(["scancel", again], check=True)
