@@ -365,18 +365,37 @@ class WorkerPool:
         self._close_pipes()
 
     def close(self) -> None:
-        """Let every worker leave (they are idle between runs), then close the pipes."""
+        """Let every worker leave (they are idle between runs), then close the pipes.
+
+        A worker still starting (importing its libraries: seconds with torch) is ended with SIGTERM: it
+        holds nothing, and waiting for it to read its pipe held up the end of a script whose call ran
+        nothing (a resume of a finished experiment), then logged that it "did not stop".
+        """
         if os.getpid() != self.owner_pid:
             return
         alive = [w for w in self.workers.values() if not has_exited(w.process)]
         for worker in alive:
+            self._note_ready(worker)
             try:
-                worker.conn.send(None)
-            except OSError:
+                if worker.ready:
+                    worker.conn.send(None)
+                else:
+                    os.kill(worker.process.pid, signal.SIGTERM)
+            except (OSError, ProcessLookupError):
                 pass
         self._reap([w.process for w in alive])
         self._close_pipes()
         self.broken = True
+
+    @staticmethod
+    def _note_ready(worker: _Worker) -> None:
+        """Read what ``worker`` sent between calls: its "ready" once it has started (no call was reading)."""
+        try:
+            while worker.conn.poll():
+                if worker.conn.recv()[0] == "ready":
+                    worker.ready = True
+        except (EOFError, OSError, pickle.UnpicklingError, IndexError, TypeError):
+            pass
 
     def _reap(self, processes: list[Any]) -> None:
         deadline = time.monotonic() + self.grace

@@ -490,3 +490,40 @@ def test_a_run_refused_before_its_first_step_stops_the_workers_without_traceback
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
         assert "refused:" in done.stdout and "returned actions of shape ()" in done.stdout
         assert "Traceback" not in done.stderr, done.stderr
+
+
+CLOSE_WHILE_STARTING = """
+import logging, time
+import torch  # what a worker imports again while it starts (a script of a torch agent): seconds
+from online_trainer.parallel.workers import WorkerPool
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    pool = WorkerPool(2, "spawn", 1)
+    pool.start(2)
+    started = time.monotonic()
+    pool.close()
+    print(f"closed in {time.monotonic() - started:.2f} s", flush=True)
+    assert all(not process.is_alive() for process in pool.processes.values())
+"""
+
+
+def test_a_pool_closed_while_its_workers_start_ends_them_at_once(tmp_path):
+    """A script whose call ran nothing (a resume of a finished experiment) waited up to 5 s at exit for workers
+    still importing torch, then logged that they "did not stop within 5 s"."""
+    pytest.importorskip("torch")
+    script = tmp_path / "close_early.py"
+    script.write_text(CLOSE_WHILE_STARTING)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout.split()[2]) < 1.0 and "did not stop" not in done.stderr
+
+
+def test_a_pool_closed_once_its_workers_are_ready_lets_them_leave(caplog):
+    pool = WorkerPool(1, "spawn", 1)
+    pool.start(1)
+    (worker,) = pool.workers.values()
+    assert worker.conn.poll(60)  # its "ready"
+    pool.close()
+    assert worker.ready and worker.process.exitcode == 0 and "did not stop" not in caplog.text
