@@ -9,7 +9,7 @@ import signal
 import numpy as np
 import pytest
 
-from online_trainer import ExperimentExistsError, OnlineTrainer, RunsFailedError, load_runs
+from online_trainer import ExperimentExistsError, OnlineTrainer, Preempted, RunsFailedError, load_runs
 from online_trainer.hooks import Hook
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -155,7 +155,7 @@ class Preempt(Hook):
 
 def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    with pytest.raises(full_checkpoint.Preempted):
+    with pytest.raises(Preempted):
         trainer.multi_run(1, total_steps=10**8, seed_offset=0, hooks=[Preempt(200)], progress=False)
     header = full_checkpoint.read(tmp_path, 1, header_only=True)
     assert header.global_step > 200
