@@ -142,6 +142,7 @@ class ReplayVecEnv(gym.vector.VectorEnv):
         rng = np.random.default_rng(0)
         self.obs = rng.standard_normal((period, num_envs, 4)).astype(np.float32)
         self.terminated = rng.random((period, num_envs)) < 1 / 22
+        self.terminated[[0, -1]] = False  # row 0 is the reset's; the last one is followed by row 0 again
         for t in range(1, period):  # the step after a done is a reset step
             self.terminated[t] &= ~self.terminated[t - 1]
         self.rewards = np.where(np.vstack([np.zeros((1, num_envs), bool), self.terminated[:-1]]), 0.0, 1.0)
