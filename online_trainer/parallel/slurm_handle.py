@@ -101,8 +101,13 @@ class SlurmRuns:
                 self._record(result)
 
     def _record(self, result: RunResult) -> None:
-        if "slurm_job" not in result.extra:
-            return  # the job recorded it itself
+        """Write ``result`` into its run's manifest entry unless the entry has ended already.
+
+        A job writes its run's result file, then its manifest entry: a result read in between (the
+        job's own, or one made here for a job that ended without one) is applied here, or the entry
+        would still say ``running`` when :meth:`wait` reads it (the same result, applied twice, is
+        the same entry).
+        """
         exp_dir = next(Path(d) for d, run in self.runs if run == result.run_idx)
         with manifest_lock(exp_dir):
             manifest = storage.read_manifest(exp_dir)

@@ -123,3 +123,30 @@ def test_a_jobs_progress_reaches_the_display_once_even_when_read_mid_write(tmp_p
     bar.advance(8)  # appended after the batch that was cut off
     watch.progress(display)
     assert display.messages[3:] == [("progress", 7, 8, None, None)]
+
+
+def test_wait_takes_a_jobs_result_read_before_the_job_wrote_its_manifest_entry(tmp_path):
+    """A job writes its run's result file, then its manifest entry: wait() read the result in between and failed
+    the finished run with "?" (seen once in CI, after a requeue)."""
+    import json
+    import pickle
+
+    from online_trainer import OnlineTrainer, SlurmRuns
+    from online_trainer.experiment import job_results
+    from online_trainer.run.one_run import RunResult
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    (records,) = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=3, seed_offset=0, progress=False
+    )
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    finished = dict(manifest["runs"][0])
+    manifest["runs"][0].update(status="running", slurm_job="4242")  # as the job left it before its result
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "slurm").mkdir()
+    result = RunResult(1, finished["seed"], None, episodes=3, global_step=finished["global_step"], wall_time=0.1)
+    job_results.result_path(tmp_path, 1).write_bytes(pickle.dumps(result))
+    (run,) = SlurmRuns.of(tmp_path).wait(progress=False, poll_interval=0.01)
+    assert [r["ep_return"] for r in run] == [r["ep_return"] for r in records]
+    entry = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
+    assert (entry["status"], entry["episodes"], entry["slurm_job"]) == ("finished", 3, "4242")
