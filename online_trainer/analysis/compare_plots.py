@@ -89,9 +89,10 @@ def plot_aggregates(
             ax.annotate(
                 f"{row[stat]:.3g}",
                 (row[stat], y),
-                xytext=(0, 7),
+                xytext=(0, 8),  # above the point's marker, which stands 7 points over the row
                 textcoords="offset points",
                 ha="center",
+                va="bottom",
                 fontsize=7,
                 color="0.25",
             )
