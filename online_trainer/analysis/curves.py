@@ -102,7 +102,11 @@ def budget_ends(df: pd.DataFrame) -> dict[tuple, float]:
     return ends
 
 
-def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarray | None:
+OBSERVED = "observed"
+"""``grid=OBSERVED``: each group's points are the x values its runs have, nothing interpolated."""
+
+
+def _check_grid(grid: ArrayLike | str | None, num_points: int, span: str) -> np.ndarray | str | None:
     if span not in SPANS:
         raise ValueError(
             f"span must be one of {SPANS}, got span={span!r}: 'all' covers every x some run "
@@ -111,6 +115,10 @@ def _check_grid(grid: ArrayLike | None, num_points: int, span: str) -> np.ndarra
     if grid is None:
         check_positive_int("num_points", num_points, minimum=2)
         return None
+    if isinstance(grid, str):
+        if grid != OBSERVED:
+            raise ValueError(f"grid must be x values or {OBSERVED!r}, got grid={grid!r}.")
+        return grid
     grid = np.asarray(grid, dtype=float)
     if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(np.diff(grid) <= 0):
         raise ValueError(f"grid must be a non-empty 1-D array of finite increasing values, got {grid!r}.")
@@ -122,7 +130,7 @@ def curves(
     x: str = "global_step",
     *,
     num_points: int = 100,
-    grid: ArrayLike | None = None,
+    grid: ArrayLike | Literal["observed"] | None = None,
     span: Literal["all", "common"] = "all",
     group_by: GroupBy = None,
     stat: str = "iqm",
@@ -154,8 +162,11 @@ def curves(
         x: The x column, typically ``"global_step"`` or ``"episode_index"``.
         num_points: Number of points of the default grid (fewer when ``x`` holds
             integers and the range is short: the grid is rounded to unique integers).
-        grid: Explicit x values, shared by every group; ``num_points`` and ``span`` are
-            then ignored.
+        grid: Explicit x values, shared by every group; or ``"observed"``: each group's
+            points are the x values where its runs have a return, and a point stands on the
+            runs with a return at exactly that x (nothing is interpolated: evaluations made at
+            points every run shares, where a run's extra point must not pull the others'
+            values). ``num_points`` and ``span`` are then ignored.
         span: ``"all"`` or ``"common"``, the x range of the default grid (see above).
         group_by: Columns that separate configurations.
         stat: ``"iqm"``, ``"mean"`` or ``"median"`` across runs.
@@ -239,7 +250,7 @@ def _group_curve(
     runs: list[tuple[np.ndarray, np.ndarray, float]],
     keys: dict,
     x: str,
-    grid: np.ndarray | None,
+    grid: np.ndarray | str | None,
     num_points: int,
     integer_x: bool,
     span: str,
@@ -249,6 +260,10 @@ def _group_curve(
     streams: GroupStreams,
 ) -> pd.DataFrame:
     """The curve of one group: its runs (x, returns, end of the grid for it) interpolated onto its grid."""
+    if isinstance(grid, str):  # OBSERVED: each run's own returns at the x values some run has
+        points = np.unique(np.concatenate([xs for xs, _, _ in runs]))
+        values = np.stack([_at(points, xs, ys) for xs, ys, _ in runs], axis=-1)
+        return _curve_frame(values, points, runs, keys, x, fn, ci, n_resamples, streams)
     points = (
         grid
         if grid is not None
@@ -262,6 +277,27 @@ def _group_curve(
         )
     )
     values = np.stack([np.interp(points, xs, ys, left=np.nan, right=np.nan) for xs, ys, _ in runs], axis=-1)
+    return _curve_frame(values, points, runs, keys, x, fn, ci, n_resamples, streams)
+
+
+def _at(points: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """``ys`` where ``xs`` (increasing) holds the point, NaN elsewhere."""
+    index = np.minimum(np.searchsorted(xs, points), len(xs) - 1)
+    return np.where(xs[index] == points, ys[index], np.nan)
+
+
+def _curve_frame(
+    values: np.ndarray,
+    points: np.ndarray,
+    runs: list[tuple[np.ndarray, np.ndarray, float]],
+    keys: dict,
+    x: str,
+    fn: Callable,
+    ci: float | None,
+    n_resamples: int,
+    streams: GroupStreams,
+) -> pd.DataFrame:
+    """The curve's table from ``values`` (points x runs, NaN where a run has no value)."""
     covered = ~np.isnan(values)
     frame = pd.DataFrame({**keys, x: points}, index=range(len(points)))
     frame["value"], frame["lo"], frame["hi"] = pointwise(values, fn, ci, n_resamples, streams(keys))

@@ -133,7 +133,7 @@ def plot_learning_curves(
     ci: float | None = 0.95,
     group_by: GroupBy = None,
     num_points: int = 100,
-    grid: Sequence[float] | None = None,
+    grid: Sequence[float] | Literal["observed"] | None = None,
     span: Literal["all", "common"] = "all",
     smooth: int | None = None,
     ylim: YLim = "auto",
@@ -162,7 +162,8 @@ def plot_learning_curves(
         group_by: Columns that separate configurations; by default ``experiment`` when
             present. ``[]`` pools every run into one curve.
         num_points: Number of points of each curve's grid.
-        grid: Explicit x values shared by every curve.
+        grid: Explicit x values shared by every curve, or ``"observed"`` (each curve at the x
+            values its runs have, nothing interpolated; see :func:`~online_trainer.analysis.curves.curves`).
         span: ``"all"`` (default): each curve covers the whole x range some run of its
             group covers; ``"common"``: only the range all its runs cover.
         smooth: Trailing moving average over this many episodes of each run, before the

@@ -448,7 +448,7 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
     figure = plot_learning_curves(
         table,
         x=x,
-        grid=points.tolist() if len(points) <= MAX_EVAL_POINTS else None,  # at the evaluations, not between them
+        grid="observed",  # at the evaluations, each standing on the runs evaluated there: nothing interpolated
         stat=CURVE_STAT,
         ci=CI,
         title=title,

@@ -308,6 +308,23 @@ def test_one_short_run_does_not_clip_the_others():
     assert out["value"].iloc[-1] == pytest.approx(np.mean([9, 10, 11]))  # never extrapolated
 
 
+def test_an_observed_grid_interpolates_nothing():
+    """grid="observed": each group's points are the x values its runs have; a point stands on the runs there."""
+    df = pd.DataFrame(
+        {
+            "run": [1, 1, 1, 2, 2, 2],
+            "episode_index": [1, 2, 3, 1, 2, 3],
+            "global_step": [10, 20, 25, 10, 20, 30],
+            "ep_return": [1.0, 2.0, 9.0, 3.0, 4.0, 5.0],
+        }
+    )
+    out = curves(df, x="global_step", grid="observed", stat="mean", ci=None).set_index("global_step")
+    assert out["value"].to_dict() == {10: 2.0, 20: 3.0, 25: 9.0, 30: 5.0}
+    assert out["num_runs"].to_dict() == {10: 2, 20: 2, 25: 1, 30: 1}
+    with pytest.raises(ValueError, match="grid must be x values or 'observed', got grid='seen'"):
+        curves(df, grid="seen")
+
+
 def test_curves_explicit_grid_never_extrapolates():
     out = curves(two_runs(), grid=[10, 12.5, 20, 35, 40], stat="mean")
     np.testing.assert_allclose(out["value"], [0.0, 2.5, 7.5, 20.0, np.nan])

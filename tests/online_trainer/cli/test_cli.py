@@ -858,4 +858,14 @@ def test_a_final_evaluation_off_the_schedule_stays_at_its_own_step(tmp_path):
         (1, 50, False),
         *((2, step, True) for step in (20, 40, 60, 80, 100)),
     ]
-    assert aligned_evaluations(evals, "global_step")["global_step"].tolist() == [20, 40, 50, 20, 40, 60, 80, 100]
+    aligned = aligned_evaluations(evals, "global_step")
+    assert aligned["global_step"].tolist() == [20, 40, 50, 20, 40, 60, 80, 100]
+    # the curve stands at each evaluation on the runs evaluated there: run 2 is not interpolated to step 50,
+    # nor run 1 to step 60 (the report drew points no run was evaluated at, from the other runs' interpolation)
+    from online_trainer.analysis.curves import curves
+
+    table = aligned.rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
+    curve = curves(table, x="global_step", grid="observed", stat="mean", ci=None).set_index("global_step")
+    assert curve["num_runs"].to_dict() == {20: 2, 40: 2, 50: 1, 60: 1, 80: 1, 100: 1}
+    run_one = evals[evals["run"] == 1].set_index("global_step")["eval_return"]
+    assert curve.loc[50, "value"] == run_one[50]
