@@ -72,7 +72,8 @@ class RunSetupError(Exception):
 
 
 class ExperimentInUseError(RuntimeError):
-    """Another live call is writing into the experiment directory (it holds its lock)."""
+    """Another live call is writing into the experiment directory (it holds its lock), or Slurm jobs of the
+    experiment are still queued or running (before ``resume=True`` or ``overwrite=True``)."""
 
 
 class ExperimentExistsError(FileExistsError):

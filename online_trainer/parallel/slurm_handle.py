@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from online_trainer.errors import RunFailure, RunsFailedError
+from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
 from online_trainer.experiment.slurm_states import LIVE, job_states
 from online_trainer.parallel.slurm import _Watch, follow
@@ -125,7 +125,7 @@ def refuse_live_jobs(exp_dir: Path, call: str = "resume=True") -> None:
         call: what the refused call asked, as its message names it (``resume=True``, ``overwrite=True``).
 
     Raises:
-        RuntimeError: naming the runs, their jobs and their states, and what to do.
+        ExperimentInUseError: naming the runs, their jobs and their states, and what to do.
     """
     try:
         manifest = storage.read_manifest(exp_dir)
@@ -155,7 +155,8 @@ def refuse_live_jobs(exp_dir: Path, call: str = "resume=True") -> None:
     if live:
         described = ", ".join(f"run {run} in job {job} ({state})" for run, (job, state) in live.items())
         then = "resume" if call.startswith("resume") else "overwrite once they have ended"
-        raise RuntimeError(
+        raise ExperimentInUseError(
             f"{call}, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
-            f"for them (SlurmRuns.of(exp_dir).wait()), or cancel them (scancel) and {then}."
+            f"for them (from Python, SlurmRuns.of(exp_dir).wait(); online-trainer show {os.fspath(exp_dir)} "
+            f"says how they stand), or cancel them (scancel) and {then}."
         )

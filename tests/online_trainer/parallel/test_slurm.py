@@ -337,6 +337,10 @@ def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resum
         capsys.readouterr().out
     )
     wait_for(exp_dir / "metrics_run1.pkl")
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2  # its job runs: refused in one line
+    err = capsys.readouterr().err
+    assert f"resume=True, but {str(exp_dir)!r} has runs still in Slurm jobs: run 1 in job {job}" in err
+    assert "Traceback" not in err
     subprocess.run(["scancel", job], check=True)
     deadline = time.monotonic() + 300
     while (job_states([job]) or {}).get(job) in LIVE:
