@@ -18,8 +18,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, read_job_result
+from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, progress_path, read_job_result
 from online_trainer.experiment.ownership import INTERRUPTED, RUNNING
+from online_trainer.records import storage
+
+PENDING = "pending"
+"""A run's status before it starts (the manifest's, and what readers say of a run whose job is still queued)."""
 
 logger = logging.getLogger(__name__)
 
@@ -109,37 +113,69 @@ def _squeue(bases: list[str]) -> dict[str, str] | None:
 def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[int]:
     """Report the ``running`` runs of ``manifest`` whose Slurm jobs ended as they ended (in place; nothing is written).
 
-    A run whose job left a result gets that result's status; one whose job runs no more (ended, or
-    unknown to ``squeue``) without a result is ``interrupted``, with a warning. When ``squeue``
-    cannot be asked, the runs stay ``running``.
+    A run whose job left a result gets that result's status. One whose job runs no more (ended, or
+    unknown to ``squeue``) without a result is ``interrupted`` when it had started (it wrote
+    progress, records or a checkpoint), else ``pending``; either with a warning. A run whose job
+    is still queued and has not started is ``pending`` too. When ``squeue`` cannot be asked, the
+    runs stay ``running``.
 
     Returns:
-        The runs marked ``interrupted``.
+        The runs marked ``interrupted`` or ``pending``.
     """
     entries = [
         e for e in manifest.get("runs", []) if isinstance(e, dict) and e.get("status") == RUNNING and SLURM_JOB_KEY in e
     ]
     if not entries:
         return []
-    pending = []
+    left = []
     for entry in entries:
         result = read_job_result(Path(exp_dir), entry["run"])
         if result is not None:
             apply_result(manifest, result)
         else:
-            pending.append(entry)
-    states = job_states(e[SLURM_JOB_KEY] for e in pending)
+            left.append(entry)
+    states = job_states(e[SLURM_JOB_KEY] for e in left)
     if not states:
         return []
-    ended = [e for e in pending if states[e[SLURM_JOB_KEY]] not in LIVE]
-    for entry in ended:
+    cut: list[dict[str, Any]] = []  # started, then cut off
+    never: list[dict[str, Any]] = []  # their jobs ended before they started
+    queued: list[dict[str, Any]] = []  # their jobs wait in the queue
+    for entry in left:
+        state, started = states[entry[SLURM_JOB_KEY]], _started(Path(exp_dir), entry["run"])
+        if state not in LIVE:
+            (cut if started else never).append(entry)
+        elif state == "PENDING" and not started:
+            queued.append(entry)
+    for entry in cut:
         entry["status"] = INTERRUPTED
-    if ended:
+    for entry in never + queued:
+        entry["status"] = PENDING
+    if cut:
         logger.warning(
             "%s: %s ended without recording how their runs ended (cancelled, or their node went down): "
-            "run(s) %s count as interrupted; resume=True continues them from their checkpoints.",
+            "run(s) %s count as interrupted; resume=True continues them (from their checkpoints, if they wrote any).",
             os.fspath(exp_dir),
-            ", ".join(f"Slurm job {e[SLURM_JOB_KEY]} ({states[e[SLURM_JOB_KEY]].lower()})" for e in ended),
-            ", ".join(str(e["run"]) for e in ended),
+            _jobs(cut, states),
+            ", ".join(str(e["run"]) for e in cut),
         )
-    return [e["run"] for e in ended]
+    if never:
+        logger.warning(
+            "%s: %s ended before their runs started (cancelled while queued): run(s) %s count as pending; "
+            "resume=True runs them.",
+            os.fspath(exp_dir),
+            _jobs(never, states),
+            ", ".join(str(e["run"]) for e in never),
+        )
+    return [e["run"] for e in cut + never + queued]
+
+
+def _started(exp_dir: Path, run: int) -> bool:
+    """Whether run ``run`` began in some job: it wrote progress, records or a full checkpoint."""
+    return any(
+        path.exists()
+        for path in (progress_path(exp_dir, run), storage.metrics_path(exp_dir, run), storage.resume_path(exp_dir, run))
+    )
+
+
+def _jobs(entries: list[dict[str, Any]], states: dict[str, str]) -> str:
+    return ", ".join(f"Slurm job {e[SLURM_JOB_KEY]} ({states[e[SLURM_JOB_KEY]].lower()})" for e in entries)

@@ -284,25 +284,31 @@ def test_overwrite_and_resume_are_refused_while_the_experiments_jobs_run(tmp_pat
             handle.wait(progress=False)
 
 
-def test_readers_report_a_run_whose_job_was_cancelled_as_interrupted_once_the_job_has_ended(tmp_path, caplog):
+def test_readers_report_runs_of_cancelled_jobs_as_interrupted_or_pending_once_the_jobs_have_ended(tmp_path, caplog):
     """With the submitting process gone (wait=False, no wait()), a cancelled job's run stayed "running" for show and
-    load_episodes forever: the job writes a checkpoint on SIGTERM but no result (a requeue looks the same)."""
+    load_episodes forever: the job writes a checkpoint on SIGTERM but no result (a requeue looks the same). A run
+    whose job never left the queue was "running" too, and then "interrupted", with a checkpoint it never wrote."""
+    from online_trainer import load_runs
     from online_trainer.experiment.slurm_states import LIVE, job_states
 
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
-        1, total_steps=2 * STEPS, seed_offset=11, execution=slurm(1, wait=False)
+        3, total_steps=2 * STEPS, seed_offset=11, execution=slurm(2, wait=False)
     )
-    job = handle.job_ids[0]
+    jobs = handle.job_ids
     wait_for(tmp_path / "metrics_run1.pkl")
-    subprocess.run(["scancel", job], check=True)
+    wait_for(tmp_path / "metrics_run2.pkl")
+    assert load_runs(tmp_path)["status"].tolist() == ["running", "running", "pending"]  # two at once: one queued
+    subprocess.run(["scancel", jobs[0].split("_")[0]], check=True)  # the whole array
     deadline = time.monotonic() + 300
-    while (job_states([job]) or {}).get(job) in LIVE:
-        assert time.monotonic() < deadline, "the cancelled job did not end"
+    while any(state in LIVE for state in (job_states(jobs) or {}).values()):
+        assert time.monotonic() < deadline, "the cancelled jobs did not end"
         time.sleep(1)
-    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["status"] == "running"  # on disk
-    assert load_episodes(tmp_path)["status"].unique().tolist() == ["interrupted"]  # as readers report it
-    assert f"Slurm job {job} (cancelled) ended without recording how their runs ended" in caplog.text
-    # resume=True continues such a run: test_a_cancelled_job_is_reported_by_seed_job_and_log_... shows it
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["running"] * 3  # on disk, as the jobs left it
+    assert load_runs(tmp_path)["status"].tolist() == ["interrupted", "interrupted", "pending"]  # as readers say
+    assert f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended without recording" in caplog.text
+    assert f"Slurm job {jobs[2]} (cancelled) ended before their runs started" in caplog.text
+    # resume=True continues such runs: test_a_cancelled_job_is_reported_by_seed_job_and_log_... shows it
 
 
 SUBMIT_AND_LEAVE = """\
