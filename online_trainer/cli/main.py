@@ -3,6 +3,7 @@
 ::
 
     online-trainer run CONFIG.yaml [key=value ...]      run every seed of an experiment
+    online-trainer wait EXP_DIR [--poll SECONDS]        wait for the experiment's Slurm jobs, then its table
     online-trainer show EXP_DIR [--last-k K] [--include-unfinished]   its final-performance table
     online-trainer report EXP_DIR [EXP_DIR ...]         learning curves (PNG) and a summary (Markdown)
         [--ylim LOW HIGH] [--yscale symlog] [--common-range] [--include-unfinished]
@@ -48,6 +49,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _lazy(module: str, name: str):
     """A handler that imports its module when called, so ``--help`` does not load pandas and torch."""
 
@@ -63,6 +74,7 @@ show_command = _lazy("online_trainer.cli.report", "show_command")
 report_command = _lazy("online_trainer.cli.report", "report_command")
 compare_command = _lazy("online_trainer.cli.compare_command", "compare_command")
 eval_command = _lazy("online_trainer.cli.run", "eval_command")
+wait_command = _lazy("online_trainer.cli.wait", "wait_command")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +112,24 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'online-trainer run'")
     resume.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     resume.set_defaults(handler=resume_command)
+
+    wait = commands.add_parser(
+        "wait",
+        help="wait until the Slurm jobs of an experiment's runs have ended, then print its table",
+        description="Follow the runs of EXP_DIR handed to Slurm jobs by a process that did not wait for them "
+        "(execution.slurm.wait=false), with their progress bars, until each has ended; then print the "
+        "final-performance table. Ctrl-C stops the waiting, not the jobs.",
+    )
+    wait.add_argument("exp_dir", metavar="EXP_DIR", help="the experiment directory")
+    wait.add_argument(
+        "--poll",
+        type=_positive_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between two looks at squeue (default: 2)",
+    )
+    wait.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    wait.set_defaults(handler=wait_command)
 
     show = commands.add_parser(
         "show",

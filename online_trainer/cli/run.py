@@ -174,7 +174,10 @@ def run_command(args: argparse.Namespace) -> int:
 def submitted(handle: SlurmRuns, exp_dir: Path) -> str:
     """What ``run`` and ``resume`` say when their runs went to Slurm jobs they do not wait for."""
     jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
-    return f"Submitted {len(handle.runs)} runs as Slurm jobs {jobs}; see how they stand with: online-trainer show {exp_dir}"
+    return (
+        f"Submitted {len(handle.runs)} runs as Slurm jobs {jobs}. See how they stand with: online-trainer show "
+        f"{exp_dir}\nWait for them with: online-trainer wait {exp_dir}"
+    )
 
 
 def eval_command(args: argparse.Namespace) -> int:

@@ -157,6 +157,6 @@ def refuse_live_jobs(exp_dir: Path, call: str = "resume=True") -> None:
         then = "resume" if call.startswith("resume") else "overwrite once they have ended"
         raise ExperimentInUseError(
             f"{call}, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
-            f"for them (from Python, SlurmRuns.of(exp_dir).wait(); online-trainer show {os.fspath(exp_dir)} "
-            f"says how they stand), or cancel them (scancel) and {then}."
+            f"for them (online-trainer wait {os.fspath(exp_dir)}, or SlurmRuns.of(exp_dir).wait() from Python; "
+            f"online-trainer show says how they stand), or cancel them (scancel) and {then}."
         )

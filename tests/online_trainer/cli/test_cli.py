@@ -181,6 +181,40 @@ def mixed(tmp_path) -> Path:
     )
 
 
+def test_wait_on_an_experiment_without_slurm_jobs_says_so_and_prints_the_table(experiment, capsys):
+    """``online-trainer wait`` follows runs in Slurm jobs (tests/online_trainer/parallel/test_slurm.py); runs
+    made here have none."""
+    manifest = (experiment / "manifest.json").stat().st_mtime_ns
+    assert cli.main(["wait", str(experiment)]) == 0
+    out = capsys.readouterr().out
+    assert f"No run of {experiment} was handed to a Slurm job: nothing to wait for." in out
+    assert "Final return of each run" in out and "finished" in out and "IQM" in out
+    assert (experiment / "manifest.json").stat().st_mtime_ns == manifest
+
+
+def test_wait_refuses_a_directory_without_an_experiment_and_a_poll_that_is_not_positive(tmp_path, experiment, capsys):
+    assert cli.main(["wait", str(tmp_path)]) == 2
+    assert f"online-trainer: error: {tmp_path} holds no experiment (no manifest.json)" in capsys.readouterr().err
+    assert cli.main(["wait", str(experiment), "--poll", "0"]) == 2
+    assert "argument --poll: expected a positive number of seconds, got '0'" in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_the_wait_not_the_jobs_and_says_how_to_wait_again(experiment, capsys, monkeypatch):
+    from online_trainer.parallel.slurm_handle import SlurmRuns
+
+    def interrupted(self, progress=True, poll_interval=2.0):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SlurmRuns, "of", classmethod(lambda cls, exp_dir: cls([(str(exp_dir), 1)], "slurm")))
+    monkeypatch.setattr(SlurmRuns, "done", lambda self: False)
+    monkeypatch.setattr(SlurmRuns, "job_ids", property(lambda self: ["812_0"]))
+    monkeypatch.setattr(SlurmRuns, "wait", interrupted)
+    assert cli.main(["wait", str(experiment), "--no-progress"]) == 130
+    captured = capsys.readouterr()
+    assert f"Waiting for the Slurm jobs of {experiment}: 812_0" in captured.out
+    assert f"stopped waiting; the jobs go on. Wait again with:\n  online-trainer wait {experiment}" in captured.err
+
+
 def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplog):
     with caplog.at_level("WARNING"):
         assert cli.main(["show", str(mixed), "--last-k", "2"]) == 0

@@ -339,9 +339,9 @@ def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resum
     exp_dir = tmp_path / "exp"
     assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 0
     (job,) = SlurmRuns.of(exp_dir).job_ids
-    assert f"Submitted 1 runs as Slurm jobs {job}; see how they stand with: online-trainer show {exp_dir}" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert f"Submitted 1 runs as Slurm jobs {job}. See how they stand with: online-trainer show {exp_dir}" in out
+    assert f"Wait for them with: online-trainer wait {exp_dir}" in out
     wait_for(exp_dir / "metrics_run1.pkl")
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2  # its job runs: refused in one line
     err = capsys.readouterr().err
@@ -357,3 +357,38 @@ def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resum
     out = capsys.readouterr().out
     assert again != job and f"Submitted 1 runs as Slurm jobs {again}" in out and "left out" not in out
     subprocess.run(["scancel", again], check=True)
+
+
+class FailsInItsSecondRun(QLearningAgent):
+    """Fails at its 100th update in the run of seed 10000 (run 2 of seed_offset=0)."""
+
+    def reset(self, seed):
+        super().reset(seed)
+        self.failing, self.updates = seed == 10_000, 0
+
+    def update(self, *args, **kwargs):
+        self.updates += 1
+        if self.failing and self.updates == 100:
+            raise RuntimeError("the agent's update failed")
+        return super().update(*args, **kwargs)
+
+
+def test_the_wait_command_follows_jobs_a_process_left_to_the_end_and_prints_the_table(tmp_path, capsys):
+    """There was no command to wait for runs submitted with wait=False, only SlurmRuns.of(exp_dir).wait()."""
+    from online_trainer.cli import main as cli
+
+    handle = OnlineTrainer(cliff, FailsInItsSecondRun, exp_dir=tmp_path).multi_run(
+        2, total_steps=STEPS, seed_offset=0, execution=slurm(2, wait=False)
+    )
+    jobs = ", ".join(dict.fromkeys(handle.job_ids))
+    assert cli.main(["wait", str(tmp_path), "--no-progress", "--poll", "1"]) == 1  # a run failed
+    captured = capsys.readouterr()
+    assert f"Waiting for the Slurm jobs of {tmp_path}: {jobs}" in captured.out
+    assert "1 run(s) failed" in captured.err and "RuntimeError: the agent's update failed" in captured.err
+    assert "Final return of each run" in captured.out and "failed" in captured.out
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished", "failed"]
+    # every job has ended: nothing to follow, and the status still says a run failed
+    assert cli.main(["wait", str(tmp_path), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "Waiting" not in captured.out and "1 run(s) failed" in captured.err

@@ -1,0 +1,60 @@
+"""``online-trainer wait EXP_DIR``: wait for the Slurm jobs an experiment's runs were handed to, then print its table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from online_trainer.analysis.dataframes import load_episodes
+from online_trainer.cli.report import configured_last_k, final_table
+from online_trainer.config.schema import ConfigError
+from online_trainer.errors import RunsFailedError
+from online_trainer.parallel.slurm_handle import SlurmRuns
+from online_trainer.records import storage
+
+
+def wait_command(args: argparse.Namespace) -> int:
+    """Follow the runs of ``args.exp_dir`` still in Slurm jobs until each has ended; print the final table.
+
+    What ``SlurmRuns.of(exp_dir).wait()`` does from Python, for runs submitted with
+    ``execution.slurm.wait=false`` (or ``SlurmOptions(wait=False)``) by a process that has exited.
+    Ctrl-C stops the waiting, not the jobs.
+
+    Returns:
+        0 when every run completed, 1 when some failed (their errors are printed), 130 on Ctrl-C.
+
+    Raises:
+        ConfigError: ``args.exp_dir`` holds no experiment.
+    """
+    exp_dir = Path(args.exp_dir)
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        raise ConfigError(
+            f"{exp_dir} holds no experiment (no {storage.MANIFEST_FILE}): give the directory of an experiment "
+            "whose runs went to Slurm jobs (a sweep's configurations each have their own)."
+        )
+    handle = SlurmRuns.of(exp_dir)
+    status = 0
+    if not handle.runs:
+        print(f"No run of {exp_dir} was handed to a Slurm job: nothing to wait for.")
+    else:
+        if not handle.done():
+            jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
+            print(f"Waiting for the Slurm jobs of {exp_dir}: {jobs}", flush=True)
+        try:  # also when every job has ended: it raises for the runs that failed
+            handle.wait(progress=not args.no_progress, poll_interval=args.poll)
+        except RunsFailedError as exc:
+            print(f"online-trainer: {exc}", file=sys.stderr)
+            status = 1
+        except KeyboardInterrupt:
+            print(
+                "online-trainer: stopped waiting; the jobs go on. Wait again with:\n"
+                f"  online-trainer wait {shlex.quote(os.fspath(exp_dir))}",
+                file=sys.stderr,
+            )
+            return 130
+    print()
+    print(final_table(load_episodes(exp_dir), configured_last_k([exp_dir])))
+    return status
