@@ -61,10 +61,10 @@ class SlurmRuns:
         watch = self._watch_unended()
         display: ProgressDisplay | NoProgress = NoProgress()
         if progress and watch.runs:
-            entries = self._entries()
-            budget = entries and storage.read_manifest(self.runs[0][0]).get("budget") or {}
-            total = budget.get("total_steps") or budget.get("num_episodes") or 0
-            unit = "steps" if budget.get("total_steps") else "episodes"
+            # the call's budget: written when the runs were planned (the manifest's "budget" comes with a first run)
+            call = storage.read_manifest(self.runs[0][0]).get("call") or {}
+            total = call.get("total_steps") or call.get("num_episodes") or 0
+            unit = "steps" if call.get("total_steps") else "episodes"
             display = ProgressDisplay(len(watch.runs), total, unit) if total else NoProgress()
         try:
             follow(watch, display, poll_interval, lambda result: self._record(result))
