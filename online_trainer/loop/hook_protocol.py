@@ -7,12 +7,23 @@ they are, so that the options (:class:`~online_trainer.options.groups.RunPlan`) 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 HOOK_METHODS = ("on_run_start", "on_step", "on_episodes", "on_episode_end", "on_eval", "on_checkpoint", "on_run_end")
+_ARGUMENTS = {
+    "on_run_start": ("ctx",),
+    "on_step": ("ctx",),
+    "on_episodes": ("ctx", "first_index", "returns", "lengths"),
+    "on_episode_end": ("ctx", "record"),
+    "on_eval": ("ctx", "result"),
+    "on_checkpoint": ("ctx", "path"),
+    "on_run_end": ("ctx",),
+}
+"""The positional arguments the runner passes to each hook method."""
 
 
 class Hook:
@@ -140,7 +151,8 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
         eval_freq: the runs' evaluation period, ``evaluation.freq`` (None: no evaluation during the run).
 
     Raises:
-        TypeError: a hook has none of the hook methods, or is a class.
+        TypeError: a hook has none of the hook methods, or is a class, or one of its methods does not take the
+            arguments the runner passes.
         ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
             a hook that ``needs_eval_freq`` is given without ``evaluation.freq``.
     """
@@ -158,6 +170,9 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
                 "define at least one (subclass online_trainer.hooks.Hook)."
             )
+        for name in HOOK_METHODS:
+            if defines(hook, name):
+                _check_signature(hook, name)
         if defines(hook, "on_step"):
             steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
             valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
@@ -176,3 +191,20 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 "the hook."
             )
     return tuple(hooks)
+
+
+def _check_signature(hook: Any, name: str) -> None:
+    """Raise unless ``hook.<name>`` takes the arguments the runner passes (a ``*args`` signature does)."""
+    method = getattr(hook, name)
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing to read
+        return
+    arguments = _ARGUMENTS[name]
+    try:
+        signature.bind(*arguments)
+    except TypeError as error:
+        raise TypeError(
+            f"hook {type(hook).__name__}.{name}{signature} does not take what the runner passes ({error}): write "
+            f"def {name}(self, {', '.join(arguments)})."
+        ) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,12 +27,13 @@ from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunP
 from online_trainer.orchestration.planning import RunnerParts, run_experiments
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
-from online_trainer.run.one_run import RunResult, RunSpec
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
 
 COLUMNS = ["run", "seed", "checkpoint", "episode", "ep_return", "ep_length"]
+logger = logging.getLogger(__name__)
 
 
 def evaluation_path(exp_dir: str | os.PathLike, which: str) -> Path:
@@ -47,7 +49,8 @@ def evaluate_checkpoints(
     execution: ExecutionOptions,
     overwrite: bool = False,
 ) -> pd.DataFrame:
-    """Evaluate the ``which`` checkpoints of every finished run of ``exp_dir``; see :meth:`OnlineTrainer.evaluate`."""
+    """Evaluate the ``which`` checkpoints of every run of ``exp_dir`` that ended (finished, or stopped early by a hook);
+    see :meth:`OnlineTrainer.evaluate`."""
     execution.check_waits("evaluate")
     import pandas as pd
 
@@ -73,9 +76,16 @@ def evaluate_checkpoints(
         has_exp_dir=False,
     )
     specs: list[RunSpec] = []
-    for entry in manifest["runs"]:
-        if entry["status"] != "finished":
-            continue
+    ended = [entry for entry in manifest["runs"] if entry["status"] in COMPLETED]
+    others = ", ".join(f"run {e['run']} ({e['status']})" for e in manifest["runs"] if e["status"] not in COMPLETED)
+    if not ended:
+        raise FileNotFoundError(
+            f"{exp_dir} has no run that ended (finished, or stopped early by a hook) to evaluate: {others}. "
+            "Resume the experiment first (multi_run(..., resume=True), or online-trainer resume)."
+        )
+    if others:
+        logger.warning("Evaluating the runs that ended; left out: %s.", others)
+    for entry in ended:
         for label, path in checkpoints(exp_dir, entry["run"], which):
             loader = CheckpointAgent(lambda env: base(env, copy=base.is_instance), path)
             specs.append(
@@ -95,8 +105,6 @@ def evaluate_checkpoints(
                     checkpoint=label,
                 )
             )
-    if not specs:
-        raise FileNotFoundError(f"{exp_dir} has no finished run to evaluate.")
     group = CheckpointEvaluations(exp_dir, specs)
 
     def write(groups: list[CheckpointEvaluations]) -> list[list[Any]]:
@@ -184,6 +192,7 @@ def load_agent(
     """
     if which not in ("last", "best"):
         raise ValueError(f"load_agent loads one checkpoint: which must be 'last' or 'best', but got which={which!r}.")
+    _check_run(Path(exp_dir), run)
     ((_, path),) = checkpoints(exp_dir, run, which)
     if agent_factory is None or env is None:
         config_env, config_agent = factories_from_config(exp_dir)
@@ -194,3 +203,25 @@ def load_agent(
         return CheckpointAgent(agent_factory, path)(built)
     finally:
         envs.release(built)
+
+
+def _check_run(exp_dir: Path, run: int) -> None:
+    """Raise, saying what to give instead, unless ``exp_dir`` is an experiment with a run ``run``.
+
+    Raises:
+        FileNotFoundError: ``exp_dir`` does not exist, or holds no experiment.
+        ValueError: ``exp_dir`` is a sweep (its configurations hold the runs), or has no run ``run``.
+    """
+    if not exp_dir.is_dir():
+        raise FileNotFoundError(f"Experiment directory {exp_dir} does not exist.")
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        configurations = sorted(p.name for p in exp_dir.iterdir() if (p / storage.MANIFEST_FILE).is_file())
+        if configurations:
+            raise ValueError(
+                f"{exp_dir} is a sweep: each of its configurations ({', '.join(configurations)}) is an experiment "
+                f"with its own runs. Give one, e.g. load_agent({os.fspath(exp_dir / configurations[0])!r}, run=1, ...)."
+            )
+        raise FileNotFoundError(f"{exp_dir} holds no experiment (no {storage.MANIFEST_FILE}).")
+    num_runs = len(storage.read_manifest(exp_dir)["runs"])
+    if isinstance(run, bool) or not isinstance(run, int) or not 1 <= run <= num_runs:
+        raise ValueError(f"run={run!r}, but {exp_dir} has runs 1 to {num_runs}: give a run's number, counted from 1.")

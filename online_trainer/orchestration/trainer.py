@@ -385,7 +385,8 @@ class OnlineTrainer:
         execution: ExecutionOptions | None = None,
         overwrite: bool = False,
     ) -> pd.DataFrame:
-        """Evaluate the saved checkpoints of every finished run greedily, all runs at once.
+        """Evaluate the saved checkpoints of every run that ended (finished, or stopped early by a hook) greedily, all
+        runs at once; runs that did not end are left out, with a warning.
 
         Each run's agent is rebuilt with this trainer's agent factory and its checkpoint
         loaded (``agent.load``), switched to ``eval()``, and plays ``evaluation.episodes`` complete
@@ -408,7 +409,7 @@ class OnlineTrainer:
 
         Raises:
             FileExistsError: an earlier evaluation of ``which`` is there and ``overwrite`` is false.
-            FileNotFoundError: no manifest, or a run without such a checkpoint.
+            FileNotFoundError: no manifest, no run that ended, or a run without such a checkpoint.
         """
         from online_trainer.orchestration.checkpoint_eval import evaluate_checkpoints
 

@@ -7,6 +7,9 @@ trained instance itself, or a fresh agent that loads ``Run1_Last`` or ``Run1_Bes
 
 from __future__ import annotations
 
+import json
+import logging
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -14,6 +17,7 @@ import torch
 
 from online_trainer import EvaluationOptions, OnlineTrainer
 from online_trainer.agents import PPOAgent, QLearningAgent
+from online_trainer.hooks import Hook
 
 EVAL_SEED = 12345
 EVAL_EPISODES = 5
@@ -275,6 +279,41 @@ def test_evaluating_the_last_checkpoint_repeats_the_final_evaluation(tmp_path):
     assert sorted(set(every["checkpoint"])) == ["E10", "E20", "E30", "best", "last"]
 
 
+class StopsRunTwo(Hook):
+    """Stops the run of seed 10000 (run 2) at its 10th episode: it ends by design, as a stopper's run does."""
+
+    def on_episode_end(self, ctx, record):
+        if ctx.seed == 10000 and ctx.episodes >= 10:
+            ctx.stop("enough")
+
+
+def test_evaluate_includes_runs_a_hook_stopped_and_names_the_runs_it_leaves_out(tmp_path, caplog):
+    """Runs stopped early by a hook were left out of evaluate() without a word (they end by design, and have their
+    checkpoints); with every run stopped it raised 'has no finished run to evaluate'."""
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(3, num_episodes=30, seed_offset=0, hooks=[StopsRunTwo()], checkpoint_freq=10, progress=False)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished", "stopped_early", "finished"]
+    episodes = trainer.evaluate("last", num_episodes=2, progress=False)
+    assert sorted(set(episodes["run"])) == [1, 2, 3]
+    # a run that did not end (interrupted, say) is left out, with a warning naming it
+    manifest["runs"][2]["status"] = "interrupted"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING):
+        episodes = trainer.evaluate("best", num_episodes=2, progress=False)
+    assert sorted(set(episodes["run"])) == [1, 2]
+    assert "Evaluating the runs that ended; left out: run 3 (interrupted)." in caplog.text
+    for entry in manifest["runs"]:
+        entry["status"] = "interrupted"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"has no run that ended \(finished, or stopped early by a hook\) to "
+        r"evaluate: run 1 \(interrupted\), run 2 \(interrupted\), run 3 \(interrupted\)\. Resume",
+    ):
+        trainer.evaluate("all", num_episodes=2, progress=False)
+
+
 def test_evaluating_the_last_checkpoint_uses_the_eval_env_of_the_training_runs(tmp_path):
     def eval_env():  # not the training env: one sub-env, a shorter step limit
         return gym.make_vec("CliffWalking-v1", num_envs=1, max_episode_steps=30)
@@ -337,6 +376,15 @@ def test_load_agent_gives_the_trained_agent(tmp_path):
     np.testing.assert_array_equal(agent.q_table, trainer.agents[0].q_table)
     with pytest.raises(ValueError, match=r"which must be 'last' or 'best', but got which='all'"):
         load_agent(tmp_path, 1, "all", agent_factory=make)
+    # a run the experiment does not have, or a sweep's folder: said so (it was "no 'last' checkpoint")
+    with pytest.raises(ValueError, match=r"run=2, but .* has runs 1 to 1: give a run's number, counted from 1\."):
+        load_agent(tmp_path, 2, agent_factory=make)
+    with pytest.raises(ValueError, match=r"run=0, but"):
+        load_agent(tmp_path, 0, agent_factory=make)
+    sweep = tmp_path / "sweep"
+    cliff_trainer(sweep / "lr=0.1").multi_run(1, num_episodes=2, seed_offset=0, checkpoint_freq=1, progress=False)
+    with pytest.raises(ValueError, match=r"sweep is a sweep: each of its configurations \(lr=0\.1\) is an experiment"):
+        load_agent(sweep, 1, agent_factory=make)
 
 
 def test_record_video_films_the_first_episode_of_every_nth_evaluation(tmp_path):

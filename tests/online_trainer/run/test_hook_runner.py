@@ -202,7 +202,26 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         r"every_seconds=None",
     ):
         trainer.multi_run(1, num_episodes=2, hooks=[NoCadence()])
+
+    class MissesTheRecord(Hook):  # failed at the first episode's end, after env steps, so the experiment stayed
+        def on_episode_end(self, ctx):
+            pass
+
+    class TakesAnything(Hook):
+        def on_eval(self, *args):
+            pass
+
+        def on_checkpoint(self, ctx, path, extra=None):
+            pass
+
+    with pytest.raises(
+        TypeError,
+        match=r"hook MissesTheRecord.on_episode_end\(ctx\) does not take what the runner passes \(too many "
+        r"positional arguments\): write def on_episode_end\(self, ctx, record\)\.",
+    ):
+        trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything(), MissesTheRecord()])
     assert not (tmp_path / "exp").exists()
+    assert len(trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything()], progress=False)[0]) == 2
 
 
 def test_stats_and_timing_are_logged_through_the_callback(tmp_path):
