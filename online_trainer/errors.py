@@ -7,11 +7,17 @@ from pathlib import Path
 
 
 class RunFailure:
-    """How one run failed: its index, seed, exception and the end of its traceback."""
+    """How one run failed: its index, seed, exception and the end of its traceback.
 
-    def __init__(self, run_idx: int, seed: int, exception: str, traceback: str) -> None:
-        """``run_idx`` is the run's number, from 1."""
+    Attributes:
+        name: how messages name the run: ``run 1``, or ``lr=0.1 run 1`` in a sweep (where every
+            configuration has a run 1).
+    """
+
+    def __init__(self, run_idx: int, seed: int, exception: str, traceback: str, name: str | None = None) -> None:
+        """``run_idx`` is the run's number, from 1; ``name`` defaults to ``run {run_idx}``."""
         self.run_idx, self.seed, self.exception, self.traceback = run_idx, seed, exception, traceback
+        self.name = name or f"run {run_idx}"
 
     def tail(self, lines: int = 6) -> str:
         """The last ``lines`` lines of the traceback."""
@@ -41,7 +47,7 @@ class RunsFailedError(RuntimeError):
         )
         parts = [f"{len(self.failures)} run(s) failed; {kept}"]
         for failure in self.failures:
-            line = f"  run {failure.run_idx} (seed {failure.seed}): {failure.exception}"
+            line = f"  {failure.name} (seed {failure.seed}): {failure.exception}"
             if failure.traceback.strip() != failure.exception:
                 line += "\n" + "\n".join("    " + text for text in failure.tail().splitlines())
             parts.append(line)

@@ -166,9 +166,10 @@ class Experiment:
             logger.error("could not record the interrupted runs in the manifest: %s", exc)
 
     def failures(self) -> list[RunFailure]:
-        """The runs that failed, in order."""
+        """The runs that failed, in order, each named as the progress display names it (``lr=0.1 run 1`` in a sweep)."""
+        names = {spec.run_idx: spec.name for spec in self.specs}
         return [
-            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "")
+            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "", names.get(r.run_idx))
             for r in sorted(self.results.values(), key=lambda r: r.run_idx)
             if r.status == "failed"
         ]

@@ -391,6 +391,7 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     import pandas as pd
 
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
+    from online_trainer.analysis.selection import select_runs
     from online_trainer.analysis.stats import final_performance, summarize
 
     dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
@@ -415,7 +416,8 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     hp_rows = [{"experiment": name, **hyperparameters(root / name)} for name in scored]
     table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
-    finals = final_performance(episodes, last_k, group_by="experiment")
+    kept, _ = select_runs(episodes, log=False)  # summarize() has named the runs left out
+    finals = final_performance(kept, last_k, group_by="experiment", include_unfinished=True)
     table = _against_top(table, finals, metric)
     if unscored:  # after the configurations with a score, in the order of the grid
         rest = pd.DataFrame([{"experiment": name, **hyperparameters(root / name)} for name in unscored])

@@ -26,7 +26,7 @@ def run_serial(
             result = execute_run(spec, display)
         except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
             if not isinstance(exc, RunSetupError):
-                logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
+                logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
         display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
         on_result(result)

@@ -161,7 +161,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
                 subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
             raise SystemExit(EXIT_PREEMPTED) from None
         except Exception as exc:  # isolated: the job goes on with its next run
-            logger.error("run %d (seed %d) failed: %s", spec.run_idx, spec.seed, exc)
+            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)
             result = failed_result(spec, exc)
         finally:
             channel.flush()

@@ -315,7 +315,7 @@ class WorkerPool:
             return
         if worker.took:
             reason = f"WorkerDied: the worker process {describe_exit(code)} during this run"
-            logger.error("run %d (seed %d): %s", spec.run_idx, spec.seed, reason)
+            logger.error("%s (seed %d): %s", spec.name, spec.seed, reason)
             call.finish(spec, failed_result(spec, reason))
             return
         call.lost[spec.key] += 1

@@ -107,10 +107,15 @@ class FailsForLr(RecordingAgent):
             raise RuntimeError("bad lr")
 
 
-def test_failed_runs_are_reported_and_run_again(tmp_path):
+def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
-    with pytest.raises(RunsFailedError, match="bad lr"):
+    with pytest.raises(RunsFailedError, match="bad lr") as caught:
         trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
+    # every configuration has a run 1: the error and the log name the configuration (they said "run 1 (seed 0)")
+    assert [f.name for f in caught.value.failures] == ["lr=0.2 run 1", "lr=0.2 run 2"]
+    assert "\n  lr=0.2 run 1 (seed 0): " in str(caught.value) and "\n  lr=0.2 run 2 (seed 10000): " in str(caught.value)
+    assert "lr=0.2 run 1 (seed 0) failed: " in caplog.text
+    assert caplog.text.count("Leaving out 2 run(s) that did not finish") == 1  # the ranking said it twice
     manifest = json.loads((tmp_path / "lr=0.2" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "failed"]
     assert (tmp_path / "sweep_results.csv").is_file()  # the ranking of what finished
