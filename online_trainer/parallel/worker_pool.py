@@ -8,7 +8,8 @@ Nothing is shared between workers, so a worker that dies, busy or idle, holds no
 anyone needs: the run it had fails with the worker's exit code (and signal name), a run it
 had not yet taken goes to another worker, and a new worker takes its place. On
 KeyboardInterrupt, or any error in the parent (``on_result`` raising included), every
-worker gets SIGINT, so each run flushes its metrics; stragglers are terminated after
+worker running a run gets the stop signal (SIGUSR2, a KeyboardInterrupt there), so each run flushes its metrics;
+stragglers are terminated after
 ``grace`` seconds, the pool is marked broken and the error is raised again.
 """
 
@@ -35,7 +36,7 @@ from online_trainer.errors import Preempted
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
 from online_trainer.parallel.threads import environment, thread_variables
-from online_trainer.parallel.worker_process import worker_main
+from online_trainer.parallel.worker_process import STOP_SIGNAL, worker_main
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
@@ -350,15 +351,15 @@ class WorkerPool:
         then terminate those still alive after ``grace`` seconds.
 
         A worker that may be running a run (it took one, or it is ready and one was sent) gets
-        SIGINT; the others (still starting, or idle) get SIGTERM: a SIGINT there would print a
-        KeyboardInterrupt traceback from wherever they stand (an import, the lifeline's start)
-        for a Ctrl-C the user never pressed.
+        :data:`~online_trainer.parallel.worker_process.STOP_SIGNAL`; the others (still starting, or idle)
+        get SIGTERM: a KeyboardInterrupt there would print a traceback from wherever they stand (an
+        import, the lifeline's start) for a Ctrl-C the user never pressed.
         """
         alive = [w for w in self.workers.values() if not has_exited(w.process)]
         for worker in alive:
             try:
                 running = worker.took or (worker.ready and worker.spec is not None)
-                os.kill(worker.process.pid, signal.SIGINT if running else signal.SIGTERM)
+                os.kill(worker.process.pid, STOP_SIGNAL if running else signal.SIGTERM)
             except ProcessLookupError:
                 pass
         self._reap([w.process for w in alive])

@@ -45,6 +45,8 @@ from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_ru
 logger = logging.getLogger(__name__)
 
 _POLL = 1.0  # seconds between an idle worker's checks of its idle time
+STOP_SIGNAL = signal.SIGUSR2
+"""What the pool sends a worker to stop its run (KeyboardInterrupt in the worker); not SIGINT, which Ctrl-C also sends."""
 _PARENT_GONE = (BrokenPipeError, ConnectionResetError, EOFError)
 
 
@@ -55,7 +57,7 @@ def leave(code: int = 0) -> NoReturn:
     meanwhile (a notebook kernel's process group stopped as the pool sends its workers away) is
     ignored, instead of raising inside a handler ("Exception ignored in atexit callback").
     """
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, STOP_SIGNAL):
         signal.signal(signum, signal.SIG_IGN)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -209,9 +211,12 @@ def worker_main(
         inherited_write_ends: lifeline write ends copied into this process by fork.
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
-    # the pool stops a run with SIGINT, so that it flushes its records; a parent started with SIGINT ignored
-    # (under nohup, a background job of a script) passes that on, and the SIGINT would be lost
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The pool stops a run with a signal of its own, which raises KeyboardInterrupt so that the run flushes its records.
+    # SIGINT keeps the disposition the parent passed on: a Ctrl-C reaches the terminal's whole process group, and a
+    # parent started with SIGINT ignored (under nohup, a background job of a script) goes on, so its runs must too.
+    signal.signal(STOP_SIGNAL, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a forked worker may hold its parent's own handler
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, _on_preemption)
     signal.signal(signal.SIGTERM, _on_sigterm)
     limit_threads(torch_threads)

@@ -417,10 +417,10 @@ def test_workers_that_cannot_import_a_script_read_from_stdin_say_so(tmp_path):
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
-def test_workers_of_a_parent_that_ignores_sigint_still_stop_on_the_pools_sigint(tmp_path, caplog, start_method):
+def test_workers_of_a_parent_that_ignores_sigint_still_stop_on_the_pools_signal(tmp_path, caplog, start_method):
     """A script under nohup, or a background job of a non-interactive shell, starts with SIGINT ignored, and its
-    workers inherit that. The pool still stops a busy worker's run with SIGINT, so that it flushes its records,
-    instead of waiting out the grace period and terminating it with the records unflushed."""
+    workers inherit that. The pool still stops a busy worker's run with its stop signal, so that it flushes its
+    records, instead of waiting out the grace period and terminating it with the records unflushed."""
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         pool = WorkerPool(2, start_method, 1)
@@ -438,6 +438,40 @@ def test_workers_of_a_parent_that_ignores_sigint_still_stop_on_the_pools_sigint(
     assert all(not p.is_alive() for p in pool.processes.values())
     assert "terminating it" not in caplog.text
     assert max(load_every_chunk(tmp_path).values()) > 2  # the long run flushed its records on the way out
+
+
+class InterruptsItself(SlowAgent):
+    """Sends its process SIGINT at its 5th update, as a Ctrl-C does to the terminal's whole process group."""
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)  # counts self.updates
+        if self.updates == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_the_workers_of_a_parent_that_ignores_sigint_ignore_a_ctrl_c_too(tmp_path, start_method):
+    """A background job of a non-interactive shell ignores SIGINT. Ctrl-C (SIGINT to the process group) reached its
+    workers, which took SIGINT whatever they inherited: the runs under way failed with KeyboardInterrupt, while the
+    parent went on with the next runs and ended with RunsFailedError. The workers now keep the parent's SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    results = []
+    try:
+        pool = WorkerPool(2, start_method, 1)
+        with deadline(60):
+            runs = [
+                dataclasses.replace(spec, agent_factory=AgentFactory(InterruptsItself))
+                for spec in specs(tmp_path, [6, 6, 6])
+            ]
+            pool.run(runs, NoProgress(), results.append)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        pool.close()
+    assert sorted((r.run_idx, r.status, r.episodes) for r in results) == [
+        (1, "finished", 6),
+        (2, "finished", 6),
+        (3, "finished", 6),
+    ]
 
 
 def test_a_raising_on_result_stops_every_worker_and_the_next_call_starts_fresh_ones(tmp_path, caplog):
