@@ -49,6 +49,9 @@ def _bar(**kwargs: Any) -> Any:
     if _text_bars() and not _terminal():
         in_notebook = _text_in_notebook()
         kwargs.setdefault("mininterval", 1.0 if in_notebook else 30.0)
+        # the mean rate since the start: tqdm's moving average moves only at the redraws its updates make, so a
+        # redraw for a run that starts or ends, between them, would show a rate (and an ETA) long out of date
+        kwargs.setdefault("smoothing", 0)
         if not in_notebook:  # a notebook's output redraws a line after "\r"; a log file does not
             kwargs.setdefault("file", _LogLines(sys.stderr))
     return tqdm(dynamic_ncols=True, **kwargs)
