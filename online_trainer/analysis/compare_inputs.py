@@ -121,8 +121,10 @@ def _check_normalize(normalize: Normalize) -> None:
 
 # ----------------------------------------------------------------------------- loading
 def _label(row: Mapping[str, Any], by: list[str]) -> str:
-    if len(by) == 1:
-        return str(row[by[0]])
+    """A candidate's name: a text value of one column as it is (``dqn``, a sweep's ``lr=0.1``), else
+    ``column=value`` (``lr=0.1``: a number alone does not say what it is)."""
+    if len(by) == 1 and isinstance(row[by[0]], str):
+        return row[by[0]]
     return ", ".join(f"{c}={row[c]}" for c in by)
 
 

@@ -320,7 +320,7 @@ def test_a_sweep_compares_its_configurations(tmp_path):
     assert out.info["candidates"] == ["lr=0.1", "lr=0.2", "lr=0.3"]
     assert len(out.improvement) == 6
     by_lr = compare(tmp_path, by="lr", n_resamples=200)
-    assert by_lr.info["candidates"] == ["0.1", "0.2", "0.3"]
+    assert by_lr.info["candidates"] == ["lr=0.1", "lr=0.2", "lr=0.3"]  # "0.1" alone did not say what it is
 
 
 def test_a_candidate_pooling_configurations_that_share_seeds_is_flagged(tmp_path, caplog):
@@ -332,7 +332,7 @@ def test_a_candidate_pooling_configurations_that_share_seeds_is_flagged(tmp_path
     caplog.set_level(logging.WARNING, logger="online_trainer")
     pooled = compare(tmp_path, by="lr", n_resamples=100).info["shared_seed_note"]
     assert pooled.startswith(
-        "Some candidates pool experiments that ran the same seeds: 0.1 (2 experiments, 6 runs of 3"
+        "Some candidates pool experiments that ran the same seeds: lr=0.1 (2 experiments, 6 runs of 3"
     )
     assert pooled in caplog.text
     assert compare(tmp_path, n_resamples=100).info["shared_seed_note"] is None
