@@ -34,6 +34,7 @@ from online_trainer.analysis.compare_inputs import (
     normalized,
     run_scores,
     shared_seed_note,
+    stopped_early_note,
 )
 from online_trainer.analysis.stats import aggregate
 
@@ -146,8 +147,8 @@ def compare(
         include_unfinished=include_unfinished,
     )
     table = load_candidates(data, by, options.source)
-    note, pooled = budget_note(table), shared_seed_note(table)
-    for warning in (note, pooled):
+    note, pooled, stopped = budget_note(table), shared_seed_note(table), stopped_early_note(table)
+    for warning in (note, pooled, stopped):
         if warning is not None:
             logger.warning("compare: %s", warning)
     candidates = table.attrs["candidates"]
@@ -162,7 +163,7 @@ def compare(
         comparison.profiles,
         curves,
         options,
-        {**comparison.info, "budget_note": note, "shared_seed_note": pooled},
+        {**comparison.info, "budget_note": note, "shared_seed_note": pooled, "stopped_early_note": stopped},
     )
 
 

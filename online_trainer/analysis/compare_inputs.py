@@ -353,6 +353,37 @@ def budget_note(df: pd.DataFrame) -> str | None:
     )
 
 
+def stopped_early_note(df: pd.DataFrame) -> str | None:
+    """A warning when some compared runs were stopped early by a hook (None when none was, or the data does not say).
+
+    Their final scores are of the episodes before they stopped, compared with runs that used their whole budget:
+    a run a stopper ends once it reaches a return threshold scores that threshold, whatever it would have reached.
+    """
+    runs = df.attrs.get(RUNS_ATTR) or []
+    if not runs or "experiment" not in df.columns:
+        return None
+    candidate_of = dict(zip(df["experiment"].astype(str), df["candidate"]))
+    stopped: dict[str, list[str]] = {}
+    for run in runs:
+        experiment = str(run.get("experiment", next(iter(candidate_of), "")))
+        if experiment not in candidate_of or run.get("status") != "stopped_early":
+            continue
+        at = ""
+        if run.get("budget") and run.get("budget_unit") == "steps" and run.get("env_steps") is not None:
+            at = f" at {int(run['env_steps']):,} of {int(run['budget']):,} env steps"
+        elif run.get("budget"):
+            at = f" after {run.get('num_episodes', 0):,} of {int(run['budget']):,} episodes"
+        why = f" ({run['stop_reason']})" if run.get("stop_reason") else ""
+        stopped.setdefault(candidate_of[experiment], []).append(f"run {run['run']}{at}{why}")
+    if not stopped:
+        return None
+    listed = "; ".join(f"{candidate}: {', '.join(runs_of)}" for candidate, runs_of in stopped.items())
+    return (
+        f"Some runs were stopped early by a hook, so their scores are of their last episodes before they stopped, "
+        f"not at the end of the budget the other runs used: {listed}."
+    )
+
+
 def shared_seed_note(df: pd.DataFrame) -> str | None:
     """A warning when a candidate pools experiments whose runs share seeds (``by="lr"`` over a sweep that also
     varies ``gamma``): its runs are counted apart, as independent, though runs of one seed are not (they share

@@ -393,3 +393,39 @@ def test_candidates_run_on_different_budgets_are_flagged(tmp_path, caplog):
         "**Budgets differ.** The candidates ran on different budgets"
         in (tmp_path / "cmp" / "comparison.md").read_text()
     )
+
+
+class StopsRunTwoAt150Steps:
+    """Stops the run of seed 10000 once it has taken 150 env steps."""
+
+    every_steps = 50
+
+    def on_step(self, ctx):
+        if ctx.seed == 10000 and ctx.global_step >= 150:
+            ctx.stop("return reached")
+
+
+def test_runs_stopped_early_are_flagged(tmp_path, caplog):
+    """A run a stopper ended scores its episodes before the stop, against runs that used their whole budget: compare
+    said nothing of it."""
+    import logging
+
+    from online_trainer.cli import main as cli
+
+    for name in ("full", "full_too"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            3, total_steps=300, seed_offset=0, progress=False
+        )
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "stopper").multi_run(
+        3, total_steps=300, seed_offset=0, hooks=[StopsRunTwoAt150Steps()], progress=False
+    )
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    note = compare([tmp_path / "full", tmp_path / "stopper"], n_resamples=100).info["stopped_early_note"]
+    assert note == (
+        "Some runs were stopped early by a hook, so their scores are of their last episodes before they stopped, not "
+        "at the end of the budget the other runs used: stopper: run 2 at 150 of 300 env steps (return reached)."
+    )
+    assert note in caplog.text
+    assert compare([tmp_path / "full", tmp_path / "full_too"], n_resamples=100).info["stopped_early_note"] is None
+    assert cli.main(["compare", str(tmp_path / "full"), str(tmp_path / "stopper"), "--out", str(tmp_path / "c")]) == 0
+    assert f"**Runs stopped early.** {note}" in (tmp_path / "c" / "comparison.md").read_text()
