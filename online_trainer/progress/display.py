@@ -254,7 +254,7 @@ class ProgressDisplay:
         failed = f", {self.failed} failed" if self.failed else ""
         failed += f", {self.stopped_early} stopped early" if self.stopped_early else ""
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
-        return f"{self.done}/{self.num_runs} runs done{failed}{running}"
+        return f"{self.done}/{self.num_runs} runs ended{failed}{running}"
 
     def _refresh_overall(self) -> None:
         # After the last run, close_all() draws the final state: drawn here too, a log would show it twice.

@@ -65,7 +65,7 @@ def test_ray_isolates_a_failing_run(tmp_path):
 def test_ray_progress_reaches_the_driver(capsys):
     OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, num_episodes=30, backend="ray", num_workers=2)
     err = capsys.readouterr().err
-    assert "2/2 runs done" in err and "60/60" in err
+    assert "2/2 runs ended" in err and "60/60" in err
 
 
 def test_ray_options_are_checked():

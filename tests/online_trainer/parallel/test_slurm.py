@@ -385,7 +385,7 @@ def test_the_wait_command_follows_jobs_a_process_left_to_the_end_and_prints_the_
     assert cli.main(["wait", str(tmp_path), "--poll", "1"]) == 1  # a run failed
     captured = capsys.readouterr()
     assert f"Waiting for the Slurm jobs of {tmp_path}: {jobs}" in captured.out
-    assert f"all runs:   0%|          | 0/{2 * STEPS}" in captured.err and "1/2 runs done, 1 failed" in captured.err
+    assert f"all runs:   0%|          | 0/{2 * STEPS}" in captured.err and "1/2 runs ended, 1 failed" in captured.err
     assert "1 run(s) failed" in captured.err and "RuntimeError: the agent's update failed" in captured.err
     assert "Final return of each run" in captured.out and "failed" in captured.out
     manifest = json.loads((tmp_path / "manifest.json").read_text())

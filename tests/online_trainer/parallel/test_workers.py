@@ -197,7 +197,7 @@ def test_jsonl_from_several_workers_is_complete(tmp_path):
 def test_progress_display_in_the_parent(tmp_path, capsys, terminal):
     OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(3, num_episodes=20, num_workers=2)
     err = capsys.readouterr().err
-    assert "all runs" in err and "3/3 runs done" in err and "run 2" in err
+    assert "all runs" in err and "3/3 runs ended" in err and "run 2" in err
 
 
 SCRIPT = textwrap.dedent("""

@@ -28,4 +28,4 @@ def test_a_log_shows_the_rate_of_the_whole_run_at_every_line_not_one_left_from_a
     shown.advance(1, 50_000, 1.0)  # 5,000 steps/s since, but within the interval: not redrawn
     shown.run_finished(2, failed=True)  # redrawn now
     last = capsys.readouterr().err.splitlines()[-1]
-    assert "81000/200000" in last and "1975.61steps/s" in last and "1/2 runs done, 1 failed, 1 running" in last
+    assert "81000/200000" in last and "1975.61steps/s" in last and "1/2 runs ended, 1 failed, 1 running" in last

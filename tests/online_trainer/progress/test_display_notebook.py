@@ -39,7 +39,7 @@ def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypat
     err = capsys.readouterr().err
     assert "\x1b[" not in err
     assert "all runs" in err and "run 1" not in err
-    assert err.count("3/3 runs done, 1 failed") == 1  # the final state is drawn once
+    assert err.count("3/3 runs ended, 1 failed") == 1  # the final state is drawn once
     told = [r.getMessage() for r in caplog.records if "ipywidgets" in r.getMessage()]
     assert len(told) == 1 and "pip install ipywidgets" in told[0]  # once a process
 
@@ -50,8 +50,8 @@ def test_text_bars_in_a_file_keep_to_one_line_drawn_once_a_state(monkeypatch, ca
     drive(progress.ProgressDisplay(3, 10, "episodes"))
     err = capsys.readouterr().err
     assert "\x1b[" not in err and "run 1" not in err
-    assert err.count("0/3 runs done]") == 1  # the bar is made with its postfix, not drawn twice
-    assert err.count("3/3 runs done, 1 failed") == 1
+    assert err.count("0/3 runs ended]") == 1  # the bar is made with its postfix, not drawn twice
+    assert err.count("3/3 runs ended, 1 failed") == 1
     lines = err.splitlines()  # a log keeps each state on a line of its own, none blank
     assert "\r" not in err and err.endswith("\n") and all(line.startswith("all runs") for line in lines)
     assert len(lines) == len(set(lines)) >= 3
