@@ -25,6 +25,7 @@ what a run records. The flat keywords of the previous release (``eval_freq=``, `
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
@@ -280,6 +281,8 @@ class RunPlan(OptionGroup):
 
 
 BACKENDS = ("local", "ray", "slurm")
+_BACKEND_PACKAGES = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}
+"""The package each backend imports, and the extra that installs it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -417,6 +420,12 @@ class ExecutionOptions(OptionGroup):
             )
         if self.backend == "slurm" and self.slurm is None:
             object.__setattr__(self, "slurm", SlurmOptions())
+        needed = _BACKEND_PACKAGES.get(self.backend)
+        if needed is not None and importlib.util.find_spec(needed[0]) is None:  # refused before anything is written
+            raise ValueError(
+                f"execution.backend={self.backend!r} needs {needed[0]}, which is not installed here: "
+                f"pip install -e '.[{needed[1]}]' (or pip install {needed[0]}), or use backend='local'."
+            )
 
     def capped(self, num_runs: int) -> ExecutionOptions:
         """These options with at most ``num_runs`` workers (more would have nothing to do)."""

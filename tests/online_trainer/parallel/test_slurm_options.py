@@ -36,6 +36,34 @@ def test_slurm_options_belong_to_the_slurm_backend():
     assert ExecutionOptions(backend="slurm").in_workers  # what runs need is checked to travel
 
 
+@pytest.mark.parametrize("backend, package, extra", [("ray", "ray", "ray"), ("slurm", "submitit", "slurm")])
+def test_a_backend_whose_package_is_missing_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, capsys, backend, package, extra
+):
+    """It failed at the first run, with a traceback, after the command had written config.yaml and a manifest of
+    pending runs, so that the same command, once the package was installed, was refused as an earlier experiment."""
+    import importlib.util
+
+    from online_trainer.cli import main as cli
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
+    message = (
+        f"execution.backend={backend!r} needs {package}, which is not installed here: pip install -e '.[{extra}]' "
+        f"(or pip install {package}), or use backend='local'."
+    )
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        ExecutionOptions(backend=backend)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "env:\n  id: Corridor-v0\nagent:\n  name: q_learning\nnum_runs: 2\nnum_episodes: 2\ncallback: empty\n"
+    )
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(config), f"exp_dir={exp_dir}", f"execution.backend={backend}", "--no-progress"]) == 2
+    assert message in capsys.readouterr().err
+    assert not exp_dir.exists()
+
+
 def test_only_the_slurm_parameters_given_reach_sbatch():
     options = SlurmOptions(partition="gpu", time=60, mem="4G", additional_parameters={"exclude": "node3"})
     assert options.sbatch_parameters() == {
