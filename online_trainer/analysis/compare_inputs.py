@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -193,6 +193,7 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
         df = pd.concat(frames, ignore_index=True)
         df.attrs[RUNS_ATTR] = runs
         df.attrs["candidates"] = [str(label) for label in data]
+        _place_runs(df, lambda experiment: experiment.split("/", 1)[0])
         return _checked(df, source)
     if isinstance(data, pd.DataFrame):
         df = data.copy()
@@ -221,8 +222,31 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
     df.insert(0, "candidate", [_label(r, cols) for r in df[cols].to_dict("records")])
     if "experiment" not in df.columns:
         df["experiment"] = df["candidate"] + "/" + df["task"].astype(str)
-    df.attrs["candidates"] = list(dict.fromkeys(df["candidate"]))
+    _place_runs(df, (lambda experiment: experiment) if not by_cols else None)
+    placed = [r["candidate"] for r in df.attrs.get(RUNS_ATTR) or [] if "candidate" in r]
+    df.attrs["candidates"] = list(dict.fromkeys([*df["candidate"], *placed]))
     return _checked(df, source)
+
+
+def _place_runs(df: pd.DataFrame, candidate_of: Callable[[str], str] | None) -> None:
+    """Give every run of ``df.attrs["runs"]`` its candidate and task, so that runs without a finished episode (no row
+    of ``df``) count as runs without a score, and a task none of whose runs finished one is not silently dropped.
+
+    A run takes the candidate and task of its experiment's rows; an experiment without rows, its candidate from
+    ``candidate_of(experiment)`` (None: unknown, as for ``by=`` a hyperparameter) and its task from its env id.
+    """
+    runs = df.attrs.get(RUNS_ATTR)
+    if not runs:
+        return
+    experiments = df["experiment"].astype(str)
+    candidates, tasks = dict(zip(experiments, df["candidate"])), dict(zip(experiments, df["task"]))
+    placed = []
+    for run in runs:
+        experiment = str(run.get("experiment"))
+        candidate = candidates.get(experiment) or (candidate_of(experiment) if candidate_of else None)
+        task = tasks.get(experiment) or run.get("env_id") or UNKNOWN_TASK
+        placed.append({**run, "task": task, **({"candidate": candidate} if candidate is not None else {})})
+    df.attrs[RUNS_ATTR] = placed
 
 
 def _checked(df: pd.DataFrame, source: str) -> pd.DataFrame:

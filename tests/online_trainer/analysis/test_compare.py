@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
@@ -429,3 +430,27 @@ def test_runs_stopped_early_are_flagged(tmp_path, caplog):
     assert compare([tmp_path / "full", tmp_path / "full_too"], n_resamples=100).info["stopped_early_note"] is None
     assert cli.main(["compare", str(tmp_path / "full"), str(tmp_path / "stopper"), "--out", str(tmp_path / "c")]) == 0
     assert f"**Runs stopped early.** {note}" in (tmp_path / "c" / "comparison.md").read_text()
+
+
+def test_a_task_none_of_whose_runs_finished_an_episode_is_not_dropped_silently(tmp_path):
+    """Its runs have no row in the episode table, so the task vanished from the comparison (num_tasks=1, nothing
+    missing), while summarize counted the same runs as missing."""
+    for name, env_id, steps in (
+        ("a_cart", "CartPole-v1", 200),
+        ("b_cart", "CartPole-v1", 200),
+        ("a_acro", "Acrobot-v1", 20),  # acting 0, an Acrobot episode lasts 500 steps: none ends
+        ("b_acro", "Acrobot-v1", 20),
+        ("c_cart", "CartPole-v1", 4),  # a CartPole episode lasts about 10 steps acting 0
+    ):
+        OnlineTrainer(
+            lambda env_id=env_id: gym.make_vec(env_id, num_envs=1), RecordingAgent, exp_dir=tmp_path / name
+        ).multi_run(2, total_steps=steps, seed_offset=0, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"Every candidate must have scored runs on every task \(tasks are matched by env id\): missing "
+        r"\{'A': \['Acrobot-v1'\], 'B': \['Acrobot-v1'\]\}",
+    ):
+        compare({"A": [tmp_path / "a_cart", tmp_path / "a_acro"], "B": [tmp_path / "b_cart", tmp_path / "b_acro"]})
+    # an experiment none of whose runs finished an episode is a candidate without a score (it was no candidate)
+    with pytest.raises(ValueError, match=r"missing \{'c_cart': \['CartPole-v1'\]\}"):
+        compare([tmp_path / "a_cart", tmp_path / "c_cart"])
