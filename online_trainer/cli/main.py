@@ -18,10 +18,14 @@ this module is the one place that prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
+import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from online_trainer.config.schema import ConfigError
 from online_trainer.errors import ExperimentInUseError
@@ -306,6 +310,29 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare.set_defaults(handler=compare_command)
 
 
+@contextlib.contextmanager
+def _deprecations_said() -> Iterator[None]:
+    """Print the package's deprecation warnings (a config's flat keys) as ``online-trainer: warning: ...``.
+
+    Python hides a DeprecationWarning raised outside ``__main__``, so the command said nothing of them.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("default", message=_DEPRECATED, category=DeprecationWarning)
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, DeprecationWarning) and re.match(_DEPRECATED, str(message)):
+                print(f"{PROG}: warning: {message}", file=sys.stderr)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
+
+
+_DEPRECATED = ".* is deprecated and will be removed"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
     parser = build_parser()
@@ -323,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.handler(args)
+        with _deprecations_said():
+            return args.handler(args)
     except USER_ERRORS as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return USAGE_ERROR

@@ -636,6 +636,19 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
         assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
 
 
+def test_the_command_says_which_keys_are_deprecated(tmp_path, capsys):
+    """Python hides a DeprecationWarning raised outside __main__: the command said nothing of a flat key, though
+    the docs say it warns."""
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "eval_freq=3") == 0
+    err = capsys.readouterr().err
+    assert (
+        "online-trainer: warning: override 'eval_freq=3': the key 'eval_freq' is deprecated and will be removed in "
+        "the next release: write evaluation.freq (evaluation: {freq: ...})." in err
+    )
+    assert "DeprecationWarning" not in err and "loading.py" not in err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["the command", "its process group"])
 def test_sigterm_prints_the_exact_resume_command_once_and_nothing_spurious(tmp_path, target):
