@@ -143,6 +143,15 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_experiment_config(args.config, args.overrides)
     assert config.exp_dir is not None  # load_experiment_config defaults it to runs/<stem>
     exp_dir = Path(config.exp_dir)
+    schedule = config.agent.hyperparameters.get("total_steps")
+    if schedule is not None and config.total_steps is not None and schedule != config.total_steps:
+        print(
+            f"online-trainer: warning: agent.hyperparameters.total_steps={schedule} but total_steps="
+            f"{config.total_steps}: the agent's schedules (anneal_lr, lin_ rates) run over {schedule} steps, not over "
+            f"the run's budget. Override both (total_steps={config.total_steps} "
+            f"agent.hyperparameters.total_steps={config.total_steps}) to keep them together.",
+            file=sys.stderr,
+        )
     try:
         trainer = CommandTrainer(config, _resolved_text(config, os.fspath(args.config), list(args.overrides)))
     except (TypeError, ValueError) as exc:

@@ -916,3 +916,21 @@ def test_a_final_evaluation_off_the_schedule_stays_at_its_own_step(tmp_path):
     assert curve["num_runs"].to_dict() == {20: 2, 40: 2, 50: 1, 60: 1, 80: 1, 100: 1}
     run_one = evals[evals["run"] == 1].set_index("global_step")["eval_return"]
     assert curve.loc[50, "value"] == run_one[50]
+
+
+def test_the_command_warns_when_the_agents_schedule_and_the_budget_part(tmp_path, capsys):
+    """configs/cartpole_ppo.yaml anneals its lr over agent.hyperparameters.total_steps: overriding total_steps alone
+    left the schedule at 150,000 steps for a 4,000-step run, without a word."""
+    config = write_config(
+        tmp_path,
+        "env:\n  id: Corridor-v0\nagent:\n  name: ppo\n  hyperparameters:\n    anneal_lr: true\n"
+        "    total_steps: 64\n    n_steps: 16\nnum_runs: 1\ntotal_steps: 64\ncallback: empty\n",
+    )
+    assert run(str(config), f"exp_dir={tmp_path / 'same'}") == 0
+    assert "warning" not in capsys.readouterr().err
+    assert run(str(config), f"exp_dir={tmp_path / 'parted'}", "total_steps=32") == 0
+    assert (
+        "online-trainer: warning: agent.hyperparameters.total_steps=64 but total_steps=32: the agent's schedules "
+        "(anneal_lr, lin_ rates) run over 64 steps, not over the run's budget. Override both (total_steps=32 "
+        "agent.hyperparameters.total_steps=32) to keep them together." in capsys.readouterr().err
+    )
