@@ -336,7 +336,9 @@ def hold_exp_dir(
     def check() -> None:
         if refuse is not None:
             refuse()
-        settle_set_aside(exp_dir)  # left by a call that was killed: put back, or removed if that call's runs began
+        settle_set_aside(
+            exp_dir, cut_off=True
+        )  # left by a call that was killed: put back, unless its runs left results
         check_exp_dir(exp_dir, overwrite, inputs)
 
     with hold_lock(exp_dir, check=check) as created:
@@ -412,19 +414,44 @@ def set_aside(exp_dir: Path, paths: Sequence[Path]) -> None:
     )
 
 
-def settle_set_aside(exp_dir: Path) -> None:
+def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     """Remove what :func:`set_aside` moved, or put it back when ``exp_dir`` holds no experiment (no run started).
 
     The caller holds the experiment's lock.
+
+    Args:
+        exp_dir: the experiment directory.
+        cut_off: the call that set the files aside was killed (a later call finds them): it may have left its
+            manifest, and streams or sink files with nothing in them, but no run of it left a record, an
+            evaluation or a checkpoint. Then nothing of it is worth keeping: its files are removed and the
+            earlier experiment is put back.
     """
     aside = exp_dir / storage.SET_ASIDE_DIR
     if not aside.is_dir():
         return
-    if storage.existing_experiment_files(exp_dir):
+    left = storage.existing_experiment_files(exp_dir)
+    if left and not (cut_off and not _left_results(left)):
         shutil.rmtree(aside)
         logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
         return
+    for path in left:  # the cut-off call's own (its manifest, empty streams): the earlier experiment's are aside
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     for path in aside.iterdir():
         os.replace(path, exp_dir / path.name)  # over an input file the call wrote, if any
     aside.rmdir()
     logger.info("overwrite=True: no run started, so the earlier experiment in %s was put back as it was", exp_dir)
+
+
+def _left_results(paths: Sequence[Path]) -> bool:
+    """Whether ``paths`` (an experiment's files) hold a result of a run: records, an evaluation, a checkpoint."""
+    for path in paths:
+        name = path.name
+        if name.startswith("metrics_run"):
+            if path.stat().st_size > 0:
+                return True
+        elif name == storage.ALL_METRICS_FILE or name.startswith(("eval_run", "Run")):
+            return True
+    return False

@@ -107,6 +107,42 @@ def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
     assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
 
 
+def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_is_put_back(tmp_path):
+    """An overwrite=True call killed as its runs started leaves its own manifest (and empty streams) beside the
+    earlier experiment it set aside. The next call, refused, deleted the earlier experiment: the manifest made it
+    look as if the killed call's runs had begun."""
+    before = earlier_experiment(tmp_path)
+    aside = tmp_path / storage.SET_ASIDE_DIR
+    aside.mkdir()
+    for path in storage.existing_experiment_files(tmp_path):
+        path.rename(aside / path.name)
+    killed = json.loads((aside / "manifest.json").read_text())
+    for entry in killed["runs"]:
+        entry["status"] = "running"
+    (tmp_path / "manifest.json").write_text(json.dumps(killed))
+    (tmp_path / "metrics_run1.pkl").write_bytes(b"")  # opened, nothing flushed
+    (tmp_path / "events.out.tfevents.1.host.1.000000").write_bytes(b"")
+    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=3, progress=False
+        )
+    assert snapshot(tmp_path) == before
+    # once a run of the killed call has left records, they are its experiment's: the earlier one is removed
+    aside.mkdir()
+    for path in storage.existing_experiment_files(tmp_path):
+        path.rename(aside / path.name)
+    (tmp_path / "manifest.json").write_text(json.dumps(killed))
+    (tmp_path / "metrics_run1.pkl").write_bytes((aside / "metrics_run1.pkl").read_bytes())
+    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=3, progress=False
+        )
+    assert not aside.exists() and sorted(p.name for p in storage.existing_experiment_files(tmp_path)) == [
+        "manifest.json",
+        "metrics_run1.pkl",
+    ]
+
+
 class FailAt(Hook):
     """Raises in run 1 at env step ``at``."""
 
