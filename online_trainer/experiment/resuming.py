@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
@@ -67,6 +69,8 @@ def check_same_call(
         refuse("num_runs", manifest["num_runs"], num_runs)
     if base_seed is not None and base_seed != manifest["base_seed"]:
         refuse("seed_offset", manifest["base_seed"], base_seed)
+    if CALL_KEY not in manifest:
+        _check_unrecorded_call(exp_dir, call, refuse)
     for name, before in manifest.get(CALL_KEY, {}).items():
         key = LEGACY_NAMES.get(name, name) if name not in call else name
         now = call.get(key, False if key in SECTIONS else None)
@@ -77,6 +81,31 @@ def check_same_call(
         now = num_envs()  # type: ignore[misc]
         if now != recorded:
             refuse("num_envs (of the env)", recorded, now)
+
+
+def _check_unrecorded_call(exp_dir: Path, call: Mapping[str, Any], refuse: Callable[[str, Any, Any], None]) -> None:
+    """Check a call to resume an experiment whose manifest recorded no call (written by an earlier version).
+
+    The command's ``config.yaml`` says the budget; a sweep's configuration was checked against its
+    ``sweep.json``. Without either, nothing says how the experiment was called, and the call is refused: a
+    resume with another budget would have replaced its runs' records with those of another experiment.
+    """
+    config_file = exp_dir / "config.yaml"
+    if config_file.is_file():
+        data = yaml.safe_load(config_file.read_text()) or {}
+        for name in ("total_steps", "num_episodes", "checkpoint_freq"):
+            if isinstance(data, dict) and data.get(name) != call.get(name):
+                refuse(name, data.get(name), call.get(name))
+        return
+    if (exp_dir.parent / "sweep.json").is_file():
+        return
+    raise ValueError(
+        f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, but it was written by an earlier version "
+        "of online_trainer that recorded neither its budget nor its options (its manifest.json has no 'call'), so "
+        "this call cannot be checked against it, and its runs cut off have no full checkpoint to continue from. "
+        "Its records stay readable (load_episodes, online-trainer show and report). To run its seeds to the end, "
+        "start a new experiment: another exp_dir, or overwrite=True."
+    )
 
 
 def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
@@ -177,6 +206,13 @@ def runs_left(
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
+            if entry["status"] != "pending" and storage.metrics_path(exp_dir, run).is_file():
+                logger.warning(
+                    "resume: run %d (%s) has no full checkpoint to continue from: it starts again from step 0, "
+                    "and replaces the records it has on disk",
+                    run,
+                    entry["status"],
+                )
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
             entry["resumed_from"] = {

@@ -193,6 +193,32 @@ def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp
     assert files_with_times(tmp_path, lock=True) == before  # a refused call changes nothing, not even the lock's time
 
 
+def test_an_experiment_of_an_earlier_version_that_recorded_no_call_is_refused_unless_its_config_says_the_call(
+    tmp_path,
+):
+    """A manifest of the 2026-11-23 version has no call record: resume=True accepted any call, and a resume with
+    another budget replaced the runs' records with those of another experiment, without a word."""
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[Crash(400)], **kw)
+    manifest = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())
+    del manifest["call"]
+    (tmp_path / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
+    before = files_with_times(tmp_path, lock=True)
+    time.sleep(0.01)
+    for call in (kw, {**kw, "total_steps": 8000}):
+        with pytest.raises(ValueError, match=r"written by an earlier version of online_trainer that recorded neither"):
+            OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **call)
+    assert files_with_times(tmp_path, lock=True) == before
+    # the command's config.yaml says how it was called: another budget is refused, the same one resumes
+    (tmp_path / "config.yaml").write_text("total_steps: 600\nnum_episodes: null\ncheckpoint_freq: 300\n")
+    with pytest.raises(ValueError, match=r"which ran with total_steps=600, but this call has total_steps=8000"):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **{**kw, "total_steps": 8000})
+    OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
+    assert [r["status"] for r in json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]] == ["finished"] * 2
+
+
 @pytest.mark.slow
 def test_a_resumed_env_with_another_number_of_sub_envs_is_refused_and_execution_options_may_differ(tmp_path):
     _, agent = AGENTS["q_learning"]
