@@ -176,7 +176,7 @@ def run_command(args: argparse.Namespace) -> int:
     print()
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")
-    print(f"Plot it with: online-trainer report {exp_dir}")
+    print(f"Plot it with: online-trainer report {shlex.quote(os.fspath(exp_dir))}")
     return status
 
 
@@ -185,7 +185,7 @@ def submitted(handle: SlurmRuns, exp_dir: Path) -> str:
     jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
     return (
         f"Submitted {len(handle.runs)} runs as Slurm jobs {jobs}. See how they stand with: online-trainer show "
-        f"{exp_dir}\nWait for them with: online-trainer wait {exp_dir}"
+        f"{shlex.quote(os.fspath(exp_dir))}\nWait for them with: online-trainer wait {shlex.quote(os.fspath(exp_dir))}"
     )
 
 

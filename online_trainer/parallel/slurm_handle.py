@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,6 @@ def refuse_live_jobs(exp_dir: Path, call: str = "resume=True") -> None:
         then = "resume" if call.startswith("resume") else "overwrite once they have ended"
         raise ExperimentInUseError(
             f"{call}, but {os.fspath(exp_dir)!r} has runs still in Slurm jobs: {described}. Wait "
-            f"for them (online-trainer wait {os.fspath(exp_dir)}, or SlurmRuns.of(exp_dir).wait() from Python; "
+            f"for them (online-trainer wait {shlex.quote(os.fspath(exp_dir))}, or SlurmRuns.of(exp_dir).wait() from Python; "
             f"online-trainer show says how they stand), or cancel them (scancel) and {then}."
         )

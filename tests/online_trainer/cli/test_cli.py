@@ -934,3 +934,11 @@ def test_the_command_warns_when_the_agents_schedule_and_the_budget_part(tmp_path
         "(anneal_lr, lin_ rates) run over 64 steps, not over the run's budget. Override both (total_steps=32 "
         "agent.hyperparameters.total_steps=32) to keep them together." in capsys.readouterr().err
     )
+
+
+def test_the_commands_the_output_suggests_quote_a_path_with_spaces(tmp_path, capsys):
+    """'Plot it with: online-trainer report q dir/e 1' failed when pasted: the path was not quoted."""
+    exp_dir = tmp_path / "q dir" / "e 1"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
+    out = capsys.readouterr().out
+    assert f"Plot it with: online-trainer report '{exp_dir}'" in out
