@@ -337,9 +337,18 @@ def check_tasks(scores: pd.DataFrame, candidates: Sequence[str]) -> list[str]:
     gaps = {c: sorted(set(tasks) - have.get(c, set())) for c in candidates}
     gaps = {c: t for c, t in gaps.items() if t}
     if gaps:
+        unknown = ""
+        if UNKNOWN_TASK in tasks and len(tasks) > 1:  # some env ids known, others not
+            of = sorted(set(scores.loc[scores["task"] == UNKNOWN_TASK, "candidate"]))
+            unknown = (
+                f" The runs of {', '.join(of)} have no env id on record (task {UNKNOWN_TASK!r}: an experiment written "
+                "by an earlier version, or a DataFrame without a 'task' column): name their task yourself, e.g. "
+                "df = load_episodes(dirs); df['task'] = 'CartPole-v1'; compare(df, by=...)."
+            )
         raise ValueError(
             f"Every candidate must have scored runs on every task (tasks are matched by env id): "
-            f"missing {gaps}. Compare on the tasks they share, or run the missing ones."
+            f"missing {gaps}. Compare on the tasks they share, or run the missing ones (a run that finished no "
+            f"episode, or has not run yet, has no score: resume an experiment cut off).{unknown}"
         )
     return tasks
 

@@ -122,7 +122,8 @@ def budget_of(exp_dir: str | os.PathLike) -> tuple[str | None, int | None]:
 
 
 def env_id_of(exp_dir: str | os.PathLike) -> str | None:
-    """The gymnasium id of an experiment's env: from ``manifest.json``, else ``config.yaml``; None if unknown."""
+    """The gymnasium id of an experiment's env: from ``manifest.json``, else ``config.yaml``, else (a configuration of a
+    sweep, written by a version that did not record it) that of the sweep's other configurations; None if unknown."""
     exp_dir = Path(exp_dir)
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         env_id = storage.read_manifest(exp_dir).get("env_id")
@@ -136,6 +137,16 @@ def env_id_of(exp_dir: str | os.PathLike) -> str | None:
         env = config.get("env") if isinstance(config, dict) else None
         if isinstance(env, dict) and isinstance(env.get("id"), str):
             return env["id"]
+    if (exp_dir.parent / "sweep.json").is_file() or "=" in exp_dir.name:  # a sweep's configurations share their env
+        siblings = {
+            env_id
+            for sibling in exp_dir.parent.iterdir()
+            if sibling != exp_dir and (sibling / storage.MANIFEST_FILE).is_file()
+            for env_id in [storage.read_manifest(sibling).get("env_id")]
+            if isinstance(env_id, str)
+        }
+        if len(siblings) == 1:
+            return siblings.pop()
     return None
 
 

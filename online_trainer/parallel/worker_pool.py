@@ -292,7 +292,7 @@ class WorkerPool:
         if "agent_not_sent" in result.extra:
             logger.warning(
                 "run %d: its trained agent could not be sent back from the worker (%s), so none is kept "
-                "for it; pass keep_agents=False to skip sending agents",
+                "for it; pass records=RecordOptions(keep_agents=False) to skip sending agents",
                 spec.run_idx,
                 result.extra["agent_not_sent"],
             )

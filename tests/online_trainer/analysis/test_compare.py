@@ -454,3 +454,27 @@ def test_a_task_none_of_whose_runs_finished_an_episode_is_not_dropped_silently(t
     # an experiment none of whose runs finished an episode is a candidate without a score (it was no candidate)
     with pytest.raises(ValueError, match=r"missing \{'c_cart': \['CartPole-v1'\]\}"):
         compare([tmp_path / "a_cart", tmp_path / "c_cart"])
+
+
+def test_an_experiment_without_an_env_id_on_record_is_matched_in_a_sweep_and_named_elsewhere(tmp_path):
+    """Manifests written by the 2026-11-23 version from Python have no env_id: such an experiment is task 'task',
+    so a sweep resumed by this version (some configurations with an env id, some without) could not be compared,
+    nor could it be compared with an experiment of this version, and the error did not say why."""
+    import json
+
+    def forget_env_id(exp_dir):
+        manifest = json.loads((exp_dir / "manifest.json").read_text())
+        del manifest["env_id"]
+        (exp_dir / "manifest.json").write_text(json.dumps(manifest))
+
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path / "sweep")
+    trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, total_steps=100, seed_offset=0, progress=False)
+    forget_env_id(tmp_path / "sweep" / "lr=0.1")
+    assert compare(tmp_path / "sweep", n_resamples=100).info["tasks"] == ["CartPole-v1"]
+    for name in ("old", "new"):
+        OnlineTrainer(
+            lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path / name
+        ).multi_run(2, total_steps=100, seed_offset=0, progress=False)
+    forget_env_id(tmp_path / "old")
+    with pytest.raises(ValueError, match=r"The runs of old have no env id on record \(task 'task': an experiment "):
+        compare([tmp_path / "old", tmp_path / "new"], n_resamples=100)
