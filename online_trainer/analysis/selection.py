@@ -62,6 +62,13 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], hint: str = "") ->
     if missing:
         raise ValueError(f"The data has no column(s) {missing}; available columns: {list(df.columns)}.{hint}")
     if df.empty:
+        records = df.attrs.get(RUNS_ATTR) or []
+        if records:  # an experiment's runs, none of which finished an episode
+            raise ValueError(
+                f"No run finished an episode, so there is no return to analyse: {describe_runs(pd.DataFrame(records))}."
+                " A step budget shorter than the env's episodes ends runs before any episode does: give more steps, "
+                "an episode budget, or a time limit on the env."
+            )
         raise ValueError("The data is empty: there is no episode to analyse.")
 
 

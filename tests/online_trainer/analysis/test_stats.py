@@ -474,3 +474,25 @@ def test_nan_and_infinite_returns_are_left_out_with_a_warning(caplog):
     assert out["value"].tolist() == [0.0, 10.0, 20.0, 30.0]  # interpolated across the NaN, not dropped
     assert out["num_runs"].tolist() == [1, 1, 1, 1]
     assert "NaN or infinite" in caplog.text
+
+
+def test_runs_that_finished_no_episode_are_named_by_summarize_and_show(tmp_path, capsys):
+    """summarize raised "The data is empty" without a word of the runs, and show said "No episode has finished yet"
+    of runs that had finished (their budget ended before any episode)."""
+    import gymnasium as gym
+
+    from online_trainer import OnlineTrainer, load_episodes
+    from online_trainer.cli import main as cli
+    from tests.conftest import RecordingAgent
+
+    OnlineTrainer(lambda: gym.make_vec("Acrobot-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, total_steps=20, seed_offset=0, progress=False
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"No run finished an episode, so there is no return to analyse: run 1 \(finished\), run 2 \(finished\)\. "
+        r"A step budget shorter",
+    ):
+        summarize(load_episodes(tmp_path))
+    assert cli.main(["show", str(tmp_path)]) == 0
+    assert "No run finished an episode: there is no final return to show." in capsys.readouterr().out

@@ -350,7 +350,7 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         ),
         (["train=1"], "train=1 has the wrong type: expected a bool (true or false), got int."),
         (["checkpoints.keep=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
-        (["keep_checkpoints=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
+        (["checkpoints.keep=0"], "checkpoints.keep must be a positive int, but got checkpoints.keep=0."),
         (["checkpoints.keep=2"], "checkpoints.keep=2 applies to periodic checkpoints, but checkpoint_freq is null"),
         (
             ["checkpoints.buffers=1"],
