@@ -142,8 +142,8 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
         records = df.attrs.get("runs") or []
         listed = f" Runs: {describe_runs(pd.DataFrame(records))}." if records else ""
         unfinished = any(r.get(STATUS_COLUMN) in ("pending", "running") for r in records)
-        lead = "No episode has finished yet" if unfinished or not records else "No run finished an episode"
-        return f"{lead}: there is no final return to show.{listed}"
+        said = "No episode has finished yet" if unfinished or not records else "No run finished an episode"
+        return f"{said}: there is no final return to show.{listed}"
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
