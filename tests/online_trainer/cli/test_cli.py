@@ -322,7 +322,7 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
     capsys.readouterr()
     assert cli.main(["show", str(never)]) == 0
     assert (
-        "No episode has finished yet: there is no final return to show. Runs: run 1 (failed), run 2 "
+        "No run finished an episode: there is no final return to show. Runs: run 1 (failed), run 2 "
         "(interrupted)." in capsys.readouterr().out
     )
     assert cli.main(["report", str(never)]) == 2
