@@ -89,6 +89,21 @@ def _expand(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[
         found = experiment_dirs(path)
         nested |= found != [Path(path)]
         dirs += found
+    seen: dict[Path, Path] = {}
+    for path in dirs:
+        twice = seen.setdefault(path.resolve(), path)
+        if twice is not path:
+            raise ValueError(
+                f"The experiment {os.fspath(path)} is given twice ({os.fspath(twice)}): its runs would count twice. "
+                "Give each experiment once."
+            )
+        if (path / storage.SET_ASIDE_DIR).is_dir():
+            logger.warning(
+                "%s also holds an earlier experiment, set aside in %s/ by an overwrite=True call that was cut off: "
+                "the next call into this directory puts it back, unless the cut-off call's runs left results.",
+                path,
+                storage.SET_ASIDE_DIR,
+            )
     return dirs, nested or len(dirs) > 1
 
 

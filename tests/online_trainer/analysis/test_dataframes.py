@@ -191,3 +191,27 @@ def test_a_run_without_a_metrics_stream_is_said_to_be_one(tmp_path, caplog):
         "run 1 ended finished after 4 episodes but wrote no metrics_run1.pkl (it ran with dump_metrics=False)"
         in caplog.text
     )
+
+
+def test_an_experiment_given_twice_is_refused_and_one_with_an_experiment_set_aside_says_so(tmp_path, caplog):
+    """compare X X named its one candidate '.'; show said nothing of an earlier experiment a cut-off overwrite=True
+    call had set aside, which the next call puts back."""
+    import logging
+
+    from online_trainer import OnlineTrainer, compare, load_episodes
+    from online_trainer.records import storage
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "a").multi_run(
+        2, num_episodes=3, seed_offset=0, progress=False
+    )
+    (tmp_path / "x").mkdir()
+    for twice in ([tmp_path / "a", tmp_path / "a"], [tmp_path / "a", tmp_path / "x" / ".." / "a"]):
+        with pytest.raises(ValueError, match=r"The experiment .* is given twice .*: its runs would count twice"):
+            compare(twice)
+    (tmp_path / "a" / storage.SET_ASIDE_DIR).mkdir()
+    with caplog.at_level(logging.WARNING):
+        assert len(load_episodes(tmp_path / "a")) == 6
+    assert "also holds an earlier experiment, set aside in .replaced/ by an overwrite=True call that was cut off" in (
+        caplog.text
+    )
