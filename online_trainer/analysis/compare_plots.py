@@ -31,7 +31,9 @@ def _style(ax) -> None:
 
 
 def _colors(comparison: Comparison) -> dict[str, str]:
-    return {c: COLORS[i % len(COLORS)] for i, c in enumerate(comparison.info["candidates"])}
+    """Each candidate's colour, by its place in name order: what the learning-curve plots of the same experiments give
+    them (their groups come sorted)."""
+    return {c: COLORS[i % len(COLORS)] for i, c in enumerate(sorted(comparison.info["candidates"], key=str))}
 
 
 def _runs(comparison: Comparison) -> dict[str, int]:

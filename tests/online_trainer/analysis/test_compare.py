@@ -478,3 +478,24 @@ def test_an_experiment_without_an_env_id_on_record_is_matched_in_a_sweep_and_nam
     forget_env_id(tmp_path / "old")
     with pytest.raises(ValueError, match=r"The runs of old have no env id on record \(task 'task': an experiment "):
         compare([tmp_path / "old", tmp_path / "new"], n_resamples=100)
+
+
+def test_an_experiment_has_the_same_colour_in_compare_and_in_the_learning_curves(tmp_path):
+    from online_trainer.analysis.compare_plots import plot_sample_efficiency
+    from online_trainer.analysis.plotting import plot_learning_curves
+
+    for name in ("b_second", "a_first"):
+        experiment(tmp_path / name)
+    # given in the other order than the names sort: compare keeps the order given, the curves sort
+    comparison = compare([tmp_path / "b_second", tmp_path / "a_first"], n_resamples=100)
+    compared = {
+        line.get_label().split(" (")[0]: line.get_color()
+        for line in plot_sample_efficiency(comparison).axes[0].lines
+        if not line.get_label().startswith("_")
+    }
+    curves = plot_learning_curves(load_episodes([tmp_path / "b_second", tmp_path / "a_first"]), group_by="experiment")
+    plotted = {
+        line.get_label(): line.get_color() for line in curves.axes[0].lines if not line.get_label().startswith("_")
+    }
+    assert set(compared) == {"a_first", "b_second"}
+    assert {name: plotted[next(label for label in plotted if name in label)] for name in compared} == compared
