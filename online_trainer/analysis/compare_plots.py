@@ -114,7 +114,13 @@ def plot_improvement(comparison: Comparison) -> Figure:
     table = comparison.improvement
     table = table[[order[a] < order[b] for a, b in zip(table["candidate"], table["versus"])]]
     colors, runs = _colors(comparison), _runs(comparison)
-    fig = Figure(figsize=(6.0, 1.0 + 0.45 * len(table)), layout="constrained")
+    labels = [_pair_label(r["candidate"], r["versus"], runs) for r in table.to_dict("records")]
+    longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
+    lines = max((label.count("\n") + 1 for label in labels), default=1)
+    # the labels' width (about 0.065 inch a character at 8 points) comes on top of the axes' 4.5 inches
+    fig = Figure(
+        figsize=(min(4.5 + 0.065 * longest, 16.0), 1.2 + 0.3 * (lines + 0.5) * len(table)), layout="constrained"
+    )
     ax = fig.add_subplot()
     ys = np.arange(len(table))[::-1]
     for y, row in zip(ys, table.to_dict("records")):
@@ -142,14 +148,7 @@ def plot_improvement(comparison: Comparison) -> Figure:
             annotation_clip=False,
         )
     ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.8)
-    ax.set_yticks(
-        ys,
-        [
-            f"P({r['candidate']} > {r['versus']})  (n={runs[r['candidate']]}, {runs[r['versus']]})"
-            for r in table.to_dict("records")
-        ],
-        fontsize=8,
-    )
+    ax.set_yticks(ys, labels, fontsize=8)
     ax.set_xlim(0, 1.2)
     ax.set_xticks([0, 0.25, 0.5, 0.75, 1])
     ax.set_ylim(-0.7, len(table) - 0.3)
@@ -157,6 +156,14 @@ def plot_improvement(comparison: Comparison) -> Figure:
     _style(ax)
     _title(fig, describe(comparison))
     return fig
+
+
+def _pair_label(candidate: str, versus: str, runs: dict[str, int]) -> str:
+    """``P(a > b)  (n=5, 5)``; on two lines when the names are long (a sweep's configurations)."""
+    counts = f"(n={runs[candidate]}, {runs[versus]})"
+    if len(candidate) + len(versus) <= 40:
+        return f"P({candidate} > {versus})  {counts}"
+    return f"P({candidate}\n  > {versus})  {counts}"
 
 
 def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> None:

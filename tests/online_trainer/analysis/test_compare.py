@@ -499,3 +499,18 @@ def test_an_experiment_has_the_same_colour_in_compare_and_in_the_learning_curves
     }
     assert set(compared) == {"a_first", "b_second"}
     assert {name: plotted[next(label for label in plotted if name in label)] for name in compared} == compared
+
+
+def test_long_sweep_names_leave_the_improvement_plot_readable(tmp_path, recwarn):
+    from online_trainer.analysis.compare_plots import plot_improvement
+
+    names = ["learning_rate=0.001,hidden_size=64,gamma=0.99", "learning_rate=0.01,hidden_size=128,gamma=0.9"]
+    for name in names:
+        experiment(tmp_path / name)
+    fig = plot_improvement(compare([tmp_path / name for name in names], n_resamples=100))
+    fig.savefig(tmp_path / "improvement.png")
+    assert not [w for w in recwarn if "constrained_layout not applied" in str(w.message)]
+    box = fig.axes[0].get_position()  # after the layout: the axes keep most of their 4.5 inches
+    assert box.width * fig.get_figwidth() > 3.5
+    (label,) = [tick.get_text() for tick in fig.axes[0].get_yticklabels()]
+    assert label == f"P({names[0]}\n  > {names[1]})  (n=3, 3)"
