@@ -11,7 +11,9 @@ only, and the records keep them as ``raw_return`` and ``raw_length`` beside ``ep
 Where the values are in a vector env's ``info`` (gymnasium 1.x merges the sub-envs' infos
 into arrays with a ``_key`` mask): ``info["episode"]["r"][i]`` (mask ``info["_episode"][i]``)
 under NEXT_STEP and DISABLED autoreset, ``info["final_info"]["episode"]["r"][i]`` under
-SAME_STEP (the step's own info is the reset's).
+SAME_STEP (the step's own info is the reset's). Behind gymnasium's ``DictInfoToList`` the info is
+a list of the sub-envs' own dicts: ``info[i]["episode"]["r"]``, or ``info[i]["final_info"]["episode"]["r"]``
+under SAME_STEP.
 """
 
 from __future__ import annotations
@@ -87,11 +89,22 @@ def require_episode_statistics(env: VectorEnv, what: str) -> None:
         )
 
 
-def episode_statistics(info: dict[str, Any], envs: Sequence[int], same_step: bool) -> tuple[list[float], list[Any]]:
+def episode_statistics(
+    info: dict[str, Any] | list[dict[str, Any]], envs: Sequence[int], same_step: bool
+) -> tuple[list[float], list[Any]]:
     """The raw returns and lengths of sub-envs ``envs``, whose episodes ended at the step of ``info``.
 
     A sub-env whose info holds no statistics (an episode the runner cut) gets NaN for both.
+    ``info``: the vector env's info dict, or the list of sub-env dicts of ``DictInfoToList``.
     """
+    if isinstance(info, list):
+        returns, lengths = [], []
+        for i in envs:
+            sub = info[i].get("final_info", info[i]) if same_step else info[i]
+            stats = sub.get("episode")
+            returns.append(math.nan if stats is None else float(stats["r"]))
+            lengths.append(math.nan if stats is None else int(stats["l"]))
+        return returns, lengths
     source = info.get("final_info", info) if same_step else info
     stats, mask = source.get("episode"), source.get("_episode")
     if stats is None or mask is None:

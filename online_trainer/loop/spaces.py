@@ -127,29 +127,40 @@ class BatchSplitter:
         return list(iterate(self._batched, batch))
 
 
-def final_observations(next_obs: Any, info: dict[str, Any], space: Space[Any] | None = None) -> Any:
+def final_observations(
+    next_obs: Any, info: dict[str, Any] | list[dict[str, Any]], space: Space[Any] | None = None
+) -> Any:
     """Under SAME_STEP autoreset, ``next_obs`` with finished sub-envs' true final observations.
 
     Gymnasium puts the reset observation of a finished sub-env in ``next_obs`` and its final
     observation in ``info["final_obs"]`` (an object array of single-env observations, masked by
-    ``info["_final_obs"]``). Works for every space; ``next_obs`` itself is left unchanged.
+    ``info["_final_obs"]``); behind gymnasium's ``DictInfoToList``, in ``info[i]["final_obs"]`` of the
+    list of sub-env dicts. Works for every space; ``next_obs`` itself is left unchanged.
 
     Args:
         next_obs: the batch of observations returned by ``env.step``.
-        info: the info dict returned by the same ``env.step``.
+        info: the info returned by the same ``env.step``: a dict, or a list of one dict per sub-env.
         space: the single-env observation space; ``None`` to infer the layout from ``next_obs``.
 
     Returns:
         A batch laid out like ``next_obs``, or ``next_obs`` itself when no sub-env finished.
     """
-    mask = info.get("_final_obs")
-    if mask is None or not mask.any():
-        return next_obs
-    rows = np.flatnonzero(mask)
-    finals = [info["final_obs"][i] for i in rows]
+    if isinstance(info, list):
+        rows = np.array([i for i, sub in enumerate(info) if "final_obs" in sub], dtype=np.intp)
+        if not len(rows):
+            return next_obs
+        finals = [info[i]["final_obs"] for i in rows]
+        num_envs = len(info)
+    else:
+        mask = info.get("_final_obs")
+        if mask is None or not mask.any():
+            return next_obs
+        rows = np.flatnonzero(mask)
+        finals = [info["final_obs"][i] for i in rows]
+        num_envs = len(mask)
     if isinstance(next_obs, np.ndarray):
         return _with_rows(next_obs, rows, finals)
-    return _with_final(space if space is not None else infer_space(next_obs, len(mask)), next_obs, rows, finals)
+    return _with_final(space if space is not None else infer_space(next_obs, num_envs), next_obs, rows, finals)
 
 
 def _with_final(space: Space[Any], batch: Any, rows: np.ndarray, finals: list[Any]) -> Any:

@@ -183,3 +183,26 @@ def test_evaluating_the_checkpoints_of_a_raw_score_experiment_reports_raw_scores
     plain.multi_run(1, num_episodes=6, progress=False, checkpoint_freq=6, seed_offset=0)
     episodes = plain.evaluate("last", num_episodes=4, progress=False)
     assert episodes["ep_return"].tolist() == episodes["ep_length"].tolist()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_behind_dict_info_to_list_records_raw_scores_and_final_observations_are_exact(tmp_path, mode):
+    """gymnasium's DictInfoToList hands a list of sub-env dicts: raw scores and SAME_STEP's final observations."""
+    seen = []
+
+    class FinalObs(RandomAgent):
+        def update(self, next_obs, reward, terminated, truncated, call_back=None):
+            done = np.logical_or(terminated, truncated)
+            seen.extend(np.asarray(next_obs)[done].ravel().tolist())
+
+    def factory():
+        return gym.wrappers.vector.DictInfoToList(make_vec(3, mode)())
+
+    trainer = OnlineTrainer(factory, FinalObs, exp_dir=tmp_path)
+    records = list(trainer.multi_run(1, num_episodes=13, progress=False, seed_offset=0)[0])
+    lengths = np.array([r["ep_length"] for r in records])
+    assert len(records) == 13 and [r["ep_return"] for r in records] == lengths.tolist()
+    assert [r["raw_return"] for r in records] == (lengths * (lengths + 1) / 2).tolist()
+    assert [r["raw_length"] for r in records] == lengths.tolist()
+    # the agent learns from each episode's last observation (its step count), not from a reset's 0 (SAME_STEP)
+    assert len(seen) >= 13 and set(seen) <= {2, 3, 4, 5}
