@@ -181,9 +181,19 @@ class EpisodeTracker:
 
         Only real transitions' entries belong to an episode: the entries of sub-envs whose
         step is not one (:attr:`resetting`: a reset step under NEXT_STEP) are dropped.
+
+        Raises:
+            TypeError: ``entries`` is not a list (or tuple) of one entry per sub-env.
         """
         if entries is None:
             return
+        if not isinstance(entries, (list, tuple)) or len(entries) != self.num_envs:
+            name = type(entries).__name__
+            what = f"{len(entries)} entries" if isinstance(entries, (list, tuple)) else f"a value of type {name}"
+            raise TypeError(
+                f"agent.log() returned {what}, but it must return None or a list of one entry per sub-env "
+                f"(num_envs={self.num_envs}): [entry_0, ..., entry_{self.num_envs - 1}], each a dict or None."
+            )
         resetting = self.resetting
         for i, entry in enumerate(entries):
             if entry is not None and i not in resetting:

@@ -313,3 +313,10 @@ def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: An
         raise type(problem)(f"{where}: {problem}") from error
     except Exception:  # the check itself could not read the actions: the env's own error says more
         return
+    array_space = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    if isinstance(env.single_action_space, array_space) and not isinstance(actions, np.ndarray):
+        # right values in a list or tuple: a SyncVectorEnv takes them, a numpy-vectorised env (CartPole's) does not
+        raise TypeError(
+            f"{where}: the agent {type(agent).__name__}'s act(obs) returned a {type(actions).__name__}, and the env's "
+            f"step failed on it ({type(error).__name__}: {error}): return a numpy array, e.g. np.asarray(actions)."
+        ) from error

@@ -478,3 +478,49 @@ def test_a_bad_eval_env_is_named_as_the_evaluation_env(tmp_path):
         trainer.multi_run(1, num_episodes=2, evaluation=EvaluationOptions(freq=1, env=3))
     with pytest.raises(ValueError, match=r"evaluation.env='CartPole-v9' is not a registered gymnasium env id"):
         trainer.multi_run(1, num_episodes=2, evaluation=EvaluationOptions(freq=1, env="CartPole-v9"))
+
+
+def test_actions_in_a_list_that_a_numpy_vectorised_env_cannot_step_are_named(tmp_path):
+    """CartPole's vector env computes with its actions: a list fails there with ``'list' and 'float'``."""
+    import gymnasium as gym
+
+    from online_trainer import RunsFailedError
+
+    agent = Acting(lambda obs: [0] * len(obs))
+    with pytest.raises(RunsFailedError) as raised:
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), agent).multi_run(1, total_steps=50)
+    (failure,) = raised.value.failures
+    assert failure.exception.startswith("TypeError: At env step 1 of the run: the agent Acting's act(obs) returned")
+    assert "a list, and the env's step failed on it (TypeError: " in failure.exception
+    assert failure.exception.endswith("return a numpy array, e.g. np.asarray(actions).")
+    # a SyncVectorEnv takes the same list
+    sync = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"), agent)
+    (records,) = sync.multi_run(1, total_steps=50)
+    assert len(records) >= 1
+
+
+class Logging(RecordingAgent):
+    """``log()`` returns what ``make_logs()`` gives."""
+
+    def __init__(self, make_logs):
+        super().__init__()
+        self.make_logs = make_logs
+
+    def log(self):
+        return self.make_logs()
+
+
+@pytest.mark.parametrize(
+    "make_logs, what",
+    [(lambda: [{"x": 1}], "1 entries"), (lambda: {"x": 1}, "a value of type dict"), (lambda: 3, "a value of type int")],
+)
+def test_a_log_that_is_not_one_entry_per_sub_env_fails_the_run_and_says_what_to_return(make_logs, what):
+    from online_trainer import RunsFailedError
+
+    with pytest.raises(RunsFailedError) as raised:
+        OnlineTrainer(make_counting_vec(3), Logging(make_logs)).multi_run(1, num_episodes=4, progress=False)
+    (failure,) = raised.value.failures
+    assert failure.exception == (
+        f"TypeError: agent.log() returned {what}, but it must return None or a list of "
+        "one entry per sub-env (num_envs=3): [entry_0, ..., entry_2], each a dict or None."
+    )
