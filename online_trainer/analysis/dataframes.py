@@ -33,6 +33,7 @@ RUN_COLUMNS = [
     "seed",
     STATUS_COLUMN,
     "num_episodes",
+    "unrecorded_episodes",
     "last_step",
     "env_steps",
     "wall_time",
@@ -331,7 +332,9 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
             for name in ("ep_return", "ep_length", *RAW_COLUMNS):
                 columns[name].append(record.get(name, np.nan))
             raw = raw or "raw_return" in record
+        unrecorded = 0  # episodes the manifest counts but no stream holds (dump_metrics=False)
         if not records and run not in on_disk and (entry.get("episodes") or 0) > 0:
+            unrecorded = int(entry["episodes"])
             logger.warning(
                 "%s: run %d ended %s after %d episodes but wrote no metrics_run%d.pkl (it ran with "
                 "dump_metrics=False): it has no row in the table.",
@@ -351,6 +354,7 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 "seed": seed,
                 STATUS_COLUMN: status,
                 "num_episodes": len(records),
+                "unrecorded_episodes": unrecorded,
                 "last_step": last,
                 "env_steps": progress["global_step"],
                 "wall_time": progress["wall_time"],
@@ -438,7 +442,8 @@ def load_runs(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> pd.D
     (``finished``, ``failed``, ``interrupted``, ``pending`` (not started), ``running``
     (under way: the experiment's writer is alive), ``stopped_early``, or ``unknown`` for
     an experiment without a manifest), ``num_episodes`` (episodes on
-    disk), ``last_step`` (``global_step`` of its last episode), ``env_steps`` (env steps the
+    disk), ``unrecorded_episodes`` (episodes the run finished without writing them: it ran with
+    ``dump_metrics=False``; else 0), ``last_step`` (``global_step`` of its last episode), ``env_steps`` (env steps the
     run took, from the manifest: past ``last_step`` when the budget ended mid-episode; None
     when the manifest does not say, e.g. a run that never ended), ``wall_time`` and ``sps`` (the
     run's seconds and env steps per second), ``stop_reason`` (what a hook said when it stopped

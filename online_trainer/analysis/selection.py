@@ -63,6 +63,11 @@ def require_columns(df: pd.DataFrame, columns: Sequence[str], hint: str = "") ->
         raise ValueError(f"The data has no column(s) {missing}; available columns: {list(df.columns)}.{hint}")
     if df.empty:
         records = df.attrs.get(RUNS_ATTR) or []
+        if any(r.get("unrecorded_episodes") for r in records):
+            raise ValueError(
+                f"No run recorded its episodes, so there is no return to analyse: {describe_runs(pd.DataFrame(records))}"
+                " ran with dump_metrics=False, which keeps no metrics_run{i}.pkl. Run them again without it."
+            )
         if records:  # an experiment's runs, none of which finished an episode
             raise ValueError(
                 f"No run finished an episode, so there is no return to analyse: {describe_runs(pd.DataFrame(records))}."

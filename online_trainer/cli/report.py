@@ -143,6 +143,8 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
         listed = f" Runs: {describe_runs(pd.DataFrame(records))}." if records else ""
         unfinished = any(r.get(STATUS_COLUMN) in ("pending", "running") for r in records)
         said = "No episode has finished yet" if unfinished or not records else "No run finished an episode"
+        if any(r.get("unrecorded_episodes") for r in records):
+            said = "No run recorded its episodes (they ran with dump_metrics=False)"
         return f"{said}: there is no final return to show.{listed}"
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     lead = ["experiment"] if "experiment" in runs.columns else []

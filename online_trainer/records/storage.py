@@ -21,6 +21,7 @@ import functools
 import importlib.util
 import json
 import logging
+import operator
 import os
 import pickle
 import re
@@ -393,9 +394,30 @@ def run_indices(exp_dir: str | os.PathLike) -> list[int]:
 
 
 def load_run_metrics(exp_dir: str | os.PathLike, run_idx: int) -> list[dict[str, Any]]:
-    """Return the episode records of run ``run_idx``, read from its metrics stream."""
-    _require_dir(exp_dir)
-    return [record for chunk in iter_metrics_chunks(metrics_path(exp_dir, run_idx)) for record in chunk]
+    """Return the episode records of run ``run_idx`` (counted from 1), read from its metrics stream.
+
+    Raises:
+        TypeError: ``run_idx`` is not an int.
+        ValueError: ``run_idx`` is below 1.
+        FileNotFoundError: the experiment has no such run, or the run no metrics stream.
+    """
+    path = _require_dir(exp_dir)
+    try:
+        if isinstance(run_idx, bool):
+            raise TypeError
+        run_idx = operator.index(run_idx)  # an int, or a numpy integer (a DataFrame's run column)
+    except TypeError:
+        raise TypeError(
+            f"run_idx must be a run's number, an int counted from 1, but got run_idx={run_idx!r}."
+        ) from None
+    if run_idx < 1:
+        raise ValueError(f"run_idx={run_idx}, but runs are numbered from 1: metrics_run1.pkl is the first run's.")
+    stream = metrics_path(path, run_idx)
+    if not stream.is_file() and (path / MANIFEST_FILE).is_file():
+        num_runs = len(read_manifest(path).get("runs") or [])
+        if run_idx > num_runs:
+            raise FileNotFoundError(f"run_idx={run_idx}, but {path} has runs 1 to {num_runs}.")
+    return [record for chunk in iter_metrics_chunks(stream) for record in chunk]
 
 
 def load_all_run_metrics(exp_dir: str | os.PathLike) -> list[list[dict[str, Any]]]:

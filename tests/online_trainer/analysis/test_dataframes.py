@@ -215,3 +215,38 @@ def test_an_experiment_given_twice_is_refused_and_one_with_an_experiment_set_asi
     assert "also holds an earlier experiment, set aside in .replaced/ by an overwrite=True call that was cut off" in (
         caplog.text
     )
+
+
+def test_runs_that_kept_no_records_are_named_so_by_show_and_the_analysis(tmp_path):
+    """show said "No run finished an episode" of runs that had finished with dump_metrics=False (an outside tester's find)."""
+    from online_trainer.cli.report import final_table
+
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, num_episodes=4, seed_offset=0, dump_metrics=False, progress=False
+    )
+    df = load_episodes(tmp_path)
+    assert [r["unrecorded_episodes"] for r in df.attrs["runs"]] == [4, 4]
+    assert final_table(df, 10).startswith(
+        "No run recorded its episodes (they ran with dump_metrics=False): there is no final return to show."
+    )
+    with pytest.raises(ValueError, match=r"No run recorded its episodes, .* ran with dump_metrics=False"):
+        summarize(df)
+
+
+def test_load_run_metrics_names_the_runs_there_are(tmp_path):
+    """``load_run_metrics(exp, 0)`` said the run had not started (an outside tester's find)."""
+    import numpy as np
+
+    from online_trainer import load_run_metrics
+
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, num_episodes=4, seed_offset=0, progress=False
+    )
+    assert len(load_run_metrics(tmp_path, np.int64(2))) == 4
+    with pytest.raises(ValueError, match="run_idx=0, but runs are numbered from 1"):
+        load_run_metrics(tmp_path, 0)
+    with pytest.raises(FileNotFoundError, match=r"run_idx=3, but .* has runs 1 to 2\."):
+        load_run_metrics(tmp_path, 3)
+    for wrong in ("1", True, 1.0):
+        with pytest.raises(TypeError, match="run_idx must be a run's number, an int counted from 1"):
+            load_run_metrics(tmp_path, wrong)
