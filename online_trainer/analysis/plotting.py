@@ -207,6 +207,7 @@ def plot_learning_curves(
         include_unfinished=include_unfinished,
     )
     group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs", "total_runs")]
+    made = ax is None
     fig, ax = _axes(ax, (5.5, 3.6))
     lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
     partial = False
@@ -233,8 +234,14 @@ def plot_learning_curves(
     if partial:
         handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
     legend_title = f"each run: trailing mean of {smooth} episodes" if smooth is not None and smooth > 1 else None
-    ax.legend(handles=handles, frameon=False, fontsize=9, title=legend_title, title_fontsize=8)
     _notes(ax, [n for n in notes if n])
+    legend = {"handles": handles, "frameon": False, "fontsize": 9, "title": legend_title, "title_fontsize": 8}
+    if made:  # beside the axes, where no curve or end label runs (inside them, "best" sat on a curve's tail)
+        longest = max([len(str(h.get_label())) for h in handles] + [0.8 * len(legend_title or "")])
+        fig.set_figwidth(fig.get_figwidth() + 0.4 + 0.07 * longest)  # 9-point characters, the axes keep their width
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **legend)
+    else:  # the caller's axes, maybe one of several: the legend stays inside them
+        ax.legend(**legend)
     if title:
         ax.set_title(title, fontsize=11)
     return fig

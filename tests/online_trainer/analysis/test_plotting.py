@@ -277,3 +277,27 @@ def test_final_performance_notes_left_out_runs():
     fig = plot_final_performance(shaped(statuses={2: "interrupted"}), last_k=3)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["3 runs"]
     assert "Left out: 1 run that did not finish (1 interrupted)." in notes(fig)
+
+
+def test_the_legend_of_a_figure_made_here_stands_beside_the_curves(tmp_path):
+    """Inside the axes, matplotlib's "best" place sat on a curve's tail and its n= label (an outside tester's find)."""
+    df = pd.DataFrame(
+        [
+            {"experiment": name, "run": run, "episode_index": i, "global_step": 10 * i, "ep_return": float(i * k)}
+            for k, name in enumerate(["a_rather_long_experiment_name", "b"], start=1)
+            for run in (1, 2)
+            for i in range(1, 30)
+        ]
+    )
+    fig = plot_learning_curves(df)
+    fig.savefig(tmp_path / "curves.png")
+    renderer = fig._get_renderer()
+    legend, axes = fig.axes[0].get_legend().get_window_extent(renderer), fig.axes[0].get_window_extent(renderer)
+    assert legend.x0 > axes.x1 and legend.x1 <= fig.bbox.x1  # beside the axes, inside the figure
+    assert axes.width > 0.5 * fig.bbox.width
+    theirs, given = plt.subplots()
+    plot_learning_curves(df, ax=given)  # the caller's axes keep their legend inside
+    theirs.savefig(tmp_path / "theirs.png")
+    renderer = theirs._get_renderer()
+    assert given.get_legend().get_window_extent(renderer).x1 <= given.get_window_extent(renderer).x1 + 1
+    plt.close("all")
