@@ -18,25 +18,25 @@ same = same_values
 
 
 def test_stream_is_chunked_and_exclusive(tmp_path):
-    stream = MetricsStream(tmp_path / "metrics_run0.pkl", flush_every=3)
+    stream = MetricsStream(tmp_path / "metrics_run1.pkl", flush_every=3)
     for i in range(7):
         stream.append({"episode_index": i + 1})
-    assert len(load_run_metrics(tmp_path, 0)) == 6  # two full chunks on disk before close
+    assert len(load_run_metrics(tmp_path, 1)) == 6  # two full chunks on disk before close
     stream.close()
-    assert [r["episode_index"] for r in load_run_metrics(tmp_path, 0)] == list(range(1, 8))
+    assert [r["episode_index"] for r in load_run_metrics(tmp_path, 1)] == list(range(1, 8))
     with pytest.raises(FileExistsError):
-        MetricsStream(tmp_path / "metrics_run0.pkl")
+        MetricsStream(tmp_path / "metrics_run1.pkl")
 
 
 def test_truncated_stream_yields_complete_chunks_with_warning(tmp_path):
-    path = tmp_path / "metrics_run0.pkl"
+    path = tmp_path / "metrics_run1.pkl"
     with open(path, "wb") as f:
         pickle.dump([{"episode_index": 1}, {"episode_index": 2}], f)
         pickle.dump([{"episode_index": 3}], f)
         partial = pickle.dumps([{"episode_index": 4, "payload": "x" * 100}])
         f.write(partial[: len(partial) // 2])
-    with pytest.warns(TruncatedMetricsWarning, match=r"metrics_run0.pkl ends in an incomplete chunk"):
-        records = load_run_metrics(tmp_path, 0)
+    with pytest.warns(TruncatedMetricsWarning, match=r"metrics_run1.pkl ends in an incomplete chunk"):
+        records = load_run_metrics(tmp_path, 1)
     assert [r["episode_index"] for r in records] == [1, 2, 3]
 
 
