@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import logging
 import os
 import shutil
@@ -45,10 +46,12 @@ class Experiment:
     def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
         self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
         self.results: dict[int, RunResult] = {}
-        self._before: dict[int, str] = {}  # run -> its status before this call started it
         self._earlier = (
             set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
         )
+        manifest_file = None if exp_dir is None else exp_dir / storage.MANIFEST_FILE
+        # the manifest as this call found it (a resumed experiment's), for discard(): bytes, exactly
+        self._found = manifest_file.read_bytes() if manifest_file is not None and manifest_file.is_file() else None
         if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
             self._write()  # with nothing to do (a finished experiment resumed), nothing is written
 
@@ -99,6 +102,11 @@ class Experiment:
                     entry.update(written)  # its job (this call's: the same id) recorded its end
             storage.write_manifest(self.exp_dir, self.manifest)
 
+    @property
+    def resumed(self) -> bool:
+        """Whether this call continues an experiment it found on disk."""
+        return self._found is not None
+
     def on_submitted(self, spec: RunSpec, job_id: str) -> None:
         """Record the Slurm job a run was handed to (``slurm_job`` in its entry); the job records how it ends."""
         self.manifest["runs"][spec.run_idx - 1][SLURM_JOB_KEY] = job_id
@@ -109,7 +117,6 @@ class Experiment:
         entry = self.manifest["runs"][spec.run_idx - 1]
         if entry["status"] == ownership.RUNNING:
             return
-        self._before[spec.run_idx] = entry["status"]
         entry["status"] = ownership.RUNNING
         entry.pop(SLURM_JOB_KEY, None)  # the job of an earlier call, if any: a new one takes the run
         self._write()
@@ -198,7 +205,9 @@ class Experiment:
 
         Used when a run fails before its first env step: nothing was learned, and the user's
         next call, after the fix, must not find an earlier experiment in the way. Files that
-        were there before this call (a sweep's finished runs) are kept.
+        were there before this call (a sweep's finished runs) are kept, and an earlier manifest
+        is put back as this call found it, with the runs that ended in this call (a resumed
+        experiment's, run one after the other) recorded as they ended.
         """
         if self.exp_dir is None:
             return
@@ -209,10 +218,12 @@ class Experiment:
                 shutil.rmtree(path, ignore_errors=True)
         if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
             (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
-        if self._before and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # an earlier manifest: as it was
-            for run, status in self._before.items():
-                self.manifest["runs"][run - 1]["status"] = status
-            self._write()
+        if self._found is not None:  # an earlier manifest (a resumed experiment): as this call found it, but for
+            found = json.loads(self._found)  # the runs that ended in this call (their outputs are those of their end)
+            for result in self.results.values():
+                if result.status in COMPLETED:
+                    apply_result(found, result)
+            storage.write_manifest(self.exp_dir, found)
 
     def evaluations(self) -> list[list[dict[str, Any]] | None]:
         """The evaluation records of every run: from memory for runs done now, from ``eval_run{i}.pkl`` for runs

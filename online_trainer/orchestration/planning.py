@@ -351,9 +351,15 @@ def execute_experiments(
             experiment.discard()
         remove_created(created)
         if hasattr(error.cause, "add_note"):  # Python 3.11+
+            resumed = any(getattr(experiment, "resumed", False) for experiment in experiments)
             error.cause.add_note(
-                f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; "
-                "every run was stopped and nothing was kept on disk)"
+                f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; every run was stopped, "
+                + (
+                    "and the manifest is as this call found it but for runs that ended in this call: the others go "
+                    "on from their last full checkpoint when the experiment is resumed with the right inputs)"
+                    if resumed
+                    else "and nothing was kept on disk)"
+                )
             )
         raise error.cause from None
     except BaseException:

@@ -49,6 +49,7 @@ SET_ASIDE_DIR = ".replaced"
 EXPERIMENT_PATTERNS = (
     MANIFEST_FILE,
     ALL_METRICS_FILE,
+    "env.json",  # the env the experiment ran on (online_trainer.run.env_identity)
     "metrics_run*.pkl",
     "eval_run*.pkl",
     "videos",

@@ -22,7 +22,7 @@ from online_trainer.loop.steps import run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
 from online_trainer.records.episode_table import EpisodeTable
-from online_trainer.run import full_checkpoint
+from online_trainer.run import env_identity, full_checkpoint
 from online_trainer.run.events import run_events
 from online_trainer.run.hook_runner import StopRun
 
@@ -212,6 +212,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             if env is None:
                 env = spec.env_factory()
             _check_env(env, spec.options.records.frames_trigger)
+            if spec.exp_dir is not None:
+                identity = env_identity.env_identity(env, _env_id(env))
+                if spec.resume:
+                    env_identity.check_identity(spec.exp_dir, identity, spec.name)
+                env_identity.record_identity(spec.exp_dir, identity)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)
             with_raw = raw_scores.detect(env, spec.options.records.score, "training env")

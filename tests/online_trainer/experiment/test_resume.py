@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -649,3 +650,53 @@ def test_a_resumed_call_hands_back_every_run_alike_with_its_evaluations(tmp_path
         [e["mean"] for e in run] for run in reference.evaluations
     ]
     assert resumed.agents[0] is None and resumed.agents[2] is not None  # run 1 ran in the earlier call
+
+
+def _files(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experiment(tmp_path, workers):
+    """A pending run of a resumed CartPole experiment ran wholly on Acrobot, and its env id became the experiment's
+    (an outside tester's find)."""
+    exp = tmp_path / "exp"
+    options = dict(total_steps=600, seed_offset=0, checkpoint_freq=200)
+    execution = ExecutionOptions(num_workers=workers, progress=False)
+    with pytest.raises(KeyboardInterrupt):  # run 1 is cut off at step 300, runs 2 and 3 never start
+        OnlineTrainer(
+            cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp
+        ).multi_run(3, total_steps=600, seed_offset=0, checkpoint_freq=200, hooks=[Crash(300)], progress=False)
+    assert json.loads((exp / "env.json").read_text()) == {
+        "env_id": "CartPole-v1",
+        "num_envs": 2,
+        "observation_space": ["Box", [4], "float32"],
+        "action_space": ["Discrete", 2, 0],
+    }
+    before = _files(exp)
+    acrobot = lambda: gym.make_vec("Acrobot-v1", num_envs=2, vectorization_mode="sync")  # noqa: E731
+    with pytest.raises(ValueError) as refused:
+        OnlineTrainer(acrobot, lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp).multi_run(
+            3, resume=True, **options, execution=execution
+        )
+    assert str(refused.value).endswith(
+        "env differs: env id 'Acrobot-v1' (it ran with 'CartPole-v1'); observations Box of shape (6,), float32 (it ran "
+        "with Box of shape (4,), float32); actions Discrete(3) (it ran with Discrete(2)). Resume with the env it was "
+        "made with, or start a new experiment in another exp_dir."
+    )
+    after, manifest = _files(exp), storage.read_manifest(exp)
+    assert after[Path("env.json")] == before[Path("env.json")]
+    assert "the manifest is as this call found it" in " ".join(getattr(refused.value, "__notes__", []))
+    if workers == 1:  # run 1 resumed and finished before run 2 was refused: the manifest says so, and only that
+        assert [entry["status"] for entry in manifest["runs"]] == ["finished", "pending", "pending"]
+    else:  # runs 1 and 2 started together: the manifest as it was (run 1 goes on from its checkpoint next time)
+        assert after[Path("manifest.json")] == before[Path("manifest.json")]
+        assert [entry["status"] for entry in manifest["runs"]] == ["interrupted", "pending", "pending"]
+    OnlineTrainer(cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp).multi_run(
+        3, resume=True, **options, execution=execution
+    )
+    uninterrupted = tmp_path / "uninterrupted"
+    OnlineTrainer(
+        cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=uninterrupted
+    ).multi_run(3, **options)
+    assert load_episodes(exp)[COLUMNS].equals(load_episodes(uninterrupted)[COLUMNS])
