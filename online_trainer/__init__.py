@@ -6,7 +6,14 @@
 import importlib
 from typing import Any
 
-from online_trainer.errors import ExperimentExistsError, ExperimentInUseError, Preempted, RunFailure, RunsFailedError
+from online_trainer.errors import (
+    ExperimentExistsError,
+    ExperimentInUseError,
+    Preempted,
+    RunFailure,
+    RunsFailedError,
+    SlurmSubmissionError,
+)
 from online_trainer.loop.protocol import Agent
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.records.record_view import RunRecords
@@ -73,6 +80,7 @@ __all__ = [
     "RunsFailedError",
     "SlurmOptions",
     "SlurmRuns",
+    "SlurmSubmissionError",
     "TruncatedMetricsWarning",
     "aggregate",
     "compare",

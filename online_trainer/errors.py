@@ -54,6 +54,11 @@ class RunsFailedError(RuntimeError):
         super().__init__("\n".join(parts))
 
 
+class SlurmSubmissionError(ValueError):
+    """``sbatch`` refused a call's jobs (a partition, a time limit, a resource or an option the cluster does not
+    take): nothing was submitted, and the call keeps nothing on disk."""
+
+
 class RunSetupError(Exception):
     """A run failed before its first env step: building, checking or seeding its env and agent.
 

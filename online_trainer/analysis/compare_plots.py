@@ -123,6 +123,7 @@ def plot_improvement(comparison: Comparison) -> Figure:
     )
     ax = fig.add_subplot()
     ys = np.arange(len(table))[::-1]
+    notes = []
     for y, row in zip(ys, table.to_dict("records")):
         color = colors[row["candidate"]]
         lo, hi = row["probability_of_improvement_lo"], row["probability_of_improvement_hi"]
@@ -137,15 +138,17 @@ def plot_improvement(comparison: Comparison) -> Figure:
             hi = max(hi, bound)
         elif row["degenerate"]:
             text += " (degenerate: ties)"
-        ax.annotate(
-            text,
-            (hi, y),
-            xytext=(5, 0),
-            textcoords="offset points",
-            va="center",
-            fontsize=7,
-            color="0.25",
-            annotation_clip=False,
+        notes.append(
+            ax.annotate(
+                text,
+                (hi, y),
+                xytext=(5, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+                color="0.25",
+                annotation_clip=False,
+            )
         )
     ax.axvline(0.5, color="0.4", linestyle="--", linewidth=0.8)
     ax.set_yticks(ys, labels, fontsize=8)
@@ -155,7 +158,27 @@ def plot_improvement(comparison: Comparison) -> Figure:
     ax.set_xlabel("Probability of improvement (0.5: cannot be told apart)", fontsize=9)
     _style(ax)
     _title(fig, describe(comparison))
+    _make_room(fig, ax, notes)
     return fig
+
+
+def _make_room(fig: Figure, ax, notes: list) -> None:
+    """Extend the x axis to the right until every note, written right of a point, ends inside the axes.
+
+    Constrained layout alone leaves a long note cut off: the margin it makes narrows the axes,
+    which moves the point and its note nearer the right edge than the margin allowed for.
+    Once the notes lie inside the axes, the layout at saving can only widen the axes.
+    """
+    fig.draw_without_rendering()  # lays the figure out, as saving it will
+    axes = ax.get_window_extent()
+    left, right = ax.get_xlim()
+    needed = right
+    for note in notes:
+        x = note.xy[0]
+        # the note's offset and text, in axes widths; they keep their size when the axis extends
+        width = (note.get_window_extent().x1 - axes.x0) / axes.width - (x - left) / (right - left)
+        needed = max(needed, left + (x - left) / max(1 - width, 0.1))
+    ax.set_xlim(left, needed)
 
 
 def _pair_label(candidate: str, versus: str, runs: dict[str, int]) -> str:

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from online_trainer.config.schema import ConfigError
-from online_trainer.errors import ExperimentInUseError
+from online_trainer.errors import ExperimentInUseError, SlurmSubmissionError
 
 PROG = "online-trainer"
 USAGE_ERROR = 2
@@ -39,6 +39,7 @@ USER_ERRORS = (
     NotADirectoryError,
     PermissionError,
     ExperimentInUseError,
+    SlurmSubmissionError,
 )
 """Exceptions that mean the user's input is wrong: reported in one line, exit status 2."""
 

@@ -268,6 +268,27 @@ def remove_created(created: Sequence[Path]) -> None:
             path.unlink(missing_ok=True)
 
 
+def refuse_a_sweep(exp_dir: Path | None, what: str) -> None:
+    """Refuse ``what`` (``"multi_run"``, ``"multi_run(resume=True)"``) in a sweep's directory, whatever its options: it
+    would write one experiment among the sweep's configurations, or set aside part of the sweep. This only reads.
+
+    Raises:
+        ExperimentExistsError: ``exp_dir`` holds a sweep.
+    """
+    if exp_dir is None or not (exp_dir / storage.SWEEP_FILE).is_file():
+        return
+    configurations = sorted(p.name for p in exp_dir.iterdir() if (p / storage.MANIFEST_FILE).is_file())
+    listed = ", ".join(configurations[:4]) + (", ..." if len(configurations) > 4 else "")
+    raise ExperimentExistsError(
+        f"exp_dir={os.fspath(exp_dir)!r} holds a sweep ({storage.SWEEP_FILE}; configurations: {listed or 'none yet'}), "
+        f"not one experiment: {what} there would mix one experiment into it. Give {what} another exp_dir; to go on "
+        "with the sweep, call sweep(..., resume=True) with its grid.",
+        exp_dir,
+        [exp_dir / storage.SWEEP_FILE],
+        [],
+    )
+
+
 def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | None]) -> None:
     """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``); this only reads.
 
@@ -286,7 +307,8 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
         return
     earlier, differing = earlier_experiment(exp_dir, inputs)
     if earlier:
-        names = ", ".join(p.name for p in earlier[:4]) + (", ..." if len(earlier) > 4 else "")
+        shown = sorted(earlier, key=lambda p: (p.name != storage.MANIFEST_FILE, p.name))  # the telling one first
+        names = ", ".join(p.name for p in shown[:4]) + (", ..." if len(shown) > 4 else "")
         raise ExperimentExistsError(
             f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
             "overwrite=True to replace it, or choose another exp_dir.",
@@ -345,6 +367,7 @@ def hold_exp_dir(
         return
 
     def check() -> None:
+        refuse_a_sweep(exp_dir, "multi_run")
         if refuse is not None:
             refuse()
         settle_set_aside(

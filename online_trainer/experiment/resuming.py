@@ -22,11 +22,12 @@ import yaml
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
+from online_trainer.experiment.manifest import refuse_a_sweep
 from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES
 from online_trainer.options.groups import SECTIONS
 from online_trainer.records import storage
-from online_trainer.run import full_checkpoint
+from online_trainer.run import env_identity, full_checkpoint
 from online_trainer.run.one_run import COMPLETED
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ def check_same_call(
     num_runs: int,
     base_seed: int | None,
     call: Mapping[str, Any],
-    num_envs: Callable[[], int] | None = None,
+    env: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
@@ -51,8 +52,9 @@ def check_same_call(
     did not record (options added since) are not compared.
 
     Args:
-        num_envs: the number of sub-envs of this call's env (builds one env); compared with the experiment's
-            when its manifest has one.
+        env: what this call's env says of itself (:func:`env_description`: builds one env); compared with the env
+            the experiment ran on (its ``env.json``, its manifest's number of sub-envs, a full checkpoint's), when
+            something says what that was.
 
     Raises:
         ValueError: naming the first option that differs and both values.
@@ -75,12 +77,43 @@ def check_same_call(
         key = LEGACY_NAMES.get(name, name) if name not in call else name
         now = call.get(key, False if key in SECTIONS else None)
         if now != before:
+            if key == "hooks":
+                _refuse_hooks(exp_dir, before or {}, now or {})
             refuse(key, before, now)
-    recorded = recorded_num_envs(exp_dir, manifest) if num_envs is not None else None
-    if recorded is not None:
-        now = num_envs()  # type: ignore[misc]
-        if now != recorded:
-            refuse("num_envs (of the env)", recorded, now)
+    if env is None:
+        return
+    recorded = recorded_num_envs(exp_dir, manifest)
+    if recorded is None and env_identity.recorded_identity(exp_dir) is None:
+        return  # nothing says what env it ran on: each run records it when it builds its own
+    now = env()
+    if recorded is not None and now["num_envs"] != recorded:
+        refuse("num_envs (of the env)", recorded, now["num_envs"])
+    env_identity.check_identity(exp_dir, now, "this call")
+
+
+def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+    """Raise, naming the first difference, when the hooks with state of a resumed call are not those recorded.
+
+    Raises:
+        ValueError: a hook with state left out, added, or made with other arguments.
+    """
+    differences = [f"{key} is left out" for key in before if key not in now]
+    differences += [f"{key} is added" for key in now if key not in before]
+    differences += [
+        f"{key} was made with {_arguments(before[key]['params'])}, this call's with {_arguments(now[key]['params'])}"
+        for key in before
+        if key in now and before[key] != now[key]
+    ]
+    raise ValueError(
+        f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, whose runs keep the state of their hooks "
+        f"{sorted(before) or 'none'}, but this call's hooks with state differ: {'; '.join(differences)}. Resume with "
+        "the hooks the experiment was started with, made with the same arguments (hooks without state_dict may "
+        "change), or start a new experiment."
+    )
+
+
+def _arguments(params: Mapping[str, Any]) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in params.items()) or "no arguments it keeps"
 
 
 def _check_unrecorded_call(exp_dir: Path, call: Mapping[str, Any], refuse: Callable[[str, Any, Any], None]) -> None:
@@ -119,11 +152,12 @@ def recorded_num_envs(exp_dir: Path, manifest: Mapping[str, Any]) -> int | None:
     return None
 
 
-def env_num_envs(env_factory: Any) -> int:
-    """The number of sub-envs of the env ``env_factory`` builds (one env is built and released)."""
+def env_description(env_factory: Any) -> dict[str, Any]:
+    """What the env ``env_factory`` builds says of itself (:func:`~online_trainer.run.env_identity.env_identity`;
+    one env is built and released)."""
     env = env_factory()
     try:
-        return int(env.num_envs)
+        return env_identity.env_identity(env)
     finally:
         env_factory.release(env)
 
@@ -134,9 +168,11 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
     Raises:
         ValueError: ``exp_dir`` is None.
         FileNotFoundError: it holds no manifest (or does not exist).
+        ExperimentExistsError: it holds a sweep.
     """
     validation.needs_exp_dir(exp_dir, resume=True)
     assert exp_dir is not None  # needs_exp_dir raised otherwise
+    refuse_a_sweep(Path(exp_dir), "multi_run(resume=True)")
     read_manifest(Path(exp_dir))
 
 
@@ -170,6 +206,7 @@ def runs_left(
     continue_runs: bool = True,
     hooks: Sequence[Any] = (),
     callback: Any = None,
+    label: str = "",
 ) -> dict[int, full_checkpoint.CheckpointHeader | None]:
     """The runs of an earlier manifest to do, each with the header of the checkpoint it continues from (or None).
 
@@ -183,6 +220,7 @@ def runs_left(
         continue_runs: continue runs from their full checkpoints (False: every run left starts again).
         hooks: the user hooks of the call: those with state must be the ones each checkpoint holds.
         callback: the call's callback: it must take the position each checkpoint holds for it.
+        label: put before ``run {i}`` in warnings and errors (a sweep's configuration, as in its runs' names).
 
     Raises:
         ValueError: a checkpoint holds the state of other user hooks than ``hooks``, or a position
@@ -202,15 +240,15 @@ def runs_left(
     }
     left: dict[int, full_checkpoint.CheckpointHeader | None] = {}
     for run in entries:
-        left[run] = _checked_header(exp_dir, run, hooks, callback) if continue_runs else None
+        left[run] = _checked_header(exp_dir, run, hooks, callback, label) if continue_runs else None
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
             if entry["status"] != "pending" and storage.metrics_path(exp_dir, run).is_file():
                 logger.warning(
-                    "resume: run %d (%s) has no full checkpoint to continue from: it starts again from step 0, "
+                    "resume: %s (%s) has no full checkpoint to continue from: it starts again from step 0, "
                     "and replaces the records it has on disk",
-                    run,
+                    _run_name(run, label),
                     entry["status"],
                 )
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
@@ -221,8 +259,8 @@ def runs_left(
                 "env_restored": header.env_kept,
             }
             logger.info(
-                "run %d continues from its checkpoint at step %d (%d episodes)",
-                run,
+                "%s continues from its checkpoint at step %d (%d episodes)",
+                _run_name(run, label),
                 header.global_step,
                 header.episodes,
             )
@@ -230,28 +268,35 @@ def runs_left(
 
 
 def check_checkpoints(
-    exp_dir: Path, manifest: Mapping[str, Any], hooks: Sequence[Any] = (), callback: Any = None
+    exp_dir: Path, manifest: Mapping[str, Any], hooks: Sequence[Any] = (), callback: Any = None, label: str = ""
 ) -> None:
     """Raise unless every run of ``manifest`` that would continue from its full checkpoint takes the call's
     ``hooks`` and ``callback``, and its checkpoint is of this version: the checks of :func:`runs_left`, reading
-    only, so that the experiment's lock can refuse the call before it writes anything.
+    only, so that the experiment's lock can refuse the call before it writes anything. ``label`` names the
+    runs as in :func:`runs_left`.
 
     Raises:
         ValueError: as :func:`runs_left`, or a checkpoint of another format version.
     """
     for entry in manifest["runs"]:
         if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file():
-            _checked_header(exp_dir, entry["run"], hooks, callback)
+            _checked_header(exp_dir, entry["run"], hooks, callback, label)
+
+
+def _run_name(run: int, label: str = "") -> str:
+    """``"run 1"``, or with a sweep's ``label`` ``"lr=0.1 run 1"``: the name its :class:`RunSpec` has."""
+    return f"{label} run {run}" if label else f"run {run}"
 
 
 def _checked_header(
-    exp_dir: Path, run: int, hooks: Sequence[Any], callback: Any
+    exp_dir: Path, run: int, hooks: Sequence[Any], callback: Any, label: str = ""
 ) -> full_checkpoint.CheckpointHeader | None:
     """The header of run ``run``'s full checkpoint (None without one), checked against the call's hooks and callback."""
     header = full_checkpoint.read(exp_dir, run, header_only=True)
     if header is not None:
-        full_checkpoint.check_hooks(exp_dir, header, hooks)
-        full_checkpoint.check_callback_position(exp_dir, header, callback)
+        name = _run_name(run, label)
+        full_checkpoint.check_hooks(exp_dir, header, hooks, name)
+        full_checkpoint.check_callback_position(exp_dir, header, callback, name)
     return header
 
 

@@ -8,6 +8,8 @@ they are, so that the options (:class:`~online_trainer.options.groups.RunPlan`) 
 from __future__ import annotations
 
 import inspect
+import json
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -208,3 +210,52 @@ def _check_signature(hook: Any, name: str) -> None:
             f"hook {type(hook).__name__}.{name}{signature} does not take what the runner passes ({error}): write "
             f"def {name}(self, {', '.join(arguments)})."
         ) from None
+
+
+def hook_keys(hooks: Sequence[Any]) -> list[str]:
+    """The names that key the user's hooks' state in a full checkpoint: ``Class#k`` for the ``k``-th hook of
+    its class (from 0), e.g. ``["StopOnReturn#0", "MyHook#0", "MyHook#1"]``.
+
+    Hooks of different classes may be listed in another order on resume; hooks of one class keep theirs.
+    """
+    seen: Counter[str] = Counter()
+    keys = []
+    for hook in hooks:
+        name = type(hook).__qualname__
+        keys.append(f"{name}#{seen[name]}")
+        seen[name] += 1
+    return keys
+
+
+def hook_parameters(hook: Any) -> dict[str, Any]:
+    """The arguments ``hook`` was made with, as far as it keeps them: each parameter of its class's ``__init__`` that
+    it holds as an attribute of that name (or ``_name``), when the value is plain data (numbers, strings, lists and
+    dicts of them). Attributes set otherwise (a start time, a file) are not parameters and are left out."""
+    try:
+        parameters = inspect.signature(type(hook).__init__).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    attributes = getattr(hook, "__dict__", {})
+    kept: dict[str, Any] = {}
+    for parameter in parameters:
+        if parameter.name == "self" or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        for name in (parameter.name, "_" + parameter.name):
+            if name in attributes:
+                try:
+                    kept[parameter.name] = json.loads(json.dumps(attributes[name]))
+                except (TypeError, ValueError):
+                    pass  # not plain data: cannot be compared
+                break
+    return kept
+
+
+def stateful_hook_record(hooks: Sequence[Any]) -> dict[str, Any] | None:
+    """What a resumed call must give again of the user's hooks with a ``state_dict`` (what a full checkpoint keeps):
+    :func:`hook_keys` name -> ``{"class": ..., "params": hook_parameters(...)}``; None without such hooks."""
+    record = {
+        key: {"class": type(hook).__qualname__, "params": hook_parameters(hook)}
+        for key, hook in zip(hook_keys(hooks), hooks)
+        if callable(getattr(hook, "state_dict", None))
+    }
+    return record or None

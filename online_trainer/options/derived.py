@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from online_trainer.loop.hook_protocol import stateful_hook_record
 from online_trainer.options.groups import SECTIONS, EvaluationOptions, OptionGroup, RunPlan
 
 __all__ = ["LEGACY_NAMES", "RunOptions", "call_record", "field_docs", "fold_legacy"]
@@ -29,9 +30,13 @@ def call_record(plan: OptionGroup, tuning_hp: Mapping[str, Any] | None, train: b
     Every field of ``plan`` and of its groups, but those declared ``affects_records=False``; a group that is
     None (no evaluation) is recorded as ``{"evaluation": False}``, a given one as ``True`` and its fields.
     Values that are not plain data (a callable, an env) are recorded as None: they cannot be compared.
+    Of the user's hooks, those with state (a full checkpoint keeps it) are recorded under ``hooks``, with the
+    arguments they were made with (:func:`~online_trainer.loop.hook_protocol.stateful_hook_record`).
     """
     record: dict[str, Any] = {}
     _record_fields(plan, "", record)
+    if isinstance(plan, RunPlan):
+        record["hooks"] = stateful_hook_record(plan.hooks)
     record.update(tuning_hp=dict(tuning_hp or {}) or None, train=bool(train))
     return json.loads(json.dumps(record))
 

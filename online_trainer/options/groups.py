@@ -285,6 +285,22 @@ _BACKEND_PACKAGES = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}
 """The package each backend imports, and the extra that installs it."""
 
 
+_NAMED_SBATCH = ("partition", "time", "cpus_per_task", "mem", "gres", "account", "qos")
+"""The sbatch options :class:`SlurmOptions` has a field for."""
+
+_RUNNER_SBATCH = {
+    "array": "one array task per job, at most num_workers running at once",
+    "job_name": "online_trainer",
+    "output": "the job's log in the folder",
+    "error": "the job's log in the folder",
+    "open_mode": "the job's log in the folder",
+    "wrap": "the job's script",
+    "parsable": "how jobs are submitted",
+}
+"""sbatch options the runner sets, which ``additional_parameters`` would override (``array`` lifted the cap of running
+jobs and left array tasks with no run to hold the node)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SlurmOptions:
     """How runs go to a Slurm cluster (``ExecutionOptions(backend="slurm", slurm=SlurmOptions(...))``).
@@ -334,9 +350,12 @@ class SlurmOptions:
     """Seconds between two looks at the jobs' states (``squeue``) while waiting."""
 
     def __post_init__(self) -> None:
-        for name in ("time", "cpus_per_task"):
-            if getattr(self, name) is not None:
-                validation.positive_int(name, getattr(self, name), "Use None for the cluster's default.")
+        if self.time is not None:
+            validation.positive_int(
+                "time", self.time, "It is in minutes (120: two hours); None: the partition's limit."
+            )
+        if self.cpus_per_task is not None:
+            validation.positive_int("cpus_per_task", self.cpus_per_task, "Use None for the cluster's default.")
         validation.positive_int("runs_per_job", self.runs_per_job)
         validation.positive_int("signal_delay_s", self.signal_delay_s)
         if not isinstance(self.max_requeues, int) or isinstance(self.max_requeues, bool) or self.max_requeues < 0:
@@ -350,6 +369,18 @@ class SlurmOptions:
                 "additional_parameters must be a dict of sbatch options, but got "
                 f"additional_parameters={self.additional_parameters!r}."
             )
+        for key in self.additional_parameters or {}:
+            name = str(key).replace("-", "_")
+            if name in _NAMED_SBATCH:
+                raise ValueError(
+                    f"additional_parameters={dict(self.additional_parameters or {})!r} sets {key!r}, which is an option "
+                    f"of its own: pass {name}=... instead."
+                )
+            if name in _RUNNER_SBATCH:
+                raise ValueError(
+                    f"additional_parameters={dict(self.additional_parameters or {})!r} sets {key!r}, which the runner "
+                    f"sets itself ({_RUNNER_SBATCH[name]}): leave it out."
+                )
         if not isinstance(self.poll_interval, (int, float)) or not self.poll_interval > 0:
             raise ValueError(
                 f"poll_interval must be a positive number of seconds, but got poll_interval={self.poll_interval!r}."
@@ -357,8 +388,7 @@ class SlurmOptions:
 
     def sbatch_parameters(self) -> dict[str, Any]:
         """The parameters of ``submitit.SlurmExecutor.update_parameters`` that were given."""
-        names = ("partition", "time", "cpus_per_task", "mem", "gres", "account", "qos")
-        given: dict[str, Any] = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        given: dict[str, Any] = {name: getattr(self, name) for name in _NAMED_SBATCH if getattr(self, name) is not None}
         if self.additional_parameters:
             given["additional_parameters"] = dict(self.additional_parameters)
         return given

@@ -19,7 +19,10 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from online_trainer.options import validation
 
 if TYPE_CHECKING:
     import optuna
@@ -63,11 +66,23 @@ def optuna_objective(
         to 4 significant digits (``lr=0.3044``; a hash of the exact values is appended when
         another configuration already has that name); its ``hyperparameters.yaml`` and
         manifest hold the exact values.
+
+    Raises:
+        ImportError: Optuna is not installed.
+        ValueError: the budget is not exactly one positive int, or ``exp_dir`` already holds a
+            sweep run with another budget or ``seed_offset`` (its ``sweep.json``): every trial
+            would fail, so the objective is refused before the first.
     """
     try:
         import optuna  # noqa: F401  (fail now, not in the first trial)
     except ImportError as exc:
         raise ImportError("optuna_objective needs Optuna: pip install -e '.[optuna]' (or pip install optuna).") from exc
+    if trainer.exp_dir is not None:
+        from online_trainer.orchestration.sweep import _recorded_seed  # as OnlineTrainer.sweep: not at import
+
+        _recorded_seed(
+            Path(trainer.exp_dir), validation.seed_offset(seed_offset), validation.budget(num_episodes, total_steps)
+        )
 
     def objective(trial: optuna.Trial) -> float:
         hp = search_space(trial)

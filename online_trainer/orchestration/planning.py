@@ -222,7 +222,7 @@ def resume_check(
             num_runs,
             seed_offset,
             call_record(options, tuning_hp, parts.train),
-            lambda: resuming.env_num_envs(parts.env_factory),
+            lambda: resuming.env_description(parts.env_factory),
         )
         resuming.check_checkpoints(exp_dir, manifest, options.hooks, parts.callback)
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from online_trainer.errors import RunsFailedError
+from online_trainer.errors import ExperimentExistsError, RunsFailedError
 from online_trainer.experiment import ownership
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
@@ -36,7 +36,7 @@ from online_trainer.experiment.resuming import (
     CALL_KEY,
     check_checkpoints,
     check_same_call,
-    env_num_envs,
+    env_description,
     rewind_outputs,
     runs_left,
 )
@@ -196,6 +196,7 @@ def run_sweep(
         return ranking
 
     def check() -> None:  # run by the lock before it writes anything: a call refused here changes nothing on disk
+        _refuse_an_experiment(root)
         _recorded_seed(root, seed_offset, options.budget)
         _check_calls(parts, root, grid, options, resume)
 
@@ -239,7 +240,7 @@ def _plan(
             seed,
             {**fields, CALL_KEY: call_record(options, config, parts.train)},
             parts.callback,
-            f"{name}/",
+            name,
             resume,
             options.hooks,
         )
@@ -274,6 +275,24 @@ def _names(root: Path, grid: list[dict[str, Any]]) -> list[str]:
     return names
 
 
+def _refuse_an_experiment(root: Path) -> None:
+    """Refuse a sweep in a directory that holds one experiment (``multi_run``'s): its configurations would sit
+    beside that experiment's runs, and readers of the directory would see the experiment alone.
+
+    Raises:
+        ExperimentExistsError: ``root`` holds an experiment's manifest.
+    """
+    if (root / storage.MANIFEST_FILE).is_file():
+        raise ExperimentExistsError(
+            f"exp_dir={os.fspath(root)!r} holds an experiment made by multi_run ({storage.MANIFEST_FILE}), not a "
+            "sweep: a sweep writes one experiment per configuration in sub-directories, and would mix them with "
+            "its runs. Give the sweep another exp_dir.",
+            root,
+            [root / storage.MANIFEST_FILE],
+            [],
+        )
+
+
 def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], options: RunPlan, resume: bool) -> None:
     """Raise unless the call agrees with every configuration's experiment run earlier, and (with ``resume``) its
     hooks and callback fit their full checkpoints: every configuration is checked before any is cut back."""
@@ -288,10 +307,10 @@ def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], opt
             manifest["num_runs"],  # a sweep may add seeds to its configurations
             None,  # the sweep's seed is checked against sweep.json
             call_record(options, config, parts.train),
-            lambda: env_num_envs(parts.env_factory),
+            lambda: env_description(parts.env_factory),
         )
         if resume:
-            check_checkpoints(exp_dir, manifest, options.hooks, parts.callback)
+            check_checkpoints(exp_dir, manifest, options.hooks, parts.callback, label=name)
 
 
 def _recorded_seed(root: Path, seed_offset: int | None, budget: Any) -> int | None:
@@ -343,16 +362,16 @@ def _resume(
     seed: int,
     fields: dict[str, Any],
     callback: Any,
-    tag_prefix: str,
+    name: str,
     resume: bool,
     hooks: Sequence[Any] = (),
 ) -> tuple[dict[str, Any], list[int]]:
-    """The manifest of a configuration's experiment and the runs still to do (with ``resume``, runs cut off
-    continue from their full checkpoints; else they start again); the callback's files are cut back."""
+    """The manifest of the experiment of the configuration ``name`` and the runs still to do (with ``resume``, runs
+    cut off continue from their full checkpoints; else they start again); the callback's files are cut back."""
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
-        left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks, callback=callback)
-        rewind_outputs(callback, manifest, left, tag_prefix)
+        left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks, callback=callback, label=name)
+        rewind_outputs(callback, manifest, left, f"{name}/")
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
         for entry in extra["runs"][len(manifest["runs"]) :]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import cloudpickle
 
+from online_trainer.errors import RunSetupError, SlurmSubmissionError
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import read_job_result
 from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, job_states
@@ -212,13 +213,25 @@ class SlurmExecutor:
         write_all = not self.options.wait
         import_path = [os.path.abspath(entry or os.curdir) for entry in sys.path]  # "" is this process's directory
         jobs = []
-        with executor.batch():
-            for group in groups:
-                payloads = [cloudpickle.dumps(spec) for spec in group]
-                from online_trainer.parallel.slurm_job import SlurmRunJob
+        from online_trainer.parallel.slurm_job import SlurmRunJob
 
-                job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
-                jobs.append(executor.submit(job))
+        utils = self.submitit.core.utils
+        try:
+            with executor.batch():
+                for group in groups:
+                    payloads = [cloudpickle.dumps(spec) for spec in group]
+                    job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
+                    jobs.append(executor.submit(job))
+        except (utils.FailedJobError, utils.FailedSubmissionError) as exc:
+            # sbatch checks what no option check here can (the cluster's partitions, limits, resources): a refusal is
+            # bad input, found before any run started, so the call stops and keeps nothing, as for a bad agent
+            said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip().startswith("sbatch"))
+            refusal = SlurmSubmissionError(
+                f"Slurm refused the jobs ({said or str(exc).strip()}): check execution.slurm's options (partition, "
+                "time in minutes, mem, gres, cpus_per_task, additional_parameters) against the cluster's (sinfo, "
+                "scontrol show partition). Nothing was submitted."
+            )
+            raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
         submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
         logger.info(
             "submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s",

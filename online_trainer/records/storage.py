@@ -46,6 +46,9 @@ SET_ASIDE_DIR = ".replaced"
 """Where ``overwrite=True`` keeps an earlier experiment until the call that replaces it ends."""
 # Files that belong to one multi_run: an earlier experiment is recognised by them and
 # ``overwrite=True`` replaces them (see online_trainer.experiment.manifest.set_aside).
+SWEEP_FILE = "sweep.json"
+"""What marks a sweep's directory (its base seed and budget; its configurations are experiments in sub-directories)."""
+
 EXPERIMENT_PATTERNS = (
     MANIFEST_FILE,
     ALL_METRICS_FILE,

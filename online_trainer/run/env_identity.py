@@ -42,10 +42,20 @@ def space_signature(space: spaces.Space[Any]) -> Any:
     return [type(space).__name__, list(space.shape or ())]
 
 
-def env_identity(env: Any, env_id: str | None) -> dict[str, Any]:
-    """What the vector env ``env`` (whose gymnasium id is ``env_id``, None when unregistered) says of itself."""
+def gym_id(env: Any) -> str | None:
+    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        envs = getattr(env, "envs", None)
+        spec = getattr(envs[0], "spec", None) if envs else None
+    env_id = getattr(spec, "id", None)
+    return env_id if isinstance(env_id, str) else None
+
+
+def env_identity(env: Any) -> dict[str, Any]:
+    """What the vector env ``env`` says of itself: its gymnasium id (:func:`gym_id`), sub-envs and space layouts."""
     return {
-        "env_id": env_id,
+        "env_id": gym_id(env),
         "num_envs": int(env.num_envs),
         "observation_space": space_signature(env.single_observation_space),
         "action_space": space_signature(env.single_action_space),

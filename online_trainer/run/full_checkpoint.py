@@ -252,24 +252,30 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
 
 
-def check_hooks(exp_dir: str | Path, header: CheckpointHeader, hooks: Sequence[Any]) -> None:
+def check_hooks(exp_dir: str | Path, header: CheckpointHeader, hooks: Sequence[Any], name: str = "") -> None:
     """Raise unless the user hooks with state of the call that resumes a run are those its full checkpoint holds.
 
     Args:
         exp_dir: the experiment directory.
         header: the checkpoint's header (:func:`read` with ``header_only``).
         hooks: the user hooks of the call.
+        name: the run's name in the error (a sweep's ``lr=0.1 run 1``); empty: ``run {i}``.
 
     Raises:
         ValueError: naming the run, its checkpoint and the hooks that differ.
     """
-    where = f"The saved state (run {header.run}, {storage.resume_path(exp_dir, header.run).name})"
-    check_saved_hooks(header.hooks, stateful_hooks(hooks), where)
+    check_saved_hooks(header.hooks, stateful_hooks(hooks), _saved_state(exp_dir, header, name))
 
 
-def check_callback_position(exp_dir: str | Path, header: CheckpointHeader, callback: Any) -> None:
+def check_callback_position(exp_dir: str | Path, header: CheckpointHeader, callback: Any, name: str = "") -> None:
     """Raise unless ``callback`` takes the position the run's full checkpoint holds for it (see
     :meth:`online_trainer.callbacks.CallBack.check_position`).
+
+    Args:
+        exp_dir: the experiment directory.
+        header: the checkpoint's header (:func:`read` with ``header_only``).
+        callback: the callback of the call.
+        name: the run's name in the error (a sweep's ``lr=0.1 run 1``); empty: ``run {i}``.
 
     Raises:
         ValueError: naming the run, its checkpoint and what its callback cannot rewind to.
@@ -280,9 +286,13 @@ def check_callback_position(exp_dir: str | Path, header: CheckpointHeader, callb
             check(header.callback_position)
         except ValueError as exc:
             raise ValueError(
-                f"The saved state (run {header.run}, {storage.resume_path(exp_dir, header.run).name}) does not fit "
-                f"the callback {callback!r}: {exc}"
+                f"{_saved_state(exp_dir, header, name)} does not fit the callback {callback!r}: {exc}"
             ) from None
+
+
+def _saved_state(exp_dir: str | Path, header: CheckpointHeader, name: str) -> str:
+    """``"The saved state (run 1, Run1_Resume.pkl)"``, with ``name`` for ``run 1`` when given."""
+    return f"The saved state ({name or f'run {header.run}'}, {storage.resume_path(exp_dir, header.run).name})"
 
 
 @overload

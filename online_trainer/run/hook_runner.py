@@ -40,12 +40,11 @@ class), so hooks of different classes may be listed in another order when the ru
 from __future__ import annotations
 
 import copy
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from online_trainer.loop.budget import INFINITY
-from online_trainer.loop.hook_protocol import RunContext, defines
+from online_trainer.loop.hook_protocol import RunContext, defines, hook_keys
 from online_trainer.run.cadence import Cadence
 
 
@@ -55,21 +54,6 @@ class StopRun(Exception):
     def __init__(self, global_step: int, reason: str) -> None:
         super().__init__(reason)
         self.global_step, self.reason = global_step, reason
-
-
-def hook_keys(hooks: Sequence[Any]) -> list[str]:
-    """The names that key the user's hooks' state in a full checkpoint: ``Class#k`` for the ``k``-th hook of
-    its class (from 0), e.g. ``["StopOnReturn#0", "MyHook#0", "MyHook#1"]``.
-
-    Hooks of different classes may be listed in another order on resume; hooks of one class keep theirs.
-    """
-    seen: Counter[str] = Counter()
-    keys = []
-    for hook in hooks:
-        name = type(hook).__qualname__
-        keys.append(f"{name}#{seen[name]}")
-        seen[name] += 1
-    return keys
 
 
 def stateful_hooks(hooks: Sequence[Any]) -> dict[str, str]:

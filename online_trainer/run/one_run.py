@@ -213,7 +213,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 env = spec.env_factory()
             _check_env(env, spec.options.records.frames_trigger)
             if spec.exp_dir is not None:
-                identity = env_identity.env_identity(env, _env_id(env))
+                identity = env_identity.env_identity(env)
                 if spec.resume:
                     env_identity.check_identity(spec.exp_dir, identity, spec.name)
                 env_identity.record_identity(spec.exp_dir, identity)
@@ -333,22 +333,12 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         env_info={
             "num_envs": env.num_envs,
             "autoreset_mode": mode.name,
-            "env_id": _env_id(env),
+            "env_id": env_identity.gym_id(env),
             "budget": {"num_episodes": spec.budget.num_episodes, "total_steps": spec.budget.total_steps},
         },
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
-
-
-def _env_id(env: Any) -> str | None:
-    """The gymnasium id of ``env`` (of its first sub-env for a vector env built by hand), None when unregistered."""
-    spec = getattr(env, "spec", None)
-    if spec is None:
-        envs = getattr(env, "envs", None)
-        spec = getattr(envs[0], "spec", None) if envs else None
-    env_id = getattr(spec, "id", None)
-    return env_id if isinstance(env_id, str) else None
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:

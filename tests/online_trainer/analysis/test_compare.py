@@ -514,3 +514,29 @@ def test_long_sweep_names_leave_the_improvement_plot_readable(tmp_path, recwarn)
     assert box.width * fig.get_figwidth() > 3.5
     (label,) = [tick.get_text() for tick in fig.axes[0].get_yticklabels()]
     assert label == f"P({names[0]}\n  > {names[1]})  (n=3, 3)"
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("A", "B"),
+        ("learning_rate=0.001,hidden_size=64,gamma=0.99", "learning_rate=0.01,hidden_size=128,gamma=0.9"),
+        ("x" * 30, "lr=0.1"),
+        ("x" * 60, "y" * 60, "z" * 60),
+    ],
+)
+def test_a_degenerate_pair_has_its_whole_annotation_inside_the_improvement_plot(tmp_path, names):
+    from online_trainer.analysis.compare_plots import plot_improvement
+
+    # every run of the first beats every run of the others, and the second every run of the third
+    runs = {name: {"t": [10.0 - 3 * i + r for r in (0.1, 0.2, 0.3)]} for i, name in enumerate(names)}
+    comparison = compare_scores(table(runs), CompareOptions(n_resamples=100))
+    fig = plot_improvement(comparison)
+    fig.savefig(tmp_path / "improvement.png")
+    notes = [text for text in fig.axes[0].texts if "degenerate bootstrap" in text.get_text()]
+    assert len(notes) == len(names) * (len(names) - 1) // 2
+    figure = fig.bbox
+    for note in notes:
+        box = note.get_window_extent()
+        assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0 and box.y1 <= figure.y1
+    assert fig.axes[0].get_xticks().tolist() == [0, 0.25, 0.5, 0.75, 1]

@@ -552,6 +552,9 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
     with pytest.raises(KeyboardInterrupt):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, hooks=[StopOnPlateau(window=10**6), Crash(400)], **kw)
     assert full_checkpoint.read(tmp_path, 1, header_only=True) is not None
+    manifest = storage.read_manifest(tmp_path)  # made before the call recorded its hooks: the checkpoints still say
+    del manifest["call"]["hooks"]
+    storage.write_manifest(tmp_path, manifest)
     before = files_with_times(tmp_path, lock=True)
     time.sleep(0.01)
     with pytest.raises(ValueError, match=message + r": resume with the hooks"):
@@ -661,12 +664,11 @@ def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experi
     """A pending run of a resumed CartPole experiment ran wholly on Acrobot, and its env id became the experiment's
     (an outside tester's find)."""
     exp = tmp_path / "exp"
+    dqn = lambda env: DQNAgent(env, learning_starts=50, save_buffer=True)  # noqa: E731
     options = dict(total_steps=600, seed_offset=0, checkpoint_freq=200)
     execution = ExecutionOptions(num_workers=workers, progress=False)
     with pytest.raises(KeyboardInterrupt):  # run 1 is cut off at step 300, runs 2 and 3 never start
-        OnlineTrainer(
-            cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp
-        ).multi_run(3, total_steps=600, seed_offset=0, checkpoint_freq=200, hooks=[Crash(300)], progress=False)
+        OnlineTrainer(cartpole(2), dqn, exp_dir=exp).multi_run(3, **options, hooks=[Crash(300)], progress=False)
     assert json.loads((exp / "env.json").read_text()) == {
         "env_id": "CartPole-v1",
         "num_envs": 2,
@@ -676,27 +678,71 @@ def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experi
     before = _files(exp)
     acrobot = lambda: gym.make_vec("Acrobot-v1", num_envs=2, vectorization_mode="sync")  # noqa: E731
     with pytest.raises(ValueError) as refused:
-        OnlineTrainer(acrobot, lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp).multi_run(
-            3, resume=True, **options, execution=execution
-        )
+        OnlineTrainer(acrobot, dqn, exp_dir=exp).multi_run(3, resume=True, **options, execution=execution)
     assert str(refused.value).endswith(
-        "env differs: env id 'Acrobot-v1' (it ran with 'CartPole-v1'); observations Box of shape (6,), float32 (it ran "
-        "with Box of shape (4,), float32); actions Discrete(3) (it ran with Discrete(2)). Resume with the env it was "
-        "made with, or start a new experiment in another exp_dir."
+        "but this call's env differs: env id 'Acrobot-v1' (it ran with 'CartPole-v1'); observations Box of shape (6,), "
+        "float32 (it ran with Box of shape (4,), float32); actions Discrete(3) (it ran with Discrete(2)). Resume with "
+        "the env it was made with, or start a new experiment in another exp_dir."
     )
+    assert _files(exp) == before  # refused before anything was written
+
+    # a factory that gives the run another env than the call's check saw: each run checks its own, before its first step
+    calls = []
+
+    def changing():
+        calls.append(1)
+        return cartpole(2)() if len(calls) == 1 else acrobot()
+
+    with pytest.raises(ValueError, match="but run 2's env differs: env id 'Acrobot-v1'") as refused:
+        OnlineTrainer(changing, dqn, exp_dir=exp).multi_run(3, resume=True, **options, execution=execution)
     after, manifest = _files(exp), storage.read_manifest(exp)
     assert after[Path("env.json")] == before[Path("env.json")]
     assert "the manifest is as this call found it" in " ".join(getattr(refused.value, "__notes__", []))
-    if workers == 1:  # run 1 resumed and finished before run 2 was refused: the manifest says so, and only that
+    if workers == 1:  # run 1 resumed (on its checkpoint's env) and finished before run 2 was refused: only that is kept
         assert [entry["status"] for entry in manifest["runs"]] == ["finished", "pending", "pending"]
     else:  # runs 1 and 2 started together: the manifest as it was (run 1 goes on from its checkpoint next time)
         assert after[Path("manifest.json")] == before[Path("manifest.json")]
-        assert [entry["status"] for entry in manifest["runs"]] == ["interrupted", "pending", "pending"]
-    OnlineTrainer(cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=exp).multi_run(
-        3, resume=True, **options, execution=execution
-    )
+    OnlineTrainer(cartpole(2), dqn, exp_dir=exp).multi_run(3, resume=True, **options, execution=execution)
     uninterrupted = tmp_path / "uninterrupted"
-    OnlineTrainer(
-        cartpole(2), lambda env: DQNAgent(env, learning_starts=50, save_buffer=True), exp_dir=uninterrupted
-    ).multi_run(3, **options)
+    OnlineTrainer(cartpole(2), dqn, exp_dir=uninterrupted).multi_run(3, **options)
     assert load_episodes(exp)[COLUMNS].equals(load_episodes(uninterrupted)[COLUMNS])
+
+
+class Decay(Hook):
+    """A hook with state, made with an argument."""
+
+    def __init__(self, factor: float = 0.5) -> None:
+        self.factor, self.calls = factor, 0
+
+    def on_episode_end(self, ctx, record) -> None:
+        self.calls += 1
+
+    def state_dict(self) -> dict:
+        return {"calls": self.calls}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.calls = state["calls"]
+
+
+def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpoint(tmp_path):
+    """Hooks were checked against full checkpoints only, and their arguments never: a resume with Decay(0.9) for
+    Decay(0.5), or without Decay when no checkpoint had been written, was accepted (an outside tester's finds)."""
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):  # run 1 cut off with no checkpoint: only the manifest says what ran
+        trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(0.5), Crash(60)], progress=False)
+    before = storage.read_manifest(tmp_path)
+    assert before["call"]["hooks"] == {"Decay#0": {"class": "Decay", "params": {"factor": 0.5}}}
+    refusals = {
+        "Decay#0 was made with factor=0.5, this call's with factor=0.9": [Decay(0.9)],
+        "Decay#0 is left out": [],
+        "StopOnReturn#0 is added": [Decay(0.5), StopOnReturn(1e9)],
+    }
+    for difference, hooks in refusals.items():
+        with pytest.raises(ValueError, match=f"hooks with state differ: {difference}. Resume with the hooks"):
+            trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=hooks, progress=False, resume=True)
+        assert storage.read_manifest(tmp_path) == before
+    # the same hooks resume, in any order of classes; a hook without state may come and go
+    trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Crash(10**9), Decay(0.5)], progress=False, resume=True)
+    assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]

@@ -122,6 +122,18 @@ def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, progress=False)  # nothing fails, nothing re-runs
 
 
+def test_a_run_of_a_sweep_that_starts_again_is_named_with_its_configuration(tmp_path, caplog):
+    trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
+    kw = {"num_runs": 1, "num_episodes": 4, "seed_offset": 0, "progress": False}
+    with pytest.raises(RunsFailedError, match="bad lr"):
+        trainer.sweep({"lr": [0.1, 0.2]}, **kw)
+    caplog.clear()
+    with pytest.raises(RunsFailedError, match="bad lr"):
+        trainer.sweep({"lr": [0.1, 0.2]}, **kw)
+    # every configuration has a run 1: the warning said "run 1 (failed)"
+    assert "resume: lr=0.2 run 1 (failed) has no full checkpoint to continue from" in caplog.text
+
+
 def test_sweep_runs_share_one_worker_pool(tmp_path):
     serial = corridor_trainer(tmp_path / "a").sweep(
         {"lr": [0.1, 0.5]}, num_runs=2, num_episodes=15, seed_offset=1, progress=False
@@ -217,6 +229,18 @@ def test_optuna_trial_directories_have_short_names_and_exact_records(tmp_path):
         assert yaml.safe_load((exp_dir / "hyperparameters.yaml").read_text()) == {"lr": lr}
         assert json.loads((exp_dir / "manifest.json").read_text())["tuning_hp"] == {"lr": lr}
         assert load_episodes(exp_dir)["lr"].unique().tolist() == [lr]
+
+
+def test_an_optuna_objective_on_a_sweep_of_another_budget_is_refused_before_any_trial(tmp_path):
+    pytest.importorskip("optuna")
+    trainer = corridor_trainer(tmp_path)
+    trainer.sweep([{"lr": 0.1}], num_runs=1, num_episodes=3, seed_offset=0, progress=False)
+    with pytest.raises(ValueError) as in_a_trial:  # what each trial of the study would fail with
+        trainer.sweep([{"lr": 0.2}], num_runs=1, total_steps=5000, seed_offset=0, progress=False)
+    with pytest.raises(ValueError, match=r"ran with \{'num_episodes': 3, 'total_steps': None\}") as built:
+        optuna_objective(trainer, lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)}, num_runs=1, total_steps=5000)
+    assert str(built.value) == str(in_a_trial.value)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["lr=0.1"]
 
 
 @pytest.mark.parametrize("metric", ["mean", "median", "iqm"])
@@ -333,7 +357,7 @@ def files_with_times(root):
     "change, message",
     [
         ({"dump_transitions": True}, r"which ran with dump_transitions=False, but this call has dump_transitions=True"),
-        ({"hooks": []}, r"holds the user hooks \['StopAfterEpisodes#0'\], but this run's hooks with state are \[\]"),
+        ({"hooks": []}, r"hooks with state differ: StopAfterEpisodes#0 is left out"),
         ({"seed_offset": 1}, r"ran with seed_offset=0, but got seed_offset=1"),
         ({"total_steps": 900}, r"ran with \{'num_episodes': None, 'total_steps': 600\}, but got"),
     ],
@@ -350,6 +374,19 @@ def test_a_resumed_sweep_that_differs_is_refused_before_anything_changes_even_th
     with pytest.raises(ValueError, match=message):
         corridor_trainer(tmp_path).sweep(grid, resume=True, **{**kw, "hooks": [StopAfterEpisodes(10**6)], **change})
     assert files_with_times(tmp_path) == before
+
+
+def test_a_resumed_sweep_refused_for_its_hooks_names_the_configuration_of_the_run(tmp_path):
+    kw = {"num_runs": 2, "total_steps": 600, "seed_offset": 0, "checkpoint_freq": 300, "progress": False}
+    with pytest.raises(RunsFailedError, match="crash at step 400"):
+        corridor_trainer(tmp_path).sweep({"lr": [0.1]}, hooks=[StopAfterEpisodes(10**6), CrashRunOne(400)], **kw)
+    # as made before the call recorded its hooks: only the checkpoints say which they were
+    manifest = storage.read_manifest(tmp_path / "lr=0.1")
+    del manifest["call"]["hooks"]
+    storage.write_manifest(tmp_path / "lr=0.1", manifest)
+    # every configuration has a run 1 and a Run1_Resume.pkl: the refusal said "(run 1, Run1_Resume.pkl)"
+    with pytest.raises(ValueError, match=r"^The saved state \(lr=0\.1 run 1, Run1_Resume\.pkl\) holds the user hooks"):
+        corridor_trainer(tmp_path).sweep({"lr": [0.1]}, resume=True, **kw)
 
 
 def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_none_says_what_to_do(tmp_path, caplog):

@@ -386,3 +386,39 @@ def test_episodes_that_end_together_reach_tensorboard_and_callbacks_without_seri
         else:
             assert [(s, d["ep_return"]) for t, s, d in calls if t == "ep_return/run_1"] == expected_returns
             assert [(s, d["ep_length"]) for t, s, d in calls if t == "ep_length/run_1"] == expected_lengths
+
+
+def _tree(root):
+    return {p.relative_to(root): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_sweep_and_one_experiment_never_share_a_directory(tmp_path):
+    """A sweep into an experiment's directory wrote beside it, unseen by readers; multi_run(overwrite=True) into a
+    sweep's directory deleted part of the sweep (an outside tester's finds)."""
+    from online_trainer import ExperimentExistsError
+
+    experiment, sweep = tmp_path / "experiment", tmp_path / "sweep"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=experiment)
+    trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+    before = _tree(experiment)
+    with pytest.raises(ExperimentExistsError, match="holds an experiment made by multi_run .* Give the sweep another"):
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False)
+    assert _tree(experiment) == before
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sweep).sweep(
+        {"lr": [0.1, 0.2]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False
+    )
+    before = _tree(sweep)
+    on_sweep = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sweep)
+    for kwargs, what in [
+        ({}, "multi_run"),
+        ({"overwrite": True}, "multi_run"),
+        ({"resume": True}, "multi_run(resume=True)"),
+    ]:
+        with pytest.raises(ExperimentExistsError) as refused:
+            on_sweep.multi_run(1, num_episodes=2, seed_offset=0, progress=False, **kwargs)
+        assert str(refused.value).startswith(
+            f"exp_dir={str(sweep)!r} holds a sweep (sweep.json; configurations: lr=0.1, lr=0.2), not one experiment: "
+        )
+        assert f"{what} there would mix one experiment into it" in str(refused.value)
+        assert "call sweep(..., resume=True) with its grid" in str(refused.value)
+        assert _tree(sweep) == before

@@ -394,3 +394,32 @@ def test_the_wait_command_follows_jobs_a_process_left_to_the_end_and_prints_the_
     assert cli.main(["wait", str(tmp_path), "--no-progress"]) == 1
     captured = capsys.readouterr()
     assert "Waiting" not in captured.out and "1 run(s) failed" in captured.err
+
+
+def test_a_job_sbatch_refuses_stops_the_call_before_anything_is_kept(tmp_path, capsys):
+    """A partition the cluster lacks failed with submitit's traceback after the experiment was written; the same
+    call with the right partition was then refused as an existing experiment (an outside tester's find)."""
+    from online_trainer import SlurmSubmissionError
+    from online_trainer.cli.main import main
+
+    exp = tmp_path / "exp"
+    with pytest.raises(SlurmSubmissionError) as refused:
+        OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp).multi_run(
+            2, num_episodes=4, seed_offset=0, execution=slurm(partition="nosuchpart")
+        )
+    assert str(refused.value).startswith(
+        "Slurm refused the jobs (sbatch: error: invalid partition specified: nosuchpart;"
+    )
+    assert str(refused.value).endswith("Nothing was submitted.")
+    assert not exp.exists()
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "env: {id: CliffWalking-v1, num_envs: 1}\nagent: {name: q_learning}\ntotal_steps: 200\nnum_runs: 1\n"
+        f"exp_dir: {tmp_path / 'cmd'}\nexecution: {{backend: slurm, slurm: {{partition: nosuchpart}}}}\n"
+    )
+    assert main(["run", "--no-progress", str(config)]) == 2
+    assert "online-trainer: error: Slurm refused the jobs (sbatch: error: invalid" in capsys.readouterr().err
+    assert not (tmp_path / "cmd").exists()
+    OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp).multi_run(
+        2, num_episodes=4, seed_offset=0, execution=slurm()
+    )  # the corrected call finds nothing in its way

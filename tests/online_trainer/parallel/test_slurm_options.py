@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from online_trainer import ExecutionOptions, OnlineTrainer, SlurmOptions
@@ -22,10 +24,18 @@ from tests.conftest import RecordingAgent, make_counting_vec
         ({"mem": " "}, "mem must be a non-empty string or None, but got mem=' '"),
         ({"additional_parameters": ["exclude"]}, "additional_parameters must be a dict of sbatch options"),
         ({"poll_interval": 0}, "poll_interval must be a positive number of seconds, but got poll_interval=0"),
+        ({"time": "2h"}, "time must be a positive int, but got time='2h'. It is in minutes (120: two hours)"),
+        # an array of its own lifted the cap of running jobs and left tasks with no run on the node (an outside tester's find)
+        (
+            {"additional_parameters": {"array": "0-5"}},
+            "sets 'array', which the runner sets itself (one array task per job, at most num_workers running at once)",
+        ),
+        ({"additional_parameters": {"job-name": "x"}}, "sets 'job-name', which the runner sets itself"),
+        ({"additional_parameters": {"cpus-per-task": 2}}, "sets 'cpus-per-task', which is an option of its own: pass "),
     ],
 )
 def test_bad_slurm_options_are_named(options, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         SlurmOptions(**options)
 
 
