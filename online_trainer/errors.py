@@ -20,8 +20,13 @@ class RunFailure:
         self.name = name or f"run {run_idx}"
 
     def tail(self, lines: int = 6) -> str:
-        """The last ``lines`` lines of the traceback."""
-        return "\n".join(self.traceback.rstrip().splitlines()[-lines:])
+        """The end of the traceback: its last ``lines`` lines, and the lines before them back to the start of the frame
+        they begin in (cut at a fixed count, it began mid-frame, with a bare ``^^^^`` marker line)."""
+        kept = self.traceback.rstrip().splitlines()
+        start = max(len(kept) - lines, 0)
+        while start > 0 and not kept[start].lstrip().startswith('File "'):  # back to the frame's first line
+            start -= 1
+        return "\n".join(kept[start:])
 
     def __repr__(self) -> str:
         return f"RunFailure(run_idx={self.run_idx}, seed={self.seed}, exception={self.exception!r})"
@@ -48,8 +53,11 @@ class RunsFailedError(RuntimeError):
         parts = [f"{len(self.failures)} run(s) failed; {kept}"]
         for failure in self.failures:
             line = f"  {failure.name} (seed {failure.seed}): {failure.exception}"
-            if failure.traceback.strip() != failure.exception:
-                line += "\n" + "\n".join("    " + text for text in failure.tail().splitlines())
+            more = failure.traceback.strip()
+            if more.startswith(failure.exception):  # a summary, then what it adds (a Slurm job's log): not twice
+                more = more[len(failure.exception) :].strip()
+            if more:
+                line += "\n" + "\n".join("    " + text for text in RunFailure(0, 0, "", more).tail().splitlines())
             parts.append(line)
         super().__init__("\n".join(parts))
 

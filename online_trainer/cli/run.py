@@ -184,7 +184,8 @@ def submitted(handle: SlurmRuns, exp_dir: Path) -> str:
     """What ``run`` and ``resume`` say when their runs went to Slurm jobs they do not wait for."""
     jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
     return (
-        f"Submitted {len(handle.runs)} runs as Slurm jobs {jobs}. See how they stand with: online-trainer show "
+        f"Submitted {len(handle.runs)} run{'s' if len(handle.runs) != 1 else ''} as Slurm "
+        f"job{'s' if len(set(handle.job_ids)) != 1 else ''} {jobs}. See how they stand with: online-trainer show "
         f"{shlex.quote(os.fspath(exp_dir))}\nWait for them with: online-trainer wait {shlex.quote(os.fspath(exp_dir))}"
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from online_trainer.experiment import ownership
 from online_trainer.records import storage
+from online_trainer.run import full_checkpoint
 from online_trainer.run.one_run import COMPLETED, RunResult
 
 logger = logging.getLogger(__name__)
@@ -34,8 +35,12 @@ def progress_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     return Path(exp_dir) / SLURM_DIR / f"progress_run{run_idx}.pkl"
 
 
-def apply_result(manifest: dict[str, Any], result: RunResult) -> None:
-    """Write how a run ended into its entry of ``manifest`` (in place), and the env's facts when missing."""
+def apply_result(manifest: dict[str, Any], result: RunResult, exp_dir: str | os.PathLike | None = None) -> None:
+    """Write how a run ended into its entry of ``manifest`` (in place), and the env's facts when missing.
+
+    A run that ended without finishing (failed, interrupted, its job cancelled) often tells nothing of how far it
+    got: with ``exp_dir``, its counts are those its records and full checkpoint show (:func:`progress_from_disk`).
+    """
     for name, value in result.env_info.items():
         manifest.setdefault(name, value)
     entry = manifest["runs"][result.run_idx - 1]
@@ -48,6 +53,28 @@ def apply_result(manifest: dict[str, Any], result: RunResult) -> None:
         error=result.error,
     )
     entry["stop_reason"] = result.extra.get("stop_reason")
+    if exp_dir is not None and result.status not in COMPLETED:
+        progress_from_disk(Path(exp_dir), entry)
+
+
+def progress_from_disk(exp_dir: Path, entry: dict[str, Any]) -> None:
+    """Set the counts of a run that ended without finishing as its records and its full checkpoint say, where
+    they say more than the run told (a run that raised, was preempted, or whose job was cancelled tells nothing)."""
+    try:
+        progress = full_checkpoint.run_progress(exp_dir, entry["run"])
+    except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
+        logger.error("could not read how far run %d got: %s", entry["run"], exc)
+        return
+    if progress["global_step"] is None or progress["global_step"] < (entry.get("global_step") or 0):
+        return
+    entry.update(
+        episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
+        global_step=progress["global_step"],
+        wall_time=progress["wall_time"],
+    )
+    if entry["wall_time"]:
+        entry["wall_time"] = round(entry["wall_time"], 3)
+        entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
 
 
 @contextlib.contextmanager
@@ -86,7 +113,7 @@ def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool)
     """
     with manifest_lock(exp_dir):
         manifest = storage.read_manifest(exp_dir)
-        apply_result(manifest, result)
+        apply_result(manifest, result, exp_dir)
         storage.write_manifest(exp_dir, manifest)
         if write_all_metrics and all(entry["status"] in COMPLETED for entry in manifest["runs"]):
             storage.write_all_metrics(

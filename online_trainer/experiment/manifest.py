@@ -14,13 +14,18 @@ from typing import Any
 
 from online_trainer.errors import ExperimentExistsError, RunFailure
 from online_trainer.experiment import job_results, ownership
-from online_trainer.experiment.job_results import SLURM_JOB_KEY, apply_result, manifest_lock, read_manifest_quietly
+from online_trainer.experiment.job_results import (
+    SLURM_JOB_KEY,
+    apply_result,
+    manifest_lock,
+    progress_from_disk,
+    read_manifest_quietly,
+)
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.loop import seeding
 from online_trainer.records import storage
 from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.records.record_view import RunRecords, as_records
-from online_trainer.run import full_checkpoint as resume
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -131,46 +136,36 @@ class Experiment:
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
             self.manifest.setdefault(name, value)
-        apply_result(self.manifest, result)
-        if result.status not in COMPLETED:
-            self._progress_from_disk(self.manifest["runs"][result.run_idx - 1])
+        apply_result(self.manifest, result, self.exp_dir)
         self._write()
-
-    def _progress_from_disk(self, entry: dict[str, Any]) -> None:
-        """Set the counts of a run that ended without finishing as its records and its full checkpoint say, where
-        they say more than the run told (a run that raised, or was preempted, tells nothing)."""
-        if self.exp_dir is None:
-            return
-        try:
-            progress = resume.run_progress(self.exp_dir, entry["run"])
-        except OSError as exc:  # the run's own outcome is the news: its counts stay as they were
-            logger.error("could not read how far run %d got: %s", entry["run"], exc)
-            return
-        if progress["global_step"] is None or progress["global_step"] < (entry.get("global_step") or 0):
-            return
-        entry.update(
-            episodes=max(progress["episodes"] or 0, entry.get("episodes") or 0),
-            global_step=progress["global_step"],
-            wall_time=progress["wall_time"],
-        )
-        if entry["wall_time"]:
-            entry["wall_time"] = round(entry["wall_time"], 3)
-            entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
 
     def mark_interrupted(self) -> None:
         """Mark the runs that started and did not end as interrupted (Ctrl-C, or an error in the parent).
 
-        Runs not started yet stay ``pending``.
+        Runs not started yet stay ``pending``, and so does a run handed to a Slurm job that never started it (its job
+        was queued: it left no progress, records or checkpoint).
         """
         for spec in self.specs:
             entry = self.manifest["runs"][spec.run_idx - 1]
             if spec.run_idx not in self.results and entry["status"] == ownership.RUNNING:
                 entry["status"] = ownership.INTERRUPTED
-                self._progress_from_disk(entry)
+                if self.exp_dir is not None:
+                    progress_from_disk(self.exp_dir, entry)
+                    if SLURM_JOB_KEY in entry and not self._left_anything(spec.run_idx):
+                        entry["status"] = "pending"
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news
             logger.error("could not record the interrupted runs in the manifest: %s", exc)
+
+    def _left_anything(self, run: int) -> bool:
+        """Whether run ``run`` left progress, records or a full checkpoint in the experiment directory."""
+        assert self.exp_dir is not None  # called with an experiment directory only
+        return (
+            job_results.progress_path(self.exp_dir, run).exists()
+            or storage.metrics_path(self.exp_dir, run).is_file()
+            or storage.resume_path(self.exp_dir, run).is_file()
+        )
 
     def failures(self) -> list[RunFailure]:
         """The runs that failed, in order, each named as the progress display names it (``lr=0.1 run 1`` in a sweep)."""

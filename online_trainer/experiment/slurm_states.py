@@ -110,6 +110,40 @@ def _squeue(bases: list[str]) -> dict[str, str] | None:
     return states
 
 
+UNRUNNABLE = {
+    "PartitionConfig": "it asks for more than the partition has (cpus_per_task, mem, gres)",
+    "PartitionNodeLimit": "it asks for more nodes than the partition has",
+    "PartitionTimeLimit": "its time is over the partition's limit",
+    "BadConstraints": "no node has what it asks for (constraint, gres)",
+    "InvalidAccount": "its account is not one it may use",
+    "InvalidQOS": "its qos is not one it may use",
+}
+"""Reasons ``squeue`` gives for a pending job that will not start as it was asked, and what they mean."""
+
+
+def unrunnable(job_ids: Iterable[str]) -> dict[str, str]:
+    """The jobs of ``job_ids`` that are queued for a reason of :data:`UNRUNNABLE`, with that reason (empty when
+    ``squeue`` cannot be asked)."""
+    bases = sorted({job_id.split("_")[0] for job_id in job_ids})
+    if not bases or shutil.which("squeue") is None:
+        return {}
+    try:
+        done = subprocess.run(
+            ["squeue", "-h", "-r", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(bases)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    reasons = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        job_id, _, reason = line.strip().partition("|")
+        if reason in UNRUNNABLE:
+            reasons[job_id] = reason
+    return reasons
+
+
 def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[int]:
     """Report the ``running`` runs of ``manifest`` whose Slurm jobs ended as they ended (in place; nothing is written).
 
@@ -131,7 +165,7 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
     for entry in entries:
         result = read_job_result(Path(exp_dir), entry["run"])
         if result is not None:
-            apply_result(manifest, result)
+            apply_result(manifest, result, exp_dir)
         else:
             left.append(entry)
     states = job_states(e[SLURM_JOB_KEY] for e in left)

@@ -362,10 +362,15 @@ def execute_experiments(
                 )
             )
         raise error.cause from None
-    except BaseException:
+    except BaseException as error:
         for experiment in experiments:
             experiment.mark_interrupted()
         _close_quietly(callback)
+        if isinstance(error, KeyboardInterrupt) and any(e.exp_dir is not None for e in experiments):
+            error.add_note(  # a bare KeyboardInterrupt said nothing of what is on disk or how to go on
+                "online_trainer: the runs were stopped; their flushed records and full checkpoints are on disk. "
+                "To go on, make the same call with resume=True."
+            )
         raise
     if callback is not None:
         callback.close()

@@ -15,6 +15,7 @@ the jobs record how their runs end in the manifest themselves.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import pickle
 import shutil
@@ -30,7 +31,7 @@ import cloudpickle
 from online_trainer.errors import RunSetupError, SlurmSubmissionError
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import read_job_result
-from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, job_states
+from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, UNRUNNABLE, job_states, unrunnable
 from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay
@@ -271,17 +272,40 @@ class SlurmExecutor:
             raise
 
 
+_REASONS_EVERY_S = 30.0
+"""Seconds between two looks at why queued jobs wait."""
+
+
 def follow(
     watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float, on_result: Callable[[RunResult], None]
 ) -> None:
-    """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``."""
-    last_poll = 0.0
+    """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``.
+
+    A job queued for a reason that keeps it from ever starting as asked (:data:`UNRUNNABLE`: more CPUs than the
+    partition has...) is named in a warning, once: the wait would otherwise be silent until Ctrl-C.
+    """
+    last_poll, last_reasons, warned = 0.0, -math.inf, set()
     while watch.runs:
         watch.progress(display)
         states = None  # results only: a job is judged ended on a fresh squeue
         if time.monotonic() - last_poll >= poll_interval:
             states = job_states(watch.job_ids())
             last_poll = time.monotonic()
+            queued = [job for job, state in (states or {}).items() if state == "PENDING" and job not in warned]
+            if queued and time.monotonic() - last_reasons >= _REASONS_EVERY_S:  # one more squeue: not at every poll
+                last_reasons = time.monotonic()
+                stuck = unrunnable(queued)
+            else:
+                stuck = {}
+            for job, reason in stuck.items():
+                warned.add(job)
+                logger.warning(
+                    "Slurm job %s is queued and will not start as asked (%s: %s): stop this call (Ctrl-C cancels its "
+                    "jobs) and change execution.slurm's options",
+                    job,
+                    reason,
+                    UNRUNNABLE[reason],
+                )
         for result in watch.results(states):
             watch.progress(display)
             display.run_finished(result.key, result.status not in COMPLETED, result.status == "stopped_early")

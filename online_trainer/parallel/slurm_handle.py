@@ -113,7 +113,7 @@ class SlurmRuns:
         with manifest_lock(exp_dir):
             manifest = storage.read_manifest(exp_dir)
             if manifest["runs"][result.run_idx - 1]["status"] in ("pending", "running"):
-                apply_result(manifest, result)
+                apply_result(manifest, result, exp_dir)
                 storage.write_manifest(exp_dir, manifest)
 
 

@@ -120,18 +120,22 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             preemption.request(signum, frame)
 
         done = []
-        with preemption.handling():
-            previous = {sig: signal.signal(sig, near_time_limit) for sig in TIME_LIMIT_SIGNALS}
-            try:
+        try:
+            with preemption.handling():
+                for sig in TIME_LIMIT_SIGNALS:
+                    signal.signal(sig, near_time_limit)
                 for payload in self.payloads:
                     spec: RunSpec = cloudpickle.loads(payload)
                     if job_results.result_path(str(spec.exp_dir), spec.run_idx).is_file():
                         continue  # it ended during an earlier start of this job
                     self._run(spec, restarts, time_limit)
                     done.append(spec.run_idx)
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+        finally:
+            # ignored from now to the process's end: the job's work is done, or it asked for its requeue. Slurm's
+            # time-limit signal can come (again) in that window, and its default action killed the job: FAILED,
+            # status 140, though its run had checkpointed or finished
+            for sig in TIME_LIMIT_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
         return done
 
     def _run(self, spec: RunSpec, restarts: int, time_limit: threading.Event) -> None:

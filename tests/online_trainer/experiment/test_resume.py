@@ -730,8 +730,9 @@ def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpo
     from tests.conftest import RecordingAgent, make_counting_vec
 
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    with pytest.raises(KeyboardInterrupt):  # run 1 cut off with no checkpoint: only the manifest says what ran
+    with pytest.raises(KeyboardInterrupt) as cut:  # run 1 cut off with no checkpoint: only the manifest says what ran
         trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(0.5), Crash(60)], progress=False)
+    assert "To go on, make the same call with resume=True." in cut.value.__notes__[-1]
     before = storage.read_manifest(tmp_path)
     assert before["call"]["hooks"] == {"Decay#0": {"class": "Decay", "params": {"factor": 0.5}}}
     refusals = {

@@ -524,3 +524,32 @@ def test_a_log_that_is_not_one_entry_per_sub_env_fails_the_run_and_says_what_to_
         f"TypeError: agent.log() returned {what}, but it must return None or a list of "
         "one entry per sub-env (num_envs=3): [entry_0, ..., entry_2], each a dict or None."
     )
+
+
+def test_a_failure_shows_its_traceback_from_the_start_of_a_frame():
+    """The end of a run's traceback began mid-frame, with a bare ``^^^^`` line (an outside tester's find)."""
+    from online_trainer.errors import RunFailure
+
+    traceback = "\n".join(
+        [
+            "Traceback (most recent call last):",
+            '  File "/a.py", line 1, in f',
+            "    x = g()",
+            "        ^^^",
+            '  File "/b.py", line 2, in g',
+            '    raise ValueError("boom")',
+            "    ^^^^^^^^^^^^^^^^^^^^^^^^",
+            "ValueError: boom",
+        ]
+    )
+    assert RunFailure(1, 0, "ValueError: boom", traceback).tail(6).splitlines()[0] == '  File "/a.py", line 1, in f'
+    assert RunFailure(1, 0, "ValueError: boom", traceback).tail(4).splitlines()[0] == '  File "/b.py", line 2, in g'
+
+
+def test_a_failure_whose_details_repeat_its_summary_says_it_once():
+    """A cancelled Slurm job's failure printed its ``SlurmJobEnded`` line twice (an outside tester's find)."""
+    from online_trainer.errors import RunFailure, RunsFailedError
+
+    summary = "SlurmJobEnded: Slurm job 5 ended CANCELLED before run 1 (seed 0) had a result; its log: /x"
+    text = str(RunsFailedError([RunFailure(1, 0, summary, f"{summary}\nThe end of that log:\n(the log is empty)")]))
+    assert text.count("SlurmJobEnded") == 1 and text.endswith("\n    The end of that log:\n    (the log is empty)")

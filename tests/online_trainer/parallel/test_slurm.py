@@ -6,6 +6,7 @@ Skipped, with the reason, where ``sinfo`` is missing or the cluster does not ans
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from online_trainer import (
 )
 from online_trainer.agents import QLearningAgent
 from online_trainer.hooks import Hook
+from online_trainer.run import full_checkpoint
 from tests.conftest import RecordingAgent, make_counting_vec, strip
 
 pytest.importorskip("submitit")
@@ -184,6 +186,10 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
     assert failure.exception.endswith(f"{job}_0_log.err") and f"{job}_0_log.err" in str(caught.value)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
+    # its counts are what its records and checkpoint show, not 0 (an outside tester's find)
+    progress = full_checkpoint.run_progress(tmp_path, 1)
+    assert manifest["runs"][0]["global_step"] == progress["global_step"] > 0
+    assert manifest["runs"][0]["episodes"] == progress["episodes"] > 0
     # resume=True submits only the cancelled run, which continues from the checkpoint it wrote on SIGTERM
     OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
         3, total_steps=STEPS, seed_offset=0, execution=slurm(2), resume=True
@@ -340,7 +346,7 @@ def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resum
     assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 0
     (job,) = SlurmRuns.of(exp_dir).job_ids
     out = capsys.readouterr().out
-    assert f"Submitted 1 runs as Slurm jobs {job}. See how they stand with: online-trainer show {exp_dir}" in out
+    assert f"Submitted 1 run as Slurm job {job}. See how they stand with: online-trainer show {exp_dir}" in out
     assert f"Wait for them with: online-trainer wait {exp_dir}" in out
     wait_for(exp_dir / "metrics_run1.pkl")
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2  # its job runs: refused in one line
@@ -355,7 +361,7 @@ def test_the_command_says_which_jobs_it_submitted_when_it_runs_and_when_it_resum
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0
     (again,) = SlurmRuns.of(exp_dir).job_ids
     out = capsys.readouterr().out
-    assert again != job and f"Submitted 1 runs as Slurm jobs {again}" in out and "left out" not in out
+    assert again != job and f"Submitted 1 run as Slurm job {again}" in out and "left out" not in out
     subprocess.run(["scancel", again], check=True)
 
 
@@ -423,3 +429,46 @@ def test_a_job_sbatch_refuses_stops_the_call_before_anything_is_kept(tmp_path, c
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp).multi_run(
         2, num_episodes=4, seed_offset=0, execution=slurm()
     )  # the corrected call finds nothing in its way
+
+
+def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path):
+    """The manifest called interrupted a run whose job was still queued when Ctrl-C cancelled it (an outside tester's
+    find): readers and the docs call such a run pending."""
+    import signal
+    import threading
+
+    def interrupt_once_run_1_writes():
+        wait_for(tmp_path / "metrics_run1.pkl")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_run_1_writes, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt) as cut:  # one job at a time: run 2's is queued behind run 1's
+        OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
+            2, total_steps=STEPS, seed_offset=0, execution=slurm(1)
+        )
+    assert "make the same call with resume=True" in cut.value.__notes__[-1]
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["interrupted", "pending"]
+    assert manifest["runs"][0]["global_step"] > 0 and manifest["runs"][1]["global_step"] is None
+
+
+def test_a_job_that_will_not_start_as_asked_is_named_while_the_call_waits(tmp_path, caplog):
+    """A job asking for more CPUs than the node has stayed queued (PartitionConfig) while the call waited in silence
+    (an outside tester's find)."""
+    import signal
+    import threading
+
+    def interrupt_after_the_warning():
+        deadline = time.monotonic() + 60
+        while "will not start as asked" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_after_the_warning, daemon=True).start()
+    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=2, seed_offset=0, execution=slurm(1, cpus_per_task=64)
+        )
+    assert "is queued and will not start as asked (PartitionConfig: it asks for more than the partition has" in (
+        caplog.text
+    )

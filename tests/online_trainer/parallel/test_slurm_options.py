@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -188,3 +189,20 @@ def test_wait_takes_a_jobs_result_read_before_the_job_wrote_its_manifest_entry(t
     assert [r["ep_return"] for r in run] == [r["ep_return"] for r in records]
     entry = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
     assert (entry["status"], entry["episodes"], entry["slurm_job"]) == ("finished", 3, "4242")
+
+
+def test_a_slurm_job_ignores_the_time_limit_signal_once_its_runs_are_done():
+    """A second SIGUSR2 after the job had checkpointed and asked for its requeue (or after its run had finished) killed
+    it with the signal's default action: Slurm marked it FAILED, status 140 (an outside tester's find)."""
+    import signal
+
+    from online_trainer.parallel.slurm_job import TIME_LIMIT_SIGNALS, SlurmRunJob
+
+    before = {sig: signal.getsignal(sig) for sig in TIME_LIMIT_SIGNALS}
+    try:
+        assert SlurmRunJob([], torch_threads=None, max_requeues=0)() == []
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in TIME_LIMIT_SIGNALS)
+        os.kill(os.getpid(), signal.SIGUSR2)  # what killed the job: now nothing happens
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
