@@ -366,7 +366,8 @@ def execute_experiments(
         for experiment in experiments:
             experiment.mark_interrupted()
         _close_quietly(callback)
-        if isinstance(error, KeyboardInterrupt) and any(e.exp_dir is not None for e in experiments):
+        interrupted = isinstance(error, KeyboardInterrupt) and any(e.exp_dir is not None for e in experiments)
+        if interrupted and hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(  # a bare KeyboardInterrupt said nothing of what is on disk or how to go on
                 "online_trainer: the runs were stopped; their flushed records and full checkpoints are on disk. "
                 "To go on, make the same call with resume=True."
