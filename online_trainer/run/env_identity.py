@@ -12,6 +12,7 @@ checked against what their manifest recorded (the env id and the number of sub-e
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import numpy as np
 from gymnasium import spaces
 
 from online_trainer.records import storage
+
+logger = logging.getLogger(__name__)
 
 ENV_FILE = "env.json"
 """The experiment's env, as :func:`env_identity` describes it."""
@@ -92,6 +95,8 @@ def record_identity(exp_dir: str | os.PathLike, identity: dict[str, Any]) -> Non
         os.link(tmp, path)  # fails when another run's is there: the first one stays
     except FileExistsError:
         pass
+    except OSError as exc:  # a filesystem without hard links, a full disk: the run goes on, unchecked on resume
+        logger.warning("could not record the experiment's env in %s (%s): a resume will not check its env", path, exc)
     finally:
         tmp.unlink(missing_ok=True)
 
