@@ -5,6 +5,7 @@ Skipped, with the reason, where ``sinfo`` is missing or the cluster does not ans
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -431,6 +432,18 @@ def test_a_job_sbatch_refuses_stops_the_call_before_anything_is_kept(tmp_path, c
     )  # the corrected call finds nothing in its way
 
 
+@contextlib.contextmanager
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in this process while the block runs (a pytest-xdist worker ignores it)."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path):
     """The manifest called interrupted a run whose job was still queued when Ctrl-C cancelled it (an outside tester's
     find): readers and the docs call such a run pending."""
@@ -442,7 +455,7 @@ def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path):
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_once_run_1_writes, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt) as cut:  # one job at a time: run 2's is queued behind run 1's
+    with ctrl_c_raises(), pytest.raises(KeyboardInterrupt) as cut:  # one job at a time: run 2's queues behind run 1's
         OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
             2, total_steps=STEPS, seed_offset=0, execution=slurm(1)
         )
@@ -465,7 +478,7 @@ def test_a_job_that_will_not_start_as_asked_is_named_while_the_call_waits(tmp_pa
         os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_after_the_warning, daemon=True).start()
-    with caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
+    with ctrl_c_raises(), caplog.at_level(logging.WARNING), pytest.raises(KeyboardInterrupt):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=2, seed_offset=0, execution=slurm(1, cpus_per_task=64)
         )
