@@ -418,3 +418,17 @@ def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_no
     assert table["num_runs"].tolist() == [3, 3, 0] and np.isnan(table["iqm"].iloc[2])
     assert not np.isnan(table["probability_of_improvement"].iloc[1])  # the scored ones are still compared
     assert "1 configuration(s) finished no episode and are ranked last, with no score: lr=0.1" in caplog.text
+
+
+def test_a_sweep_resumed_on_another_env_is_refused_before_anything_changes(tmp_path):
+    """A configuration's pending run ran wholly on another env, which then ranked it last (an outside tester's find)."""
+    kw = {"num_runs": 2, "total_steps": 600, "seed_offset": 0, "checkpoint_freq": 300}
+    with pytest.raises(RunsFailedError, match="crash at step 400"):
+        corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, hooks=[CrashRunOne(400)], **kw)
+    before = files_with_times(tmp_path)
+    other = OnlineTrainer(make_env("FrozenLake-v1", num_envs=1), CountingAgents(), exp_dir=tmp_path)
+    with pytest.raises(
+        ValueError, match=r"but this call's env differs: env id 'FrozenLake-v1' \(it ran with 'Corridor-v0'\)"
+    ):
+        other.sweep({"lr": [0.1, 0.5]}, resume=True, **kw)
+    assert files_with_times(tmp_path) == before
