@@ -210,9 +210,10 @@ def plot_learning_curves(
     made = ax is None
     fig, ax = _axes(ax, (5.5, 3.6))
     lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
-    partial = False
+    partial = end_labels = False
     for i, (keys, curve) in enumerate(groups(table, group_cols)):
-        partial |= _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i)
+        thin, labelled = _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i)
+        partial, end_labels = partial or thin, end_labels or labelled
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
     ax.set_ylabel(y_label(stat, ci, smooth), fontsize=10)
     if x == "global_step":
@@ -238,8 +239,12 @@ def plot_learning_curves(
     legend = {"handles": handles, "frameon": False, "fontsize": 9, "title": legend_title, "title_fontsize": 8}
     if made:  # beside the axes, where no curve or end label runs (inside them, "best" sat on a curve's tail)
         longest = max([len(str(h.get_label())) for h in handles] + [0.8 * len(legend_title or "")])
-        fig.set_figwidth(fig.get_figwidth() + 0.4 + 0.07 * longest)  # 9-point characters, the axes keep their width
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, **legend)
+        gap = 0.35 if end_labels else 0.0  # inches: the "n=3" labels past the axes' right edge keep their room
+        axes_width = ax.get_position().width * fig.get_figwidth()
+        fig.set_figwidth(
+            fig.get_figwidth() + 0.4 + gap + 0.07 * longest
+        )  # 9-point characters; the axes keep their width
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02 + gap / axes_width, 1.0), borderaxespad=0, **legend)
     else:  # the caller's axes, maybe one of several: the legend stays inside them
         ax.legend(**legend)
     if title:
@@ -256,8 +261,9 @@ def _draw_curve(
     ci: float | None,
     lines: list[tuple[float, int, Line2D]],
     order: int,
-) -> bool:
-    """Draw one group's curve; True when part of it stands on fewer runs than the group has."""
+) -> tuple[bool, bool]:
+    """Draw one group's curve; return whether part of it stands on fewer runs than the group has, and whether
+    its end has an ``n=`` label (its last point stands on fewer)."""
     total = int(curve["total_runs"].iloc[0])
     full = curve["num_runs"].to_numpy() == total
     xs, ys = curve[x].to_numpy(dtype=float), curve["value"].to_numpy(dtype=float)
@@ -270,7 +276,8 @@ def _draw_curve(
     if ci is not None:
         ax.fill_between(xs, curve["lo"], curve["hi"], color=color, alpha=0.2, linewidth=0, zorder=2)
     last = np.flatnonzero(np.isfinite(ys))
-    if len(last) and not full[last[-1]]:
+    labelled = bool(len(last)) and not full[last[-1]]
+    if labelled:
         ax.annotate(
             f"n={int(curve['num_runs'].iloc[last[-1]])}",
             (xs[last[-1]], ys[last[-1]]),
@@ -282,7 +289,7 @@ def _draw_curve(
             annotation_clip=False,
         )
     lines.append((ys[last[-1]] if len(last) else -np.inf, order, line))
-    return not full.all()
+    return not full.all(), labelled
 
 
 def _notes(ax: Axes, notes: list[str]) -> None:

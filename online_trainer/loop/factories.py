@@ -60,6 +60,7 @@ class EnvFactory(_InstanceOrFactory):
         if isinstance(env, (gym.Env, VectorEnv)):
             self._instance, self._factory = env, None
         elif callable(env):
+            _check_takes_nothing(env, name)
             self._instance, self._factory = None, env
         else:
             raise TypeError(
@@ -173,6 +174,23 @@ class AgentFactory(_InstanceOrFactory):
                 f"The agent {self._instance!r} cannot be copied for each run ({type(exc).__name__}: {exc}): pass a "
                 "factory, agent=lambda env: MyAgent(env), so that each run builds its own."
             ) from exc
+
+
+def _check_takes_nothing(factory: Callable[..., Any], name: str) -> None:
+    """Raise TypeError when the env factory ``name`` cannot be called without arguments.
+
+    Checked on the signature, without calling it (a factory Python cannot inspect is called as it is).
+    """
+    try:
+        inspect.signature(factory).bind()
+    except TypeError as exc:
+        raise TypeError(
+            f"The env factory {name}={_describe(factory)} cannot be called without arguments ({exc}), but it is "
+            f"called with none, once per run: {name}=lambda: gym.make_vec('CartPole-v1', num_envs=4) (give the "
+            "factory's settings their values inside the lambda, or with functools.partial)."
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins and extension types)
+        pass
 
 
 def _check_takes_env(factory: Callable[..., Any]) -> None:

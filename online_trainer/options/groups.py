@@ -89,6 +89,7 @@ class OptionGroup:
     section: ClassVar[str] = ""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        validation.keywords(cls.__name__, kwargs, [spec.name for spec in dataclasses.fields(cls)])
         self = super().__new__(cls)
         object.__setattr__(self, "_given", frozenset(kwargs))  # not a field: equality and repr leave it out
         return self
@@ -348,6 +349,10 @@ class SlurmOptions:
     process may end."""
     poll_interval: float = 2.0
     """Seconds between two looks at the jobs' states (``squeue``) while waiting."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        validation.keywords(cls.__name__, kwargs, [spec.name for spec in dataclasses.fields(cls)])
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         if self.time is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import numbers
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,21 @@ def choice(choices: tuple[str, ...], hint: str = "") -> Any:
         return value
 
     return check
+
+
+def keywords(call: str, given: Iterable[str], accepted: Iterable[str]) -> None:
+    """Raise TypeError, as Python would, for the first of ``given`` that ``call`` does not accept, with the nearest
+    accepted one (``multi_run() got an unexpected keyword argument 'num_worker' (did you mean 'num_workers'?)``)."""
+    accepted = list(accepted)
+    for name in given:
+        if name not in accepted:
+            import difflib
+
+            close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(
+                f"{call}() got an unexpected keyword argument {name!r}{hint}; its keywords: {', '.join(accepted)}."
+            )
 
 
 def episode_trigger(name: str, value: Any) -> Any:

@@ -46,12 +46,14 @@ def legacy_keywords(method: F) -> F:
     """Let ``method`` take the previous release's flat keywords (:data:`~online_trainer.options.groups.LEGACY_NAMES`)
     for one release: each is folded into its option group with a ``DeprecationWarning`` that gives the new
     spelling. The signature shown (``help``, ``inspect.signature``) is ``method``'s own."""
-    own = set(inspect.signature(method).parameters)
+    order = [name for name in inspect.signature(method).parameters if name != "self"]
+    own = set(order)
     sections = [name for name in own if name in ("evaluation", "checkpoints", "records", "execution")]
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         legacy = {name: kwargs.pop(name) for name in list(kwargs) if name in LEGACY_NAMES and name not in own}
+        validation.keywords(method.__name__, kwargs, order)
         if legacy:
             kwargs.update(fold_legacy(method.__name__, legacy, {name: kwargs.get(name) for name in sections}))
         return method(self, *args, **kwargs)

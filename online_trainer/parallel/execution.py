@@ -15,10 +15,9 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import cloudpickle
-
 from online_trainer.errors import RunSetupError
 from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
+from online_trainer.parallel import shipping
 from online_trainer.run.one_run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
@@ -93,7 +92,7 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
 
 def _picklable(obj: Any) -> bool:
     try:
-        cloudpickle.dumps(obj)
+        shipping.dumps(obj)
     except Exception:
         return False
     return True
@@ -103,7 +102,7 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
     """Raise TypeError naming the first object that cannot travel to a worker process."""
     for name, obj in objects.items():
         try:
-            cloudpickle.dumps(obj)
+            shipping.dumps(obj)
         except Exception as exc:
             raise TypeError(
                 f"{name}={obj!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}). Pass a factory "

@@ -27,6 +27,7 @@ from typing import Any
 
 import cloudpickle
 
+from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay, QueueProgress
@@ -164,7 +165,7 @@ class RayExecutor:
                 while waiting and len(in_flight) < self.max_concurrent:
                     spec = waiting.pop(0)
                     on_start(spec)
-                    in_flight[task.remote(cloudpickle.dumps(spec), queue, self.torch_threads, token)] = spec
+                    in_flight[task.remote(shipping.dumps(spec), queue, self.torch_threads, token)] = spec
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                 self._drain(queue, display)
                 for ref in ready:

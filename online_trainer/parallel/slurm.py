@@ -26,12 +26,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import cloudpickle
-
 from online_trainer.errors import RunSetupError, SlurmSubmissionError
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import read_job_result
 from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, UNRUNNABLE, job_states, unrunnable
+from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay
@@ -220,7 +219,7 @@ class SlurmExecutor:
         try:
             with executor.batch():
                 for group in groups:
-                    payloads = [cloudpickle.dumps(spec) for spec in group]
+                    payloads = [shipping.dumps(spec) for spec in group]
                     job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
                     jobs.append(executor.submit(job))
         except (utils.FailedJobError, utils.FailedSubmissionError) as exc:

@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, cast
 
-import cloudpickle
-
 from online_trainer.errors import Preempted
+from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
 from online_trainer.parallel.threads import environment, thread_variables
@@ -244,7 +243,7 @@ class WorkerPool:
             worker.spec, worker.took = spec, False
             call.on_start(spec)  # before the send: a run that may have begun is never recorded as not started
             try:
-                worker.conn.send(cloudpickle.dumps(spec))
+                worker.conn.send(shipping.dumps(spec))
             except OSError:  # it died: its sentinel tells the rest
                 call.waiting.appendleft(spec)
                 worker.spec = None

@@ -279,6 +279,27 @@ def test_final_performance_notes_left_out_runs():
     assert "Left out: 1 run that did not finish (1 interrupted)." in notes(fig)
 
 
+def test_the_legend_beside_the_curves_leaves_room_for_their_end_labels(tmp_path):
+    """The "n=1" labels at the ends of curves that fewer runs reach sat on the legend's title (an outside tester's find)."""
+    df = pd.DataFrame(
+        [
+            {"experiment": name, "run": run, "episode_index": i, "global_step": 10 * i, "ep_return": float(i * k)}
+            for k, name in enumerate(["a", "b"], start=1)
+            for run in (1, 2, 3)
+            for i in range(1, 30 if run == 1 else 20)  # run 1 goes further: both curves end on n=1
+        ]
+    )
+    fig = plot_learning_curves(df, smooth=5)
+    fig.savefig(tmp_path / "curves.png")
+    renderer = fig._get_renderer()
+    ends = [t for t in fig.axes[0].texts if t.get_text().startswith("n=")]
+    assert len(ends) == 2
+    legend = fig.axes[0].get_legend().get_window_extent(renderer)
+    assert all(end.get_window_extent(renderer).x1 < legend.x0 for end in ends)
+    assert legend.x1 <= fig.bbox.x1
+    plt.close("all")
+
+
 def test_the_legend_of_a_figure_made_here_stands_beside_the_curves(tmp_path):
     """Inside the axes, matplotlib's "best" place sat on a curve's tail and its n= label (an outside tester's find)."""
     df = pd.DataFrame(

@@ -434,6 +434,31 @@ def test_an_agent_factory_that_cannot_take_the_env_is_explained(tmp_path, factor
     assert env.built == 0 and not (tmp_path / "exp").exists()
 
 
+class EnvOfSize:
+    def __init__(self, num_envs):
+        self.num_envs = num_envs
+
+
+@pytest.mark.parametrize(
+    "factory", [lambda num_envs: make_counting_vec(num_envs), EnvOfSize, lambda *, seed: make_counting_vec(1)]
+)
+def test_an_env_factory_that_needs_arguments_is_explained_before_anything_is_written(tmp_path, factory):
+    with pytest.raises(
+        TypeError,
+        match=r"The env factory env=.* cannot be called without arguments .*, but it is called with none, once "
+        r"per run: env=lambda: gym.make_vec\('CartPole-v1', num_envs=4\)",
+    ):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1)
+    assert not (tmp_path / "exp").exists()
+
+
+def test_an_env_factory_with_defaults_or_extra_arguments_is_accepted():
+    records = OnlineTrainer(lambda num_envs=2, **kw: make_counting_vec(num_envs)(), RecordingAgent).multi_run(
+        1, num_episodes=2, progress=False
+    )
+    assert len(records[0]) == 2
+
+
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [

@@ -177,6 +177,41 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anythin
     assert not (tmp_path / "exp").exists()
 
 
+def test_a_misspelled_keyword_names_the_nearest_one_before_anything_is_written(tmp_path):
+    from online_trainer import CheckpointOptions, RecordOptions, SlurmOptions
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(
+        TypeError,
+        match=r"^multi_run\(\) got an unexpected keyword argument 'num_worker' \(did you mean 'num_workers'\?\); "
+        r"its keywords: num_runs, num_episodes, total_steps, seed_offset, ",
+    ):
+        trainer.multi_run(2, num_episodes=2, num_worker=2)
+    with pytest.raises(
+        TypeError,
+        match=r"^sweep\(\) got an unexpected keyword argument 'num_episode' \(did you mean 'num_episodes'\?\)",
+    ):
+        trainer.sweep({"lr": [0.1]}, 1, num_episode=1)
+    with pytest.raises(TypeError, match=r"^multi_run\(\) got an unexpected keyword argument 'colour'; its keywords"):
+        trainer.multi_run(2, num_episodes=2, colour="red")
+    for make, message in [
+        (
+            lambda: EvaluationOptions(frq=100),
+            r"EvaluationOptions\(\) got .* 'frq' \(did you mean 'freq'\?\); its keywords: env, freq",
+        ),
+        (
+            lambda: ExecutionOptions(num_wokers=2),
+            r"ExecutionOptions\(\) got .* 'num_wokers' \(did you mean 'num_workers'\?\)",
+        ),
+        (lambda: CheckpointOptions(kep=2), r"CheckpointOptions\(\) got .* 'kep' \(did you mean 'keep'\?\)"),
+        (lambda: RecordOptions(scor="raw"), r"RecordOptions\(\) got .* 'scor' \(did you mean 'score'\?\)"),
+        (lambda: SlurmOptions(partiton="debug"), r"SlurmOptions\(\) got .* 'partiton' \(did you mean 'partition'\?\)"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            make()
+    assert not (tmp_path / "exp").exists()
+
+
 def test_the_num_workers_keyword_fills_an_execution_built_without_it(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
     trainer.multi_run(2, num_episodes=2, num_workers=2, execution=ExecutionOptions(progress=False))
