@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
-from online_trainer.callbacks.files import create_with
+from online_trainer.callbacks.files import create_with, file_path
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time", "experiment")
@@ -60,7 +60,7 @@ class CSVCallback(CallBack):
             raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
-        self.log_path = os.fspath(log_path)
+        self.log_path = file_path("log_path", log_path, "scalars.csv")
         self.flush_rows = flush_rows
         self.max_delay = max_delay
         self._fd: int | None = None

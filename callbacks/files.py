@@ -66,3 +66,17 @@ def write_ids(path: str | os.PathLike, ids: dict[int, str]) -> None:
     """Keep the run number -> id map ``ids`` in ``path`` (JSON, replaced atomically)."""
     text = json.dumps({str(run): ids[run] for run in sorted(ids)}, indent=2) + "\n"
     write_atomic(path, text.encode())
+
+
+def file_path(name: str, log_path: str | os.PathLike, example: str) -> str:
+    """``log_path`` as a string; raise ValueError naming ``name`` when it is a directory (the sink writes one file).
+
+    ``example``: the file name the message suggests inside that directory (``"scalars.csv"``).
+    """
+    path = os.fspath(log_path)
+    if os.path.isdir(path):
+        raise ValueError(
+            f"{name} is the path of the file the sink writes, but got {name}={path!r}, which is a directory: pass a "
+            f"file in it, e.g. {name}={os.path.join(path, example)!r}."
+        )
+    return path

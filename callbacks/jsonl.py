@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.files import file_path
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 
@@ -64,7 +65,7 @@ class JsonlCallback(CallBack):
     def __init__(self, log_path: str | os.PathLike, flush_every: int = 100) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
-        self.log_path = os.fspath(log_path)
+        self.log_path = file_path("log_path", log_path, "scalars.jsonl")
         self.flush_every = flush_every
         self._fd: int | None = None
         self._lines: list[str] = []

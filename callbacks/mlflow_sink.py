@@ -36,6 +36,32 @@ def _mlflow() -> Any:
     return mlflow
 
 
+def _reopen_store(uri: str) -> None:
+    """Let MLflow open the SQLite file of ``uri`` anew in this process.
+
+    MLflow keeps, for the life of the process, one store per URI and one SQLAlchemy engine per database
+    (with its open connections). The experiment directory's ``mlflow.db`` may have been replaced since:
+    ``overwrite=True`` sets the earlier one aside, and a call whose runs all failed before their first env
+    step removes its own and puts the earlier one back. A second call in the same process (a notebook)
+    then wrote through connections to the file set aside ("attempt to write a readonly database").
+    MLflow has no public way to close them; its caches are reached here only when they are as this
+    version of MLflow keeps them.
+    """
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+        from mlflow.tracking._tracking_service import utils
+    except ImportError:  # another MLflow layout: it opens the store as it does
+        return
+    engines = getattr(SqlAlchemyStore, "_engine_map", None)
+    engine = engines.pop(uri, None) if isinstance(engines, dict) else None
+    if engine is not None:
+        engine.dispose()
+    registry = getattr(utils, "_tracking_store_registry", None)
+    cached = getattr(type(registry), "_get_store_with_resolved_uri", None)
+    if callable(getattr(cached, "cache_clear", None)):
+        cached.cache_clear()
+
+
 class _Experiment:
     """What :meth:`MLflowCallback.setup` made for one experiment directory (it travels to workers)."""
 
@@ -124,6 +150,9 @@ class MLflowCallback(CallBack):
         elif exp_dir is not None:
             local = Path(exp_dir).resolve()
             uri, location = f"sqlite:///{local / STORE_FILE}", (local / ARTIFACTS_DIR).as_uri()
+            if self._clients is not None:
+                self._clients.pop(uri, None)
+            _reopen_store(uri)
         else:
             raise ValueError(
                 "MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "

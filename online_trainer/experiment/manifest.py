@@ -207,10 +207,10 @@ class Experiment:
         if self.exp_dir is None:
             return
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
-            if path.is_file():
-                path.unlink(missing_ok=True)
-            elif path.name == job_results.SLURM_DIR:  # this call's Slurm jobs' scripts and logs
+            if path.is_dir():  # this call's own: MLflow's artifacts, W&B's files, its Slurm jobs' scripts and logs
                 shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
             (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._found is not None:  # an earlier manifest (a resumed experiment): as this call found it, but for

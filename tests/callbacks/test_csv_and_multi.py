@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from online_trainer import OnlineTrainer
-from online_trainer.callbacks import CallBack, CSVCallback, EmptyCallBack, MultiCallback, TBCallBack
+from online_trainer.callbacks import CallBack, CSVCallback, EmptyCallBack, JsonlCallback, MultiCallback, TBCallBack
 from tests.callbacks.test_callbacks import read_scalars
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -339,3 +339,14 @@ def test_a_sink_whose_setup_raises_stops_before_any_run_and_keeps_nothing(tmp_pa
         trainer.multi_run(2, num_episodes=2, seed_offset=0, progress=False)
     assert not exp_dir.exists()
     assert not [c for c in sink.calls if c[0] in ("start_run", "call", "series")]
+
+
+@pytest.mark.parametrize("sink, example", [(CSVCallback, "scalars.csv"), (JsonlCallback, "scalars.jsonl")])
+def test_a_file_sink_given_a_directory_says_to_name_a_file_in_it(tmp_path, sink, example):
+    """CSVCallback(exp_dir) failed every run at its end, with IsADirectoryError from the first write."""
+    with pytest.raises(
+        ValueError,
+        match=rf"log_path is the path of the file the sink writes, but got log_path='{tmp_path}', which is a "
+        rf"directory: pass a file in it, e.g. log_path='{tmp_path / example}'",
+    ):
+        sink(tmp_path)

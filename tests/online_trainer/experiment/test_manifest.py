@@ -49,6 +49,43 @@ def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_i
     assert snapshot(tmp_path) == before  # byte for byte, and nothing else (no set-aside folder left)
 
 
+def every_sink(exp_dir):
+    from online_trainer.callbacks import CSVCallback, JsonlCallback, MLflowCallback, TBCallBack
+
+    return [TBCallBack(exp_dir), JsonlCallback(exp_dir / "log.jsonl"), CSVCallback(exp_dir / "scalars.csv"), MLflowCallback()]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_overwrite_with_every_sink_keeps_the_earlier_experiment_when_the_new_call_fails_before_its_first_step(
+    tmp_path, workers
+):
+    """MLflow's store is made before any run starts: its artifacts folder, left by the failed call, counted as the new
+    experiment, and the earlier one was deleted (an outside tester's find: a finished experiment lost to a typo)."""
+    pytest.importorskip("mlflow")
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 0.1})
+    trainer.call_back = every_sink(tmp_path)
+    trainer.multi_run(2, num_episodes=4, seed_offset=0, checkpoint_freq=2, progress=False)
+    before = snapshot(tmp_path)
+    assert "mlflow.db" in before and any(name.startswith("mlartifacts/") for name in before)
+    trainer = OnlineTrainer(make_counting_vec(1), WrongShape, exp_dir=tmp_path, args={"lr": 0.2})
+    trainer.call_back = every_sink(tmp_path)
+    with pytest.raises(ValueError, match=r"returned actions of shape \(2,\)"):
+        trainer.multi_run(2, total_steps=2000, overwrite=True, num_workers=workers, progress=False)
+    assert snapshot(tmp_path) == before
+    # and in the same process (a notebook), the corrected call replaces it: MLflow opens the new store
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 0.2})
+    trainer.call_back = every_sink(tmp_path)
+    trainer.multi_run(1, num_episodes=3, seed_offset=0, overwrite=True, num_workers=workers, progress=False)
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == tmp_path.name]
+    runs = client.search_runs([experiment.experiment_id])
+    assert [run.info.run_name for run in runs] == ["run_1"]
+    assert len(client.get_metric_history(runs[0].info.run_id, "ep_return")) == 3
+    assert not (tmp_path / storage.SET_ASIDE_DIR).exists() and not (tmp_path / "Run2_Last_agent.t").exists()
+
+
 def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path):
     earlier_experiment(tmp_path)
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
