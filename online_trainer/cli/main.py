@@ -21,7 +21,9 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import re
+import signal
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -359,6 +361,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted; the runs' flushed records are on disk.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `online-trainer show DIR | head`: the reader has what it wanted
+        # Python's recipe: what is left in stdout's buffer would fail again at exit, so it goes to devnull
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
 from online_trainer.cli.run import interrupted, multi_run_kwargs, submitted
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
-from online_trainer.config.loading import load_experiment_config
-from online_trainer.config.schema import CALLBACKS, ConfigError
+from online_trainer.config.loading import dump_yaml, load_experiment_config
+from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
 from online_trainer.errors import RunsFailedError
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
+from online_trainer.records import storage
+
+BUILT_FROM = ("env", "agent", "train")
+"""The sections of ``config.yaml`` that build a run's env and agent: ``multi_run`` cannot see them, since it gets the
+factories they make, so a resumed command compares them with the config the experiment ran with (its ``args.yaml``).
+The other sections reach ``multi_run`` as options, which it compares with the manifest itself."""
 
 
 def resume_command(args: argparse.Namespace) -> int:
@@ -39,6 +48,7 @@ def resume_command(args: argparse.Namespace) -> int:
             "as it was called."
         )
     config = load_experiment_config(exp_dir / CONFIG_YAML, [])
+    refuse_edits(exp_dir, config)
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
     trainer.call_back = CALLBACKS[config.callback](exp_dir)
@@ -62,3 +72,44 @@ def resume_command(args: argparse.Namespace) -> int:
     print(final_table(load_episodes(exp_dir), config.last_k))
     print(f"\nExperiment directory: {exp_dir}")
     return status
+
+
+def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
+    """Raise ConfigError when ``config`` (``exp_dir/config.yaml`` as it is now) builds other envs or agents than the
+    experiment's runs were built with, as its ``args.yaml`` (written by ``online-trainer run``) records them.
+
+    An edited ``agent.hyperparameters.lr`` was taken silently: the runs that started again were trained at the new
+    rate and those continued from a checkpoint at the old one, in one experiment whose ``config.yaml`` then named
+    only the new one. An experiment without ``args.yaml`` (made before it was written) is not compared.
+    """
+    recorded_path = exp_dir / storage.ARGS_FILE
+    if not recorded_path.is_file():
+        return
+    recorded = yaml.safe_load(recorded_path.read_text(encoding="utf-8")) or {}
+    current = yaml.safe_load(dump_yaml(config.to_dict()))
+    edits = [
+        (key, before, now)
+        for section in BUILT_FROM
+        for key, before, now in _differences(section, recorded.get(section), current.get(section))
+    ]
+    if edits:
+        listed = "; ".join(
+            f"{key} is {now!r} there, but the runs were built with {before!r}" for key, before, now in edits
+        )
+        raise ConfigError(
+            f"{exp_dir / CONFIG_YAML} was edited since the experiment ran: {listed} ({storage.ARGS_FILE}). Its runs "
+            "that start again would be built otherwise than those that go on from their checkpoints. Put the "
+            "values back to resume, or run the edited config as a new experiment: online-trainer run "
+            f"{exp_dir / CONFIG_YAML} exp_dir=<another path>."
+        )
+
+
+def _differences(key: str, before: Any, now: Any) -> list[tuple[str, Any, Any]]:
+    """The dotted keys under ``key`` whose values differ between ``before`` and ``now`` (nested dicts), in order."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [
+            difference
+            for name in [*before, *(name for name in now if name not in before)]
+            for difference in _differences(f"{key}.{name}", before.get(name), now.get(name))
+        ]
+    return [] if before == now else [(key, before, now)]

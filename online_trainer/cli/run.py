@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shlex
 import signal
@@ -26,6 +27,7 @@ from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
 from online_trainer.records import storage
 from online_trainer.run.builtin import preemption
+from online_trainer.run.one_run import COMPLETED
 
 
 class CommandTrainer(OnlineTrainer):
@@ -65,10 +67,29 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     """The command's words for an experiment directory that ``multi_run`` refused to replace."""
     earlier = [p.name for p in exc.earlier] or [f"{p.name} of another config" for p in exc.differing]
     names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
+    unfinished = _unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
+    if unfinished:  # cut off (killed, preempted, Ctrl-C): the same command again most likely means to go on
+        done, total = unfinished
+        return ConfigError(
+            f"exp_dir={config.exp_dir!r} already holds an experiment whose runs did not all end ({done} of {total} "
+            f"did): continue it with\n  online-trainer resume {shlex.quote(os.fspath(config.exp_dir))}\nor add "
+            "overwrite=true to replace it (its records and checkpoints are deleted), or exp_dir=<another path>."
+        )
     return ConfigError(
         f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
         "to replace it, or exp_dir=<another path>."
     )
+
+
+def _unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
+    """``(runs that ended, runs)`` of the experiment in ``exp_dir`` when some did not end; else None (none there,
+    or every run ended)."""
+    try:
+        runs = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())["runs"]
+        done = sum(run["status"] in COMPLETED for run in runs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (done, len(runs)) if done < len(runs) else None
 
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:

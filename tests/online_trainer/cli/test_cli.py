@@ -122,6 +122,43 @@ def test_an_earlier_experiment_is_kept_unless_overwrite(tmp_path, capsys):
     assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1
 
 
+def test_the_same_command_after_a_cut_off_run_points_to_resume_first(tmp_path, capsys):
+    """An outside tester's SIGTERMed run, then the same command again: the message offered only overwrite=true,
+    which deletes the checkpointed runs that online-trainer resume would have continued."""
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    manifest["runs"][1]["status"] = "interrupted"
+    (exp_dir / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run(str(config), f"exp_dir={exp_dir}") == 2
+    err = capsys.readouterr().err
+    total = len(manifest["runs"])
+    assert (
+        f"already holds an experiment whose runs did not all end ({total - 1} of {total} did): continue it with\n"
+        f"  online-trainer resume {exp_dir}\nor add overwrite=true to replace it (its records and checkpoints are "
+        "deleted), or exp_dir=<another path>." in err
+    )
+
+
+@pytest.mark.parametrize("command", ["show", "report"])
+def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(experiment, command, tmp_path):
+    """`online-trainer show DIR | head -1` ended in a BrokenPipeError traceback and status 1."""
+    out = ["--out", str(tmp_path)] if command == "report" else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "online_trainer", command, str(experiment), *out],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    process.stdout.close()  # before the command writes a line: its first write finds no reader
+    with process.stderr:
+        err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
 def test_show_prints_the_table_with_the_configured_last_k(experiment, capsys):
     assert cli.main(["show", str(experiment)]) == 0
     out = capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,44 @@ def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_include
     columns = ["run", "episode_index", "global_step", "ep_return", "ep_length", "raw_return"]
     assert before[columns].equals(after[columns])
     assert sorted(path.name for path in exp_dir.glob("Run1_E*")) == ["Run1_E6.pt"]  # keep_checkpoints=1 applied
+
+
+@pytest.mark.parametrize(
+    "old, new, named",
+    [
+        ("kwargs: {length: 4}", "kwargs: {length: 5}", r"env.kwargs.length is 5 there, but the runs were built with 4"),
+        ("name: random", "name: dqn", r"agent.name is 'dqn' there, but the runs were built with 'random'"),
+        (
+            "  - gymnasium.wrappers:RecordEpisodeStatistics\n",
+            "  - gymnasium.wrappers:RecordEpisodeStatistics\n  - gymnasium.wrappers:TimeAwareObservation\n",
+            r"env.wrappers is \[.*TimeAwareObservation.*\] there",
+        ),
+    ],
+)
+def test_resume_refuses_a_config_yaml_edited_to_build_other_envs_or_agents(tmp_path, capsys, old, new, named):
+    """An outside tester edited agent.hyperparameters.lr before resuming: the runs that started again trained at the
+    new rate, those continued from checkpoints at the old one, and config.yaml then named only the new one."""
+    import json
+
+    from online_trainer.records import storage
+
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", "--no-progress", str(write(tmp_path)), f"exp_dir={exp_dir}"]) == 0
+    manifest = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())
+    manifest["runs"][0]["status"] = "interrupted"
+    (exp_dir / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
+    config = exp_dir / "config.yaml"
+    text = config.read_text()
+    assert old in text, text
+    config.write_text(text.replace(old, new))
+    files = {path: path.stat().st_mtime_ns for path in exp_dir.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"{config} was edited since the experiment ran: " in err and "(args.yaml)" in err
+    assert re.search(named, err), err
+    assert f"online-trainer run {config} exp_dir=<another path>" in err
+    assert {path: path.stat().st_mtime_ns for path in exp_dir.rglob("*") if path.is_file()} == files
+    # execution is free to change, and the values put back resume the experiment
+    config.write_text(text.replace("num_workers: 1", "num_workers: 2"))
+    assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 0
