@@ -52,7 +52,12 @@ def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_i
 def every_sink(exp_dir):
     from online_trainer.callbacks import CSVCallback, JsonlCallback, MLflowCallback, TBCallBack
 
-    return [TBCallBack(exp_dir), JsonlCallback(exp_dir / "log.jsonl"), CSVCallback(exp_dir / "scalars.csv"), MLflowCallback()]
+    return [
+        TBCallBack(exp_dir),
+        JsonlCallback(exp_dir / "log.jsonl"),
+        CSVCallback(exp_dir / "scalars.csv"),
+        MLflowCallback(),
+    ]
 
 
 @pytest.mark.parametrize("workers", [1, 2])
