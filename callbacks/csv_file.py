@@ -156,7 +156,7 @@ class CSVCallback(CallBack):
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
         """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
-        check_file_position(position, os.path.basename(self.log_path).__eq__)
+        check_file_position(position, os.path.basename(self.log_path).__eq__, os.path.dirname(self.log_path) or ".")
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's rows written after ``position`` (all of them when None)."""

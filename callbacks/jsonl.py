@@ -116,7 +116,7 @@ class JsonlCallback(CallBack):
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
         """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
-        check_file_position(position, os.path.basename(self.log_path).__eq__)
+        check_file_position(position, os.path.basename(self.log_path).__eq__, os.path.dirname(self.log_path) or ".")
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's lines written after ``position`` (all of them when None)."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack, takes_wall_times
+from online_trainer.callbacks.rewind import held_by
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +111,10 @@ class MultiCallback(CallBack):
         if position is None:
             return [None] * len(self.callbacks)
         if not isinstance(position, list) or len(position) != len(self.callbacks):
-            held = f"the positions of {len(position)} sinks" if isinstance(position, list) else "one sink's position"
+            held = held_by(position)
+            sinks = ", ".join(type(callback).__name__ for callback in self.callbacks)
             raise ValueError(
-                f"the run's checkpoint holds {held}, but this MultiCallback has {len(self.callbacks)} sinks: "
+                f"the run's checkpoint holds {held}, but this MultiCallback has {len(self.callbacks)} sinks ({sinks}): "
                 "resume with the callbacks the experiment ran with."
             )
         return position

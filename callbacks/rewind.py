@@ -53,8 +53,8 @@ class FilePosition:
         """
         if not isinstance(state, Mapping) or state.get("kind") != cls.KIND:
             raise ValueError(
-                f"the run's checkpoint holds {state!r} for this sink, not where its files stood: "
-                "resume with the callbacks the experiment ran with."
+                f"the run's checkpoint holds {held_by(state)} for this sink, not where its files stood: resume with "
+                "the callbacks the experiment ran with."
             )
         return cls(state["path"], int(state["offset"]), {str(k): int(v) for k, v in state["others"].items()})
 
@@ -69,22 +69,32 @@ def as_file_position(state: Mapping[str, Any] | None) -> FilePosition | None:
     return None if state is None else FilePosition.from_state(state)
 
 
-def check_file_position(state: Mapping[str, Any] | None, writes: Callable[[str], bool]) -> None:
+def check_file_position(state: Mapping[str, Any] | None, writes: Callable[[str], bool], directory: str) -> None:
     """A file sink's ``check_position``: raise ``ValueError`` unless ``state`` is None or the position of files
-    the sink writes (``writes(name)`` is true for the name of each).
+    the sink writes (``writes(name)`` is true for the name of each) in ``directory``, where it writes them.
 
-    Files are matched by name (see :func:`rewind_files`): the position of another file sink would cut
-    this sink's file at that sink's offset, or take it for a file made after the checkpoint and empty it.
+    Files are matched by name (see :func:`rewind_files`), so that a moved experiment resumes: the position of
+    another file sink would cut this sink's file at that sink's offset, or take it for a file made after the
+    checkpoint and empty it. A file that held values at the checkpoint must still be in ``directory``: a sink
+    pointed elsewhere (another ``log_dir``) would leave the values logged after the checkpoint where they were
+    and log them again in its own files, every one of them twice.
     """
     at = as_file_position(state)
     if at is None:
         return
-    for path in [at.path, *at.others] if at.path is not None else at.others:
+    sizes = dict(at.others) if at.path is None else {at.path: at.offset, **at.others}
+    for path, size in sizes.items():
         name = os.path.basename(path)
         if not writes(name):
             raise ValueError(
                 f"the run's checkpoint holds the position of {name!r} for this sink, which writes no such file: "
                 "resume with the callbacks the experiment ran with."
+            )
+        if size > 0 and not os.path.isfile(os.path.join(directory, name)):
+            raise ValueError(
+                f"the run's checkpoint holds the position of {name!r} in {os.path.dirname(path) or '.'!r}, but this "
+                f"sink writes in {directory!r}, which has no such file: resume with the callbacks the experiment ran "
+                "with, writing where they did (their files are cut back to the checkpoint there)."
             )
 
 
@@ -186,3 +196,21 @@ def event_records(data: bytes) -> Iterator[tuple[int, int, str | None]]:
         values = event.summary.value
         yield start, end, values[0].tag if values else None
         start = end
+
+
+def held_by(position: Any) -> str:
+    """What a checkpoint's sink ``position`` is, for messages: ``the position of the file log.jsonl``, ``the position
+    of a store (MLflow, W&B)``, ``the positions of 2 sinks (the file log.jsonl, a store (MLflow, W&B))``."""
+    if isinstance(position, list):
+        return f"the positions of {len(position)} sinks ({', '.join(_sink_of(at) for at in position)})"
+    return "no position" if position is None else f"the position of {_sink_of(position)}"
+
+
+def _sink_of(position: Any) -> str:
+    if isinstance(position, Mapping):
+        if position.get("kind") == FilePosition.KIND:
+            path = position.get("path") or next(iter(position.get("others") or ()), None)
+            return f"the file {os.path.basename(path)}" if path else "a file sink before its first file"
+        if position.get("kind") == "store":  # online_trainer.callbacks.store_points.StorePosition
+            return "a store (MLflow, W&B)"
+    return "no sink" if position is None else f"a {type(position).__name__}"

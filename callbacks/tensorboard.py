@@ -171,7 +171,7 @@ class TBCallBack(CallBack):
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
         """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
-        check_file_position(position, is_event_file)
+        check_file_position(position, is_event_file, self.log_dir)
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""

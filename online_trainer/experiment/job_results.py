@@ -72,9 +72,9 @@ def progress_from_disk(exp_dir: Path, entry: dict[str, Any]) -> None:
         global_step=progress["global_step"],
         wall_time=progress["wall_time"],
     )
-    if entry["wall_time"]:
-        entry["wall_time"] = round(entry["wall_time"], 3)
+    if entry["wall_time"]:  # the speed from the time before rounding: a fast run's rounds to 0.0
         entry["sps"] = round(entry["global_step"] / entry["wall_time"], 1)
+        entry["wall_time"] = round(entry["wall_time"], 3)
 
 
 @contextlib.contextmanager

@@ -105,8 +105,13 @@ def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, An
         if key in now and before[key] != now[key]
     ]
     raise ValueError(
-        f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, whose runs keep the state of their hooks "
-        f"{sorted(before) or 'none'}, but this call's hooks with state differ: {'; '.join(differences)}. Resume with "
+        f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, whose runs "
+        + (
+            f"keep the state of their hooks {sorted(before)}"
+            if before
+            else "were started with no hook that keeps state"
+        )
+        + f", but this call's hooks with state differ: {'; '.join(differences)}. Resume with "
         "the hooks the experiment was started with, made with the same arguments (hooks without state_dict may "
         "change), or start a new experiment."
     )

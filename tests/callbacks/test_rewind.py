@@ -67,9 +67,39 @@ def test_a_position_of_another_file_sink_is_refused_by_the_check_and_by_rewind(t
     with pytest.raises(ValueError, match=r"TBCallBack\(.*\): the run's checkpoint holds the position of 'log.csv'"):
         multi.check_position([positions[0], positions[1]])
     before = (tmp_path / "log.jsonl").read_bytes()
-    for wrong, held in ((positions[0], "one sink's position"), ([positions[0]], "the positions of 1 sinks")):
-        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has 2 sinks: resume with"):
+    for wrong, held in (
+        (positions[0], r"the position of the file log.jsonl"),
+        ([positions[0]], r"the positions of 1 sinks \(the file log.jsonl\)"),
+    ):
+        sinks = r"2 sinks \(JsonlCallback, TBCallBack\)"
+        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has {sinks}: resume with"):
             multi.check_position(wrong)
-        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has 2 sinks"):
+        with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has {sinks}"):
             multi.rewind("run_1", wrong)  # it used to start every sink over: each lost the run's entries
     assert (tmp_path / "log.jsonl").read_bytes() == before
+
+
+def test_a_sink_pointed_at_another_folder_is_refused_and_a_moved_one_accepted(tmp_path):
+    """A TBCallBack resumed with another log_dir left the first folder's values after the checkpoint in place and
+    logged them again in its own: every one twice (an outside tester's find). A moved experiment still resumes."""
+    import shutil
+
+    from online_trainer.callbacks import CSVCallback, TBCallBack
+
+    for make in (
+        lambda d: TBCallBack(d),
+        lambda d: CSVCallback(d / "scalars.csv"),
+        lambda d: JsonlCallback(d / "l.jsonl"),
+    ):
+        first = tmp_path / "first"
+        sink = make(first)
+        sink({"ep_return": 1.0}, "ep_return/run_1", 1)
+        position = sink.checkpoint("run_1")
+        sink.close()
+        with pytest.raises(
+            ValueError, match=r"holds the position of '.*' in '.*first', but this sink writes in '.*other'"
+        ):
+            make(tmp_path / "other").check_position(position)
+        shutil.move(first, tmp_path / "moved")  # the experiment moved, its files with it
+        make(tmp_path / "moved").check_position(position)
+        shutil.rmtree(tmp_path / "moved")

@@ -568,19 +568,27 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
         (
             lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
             lambda d: TBCallBack(d),
-            r"does not fit the callback TBCallBack\(.*\): the run's checkpoint holds \[.*\] for this sink, not where "
+            r"does not fit the callback TBCallBack\(.*\): the run's checkpoint holds the positions of 2 sinks \(the file "
+            r"events.out.tfevents.*, the file log.jsonl\) for this sink, not where "
             r"its files stood",
         ),
         (
             lambda d: TBCallBack(d),
             lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
-            r"the run's checkpoint holds one sink's position, but this MultiCallback has 2 sinks",
+            r"the run's checkpoint holds the position of the file events.out.tfevents.*, but this MultiCallback "
+            r"has 2 sinks \(TBCallBack, JsonlCallback\)",
         ),
         (
             lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
             lambda d: MultiCallback([JsonlCallback(d / "log.jsonl"), TBCallBack(d)]),
             r"JsonlCallback\(.*\): the run's checkpoint holds the position of 'events.out.tfevents.* for this sink, which writes no "
             r"such file",
+        ),
+        (  # its folder's values after the checkpoint stayed, and the resumed run logged them again in the other one
+            lambda d: TBCallBack(d),
+            lambda d: TBCallBack(d / "tb"),
+            r"TBCallBack\(log_dir='.*exp/tb'.*\): the run's checkpoint holds the position of 'events.out.tfevents.*' in "
+            r"'.*exp', but this sink writes in '.*exp/tb', which has no such file",
         ),
     ],
 )

@@ -156,3 +156,17 @@ def test_probing_the_lock_never_makes_a_writer_refuse(tmp_path):
         for reader in readers:
             reader.join()
     assert takes > 10
+
+
+def test_a_failed_run_faster_than_a_millisecond_gets_its_speed_from_the_time_before_rounding(tmp_path, monkeypatch):
+    """Its wall time, rounded to 0.0 for the manifest, divided its steps: ZeroDivisionError in the parent (seen when
+    a run raised at its 10th update under a loaded test machine)."""
+    from online_trainer.experiment import job_results
+    from online_trainer.run import full_checkpoint as checkpoint_module
+
+    monkeypatch.setattr(
+        checkpoint_module, "run_progress", lambda exp_dir, run: {"episodes": 2, "global_step": 5, "wall_time": 0.0004}
+    )
+    entry = {"run": 3, "seed": 20000, "status": "failed", "episodes": 2, "global_step": 0}
+    job_results.progress_from_disk(tmp_path, entry)
+    assert entry["global_step"] == 5 and entry["wall_time"] == 0.0 and entry["sps"] == 12500.0
