@@ -154,6 +154,14 @@ class CallBack:
         Called in the parent process before the resumed run starts, with no run writing.
         """
 
+    def written_files(self) -> list[str]:
+        """The files this sink writes that hold values now (none, by default: a sink that keeps no files).
+
+        ``overwrite=True`` replaces what is in the experiment directory only: it warns of those outside it,
+        which keep an earlier experiment's values beside the new call's.
+        """
+        return []
+
     def close(self) -> None:
         """Write everything buffered and release files. The callback may be used again."""
 

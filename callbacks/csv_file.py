@@ -163,6 +163,11 @@ class CSVCallback(CallBack):
         if os.path.exists(self.log_path):
             rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _rows)
 
+    def written_files(self) -> list[str]:
+        """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
+        header = len(",".join(COLUMNS)) + 1  # a file with its header row only holds no value
+        return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > header else []
+
     def close(self) -> None:
         try:
             self.flush()

@@ -123,6 +123,10 @@ class JsonlCallback(CallBack):
         if os.path.exists(self.log_path):
             rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _lines)
 
+    def written_files(self) -> list[str]:
+        """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
+        return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > 0 else []
+
     def close(self) -> None:
         self.flush()
         if self._fd is not None:

@@ -57,9 +57,9 @@ def _reopen_store(uri: str) -> None:
     if engine is not None:
         engine.dispose()
     registry = getattr(utils, "_tracking_store_registry", None)
-    cached = getattr(type(registry), "_get_store_with_resolved_uri", None)
-    if callable(getattr(cached, "cache_clear", None)):
-        cached.cache_clear()
+    clear = getattr(getattr(type(registry), "_get_store_with_resolved_uri", None), "cache_clear", None)
+    if callable(clear):
+        clear()
 
 
 class _Experiment:

@@ -123,6 +123,10 @@ class MultiCallback(CallBack):
         for callback in self.callbacks:
             callback.reset()
 
+    def written_files(self) -> list[str]:
+        """Every sink's (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
+        return [path for callback in self.callbacks for path in getattr(callback, "written_files", list)()]
+
     def close(self) -> None:
         errors = []
         for callback in self.callbacks:

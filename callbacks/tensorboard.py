@@ -177,6 +177,10 @@ class TBCallBack(CallBack):
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""
         rewind_files(self._event_files(), run_tag, as_file_position(position), event_records)
 
+    def written_files(self) -> list[str]:
+        """The event files of ``log_dir`` (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
+        return [str(path) for path in self._event_files() if path.stat().st_size > 0]
+
     def _event_files(self) -> list[Path]:
         if not os.path.isdir(self.log_dir):
             return []

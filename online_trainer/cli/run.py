@@ -68,7 +68,7 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     earlier = [p.name for p in exc.earlier] or [f"{p.name} of another config" for p in exc.differing]
     names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
     unfinished = _unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
-    if unfinished:  # cut off (killed, preempted, Ctrl-C): the same command again most likely means to go on
+    if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on
         done, total = unfinished
         return ConfigError(
             f"exp_dir={config.exp_dir!r} already holds an experiment whose runs did not all end ({done} of {total} "

@@ -229,15 +229,32 @@ def resume_check(
     return check
 
 
-def overwrite_check(exp_dir: Path | None) -> Callable[[], None]:
+def overwrite_check(exp_dir: Path | None, callback: Any = None) -> Callable[[], None]:
     """What refuses ``overwrite=True`` under the experiment's lock: runs of the earlier experiment still in live
-    Slurm jobs, which would go on writing their checkpoints and results into the new experiment."""
+    Slurm jobs, which would go on writing their checkpoints and results into the new experiment. It also warns
+    when ``callback`` writes files outside ``exp_dir`` that hold values: they are not the experiment's to replace,
+    and the new runs' values join the earlier ones there (``run_1`` twice)."""
 
     def check() -> None:
         from online_trainer.parallel.slurm_handle import refuse_live_jobs
 
         if exp_dir is not None and (exp_dir / storage.MANIFEST_FILE).is_file():
             refuse_live_jobs(exp_dir, "overwrite=True")
+            outside = [
+                path
+                for path in getattr(callback, "written_files", list)()
+                if not Path(path).resolve().is_relative_to(exp_dir.resolve())
+            ]
+            if outside:
+                listed = ", ".join(outside[:3]) + (f" and {len(outside) - 3} more" if len(outside) > 3 else "")
+                logger.warning(
+                    "overwrite=True replaces the experiment in %s, but the callback writes to %s, outside it: those "
+                    "files stay as they are, and this call's runs add their values beside the earlier experiment's "
+                    "(its run_1 and this call's run_1 both). Remove them first, or give this experiment files of "
+                    "its own.",
+                    exp_dir,
+                    listed,
+                )
 
     return check
 

@@ -243,7 +243,7 @@ class OnlineTrainer:
             check = resume_check(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts)
             hold = hold_resumable(self.exp_dir, check)
         else:
-            refuse = overwrite_check(self.exp_dir) if overwrite else None
+            refuse = overwrite_check(self.exp_dir, parts.callback) if overwrite else None
             hold = hold_exp_dir(self.exp_dir, overwrite, self.input_files(), refuse)
         keep_records = options.records.in_memory
 

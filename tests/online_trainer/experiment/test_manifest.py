@@ -243,3 +243,28 @@ def test_a_preempted_run_reports_the_progress_of_its_checkpoint(tmp_path):
     assert entry["wall_time"] == pytest.approx(header.elapsed, abs=1e-3)
     runs = load_runs(tmp_path)
     assert runs["env_steps"].tolist() == [header.global_step] and runs["wall_time"].tolist()[0] > 0
+
+
+def test_overwrite_warns_of_the_sinks_files_outside_the_experiment_which_it_keeps(tmp_path, caplog):
+    """The earlier experiment's rows stayed in a CSV file outside exp_dir and the new runs' joined them: every
+    episode of run 1 twice, and the docs' pivot of the file failed (an outside tester's find)."""
+    from online_trainer.callbacks import CSVCallback, JsonlCallback, MultiCallback, TBCallBack
+
+    exp_dir, shared = tmp_path / "exp", tmp_path / "shared"
+
+    def call(**kw):
+        trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir)
+        trainer.call_back = MultiCallback(
+            [CSVCallback(shared / "scalars.csv"), JsonlCallback(exp_dir / "log.jsonl"), TBCallBack(exp_dir)]
+        )
+        trainer.multi_run(1, num_episodes=3, seed_offset=0, progress=False, **kw)
+
+    call()
+    caplog.clear()
+    call(overwrite=True)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 1 and (
+        f"overwrite=True replaces the experiment in {exp_dir}, but the callback writes to {shared / 'scalars.csv'}, "
+        "outside it: those files stay as they are" in warned[0]
+    )
+    assert "log.jsonl" not in warned[0] and "tfevents" not in warned[0]  # inside exp_dir: replaced with it
