@@ -7,6 +7,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -202,11 +203,16 @@ class Experiment:
         next call, after the fix, must not find an earlier experiment in the way. Files that
         were there before this call (a sweep's finished runs) are kept, and an earlier manifest
         is put back as this call found it, with the runs that ended in this call (a resumed
-        experiment's, run one after the other) recorded as they ended.
+        experiment's, run one after the other) recorded as they ended. Those runs keep what they
+        wrote in this call (their checkpoints, and the sinks' files they share with the others).
         """
         if self.exp_dir is None:
             return
+        ended = {run for run, result in self.results.items() if result.status in COMPLETED}
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
+            run = _run_of(path.name)
+            if ended and (run is None or run in ended):  # a run that ended here: its files, and the sinks' it shares
+                continue
             if path.is_dir():  # this call's own: MLflow's artifacts, W&B's files, its Slurm jobs' scripts and logs
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -484,3 +490,12 @@ def _left_results(paths: Sequence[Path]) -> bool:
         elif name == storage.ALL_METRICS_FILE or name.startswith(("eval_run", "Run")):
             return True
     return False
+
+
+_RUN_FILE = re.compile(r"^(?:Run(\d+)_|(?:metrics|eval)_run(\d+)\.pkl$)")
+
+
+def _run_of(name: str) -> int | None:
+    """The run a file of the experiment belongs to (``Run3_E10.pt``, ``metrics_run3.pkl``: 3), or None (shared)."""
+    match = _RUN_FILE.match(name)
+    return None if match is None else int(match.group(1) or match.group(2))

@@ -708,6 +708,9 @@ def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experi
     assert "the manifest is as this call found it" in " ".join(getattr(refused.value, "__notes__", []))
     if workers == 1:  # run 1 resumed (on its checkpoint's env) and finished before run 2 was refused: only that is kept
         assert [entry["status"] for entry in manifest["runs"]] == ["finished", "pending", "pending"]
+        # with what it wrote in this call: its last checkpoints were removed with the refused run's files
+        assert {Path("Run1_S400.pt"), Path("Run1_Last.pt"), Path("Run1_Best_agent.t")} <= set(after) - set(before)
+        assert not [name for name in set(after) - set(before) if str(name).startswith(("Run2", "Run3"))]
     else:  # runs 1 and 2 started together: the manifest as it was (run 1 goes on from its checkpoint next time)
         assert after[Path("manifest.json")] == before[Path("manifest.json")]
     OnlineTrainer(cartpole(2), dqn, exp_dir=exp).multi_run(3, resume=True, **options, execution=execution)
