@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack, metric_name
-from online_trainer.callbacks.files import create_with, file_path
+from online_trainer.callbacks.files import check_not_exp_dir, create_with, file_path
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time", "experiment")
@@ -162,6 +162,10 @@ class CSVCallback(CallBack):
         """Remove the run's rows written after ``position`` (all of them when None)."""
         if os.path.exists(self.log_path):
             rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _rows)
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Refuse a ``log_path`` that is the experiment directory, before any run starts."""
+        check_not_exp_dir("log_path", self.log_path, exp_dir, "scalars.csv")
 
     def written_files(self) -> list[str]:
         """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""

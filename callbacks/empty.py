@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack
+from online_trainer.callbacks.rewind import held_by
 
 
 class EmptyCallBack(CallBack):
@@ -14,6 +15,15 @@ class EmptyCallBack(CallBack):
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         return None
+
+    def check_position(self, position: Any) -> None:
+        """Refuse the position of sinks: a run that logged to them, resumed without them, would leave their files
+        as they stood when it was cut off, neither cut back to its checkpoint nor continued."""
+        if position is not None:
+            raise ValueError(
+                f"the run's checkpoint holds {held_by(position)}, but EmptyCallBack logs nothing: resume with the "
+                "callbacks the experiment ran with (their files are cut back to the checkpoint)."
+            )
 
     def __repr__(self) -> str:
         return "EmptyCallBack()"

@@ -74,9 +74,19 @@ def file_path(name: str, log_path: str | os.PathLike, example: str) -> str:
     ``example``: the file name the message suggests inside that directory (``"scalars.csv"``).
     """
     path = os.fspath(log_path)
-    if os.path.isdir(path):
+    if os.path.isdir(path) or path.endswith(("/", os.sep)):
         raise ValueError(
             f"{name} is the path of the file the sink writes, but got {name}={path!r}, which is a directory: pass a "
             f"file in it, e.g. {name}={os.path.join(path, example)!r}."
         )
     return path
+
+
+def check_not_exp_dir(name: str, path: str, exp_dir: str | os.PathLike | None, example: str) -> None:
+    """Raise ValueError when the file ``path`` is the experiment directory itself (``JsonlCallback(exp_dir)`` for a
+    new experiment: the directory does not exist yet when the sink is made, and every run would fail at its end)."""
+    if exp_dir is not None and os.path.abspath(path) == os.path.abspath(exp_dir):
+        raise ValueError(
+            f"{name} is the path of the file the sink writes, but got {name}={path!r}, which is the experiment "
+            f"directory: pass a file in it, e.g. {name}={os.path.join(path, example)!r}."
+        )

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from online_trainer.callbacks.base import CallBack
-from online_trainer.callbacks.files import file_path
+from online_trainer.callbacks.files import check_not_exp_dir, file_path
 from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
 
 
@@ -122,6 +122,10 @@ class JsonlCallback(CallBack):
         """Remove the run's lines written after ``position`` (all of them when None)."""
         if os.path.exists(self.log_path):
             rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _lines)
+
+    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
+        """Refuse a ``log_path`` that is the experiment directory, before any run starts."""
+        check_not_exp_dir("log_path", self.log_path, exp_dir, "scalars.jsonl")
 
     def written_files(self) -> list[str]:
         """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""

@@ -36,6 +36,29 @@ def _mlflow() -> Any:
     return mlflow
 
 
+_SQLITE = "sqlite:///"
+_OPENED: dict[str, tuple[int, int] | None] = {}
+"""The SQLite file (device, inode) of each store URI when this process last let MLflow open it."""
+
+
+def _store_file_changed(uri: str) -> bool:
+    """Whether the SQLite file of ``uri`` is not the one MLflow opened in this process (or was never opened here).
+
+    Checked whenever a client is made: in the parent at each call, and in a worker at each run, since a
+    worker kept from an earlier call (a notebook's second ``multi_run``) holds MLflow's caches of that call.
+    """
+    if not uri.startswith(_SQLITE):
+        return False
+    try:
+        stat = os.stat(uri[len(_SQLITE) :])
+        identity: tuple[int, int] | None = (stat.st_dev, stat.st_ino)
+    except OSError:  # not made yet: whatever MLflow holds for this URI is of a file that is gone
+        identity = None
+    changed = identity is None or _OPENED.get(uri) != identity
+    _OPENED[uri] = identity
+    return changed
+
+
 def _reopen_store(uri: str) -> None:
     """Let MLflow open the SQLite file of ``uri`` anew in this process.
 
@@ -43,7 +66,8 @@ def _reopen_store(uri: str) -> None:
     (with its open connections). The experiment directory's ``mlflow.db`` may have been replaced since:
     ``overwrite=True`` sets the earlier one aside, and a call whose runs all failed before their first env
     step removes its own and puts the earlier one back. A second call in the same process (a notebook)
-    then wrote through connections to the file set aside ("attempt to write a readonly database").
+    then wrote through connections to the file set aside ("attempt to write a readonly database"), and a
+    worker kept from the first call looked its runs up in that file ("Run with id=... not found").
     MLflow has no public way to close them; its caches are reached here only when they are as this
     version of MLflow keeps them.
     """
@@ -150,9 +174,8 @@ class MLflowCallback(CallBack):
         elif exp_dir is not None:
             local = Path(exp_dir).resolve()
             uri, location = f"sqlite:///{local / STORE_FILE}", (local / ARTIFACTS_DIR).as_uri()
-            if self._clients is not None:
+            if self._clients is not None:  # a second call with this callback: the store may be another file now
                 self._clients.pop(uri, None)
-            _reopen_store(uri)
         else:
             raise ValueError(
                 "MLflowCallback(tracking_uri=None) keeps its store in the experiment directory, but "
@@ -189,6 +212,8 @@ class MLflowCallback(CallBack):
             self._clients = {}
         client = self._clients.get(uri)
         if client is None:
+            if _store_file_changed(uri):
+                _reopen_store(uri)
             client = self._clients[uri] = _mlflow().MlflowClient(uri)
         return client
 

@@ -92,13 +92,14 @@ class MultiCallback(CallBack):
 
     def check_position(self, position: Any) -> None:
         """Raise ``ValueError`` unless ``position`` holds a position for each sink, in order, that the sink takes."""
-        for callback, at in zip(self.callbacks, self._positions(position)):
+        positions = self._positions(position)
+        for index, (callback, at) in enumerate(zip(self.callbacks, positions)):
             check = getattr(callback, "check_position", None)
             if callable(check):
                 try:
                     check(at)
                 except ValueError as exc:
-                    raise ValueError(f"{callback!r}: {exc}") from None
+                    raise ValueError(f"{_elsewhere(check, positions, index)}{callback!r}: {exc}") from None
 
     def rewind(self, run_tag: str, position: Any) -> None:
         for callback, at in zip(self.callbacks, self._positions(position)):
@@ -146,3 +147,19 @@ class MultiCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"MultiCallback({self.callbacks!r})"
+
+
+def _elsewhere(check: Any, positions: list[Any], index: int) -> str:
+    """``the sinks are in another order ...; `` when the sink that refused position ``index`` takes another of
+    ``positions``; else nothing."""
+    for other, at in enumerate(positions):
+        if other != index:
+            try:
+                check(at)
+            except ValueError:
+                continue
+            return (
+                f"the sinks are in another order than the experiment's (its sink {other + 1}'s position fits this "
+                f"call's sink {index + 1}); "
+            )
+    return ""

@@ -51,6 +51,11 @@ class FilePosition:
         Raises:
             ValueError: ``state`` is not a file position's (another sink's: the callbacks differ from the run's).
         """
+        if isinstance(state, list):  # the experiment ran with several sinks, this call with one of them
+            raise ValueError(
+                f"the run's checkpoint holds {held_by(state)}, but this call has this one sink: resume with the "
+                "callbacks the experiment ran with, every one in its place (a list of them, or a MultiCallback)."
+            )
         if not isinstance(state, Mapping) or state.get("kind") != cls.KIND:
             raise ValueError(
                 f"the run's checkpoint holds {held_by(state)} for this sink, not where its files stood: resume with "

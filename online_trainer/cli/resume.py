@@ -93,9 +93,7 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
         for key, before, now in _differences(section, recorded.get(section), current.get(section))
     ]
     if edits:
-        listed = "; ".join(
-            f"{key} is {now!r} there, but the runs were built with {before!r}" for key, before, now in edits
-        )
+        listed = "; ".join(_edit(key, before, now) for key, before, now in edits)
         raise ConfigError(
             f"{exp_dir / CONFIG_YAML} was edited since the experiment ran: {listed} ({storage.ARGS_FILE}). Its runs "
             "that start again would be built otherwise than those that go on from their checkpoints. Put the "
@@ -113,3 +111,12 @@ def _differences(key: str, before: Any, now: Any) -> list[tuple[str, Any, Any]]:
             for difference in _differences(f"{key}.{name}", before.get(name), now.get(name))
         ]
     return [] if before == now else [(key, before, now)]
+
+
+def _edit(key: str, before: Any, now: Any) -> str:
+    """One edit, in words: a key added or removed is "not set" on one side (its default)."""
+    if before is None:
+        return f"{key} is {now!r} there, but the runs were built without it (its default)"
+    if now is None:
+        return f"{key} is not set there (its default), but the runs were built with {before!r}"
+    return f"{key} is {now!r} there, but the runs were built with {before!r}"

@@ -250,7 +250,8 @@ class RunPlan(OptionGroup):
             value = getattr(self, name)
             if not isinstance(value, cls) and not (value is None and name == "evaluation"):
                 raise TypeError(
-                    f"{name} must be a {cls.__name__}, but got {name}={value!r}: pass "
+                    f"{name} must be {'an' if cls.__name__[0] in 'AEIOU' else 'a'} {cls.__name__}, but got "
+                    f"{name}={value!r}: pass "
                     f"{name}={cls.__name__}(...) from online_trainer."
                 )
         object.__setattr__(

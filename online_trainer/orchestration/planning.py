@@ -369,12 +369,18 @@ def execute_experiments(
         remove_created(created)
         if hasattr(error.cause, "add_note"):  # Python 3.11+
             resumed = any(getattr(experiment, "resumed", False) for experiment in experiments)
+            replacing = any(  # overwrite=True: the earlier experiment is set aside until the call ends
+                e.exp_dir is not None and (e.exp_dir / storage.SET_ASIDE_DIR).is_dir() for e in experiments
+            )
             error.cause.add_note(
                 f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; every run was stopped, "
                 + (
                     "and the manifest is as this call found it but for runs that ended in this call: the others go "
                     "on from their last full checkpoint when the experiment is resumed with the right inputs)"
                     if resumed
+                    else "and nothing of this call was kept on disk: the earlier experiment it would have replaced "
+                    "is put back as it was)"
+                    if replacing
                     else "and nothing was kept on disk)"
                 )
             )

@@ -350,3 +350,21 @@ def test_a_file_sink_given_a_directory_says_to_name_a_file_in_it(tmp_path, sink,
         rf"directory: pass a file in it, e.g. log_path='{tmp_path / example}'",
     ):
         sink(tmp_path)
+
+
+@pytest.mark.parametrize("sink, example", [(CSVCallback, "scalars.csv"), (JsonlCallback, "scalars.jsonl")])
+def test_a_file_sink_given_the_new_experiments_directory_is_refused_before_any_run(tmp_path, sink, example):
+    """JsonlCallback(exp_dir) for a new experiment, as one writes TBCallBack(exp_dir): the directory did not exist
+    when the sink was made, and every run failed at its end with IsADirectoryError (an outside tester's find)."""
+    exp_dir = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir)
+    trainer.call_back = MultiCallback([TBCallBack(exp_dir), sink(exp_dir)])
+    with pytest.raises(
+        ValueError,
+        match=rf"log_path is the path of the file the sink writes, but got log_path='{exp_dir}', which is the "
+        rf"experiment directory: pass a file in it, e.g. log_path='{exp_dir / example}'",
+    ):
+        trainer.multi_run(2, num_episodes=2, progress=False)
+    assert not exp_dir.exists()
+    with pytest.raises(ValueError, match=r"which is a directory: pass a file in it"):
+        sink(f"{tmp_path}/logs/")  # a folder still to be made

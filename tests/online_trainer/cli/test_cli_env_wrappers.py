@@ -140,6 +140,11 @@ def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_include
         ("kwargs: {length: 4}", "kwargs: {length: 5}", r"env.kwargs.length is 5 there, but the runs were built with 4"),
         ("name: random", "name: dqn", r"agent.name is 'dqn' there, but the runs were built with 'random'"),
         (
+            "kwargs: {length: 4}",
+            "kwargs: {length: 4, slip: 0.1}",
+            r"env.kwargs.slip is 0.1 there, but the runs were built without it \(its default\)",
+        ),
+        (
             "  - gymnasium.wrappers:RecordEpisodeStatistics\n",
             "  - gymnasium.wrappers:RecordEpisodeStatistics\n  - gymnasium.wrappers:TimeAwareObservation\n",
             r"env.wrappers is \[.*TimeAwareObservation.*\] there",

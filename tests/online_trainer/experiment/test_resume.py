@@ -27,7 +27,7 @@ from online_trainer import (
     load_evaluations,
 )
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
-from online_trainer.callbacks import JsonlCallback, MultiCallback, TBCallBack
+from online_trainer.callbacks import EmptyCallBack, JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -569,8 +569,7 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
             lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
             lambda d: TBCallBack(d),
             r"does not fit the callback TBCallBack\(.*\): the run's checkpoint holds the positions of 2 sinks \(the file "
-            r"events.out.tfevents.*, the file log.jsonl\) for this sink, not where "
-            r"its files stood",
+            r"events.out.tfevents.*, the file log.jsonl\), but this call has this one sink",
         ),
         (
             lambda d: TBCallBack(d),
@@ -581,8 +580,15 @@ def test_a_resumed_call_with_other_hooks_with_state_is_refused_before_anything_c
         (
             lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
             lambda d: MultiCallback([JsonlCallback(d / "log.jsonl"), TBCallBack(d)]),
+            r"the sinks are in another order than the experiment's \(its sink 2's position fits this call's sink 1\); "
             r"JsonlCallback\(.*\): the run's checkpoint holds the position of 'events.out.tfevents.* for this sink, which writes no "
             r"such file",
+        ),
+        (  # the sinks' files stayed as they stood when the run was cut off: neither cut back nor continued
+            lambda d: MultiCallback([TBCallBack(d), JsonlCallback(d / "log.jsonl")]),
+            lambda d: EmptyCallBack(),
+            r"EmptyCallBack\(\): the run's checkpoint holds the positions of 2 sinks \(the file events.out.tfevents.*, "
+            r"the file log.jsonl\), but EmptyCallBack logs nothing",
         ),
         (  # its folder's values after the checkpoint stayed, and the resumed run logged them again in the other one
             lambda d: TBCallBack(d),

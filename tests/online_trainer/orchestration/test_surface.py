@@ -169,6 +169,8 @@ def test_a_flat_keyword_that_disagrees_with_its_object_is_refused_before_anythin
         trainer.multi_run(2, num_episodes=2, execution={"num_workers": 2})
     with pytest.raises(TypeError, match=r"records must be a RecordOptions, but got records=\{'score': 'raw'\}"):
         trainer.multi_run(2, num_episodes=2, records={"score": "raw"})
+    with pytest.raises(TypeError, match=r"evaluation must be an EvaluationOptions, but got evaluation=\{'freq': 2\}"):
+        trainer.multi_run(2, num_episodes=2, evaluation={"freq": 2})
     with (
         pytest.raises(TypeError, match=r"evaluate\(\) got an unexpected keyword argument 'keep_checkpoints'"),
         pytest.warns(DeprecationWarning),
