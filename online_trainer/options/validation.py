@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import numpy as np
 
 from online_trainer.loop.budget import Budget
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _is_int(value: Any) -> bool:
@@ -71,6 +74,21 @@ def keywords(call: str, given: Iterable[str], accepted: Iterable[str]) -> None:
             raise TypeError(
                 f"{call}() got an unexpected keyword argument {name!r}{hint}; its keywords: {', '.join(accepted)}."
             )
+
+
+def suggests_keywords(function: F) -> F:
+    """``function``, refusing an unknown keyword argument as Python does but naming the nearest one it takes (see
+    :func:`keywords`); ``OnlineTrainer(exp_dri=...)`` said only "unexpected keyword argument"."""
+    parameters = inspect.signature(function).parameters.values()
+    named = [p.name for p in parameters if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    call_name = function.__qualname__.removesuffix(".__init__")
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        keywords(call_name, kwargs, named)
+        return function(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def episode_trigger(name: str, value: Any) -> Any:

@@ -93,6 +93,7 @@ class OnlineTrainer:
         evaluations: after a :meth:`multi_run` that evaluated, the evaluation records of each run.
     """
 
+    @validation.suggests_keywords
     def __init__(
         self,
         env: EnvLike,

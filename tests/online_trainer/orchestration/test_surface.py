@@ -194,6 +194,10 @@ def test_a_misspelled_keyword_names_the_nearest_one_before_anything_is_written(t
         match=r"^sweep\(\) got an unexpected keyword argument 'num_episode' \(did you mean 'num_episodes'\?\)",
     ):
         trainer.sweep({"lr": [0.1]}, 1, num_episode=1)
+    with pytest.raises(
+        TypeError, match=r"^OnlineTrainer\(\) got an unexpected keyword argument 'exp_dri' \(did you mean 'exp_dir'\?\)"
+    ):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dri=tmp_path / "exp")
     with pytest.raises(TypeError, match=r"^multi_run\(\) got an unexpected keyword argument 'colour'; its keywords"):
         trainer.multi_run(2, num_episodes=2, colour="red")
     for make, message in [
