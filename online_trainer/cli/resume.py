@@ -64,6 +64,11 @@ def resume_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted): resumed again by the same command
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:
+        if str(exc).startswith("resume=True continues"):  # the call config.yaml makes differs from the experiment's
+            raise ConfigError(
+                f"{exc} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
+                "experiment ran, put the value back there."
+            ) from exc
         raise ConfigError(str(exc)) from exc
     if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
         print(submitted(handle, exp_dir))

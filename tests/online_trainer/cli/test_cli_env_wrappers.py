@@ -178,3 +178,26 @@ def test_resume_refuses_a_config_yaml_edited_to_build_other_envs_or_agents(tmp_p
     # execution is free to change, and the values put back resume the experiment
     config.write_text(text.replace("num_workers: 1", "num_workers: 2"))
     assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 0
+
+
+def test_resume_refuses_an_edited_budget_in_the_words_of_the_command(tmp_path, capsys):
+    """The refusal said only "call it as it was called" (an outside tester: the command's user calls nothing)."""
+    import json
+
+    from online_trainer.records import storage
+
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", "--no-progress", str(write(tmp_path)), f"exp_dir={exp_dir}"]) == 0
+    manifest = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())
+    manifest["runs"][0]["status"] = "interrupted"
+    (exp_dir / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
+    config = exp_dir / "config.yaml"
+    config.write_text(config.read_text().replace("num_episodes: 6", "num_episodes: 8"))
+    capsys.readouterr()
+    assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "which ran with num_episodes=6, but this call has num_episodes=8" in err
+    assert (
+        f"Here the call is the one {config} describes: if it was edited since the experiment ran, put the value "
+        "back there." in err
+    )
