@@ -44,7 +44,7 @@ from online_trainer.options import validation
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
 from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
-from online_trainer.parallel.execution import ExecutionOptions
+from online_trainer.parallel.execution import ExecutionOptions, refuse_while_importing_main
 from online_trainer.records import storage
 
 if TYPE_CHECKING:
@@ -151,6 +151,7 @@ def run_sweep(
     resume: bool = False,
 ) -> pd.DataFrame:
     """Run every configuration over ``num_runs`` seeds and rank them; see :meth:`OnlineTrainer.sweep`."""
+    refuse_while_importing_main("sweep")
     execution.check_waits("sweep")
     if trainer.exp_dir is None:
         raise ValueError(
@@ -190,7 +191,13 @@ def run_sweep(
         return experiments
 
     def finalize(experiments: list[Experiment]) -> pd.DataFrame:
-        ranking = rank(root, names, metric, last_k)
+        try:
+            ranking = rank(root, names, metric, last_k)
+        except RuntimeError:
+            failures = [f for e in experiments for f in e.failures()]
+            if failures:  # no configuration has a score because its runs failed: their errors are the news
+                raise RunsFailedError(failures, None) from None
+            raise
         # under the sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
         storage.write_if_changed(root / RESULTS_FILE, ranking.to_csv(index=False).encode())
         return ranking

@@ -30,7 +30,7 @@ from online_trainer.orchestration.planning import (
     run_experiments,
     start_manifest,
 )
-from online_trainer.parallel.execution import ExecutionOptions, resolve_execution
+from online_trainer.parallel.execution import ExecutionOptions, refuse_while_importing_main, resolve_execution
 from online_trainer.records import storage
 from online_trainer.records.record_view import RunRecords
 
@@ -218,6 +218,7 @@ class OnlineTrainer:
             RunsFailedError: some runs raised; the others completed.
         """
         num_runs = validation.positive_int("num_runs", num_runs)
+        refuse_while_importing_main("multi_run")
         resume, overwrite = validation.resume_or_overwrite(resume, overwrite)
         options = RunPlan(
             num_episodes=num_episodes,

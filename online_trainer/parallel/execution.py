@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import multiprocessing
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -113,3 +114,20 @@ def check_picklable(objects: Mapping[str, Any]) -> None:
 
 def no_start(spec: RunSpec) -> None:
     """The ``on_start`` handler that records nothing."""
+
+
+def refuse_while_importing_main(call: str) -> None:
+    """Raise RuntimeError when ``call`` runs in a worker process that is importing the main script to start.
+
+    Worker processes of the spawn and forkserver start methods import the main script again; a script that
+    calls ``multi_run`` at its top level, outside ``if __name__ == "__main__":``, calls it again in each of
+    them. That call found the experiment locked by the parent and died, and the parent reported failed runs,
+    or a sweep with no episode to rank, without a word of the guard (an outside tester's find). Python's
+    multiprocessing marks a process importing the main script to start with ``_inheriting``.
+    """
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"{call}() was called while a worker process started: worker processes start by importing your main "
+            f"script again, and it calls {call}() at its top level. Put the code that calls {call}() under "
+            '`if __name__ == "__main__":` (a notebook needs nothing).'
+        )

@@ -527,3 +527,44 @@ def test_a_pool_closed_once_its_workers_are_ready_lets_them_leave(caplog):
     assert worker.conn.poll(60)  # its "ready"
     pool.close()
     assert worker.ready and worker.process.exitcode == 0 and "did not stop" not in caplog.text
+
+
+UNGUARDED = """
+import sys
+sys.path.insert(0, {root!r})
+from online_trainer import OnlineTrainer, RunsFailedError
+from tests.conftest import RecordingAgent, make_counting_vec
+
+trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir={exp_dir!r})
+try:
+    {call}
+except RunsFailedError as exc:
+    print("failed:", exc)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "call",
+    [
+        "trainer.multi_run(2, num_episodes=3, num_workers=2, progress=False)",
+        "trainer.sweep({{'lr': [0.1, 0.2]}}, 1, num_episodes=3, execution=__import__('online_trainer').ExecutionOptions("
+        "num_workers=2, progress=False))",
+    ],
+)
+def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, call):
+    """Each spawned worker imported the script again and called multi_run (or sweep) a second time: it found the
+    experiment locked and died, and the parent reported failed runs, or "no configuration finished an episode"
+    for a sweep, without a word of the guard (an outside tester's find)."""
+    script = tmp_path / "unguarded.py"
+    root = str(Path(__file__).resolve().parents[3])
+    script.write_text(UNGUARDED.format(root=root, exp_dir=str(tmp_path / "exp"), call=call.format()))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    name = "sweep" if "sweep" in call else "multi_run"
+    assert (
+        f"{name}() was called while a worker process started: worker processes start by importing your main script "
+        f"again, and it calls {name}() at its top level. Put the code that calls {name}() under "
+        '`if __name__ == "__main__":`' in done.stderr
+    ), done.stderr[-3000:]
+    assert "failed:" in done.stdout and "`if __name__ == '__main__':`" in done.stdout, done.stdout
+    assert "none has a return to rank" not in done.stdout + done.stderr
