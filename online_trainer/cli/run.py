@@ -70,10 +70,12 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     unfinished = _unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
     if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on
         done, total = unfinished
+        # resume continues with the experiment's own config.yaml: settings changed here would not apply
+        as_made = " as it was made (not with this command's changed settings)" if exc.differing else ""
         return ConfigError(
             f"exp_dir={config.exp_dir!r} already holds an experiment whose runs did not all end ({done} of {total} "
-            f"did): continue it with\n  online-trainer resume {shlex.quote(os.fspath(config.exp_dir))}\nor add "
-            "overwrite=true to replace it (its records and checkpoints are deleted), or exp_dir=<another path>."
+            f"did): continue it{as_made} with\n  online-trainer resume {shlex.quote(os.fspath(config.exp_dir))}\n"
+            "or add overwrite=true to replace it (its records and checkpoints are deleted), or exp_dir=<another path>."
         )
     return ConfigError(
         f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "

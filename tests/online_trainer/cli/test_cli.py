@@ -141,6 +141,20 @@ def test_the_same_command_after_a_cut_off_run_points_to_resume_first(tmp_path, c
     )
 
 
+def test_a_changed_command_after_a_cut_off_run_is_told_resume_continues_the_experiment_as_made(tmp_path, capsys):
+    """Resume reads the experiment's own config.yaml: pointing to it without a word let a user think the changed
+    settings of the refused command would apply."""
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    manifest["runs"][1]["status"] = "interrupted"
+    (exp_dir / "manifest.json").write_text(json.dumps(manifest))
+    capsys.readouterr()
+    assert run(str(config), f"exp_dir={exp_dir}", "seed_offset=7") == 2
+    err = capsys.readouterr().err
+    assert "continue it as it was made (not with this command's changed settings) with\n  online-trainer resume" in err
+
+
 @pytest.mark.parametrize("command", ["show", "report"])
 def test_a_reader_that_closes_the_pipe_early_ends_the_command_quietly(experiment, command, tmp_path):
     """`online-trainer show DIR | head -1` ended in a BrokenPipeError traceback and status 1."""
