@@ -6,7 +6,8 @@ stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as w
 Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
 Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it), and in a file
 or a CI log, the display keeps to the overall bar, one line of text, since neither can move
-the cursor; in a file or a log it redraws every 30 s, each state on a line of its own.
+the cursor; in a file or a log it redraws every 30 s, each state on a line of its own. While
+bars are drawn in a terminal, console log lines are written above them (:class:`_LogsAboveBars`).
 """
 
 from __future__ import annotations
@@ -172,6 +173,54 @@ class NoProgress:
         pass
 
 
+class _BarSafeHandler(logging.StreamHandler):
+    """A console handler that writes each log line above the bars (``tqdm.write``), not through them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
+class _LogsAboveBars:
+    """While bars are drawn in a terminal, console log lines go above them instead of through them.
+
+    The root logger's handlers that write to stdout or stderr are swapped for :class:`_BarSafeHandler`
+    copies (same level, format, filters and stream), and so is ``logging.lastResort``, which writes
+    the warnings of a program that configured no logging. Other handlers (log files) are left as they
+    are; :meth:`restore` puts everything back. tqdm's own ``logging_redirect_tqdm`` also adds a console
+    handler where there was none, which would echo to the terminal what a program logs to a file only.
+    """
+
+    def __init__(self) -> None:
+        root = logging.getLogger()
+        self._handlers = root.handlers
+        root.handlers = [self._above_bars(h) if _is_console(h) else h for h in root.handlers]
+        self._last_resort = logging.lastResort
+        if self._last_resort is not None:
+            logging.lastResort = self._above_bars(self._last_resort)
+
+    @staticmethod
+    def _above_bars(handler: logging.Handler) -> logging.Handler:
+        copy = _BarSafeHandler(getattr(handler, "stream", None) or sys.stderr)
+        copy.setLevel(handler.level)
+        copy.setFormatter(handler.formatter)
+        for log_filter in handler.filters:
+            copy.addFilter(log_filter)
+        return copy
+
+    def restore(self) -> None:
+        logging.getLogger().handlers = self._handlers
+        logging.lastResort = self._last_resort
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.stdout, sys.stderr)
+
+
 class ProgressDisplay:
     """The parent's display: an overall bar plus a bar per active run.
 
@@ -196,6 +245,7 @@ class ProgressDisplay:
             )
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
+        self._logs = _LogsAboveBars() if _text_bars() and _terminal() and not self.one_line else None
         self.done = self.failed = self.stopped_early = 0
         self.overall = _bar(
             total=num_runs * total,
@@ -274,6 +324,9 @@ class ProgressDisplay:
             bar.close()
         self.bars.clear()
         self.overall.close()
+        if self._logs is not None:
+            self._logs.restore()
+            self._logs = None
 
 
 class DirectRunProgress:

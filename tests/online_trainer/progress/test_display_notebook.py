@@ -120,3 +120,40 @@ def test_bars_written_to_a_log_redraw_rarely(monkeypatch):
     bar = progress._bar(total=10)
     assert bar.mininterval == 1.0
     bar.close()
+
+
+def test_log_lines_go_above_the_bars_in_a_terminal_and_logging_is_put_back(monkeypatch, capsys, terminal, tmp_path):
+    """A warning logged while the bars were drawn was written through them: the bar and the message on one line."""
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    root = logging.getLogger()
+    console, to_file = logging.StreamHandler(sys.stderr), logging.FileHandler(tmp_path / "log.txt")
+    console.setFormatter(logging.Formatter("LOG %(levelname)s %(message)s"))
+    monkeypatch.setattr(root, "handlers", [console, to_file])
+    last_resort = logging.lastResort
+    written: list[str] = []
+    monkeypatch.setattr(progress.tqdm, "write", classmethod(lambda cls, text, file=None, **_: written.append(text)))
+    display = progress.ProgressDisplay(2, 10, "episodes")
+    display.open_run(1, "run 1", 10, "episodes")
+    assert root.handlers[1] is to_file  # a log file keeps its handler
+    logging.getLogger("online_trainer.test").warning("careful")
+    display.close_all()
+    assert written == ["LOG WARNING careful"]  # through tqdm.write, with the program's own format
+    to_file.close()
+    assert "careful" in (tmp_path / "log.txt").read_text()
+    assert root.handlers == [console, to_file] and logging.lastResort is last_resort
+    monkeypatch.setattr(root, "handlers", [])  # a program that configured no logging: logging.lastResort's warnings
+    display = progress.ProgressDisplay(2, 10, "episodes")
+    logging.getLogger("online_trainer.test").warning("no handler")
+    logging.getLogger("online_trainer.test").info("not shown")
+    display.close_all()
+    assert written[1:] == ["no handler"] and logging.lastResort is last_resort
+    capsys.readouterr()
+
+
+def test_logging_is_left_alone_where_bars_are_lines_of_a_log(monkeypatch, capsys):
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    handlers = list(logging.getLogger().handlers)
+    display = progress.ProgressDisplay(2, 10, "episodes")  # pytest's stderr is a file
+    assert logging.getLogger().handlers == handlers
+    display.close_all()
+    capsys.readouterr()
