@@ -20,7 +20,14 @@ import pandas as pd
 import yaml
 
 from online_trainer.analysis.scores import RAW_COLUMNS, mark_score
-from online_trainer.analysis.selection import KEPT_STATUSES, RUNS_ATTR, STATUS_COLUMN, describe_runs, normalize_status
+from online_trainer.analysis.selection import (
+    EVALUATIONS_COUNT,
+    KEPT_STATUSES,
+    RUNS_ATTR,
+    STATUS_COLUMN,
+    describe_runs,
+    normalize_status,
+)
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -187,6 +194,21 @@ def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
     return sorted(Path(exp_dir).glob(EVAL_PATTERN))
 
 
+def _evaluation_runs(exp_dir: Path, counts: dict[int, int]) -> list[dict[str, Any]]:
+    """The runs of an experiment for an evaluation table's ``attrs["runs"]``: what the manifest says of each (as
+    :func:`load_runs`, with ``num_episodes`` its count of finished episodes) and ``num_evaluations``, its rows."""
+    manifest = _manifest_runs(exp_dir)
+    legacy = not (exp_dir / storage.MANIFEST_FILE).is_file()
+    (unit, budget), env_id = budget_of(exp_dir), env_id_of(exp_dir)
+    runs = []
+    for run in sorted(set(manifest) | set(counts)):
+        entry = manifest.get(run, {})
+        status = normalize_status(entry.get("status", UNKNOWN_STATUS))
+        record = _run_record(exp_dir, run, entry, entry.get("seed"), status, legacy, env_id, unit, budget)
+        runs.append({**record, "num_episodes": entry.get("episodes"), EVALUATIONS_COUNT: counts.get(run, 0)})
+    return runs
+
+
 def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list[Any]]:
     manifest = _manifest_runs(exp_dir)
     columns: dict[str, list[Any]] = {name: [] for name in (EVAL_EPISODE_COLUMNS if per_episode else EVAL_COLUMNS)}
@@ -261,18 +283,25 @@ def load_evaluations(
         FileNotFoundError: a directory is missing or holds no experiment.
     """
     dirs, labelled = _expand(exp_dirs)
-    frames = []
+    frames, runs = [], []
     for exp_dir, name in zip(dirs, _labels(dirs)):
         frame = pd.DataFrame(_evaluation_rows(exp_dir, per_episode))
-        for key, value in hyperparameters(exp_dir).items():
+        params = hyperparameters(exp_dir)
+        for key, value in params.items():
             frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
+        if not per_episode:
+            counts = {int(k): int(v) for k, v in frame["run"].value_counts().items()}
+            for record in _evaluation_runs(exp_dir, counts):
+                runs.append({**({"experiment": name} if labelled else {}), **record, **params})
         if labelled:
             frame.insert(0, "experiment", name)
         frames.append(frame)
     out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     if per_episode:
         return out.astype({"return": "float64", "length": "float64"})
-    return out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
+    out = out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
+    out.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs]
+    return out
 
 
 def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
@@ -345,27 +374,8 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
                 run,
             )
         last = columns["global_step"][-1] if records else entry.get("global_step", 0)
-        progress = {name: entry.get(name) for name in ("global_step", "wall_time", "sps")}
-        if not legacy and status not in KEPT_STATUSES:  # ended without finishing: the disk may say more
-            progress = _progress(exp_dir, run, progress)
-        runs.append(
-            {
-                "run": run,
-                "seed": seed,
-                STATUS_COLUMN: status,
-                "num_episodes": len(records),
-                "unrecorded_episodes": unrecorded,
-                "last_step": last,
-                "env_steps": progress["global_step"],
-                "wall_time": progress["wall_time"],
-                "sps": progress["sps"],
-                "stop_reason": entry.get("stop_reason"),
-                "error": entry.get("error"),
-                "env_id": env_id,
-                "budget_unit": unit,
-                "budget": budget,
-            }
-        )
+        record = _run_record(exp_dir, run, entry, seed, status, legacy, env_id, unit, budget)
+        runs.append({**record, "num_episodes": len(records), "unrecorded_episodes": unrecorded, "last_step": last})
     if filled:
         logger.info(
             "%s: records without %s: filled in (episode_index by position, global_step as the running "
@@ -376,6 +386,37 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     if not raw:  # no run recorded raw scores: no raw columns
         columns = {name: values for name, values in columns.items() if name not in RAW_COLUMNS}
     return columns, runs
+
+
+def _run_record(
+    exp_dir: Path,
+    run: int,
+    entry: dict[str, Any],
+    seed: Any,
+    status: str,
+    legacy: bool,
+    env_id: str | None,
+    unit: str | None,
+    budget: int | None,
+) -> dict[str, Any]:
+    """What the manifest (and, for a run that did not finish, its records and full checkpoint) say of a run:
+    the columns of :func:`load_runs` but those counted from its episodes."""
+    progress = {name: entry.get(name) for name in ("global_step", "wall_time", "sps")}
+    if not legacy and status not in KEPT_STATUSES:  # ended without finishing: the disk may say more
+        progress = _progress(exp_dir, run, progress)
+    return {
+        "run": run,
+        "seed": seed,
+        STATUS_COLUMN: status,
+        "env_steps": progress["global_step"],
+        "wall_time": progress["wall_time"],
+        "sps": progress["sps"],
+        "stop_reason": entry.get("stop_reason"),
+        "error": entry.get("error"),
+        "env_id": env_id,
+        "budget_unit": unit,
+        "budget": budget,
+    }
 
 
 def _progress(exp_dir: Path, run: int, known: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,8 @@ GroupBy: TypeAlias = str | Sequence[str] | None
 
 STATUS_COLUMN = "status"
 RUNS_ATTR = "runs"
+EVALUATIONS_COUNT = "num_evaluations"
+"""What counts a run's rows in an evaluation table's ``attrs["runs"]`` (``num_episodes`` in an episode table's)."""
 #: Statuses of runs that are analysed by default. ``stopped_early`` ended by design (an
 #: early-stopping rule), ``unknown`` is the status of experiments without a manifest
 #: (written by the original OnlineTrainer), whose runs cannot be told apart.
@@ -152,10 +154,17 @@ def run_records(df: pd.DataFrame) -> list[dict[str, Any]] | None:
     records = df.attrs.get(RUNS_ATTR)
     if not isinstance(records, list):
         return None
-    if sum(int(r.get("num_episodes", 0)) for r in records) != len(df):
+    rows = rows_key(df)
+    if sum(int(r.get(rows) or 0) for r in records) != len(df):
         logger.debug("df.attrs['runs'] counts other episodes than the table holds: not used.")
         return None
     return records
+
+
+def rows_key(df: pd.DataFrame) -> str:
+    """The field of ``df.attrs["runs"]`` that counts a run's rows: its evaluations in an evaluation table, else its
+    episodes."""
+    return EVALUATIONS_COUNT if "eval_return" in df.columns else "num_episodes"
 
 
 def runs_without_episodes(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -168,9 +177,9 @@ def runs_without_episodes(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFr
     records = run_records(df)
     if not records:
         return pd.DataFrame(columns=list(columns))
-    rows, unplaced = [], 0
+    rows, unplaced, count = [], 0, rows_key(df)
     for record in records:
-        if int(record.get("num_episodes", 0)) > 0:
+        if int(record.get(count) or 0) > 0:
             continue
         row = {k: v for k, v in record.items() if k in set(columns) | {STATUS_COLUMN, "seed"}}
         for col in columns:
@@ -237,10 +246,11 @@ def select_runs(
             )
         )
     if records is not None:
+        count = rows_key(df)
         silent = [
             r
             for r in records
-            if int(r.get("num_episodes", 0)) == 0 and normalize_status(r.get(STATUS_COLUMN)) not in KEPT_STATUSES
+            if int(r.get(count) or 0) == 0 and normalize_status(r.get(STATUS_COLUMN)) not in KEPT_STATUSES
         ]
         if silent:
             parts.append(pd.DataFrame(silent))

@@ -411,24 +411,24 @@ def finite_evaluations(evals: pd.DataFrame) -> pd.DataFrame:
 
 
 def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """``evals`` with each run's k-th scheduled evaluation at the median ``global_step`` of the k-th ones.
+    """The scheduled evaluations of ``evals``, each run's k-th at the median ``x`` of the k-th ones of its experiment.
 
     The curves align the runs on the schedule. On a step schedule (``evaluation.freq`` in env
     steps) the runs of an experiment evaluate at the same thresholds, but each at the first step
-    past one, up to ``num_envs`` apart; on an episode schedule they evaluate after the same
-    number of episodes, at steps that differ from run to run. Curves do not extrapolate a run
-    past its last point, so without this the curve would stand on fewer runs than were evaluated
-    (on an episode schedule, on disjoint thin stretches of one run each). The final
-    evaluation of a run stopped early (``scheduled`` False) stays at its own step. An ``x`` other than ``global_step`` is left as it is.
+    past one, up to ``num_envs`` apart, and after numbers of episodes that differ from run to run;
+    on an episode schedule they evaluate after the same number of episodes, at steps that differ.
+    Curves do not extrapolate a run past its last point, so without this the curve would stand
+    on fewer runs than were evaluated (on disjoint points of one run each). The final evaluation
+    of a run stopped early (``scheduled`` False) is left out: at its own step it would be a point
+    of that run alone; the run's curve ends at its last scheduled evaluation (the report's table
+    keeps the final one).
     """
-    if x != "global_step":
-        return evals
-    runs = [column for column in ("experiment",) if column in evals.columns] + ["run"]
     scheduled = evals["scheduled"].astype(bool) if "scheduled" in evals.columns else pd.Series(True, evals.index)
-    slot = scheduled.astype(int).groupby([evals[c] for c in runs]).cumsum()  # k for the k-th scheduled one
-    keys = [evals[c] for c in runs[:-1]] + [slot.where(scheduled, -evals.index.to_series() - 1)]
+    evals = evals[scheduled]
+    runs = [column for column in ("experiment",) if column in evals.columns] + ["run"]
+    slot = evals.groupby([evals[c] for c in runs]).cumcount()  # k for the k-th scheduled one
     aligned = evals.copy()
-    aligned[x] = evals.groupby(keys)[x].transform("median")
+    aligned[x] = evals.groupby([evals[c] for c in runs[:-1]] + [slot])[x].transform("median")
     return aligned
 
 
@@ -446,6 +446,14 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
         logger.info(
             "The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
             "run, at the median env step of those evaluations."
+        )
+    stopped = evals[~evals["scheduled"].astype(bool)] if "scheduled" in evals.columns else evals.iloc[:0]
+    if len(stopped):
+        logger.info(
+            "The evaluation curves leave out the final evaluation of %d run(s) stopped early (%s): each curve "
+            "stops at its run's last scheduled evaluation; the report's table keeps the final one.",
+            len(stopped),
+            describe_runs(stopped),
         )
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
     points = np.unique(table[x].to_numpy(float))
