@@ -540,3 +540,45 @@ def test_a_degenerate_pair_has_its_whole_annotation_inside_the_improvement_plot(
         box = note.get_window_extent()
         assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0 and box.y1 <= figure.y1
     assert fig.axes[0].get_xticks().tolist() == [0, 0.25, 0.5, 0.75, 1]
+
+
+def test_compare_on_evaluations_counts_every_run_and_gives_the_notes_of_episodes(tmp_path, caplog):
+    """source="eval" dropped the budget and stopped-early notes, and a run that failed before its first
+    evaluation left without a word (the evaluation table listed no runs)."""
+    from online_trainer.errors import RunsFailedError
+    from online_trainer.hooks import Hook
+
+    class FailsEarly(RecordingAgent):
+        def update(self, *args, **kwargs):
+            if self.seed == 10001:  # run 2
+                raise RuntimeError("boom")
+            return super().update(*args, **kwargs)
+
+    class StopRunThree(Hook):
+        every_steps = 1
+
+        def on_step(self, ctx):
+            if ctx.run == 3 and ctx.global_step >= 30:
+                ctx.stop("enough")
+
+    evaluation = {"evaluation": __import__("online_trainer").EvaluationOptions(freq=20, episodes=1)}
+    with pytest.raises(RunsFailedError):
+        OnlineTrainer(make_counting_vec(1), FailsEarly, exp_dir=tmp_path / "a").multi_run(
+            3, total_steps=100, seed_offset=1, progress=False, hooks=[StopRunThree()], **evaluation
+        )
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "b").multi_run(
+        3, total_steps=80, seed_offset=1, progress=False, **evaluation
+    )
+    evals = load_evaluations(tmp_path / "a")
+    runs = {r["run"]: r for r in evals.attrs["runs"]}
+    assert {run: (r["status"], r["num_evaluations"]) for run, r in runs.items()} == {
+        1: ("finished", 5),
+        2: ("failed", 0),
+        3: ("stopped_early", 2),
+    }
+    caplog.set_level("WARNING")
+    out = compare([tmp_path / "a", tmp_path / "b"], source="eval", n_resamples=100)
+    assert "Leaving out 1 run(s) that did not finish: a/run 2 (failed)" in caplog.text
+    assert "a: run 3 at 30 of 100 env steps (enough)" in out.info["stopped_early_note"]
+    assert "a: 100 env steps; b: 80 env steps" in out.info["budget_note"]
+    assert out.scores.groupby("candidate")["run"].apply(list).to_dict() == {"a": [1, 3], "b": [1, 2, 3]}
