@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -57,6 +58,24 @@ class LoopEvents(Protocol):
 
     def snapshot(self, state: LoopState) -> None:
         """Write a full checkpoint of the run at this step boundary."""
+
+
+_FAILED_AT = "_online_trainer_failed_at"
+
+
+def failed_at(error: BaseException) -> tuple[int, ...] | None:
+    """``(global_step, episodes)`` of the loop that ``error`` went through, as the run's env steps and finished
+    episodes when it raised (a failed run's manifest records them); None when it did not come from a loop.
+
+    :func:`mark_failed_at` may have added the run's seconds."""
+    position = getattr(error, _FAILED_AT, None)
+    return position if isinstance(position, tuple) else None
+
+
+def mark_failed_at(error: BaseException, *position: float) -> None:
+    """Record where the run stood when ``error`` ended it (see :func:`failed_at`)."""
+    with contextlib.suppress(AttributeError, TypeError):  # an exception that takes no attributes
+        setattr(error, _FAILED_AT, position)
 
 
 def agent_log(agent: Any) -> Callable[[], Any] | None:
@@ -115,54 +134,58 @@ def run_loop(
     raw = tracker.raw
     global_step, episodes = (0, 0) if start is None else (start.global_step, start.episodes)
     next_event = events.on_step_event(global_step)
-    while True:
-        try:
-            next_obs, reward, terminated, truncated, info = step(actions)
-        except Exception as error:  # free until raised (Python 3.11's exceptions cost nothing on the way)
-            explain_step_error(error, actions, env, agent, f"At env step {global_step + 1} of the run")
-            raise
-        global_step += observe(obs, actions, reward, terminated, truncated)
-        ended = tracker.ended
-        if update is not None:
-            seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
-            if step_logger is not None:
-                step_logger.step = global_step
-            if pass_valid:
-                update(seen, reward, terminated, truncated, call_back=step_logger, valid=valid)
-            else:
-                update(seen, reward, terminated, truncated, call_back=step_logger)
-        if log is not None:
-            entries = log()
-            if entries is not None:
-                add_logs(entries)
-        if render and tracker.wants_frame():
-            tracker.add_frames(env.render())
-        if ended:
-            envs = done.nonzero()[0].tolist()
-            last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
-            if last:
-                envs = envs[: int(max_episodes - episodes)]
-            returns, lengths = close(envs, global_step, None if last else done)
-            if raw is not None:
-                raw(info, envs)
-            events.on_episodes(episodes + 1, returns, lengths, global_step)
-            if events.snapshot_due:
-                next_event = global_step
-            episodes += len(envs)
-            if last:
-                return global_step, episodes
-            if disabled:
-                next_obs, _ = env.reset(options={"reset_mask": done.copy()})
-                if render and tracker.wants_frame(after_reset=True):
-                    tracker.add_frames(env.render(), after_reset=done)
-            end_step(True, envs)
-        elif tracker.resetting:
-            end_step(False)
-        obs = next_obs
-        if global_step >= next_event:
-            if global_step >= max_steps:
-                return global_step, episodes
-            next_event = events.on_step_event(global_step)
-            if events.snapshot_due:
-                events.snapshot(LoopState(global_step, episodes, obs))
-        actions = act(obs)
+    try:
+        while True:
+            try:
+                next_obs, reward, terminated, truncated, info = step(actions)
+            except Exception as error:  # free until raised (Python 3.11's exceptions cost nothing on the way)
+                explain_step_error(error, actions, env, agent, f"At env step {global_step + 1} of the run")
+                raise
+            global_step += observe(obs, actions, reward, terminated, truncated)
+            ended = tracker.ended
+            if update is not None:
+                seen = final_observations(next_obs, info, obs_space) if same_step and ended else next_obs
+                if step_logger is not None:
+                    step_logger.step = global_step
+                if pass_valid:
+                    update(seen, reward, terminated, truncated, call_back=step_logger, valid=valid)
+                else:
+                    update(seen, reward, terminated, truncated, call_back=step_logger)
+            if log is not None:
+                entries = log()
+                if entries is not None:
+                    add_logs(entries)
+            if render and tracker.wants_frame():
+                tracker.add_frames(env.render())
+            if ended:
+                envs = done.nonzero()[0].tolist()
+                last = len(envs) >= max_episodes - episodes  # the episode budget ends at this step
+                if last:
+                    envs = envs[: int(max_episodes - episodes)]
+                returns, lengths = close(envs, global_step, None if last else done)
+                if raw is not None:
+                    raw(info, envs)
+                events.on_episodes(episodes + 1, returns, lengths, global_step)
+                if events.snapshot_due:
+                    next_event = global_step
+                episodes += len(envs)
+                if last:
+                    return global_step, episodes
+                if disabled:
+                    next_obs, _ = env.reset(options={"reset_mask": done.copy()})
+                    if render and tracker.wants_frame(after_reset=True):
+                        tracker.add_frames(env.render(), after_reset=done)
+                end_step(True, envs)
+            elif tracker.resetting:
+                end_step(False)
+            obs = next_obs
+            if global_step >= next_event:
+                if global_step >= max_steps:
+                    return global_step, episodes
+                next_event = events.on_step_event(global_step)
+                if events.snapshot_due:
+                    events.snapshot(LoopState(global_step, episodes, obs))
+            actions = act(obs)
+    except BaseException as error:  # free until raised
+        mark_failed_at(error, global_step, episodes)
+        raise

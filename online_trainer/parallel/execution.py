@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from online_trainer.errors import RunSetupError
+from online_trainer.loop.steps import failed_at
 from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.parallel import shipping
 from online_trainer.run.one_run import RunResult, RunSpec
@@ -80,11 +81,17 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     extra: dict[str, Any] = {"exception": summary}
     if keep_exception or (setup and _picklable(cause)):
         extra["exception_object"] = cause
+    # how far the run got, when it raised in its loop (else its records and full checkpoint tell the manifest)
+    position = failed_at(cause) if isinstance(cause, BaseException) else None
+    global_step, episodes, wall_time = (*position, 0.0)[:3] if position else (0, 0, 0.0)
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
         records=None,
         key=spec.key,
+        episodes=int(episodes),
+        global_step=int(global_step),
+        wall_time=float(wall_time),
         status="setup_failed" if setup else "failed",
         error=error,
         extra=extra,

@@ -18,7 +18,7 @@ from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.evaluation import Evaluator, eval_seed
 from online_trainer.loop.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
-from online_trainer.loop.steps import run_loop
+from online_trainer.loop.steps import failed_at, mark_failed_at, run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
 from online_trainer.records.episode_table import EpisodeTable
@@ -300,6 +300,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         sink_run_open = False
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
     except BaseException as error:
+        position = failed_at(error)
+        if position is not None:  # the run's seconds, for its manifest entry (a resumed run's earlier ones too)
+            mark_failed_at(error, *position[:2], time.perf_counter() - start + (saved.elapsed if saved else 0.0))
         if events is not None:
             try:
                 events.finish(False, 0)

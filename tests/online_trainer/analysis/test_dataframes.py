@@ -250,3 +250,28 @@ def test_load_run_metrics_names_the_runs_there_are(tmp_path):
     for wrong in ("1", True, 1.0):
         with pytest.raises(TypeError, match="run_idx must be a run's number, an int counted from 1"):
             load_run_metrics(tmp_path, wrong)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_failed_run_has_the_env_steps_it_took_not_those_of_its_last_episode(tmp_path, num_workers):
+    """load_runs and show gave a failed run's env steps as its last finished episode's step (487 for a run that
+    raised at step 500), where the docs promise the steps the run took."""
+    from online_trainer.errors import RunsFailedError
+
+    class FailsAtUpdate(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            if self.real == 23:  # real transitions of its one sub-env: env step 23 of the run
+                raise RuntimeError("boom")
+
+    with pytest.raises(RunsFailedError):
+        OnlineTrainer(make_counting_vec(1), FailsAtUpdate, exp_dir=tmp_path).multi_run(
+            2, total_steps=100, seed_offset=1, progress=False, num_workers=num_workers
+        )
+    runs = load_runs(tmp_path)
+    assert runs["status"].tolist() == ["failed", "failed"]
+    assert runs["env_steps"].tolist() == [23, 23]
+    assert (runs["last_step"] < 23).all()  # the last episode ended before it
+    assert (runs["wall_time"] > 0).all()
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [entry["global_step"] for entry in manifest["runs"]] == [23, 23]
