@@ -29,6 +29,7 @@ from online_trainer.analysis.compare_inputs import (
     Data,
     budget_note,
     check_tasks,
+    left_out_note,
     load_candidates,
     normalization_bounds,
     normalized,
@@ -79,7 +80,8 @@ class Comparison:
     """The options it was computed with."""
     info: dict[str, Any] = field(default_factory=dict)
     """``candidates`` (in order), ``tasks``, ``normalization`` (per task, the scores of 0 and 1),
-    ``optimality_threshold``."""
+    ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note`` and
+    ``left_out_note`` (None, or a warning)."""
 
 
 def compare(
@@ -163,7 +165,13 @@ def compare(
         comparison.profiles,
         curves,
         options,
-        {**comparison.info, "budget_note": note, "shared_seed_note": pooled, "stopped_early_note": stopped},
+        {
+            **comparison.info,
+            "budget_note": note,
+            "shared_seed_note": pooled,
+            "stopped_early_note": stopped,
+            "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
+        },
     )
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from online_trainer.analysis.bootstrap import STATISTICS, Seed, check_seed
 from online_trainer.analysis.dataframes import env_id_of, experiment_labels, load_episodes, load_evaluations
-from online_trainer.analysis.selection import RUNS_ATTR, check_ci, check_positive_int, select_runs
+from online_trainer.analysis.selection import RUNS_ATTR, check_ci, check_positive_int, describe_runs, select_runs
 from online_trainer.analysis.stats import final_performance
 
 logger = logging.getLogger(__name__)
@@ -414,6 +414,18 @@ def stopped_early_note(df: pd.DataFrame) -> str | None:
     return (
         f"Some runs were stopped early by a hook, so their scores are of their last episodes before they stopped, "
         f"not at the end of the budget the other runs used: {listed}."
+    )
+
+
+def left_out_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
+    """The runs left out of the comparison because they did not finish (None when none is, or with
+    ``include_unfinished``)."""
+    _, excluded = select_runs(df, include_unfinished, log=False)
+    if not len(excluded):
+        return None
+    return (
+        f"Runs that did not finish are left out of the scores: {describe_runs(excluded)}. Pass "
+        "include_unfinished=True (--include-unfinished on the command line) to score them."
     )
 
 

@@ -90,6 +90,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         *([f"**Budgets differ.** {info['budget_note']}", ""] if info.get("budget_note") else []),
         *([f"**Seeds shared.** {info['shared_seed_note']}", ""] if info.get("shared_seed_note") else []),
         *([f"**Runs stopped early.** {info['stopped_early_note']}", ""] if info.get("stopped_early_note") else []),
+        *([f"**Runs left out.** {info['left_out_note']}", ""] if info.get("left_out_note") else []),
         "## Aggregate metrics",
         "",
         f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | optimality gap [{ci} CI] |",

@@ -116,6 +116,7 @@ def final_results(
     known = {_ident_key(r, ident): r for r in df.attrs.get("runs") or []}
     entries = [known.get(_ident_key(r, ident), {}) for r in runs.to_dict("records")]
     runs["error"] = [entry.get("error") for entry in entries]
+    runs["stop_reason"] = [entry.get("stop_reason") for entry in entries]
     # the steps the run took (the manifest's), not those of its last finished episode, where known
     runs["env_steps"] = [
         steps if pd.isna(entry.get("env_steps")) else entry["env_steps"]
@@ -301,7 +302,7 @@ def summary_markdown(
     for row in summary.to_dict("records"):
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         mine = runs[(runs["experiment"] == row["experiment"]) & ~runs["left_out"]]
-        per_run = ", ".join(_num(v) for v in mine["final_return"])
+        per_run = ", ".join(_num(r["final_return"]) + _unfinished_mark(r) for r in mine.to_dict("records"))
         lines.append(
             f"| {row['experiment']} | {row['num_runs']} | {row['num_missing']} | {row['num_excluded']} "
             f"| {cells} | {per_run} |"
@@ -322,6 +323,26 @@ def summary_markdown(
                 f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
                 f"| {r['episodes']} | {_cell(r['error'])} |"
             )
+    unfinished = runs[STATUS_COLUMN].map(_unfinished_status) if STATUS_COLUMN in runs.columns else None
+    short = runs[~runs["left_out"] & unfinished.astype(bool)] if unfinished is not None else runs.iloc[:0]
+    if len(short):
+        lines += [
+            "",
+            "## Runs in the statistics that did not use their whole budget",
+            "",
+            "Their final returns are of their last episodes before they ended, beside runs that used the whole "
+            "budget (marked in `final return per run`).",
+            "",
+            "| experiment | run | seed | status | episodes | env steps | why |",
+            "|---|---:|---:|---|---:|---:|---|",
+        ]
+        for r in short.to_dict("records"):
+            why = r.get("stop_reason") if r.get(STATUS_COLUMN) == "stopped_early" else r.get("error")
+            steps = "-" if pd.isna(r["env_steps"]) else str(int(r["env_steps"]))
+            lines.append(
+                f"| {r['experiment']} | {r['run']} | {_cell(r.get('seed'))} | {_cell(r.get(STATUS_COLUMN))} "
+                f"| {r['episodes']} | {steps} | {_cell(why)} |"
+            )
     no_return = runs[runs["final_return"].isna() & ~runs["left_out"]]
     if len(no_return):
         lines += [
@@ -335,6 +356,17 @@ def summary_markdown(
     if curves_file:
         lines += ["", "## Learning curves", "", f"![Learning curves]({curves_file})", "", curves_caption]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _unfinished_status(status: object) -> str:
+    """``status`` when it says the run did not use its whole budget (stopped early, failed, cut off), else ``""``."""
+    return "" if not isinstance(status, str) or status in ("finished", "unknown") else status.replace("_", " ")
+
+
+def _unfinished_mark(run: dict) -> str:
+    """`` (stopped early)``, `` (failed)``...: what a run's final return in ``final return per run`` is marked with."""
+    status = _unfinished_status(run.get(STATUS_COLUMN))
+    return f" ({status})" if status else ""
 
 
 def evaluation_results(evals: pd.DataFrame, include_unfinished: bool) -> tuple[pd.DataFrame, pd.DataFrame] | None:

@@ -582,3 +582,5 @@ def test_compare_on_evaluations_counts_every_run_and_gives_the_notes_of_episodes
     assert "a: run 3 at 30 of 100 env steps (enough)" in out.info["stopped_early_note"]
     assert "a: 100 env steps; b: 80 env steps" in out.info["budget_note"]
     assert out.scores.groupby("candidate")["run"].apply(list).to_dict() == {"a": [1, 3], "b": [1, 2, 3]}
+    assert "left out of the scores: a/run 2 (failed)" in out.info["left_out_note"]
+    assert compare({"b1": tmp_path / "b", "b2": tmp_path / "b"}, n_resamples=100).info["left_out_note"] is None

@@ -359,6 +359,11 @@ def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, cap
     assert cli.main(["report", str(mixed), "--out", str(out_dir), "--common-range", "--include-unfinished"]) == 0
     summary = (out_dir / "summary.md").read_text()
     assert "## Runs left out" not in summary and "x: the range every run covers" in summary
+    # the runs let in say what they are: a failed run's return read as a finished one's (an outside tester)
+    assert "| -23.00, -22.33, -500.00 (failed), n/a (interrupted), n/a |" in summary
+    assert "## Runs in the statistics that did not use their whole budget" in summary
+    assert "| mixed | 3 | 33 | failed | 1 | 10 | RuntimeError: boom |" in summary
+    assert "| mixed | 4 | 44 | interrupted | 0 | - |  |" in summary
 
 
 def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixed, tmp_path, capsys):
