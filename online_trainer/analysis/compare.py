@@ -34,6 +34,7 @@ from online_trainer.analysis.compare_inputs import (
     normalization_bounds,
     normalized,
     run_scores,
+    scale_note,
     shared_seed_note,
     stopped_early_note,
 )
@@ -80,8 +81,8 @@ class Comparison:
     """The options it was computed with."""
     info: dict[str, Any] = field(default_factory=dict)
     """``candidates`` (in order), ``tasks``, ``normalization`` (per task, the scores of 0 and 1),
-    ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note`` and
-    ``left_out_note`` (None, or a warning)."""
+    ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note``,
+    ``left_out_note`` and ``scale_note`` (None, or a warning)."""
 
 
 def compare(
@@ -156,6 +157,9 @@ def compare(
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
+    scale = scale_note(scores, options.normalize)
+    if scale is not None:
+        logger.warning("compare: %s", scale)
     comparison = compare_scores(scores, options, candidates, bounds)
     curves = sample_efficiency(table, options, candidates, bounds)
     return Comparison(
@@ -171,6 +175,7 @@ def compare(
             "shared_seed_note": pooled,
             "stopped_early_note": stopped,
             "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
+            "scale_note": scale,
         },
     )
 

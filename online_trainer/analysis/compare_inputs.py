@@ -417,6 +417,20 @@ def stopped_early_note(df: pd.DataFrame) -> str | None:
     )
 
 
+def scale_note(scores: pd.DataFrame, normalize: Normalize) -> str | None:
+    """A warning when the scores of several tasks are pooled as they are: raw returns of tasks on other scales
+    (CartPole's 0-500 beside Acrobot's -500-0) make every aggregate across tasks a sum of scales. None with one
+    task, or with ``normalize``."""
+    tasks = list(dict.fromkeys(scores["task"]))
+    if normalize is not None or len(tasks) < 2:
+        return None
+    return (
+        f"The scores of {len(tasks)} tasks ({', '.join(map(str, tasks))}) are pooled as raw returns: each "
+        "aggregate across tasks mixes their scales. Pass normalize=(random, reference) per task, or "
+        "normalize='minmax' (--normalize on the command line), to compare them on one scale."
+    )
+
+
 def left_out_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
     """The runs left out of the comparison because they did not finish (None when none is, or with
     ``include_unfinished``)."""

@@ -55,7 +55,11 @@ def parse_normalize(values: list[str] | None) -> object:
 
 
 def _num(value: float) -> str:
-    return "n/a" if value is None or math.isnan(value) else f"{value:.3g}"
+    """Two decimals, as ``report``'s tables (``16.55``, not ``16.5``); three significant digits below 1 (a
+    probability, a normalised score)."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 def _ci(row: dict, name: str) -> str:
@@ -91,6 +95,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         *([f"**Seeds shared.** {info['shared_seed_note']}", ""] if info.get("shared_seed_note") else []),
         *([f"**Runs stopped early.** {info['stopped_early_note']}", ""] if info.get("stopped_early_note") else []),
         *([f"**Runs left out.** {info['left_out_note']}", ""] if info.get("left_out_note") else []),
+        *([f"**Scales differ.** {info['scale_note']}", ""] if info.get("scale_note") else []),
         "## Aggregate metrics",
         "",
         f"| candidate | runs | tasks | IQM [{ci} CI] | mean [{ci} CI] | median [{ci} CI] | optimality gap [{ci} CI] |",
@@ -132,7 +137,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
             f"{_ci(row, 'difference')} | {told} | {_seeds(row['seeds_needed'])} |"
         )
     lines += ["", "## What this says", ""] + [
-        f"- {_advice(row, metric, options.ci)}{_degenerate(row, options.ci)}" for row in pairs
+        f"- {_advice(row, metric, options.ci, _runs(comparison))}{_degenerate(row, options.ci)}" for row in pairs
     ]
     lines += [
         "",
@@ -151,8 +156,15 @@ def _seeds(value: float) -> str:
     return "no number (equal)" if math.isinf(value) else str(int(value))
 
 
-def _advice(row: dict, metric: str, ci: float) -> str:
+def _runs(comparison: Comparison) -> dict[str, int]:
+    """Each candidate's runs with a score."""
+    return {row["candidate"]: int(row["num_runs"]) for row in comparison.aggregates.to_dict("records")}
+
+
+def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = None) -> str:
     a, b, n = row["candidate"], row["versus"], row["num_runs"]
+    runs = runs or {}
+    now = f"now {runs[a]} and {runs[b]}" if runs.get(a, n) != runs.get(b, n) else f"now {n}"
     p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
     if row["too_few_seeds"] and (row["difference_lo"] > 0 or row["difference_hi"] < 0):
         return (
@@ -172,7 +184,7 @@ def _advice(row: dict, metric: str, ci: float) -> str:
     more = (
         "no number of seeds separates equal scores"
         if math.isinf(needed)
-        else f"the observed difference would need about {_seeds(needed)} seeds per candidate (now {n}) for its "
+        else f"the observed difference would need about {_seeds(needed)} seeds per candidate ({now}) for its "
         "interval to exclude zero"
     )
     return f"`{a}` and `{b}` cannot be told apart: {overlap}the difference's interval includes zero ({p}); {more}."
@@ -235,7 +247,8 @@ def compare_command(args: argparse.Namespace) -> int:
         print(f"{row['candidate']}: {STAT_LABELS[args.metric]} {_ci(row, args.metric)} over {row['num_runs']} runs")
     for row in comparison.improvement.to_dict("records"):
         if comparison.info["candidates"].index(row["candidate"]) < comparison.info["candidates"].index(row["versus"]):
-            print(_advice(row, STAT_LABELS[args.metric], comparison.options.ci).replace("`", ""))
+            advice = _advice(row, STAT_LABELS[args.metric], comparison.options.ci, _runs(comparison))
+            print(advice.replace("`", ""))
     print()
     for name in [*written, MARKDOWN_FILE]:
         print(f"Wrote {out / name}")

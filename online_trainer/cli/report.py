@@ -272,10 +272,13 @@ def summary_markdown(
     evaluations: pd.DataFrame | None = None,
     results: Results | None = None,
     eval_curves_file: str | None = None,
+    ranked: bool = False,
 ) -> str:
     """Markdown of ``report``: one row per experiment with mean, median and IQM and their CIs, and the runs left out.
 
-    ``results`` are those of :func:`final_results` when already computed.
+    ``results`` are those of :func:`final_results` when already computed. ``ranked``: the rows are the
+    configurations of a sweep, listed by IQM (best first), as ``sweep_results.csv`` ranks them; else in the
+    order of the experiments.
     """
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     if summary is None:
@@ -287,6 +290,8 @@ def summary_markdown(
     if "experiment" not in summary.columns:
         summary.insert(0, "experiment", names[0])
         runs.insert(0, "experiment", names[0])
+    if ranked:
+        summary = summary.sort_values("iqm", ascending=False, kind="stable", na_position="last")
     labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
     lines = [
         "# Final performance",
@@ -294,7 +299,8 @@ def summary_markdown(
         f"Final return of a run: the mean return of its last {last_k} episodes. Across runs: mean, median and "
         f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
         "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "
-        "`left out` the runs that did not finish.",
+        "`left out` the runs that did not finish."
+        + (" The configurations are ranked by IQM, best first." if ranked else ""),
         "",
         f"| experiment | runs | no return | left out | {labels} | final return per run |",
         "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
@@ -581,6 +587,7 @@ def report_command(args: argparse.Namespace) -> int:
                 evaluations,
                 results,
                 EVAL_CURVES_FILE if len(written) > 1 else None,
+                ranked=len(paths) == 1 and len(experiment_dirs(paths[0])) > 1,  # one sweep's configurations
             )
         )
         print(final_table(df, last_k, args.include_unfinished, results))

@@ -584,3 +584,26 @@ def test_compare_on_evaluations_counts_every_run_and_gives_the_notes_of_episodes
     assert out.scores.groupby("candidate")["run"].apply(list).to_dict() == {"a": [1, 3], "b": [1, 2, 3]}
     assert "left out of the scores: a/run 2 (failed)" in out.info["left_out_note"]
     assert compare({"b1": tmp_path / "b", "b2": tmp_path / "b"}, n_resamples=100).info["left_out_note"] is None
+
+
+def test_the_raw_scores_of_several_tasks_pooled_are_named_as_such():
+    """compare({"A": [cartpole, acrobot], ...}) pooled CartPole's and Acrobot's raw returns into one IQM without a
+    word (an outside tester), where the docs say to normalise first."""
+    from online_trainer.analysis.compare_inputs import scale_note
+
+    scores = table({"A": {"x": [1, 2, 3], "y": [-300, -200, -100]}, "B": {"x": [2, 3, 4], "y": [-90, -80, -70]}})
+    note = scale_note(scores, None)
+    assert note is not None and "2 tasks (x, y) are pooled as raw returns" in note and "normalize=" in note
+    assert scale_note(scores, "minmax") is None
+    assert scale_note(scores[scores["task"] == "x"], None) is None
+
+
+def test_compare_names_a_pooling_of_tasks_in_its_info(tmp_path, caplog):
+    experiment(tmp_path / "a1")
+    experiment(tmp_path / "b1")
+    frame = load_episodes([tmp_path / "a1", tmp_path / "b1"])
+    frame["task"] = ["t1" if e == "a1" else "t2" for e in frame["experiment"]]
+    frame["cand"] = frame["run"] % 2
+    caplog.set_level("WARNING")
+    out = compare(frame, by="cand", n_resamples=100)
+    assert "pooled as raw returns" in out.info["scale_note"] and "pooled as raw returns" in caplog.text

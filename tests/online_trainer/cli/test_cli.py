@@ -195,8 +195,13 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     assert str(png) in capsys.readouterr().out
     out_dir = tmp_path / "report"  # a sweep directory loads every experiment under it
     assert cli.main(["report", str(sweep), "--out", str(out_dir), "--last-k", "4", "--smooth", "3"]) == 0
-    assert "last 4 episodes" in (out_dir / "summary.md").read_text()
-    assert (out_dir / "learning_curves.png").is_file()
+    summary = (out_dir / "summary.md").read_text()
+    assert "last 4 episodes" in summary and (out_dir / "learning_curves.png").is_file()
+    # a sweep's configurations are ranked, best first, as sweep_results.csv ranks them (alphabetical before)
+    assert "ranked by IQM, best first" in summary
+    iqms = [float(line.split("|")[7].split("[")[0]) for line in summary.splitlines() if line.startswith("| lr_")]
+    assert len(iqms) == 2 and iqms == sorted(iqms, reverse=True)
+    assert "ranked" not in md.read_text()  # experiments named one by one keep their order
 
 
 def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does(experiment, tmp_path, monkeypatch):

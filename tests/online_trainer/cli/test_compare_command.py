@@ -109,3 +109,20 @@ def test_compare_scores_runs_over_the_configs_last_k_as_show_and_report_do(tmp_p
         cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "k5"), "--resamples", "100", "--last-k", "5"]) == 0
     )
     assert "the mean return of its last 5 training episodes" in (tmp_path / "k5" / "comparison.md").read_text()
+
+
+def test_comparison_md_gives_two_decimals_and_both_counts_of_seeds():
+    """comparison.md printed 16.55 as 16.5 beside summary.md's 16.55, and "(now 4)" for candidates of 5 and 4
+    seeds (an outside tester)."""
+    scores = pd.DataFrame(
+        {
+            "candidate": ["a"] * 5 + ["b"] * 4,
+            "task": "t",
+            "run": [1, 2, 3, 4, 5, 1, 2, 3, 4],
+            "raw_score": [16.55, 16.55, 16.55, 16.55, 1234.5, 16.0, 17.0, 15.0, 18.0],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    text = comparison_markdown(comparison, [])
+    assert "| a | 5 | 1 | 16.55 [" in text and "1234.50" not in text.split("## Aggregate")[0]
+    assert "seeds per candidate (now 5 and 4) for its interval to exclude zero" in text
