@@ -110,7 +110,8 @@ class RunRecords(Sequence):
 class LoadedRecords(RunRecords):
     """A run's records read back as a list of dicts (from its metrics file, or from a worker), read like a
     :class:`RunRecords`: ``multi_run`` hands every run back the same way, whether it ran in this call or
-    an earlier one that ``resume=True`` continues. Each read gives fresh dicts, as a :class:`RunRecords` does.
+    an earlier one that ``resume=True`` continues. Each read gives fresh dicts, whose action arrays are
+    read-only views, as a :class:`RunRecords` does.
 
     Args:
         records: the run's record dicts, in episode order, no longer changed.
@@ -126,16 +127,16 @@ class LoadedRecords(RunRecords):
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return [dict(record) for record in self._records[index]]
+            return [_fresh(record) for record in self._records[index]]
         try:
-            return dict(self._records[operator.index(index)])
+            return _fresh(self._records[operator.index(index)])
         except IndexError:
             raise IndexError(
                 f"record index {index} out of range: the run has {len(self._records)} episode records"
             ) from None
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return map(dict, self._records)
+        return map(_fresh, self._records)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RunRecords):
@@ -166,6 +167,28 @@ class LoadedRecords(RunRecords):
         if key in ("episode_index", "agent_seed"):
             return np.array(values, dtype=np.int64)
         return values
+
+
+def _fresh(record: dict[str, Any]) -> dict[str, Any]:
+    """A new dict of ``record`` whose actions are read-only views, as :class:`RunRecords` hands them out: an
+    in-place change to one read would reach every later read of the run."""
+    fresh = dict(record)
+    if "actions" in fresh:
+        fresh["actions"] = _read_only(fresh["actions"])
+    return fresh
+
+
+def _read_only(actions: Any) -> Any:
+    """``actions`` with each array a read-only view (``Dict`` and ``Tuple`` actions: dicts and tuples of them)."""
+    if isinstance(actions, np.ndarray):
+        view = actions.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(actions, dict):
+        return {key: _read_only(value) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_read_only(value) for value in actions)
+    return actions
 
 
 def as_records(run: Any) -> RunRecords | None:

@@ -24,7 +24,7 @@ def test_as_records_takes_tables_lists_and_none():
     assert isinstance(run, RunRecords) and same_read(list(run), expected)
     assert as_records(None) is None and as_records(run) is run
     loaded = as_records(expected)  # records read from a metrics file, or sent back by a worker
-    assert isinstance(loaded, LoadedRecords) and isinstance(loaded, RunRecords) and same_values(list(loaded), expected)
+    assert isinstance(loaded, LoadedRecords) and isinstance(loaded, RunRecords) and same_read(list(loaded), expected)
 
 
 @pytest.mark.parametrize("kind", ["discrete", "box", "dict", "none"])
@@ -32,8 +32,8 @@ def test_loaded_records_read_like_run_records(kind):
     table, expected = filled_table(kind)
     run, loaded = RunRecords(table), LoadedRecords([dict(r) for r in expected])
     assert len(loaded) == len(run) and repr(loaded) == repr(run)
-    assert same_values(list(loaded), expected) and same_values(loaded[-1], expected[-1])
-    assert same_values(loaded[5:12], expected[5:12]) and same_values(loaded[::-1], expected[::-1])
+    assert same_read(list(loaded), expected) and same_read(loaded[-1], expected[-1])
+    assert same_read(loaded[5:12], expected[5:12]) and same_read(loaded[::-1], expected[::-1])
     for key in ("ep_return", "ep_length", "global_step", "wall_time", "episode_index", "agent_seed"):
         assert np.array_equal(loaded.column(key), run.column(key)) and loaded.column(key).dtype == run.column(key).dtype
     with pytest.raises(KeyError, match=r"column\('loss'\): not a record key"):
@@ -164,3 +164,25 @@ def test_run_records_of_a_table_that_forgot_its_first_records():
     assert len(run) == 1 and run[0]["episode_index"] == n + 1 and run[-1]["ep_return"] == 2.0
     assert run.column("episode_index").tolist() == [n + 1]
     assert [r["episode_index"] for r in run] == [n + 1]
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_loaded_records_hand_out_read_only_actions_too(kind):
+    """The runs a resume=True call kept were read back as dicts sharing their arrays: an in-place change to one
+    read's actions reached every later read, where a run done in the call raised (an outside tester)."""
+    _, expected = filled_table(kind)
+    loaded = LoadedRecords([dict(r) for r in expected])
+    with pytest.raises(ValueError, match="read-only"):
+        loaded[0]["actions"][...] = 9
+    with pytest.raises(ValueError, match="read-only"):
+        next(iter(loaded))["actions"][...] = 9
+    assert same_read(list(loaded), expected)
+    assert pickle.loads(pickle.dumps(loaded))[0]["actions"].flags.writeable  # a plain list: the user's
+
+
+def test_loaded_records_of_structured_actions_are_read_only_views():
+    actions = {"move": np.arange(3), "aim": (np.zeros((3, 2)), np.ones(3))}
+    loaded = LoadedRecords([{"ep_return": 1.0, "actions": actions}])
+    with pytest.raises(ValueError, match="read-only"):
+        loaded[0]["actions"]["aim"][0][0, 0] = 7.0
+    assert loaded[0]["actions"]["move"].tolist() == [0, 1, 2]
