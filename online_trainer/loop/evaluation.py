@@ -53,6 +53,7 @@ def play_episodes(
     max_episode_steps: int | None = None,
     frames: list[np.ndarray] | None = None,
     raw: bool = False,
+    where: str = "In an evaluation",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Play ``num_episodes`` complete episodes of ``agent`` on ``env``; return their returns and lengths.
 
@@ -94,7 +95,7 @@ def play_episodes(
         try:
             obs, reward, terminated, truncated, info = env.step(actions)
         except Exception as error:
-            explain_step_error(error, actions, env, agent, "In an evaluation")
+            explain_step_error(error, actions, env, agent, where)
             raise
         if filming and frames is not None:  # filming implies a list of frames
             frames.append(_first_frame(env))
@@ -173,8 +174,16 @@ class Evaluator:
         video_dir: str | os.PathLike | None = None,
         video_every: int | None = None,
         score: str = "return",
+        train_envs: int | None = None,
     ) -> None:
         self.raw = raw_scores.check_score(score) == "raw"
+        self.where = "In an evaluation"
+        if train_envs is not None and train_envs != env.num_envs:  # an agent sized by set_num_env fails here
+            self.where += (
+                f" (the eval env has {env.num_envs} sub-env(s), the training env {train_envs}, the number "
+                "set_num_env gave the agent: size act's actions by its obs, len(obs), or give an eval env of "
+                f"num_envs={train_envs})"
+            )
         if self.raw:
             raw_scores.require_episode_statistics(env, "eval env")
         self.env, self.agent, self.seed, self.num_episodes, self.training = env, agent, seed, num_episodes, training
@@ -208,7 +217,7 @@ class Evaluator:
         frames: list[np.ndarray] | None = [] if film else None
         try:
             returns, lengths = play_episodes(
-                self.env, self.agent, self.num_episodes, self.seed, frames=frames, raw=self.raw
+                self.env, self.agent, self.num_episodes, self.seed, frames=frames, raw=self.raw, where=self.where
             )
         finally:
             back = getattr(self.agent, "train", None)

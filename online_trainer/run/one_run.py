@@ -240,7 +240,17 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                     video_dir,
                     spec.options.evaluation.record_video,
                     score=spec.options.records.score,
+                    train_envs=env.num_envs,
                 )
+                if eval_env.num_envs != env.num_envs and callable(getattr(agent, "set_num_env", None)):
+                    logger.warning(
+                        "run %d: the eval env has %d sub-env(s) and the training env %d, the number set_num_env "
+                        "gave the agent: its act(obs) must size its actions by the obs it is given (len(obs)), or "
+                        "the first evaluation fails.",
+                        spec.run_idx,
+                        eval_env.num_envs,
+                        env.num_envs,
+                    )
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
             _call_if_present(
                 spec.callback,

@@ -472,3 +472,35 @@ def test_the_evaluation_step_limit_never_cuts_before_the_envs_own_time_limit():
     assert episode_step_limit(gym.make_vec("CartPole-v1", num_envs=2)) == 501
     assert episode_step_limit(gym.vector.SyncVectorEnv([lambda: gym.make("CliffWalking-v1")])) == MAX_EPISODE_STEPS
     assert episode_step_limit(gym.vector.SyncVectorEnv([NeverEnds])) == MAX_EPISODE_STEPS
+
+
+def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the_failure(tmp_path, caplog):
+    """write-an-agent.md's agent sized its actions by set_num_env(n): with a one-env eval env beside a two-env
+    training env, the run failed at its final evaluation, after its whole budget, with a shape error alone."""
+    from online_trainer.errors import RunsFailedError
+
+    class SizedBySetNumEnv:
+        def set_num_env(self, n):
+            self.n = n
+
+        def act(self, obs):
+            return np.zeros(self.n, dtype=np.int64)
+
+        def update(self, *args, **kwargs):
+            pass
+
+    caplog.set_level(logging.WARNING)
+    with pytest.raises(RunsFailedError) as failed:
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), lambda env: SizedBySetNumEnv()).multi_run(
+            1,
+            total_steps=50,
+            seed_offset=0,
+            evaluation=EvaluationOptions(episodes=1, env=lambda: gym.make("CartPole-v1")),
+            progress=False,
+        )
+    assert (
+        "run 1: the eval env has 1 sub-env(s) and the training env 2, the number set_num_env gave the agent"
+        in caplog.text
+    )
+    assert "In an evaluation (the eval env has 1 sub-env(s), the training env 2" in str(failed.value)
+    assert "size act's actions by its obs, len(obs), or give an eval env of num_envs=2" in str(failed.value)
