@@ -107,8 +107,8 @@ def play_episodes(
         if cut:
             logger.warning(
                 "evaluation episodes cut after %d steps (sub-envs %s, eval seed %d): the greedy policy did "
-                "not end them and the env has no time limit (give eval_env one, e.g. "
-                "gym.make(..., max_episode_steps=...))",
+                "not end them and the env has no time limit (give the eval env one: "
+                "evaluation=EvaluationOptions(env=lambda: gym.make(..., max_episode_steps=...)))",
                 max_episode_steps,
                 cut,
                 seed,
@@ -149,6 +149,25 @@ def evaluation_record(
         "std": float(returns.std()) if len(returns) else float("nan"),
         "wall_time": time.perf_counter() - start,
     }
+
+
+def _check_renders(env: VectorEnv, seed: int, video_every: int) -> None:
+    """Draw one frame of the eval env, so that a renderer it lacks (pygame for gymnasium's classic-control envs)
+    fails the run before its first step, not at its first filmed evaluation, after the training. Every
+    evaluation resets the eval env with its seed, so this reset changes nothing of what it plays.
+
+    Raises:
+        RuntimeError: ``env.render()`` failed, from its error.
+    """
+    try:
+        env.reset(seed=seed)
+        env.render()
+    except Exception as error:
+        raise RuntimeError(
+            f"record_video={video_every} films the eval env, whose render() failed: {type(error).__name__}: "
+            f"{error}. Install what it names (gymnasium's classic-control envs draw with pygame: pip install "
+            "'online_trainer[video]' has it), or drop record_video."
+        ) from error
 
 
 class Evaluator:
@@ -194,6 +213,8 @@ class Evaluator:
                 f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
                 "such as lambda: gym.make_vec(..., render_mode='rgb_array')."
             )
+        if video_every is not None:
+            _check_renders(env, seed, video_every)
         self.count = 0
         self.last_step = -1
         self.start = time.perf_counter()

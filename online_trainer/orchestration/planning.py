@@ -77,7 +77,7 @@ class RunnerParts:
                 trigger = options.records.frames_trigger
                 objects.update({"records.frames_trigger": trigger} if callable(trigger) else {})
                 objects.update({"hooks": options.hooks} if options.hooks else {})
-            base.check_picklable(objects)
+            base.check_picklable(objects, execution.backend)
 
     def copies_agent(self, num_runs: int, execution: ExecutionOptions) -> bool:
         """Whether each run takes a copy of the agent instance (several runs in this process)."""

@@ -106,16 +106,22 @@ def _picklable(obj: Any) -> bool:
     return True
 
 
-def check_picklable(objects: Mapping[str, Any]) -> None:
-    """Raise TypeError naming the first object that cannot travel to a worker process."""
+def check_picklable(objects: Mapping[str, Any], backend: str = "processes") -> None:
+    """Raise TypeError naming the first object that cannot travel to a worker process (a Ray task, a Slurm job).
+
+    ``backend``: where the runs go, for the message: ``num_workers=1`` runs them here only without
+    Ray or Slurm, whose runs always travel.
+    """
+    where = {"slurm": "Slurm jobs", "ray": "Ray tasks"}.get(backend, "worker processes")
+    here = "" if backend in ("slurm", "ray") else ", or use num_workers=1"
     for name, obj in objects.items():
         try:
             shipping.dumps(obj)
         except Exception as exc:
             raise TypeError(
-                f"{name}={obj!r} cannot be sent to worker processes ({type(exc).__name__}: {exc}). Pass a factory "
+                f"{name}={obj!r} cannot be sent to {where} ({type(exc).__name__}: {exc}). Pass a factory "
                 "that builds it inside the worker (for envs: online_trainer.envs.make_env(...) or a function returning "
-                "gym.make_vec(...)), keep locks, open files and processes out of it, or use num_workers=1."
+                f"gym.make_vec(...)), keep locks, open files and processes out of it{here}."
             ) from exc
 
 

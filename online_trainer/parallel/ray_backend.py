@@ -27,6 +27,7 @@ from typing import Any
 
 import cloudpickle
 
+from online_trainer.errors import RunSetupError
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
@@ -142,6 +143,35 @@ class RayExecutor:
                 address=self.address, include_dashboard=False, logging_level=logging.WARNING, configure_logging=False
             )
 
+    def _check_fits(self, specs: Sequence[RunSpec]) -> None:
+        """Refuse (Ray on this machine alone) or warn of (a cluster, which may grow) a task no node can hold: Ray
+        would keep it waiting, and the call with it, without a word of ours.
+
+        Raises:
+            RunSetupError: every node of the Ray cluster is this machine, and none has what ``ray_resources`` asks.
+        """
+        asked = {"CPU": self.resources.get("num_cpus", 1), "GPU": self.resources.get("num_gpus", 0)}
+        asked.update({"memory": self.resources["memory"]} if self.resources.get("memory") else {})
+        asked.update(self.resources.get("resources") or {})
+        asked = {name: float(amount) for name, amount in asked.items() if amount}
+        alive = [node for node in self.ray.nodes() if node.get("Alive")]
+        nodes = [node.get("Resources", {}) for node in alive]
+        if not nodes or any(all(node.get(k, 0.0) >= v for k, v in asked.items()) for node in nodes):
+            return
+        local = all(node.get("NodeManagerHostname") == socket.gethostname() for node in alive)
+        have = "; ".join(
+            ", ".join(f"{k}={v:g}" for k, v in sorted(node.items()) if k in asked or k in ("CPU", "GPU"))
+            for node in nodes
+        )
+        message = (
+            f"ray_resources={self.resources!r} asks each run for {asked}, which no node of the Ray cluster has "
+            f"(its nodes: {have})"
+        )
+        if local:
+            refusal = ValueError(f"{message}: ask for what this machine has, e.g. ray_resources={{'num_cpus': 1}}.")
+            raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal)
+        logger.warning("%s: the runs wait until a node that has it joins the cluster (Ctrl-C stops them).", message)
+
     def run(
         self,
         specs: Sequence[RunSpec],
@@ -152,6 +182,7 @@ class RayExecutor:
         """Run every spec as a Ray task (``on_start(spec)`` before each is submitted); return when all have a result."""
         ray = self.ray
         self._connect()
+        self._check_fits(specs)
         from ray.util.queue import Queue
 
         # The queue is an actor: a process of its own, started only when progress is shown.

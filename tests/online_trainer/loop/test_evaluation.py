@@ -504,3 +504,37 @@ def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the
     )
     assert "In an evaluation (the eval env has 1 sub-env(s), the training env 2" in str(failed.value)
     assert "size act's actions by its obs, len(obs), or give an eval env of num_envs=2" in str(failed.value)
+
+
+def test_an_eval_env_that_cannot_draw_a_frame_fails_the_run_before_its_first_step(tmp_path):
+    """With the video extra alone, CartPole's render() lacked pygame: record_video failed the run at its final
+    evaluation, after its whole budget (an outside tester)."""
+    from tests.conftest import CountingEnv, RecordingAgent, make_counting_vec
+
+    class NoPygame(gym.Wrapper):
+        def render(self):
+            raise gym.error.DependencyNotInstalled("pygame is not installed")
+
+    def eval_env():
+        return gym.vector.SyncVectorEnv([lambda: NoPygame(CountingEnv(render_mode="rgb_array"))])
+
+    built = []
+
+    class Counts(RecordingAgent):
+        def update(self, *args, **kwargs):
+            built.append(1)
+            return super().update(*args, **kwargs)
+
+    with pytest.raises(
+        RuntimeError,
+        match=r"record_video=1 films the eval env, whose render\(\) failed: "
+        r"DependencyNotInstalled: pygame is not installed\. Install what it names",
+    ):
+        OnlineTrainer(make_counting_vec(1), Counts, exp_dir=tmp_path).multi_run(
+            1,
+            total_steps=20,
+            seed_offset=0,
+            progress=False,
+            evaluation=EvaluationOptions(episodes=1, env=eval_env, record_video=1),
+        )
+    assert built == []  # not one step of training

@@ -181,3 +181,17 @@ def test_a_cancel_interrupts_a_task_though_the_driver_ignores_sigint(tmp_path):
     stopped = [line for line in done.stdout.splitlines() if line.startswith("STOPPED")]
     assert stopped, done.stdout + done.stderr
     assert float(stopped[0].split()[1]) < 30  # interrupted at once, not killed after the 60 s of grace
+
+
+def test_a_task_no_node_can_hold_is_refused_before_any_run(tmp_path):
+    """parallel.md's ray_resources={"num_cpus": 1, "num_gpus": 0.25} on a machine without a GPU waited forever,
+    the bar at 0% and Ray's autoscaler's line the only word (an outside tester)."""
+    with pytest.raises(
+        ValueError,
+        match=r"ray_resources=\{'num_cpus': 1, 'num_gpus': 0.25\} asks each run for "
+        r"\{'CPU': 1.0, 'GPU': 0.25\}, which no node of the Ray cluster has \(its nodes: CPU=2",
+    ):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "e").multi_run(
+            2, num_episodes=2, backend="ray", ray_resources={"num_cpus": 1, "num_gpus": 0.25}, progress=False
+        )
+    assert not (tmp_path / "e").exists()

@@ -133,6 +133,23 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
     assert not (tmp_path / "e").exists()
     # the same objects are fine in this process
     OnlineTrainer(env_with_lock, RecordingAgent).multi_run(1, num_episodes=1, progress=False)
+    assert "or use num_workers=1." in str(refused(env_with_lock, "local", 2))
+    # Slurm and Ray runs always travel: num_workers=1 is no way out (an outside tester followed it, in vain)
+    for backend, where in (("slurm", "Slurm jobs"), ("ray", "Ray tasks")):
+        message = str(refused(env_with_lock, backend, 1))
+        assert f"cannot be sent to {where}" in message and "num_workers=1" not in message
+
+
+def refused(env, backend, num_workers):
+    """The TypeError of check_travel for ``env`` under ``backend`` (nothing is run or imported)."""
+    from online_trainer.loop.factories import AgentFactory, EnvFactory
+    from online_trainer.options.groups import ExecutionOptions
+    from online_trainer.orchestration.planning import RunnerParts
+
+    parts = RunnerParts(EnvFactory(env), AgentFactory(RecordingAgent), None)
+    with pytest.raises(TypeError) as error:
+        parts.check_travel(ExecutionOptions(backend=backend, num_workers=num_workers))
+    return error.value
 
 
 def nth_run(exp_dir, n):
