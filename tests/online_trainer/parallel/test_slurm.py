@@ -419,13 +419,17 @@ def test_a_job_sbatch_refuses_stops_the_call_before_anything_is_kept(tmp_path, c
     )
     assert str(refused.value).endswith("Nothing was submitted.")
     assert not exp.exists()
+    # sbatch's own line is in the refusal, not also printed bare before it (an outside tester)
+    assert "invalid partition" not in capsys.readouterr().err
     config = tmp_path / "config.yaml"
     config.write_text(
         "env: {id: CliffWalking-v1, num_envs: 1}\nagent: {name: q_learning}\ntotal_steps: 200\nnum_runs: 1\n"
         f"exp_dir: {tmp_path / 'cmd'}\nexecution: {{backend: slurm, slurm: {{partition: nosuchpart}}}}\n"
     )
     assert main(["run", "--no-progress", str(config)]) == 2
-    assert "online-trainer: error: Slurm refused the jobs (sbatch: error: invalid" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "online-trainer: error: Slurm refused the jobs (sbatch: error: invalid" in err
+    assert err.count("invalid partition specified") == 1
     assert not (tmp_path / "cmd").exists()
     OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp).multi_run(
         2, num_episodes=4, seed_offset=0, execution=slurm()
