@@ -218,9 +218,9 @@ class SlurmExecutor:
         from online_trainer.parallel.slurm_job import SlurmRunJob
 
         utils = self.submitit.core.utils
-        said = io.StringIO()  # submitit prints sbatch's stderr before it raises it: the refusal quotes it once
+        sbatch_err = io.StringIO()  # submitit prints sbatch's stderr before it raises it: the refusal quotes it once
         try:
-            with contextlib.redirect_stderr(said), executor.batch():
+            with contextlib.redirect_stderr(sbatch_err), executor.batch():
                 for group in groups:
                     payloads = [shipping.dumps(spec) for spec in group]
                     job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
@@ -235,8 +235,8 @@ class SlurmExecutor:
                 "scontrol show partition). Nothing was submitted."
             )
             raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
-        if said.getvalue().strip():  # what sbatch said of jobs it took (a warning of the cluster's)
-            logger.warning("sbatch: %s", said.getvalue().strip())
+        if sbatch_err.getvalue().strip():  # what sbatch said of jobs it took (a warning of the cluster's)
+            logger.warning("sbatch: %s", sbatch_err.getvalue().strip())
         submitted = [(spec, str(job.job_id)) for group, job in zip(groups, jobs) for spec in group]
         logger.info(
             "submitted %d runs as %d Slurm jobs (%s), at most %d running at once; logs in %s",
