@@ -20,7 +20,14 @@ import pandas as pd
 
 from online_trainer.analysis.bootstrap import STATISTICS, Seed, check_seed
 from online_trainer.analysis.dataframes import env_id_of, experiment_labels, load_episodes, load_evaluations
-from online_trainer.analysis.selection import RUNS_ATTR, check_ci, check_positive_int, describe_runs, select_runs
+from online_trainer.analysis.selection import (
+    RUNS_ATTR,
+    check_ci,
+    check_positive_int,
+    describe_runs,
+    runs_without_episodes,
+    select_runs,
+)
 from online_trainer.analysis.stats import final_performance
 
 logger = logging.getLogger(__name__)
@@ -276,7 +283,10 @@ def run_scores(df: pd.DataFrame, options: CompareOptions) -> pd.DataFrame:
         kept, _ = select_runs(df, options.include_unfinished)
         order = [c for c in ("global_step", "eval_index") if c in kept.columns]
         last = kept.sort_values(RUN_KEYS + order, kind="stable").groupby(RUN_KEYS, dropna=False).tail(1)
-        scores = last.rename(columns={"eval_return": "raw_score"})
+        # the runs kept that were never evaluated (failed before their first evaluation): runs without a score
+        unevaluated = runs_without_episodes(kept, RUN_KEYS)
+        scores = pd.concat([last, unevaluated], ignore_index=True) if len(unevaluated) else last
+        scores = scores.rename(columns={"eval_return": "raw_score"})
     else:
         scores = final_performance(
             df, options.last_k, group_by=["candidate", "task"], include_unfinished=options.include_unfinished
@@ -411,8 +421,9 @@ def stopped_early_note(df: pd.DataFrame) -> str | None:
     if not stopped:
         return None
     listed = "; ".join(f"{candidate}: {', '.join(runs_of)}" for candidate, runs_of in stopped.items())
+    scored = "last evaluation" if "eval_return" in df.columns else "last episodes"
     return (
-        f"Some runs were stopped early by a hook, so their scores are of their last episodes before they stopped, "
+        f"Some runs were stopped early by a hook, so their scores are of their {scored} before they stopped, "
         f"not at the end of the budget the other runs used: {listed}."
     )
 

@@ -9,6 +9,8 @@ import argparse
 import math
 from pathlib import Path
 
+import numpy as np
+
 from online_trainer.analysis import compare_plots
 from online_trainer.analysis.compare import Comparison, compare
 from online_trainer.analysis.plotting import STAT_LABELS
@@ -55,11 +57,11 @@ def parse_normalize(values: list[str] | None) -> object:
 
 
 def _num(value: float) -> str:
-    """Two decimals, as ``report``'s tables (``16.55``, not ``16.5``); three significant digits below 1 (a
-    probability, a normalised score)."""
+    """Two decimals, as ``report``'s tables (``16.55``, not ``16.5``); three below 1 (a probability, a normalised
+    score: ``0.550 [0.175, 0.950]``)."""
     if value is None or math.isnan(value):
         return "n/a"
-    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
 
 
 def _ci(row: dict, name: str) -> str:
@@ -157,8 +159,12 @@ def _seeds(value: float) -> str:
 
 
 def _runs(comparison: Comparison) -> dict[str, int]:
-    """Each candidate's runs with a score."""
-    return {row["candidate"]: int(row["num_runs"]) for row in comparison.aggregates.to_dict("records")}
+    """Each candidate's seeds per task, as ``seeds_needed`` counts them: its runs with a score on the task where
+    it has fewest."""
+    scores = comparison.scores
+    scored = scores[np.isfinite(scores["raw_score"].to_numpy(float))]
+    per_task = scored.groupby(["candidate", "task"]).size().groupby("candidate").min()
+    return {str(candidate): int(count) for candidate, count in per_task.items()}
 
 
 def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = None) -> str:

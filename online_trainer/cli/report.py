@@ -24,7 +24,13 @@ from matplotlib.figure import Figure
 
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
-from online_trainer.analysis.selection import STATUS_COLUMN, describe_runs, ident_columns, select_runs
+from online_trainer.analysis.selection import (
+    STATUS_COLUMN,
+    describe_runs,
+    ident_columns,
+    runs_without_episodes,
+    select_runs,
+)
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
 
@@ -411,8 +417,14 @@ def _evaluation_section(
     for row in summary.to_dict("records"):
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         mine = last[last["experiment"] == row["experiment"]]
-        per_run = ", ".join(f"{_num(r['eval_return'])} ({r['global_step']})" for r in mine.to_dict("records"))
+        per_run = ", ".join(
+            f"{_num(r['eval_return'])} ({r['global_step']}){_unfinished_mark(r)}" for r in mine.to_dict("records")
+        )
         lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")
+    kept, _ = select_runs(evals, include_unfinished, log=False)
+    unevaluated = runs_without_episodes(kept, ident_columns(kept))
+    if len(unevaluated):  # runs in the analysis that never reached an evaluation (failed before it)
+        lines += ["", f"Runs without an evaluation, not in these statistics: {describe_runs(unevaluated)}."]
     if curves_file:
         lines += ["", f"![Evaluation curves]({curves_file})"]
     return lines

@@ -210,8 +210,8 @@ class Evaluator:
         if video_every is not None and getattr(env, "render_mode", None) != "rgb_array":
             raise ValueError(
                 f"record_video={video_every} needs an eval env made with render_mode='rgb_array', but "
-                f"its render_mode is {getattr(env, 'render_mode', None)!r}: pass eval_env=<a factory> "
-                "such as lambda: gym.make_vec(..., render_mode='rgb_array')."
+                f"its render_mode is {getattr(env, 'render_mode', None)!r}: give the eval env one, "
+                "evaluation=EvaluationOptions(env=lambda: gym.make_vec(..., render_mode='rgb_array'), ...)."
             )
         if video_every is not None:
             _check_renders(env, seed, video_every)

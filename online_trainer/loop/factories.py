@@ -291,9 +291,13 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     batch = np.asarray(actions)
     expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:
-        got = batch.shape[0] if batch.ndim else "a scalar, not a batch of"
+        got = (
+            f"{batch.shape[0]} action{'s' if batch.shape[0] != 1 else ''}"
+            if batch.ndim
+            else "a scalar, not a batch of actions"
+        )
         raise ValueError(
-            f"{who} returned actions of shape {batch.shape} ({got} actions), but {space} with "
+            f"{who} returned actions of shape {batch.shape} ({got}), but {space} with "
             f"num_envs={num_envs} needs shape {expected}: return one action per sub-env."
         )
     if isinstance(space, spaces.Box):

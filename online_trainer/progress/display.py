@@ -186,34 +186,41 @@ class _BarSafeHandler(logging.StreamHandler):
 
 
 class _LogsAboveBars:
-    """While bars are drawn in a terminal, console log lines go above them instead of through them.
+    """While bars are drawn in a terminal, console log lines of this process go above them instead of through them.
 
-    The root logger's handlers that write to stdout or stderr are swapped for :class:`_BarSafeHandler`
-    copies (same level, format, filters and stream), and so is ``logging.lastResort``, which writes
-    the warnings of a program that configured no logging. Other handlers (log files) are left as they
-    are; :meth:`restore` puts everything back. tqdm's own ``logging_redirect_tqdm`` also adds a console
-    handler where there was none, which would echo to the terminal what a program logs to a file only.
+    Every logger's handlers that write to stdout or stderr (the root's, and those of named loggers that do not
+    propagate) are swapped for :class:`_BarSafeHandler` copies (same level, format, filters and stream), and so is
+    ``logging.lastResort``, which writes the warnings of a program that configured no logging. Other handlers (log
+    files) are left as they are; :meth:`restore` puts the originals back in place of the copies, leaving any
+    handler added or removed meanwhile so. tqdm's own ``logging_redirect_tqdm`` also adds a console handler where
+    there was none, which would echo to the terminal what a program logs to a file only. Worker processes log
+    through their own logging, which this process cannot reach.
     """
 
     def __init__(self) -> None:
-        root = logging.getLogger()
-        self._handlers = root.handlers
-        root.handlers = [self._above_bars(h) if _is_console(h) else h for h in root.handlers]
+        self._originals: dict[logging.Handler, logging.Handler] = {}  # copy -> original
+        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        for logger in loggers:
+            if isinstance(logger, logging.Logger) and any(_is_console(h) for h in logger.handlers):
+                logger.handlers = [self._above_bars(h) if _is_console(h) else h for h in logger.handlers]
         self._last_resort = logging.lastResort
         if self._last_resort is not None:
             logging.lastResort = self._above_bars(self._last_resort)
 
-    @staticmethod
-    def _above_bars(handler: logging.Handler) -> logging.Handler:
+    def _above_bars(self, handler: logging.Handler) -> logging.Handler:
         copy = _BarSafeHandler(getattr(handler, "stream", None) or sys.stderr)
         copy.setLevel(handler.level)
         copy.setFormatter(handler.formatter)
         for log_filter in handler.filters:
             copy.addFilter(log_filter)
+        self._originals[copy] = handler
         return copy
 
     def restore(self) -> None:
-        logging.getLogger().handlers = self._handlers
+        originals = self._originals
+        for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]:
+            if isinstance(logger, logging.Logger) and any(h in originals for h in logger.handlers):
+                logger.handlers = [originals.get(h, h) for h in logger.handlers]
         logging.lastResort = self._last_resort
 
 

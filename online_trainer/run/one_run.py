@@ -113,6 +113,24 @@ class RunResult:
             raise RunSetupError(self.run_idx, self.seed, cause)
 
 
+_told_of_eval_envs = False
+
+
+def _warn_once_of_eval_envs(eval_envs: int, train_envs: int) -> None:
+    """Say once a process that an agent sized by ``set_num_env`` fails on an eval env of other sub-envs (one sized by
+    its obs, as the library's agents, does not: a warning a run would be too many)."""
+    global _told_of_eval_envs
+    if not _told_of_eval_envs:
+        _told_of_eval_envs = True
+        logger.warning(
+            "The eval env has %d sub-env(s) and the training env %d, the number set_num_env gives the agent: an "
+            "act(obs) that sizes its actions by that number, not by its obs (len(obs)), fails at the first "
+            "evaluation (the library's agents size them by obs).",
+            eval_envs,
+            train_envs,
+        )
+
+
 def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """Build the run's agent, check it, and call the optional protocol methods in order.
 
@@ -243,14 +261,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                     train_envs=env.num_envs,
                 )
                 if eval_env.num_envs != env.num_envs and callable(getattr(agent, "set_num_env", None)):
-                    logger.warning(
-                        "run %d: the eval env has %d sub-env(s) and the training env %d, the number set_num_env "
-                        "gave the agent: its act(obs) must size its actions by the obs it is given (len(obs)), or "
-                        "the first evaluation fails.",
-                        spec.run_idx,
-                        eval_env.num_envs,
-                        env.num_envs,
-                    )
+                    _warn_once_of_eval_envs(eval_env.num_envs, env.num_envs)
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
             _call_if_present(
                 spec.callback,

@@ -583,6 +583,10 @@ def test_compare_on_evaluations_counts_every_run_and_gives_the_notes_of_episodes
     assert "a: 100 env steps; b: 80 env steps" in out.info["budget_note"]
     assert out.scores.groupby("candidate")["run"].apply(list).to_dict() == {"a": [1, 3], "b": [1, 2, 3]}
     assert "left out of the scores: a/run 2 (failed)" in out.info["left_out_note"]
+    # let in, the run without an evaluation counts as a run without a score (it vanished)
+    let_in = compare([tmp_path / "a", tmp_path / "b"], source="eval", n_resamples=100, include_unfinished=True)
+    row = let_in.aggregates.set_index("candidate").loc["a"]
+    assert (row["num_runs"], row["num_missing"]) == (2, 1) and let_in.info["left_out_note"] is None
     assert compare({"b1": tmp_path / "b", "b2": tmp_path / "b"}, n_resamples=100).info["left_out_note"] is None
 
 

@@ -369,6 +369,7 @@ def test_report_lists_left_out_runs_and_controls_the_y_axis(mixed, tmp_path, cap
     assert "## Runs in the statistics that did not use their whole budget" in summary
     assert "| mixed | 3 | 33 | failed | 1 | 10 | RuntimeError: boom |" in summary
     assert "| mixed | 4 | 44 | interrupted | 0 | - |  |" in summary
+    assert "Runs without an evaluation, not in these statistics: run 4 (interrupted)" in summary
 
 
 def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixed, tmp_path, capsys):

@@ -47,7 +47,7 @@ def test_compare_says_when_an_interval_is_degenerate_and_never_advises_fewer_see
     )
     comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
     text = comparison_markdown(comparison, [])
-    assert "| weak | strong | 0 [0, 0] (degenerate) |" in text
+    assert "| weak | strong | 0.000 [0.000, 0.000] (degenerate) |" in text
     assert (
         "every run of `strong` beats every run of `weak`, so every bootstrap resample gives 0, a certainty 5 "
         "seeds cannot give. Whatever the score distributions, P(weak > strong) ≤ 0.52 (97.5% one-sided bound "
@@ -126,3 +126,19 @@ def test_comparison_md_gives_two_decimals_and_both_counts_of_seeds():
     text = comparison_markdown(comparison, [])
     assert "| a | 5 | 1 | 16.55 [" in text and "1234.50" not in text.split("## Aggregate")[0]
     assert "seeds per candidate (now 5 and 4) for its interval to exclude zero" in text
+
+
+def test_the_seeds_now_are_counted_per_task_as_the_seeds_needed():
+    """With two tasks, "(now 10 and 8)" counted runs over both tasks beside seeds needed per task (an outside
+    tester): a user read 11 needed for 10 run."""
+    rows = []
+    for candidate, seeds in (("a", 5), ("b", 4)):
+        for task, base in (("t1", 0.0), ("t2", 100.0)):
+            rows += [
+                {"candidate": candidate, "task": task, "run": i, "raw_score": base + i + (candidate == "b")}
+                for i in range(1, seeds + 1)
+            ]
+    scores = pd.DataFrame(rows)
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"] + scores["task"]), CompareOptions())
+    text = comparison_markdown(comparison, [])
+    assert "seeds per candidate (now 5 and 4)" in text

@@ -474,7 +474,7 @@ def test_the_evaluation_step_limit_never_cuts_before_the_envs_own_time_limit():
     assert episode_step_limit(gym.vector.SyncVectorEnv([NeverEnds])) == MAX_EPISODE_STEPS
 
 
-def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the_failure(tmp_path, caplog):
+def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the_failure(tmp_path, caplog, monkeypatch):
     """write-an-agent.md's agent sized its actions by set_num_env(n): with a one-env eval env beside a two-env
     training env, the run failed at its final evaluation, after its whole budget, with a shape error alone."""
     from online_trainer.errors import RunsFailedError
@@ -489,6 +489,9 @@ def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the
         def update(self, *args, **kwargs):
             pass
 
+    from online_trainer.run import one_run
+
+    monkeypatch.setattr(one_run, "_told_of_eval_envs", False)  # said once a process
     caplog.set_level(logging.WARNING)
     with pytest.raises(RunsFailedError) as failed:
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), lambda env: SizedBySetNumEnv()).multi_run(
@@ -498,10 +501,7 @@ def test_an_eval_env_of_other_sub_envs_is_named_before_the_first_step_and_in_the
             evaluation=EvaluationOptions(episodes=1, env=lambda: gym.make("CartPole-v1")),
             progress=False,
         )
-    assert (
-        "run 1: the eval env has 1 sub-env(s) and the training env 2, the number set_num_env gave the agent"
-        in caplog.text
-    )
+    assert "The eval env has 1 sub-env(s) and the training env 2, the number set_num_env gives the agent" in caplog.text
     assert "In an evaluation (the eval env has 1 sub-env(s), the training env 2" in str(failed.value)
     assert "size act's actions by its obs, len(obs), or give an eval env of num_envs=2" in str(failed.value)
 

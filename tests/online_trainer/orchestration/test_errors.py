@@ -259,7 +259,7 @@ class Acting(RecordingAgent):
         (
             lambda obs: np.zeros(1, dtype=np.int64),
             ValueError,
-            r"Acting's act\(obs\) returned actions of shape \(1,\) \(1 actions\), but Discrete\(2\) with num_envs=3 "
+            r"Acting's act\(obs\) returned actions of shape \(1,\) \(1 action\), but Discrete\(2\) with num_envs=3 "
             r"needs shape \(3,\)",
         ),
         (

@@ -157,3 +157,26 @@ def test_logging_is_left_alone_where_bars_are_lines_of_a_log(monkeypatch, capsys
     assert logging.getLogger().handlers == handlers
     display.close_all()
     capsys.readouterr()
+
+
+def test_named_loggers_go_above_the_bars_and_handlers_added_meanwhile_stay(monkeypatch, capsys, terminal, tmp_path):
+    """A named logger's own console handler (propagate=False) still wrote through the bars, and a FileHandler a
+    hook added to the root while the bars were up was dropped when they closed (an outside tester)."""
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
+    named = logging.getLogger("an_app_of_its_own")
+    own = logging.StreamHandler(sys.stderr)
+    monkeypatch.setattr(named, "handlers", [own])
+    monkeypatch.setattr(named, "propagate", False)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    written: list[str] = []
+    monkeypatch.setattr(progress.tqdm, "write", classmethod(lambda cls, text, file=None, **_: written.append(text)))
+    display = progress.ProgressDisplay(2, 10, "episodes")
+    named.warning("from the app")
+    added = logging.FileHandler(tmp_path / "added.log")
+    root.addHandler(added)  # what a hook's on_run_start may do
+    display.close_all()
+    assert written == ["from the app"]
+    assert named.handlers == [own] and root.handlers == [added]
+    added.close()
+    capsys.readouterr()
