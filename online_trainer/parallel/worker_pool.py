@@ -243,7 +243,9 @@ class WorkerPool:
             worker.spec, worker.took = spec, False
             call.on_start(spec)  # before the send: a run that may have begun is never recorded as not started
             try:
-                worker.conn.send(shipping.dumps(spec))
+                # the worker logs at this process's level, to its handlers
+                sent = dataclasses.replace(spec, log_level=logging.getLogger().getEffectiveLevel())
+                worker.conn.send(shipping.dumps(sent))
             except OSError:  # it died: its sentinel tells the rest
                 call.waiting.appendleft(spec)
                 worker.spec = None
@@ -276,6 +278,11 @@ class WorkerPool:
                 call.finish(spec, self._result(spec, *message))
             elif kind in ("start", "progress"):
                 call.display.handle(message)
+            elif kind == "log":  # a worker's record, written by this process's handlers (above the bars)
+                record = message[1]
+                named = logging.getLogger(record.name)
+                if named.isEnabledFor(record.levelno):  # the levels set here, of loggers a worker knows nothing of
+                    named.handle(record)
 
     @staticmethod
     def _result(spec: RunSpec, kind: str, payload: Any) -> RunResult:

@@ -14,6 +14,9 @@ Worker -> parent, in this order for each run::
     ("result", bytes)               the pickled RunResult (a failed one when the run raised)
     ("error", text)                 the payload could not even be unpickled
 
+and, at any time during a run, ``("log", record)``: what the run logged (its hooks, its agent, the library), a
+:class:`logging.LogRecord` with its message formatted, for the parent's handlers (see :class:`ToParent`).
+
 A worker dies with its parent, at once and without writing anything more (see
 :mod:`online_trainer.parallel.lifeline`); a message that cannot be sent or received because nobody is
 at the other end ends it too.
@@ -22,12 +25,14 @@ at the other end ends it too.
 from __future__ import annotations
 
 import atexit
+import copy
 import dataclasses
 import logging
 import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import NoReturn
@@ -71,18 +76,49 @@ def leave(code: int = 0) -> NoReturn:
 class PipeChannel:
     """Sends messages to the parent; a send that finds nobody reading ends this process.
 
-    It has the ``put`` of a queue, so :class:`QueueProgress` reports over it.
+    It has the ``put`` of a queue, so :class:`QueueProgress` reports over it. One message is sent at a time:
+    a run's threads may log while the main thread reports its progress.
     """
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.lock = threading.Lock()
 
     def put(self, message: tuple) -> None:
         """Send ``message``; end this process at once when the parent is gone."""
         try:
-            self.conn.send(message)
+            with self.lock:
+                self.conn.send(message)
         except _PARENT_GONE:
             die_orphaned()
+
+
+class ToParent(logging.Handler):
+    """The worker's one root handler: every record, its message formatted (arguments and traceback folded in, as
+    :class:`logging.handlers.QueueHandler` does), goes to the parent, whose handlers write it as their own.
+
+    With the ``spawn`` start method a worker's logging is not the parent's (a ``basicConfig`` under the main guard
+    never runs there), and with ``fork`` it writes through the parent's handlers beside the parent: either way the
+    lines went nowhere, twice, or through the progress bars.
+    """
+
+    def __init__(self, channel: PipeChannel) -> None:
+        super().__init__()
+        self.channel = channel
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sent = copy.copy(record)
+            sent.msg = sent.message = self.format(record)
+            sent.args, sent.exc_info, sent.exc_text, sent.stack_info = None, None, None, None
+            self.channel.put(("log", sent))
+        except Exception:
+            self.handleError(record)
+
+
+def log_to_parent(channel: PipeChannel) -> None:
+    """Make :class:`ToParent` the root logger's only handler (a runs' ``log_level`` sets its level)."""
+    logging.getLogger().handlers = [ToParent(channel)]
 
 
 def _next_payload(conn: Connection, idle_timeout: float) -> bytes:
@@ -130,6 +166,8 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
 
 def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     """Run ``spec``; an exception (a full disk included) becomes a failed result naming it."""
+    if spec.log_level is not None:
+        logging.getLogger().setLevel(spec.log_level)
     try:
         result = execute_run(spec, progress)
     except Preempted as exc:  # it wrote a full checkpoint and stopped: the worker stays
@@ -160,7 +198,8 @@ def _close_callback(spec: RunSpec) -> BaseException | None:
 def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None:
     data = pack_result(spec, result)
     try:
-        channel.conn.send(("result", data))
+        with channel.lock:
+            channel.conn.send(("result", data))
     except _PARENT_GONE:
         die_orphaned()
     except (OSError, ValueError, MemoryError) as exc:  # too large for the pipe, or no memory for the copy
@@ -221,6 +260,7 @@ def worker_main(
     signal.signal(signal.SIGTERM, _on_sigterm)
     limit_threads(torch_threads)
     channel = PipeChannel(conn)
+    log_to_parent(channel)
     progress = QueueProgress(channel)
     spec: RunSpec | None = None
     try:

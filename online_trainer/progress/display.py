@@ -193,8 +193,8 @@ class _LogsAboveBars:
     ``logging.lastResort``, which writes the warnings of a program that configured no logging. Other handlers (log
     files) are left as they are; :meth:`restore` puts the originals back in place of the copies, leaving any
     handler added or removed meanwhile so. tqdm's own ``logging_redirect_tqdm`` also adds a console handler where
-    there was none, which would echo to the terminal what a program logs to a file only. Worker processes log
-    through their own logging, which this process cannot reach.
+    there was none, which would echo to the terminal what a program logs to a file only. The local pool's workers
+    send their records here (:class:`~online_trainer.parallel.worker_process.ToParent`), to these handlers.
     """
 
     def __init__(self) -> None:

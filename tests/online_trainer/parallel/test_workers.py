@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_all_run_metrics, load_run_metrics, shutdown_workers
 from online_trainer.callbacks import JsonlCallback
+from online_trainer.hooks import Hook
 from online_trainer.loop.seeding import run_seed
 from online_trainer.parallel import worker_pool, workers
 from online_trainer.parallel.threads import THREAD_VARIABLES
@@ -585,3 +587,64 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, call):
     ), done.stderr[-3000:]
     assert "failed:" in done.stdout and "`if __name__ == '__main__':`" in done.stdout, done.stdout
     assert "none has a return to rank" not in done.stdout + done.stderr
+
+
+class LogsEverySteps(Hook):
+    """Logs an INFO line from the run's process every 2 env steps, and a warning with a traceback at its end."""
+
+    every_steps = 2
+
+    def on_step(self, ctx):
+        logging.getLogger("a_users.hook").info("run %d at step %d", ctx.run, ctx.global_step)
+
+    def on_run_end(self, ctx):
+        try:
+            raise ValueError("inside")
+        except ValueError:
+            logging.getLogger("a_users.hook").warning("run %d ended", ctx.run, exc_info=True)
+
+
+class Kept(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_what_runs_log_in_workers_reaches_the_parents_handlers_once(tmp_path, monkeypatch, start_method):
+    """A hook's INFO lines in two workers went nowhere with spawn (a basicConfig under the main guard never runs
+    there), and through the progress bars or twice with fork (an outside tester)."""
+    root, kept = logging.getLogger(), Kept()
+    monkeypatch.setattr(root, "handlers", [kept])
+    level = root.level
+    root.setLevel(logging.INFO)  # setLevel, not the attribute: loggers cache their levels
+    try:
+        _log_in_workers(tmp_path, kept, start_method)
+    finally:
+        root.setLevel(level)
+
+
+def _log_in_workers(tmp_path, kept, start_method):
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, total_steps=8, seed_offset=0, num_workers=2, start_method=start_method, hooks=[LogsEverySteps()]
+    )
+    lines = sorted(r.getMessage() for r in kept.records if r.name == "a_users.hook" and r.levelno == logging.INFO)
+    assert lines == sorted(f"run {run} at step {step}" for run in (1, 2) for step in (2, 4, 6))
+    ended = [r for r in kept.records if r.levelno == logging.WARNING and r.name == "a_users.hook"]
+    assert len(ended) == 2 and all("ValueError: inside" in r.getMessage() for r in ended)
+    assert {r.process for r in ended} != {os.getpid()} and all(
+        r.processName.startswith("online_trainer-worker") for r in ended
+    )
+    # the levels set here hold for what workers send: a logger silenced here stays silent
+    kept.records.clear()
+    logging.getLogger("a_users").setLevel(logging.ERROR)  # setLevel: the loggers' cached levels are cleared
+    try:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "b").multi_run(
+            2, total_steps=8, seed_offset=0, num_workers=2, start_method=start_method, hooks=[LogsEverySteps()]
+        )
+    finally:
+        logging.getLogger("a_users").setLevel(logging.NOTSET)
+    assert not [r for r in kept.records if r.name == "a_users.hook"]
