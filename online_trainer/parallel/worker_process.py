@@ -102,6 +102,25 @@ class ToParent(logging.Handler):
     lines went nowhere, twice, or through the progress bars.
     """
 
+    _PLAIN = (
+        "name",
+        "levelno",
+        "levelname",
+        "pathname",
+        "filename",
+        "module",
+        "lineno",
+        "funcName",
+        "created",
+        "msecs",
+        "relativeCreated",
+        "thread",
+        "threadName",
+        "processName",
+        "process",
+    )
+    """What a record keeps when an ``extra=`` value of it cannot be pickled."""
+
     def __init__(self, channel: PipeChannel) -> None:
         super().__init__()
         self.channel = channel
@@ -111,7 +130,11 @@ class ToParent(logging.Handler):
             sent = copy.copy(record)
             sent.msg = sent.message = self.format(record)
             sent.args, sent.exc_info, sent.exc_text, sent.stack_info = None, None, None, None
-            self.channel.put(("log", sent))
+            try:
+                self.channel.put(("log", sent))
+            except (pickle.PicklingError, TypeError, AttributeError):  # an extra= value that cannot travel: the rest
+                plain = {name: getattr(sent, name, None) for name in self._PLAIN}
+                self.channel.put(("log", logging.makeLogRecord({**plain, "msg": sent.msg, "args": None})))
         except Exception:
             self.handleError(record)
 

@@ -602,6 +602,8 @@ class LogsEverySteps(Hook):
             raise ValueError("inside")
         except ValueError:
             logging.getLogger("a_users.hook").warning("run %d ended", ctx.run, exc_info=True)
+        # a value that cannot be pickled: the record goes without it
+        logging.getLogger("a_users.hook").warning("run %d held a lock", ctx.run, extra={"lock": threading.Lock()})
 
 
 class Kept(logging.Handler):
@@ -633,8 +635,12 @@ def _log_in_workers(tmp_path, kept, start_method):
     )
     lines = sorted(r.getMessage() for r in kept.records if r.name == "a_users.hook" and r.levelno == logging.INFO)
     assert lines == sorted(f"run {run} at step {step}" for run in (1, 2) for step in (2, 4, 6))
-    ended = [r for r in kept.records if r.levelno == logging.WARNING and r.name == "a_users.hook"]
+    warned = [r for r in kept.records if r.levelno == logging.WARNING and r.name == "a_users.hook"]
+    ended = [r for r in warned if "ended" in r.getMessage()]
     assert len(ended) == 2 and all("ValueError: inside" in r.getMessage() for r in ended)
+    assert sorted(r.getMessage() for r in warned if "lock" in r.getMessage()) == [
+        f"run {i} held a lock" for i in (1, 2)
+    ]
     assert {r.process for r in ended} != {os.getpid()} and all(
         r.processName.startswith("online_trainer-worker") for r in ended
     )
