@@ -94,6 +94,15 @@ class _Call:
         self.on_result(result)
 
 
+def _log_levels() -> dict[str, int]:
+    """The levels of this process's loggers that have one (``""``: the root's), for a worker to log at."""
+    levels = {"": logging.getLogger().level}
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger) and logger.level != logging.NOTSET:
+            levels[name] = logger.level
+    return levels
+
+
 class WorkerPool:
     """Runs specs in up to ``num_workers`` processes started with ``start_method``.
 
@@ -243,8 +252,8 @@ class WorkerPool:
             worker.spec, worker.took = spec, False
             call.on_start(spec)  # before the send: a run that may have begun is never recorded as not started
             try:
-                # the worker logs at this process's level, to its handlers
-                sent = dataclasses.replace(spec, log_level=logging.getLogger().getEffectiveLevel())
+                # the worker logs at this process's levels, to its handlers
+                sent = dataclasses.replace(spec, log_levels=_log_levels())
                 worker.conn.send(shipping.dumps(sent))
             except OSError:  # it died: its sentinel tells the rest
                 call.waiting.appendleft(spec)

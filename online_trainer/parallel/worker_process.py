@@ -140,8 +140,19 @@ class ToParent(logging.Handler):
 
 
 def log_to_parent(channel: PipeChannel) -> None:
-    """Make :class:`ToParent` the root logger's only handler (a runs' ``log_level`` sets its level)."""
+    """Make :class:`ToParent` the root logger's only handler, and every logger there is so far propagate to it with
+    none of its own: the parent's loggers, handlers and ``propagate`` write the record (a run's ``log_levels`` set the
+    levels). Handlers copied by ``fork``, or made by the main script's import under ``spawn``, would write it twice."""
+    for logger in logging.Logger.manager.loggerDict.values():
+        if isinstance(logger, logging.Logger):
+            logger.handlers, logger.propagate = [], True
     logging.getLogger().handlers = [ToParent(channel)]
+
+
+def _set_levels(levels: dict[str, int]) -> None:
+    """The parent's levels (``""``: the root's), on the same loggers here."""
+    for name, level in levels.items():
+        logging.getLogger(name or None).setLevel(level)
 
 
 def _next_payload(conn: Connection, idle_timeout: float) -> bytes:
@@ -189,8 +200,8 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
 
 def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     """Run ``spec``; an exception (a full disk included) becomes a failed result naming it."""
-    if spec.log_level is not None:
-        logging.getLogger().setLevel(spec.log_level)
+    if spec.log_levels is not None:
+        _set_levels(spec.log_levels)
     try:
         result = execute_run(spec, progress)
     except Preempted as exc:  # it wrote a full checkpoint and stopped: the worker stays

@@ -64,9 +64,9 @@ class RunSpec:
     """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
     resume: bool = False
     """Continue from the run's full checkpoint (``Run{i}_Resume.pkl``) when it has one."""
-    log_level: int | None = None
-    """In a worker process of the local pool: the level of the parent's root logger, at which the worker logs to
-    the parent's handlers (None: as the process is)."""
+    log_levels: dict[str, int] | None = None
+    """In a worker process of the local pool: the levels of the parent's loggers that have one (``""``: the root),
+    at which the worker logs to the parent's handlers (None: as the process is)."""
 
     @property
     def key(self) -> int:

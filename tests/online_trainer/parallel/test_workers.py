@@ -654,3 +654,29 @@ def _log_in_workers(tmp_path, kept, start_method):
     finally:
         logging.getLogger("a_users").setLevel(logging.NOTSET)
     assert not [r for r in kept.records if r.name == "a_users.hook"]
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_named_loggers_level_and_handler_hold_for_workers_once(tmp_path, monkeypatch, start_method):
+    """A logger raised above a quiet root (INFO under WARNING) logged nothing from spawn workers, which knew only the
+    root's level; a named logger's own handler wrote each record of fork workers twice (an outside tester)."""
+    root, named, kept, own = logging.getLogger(), logging.getLogger("a_users"), Kept(), Kept()
+    to_file = logging.FileHandler(tmp_path / "named.log")  # a fork's copy of it wrote to the same file
+    monkeypatch.setattr(root, "handlers", [kept])
+    monkeypatch.setattr(named, "handlers", [own, to_file])
+    level = root.level
+    root.setLevel(logging.WARNING)
+    named.setLevel(logging.INFO)
+    try:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            2, total_steps=8, seed_offset=0, num_workers=2, start_method=start_method, hooks=[LogsEverySteps()]
+        )
+    finally:
+        root.setLevel(level)
+        named.setLevel(logging.NOTSET)
+        to_file.close()
+    expected = sorted(f"run {run} at step {step}" for run in (1, 2) for step in (2, 4, 6))
+    lines = (tmp_path / "named.log").read_text().splitlines()
+    assert sorted(line for line in lines if line.startswith("run ") and "at step" in line) == expected
+    for handler in (own, kept):  # the logger's own handler, and the root's through propagation
+        assert sorted(r.getMessage() for r in handler.records if r.levelno == logging.INFO) == expected
