@@ -150,8 +150,9 @@ class WorkerPool:
         """Start the worker of ``slot``, with its pipe and its lifeline."""
         parent_end, child_end = self.context.Pipe(duplex=True)
         lifeline = Lifeline()
-        # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread.
-        death_signal = self.start_method == "forkserver" or threading.current_thread() is threading.main_thread()
+        # PR_SET_PDEATHSIG fires when the thread that started the worker ends: only from the main thread. A forkserver's
+        # worker would get it at the forkserver's exit, not this process's: its lifeline serves.
+        death_signal = self.start_method != "forkserver" and threading.current_thread() is threading.main_thread()
         inherited = held_write_ends() if self.start_method == "fork" else ()
         args = (
             child_end,
@@ -439,11 +440,12 @@ def preload_forkserver(context: Any) -> None:
 
     Only modules of the Python installation are preloaded: user code (which may be edited
     between calls) is imported by each worker, as with spawn. ``__main__`` stays preloaded,
-    as by default.
+    as by default. The forkserver also ignores the signals meant for the runs
+    (:mod:`online_trainer.parallel.forkserver_signals`).
     """
     installed = installation_dirs()
     names = [name for name in FORKSERVER_PRELOAD if is_installed(sys.modules.get(name), installed)]
-    context.set_forkserver_preload(["__main__", *names])
+    context.set_forkserver_preload(["__main__", *names, "online_trainer.parallel.forkserver_signals"])
 
 
 def installation_dirs() -> tuple[str, ...]:

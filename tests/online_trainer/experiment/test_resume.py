@@ -764,3 +764,47 @@ def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpo
     # the same hooks resume, in any order of classes; a hook without state may come and go
     trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Crash(10**9), Decay(0.5)], progress=False, resume=True)
     assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]
+
+
+GROUP_JOB = textwrap.dedent("""
+    import sys
+    import gymnasium as gym
+    from online_trainer import ExecutionOptions, OnlineTrainer
+    from online_trainer.agents import RandomAgent
+
+    if __name__ == "__main__":
+        exp, method, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), RandomAgent, exp_dir=exp).multi_run(
+            4, total_steps=400_000, seed_offset=3, checkpoint_freq=100_000, resume=resume,
+            execution=ExecutionOptions(num_workers=2, start_method=method, progress=False))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_sigterm_to_the_process_group_interrupts_the_workers_runs(tmp_path, start_method):
+    """A cluster or a user stopping the job's whole process group: with forkserver the signal reaches the forkserver
+    too, whose death made every worker read as dead (exit code 255) and its run be recorded failed."""
+    script = tmp_path / "job.py"
+    script.write_text(GROUP_JOB)
+    exp = tmp_path / "cut"
+    job = subprocess.Popen(
+        [sys.executable, str(script), str(exp), start_method, "0"], cwd=tmp_path, start_new_session=True,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not all((exp / f"metrics_run{i}.pkl").exists() for i in (1, 2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(job.pid, signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0 and b"Preempted" in err, err.decode()[-2000:]
+    runs = json.loads((exp / storage.MANIFEST_FILE).read_text())["runs"]
+    assert [run["status"] for run in runs] == ["interrupted", "interrupted", "pending", "pending"], runs
+    resumed = subprocess.run([sys.executable, str(script), str(exp), start_method, "1"], cwd=tmp_path, timeout=600)
+    assert resumed.returncode == 0
+    reference = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "ref"), start_method, "0"], cwd=tmp_path, timeout=600
+    )
+    assert reference.returncode == 0
+    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(exp)[COLUMNS])

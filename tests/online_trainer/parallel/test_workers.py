@@ -477,7 +477,41 @@ def test_forkserver_preloads_installed_libraries_only(tmp_path, monkeypatch):
 
     context = Context()
     workers.preload_forkserver(context)
-    assert context.names == ["__main__", "numpy"]
+    assert context.names == ["__main__", "numpy", "online_trainer.parallel.forkserver_signals"]
+
+
+FORKSERVER_SIGNALS = """
+import json, multiprocessing, multiprocessing.forkserver, os
+from online_trainer.parallel import worker_pool
+
+def ignored_signals(pid):
+    with open(f"/proc/{pid}/status") as status:
+        mask = int(next(line for line in status if line.startswith("SigIgn:")).split()[1], 16)
+    return sorted(signum for signum in range(1, 32) if mask >> (signum - 1) & 1)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("forkserver")
+    worker_pool.preload_forkserver(context)
+    process = context.Process(target=os.getpid)
+    process.start()
+    process.join()
+    print(json.dumps([ignored_signals(multiprocessing.forkserver._forkserver._forkserver_pid), ignored_signals(os.getpid())]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_forkserver_outlives_the_signals_meant_for_the_runs(tmp_path):
+    """SIGTERM or SIGUSR1 to the whole process group must not kill the forkserver (its workers would read as dead);
+    importing the module elsewhere changes nothing."""
+    from online_trainer.parallel import forkserver_signals
+
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN and not forkserver_signals.in_forkserver()
+    script = tmp_path / "job.py"
+    script.write_text(FORKSERVER_SIGNALS)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    in_forkserver, in_caller = (set(part) for part in json.loads(out.stdout))
+    assert {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1} <= in_forkserver
+    assert not {signal.SIGTERM, signal.SIGUSR1} & in_caller
 
 
 SCALAR_ACTIONS = """
