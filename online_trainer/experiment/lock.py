@@ -10,6 +10,10 @@ refused before the owner is written, and removes the lock file and directories i
 it changes nothing on disk, the earlier experiment's ``.lock`` included.
 Readers tell from the same ``flock`` whether the runs a manifest says are ``running`` still
 are (see :mod:`online_trainer.experiment.ownership`).
+
+A ``flock`` belongs to the open file, which a forked process shares: a child forked while the
+lock is held (a worker of ``start_method="fork"``, which may wait for the next call long after
+this one ended) would keep the experiment locked. So a forked child closes its copies at once.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import os
 import socket
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,7 @@ logger = logging.getLogger(__name__)
 # A reader probing whether the lock is held (online_trainer.experiment.ownership.is_held) holds it for an
 # instant: a writer that finds it taken tries again for this long before it refuses.
 _RETRY_FOR = 0.2
+_held: weakref.WeakSet[ExperimentLock] = weakref.WeakSet()  # the locks this process holds
 
 
 class ExperimentLock:
@@ -107,12 +113,14 @@ class ExperimentLock:
             os.close(fd)
             raise
         self._fd = fd
+        _held.add(self)
 
     def release(self) -> None:
         """Clear the owner and release the lock (the file stays: deleting it would race a waiting writer)."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        _held.discard(self)
         try:
             os.ftruncate(fd, 0)
         except OSError as exc:  # a full or read-only disk must not hide the call's own outcome
@@ -126,6 +134,20 @@ class ExperimentLock:
 
     def __exit__(self, *exc_info: Any) -> None:
         self.release()
+
+
+def _let_go_in_child() -> None:
+    """In a process just forked: close the copies of the parent's locks (the parent still holds them)."""
+    for lock in list(_held):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_let_go_in_child)
 
 
 def missing_dirs(path: Path) -> list[Path]:

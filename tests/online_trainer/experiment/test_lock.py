@@ -265,3 +265,40 @@ def test_a_lock_refused_by_its_check_leaves_what_it_found(tmp_path):
     with ExperimentLock(new, check=lambda: None):
         assert json.loads((new / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert (new / LOCK_FILE).read_bytes() == b""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_under_the_lock_does_not_keep_it(tmp_path):
+    """A flock belongs to the open file, which fork shares: a child forked while the lock is held (a warm worker of
+    start_method="fork") kept the experiment locked after the call ended, "owner unknown"."""
+    lock = ExperimentLock(tmp_path)
+    lock.acquire()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child waits until the parent has tried again
+        os.close(write)
+        os.read(read, 1)
+        os._exit(0)
+    os.close(read)
+    try:
+        lock.release()
+        with ExperimentLock(tmp_path):  # the child lives, and holds no copy of the lock
+            pass
+    finally:
+        os.close(write)
+        os.waitpid(child, 0)
+
+
+@pytest.mark.slow
+def test_two_calls_with_warm_fork_workers_share_an_exp_dir(tmp_path):
+    from online_trainer import ExecutionOptions, shutdown_workers
+
+    shutdown_workers()
+    execution = ExecutionOptions(num_workers=2, start_method="fork", progress=False)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    try:
+        first = trainer.multi_run(2, num_episodes=3, seed_offset=0, execution=execution)
+        second = trainer.multi_run(2, num_episodes=3, seed_offset=0, overwrite=True, execution=execution)
+    finally:
+        shutdown_workers()
+    assert [len(run) for run in second] == [len(run) for run in first] == [3, 3]
