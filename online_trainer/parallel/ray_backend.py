@@ -33,7 +33,7 @@ from online_trainer.parallel.execution import ResultHandler, StartHandler, faile
 from online_trainer.parallel.threads import limit_threads, thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.records import storage
-from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_run
+from online_trainer.run.one_run import RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ class RayExecutor:
                     except Exception as exc:  # the task's worker died, or Ray failed it
                         result = failed_result(spec, exc)
                     self._drain(queue, display)
-                    display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
+                    display.run_finished(spec.key, result.status)
                     on_result(result)
         except BaseException:
             self._cancel(list(in_flight))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from online_trainer.errors import RunSetupError
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.progress.display import NoProgress, ProgressDisplay
-from online_trainer.run.one_run import COMPLETED, RunSpec, execute_run
+from online_trainer.run.one_run import RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 
@@ -28,5 +28,5 @@ def run_serial(
             if not isinstance(exc, RunSetupError):
                 logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
-        display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
+        display.run_finished(spec.key, result.status)
         on_result(result)

@@ -36,7 +36,7 @@ from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay
-from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+from online_trainer.run.one_run import RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +312,7 @@ def follow(
                 )
         for result in watch.results(states):
             watch.progress(display)
-            display.run_finished(result.key, result.status not in COMPLETED, result.status == "stopped_early")
+            display.run_finished(result.key, result.status)
             on_result(result)
         if watch.runs:
             time.sleep(min(0.5, poll_interval))

@@ -38,7 +38,7 @@ from online_trainer.parallel.threads import environment, thread_variables
 from online_trainer.parallel.worker_process import STOP_SIGNAL, worker_main
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
-from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
+from online_trainer.run.one_run import RunResult, RunSpec
 
 if TYPE_CHECKING:
     from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
@@ -90,7 +90,7 @@ class _Call:
         if spec.key not in self.pending:
             return
         self.pending.discard(spec.key)
-        self.display.run_finished(spec.key, result.status not in COMPLETED, result.status == "stopped_early")
+        self.display.run_finished(spec.key, result.status)
         self.on_result(result)
 
 

@@ -163,7 +163,7 @@ class NoProgress:
     def close(self) -> None:
         pass
 
-    def run_finished(self, key: int, failed: bool, stopped_early: bool = False) -> None:
+    def run_finished(self, key: int, status: str) -> None:
         pass
 
     def handle(self, message: tuple) -> None:
@@ -253,7 +253,8 @@ class ProgressDisplay:
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
         self._logs = _LogsAboveBars() if _text_bars() and _terminal() and not self.one_line else None
-        self.done = self.failed = self.stopped_early = 0
+        self.done = 0
+        self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self.overall = _bar(
             total=num_runs * total,
             unit=unit,
@@ -294,24 +295,24 @@ class ProgressDisplay:
         else:
             bar.refresh()
 
-    def run_finished(self, key: int, failed: bool, stopped_early: bool = False) -> None:
-        """Remove run ``key``'s bar and count it on the overall bar (failed, or stopped early by a hook)."""
+    def run_finished(self, key: int, status: str) -> None:
+        """Remove run ``key``'s bar and count it on the overall bar by its manifest ``status`` (``"finished"``,
+        ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``)."""
         bar = self.bars.pop(key, None)
         self.positions.pop(key, None)
         if bar is not None:
-            if not failed and bar.n < bar.total:
+            if status in ("finished", "stopped_early") and bar.n < bar.total:  # a hook's stop completes it
                 self.overall.update(bar.total - bar.n)  # step budgets may end a few steps early on the bar
             bar.close()
         self.done += 1
-        self.failed += failed
-        self.stopped_early += stopped_early
+        if status != "finished":
+            self.ended_as[status] = self.ended_as.get(status, 0) + 1
         self._refresh_overall()
 
     def _overall_postfix(self) -> str:
-        failed = f", {self.failed} failed" if self.failed else ""
-        failed += f", {self.stopped_early} stopped early" if self.stopped_early else ""
+        how = "".join(f", {count} {status.replace('_', ' ')}" for status, count in sorted(self.ended_as.items()))
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
-        return f"{self.done}/{self.num_runs} runs ended{failed}{running}"
+        return f"{self.done}/{self.num_runs} runs ended{how}{running}"
 
     def _refresh_overall(self) -> None:
         # After the last run, close_all() draws the final state: drawn here too, a log would show it twice.

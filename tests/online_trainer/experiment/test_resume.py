@@ -789,7 +789,9 @@ def test_sigterm_to_the_process_group_interrupts_the_workers_runs(tmp_path, star
     script.write_text(GROUP_JOB)
     exp = tmp_path / "cut"
     job = subprocess.Popen(
-        [sys.executable, str(script), str(exp), start_method, "0"], cwd=tmp_path, start_new_session=True,
+        [sys.executable, str(script), str(exp), start_method, "0"],
+        cwd=tmp_path,
+        start_new_session=True,
         stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 120

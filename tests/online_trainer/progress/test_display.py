@@ -26,6 +26,21 @@ def test_a_log_shows_the_rate_of_the_whole_run_at_every_line_not_one_left_from_a
     shown.advance(1, 31_000, 1.0)  # past the 30 s interval: redrawn at 1,000 steps/s
     clock[0] += 10
     shown.advance(1, 50_000, 1.0)  # 5,000 steps/s since, but within the interval: not redrawn
-    shown.run_finished(2, failed=True)  # redrawn now
+    shown.run_finished(2, "failed")  # redrawn now
     last = capsys.readouterr().err.splitlines()[-1]
     assert "81000/200000" in last and "1975.61steps/s" in last and "1/2 runs ended, 1 failed, 1 running" in last
+
+
+def test_the_overall_bar_counts_runs_by_how_they_ended(clock, capsys):
+    """Runs stopped by SIGTERM were counted as failed ("2 failed") where the manifest says interrupted."""
+    shown = display.ProgressDisplay(5, 100, "steps")
+    for key, status in enumerate(["interrupted", "finished", "failed", "interrupted", "stopped_early"], start=1):
+        shown.open_run(key, f"run {key}", 100, "steps")
+        shown.advance(key, 50, 1.0)
+        shown.run_finished(key, status)
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "5/5 runs ended, 1 failed, 2 interrupted, 1 stopped early" in last
+    assert (
+        "350/500" in last
+    )  # finished and stopped-early runs complete their share of the bar (+50 each); the others do not

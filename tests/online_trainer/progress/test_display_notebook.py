@@ -22,11 +22,11 @@ def drive(display: progress.ProgressDisplay) -> None:
     for _ in range(10):
         display.advance(1, 1, 1.5)
         display.advance(2, 1, -2.0)
-    display.run_finished(1, failed=False)
+    display.run_finished(1, "finished")
     display.open_run(3, "run 3", 10, "episodes")
     display.advance(3, 10, 0.5)
-    display.run_finished(2, failed=True)
-    display.run_finished(3, failed=False)
+    display.run_finished(2, "failed")
+    display.run_finished(3, "finished")
     display.close_all()
 
 
