@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
 from online_trainer.config.builders import CONFIG_YAML, AgentBuilder, env_factory, factories_from_config
@@ -71,7 +73,7 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on
         done, total = unfinished
         # resume continues with the experiment's own config.yaml: settings changed here would not apply
-        as_made = " as it was made (not with this command's changed settings)" if exc.differing else ""
+        as_made = " as it was made (not with this command's changed settings)" if _settings_changed(config) else ""
         return ConfigError(
             f"exp_dir={config.exp_dir!r} already holds an experiment whose runs did not all end ({done} of {total} "
             f"did): continue it{as_made} with\n  online-trainer resume {shlex.quote(os.fspath(config.exp_dir))}\n"
@@ -81,6 +83,22 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
         f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
         "to replace it, or exp_dir=<another path>."
     )
+
+
+def _settings_changed(config: ExperimentConfig) -> bool:
+    """Whether ``config`` sets something other than the ``config.yaml`` of the experiment in its ``exp_dir`` (True
+    when that file cannot be read). Not a change: the spelling of the same ``exp_dir`` (``runs/x/`` for ``runs/x``),
+    ``overwrite``, and the file's comments (the config file's path and the overrides that gave the settings)."""
+    assert config.exp_dir is not None
+    try:
+        made = yaml.safe_load((Path(config.exp_dir) / CONFIG_YAML).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return True
+    if not isinstance(made, dict):
+        return True
+    ignored = ("exp_dir", "overwrite")
+    now = {key: value for key, value in config.to_dict().items() if key not in ignored}
+    return {key: value for key, value in made.items() if key not in ignored} != yaml.safe_load(dump_yaml(now))
 
 
 def _unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:

@@ -131,12 +131,12 @@ def test_the_same_command_after_a_cut_off_run_points_to_resume_first(tmp_path, c
     manifest["runs"][1]["status"] = "interrupted"
     (exp_dir / "manifest.json").write_text(json.dumps(manifest))
     capsys.readouterr()
-    assert run(str(config), f"exp_dir={exp_dir}") == 2
+    assert run(str(config), f"exp_dir={exp_dir}/") == 2  # the same directory, as a shell completes it
     err = capsys.readouterr().err
     total = len(manifest["runs"])
     assert (
         f"already holds an experiment whose runs did not all end ({total - 1} of {total} did): continue it with\n"
-        f"  online-trainer resume {exp_dir}\nor add overwrite=true to replace it (its records and checkpoints are "
+        f"  online-trainer resume {exp_dir}/\nor add overwrite=true to replace it (its records and checkpoints are "
         "deleted), or exp_dir=<another path>." in err
     )
 
