@@ -67,6 +67,7 @@ EVAL_COLUMNS = [
     "eval_episodes",
     "wall_time",
     "scheduled",
+    "video",
 ]
 #: Columns of :func:`load_evaluations` with ``per_episode=True``: one row per evaluation episode.
 EVAL_EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "global_step", "eval_index", "episode", "return", "length"]
@@ -251,6 +252,7 @@ def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list
                     "scheduled": bool(
                         record.get("scheduled", True)
                     ),  # not recorded before round 11: taken as scheduled
+                    "video": _video(exp_dir, run, record.get("video")),
                 }
                 for name in EVAL_COLUMNS:
                     columns[name].append(values[name])
@@ -267,7 +269,8 @@ def load_evaluations(
     ``episodes_trained`` (when it was made), ``eval_return`` (the mean return of its
     episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time``, ``scheduled``
     (at a point of the budget every run reaches: every ``evaluation.freq``, or the budget's end;
-    False for the final evaluation of a run a hook stopped early) and one column per hyperparameter. Empty (with those columns) when no run was evaluated.
+    False for the final evaluation of a run a hook stopped early), ``video`` (the path of its mp4 under the
+    directory as given here, when ``record_video`` filmed it; else missing, NaN) and one column per hyperparameter. Empty (with those columns) when no run was evaluated.
 
     With ``per_episode=True``, one row per evaluation episode instead: ``experiment``
     (as above), ``run``, ``seed``, ``status``, ``global_step``, ``eval_index``,
@@ -302,6 +305,15 @@ def load_evaluations(
     out = out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})
     out.attrs[RUNS_ATTR] = [{k: _plain(v) for k, v in r.items()} for r in runs]
     return out
+
+
+def _video(exp_dir: Path, run: int, recorded: Any) -> str | None:
+    """The path of an evaluation's video under ``exp_dir`` as loaded (the record holds it as the run wrote it, from
+    its working directory); None when it was not filmed or the file is gone."""
+    if not recorded:
+        return None
+    path = exp_dir / "videos" / f"run{run}" / Path(recorded).name
+    return os.fspath(path) if path.is_file() else None
 
 
 def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:

@@ -164,6 +164,7 @@ def test_evaluations_of_a_real_run(tmp_path):
         "eval_episodes",
         "wall_time",
         "scheduled",
+        "video",
         "lr",
     ]
     assert evals["run"].tolist() == [1, 1, 2, 2] and evals["eval_index"].tolist() == [1, 2, 1, 2]
@@ -275,3 +276,26 @@ def test_a_failed_run_has_the_env_steps_it_took_not_those_of_its_last_episode(tm
     assert (runs["wall_time"] > 0).all()
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [entry["global_step"] for entry in manifest["runs"]] == [23, 23]
+
+
+def test_load_evaluations_gives_each_filmed_evaluation_its_video_under_the_directory_given(tmp_path, monkeypatch):
+    """The evaluation records held their video's path as the run wrote it (from its working directory); the
+    DataFrame had no way to find the video of an evaluation."""
+    pytest.importorskip("imageio_ffmpeg")
+    exp = tmp_path / "exp"
+    monkeypatch.chdir(tmp_path)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir="exp").multi_run(
+        1,
+        total_steps=40,
+        seed_offset=0,
+        eval_freq=10,
+        eval_episodes=2,
+        record_video=2,
+        eval_env=make_counting_vec(1, render_mode="rgb_array"),
+        progress=False,
+    )
+    (exp / "videos" / "run1" / "eval4_step40.mp4").unlink()  # a video deleted since
+    monkeypatch.chdir(exp)
+    videos = load_evaluations(".").set_index("eval_index")["video"]
+    assert videos.dropna().to_dict() == {2: "videos/run1/eval2_step20.mp4"} and len(videos) == 4
+    assert load_evaluations(exp)["video"][1] == str(exp / "videos" / "run1" / "eval2_step20.mp4")
