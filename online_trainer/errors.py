@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class RunFailure:
@@ -12,12 +13,18 @@ class RunFailure:
     Attributes:
         name: how messages name the run: ``run 1``, or ``lr=0.1 run 1`` in a sweep (where every
             configuration has a run 1).
+        records: with ``exp_dir=None``, the run's episode records up to its failure (a
+            :class:`~online_trainer.records.record_view.RunRecords`, as ``multi_run`` returns for a
+            run that completed); None otherwise: with an ``exp_dir`` they are on disk.
     """
 
-    def __init__(self, run_idx: int, seed: int, exception: str, traceback: str, name: str | None = None) -> None:
+    def __init__(
+        self, run_idx: int, seed: int, exception: str, traceback: str, name: str | None = None, records: Any = None
+    ) -> None:
         """``run_idx`` is the run's number, from 1; ``name`` defaults to ``run {run_idx}``."""
         self.run_idx, self.seed, self.exception, self.traceback = run_idx, seed, exception, traceback
         self.name = name or f"run {run_idx}"
+        self.records = records
 
     def tail(self, lines: int = 6) -> str:
         """The end of the traceback: its last ``lines`` lines, and the lines before them back to the start of the frame
@@ -47,8 +54,8 @@ class RunsFailedError(RuntimeError):
         kept = (
             "the records of each up to its failure are on disk."
             if on_disk
-            else "with exp_dir=None their records are lost; those of the runs that completed are in this error's "
-            "results."
+            else "with exp_dir=None the records of each up to its failure are in this error's failures[k].records, "
+            "those of the runs that completed in its results."
         )
         parts = [f"{len(self.failures)} run(s) failed; {kept}"]
         for failure in self.failures:

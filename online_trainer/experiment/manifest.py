@@ -172,7 +172,14 @@ class Experiment:
         """The runs that failed, in order, each named as the progress display names it (``lr=0.1 run 1`` in a sweep)."""
         names = {spec.run_idx: spec.name for spec in self.specs}
         return [
-            RunFailure(r.run_idx, r.seed, r.extra.get("exception", "?"), r.error or "", names.get(r.run_idx))
+            RunFailure(
+                r.run_idx,
+                r.seed,
+                r.extra.get("exception", "?"),
+                r.error or "",
+                names.get(r.run_idx),
+                None if r.records is None else as_records(r.records),
+            )
             for r in sorted(self.results.values(), key=lambda r: r.run_idx)
             if r.status == "failed"
         ]
@@ -186,7 +193,7 @@ class Experiment:
         runs: list[RunRecords | None] = []
         for entry in self.manifest["runs"]:
             result = self.results.get(entry["run"])
-            if result is not None and result.records is not None:
+            if result is not None and result.records is not None and result.status in COMPLETED:
                 runs.append(as_records(result.records))
             elif not keep_records or result is not None and result.status not in COMPLETED:
                 runs.append(None)

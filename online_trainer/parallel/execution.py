@@ -20,7 +20,7 @@ from online_trainer.errors import RunSetupError
 from online_trainer.loop.steps import failed_at
 from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.parallel import shipping
-from online_trainer.run.one_run import RunResult, RunSpec
+from online_trainer.run.one_run import RunResult, RunSpec, records_of_failed
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,
-        records=None,
+        records=records_of_failed(cause) if isinstance(cause, BaseException) else None,  # exp_dir=None only
         key=spec.key,
         episodes=int(episodes),
         global_step=int(global_step),

@@ -18,13 +18,14 @@ from __future__ import annotations
 import multiprocessing.forkserver
 import signal
 import sys
+from types import FrameType
 
 IGNORED = (signal.SIGTERM, signal.SIGUSR1)
 
 
 def in_forkserver() -> bool:
     """Whether this module is being imported by the forkserver's ``main`` (its preloads)."""
-    frame = sys._getframe()
+    frame: FrameType | None = sys._getframe()
     code = multiprocessing.forkserver.main.__code__
     while frame is not None:
         if frame.f_code is code:

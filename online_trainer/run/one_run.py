@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -332,6 +333,10 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 events.finish(False, 0)
             except Exception as exc:  # the run's own error is the one to report
                 logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+            else:
+                tracker = events.tracker
+                if spec.exp_dir is None and spec.options.records.in_memory and tracker.table.first == 0:
+                    keep_records_of_failed(error, tracker.table)  # nowhere on disk: they travel with the error
         if sink_run_open:
             _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
@@ -366,6 +371,22 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         status="finished" if stop_reason is None else "stopped_early",
         extra={} if stop_reason is None else {"stop_reason": stop_reason},
     )
+
+
+_FAILED_RECORDS = "_online_trainer_records"
+
+
+def keep_records_of_failed(error: BaseException, table: EpisodeTable) -> None:
+    """Let the records a run kept in memory until ``error`` ended it travel with the error (see
+    :func:`records_of_failed`): with ``exp_dir=None`` they are nowhere else."""
+    with contextlib.suppress(AttributeError, TypeError):  # an exception that takes no attributes
+        setattr(error, _FAILED_RECORDS, table)
+
+
+def records_of_failed(error: BaseException) -> EpisodeTable | None:
+    """The records :func:`keep_records_of_failed` kept with ``error``, or None."""
+    table = getattr(error, _FAILED_RECORDS, None)
+    return table if isinstance(table, EpisodeTable) else None
 
 
 def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:

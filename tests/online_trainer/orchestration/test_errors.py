@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from online_trainer import OnlineTrainer, RecordOptions
+from online_trainer.hooks import Hook
 from tests.conftest import RecordingAgent, make_counting_vec
 
 
@@ -310,7 +311,10 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
         " of the run: The agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
     )
     assert "AssertionError" in failure.traceback  # gymnasium's own error is the cause
-    assert "with exp_dir=None their records are lost" in str(raised.value)
+    assert "with exp_dir=None the records of each up to its failure are in this error's failures[k].records" in str(
+        raised.value
+    )
+    assert len(failure.records) == 3 and failure.records[-1]["global_step"] < 37  # the episodes before step 37
 
     def eval_env():  # its observations are float64 (CartPole's are float32): the agent acts -1 on them
         return gym.wrappers.vector.DtypeObservation(gym.make_vec("CartPole-v1", num_envs=1), np.float64)
@@ -578,3 +582,29 @@ def test_a_failure_whose_details_repeat_its_summary_says_it_once():
     summary = "SlurmJobEnded: Slurm job 5 ended CANCELLED before run 1 (seed 0) had a result; its log: /x"
     text = str(RunsFailedError([RunFailure(1, 0, summary, f"{summary}\nThe end of that log:\n(the log is empty)")]))
     assert text.count("SlurmJobEnded") == 1 and text.endswith("\n    The end of that log:\n    (the log is empty)")
+
+
+class FailsAtTheEnd(Hook):
+    """Raises once the run's whole budget is spent (as a final evaluation that fails would)."""
+
+    def on_run_end(self, ctx):
+        if ctx.run == 2:
+            raise RuntimeError("failed after its budget")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_run_failing_after_its_budget_without_exp_dir_keeps_its_records_in_the_error(num_workers):
+    """With exp_dir=None a run that failed at its final evaluation lost every episode it had trained."""
+    from online_trainer import ExecutionOptions, RunsFailedError
+
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent)
+    execution = ExecutionOptions(num_workers=num_workers, progress=False)
+    expected = trainer.multi_run(2, num_episodes=7, seed_offset=0, execution=execution)
+    with pytest.raises(RunsFailedError) as raised:
+        trainer.multi_run(2, num_episodes=7, seed_offset=0, execution=execution, hooks=[FailsAtTheEnd()])
+    (failure,) = raised.value.failures
+    assert failure.run_idx == 2 and "failed after its budget" in failure.exception
+    assert [(r["ep_return"], r["ep_length"]) for r in failure.records] == [
+        (r["ep_return"], r["ep_length"]) for r in expected[1]
+    ]
+    assert raised.value.results[1] is None and len(raised.value.results[0]) == 7
