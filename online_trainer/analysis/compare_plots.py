@@ -13,10 +13,11 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
 from online_trainer.analysis.compare import Comparison
-from online_trainer.analysis.plotting import COLORS, STAT_LABELS
+from online_trainer.analysis.plotting import COLORS, STAT_LABELS, spread_end_labels
 
 __all__ = ["plot_aggregates", "plot_improvement", "plot_profiles", "plot_sample_efficiency"]
 
@@ -189,8 +190,11 @@ def _pair_label(candidate: str, versus: str, runs: dict[str, int]) -> str:
     return f"P({candidate}\n  > {versus})  {counts}"
 
 
-def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> None:
+def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> list[Annotation]:
+    """Draw each candidate's curve with its band; return the ``n=`` labels at the ends of curves that end on fewer
+    runs (for :func:`~online_trainer.analysis.plotting.spread_end_labels`, once the limits are set)."""
     colors, runs = _colors(comparison), _runs(comparison)
+    end_labels: list[Annotation] = []
     for candidate in comparison.info["candidates"]:
         rows = frame[frame["candidate"] == candidate]
         if rows.empty:
@@ -203,14 +207,16 @@ def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> N
             ax.plot(xs, ys, color=colors[candidate], linewidth=0.8)
             last = np.flatnonzero(np.isfinite(ys))
             if len(last) and not full[last[-1]]:
-                ax.annotate(
-                    f"n={int(rows['num_runs'].iloc[last[-1]])}",
-                    (xs[last[-1]], ys[last[-1]]),
-                    xytext=(3, 0),
-                    textcoords="offset points",
-                    fontsize=7,
-                    color=colors[candidate],
-                    va="center",
+                end_labels.append(
+                    ax.annotate(
+                        f"n={int(rows['num_runs'].iloc[last[-1]])}",
+                        (xs[last[-1]], ys[last[-1]]),
+                        xytext=(3, 0),
+                        textcoords="offset points",
+                        fontsize=7,
+                        color=colors[candidate],
+                        va="center",
+                    )
                 )
         ax.plot(
             xs,
@@ -222,16 +228,18 @@ def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> N
         ax.fill_between(rows[x], rows[lo], rows[hi], color=colors[candidate], alpha=0.2, linewidth=0)
     ax.legend(frameon=False, fontsize=8)
     _style(ax)
+    return end_labels
 
 
 def plot_profiles(comparison: Comparison) -> Figure:
     """Performance profiles: the fraction of runs scoring above ``tau``, with pointwise bands."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    _lines(ax, comparison.profiles, "tau", "fraction", comparison)
+    end_labels = _lines(ax, comparison.profiles, "tau", "fraction", comparison)
     ax.set_xlabel(f"{_score_label(comparison)} threshold \u03c4", fontsize=9)
     ax.set_ylabel("Fraction of runs with score > \u03c4", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
+    spread_end_labels(ax, end_labels)
     _title(fig, describe(comparison))
     return fig
 
@@ -240,7 +248,7 @@ def plot_sample_efficiency(comparison: Comparison) -> Figure:
     """The metric across runs against env steps, with pointwise bands, on a grid common to all candidates."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    _lines(ax, comparison.curves, "global_step", "value", comparison)
+    spread_end_labels(ax, _lines(ax, comparison.curves, "global_step", "value", comparison))
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_xlabel("Environment steps", fontsize=9)
     what = (

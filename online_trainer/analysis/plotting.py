@@ -26,6 +26,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
 from online_trainer.analysis.bootstrap import Seed, stat_fn
@@ -211,8 +212,9 @@ def plot_learning_curves(
     fig, ax = _axes(ax, (5.5, 3.6))
     lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
     partial = end_labels = False
+    labels: list[Annotation] = []
     for i, (keys, curve) in enumerate(groups(table, group_cols)):
-        thin, labelled = _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i)
+        thin, labelled = _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i, labels)
         partial, end_labels = partial or thin, end_labels or labelled
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
     ax.set_ylabel(y_label(stat, ci, smooth), fontsize=10)
@@ -230,6 +232,7 @@ def plot_learning_curves(
         else None,
     ]
     _style(ax)
+    spread_end_labels(ax, labels)
     # Legend entries top to bottom in the order of the curves' last values.
     handles = [line for *_, line in sorted(lines, key=lambda t: (-t[0], t[1]))]
     if partial:
@@ -261,9 +264,10 @@ def _draw_curve(
     ci: float | None,
     lines: list[tuple[float, int, Line2D]],
     order: int,
+    end_labels: list[Annotation],
 ) -> tuple[bool, bool]:
     """Draw one group's curve; return whether part of it stands on fewer runs than the group has, and whether
-    its end has an ``n=`` label (its last point stands on fewer)."""
+    its end has an ``n=`` label (its last point stands on fewer; added to ``end_labels``)."""
     total = int(curve["total_runs"].iloc[0])
     full = curve["num_runs"].to_numpy() == total
     xs, ys = curve[x].to_numpy(dtype=float), curve["value"].to_numpy(dtype=float)
@@ -278,18 +282,42 @@ def _draw_curve(
     last = np.flatnonzero(np.isfinite(ys))
     labelled = bool(len(last)) and not full[last[-1]]
     if labelled:
-        ax.annotate(
-            f"n={int(curve['num_runs'].iloc[last[-1]])}",
-            (xs[last[-1]], ys[last[-1]]),
-            xytext=(3, 0),
-            textcoords="offset points",
-            fontsize=7,
-            color=color,
-            va="center",
-            annotation_clip=False,
+        end_labels.append(
+            ax.annotate(
+                f"n={int(curve['num_runs'].iloc[last[-1]])}",
+                (xs[last[-1]], ys[last[-1]]),
+                xytext=(3, 0),
+                textcoords="offset points",
+                fontsize=7,
+                color=color,
+                va="center",
+                annotation_clip=False,
+            )
         )
     lines.append((ys[last[-1]] if len(last) else -np.inf, order, line))
     return not full.all(), labelled
+
+
+def spread_end_labels(ax: Axes, labels: Sequence[Annotation], gap: float = 9.0, reach: float = 40.0) -> None:
+    """Move the ``n=`` labels at the ends of curves apart, upwards, so that no two touch.
+
+    Labels whose points are within ``reach`` points of each other across and ``gap`` points
+    up or down (curves that end close together) are set ``gap`` points apart, in the order of
+    their points, bottom up. Call it once the axes' limits are set.
+    """
+    if len(labels) < 2:
+        return
+    ax.get_xlim(), ax.get_ylim()  # autoscaled limits are computed when read: transData must use them
+    to_points = 72 / _figure_of(ax).dpi
+    at = sorted(((*(ax.transData.transform(label.xy) * to_points), label) for label in labels), key=lambda p: p[1])
+    placed: list[tuple[float, float]] = []
+    for x, y, label in at:
+        shifted = y
+        for px, py in sorted(placed, key=lambda p: p[1]):
+            if abs(px - x) < reach and abs(shifted - py) < gap:
+                shifted = py + gap
+        placed.append((x, shifted))
+        label.xyann = (label.xyann[0], label.xyann[1] + shifted - y)
 
 
 def _notes(ax: Axes, notes: list[str]) -> None:

@@ -300,6 +300,25 @@ def test_the_legend_beside_the_curves_leaves_room_for_their_end_labels(tmp_path)
     plt.close("all")
 
 
+def test_the_end_labels_of_curves_ending_together_do_not_touch(tmp_path):
+    """Two curves that end at about the same value on fewer runs drew their "n=1" labels over each other."""
+    df = pd.DataFrame(
+        [
+            {"experiment": name, "run": run, "episode_index": i, "global_step": 10 * i, "ep_return": float(i + k)}
+            for k, name in [(0.0, "a"), (0.3, "b"), (0.6, "c")]
+            for run in (1, 2, 3)
+            for i in range(1, 30 if run == 1 else 20)
+        ]
+    )
+    fig = plot_learning_curves(df)
+    fig.savefig(tmp_path / "curves.png")
+    renderer = fig._get_renderer()
+    ends = [t.get_window_extent(renderer) for t in fig.axes[0].texts if t.get_text().startswith("n=")]
+    assert len(ends) == 3
+    assert not any(one.overlaps(other) for k, one in enumerate(ends) for other in ends[k + 1 :])
+    plt.close("all")
+
+
 def test_the_legend_of_a_figure_made_here_stands_beside_the_curves(tmp_path):
     """Inside the axes, matplotlib's "best" place sat on a curve's tail and its n= label (an outside tester's find)."""
     df = pd.DataFrame(
