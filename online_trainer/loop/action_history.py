@@ -117,9 +117,11 @@ class ActionHistory:
         if marks and marks[-1][0] == t:  # a second close at this row: what the first closed is copied out first,
             self._copy_out()  # so that the episodes keep their closing order (and one closed twice is empty)
         self._marks.append((t, list(envs)))
-        lengths = [t - start[i] for i in envs]
+        lengths = []
+        restart = t + skip
         for i in envs:
-            start[i] = t + skip
+            lengths.append(t - start[i])
+            start[i] = restart
         self._pending = True
         return lengths
 
