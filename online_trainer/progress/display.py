@@ -301,8 +301,10 @@ class ProgressDisplay:
         bar = self.bars.pop(key, None)
         self.positions.pop(key, None)
         if bar is not None:
-            if status in ("finished", "stopped_early") and bar.n < bar.total:  # a hook's stop completes it
-                self.overall.update(bar.total - bar.n)  # step budgets may end a few steps early on the bar
+            if status == "finished" and bar.n < bar.total:  # step budgets may end a few steps early on the bar
+                self.overall.update(bar.total - bar.n)
+            elif status == "stopped_early" and bar.n < bar.total:  # a hook ended it: what it left is not to come
+                self.overall.total -= bar.total - bar.n  # (counted as done, it made the rate look twice as fast)
             bar.close()
         self.done += 1
         if status != "finished":
