@@ -185,6 +185,7 @@ def compare_scores(
     options: CompareOptions = CompareOptions(),
     candidates: Sequence[str] | None = None,
     bounds: dict[str, tuple[float, float]] | None = None,
+    against: str | None = None,
 ) -> Comparison:
     """The statistics of :func:`compare` on per-run scores (no curves).
 
@@ -193,6 +194,8 @@ def compare_scores(
         options: See :class:`CompareOptions` (``source`` and ``last_k`` are not used).
         candidates: Their order (default: as they appear).
         bounds: Per task, the raw scores of 0 and 1 (default: from ``options.normalize``).
+        against: compare only the pairs with this candidate in ``improvement`` (a ranking against its top: as
+            many pairs as candidates, not their square). Each pair's figures are those of the full comparison.
     """
     scores = scores.copy()
     if "task" not in scores.columns:
@@ -209,7 +212,7 @@ def compare_scores(
         threshold = 1.0
     streams = GroupStreams(options.seed)
     aggregates = _aggregates(scores, arrays, candidates, threshold, options, streams)
-    improvement = _improvement(arrays, aggregates, candidates, options, streams)
+    improvement = _improvement(arrays, aggregates, candidates, options, streams, against)
     profiles = _profiles(arrays, candidates, options, streams)
     info = {"candidates": candidates, "tasks": tasks, "normalization": bounds, "optimality_threshold": threshold}
     return Comparison(scores, aggregates, improvement, profiles, pd.DataFrame(), options, info)
@@ -263,11 +266,14 @@ def _improvement(
     candidates: list[str],
     options: CompareOptions,
     streams: GroupStreams,
+    against: str | None = None,
 ) -> pd.DataFrame:
     stat = STATISTICS[options.metric]
     bounds = aggregates.set_index("candidate")[[f"{options.metric}_lo", f"{options.metric}_hi"]]
     rows = []
     for a, b in itertools.combinations(candidates, 2):
+        if against is not None and against not in (a, b):
+            continue
         x, y = arrays[a], arrays[b]
         rng = streams({"pair": sorted([a, b])})
         p = cs.probability_of_improvement(x, y)

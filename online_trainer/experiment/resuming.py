@@ -32,6 +32,8 @@ from online_trainer.run.one_run import COMPLETED
 
 logger = logging.getLogger(__name__)
 
+NEW_EXPERIMENT = "start a new experiment (another exp_dir, or overwrite=True)"
+"""What a refused resume says to do instead of continuing (a sweep's refusal says its own)."""
 CALL_KEY = "call"
 """The manifest's record of what a resumed call must repeat (:func:`online_trainer.options.derived.call_record`)."""
 
@@ -43,6 +45,8 @@ def check_same_call(
     base_seed: int | None,
     call: Mapping[str, Any],
     env: Callable[[], dict[str, Any]] | None = None,
+    continuing: str = "resume=True",
+    anew: str = NEW_EXPERIMENT,
 ) -> None:
     """Raise when a resumed call differs from the one that made the experiment.
 
@@ -55,6 +59,9 @@ def check_same_call(
         env: what this call's env says of itself (:func:`env_description`: builds one env); compared with the env
             the experiment ran on (its ``env.json``, its manifest's number of sub-envs, a full checkpoint's), when
             something says what that was.
+        continuing: how the refusal names the call that continues the experiment (``"resume=True"``; a sweep
+            called again without it says so).
+        anew: how the refusal says to start a new experiment instead (a sweep has no ``overwrite``).
 
     Raises:
         ValueError: naming the first option that differs and both values.
@@ -62,9 +69,8 @@ def check_same_call(
 
     def refuse(name: str, before: Any, now: Any) -> None:
         raise ValueError(
-            f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
-            f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or "
-            "start a new experiment (another exp_dir, or overwrite=True)."
+            f"{continuing} continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
+            f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or {anew}."
         )
 
     if num_runs != manifest["num_runs"]:
@@ -78,7 +84,7 @@ def check_same_call(
         now = call.get(key, False if key in SECTIONS else None)
         if now != before:
             if key == "hooks":
-                _refuse_hooks(exp_dir, before or {}, now or {})
+                _refuse_hooks(exp_dir, before or {}, now or {}, continuing, anew)
             refuse(key, before, now)
     if env is None:
         return
@@ -88,11 +94,12 @@ def check_same_call(
     now = env()
     if recorded is not None and now["num_envs"] != recorded:
         refuse("num_envs (of the env)", recorded, now["num_envs"])
-    env_identity.check_identity(exp_dir, now, "this call")
+    env_identity.check_identity(exp_dir, now, "this call", continuing)
 
 
-def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, Any]) -> None:
-    """Raise, naming the first difference, when the hooks with state of a resumed call are not those recorded.
+def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, Any], continuing: str, anew: str) -> None:
+    """Raise, naming the first difference, when the hooks with state of a resumed call are not those recorded
+    (``continuing`` and ``anew`` as for :func:`check_same_call`).
 
     Raises:
         ValueError: a hook with state left out, added, or made with other arguments.
@@ -105,15 +112,15 @@ def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, An
         if key in now and before[key] != now[key]
     ]
     raise ValueError(
-        f"resume=True continues the experiment in {os.fspath(exp_dir)!r}, whose runs "
+        f"{continuing} continues the experiment in {os.fspath(exp_dir)!r}, whose runs "
         + (
             f"keep the state of their hooks {sorted(before)}"
             if before
             else "were started with no hook that keeps state"
         )
-        + f", but this call's hooks with state differ: {'; '.join(differences)}. Resume with "
+        + f", but this call's hooks with state differ: {'; '.join(differences)}. Call it with "
         "the hooks the experiment was started with, made with the same arguments (hooks without state_dict may "
-        "change), or start a new experiment."
+        f"change), or {anew}."
     )
 
 
@@ -250,11 +257,16 @@ def runs_left(
         entry = entries[run]
         if header is None:
             if entry["status"] != "pending" and storage.metrics_path(exp_dir, run).is_file():
+                if continue_runs or not storage.resume_path(exp_dir, run).is_file():
+                    why = "it has no full checkpoint to continue from"
+                else:  # a sweep called again without resume=True
+                    why = "this call does not continue runs (resume=True would continue it from its full checkpoint)"
                 logger.warning(
-                    "resume: %s (%s) has no full checkpoint to continue from: it starts again from step 0, "
-                    "and replaces the records it has on disk",
+                    "%s (%s) starts again from step 0, as %s, and replaces the records it has on disk and what the "
+                    "callback logged of it",
                     _run_name(run, label),
                     entry["status"],
+                    why,
                 )
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin

@@ -4,7 +4,7 @@ Layout of a sweep directory::
 
     exp_dir/
       sweep.json                      base seed and budget, shared by every configuration
-      sweep_results.csv               the ranking of the last call
+      sweep_results.csv               the ranking of every configuration in the directory
       lr=0.001,gamma=0.99/            one experiment directory per configuration
         hyperparameters.yaml  manifest.json  metrics_run{i}.pkl ...
 
@@ -198,8 +198,11 @@ def run_sweep(
             if failures:  # no configuration has a score because its runs failed: their errors are the news
                 raise RunsFailedError(failures, None) from None
             raise
-        # under the sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
-        storage.write_if_changed(root / RESULTS_FILE, ranking.to_csv(index=False).encode())
+        # every configuration of the directory, not only this call's (an Optuna trial's call has one); under the
+        # sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
+        everything = sorted(p.name for p in root.iterdir() if (p / storage.MANIFEST_FILE).is_file())
+        whole = ranking if sorted(names) == everything else rank(root, everything, metric, last_k, log=False)
+        storage.write_if_changed(root / RESULTS_FILE, whole.to_csv(index=False).encode())
         return ranking
 
     def check() -> None:  # run by the lock before it writes anything: a call refused here changes nothing on disk
@@ -315,6 +318,9 @@ def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], opt
             None,  # the sweep's seed is checked against sweep.json
             call_record(options, config, parts.train),
             lambda: env_description(parts.env_factory),
+            continuing="resume=True" if resume else "A sweep called again",
+            anew=f"sweep into another exp_dir (sweep has no overwrite: delete {os.fspath(exp_dir)!r} to run "
+            "this configuration anew)",
         )
         if resume:
             check_checkpoints(exp_dir, manifest, options.hooks, parts.callback, label=name)
@@ -393,12 +399,12 @@ def _resume(
     return manifest, list(range(1, num_runs + 1))
 
 
-def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10) -> pd.DataFrame:
+def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10, log: bool = True) -> pd.DataFrame:
     """Rank the configurations ``names`` of the sweep at ``root`` by ``metric`` of their final returns.
 
     A ranking is only as good as the intervals under it: each configuration is compared
     with the top one (the statistics of :func:`online_trainer.analysis.compare.compare`), and a
-    warning is logged when the top ones cannot be told apart.
+    warning is logged when the top ones cannot be told apart (``log``: log the ranking's warnings).
 
     Returns:
         One row per configuration, best first: ``rank``, the hyperparameters, ``experiment``,
@@ -407,15 +413,17 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         and against the top configuration: ``probability_of_improvement`` (P(top > this
         one), with ``_lo``/``_hi``; NaN for the top one) and ``told_apart`` (the interval of the
         ``metric`` difference excludes zero, with seeds enough for a verdict, see ``too_few_seeds`` in
-        :class:`~online_trainer.analysis.compare.Comparison`; False for the top one), ``degenerate`` (every run of the
-        top one beats every run of this one: P's interval is a point only because the seeds are few)
+        :class:`~online_trainer.analysis.compare.Comparison`; False for the top one), ``degenerate`` (P's interval
+        is a point: every run of the top one beats every run of this one, which few seeds make likely, or all their
+        scores tie)
         with ``separation_bound`` (the bound on P that holds then; see
         :func:`~online_trainer.analysis.compare_stats.separation_bound`). Configurations that finished
         no episode come last, with no score. ``attrs["note"]`` says whether the top configurations can
-        be told apart.
+        be told apart, and which runs a hook stopped early (their scores are where they stopped).
     """
     import pandas as pd
 
+    from online_trainer.analysis.compare_inputs import stopped_early_note
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
     from online_trainer.analysis.selection import select_runs
     from online_trainer.analysis.stats import final_performance, summarize
@@ -432,7 +440,7 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
             "(total_steps=...). A sweep compares its configurations on one budget: this one keeps its own."
         )
     unscored = [name for name in names if name not in scored]
-    if unscored:
+    if unscored and log:
         logger.warning(
             "sweep: %d configuration(s) finished no episode and are ranked last, with no score: %s",
             len(unscored),
@@ -444,7 +452,12 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)
     kept, _ = select_runs(episodes, log=False)  # summarize() has named the runs left out
     finals = final_performance(kept, last_k, group_by="experiment", include_unfinished=True)
-    table = _against_top(table, finals, metric)
+    table = _against_top(table, finals, metric, log)
+    stopped = stopped_early_note(episodes.assign(candidate=episodes["experiment"]))
+    if stopped is not None:  # a stopper's threshold is what such a run scores: the ranking must say so
+        table.attrs["note"] = f"{table.attrs['note']} {stopped}"
+        if log:
+            logger.warning("sweep: %s", stopped)
     if unscored:  # after the configurations with a score, in the order of the grid
         rest = pd.DataFrame([{"experiment": name, **hyperparameters(root / name)} for name in unscored])
         table = pd.concat([table, rest.assign(num_runs=0, told_apart=False, degenerate=False)], ignore_index=True)
@@ -452,8 +465,9 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
     return table
 
 
-def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Add the comparison of each configuration with the top one, and the note of ``attrs``."""
+def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bool = True) -> pd.DataFrame:
+    """Add the comparison of each configuration with the top one, and the note of ``attrs`` (logged with ``log``
+    when the top ones cannot be told apart)."""
     from online_trainer.analysis.compare import CompareOptions, compare_scores
 
     columns = [
@@ -471,8 +485,10 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
         table.attrs["note"] = "A single configuration with scores: nothing to tell apart."
         return table
     scores = scored.rename(columns={"experiment": "candidate", "final_return": "raw_score"})
-    comparison = compare_scores(scores, CompareOptions(metric=metric), candidates=list(table["experiment"]))
     top = table["experiment"].iloc[0]
+    comparison = compare_scores(
+        scores, CompareOptions(metric=metric), candidates=list(table["experiment"]), against=top
+    )
     pairs = comparison.improvement[comparison.improvement["candidate"] == top].set_index("versus")
     for i, name in enumerate(table["experiment"].iloc[1:], start=1):
         for column in columns:
@@ -480,13 +496,20 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
         table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
         table.loc[i, "degenerate"] = bool(pairs.loc[name, "degenerate"])
     second = pairs.loc[table["experiment"].iloc[1]]
-    separated = table["experiment"][table["degenerate"]].tolist()
+    point = table["degenerate"]  # P's interval is a point: a complete separation, or scores that all tie
+    separated = table["experiment"][point & table["probability_of_improvement"].isin([0.0, 1.0])].tolist()
+    tied_runs = table["experiment"][point & (table["probability_of_improvement"] == 0.5)].tolist()
     caveat = (
         f" Every run of {top} beats every run of {', '.join(separated)} (complete separation): their P = 1 with a "
         "point interval is what few seeds give, not a certainty; separation_bound is the bound on P that holds."
         if separated
         else ""
     )
+    if tied_runs:
+        caveat += (
+            f" The runs of {', '.join(tied_runs)} score exactly as those of {top} (P = 0.5 with a point interval): "
+            "check that the hyperparameter reaches the agent."
+        )
     interval = (
         f"P({top} > {second.name}) = {second['probability_of_improvement']:.2f} "
         f"[{second['probability_of_improvement_lo']:.2f}, {second['probability_of_improvement_hi']:.2f}]"
@@ -512,5 +535,6 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str) -> pd.D
         f"The top configurations cannot be told apart: {', '.join(tied)} ({why}; {interval}){more}. The ranking "
         f"among them is noise.{caveat}"
     )
-    logger.warning("sweep: %s", table.attrs["note"])
+    if log:
+        logger.warning("sweep: %s", table.attrs["note"])
     return table

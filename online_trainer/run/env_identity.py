@@ -101,8 +101,11 @@ def record_identity(exp_dir: str | os.PathLike, identity: dict[str, Any]) -> Non
         tmp.unlink(missing_ok=True)
 
 
-def check_identity(exp_dir: str | os.PathLike, identity: dict[str, Any], run: str) -> None:
-    """Raise unless ``identity`` (run ``run``'s env, in a resumed call) is the env the experiment ran on.
+def check_identity(
+    exp_dir: str | os.PathLike, identity: dict[str, Any], run: str, continuing: str = "resume=True"
+) -> None:
+    """Raise unless ``identity`` (run ``run``'s env, in a resumed call: ``continuing`` names that call in the
+    refusal) is the env the experiment ran on.
 
     Only what both sides record is compared: an experiment whose manifest has no env id (an
     unregistered env) is compared on the rest.
@@ -121,8 +124,8 @@ def check_identity(exp_dir: str | os.PathLike, identity: dict[str, Any], run: st
     ]
     if differences:
         raise ValueError(
-            f"resume=True continues the experiment in {os.fspath(exp_dir)!r} on the env it ran on, but {run}'s env "
-            f"differs: {'; '.join(differences)}. Resume with the env it was made with, or start a new experiment in "
+            f"{continuing} continues the experiment in {os.fspath(exp_dir)!r} on the env it ran on, but {run}'s env "
+            f"differs: {'; '.join(differences)}. Call it with the env it was made with, or start a new experiment in "
             "another exp_dir."
         )
 

@@ -695,7 +695,7 @@ def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experi
         OnlineTrainer(acrobot, dqn, exp_dir=exp).multi_run(3, resume=True, **options, execution=execution)
     assert str(refused.value).endswith(
         "but this call's env differs: env id 'Acrobot-v1' (it ran with 'CartPole-v1'); observations Box of shape (6,), "
-        "float32 (it ran with Box of shape (4,), float32); actions Discrete(3) (it ran with Discrete(2)). Resume with "
+        "float32 (it ran with Box of shape (4,), float32); actions Discrete(3) (it ran with Discrete(2)). Call it with "
         "the env it was made with, or start a new experiment in another exp_dir."
     )
     assert _files(exp) == before  # refused before anything was written
@@ -758,7 +758,7 @@ def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpo
         "StopOnReturn#0 is added": [Decay(0.5), StopOnReturn(1e9)],
     }
     for difference, hooks in refusals.items():
-        with pytest.raises(ValueError, match=f"hooks with state differ: {difference}. Resume with the hooks"):
+        with pytest.raises(ValueError, match=f"hooks with state differ: {difference}. Call it with the hooks"):
             trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=hooks, progress=False, resume=True)
         assert storage.read_manifest(tmp_path) == before
     # the same hooks resume, in any order of classes; a hook without state may come and go

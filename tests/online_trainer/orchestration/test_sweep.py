@@ -90,6 +90,60 @@ def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path)
     assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
 
 
+def test_sweep_results_csv_ranks_every_configuration_of_the_directory(tmp_path):
+    """After an Optuna study, or a sweep called again with a smaller grid, sweep_results.csv held one row: the
+    ranking of the last call (an outside tester's find). The call still returns the ranking of its own grid."""
+    import pandas as pd
+
+    kw = {"num_runs": 3, "num_episodes": 30, "seed_offset": 0, "progress": False}
+    whole = corridor_trainer(tmp_path).sweep({"lr": [1e-4, 0.1, 0.5]}, **kw)
+    one = corridor_trainer(tmp_path).sweep({"lr": [0.1]}, **kw)
+    assert one["experiment"].tolist() == ["lr=0.1"]
+    written = pd.read_csv(tmp_path / "sweep_results.csv")
+    assert written["experiment"].tolist() == whole["experiment"].tolist()
+    assert written["probability_of_improvement"].equals(whole["probability_of_improvement"])
+
+
+def test_the_ranking_against_the_top_has_the_figures_of_the_full_comparison(tmp_path):
+    """rank() compares each configuration with the top one only (as many pairs as configurations)."""
+    import pandas as pd
+
+    from online_trainer.analysis.compare import CompareOptions, compare_scores
+
+    rng = np.random.default_rng(0)
+    scores = pd.DataFrame(
+        [{"candidate": c, "raw_score": rng.normal(k, 1.0)} for k, c in enumerate("abcd") for _ in range(5)]
+    )
+    full = compare_scores(scores, CompareOptions()).improvement.set_index(["candidate", "versus"])
+    top = compare_scores(scores, CompareOptions(), against="d").improvement.set_index(["candidate", "versus"])
+    assert len(top) == 6 and all(("d" in pair) for pair in top.index)
+    pd.testing.assert_frame_equal(top, full.loc[top.index])
+
+
+def test_the_sweep_ranking_says_which_runs_a_hook_stopped_early(tmp_path):
+    """compare and report warned that stopped runs score where they stopped; the sweep's own ranking did not."""
+    kw = {"num_runs": 2, "num_episodes": 30, "seed_offset": 0, "progress": False}
+    ranking = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, hooks=[StopAfterEpisodes(12)], **kw)
+    note = ranking.attrs["note"]
+    assert (
+        "Some runs were stopped early by a hook, so their scores are of their last episodes before they stopped" in note
+    )
+    assert "lr=0.1: run 1 after 12 of 30 episodes (12 episodes), run 2 after 12 of 30 episodes" in note
+
+
+def test_configurations_that_score_alike_are_not_called_a_complete_separation(tmp_path, caplog):
+    """An agent that ignores the hyperparameter ties every run: P = 0.5 with a point interval was reported as
+    "every run of lr=0.1 beats every run of lr=0.2 (complete separation)"."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    ranking = trainer.sweep({"lr": [0.1, 0.2]}, num_runs=3, num_episodes=12, seed_offset=0, progress=False)
+    note = ranking.attrs["note"]
+    assert ranking["degenerate"].tolist() == [False, True] and ranking["probability_of_improvement"].iloc[1] == 0.5
+    assert "complete separation" not in note
+    assert (
+        "The runs of lr=0.2 score exactly as those of lr=0.1 (P = 0.5 with a point interval): check that the " in note
+    )
+
+
 def test_resuming_a_finished_sweep_writes_nothing(tmp_path):
     kw = {"num_runs": 2, "num_episodes": 10, "seed_offset": 3, "progress": False}
     first = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, **kw)
@@ -131,7 +185,40 @@ def test_a_run_of_a_sweep_that_starts_again_is_named_with_its_configuration(tmp_
     with pytest.raises(RunsFailedError, match="bad lr"):
         trainer.sweep({"lr": [0.1, 0.2]}, **kw)
     # every configuration has a run 1: the warning said "run 1 (failed)"
-    assert "resume: lr=0.2 run 1 (failed) has no full checkpoint to continue from" in caplog.text
+    assert (
+        "lr=0.2 run 1 (failed) starts again from step 0, as it has no full checkpoint to continue from" in caplog.text
+    )
+
+
+def test_a_sweep_called_again_without_resume_says_resume_would_continue_its_checkpointed_runs(tmp_path, caplog):
+    """The warning said the interrupted runs had "no full checkpoint to continue from" beside their Run1_Resume.pkl:
+    the reason they start again is that the call has no resume=True (an outside tester's find)."""
+    kw = {"num_runs": 2, "total_steps": 600, "seed_offset": 0, "checkpoint_freq": 300}
+    with pytest.raises(RunsFailedError, match="crash at step 400"):
+        corridor_trainer(tmp_path).sweep({"lr": [0.1]}, hooks=[CrashRunOne(400)], **kw)
+    assert (tmp_path / "lr=0.1" / "Run1_Resume.pkl").is_file()
+    caplog.clear()
+    corridor_trainer(tmp_path).sweep({"lr": [0.1]}, **kw)
+    assert (
+        "lr=0.1 run 1 (failed) starts again from step 0, as this call does not continue runs (resume=True would "
+        "continue it from its full checkpoint), and replaces the records it has on disk" in caplog.text
+    )
+
+
+def test_a_sweep_called_again_with_other_hooks_is_refused_in_the_words_of_that_call(tmp_path):
+    """The refusal of a sweep called again (no resume=True) said "resume=True continues ..." and offered
+    overwrite=True, which sweep() does not take (an outside tester's find)."""
+    kw = {"num_runs": 1, "total_steps": 300, "seed_offset": 0}
+    corridor_trainer(tmp_path).sweep({"lr": [0.1]}, hooks=[StopAfterEpisodes(10**6)], **kw)
+    with pytest.raises(ValueError) as refused:
+        corridor_trainer(tmp_path).sweep({"lr": [0.1]}, **kw)
+    message = str(refused.value)
+    assert message.startswith(f"A sweep called again continues the experiment in {str(tmp_path / 'lr=0.1')!r}")
+    assert "StopAfterEpisodes#0 is left out" in message and "overwrite=True" not in message
+    assert message.endswith(
+        f"or sweep into another exp_dir (sweep has no overwrite: delete {str(tmp_path / 'lr=0.1')!r} to run this "
+        "configuration anew)."
+    )
 
 
 def test_sweep_runs_share_one_worker_pool(tmp_path):
