@@ -18,6 +18,22 @@ class RandomConfig:
     """The random agent has no hyperparameters."""
 
 
+def _batch_size(obs: Any, space: gym.Space) -> int | None:
+    """The number of sub-envs of a batch of observations of ``space`` (None when it cannot be read)."""
+    try:
+        while isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            if isinstance(space, gym.spaces.Dict):
+                key = next(iter(space.spaces))
+                obs, space = obs[key], space.spaces[key]
+            else:
+                obs, space = obs[0], space.spaces[0]
+        if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+            return int(np.shape(obs)[0])
+        return len(obs)  # spaces batched as a tuple of items (Text, Sequence, Graph)
+    except (TypeError, IndexError, KeyError, StopIteration):
+        return None
+
+
 def _space_tree(space: gym.Space) -> Iterator[gym.Space]:
     """``space`` and every sub-space it holds, depth first, in a fixed order."""
     yield space
@@ -48,13 +64,26 @@ class RandomAgent(AgentBase):
     def _build(self) -> None:
         self._space = batch_space(self.action_space, self.num_envs)
         self._space.seed(int(self.np_rng.integers(2**31 - 1)))
+        self._other_sizes: dict[int, gym.Space] = {}  # batches of other sizes (an eval env of other num_envs)
 
     def _resize(self, num_envs: int) -> None:
         self._build()
 
     def act(self, obs: Any) -> Any:
-        """Return ``num_envs`` random actions (random in :meth:`eval` mode too)."""
-        return self._space.sample()
+        """Return one random action per sub-env of ``obs`` (random in :meth:`eval` mode too).
+
+        A batch of another size than ``num_envs`` (an eval env with another number of sub-envs)
+        gets actions from a batched space of its own, made when that size first comes: the
+        actions of ``num_envs``-sized batches are the same as without it.
+        """
+        size = _batch_size(obs, self.observation_space)
+        if size is None or size == self.num_envs:
+            return self._space.sample()
+        space = self._other_sizes.get(size)
+        if space is None:
+            space = self._other_sizes[size] = batch_space(self.action_space, size)
+            space.seed(int(self.np_rng.integers(2**31 - 1)))
+        return space.sample()
 
     def update(
         self,
@@ -70,8 +99,24 @@ class RandomAgent(AgentBase):
             self.steps += self.num_envs if valid is None else int(np.count_nonzero(valid))
 
     def _state(self) -> dict[str, Any]:
-        return {"space_rngs": [space.np_random.bit_generator.state for space in _space_tree(self._space)]}
+        return {
+            "space_rngs": _rng_states(self._space),
+            "other_sizes": {size: _rng_states(space) for size, space in self._other_sizes.items()},
+        }
 
     def _load_state(self, state: dict[str, Any]) -> None:
-        for space, rng_state in zip(_space_tree(self._space), state["space_rngs"]):
-            space.np_random.bit_generator.state = rng_state
+        _set_rng_states(self._space, state["space_rngs"])
+        self._other_sizes = {}
+        for size, rngs in state.get("other_sizes", {}).items():  # none in checkpoints of earlier versions
+            space = self._other_sizes[int(size)] = batch_space(self.action_space, int(size))
+            _set_rng_states(space, rngs)
+
+
+def _rng_states(space: gym.Space) -> list[Any]:
+    """The generator state of ``space`` and of each sub-space, in :func:`_space_tree`'s order."""
+    return [sub.np_random.bit_generator.state for sub in _space_tree(space)]
+
+
+def _set_rng_states(space: gym.Space, states: list[Any]) -> None:
+    for sub, rng_state in zip(_space_tree(space), states):
+        sub.np_random.bit_generator.state = rng_state

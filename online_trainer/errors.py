@@ -134,5 +134,6 @@ class Preempted(KeyboardInterrupt):
     def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
         where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
         super().__init__(
-            f"preempted (SIGTERM or SIGUSR1){where}; resume with resume=True or `online-trainer resume EXP_DIR`"
+            f"preempted (SIGTERM or SIGUSR1){where}; continue with the same call and resume=True (an experiment "
+            "made by `online-trainer run`: `online-trainer resume EXP_DIR`)"
         )

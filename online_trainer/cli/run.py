@@ -73,32 +73,53 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on
         done, total = unfinished
         # resume continues with the experiment's own config.yaml: settings changed here would not apply
-        as_made = " as it was made (not with this command's changed settings)" if _settings_changed(config) else ""
-        return ConfigError(
+        changed = _changed_settings(config)
+        as_made = ""
+        if changed is not None:
+            named = f": {', '.join(changed)}" if changed else ""
+            as_made = f" as it was made (not with this command's changed settings{named})"
+        where = shlex.quote(os.fspath(config.exp_dir))
+        lines = [
             f"exp_dir={config.exp_dir!r} already holds an experiment whose runs did not all end ({done} of {total} "
-            f"did): continue it{as_made} with\n  online-trainer resume {shlex.quote(os.fspath(config.exp_dir))}\n"
+            f"did): continue it{as_made} with",
+            f"  online-trainer resume {where}",
+        ]
+        if changed and all(key.startswith("execution.") for key in changed):  # resume takes an edited execution
+            lines.append(f"(to resume with these execution settings, set them in {where}/{CONFIG_YAML} first)")
+        lines.append(
             "or add overwrite=true to replace it (its records and checkpoints are deleted), or exp_dir=<another path>."
         )
+        return ConfigError("\n".join(lines))
     return ConfigError(
         f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
         "to replace it, or exp_dir=<another path>."
     )
 
 
-def _settings_changed(config: ExperimentConfig) -> bool:
-    """Whether ``config`` sets something other than the ``config.yaml`` of the experiment in its ``exp_dir`` (True
-    when that file cannot be read). Not a change: the spelling of the same ``exp_dir`` (``runs/x/`` for ``runs/x``),
+def _changed_settings(config: ExperimentConfig) -> list[str] | None:
+    """The settings (dotted keys, ``agent.hyperparameters.lr``) that ``config`` sets otherwise than the
+    ``config.yaml`` of the experiment in its ``exp_dir``: None when there are none, ``[]`` when that file cannot be
+    read (something may differ). Not a change: the spelling of the same ``exp_dir`` (``runs/x/`` for ``runs/x``),
     ``overwrite``, and the file's comments (the config file's path and the overrides that gave the settings)."""
     assert config.exp_dir is not None
     try:
         made = yaml.safe_load((Path(config.exp_dir) / CONFIG_YAML).read_text(encoding="utf-8"))
     except (OSError, ValueError, yaml.YAMLError):
-        return True
+        return []
     if not isinstance(made, dict):
-        return True
+        return []
     ignored = ("exp_dir", "overwrite")
-    now = {key: value for key, value in config.to_dict().items() if key not in ignored}
-    return {key: value for key, value in made.items() if key not in ignored} != yaml.safe_load(dump_yaml(now))
+    now = yaml.safe_load(dump_yaml({key: value for key, value in config.to_dict().items() if key not in ignored}))
+    changed = _differing_keys({key: value for key, value in made.items() if key not in ignored}, now)
+    return changed or None
+
+
+def _differing_keys(before: Any, now: Any, prefix: str = "") -> list[str]:
+    """The dotted keys at which two nested mappings differ (a key one of them lacks included)."""
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return [] if before == now else [prefix.rstrip(".") or "(the whole config)"]
+    keys = list(dict.fromkeys([*before, *now]))
+    return [k for key in keys for k in _differing_keys(before.get(key), now.get(key), f"{prefix}{key}.")]
 
 
 def _unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:

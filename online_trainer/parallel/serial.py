@@ -24,6 +24,9 @@ def run_serial(
         on_start(spec)
         try:
             result = execute_run(spec, display)
+        except KeyboardInterrupt:  # Ctrl-C or a preemption signal: the call ends here, the bar says how
+            display.run_finished(spec.key, "interrupted")
+            raise
         except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
             if not isinstance(exc, RunSetupError):
                 logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)

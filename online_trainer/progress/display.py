@@ -303,8 +303,9 @@ class ProgressDisplay:
         if bar is not None:
             if status == "finished" and bar.n < bar.total:  # step budgets may end a few steps early on the bar
                 self.overall.update(bar.total - bar.n)
-            elif status == "stopped_early" and bar.n < bar.total:  # a hook ended it: what it left is not to come
-                self.overall.total -= bar.total - bar.n  # (counted as done, it made the rate look twice as fast)
+            elif status != "interrupted" and bar.n < bar.total:  # stopped by a hook, or failed: what it left is
+                # not to come (counted as done, it made the rate look twice as fast; left in, a time still to go)
+                self.overall.total -= bar.total - bar.n
             bar.close()
         self.done += 1
         if status != "finished":

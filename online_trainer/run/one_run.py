@@ -135,6 +135,12 @@ def _warn_once_of_eval_envs(eval_envs: int, train_envs: int) -> None:
         )
 
 
+def _sized_by_obs(agent: Any) -> bool:
+    """Whether ``agent`` is one of the library's agents, which size their actions by the obs they are given (not
+    imported here to ask: they bring torch)."""
+    return any(cls.__module__ == "online_trainer.agents._base" for cls in type(agent).__mro__)
+
+
 def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """Build the run's agent, check it, and call the optional protocol methods in order.
 
@@ -264,7 +270,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                     score=spec.options.records.score,
                     train_envs=env.num_envs,
                 )
-                if eval_env.num_envs != env.num_envs and callable(getattr(agent, "set_num_env", None)):
+                if (
+                    eval_env.num_envs != env.num_envs
+                    and callable(getattr(agent, "set_num_env", None))
+                    and not _sized_by_obs(agent)
+                ):
                     _warn_once_of_eval_envs(eval_env.num_envs, env.num_envs)
             # sinks with a record per run (MLflow, W&B) open it; a failure here stops every run, as bad input does
             _call_if_present(

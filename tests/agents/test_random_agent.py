@@ -79,3 +79,38 @@ def test_update_learns_nothing_but_counts_real_steps(corridor):
     agent.update(None, np.zeros(3), np.zeros(3, bool), np.zeros(3, bool), valid=np.array([True, False, True]))
     assert agent.steps == 2
     assert agent.log() is None
+
+
+@pytest.mark.parametrize("space", ACTION_SPACES, ids=lambda s: type(s).__name__)
+def test_a_batch_of_another_size_gets_as_many_actions_and_leaves_the_others_as_they_were(space):
+    """An eval env with 1 sub-env beside a 3-env training env: RandomAgent answered every batch with 3 actions, so
+    every run failed at its first evaluation."""
+    train, evaluation = vector_env(space, 3), vector_env(space, 1)
+    plain, interleaved = RandomAgent(train, seed=4), RandomAgent(train, seed=4)
+    obs3, obs1 = np.zeros(3, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    expected = [plain.act(obs3) for _ in range(4)]
+    got = [interleaved.act(obs3)]
+    one = interleaved.act(obs1)
+    assert evaluation.action_space.contains(one)
+    state = interleaved.save()
+    got += [interleaved.act(obs3) for _ in range(3)]
+    assert repr(got) == repr(expected)  # the 3-env stream is untouched by the other size
+    restored = RandomAgent(train, seed=0)
+    restored.load(state)  # the 1-env batch's generator too: a resumed run's evaluations go on as they were
+    assert repr(restored.act(obs1)) == repr(interleaved.act(obs1))
+
+
+def test_a_run_evaluates_on_an_env_with_another_number_of_sub_envs(monkeypatch, caplog):
+    """... and the warning meant for agents sized by set_num_env is not given for the library's agents."""
+    import logging
+
+    from online_trainer import EvaluationOptions, OnlineTrainer
+    from online_trainer.run import one_run
+
+    monkeypatch.setattr(one_run, "_told_of_eval_envs", False)  # said once a process
+    caplog.set_level(logging.WARNING)
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), RandomAgent)
+    evaluation = EvaluationOptions(freq=50, episodes=2, env=lambda: gym.make_vec("CartPole-v1", num_envs=1))
+    trainer.multi_run(1, total_steps=100, seed_offset=0, evaluation=evaluation, progress=False)
+    assert [len(e["returns"]) for e in trainer.evaluations[0]] == [2, 2]
+    assert "The eval env has" not in caplog.text

@@ -152,7 +152,16 @@ def test_a_changed_command_after_a_cut_off_run_is_told_resume_continues_the_expe
     capsys.readouterr()
     assert run(str(config), f"exp_dir={exp_dir}", "seed_offset=7") == 2
     err = capsys.readouterr().err
-    assert "continue it as it was made (not with this command's changed settings) with\n  online-trainer resume" in err
+    assert (
+        "continue it as it was made (not with this command's changed settings: seed_offset) with\n"
+        "  online-trainer resume" in err
+    )
+    assert run(str(config), f"exp_dir={exp_dir}", "execution.num_workers=2") == 2  # resume takes an edited one
+    err = capsys.readouterr().err
+    assert (
+        f"(not with this command's changed settings: execution.num_workers) with\n  online-trainer resume {exp_dir}\n"
+        f"(to resume with these execution settings, set them in {exp_dir}/config.yaml first)\nor add overwrite" in err
+    )
 
 
 @pytest.mark.parametrize("command", ["show", "report"])
