@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any, cast
 
-from online_trainer.errors import Preempted
+from online_trainer.errors import Preempted, RunSetupError
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.lifeline import Lifeline, describe_exit, has_exited, held_write_ends
@@ -350,8 +350,8 @@ class WorkerPool:
         reason = f"WorkerDied: every worker process exited (exit codes {codes}) before running it. " + _start_hint(
             self.start_method
         )
-        for spec in list(call.waiting):
-            call.finish(spec, failed_result(spec, reason))
+        for spec in list(call.waiting):  # no worker could start: as a setup error, it stops the call, keeping nothing
+            call.finish(spec, failed_result(spec, RunSetupError(spec.run_idx, spec.seed, RuntimeError(reason))))
         call.waiting.clear()
         self.broken = True
 

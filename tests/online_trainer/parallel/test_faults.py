@@ -393,7 +393,7 @@ STDIN_SCRIPT = textwrap.dedent("""
         trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
         try:
             trainer.multi_run(2, num_episodes=2, seed_offset=0, num_workers=2, progress=False)
-        except RunsFailedError as error:
+        except (RunsFailedError, RuntimeError) as error:
             print(error)
 """)
 

@@ -591,8 +591,10 @@ from tests.conftest import RecordingAgent, make_counting_vec
 trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir={exp_dir!r})
 try:
     {call}
-except RunsFailedError as exc:
-    print("failed:", exc)
+except (RunsFailedError, RuntimeError) as exc:
+    if __name__ != "__main__":  # a worker importing the script: its error must end it, as without this try
+        raise
+    print("failed:", type(exc).__name__, exc, *getattr(exc, "__notes__", []))
 """
 
 
@@ -621,6 +623,11 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path, call):
     ), done.stderr[-3000:]
     assert "failed:" in done.stdout and "`if __name__ == '__main__':`" in done.stdout, done.stdout
     assert "none has a return to rank" not in done.stdout + done.stderr
+    # no run could start: the call keeps nothing, so the script with the guard added is not refused for an
+    # "earlier experiment" that never ran (an outside tester's find)
+    assert "failed: RuntimeError WorkerDied: every worker process exited" in done.stdout
+    assert "nothing was kept on disk" in done.stdout
+    assert not list((tmp_path / "exp").rglob("manifest.json"))
 
 
 class LogsEverySteps(Hook):
