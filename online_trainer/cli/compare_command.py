@@ -170,11 +170,13 @@ def _runs(comparison: Comparison) -> dict[str, int]:
 def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = None) -> str:
     a, b, n = row["candidate"], row["versus"], row["num_runs"]
     runs = runs or {}
-    now = f"now {runs[a]} and {runs[b]}" if runs.get(a, n) != runs.get(b, n) else f"now {n}"
+    uneven = runs.get(a, n) != runs.get(b, n)
+    now = f"now {runs[a]} and {runs[b]}" if uneven else f"now {n}"
+    seeds = f"{runs[a]} and {runs[b]} seeds" if uneven else f"{n} seeds per candidate"
     p = f"P({a} > {b}) = {_ci(row, 'probability_of_improvement')}"
     if row["too_few_seeds"] and (row["difference_lo"] > 0 or row["difference_hi"] < 0):
         return (
-            f"`{a}` and `{b}` cannot be told apart with {n} seeds per candidate: the interval of the {metric} "
+            f"`{a}` and `{b}` cannot be told apart with {seeds}: the interval of the {metric} "
             f"difference excludes zero ({p}), but with so few seeds even a complete separation could happen by "
             f"chance too often for the {ci:.0%} level (no exact rank test reaches it); run at least "
             f"{_seeds(row['seeds_needed'])} seeds per candidate."
@@ -183,7 +185,7 @@ def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = Non
         better = a if row["difference"] > 0 else b
         return (
             f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}) "
-            f"with {n} seeds per candidate."
+            f"with {seeds}."
         )
     overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
     needed = row["seeds_needed"]
@@ -254,7 +256,7 @@ def compare_command(args: argparse.Namespace) -> int:
     for row in comparison.improvement.to_dict("records"):
         if comparison.info["candidates"].index(row["candidate"]) < comparison.info["candidates"].index(row["versus"]):
             advice = _advice(row, STAT_LABELS[args.metric], comparison.options.ci, _runs(comparison))
-            print(advice.replace("`", ""))
+            print((advice + _degenerate(row, comparison.options.ci)).replace("`", ""))
     print()
     for name in [*written, MARKDOWN_FILE]:
         print(f"Wrote {out / name}")

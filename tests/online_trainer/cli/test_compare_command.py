@@ -142,3 +142,27 @@ def test_the_seeds_now_are_counted_per_task_as_the_seeds_needed():
     comparison = compare_scores(scores.assign(experiment=scores["candidate"] + scores["task"]), CompareOptions())
     text = comparison_markdown(comparison, [])
     assert "seeds per candidate (now 5 and 4)" in text
+
+
+def test_a_verdict_on_candidates_of_other_seed_counts_gives_both(tmp_path, capsys):
+    """ "is better on IQM ... with 3 seeds per candidate" for candidates of 5 and 3 seeds, and the printed verdict
+    left out the degenerate interval's caveat that comparison.md gives (an outside tester)."""
+    scores = pd.DataFrame(
+        {
+            "candidate": ["weak"] * 5 + ["strong"] * 3,
+            "task": "t",
+            "run": [1, 2, 3, 4, 5, 1, 2, 3],
+            "raw_score": [1.0, 2, 3, 4, 5, 60, 70, 80],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    text = comparison_markdown(comparison, [])
+    assert "`strong` is better on IQM" in text and "with 5 and 3 seeds." in text
+    assert "seeds per candidate." not in text.split("`strong` is better on IQM")[1].split("\n")[0]
+    weak, strong = tmp_path / "weak", tmp_path / "strong"
+    experiment(weak, num_runs=5)
+    experiment(strong, num_runs=3)
+    assert cli.main(["compare", str(weak), str(strong), "--out", str(tmp_path / "out"), "--resamples", "200"]) == 0
+    printed = capsys.readouterr().out
+    assert "weak and strong cannot be told apart" in printed
+    assert "The interval of P is degenerate" in printed  # the same runs: they tie, as comparison.md says
