@@ -67,7 +67,8 @@ class CommandTrainer(OnlineTrainer):
 
 def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError:
     """The command's words for an experiment directory that ``multi_run`` refused to replace."""
-    earlier = [p.name for p in exc.earlier] or [f"{p.name} of another config" for p in exc.differing]
+    shown = sorted(exc.earlier, key=lambda p: (p.name != storage.MANIFEST_FILE, p.name))  # the telling one first
+    earlier = [p.name for p in shown] or [f"{p.name} of another config" for p in exc.differing]
     names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
     unfinished = _unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
     if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on

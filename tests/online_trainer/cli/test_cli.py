@@ -860,7 +860,7 @@ def test_an_overwrite_killed_before_its_runs_started_leaves_the_earlier_experime
     assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1  # the killed call's
     capsys.readouterr()
     assert run(str(config), f"exp_dir={exp_dir}") == 2  # puts back what was set aside, then refuses
-    assert "already holds an experiment (" in capsys.readouterr().err
+    assert "already holds an experiment (manifest.json, " in capsys.readouterr().err  # the telling file first
     assert experiment_files(exp_dir) == before
 
 
