@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -304,9 +306,12 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
 
     agent = Acting(InvalidAt(40, 2))
     with pytest.raises(RunsFailedError) as raised:
-        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), agent).multi_run(1, total_steps=500)
+        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), agent).multi_run(
+            1, total_steps=500, seed_offset=0
+        )
     (failure,) = raised.value.failures
-    assert failure.exception.startswith("ValueError: At env step ")  # its 40th act, less the reset steps
+    step = int(re.match(r"ValueError: At env step (\d+) of the run", failure.exception)[1])
+    assert 30 <= step < 40  # its 40th act, less the reset steps
     assert failure.exception.endswith(
         " of the run: The agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
     )
@@ -314,7 +319,14 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
     assert "with exp_dir=None the records of each up to its failure are in this error's failures[k].records" in str(
         raised.value
     )
-    assert len(failure.records) == 3 and failure.records[-1]["global_step"] < 37  # the episodes before step 37
+    # the episodes finished before that step, as a run of the same seed with valid actions only records them
+    valid = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), Acting(InvalidAt(0, 2))).multi_run(
+        1, total_steps=step - 1, seed_offset=0, progress=False
+    )
+    def accounting(records):
+        return [(r["episode_index"], r["global_step"], r["ep_return"], r["ep_length"]) for r in records]
+
+    assert len(failure.records) >= 3 and accounting(failure.records) == accounting(valid[0])
 
     def eval_env():  # its observations are float64 (CartPole's are float32): the agent acts -1 on them
         return gym.wrappers.vector.DtypeObservation(gym.make_vec("CartPole-v1", num_envs=1), np.float64)
