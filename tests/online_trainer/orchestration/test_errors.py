@@ -323,6 +323,7 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
     valid = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), Acting(InvalidAt(0, 2))).multi_run(
         1, total_steps=step - 1, seed_offset=0, progress=False
     )
+
     def accounting(records):
         return [(r["episode_index"], r["global_step"], r["ep_return"], r["ep_length"]) for r in records]
 
