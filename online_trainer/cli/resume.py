@@ -9,15 +9,12 @@ from typing import Any
 
 import yaml
 
-from online_trainer.analysis.dataframes import load_episodes
-from online_trainer.cli.report import final_table
-from online_trainer.cli.run import interrupted, multi_run_kwargs, submitted
+from online_trainer.cli.run import interrupted, multi_run_kwargs, print_outcome
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
 from online_trainer.errors import RunsFailedError
 from online_trainer.orchestration.trainer import OnlineTrainer
-from online_trainer.parallel.slurm_handle import SlurmRuns
 from online_trainer.records import storage
 
 BUILT_FROM = ("env", "agent", "train")
@@ -70,12 +67,7 @@ def resume_command(args: argparse.Namespace) -> int:
                 "experiment ran, put the value back there."
             ) from exc
         raise ConfigError(str(exc)) from exc
-    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
-        print(submitted(handle, exp_dir))
-        return status
-    print()
-    print(final_table(load_episodes(exp_dir), config.last_k))
-    print(f"\nExperiment directory: {exp_dir}")
+    print_outcome(handle, exp_dir, config.last_k)
     return status
 
 

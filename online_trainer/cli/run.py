@@ -233,14 +233,20 @@ def run_command(args: argparse.Namespace) -> int:
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileExistsError) as exc:  # checked before any env step
         raise ConfigError(str(exc)) from exc
-    if isinstance(handle, SlurmRuns):  # execution.slurm.wait=false: the jobs finish the experiment
+    print_outcome(handle, exp_dir, config.last_k)
+    return status
+
+
+def print_outcome(handle: Any, exp_dir: Path, last_k: int) -> None:
+    """What ``run`` and ``resume`` print once ``multi_run`` returned ``handle``: the jobs that finish the
+    experiment (``execution.slurm.wait=false``), or the final-return table and where to find the experiment."""
+    if isinstance(handle, SlurmRuns):
         print(submitted(handle, exp_dir))
-        return status
+        return
     print()
-    print(final_table(load_episodes(exp_dir), config.last_k))
+    print(final_table(load_episodes(exp_dir), last_k))
     print(f"\nExperiment directory: {exp_dir}")
     print(f"Plot it with: online-trainer report {shlex.quote(os.fspath(exp_dir))}")
-    return status
 
 
 def submitted(handle: SlurmRuns, exp_dir: Path) -> str:

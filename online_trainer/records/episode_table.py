@@ -249,7 +249,9 @@ class EpisodeTable:
         """
         n = hi - lo
         if self._objects is not None:
-            return [_read_only(actions) for actions in self._objects[lo:hi]] if read_only else self._objects[lo:hi]
+            return (
+                [read_only_actions(actions) for actions in self._objects[lo:hi]] if read_only else self._objects[lo:hi]
+            )
         if not self._segments:
             return Call(itertools.repeat, None, n) if for_disk else [None] * n
         if lengths is None:
@@ -464,16 +466,16 @@ class EpisodeTable:
         return state
 
 
-def _read_only(actions: Any) -> Any:
-    """Read-only views of one episode's structured actions (dicts and tuples of arrays), nested alike."""
+def read_only_actions(actions: Any) -> Any:
+    """``actions`` with each array a read-only view (``Dict`` and ``Tuple`` actions: dicts and tuples of them, nested alike)."""
     if isinstance(actions, np.ndarray):
         view = actions.view()
         view.flags.writeable = False
         return view
     if isinstance(actions, dict):
-        return {key: _read_only(leaf) for key, leaf in actions.items()}
+        return {key: read_only_actions(leaf) for key, leaf in actions.items()}
     if isinstance(actions, tuple):
-        return tuple(_read_only(leaf) for leaf in actions)
+        return tuple(read_only_actions(leaf) for leaf in actions)
     return actions
 
 

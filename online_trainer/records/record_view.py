@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from online_trainer.records.episode_table import RAW_KEYS, RECORD_KEYS, EpisodeTable
+from online_trainer.records.episode_table import RAW_KEYS, RECORD_KEYS, EpisodeTable, read_only_actions
 
 SCALAR_KEYS = {
     "ep_return": ("returns", np.float64),
@@ -174,21 +174,8 @@ def _fresh(record: dict[str, Any]) -> dict[str, Any]:
     in-place change to one read would reach every later read of the run."""
     fresh = dict(record)
     if "actions" in fresh:
-        fresh["actions"] = _read_only(fresh["actions"])
+        fresh["actions"] = read_only_actions(fresh["actions"])
     return fresh
-
-
-def _read_only(actions: Any) -> Any:
-    """``actions`` with each array a read-only view (``Dict`` and ``Tuple`` actions: dicts and tuples of them)."""
-    if isinstance(actions, np.ndarray):
-        view = actions.view()
-        view.flags.writeable = False
-        return view
-    if isinstance(actions, dict):
-        return {key: _read_only(value) for key, value in actions.items()}
-    if isinstance(actions, tuple):
-        return tuple(_read_only(value) for value in actions)
-    return actions
 
 
 def as_records(run: Any) -> RunRecords | None:

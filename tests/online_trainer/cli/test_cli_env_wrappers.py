@@ -112,7 +112,7 @@ def test_wrapper_entries_are_checked_in_the_schema():
         EnvConfig(id="Corridor-v0", wrappers=["gymnasium.wrappers:RecordEpisodeStatistics", {"a:B": {}, "c:D": {}}])
 
 
-def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_included(tmp_path):
+def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_included(tmp_path, capsys):
     import json
 
     from online_trainer.records import storage
@@ -127,7 +127,10 @@ def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_include
     for path in exp_dir.glob("Run1_*"):
         path.unlink()
     # the call must match the manifest: score='raw' and the checkpoint keys come from config.yaml
+    capsys.readouterr()
     assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 0
+    out = capsys.readouterr().out  # what run prints at its end, resume prints too
+    assert f"Experiment directory: {exp_dir}" in out and f"Plot it with: online-trainer report {exp_dir}" in out
     after = load_episodes(exp_dir)
     columns = ["run", "episode_index", "global_step", "ep_return", "ep_length", "raw_return"]
     assert before[columns].equals(after[columns])
