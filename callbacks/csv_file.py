@@ -7,19 +7,18 @@ import io
 import itertools
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from online_trainer.callbacks.base import CallBack, metric_name
-from online_trainer.callbacks.files import check_not_exp_dir, create_with, file_path
-from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
+from online_trainer.callbacks.base import metric_name
+from online_trainer.callbacks.files import create_with, file_path
+from online_trainer.callbacks.line_file import LineFileSink
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time", "experiment")
 _EARLIER_HEADER = ",".join(COLUMNS[:-1])  # files written before the experiment column, appended to as they are
 
 
-class CSVCallback(CallBack):
+class CSVCallback(LineFileSink):
     """Appends every value as a row ``run,metric,step,value,tag,key,wall_time,experiment`` to one CSV file.
 
     One tidy (long) file for every run and metric, the shape pandas works on::
@@ -53,7 +52,7 @@ class CSVCallback(CallBack):
         ValueError: ``flush_rows`` is not a positive int, or ``max_delay`` is negative.
     """
 
-    _unpicklable = ("_fd",)
+    FILE_NAME = "scalars.csv"
 
     def __init__(self, log_path: str | os.PathLike, flush_rows: int = 4096, max_delay: float = 2.0) -> None:
         if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
@@ -132,10 +131,7 @@ class CSVCallback(CallBack):
         rows = self._rows if width == len(COLUMNS) else [row[:width] for row in self._rows]
         csv.writer(buffer, lineterminator="\n").writerows(rows)
         self._rows.clear()
-        view = memoryview(buffer.getvalue().encode("utf-8"))
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        self._write_all(fd, buffer.getvalue().encode("utf-8"))
 
     def _open(self) -> int:
         """Create the file with its header row unless it exists; open it for appending; return the descriptor."""
@@ -149,48 +145,19 @@ class CSVCallback(CallBack):
         self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return self._fd
 
-    def checkpoint(self, run_tag: str) -> dict[str, Any]:
-        """Write the rows kept; the file's size is the run's position."""
-        self.flush()
-        return position(self.log_path).to_state()
-
-    def check_position(self, position: Mapping[str, Any] | None) -> None:
-        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
-        check_file_position(position, os.path.basename(self.log_path).__eq__, os.path.dirname(self.log_path) or ".")
-
-    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
-        """Remove the run's rows written after ``position`` (all of them when None)."""
-        if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _rows)
-
-    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
-        """Refuse a ``log_path`` that is the experiment directory, before any run starts."""
-        check_not_exp_dir("log_path", self.log_path, exp_dir, "scalars.csv")
-
     def written_files(self) -> list[str]:
         """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
         header = len(",".join(COLUMNS)) + 1  # a file with its header row only holds no value
         return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > header else []
 
-    def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            if self._fd is not None:
-                fd, self._fd = self._fd, None
-                os.close(fd)
+    @staticmethod
+    def tag_of_line(line: bytes) -> str | None:
+        """The ``tag`` column of a row (None for the header)."""
+        row = next(csv.reader([line.decode("utf-8")]), None)
+        return row[_TAG_COLUMN] if row and len(row) in (len(COLUMNS), len(COLUMNS) - 1) and row[0] != "run" else None
 
     def __repr__(self) -> str:
         return f"CSVCallback(log_path={self.log_path!r})"
 
 
 _TAG_COLUMN = COLUMNS.index("tag")
-
-
-def _tag_of_row(line: bytes) -> str | None:
-    row = next(csv.reader([line.decode("utf-8")]), None)
-    return row[_TAG_COLUMN] if row and len(row) in (len(COLUMNS), len(COLUMNS) - 1) and row[0] != "run" else None
-
-
-def _rows(data: bytes) -> Iterator[tuple[int, int, str | None]]:
-    return text_lines(data, _tag_of_row)

@@ -7,15 +7,13 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from online_trainer.callbacks.base import CallBack
-from online_trainer.callbacks.files import check_not_exp_dir, file_path
-from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
+from online_trainer.callbacks.files import file_path
+from online_trainer.callbacks.line_file import LineFileSink
 
 
 def _jsonable(value: Any) -> Any:
@@ -45,7 +43,7 @@ def _dumps(record: dict[str, Any]) -> str:
         return json.dumps(_finite(record), allow_nan=False)
 
 
-class JsonlCallback(CallBack):
+class JsonlCallback(LineFileSink):
     """Appends ``{"tag", "step", "values", "wall_time"}`` objects, one per line, to ``log_path``.
 
     Lines are buffered and written ``flush_every`` calls at a time (at once when
@@ -60,7 +58,7 @@ class JsonlCallback(CallBack):
         flush_every: number of calls buffered before they are written.
     """
 
-    _unpicklable = ("_fd",)
+    FILE_NAME = "scalars.jsonl"
 
     def __init__(self, log_path: str | os.PathLike, flush_every: int = 100) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
@@ -104,49 +102,19 @@ class JsonlCallback(CallBack):
             self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         payload = ("\n".join(self._lines) + "\n").encode("utf-8")
         self._lines.clear()
-        view = memoryview(payload)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-
-    def checkpoint(self, run_tag: str) -> dict[str, Any]:
-        """Write the buffered lines; the file's size is the run's position."""
-        self.flush()
-        return position(self.log_path).to_state()
-
-    def check_position(self, position: Mapping[str, Any] | None) -> None:
-        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
-        check_file_position(position, os.path.basename(self.log_path).__eq__, os.path.dirname(self.log_path) or ".")
-
-    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
-        """Remove the run's lines written after ``position`` (all of them when None)."""
-        if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, as_file_position(position), _lines)
-
-    def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
-        """Refuse a ``log_path`` that is the experiment directory, before any run starts."""
-        check_not_exp_dir("log_path", self.log_path, exp_dir, "scalars.jsonl")
+        self._write_all(self._fd, payload)
 
     def written_files(self) -> list[str]:
         """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
         return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > 0 else []
 
-    def close(self) -> None:
-        self.flush()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    @staticmethod
+    def tag_of_line(line: bytes) -> str | None:
+        """The ``tag`` of a line (None for a line that is not a JSON object)."""
+        try:
+            return json.loads(line).get("tag")
+        except (ValueError, AttributeError):
+            return None
 
     def __repr__(self) -> str:
         return f"JsonlCallback(log_path={self.log_path!r}, flush_every={self.flush_every})"
-
-
-def _tag_of_line(line: bytes) -> str | None:
-    try:
-        return json.loads(line).get("tag")
-    except (ValueError, AttributeError):
-        return None
-
-
-def _lines(data: bytes) -> Iterator[tuple[int, int, str | None]]:
-    return text_lines(data, _tag_of_line)
