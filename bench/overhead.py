@@ -330,14 +330,22 @@ def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=7)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="The module's docstring says what each variant times; bench/README.md gives the figures.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--repeats", type=int, default=7, help="repetitions of every variant and setting")
     parser.add_argument(
         "--steps",
         default=",".join(f"{n}:{s}" for n, s in DEFAULT_STEPS.items()),
         help="num_envs:total_steps pairs, comma-separated",
     )
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated, from {', '.join((*VARIANTS, *REAL_AGENTS))} (dqn and ppo: the reference agents)",
+    )
     parser.add_argument("--raw", help="append every repetition's seconds to this file, one JSON object a line")
     parser.add_argument(
         "--env",
