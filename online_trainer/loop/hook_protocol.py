@@ -7,6 +7,7 @@ they are, so that the options (:class:`~online_trainer.options.groups.RunPlan`) 
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 from collections import Counter
@@ -154,7 +155,7 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class, or one of its methods does not take the
-            arguments the runner passes.
+            arguments the runner passes, or it cannot be deep-copied (each run takes a copy).
         ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
             a hook that ``needs_eval_freq`` is given without ``evaluation.freq``.
     """
@@ -168,10 +169,12 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)]."
             )
         if not any(defines(hook, name) for name in HOOK_METHODS):
-            raise TypeError(
-                f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: "
-                "define at least one (subclass online_trainer.hooks.Hook)."
+            how = (
+                f"define at least one in {type(hook).__name__}"
+                if isinstance(hook, Hook)
+                else "define at least one (subclass online_trainer.hooks.Hook)"
             )
+            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: {how}.")
         for name in HOOK_METHODS:
             if defines(hook, name):
                 _check_signature(hook, name)
@@ -192,7 +195,20 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 "evaluation=EvaluationOptions(freq=...) (evaluate every this many env steps or episodes), or drop "
                 "the hook."
             )
+        _check_copyable(index, hook)
     return tuple(hooks)
+
+
+def _check_copyable(index: int, hook: Any) -> None:
+    """Raise TypeError unless ``hook`` can be deep-copied, as each run copies it (in this process too)."""
+    try:
+        copy.deepcopy(hook)
+    except Exception as exc:
+        raise TypeError(
+            f"hooks[{index}]={hook!r} cannot be copied ({type(exc).__name__}: {exc}): each run gets its own deep "
+            "copy of every hook, with any number of workers. Keep locks, open files, threads and processes out of "
+            "the hook's __init__: create them in its on_run_start (and close them in on_run_end)."
+        ) from exc
 
 
 def _check_signature(hook: Any, name: str) -> None:

@@ -118,10 +118,14 @@ def check_picklable(objects: Mapping[str, Any], backend: str = "processes") -> N
         try:
             shipping.dumps(obj)
         except Exception as exc:
+            fix = (
+                "Create a hook's locks, open files, threads and processes in its on_run_start, not in its __init__"
+                if name == "hooks"
+                else "Pass a factory that builds it inside the worker (for envs: online_trainer.envs.make_env(...) "
+                "or a function returning gym.make_vec(...)), keep locks, open files and processes out of it"
+            )
             raise TypeError(
-                f"{name}={obj!r} cannot be sent to {where} ({type(exc).__name__}: {exc}). Pass a factory "
-                "that builds it inside the worker (for envs: online_trainer.envs.make_env(...) or a function returning "
-                f"gym.make_vec(...)), keep locks, open files and processes out of it{here}."
+                f"{name}={obj!r} cannot be sent to {where} ({type(exc).__name__}: {exc}). {fix}{here}."
             ) from exc
 
 

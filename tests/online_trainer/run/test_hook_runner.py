@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -220,8 +221,37 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         r"positional arguments\): write def on_episode_end\(self, ctx, record\)\.",
     ):
         trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything(), MissesTheRecord()])
+
+    class Blank(Hook):  # a subclass already: the message says where to define a method
+        pass
+
+    with pytest.raises(TypeError, match=r"has none of the hook methods .*: define at least one in Blank\.$"):
+        trainer.multi_run(1, num_episodes=2, hooks=[Blank()])
     assert not (tmp_path / "exp").exists()
     assert len(trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything()], progress=False)[0]) == 2
+
+
+class HoldsALock(Hook):
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def on_episode_end(self, ctx, record):
+        pass
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_hook_that_cannot_be_copied_is_refused_before_any_run_with_any_number_of_workers(tmp_path, num_workers):
+    """With one worker a hook holding a lock failed every run at its copy; the refusal for workers advised
+    ``num_workers=1`` and a factory, which hooks do not take (an outside tester's notebook)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(
+        TypeError,
+        match=r"^hooks\[0\]=<.*HoldsALock object at .*> cannot be copied \(TypeError: cannot pickle '_thread.lock' "
+        r"object\): each run gets its own deep copy of every hook, with any number of workers\. Keep locks, open "
+        r"files, threads and processes out of the hook's __init__: create them in its on_run_start",
+    ):
+        trainer.multi_run(2, num_episodes=2, num_workers=num_workers, hooks=[HoldsALock()])
+    assert not (tmp_path / "exp").exists()
 
 
 def test_stats_and_timing_are_logged_through_the_callback(tmp_path):
@@ -341,3 +371,24 @@ def test_show_names_the_configuration_of_a_sweep_run_that_stopped_early(tmp_path
     out = capsys.readouterr().out
     assert "Stopped early: lr=0.1 run 1: enough at episode 7" in out
     assert "Stopped early: lr=0.2 run 1: enough at episode 7" in out
+
+
+class SharesItsLock(HoldsALock):
+    """Copies share the lock: fine in this process, but a worker process cannot be sent one."""
+
+    def __deepcopy__(self, memo):
+        copied = type(self).__new__(type(self))
+        copied.lock = self.lock
+        return copied
+
+
+def test_a_hook_that_cannot_travel_is_told_where_to_make_what_cannot(tmp_path):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    with pytest.raises(
+        TypeError,
+        match=r"hooks=.* cannot be sent to worker processes .*lock.*\. Create a hook's locks, open files, threads "
+        r"and processes in its on_run_start, not in its __init__, or use num_workers=1\.$",
+    ):
+        trainer.multi_run(2, num_episodes=2, num_workers=2, hooks=[SharesItsLock()])
+    assert not (tmp_path / "exp").exists()
+    assert [len(run) for run in trainer.multi_run(2, num_episodes=2, hooks=[SharesItsLock()], progress=False)] == [2, 2]
