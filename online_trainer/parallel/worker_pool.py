@@ -223,8 +223,12 @@ class WorkerPool:
                         self._bury(slot, call)
             if preemption.requested():
                 raise Preempted()
-        except BaseException:
+        except BaseException as exc:
             self.broken = True
+            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, the notebook's stop button: the bar says how runs ended
+                for worker in self.workers.values():
+                    if worker.spec is not None and worker.spec.key in call.pending:
+                        display.run_finished(worker.spec.key, "interrupted")
             self.stop()
             raise
 

@@ -232,7 +232,7 @@ SCRIPT = textwrap.dedent("""
 
     if __name__ == "__main__":
         OnlineTrainer(make_counting_vec(1), Slow, exp_dir=sys.argv[1]).multi_run(
-            2, num_episodes=100000, seed_offset=0, num_workers=2, metrics_flush_every=5, progress=False)
+            2, num_episodes=100000, seed_offset=0, num_workers=2, metrics_flush_every=5)
 """)
 
 
@@ -264,6 +264,8 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     _, err = proc.communicate(timeout=60)  # a hang fails here
     assert "KeyboardInterrupt" in err
     assert "terminating it" not in err  # every worker stopped on SIGINT, none had to be terminated
+    bars = [line for line in err.splitlines() if line.startswith("all runs:")]
+    assert "2/2 runs ended, 2 interrupted" in bars[-1], err  # the bar's last state counts them
     time.sleep(0.5)
     alive = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert alive == []
