@@ -132,9 +132,9 @@ def budget_of(exp_dir: str | os.PathLike) -> tuple[str | None, int | None]:
             candidates.append(json.loads(sweep_file.read_text()).get("budget"))
         except (OSError, ValueError):
             pass
-    if (exp_dir / "config.yaml").is_file():
+    if (exp_dir / storage.CONFIG_YAML).is_file():
         try:
-            candidates.append(yaml.safe_load((exp_dir / "config.yaml").read_text()))
+            candidates.append(yaml.safe_load((exp_dir / storage.CONFIG_YAML).read_text()))
         except yaml.YAMLError:
             pass
     for found in candidates:
@@ -153,9 +153,9 @@ def env_id_of(exp_dir: str | os.PathLike) -> str | None:
         env_id = storage.read_manifest(exp_dir).get("env_id")
         if isinstance(env_id, str):
             return env_id
-    if (exp_dir / "config.yaml").is_file():
+    if (exp_dir / storage.CONFIG_YAML).is_file():
         try:
-            config = yaml.safe_load((exp_dir / "config.yaml").read_text())
+            config = yaml.safe_load((exp_dir / storage.CONFIG_YAML).read_text())
         except yaml.YAMLError:
             return None
         env = config.get("env") if isinstance(config, dict) else None

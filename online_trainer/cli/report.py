@@ -33,6 +33,7 @@ from online_trainer.analysis.selection import (
 )
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
+from online_trainer.records import storage
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
     values: dict[str, int] = {}
     for path in paths:
         for exp_dir in experiment_dirs(path):
-            config_file = exp_dir / "config.yaml"
+            config_file = exp_dir / storage.CONFIG_YAML
             data = yaml.safe_load(config_file.read_text()) if config_file.is_file() else None
             value = data.get("last_k") if isinstance(data, dict) else None
             values[os.fspath(exp_dir)] = value if isinstance(value, int) and value > 0 else DEFAULT_LAST_K

@@ -24,7 +24,8 @@ def wait_command(args: argparse.Namespace) -> int:
     Ctrl-C stops the waiting, not the jobs.
 
     Returns:
-        0 when every run completed, 1 when some failed (their errors are printed), 130 on Ctrl-C.
+        0 when every run completed, 1 when some failed (their errors are printed) or did not finish (interrupted,
+        or never started: which, and how to continue them, is logged), 130 on Ctrl-C.
 
     Raises:
         ConfigError: ``args.exp_dir`` holds no experiment.
@@ -55,6 +56,8 @@ def wait_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 130
+        if handle.unfinished_notes():  # wait() logged them: runs a resume continues, not failed ones
+            status = 1
     print()
     print(final_table(load_episodes(exp_dir), configured_last_k([exp_dir])))
     return status

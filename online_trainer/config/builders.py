@@ -8,9 +8,7 @@ from typing import Any
 
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import AgentConfig, ConfigError, EnvConfig
-
-CONFIG_YAML = "config.yaml"
-"""The resolved config (overrides applied, defaults filled in) in the experiment directory."""
+from online_trainer.records.storage import CONFIG_YAML
 
 
 class AgentBuilder:

@@ -154,6 +154,7 @@ class Experiment:
                     progress_from_disk(self.exp_dir, entry)
                     if SLURM_JOB_KEY in entry and not self._left_anything(spec.run_idx):
                         entry["status"] = "pending"
+                        del entry[SLURM_JOB_KEY]  # its job was cancelled before it began: no job holds it now
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news

@@ -135,7 +135,7 @@ def _check_unrecorded_call(exp_dir: Path, call: Mapping[str, Any], refuse: Calla
     ``sweep.json``. Without either, nothing says how the experiment was called, and the call is refused: a
     resume with another budget would have replaced its runs' records with those of another experiment.
     """
-    config_file = exp_dir / "config.yaml"
+    config_file = exp_dir / storage.CONFIG_YAML
     if config_file.is_file():
         data = yaml.safe_load(config_file.read_text()) or {}
         for name in ("total_steps", "num_episodes", "checkpoint_freq"):

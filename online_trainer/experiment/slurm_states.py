@@ -186,8 +186,8 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
         entry["status"] = PENDING
     if cut:
         logger.warning(
-            "%s: %s ended without recording how their runs ended (cancelled, or their node went down): "
-            "run(s) %s count as interrupted; resume=True continues them (from their checkpoints, if they wrote any).",
+            "%s: %s ended before recording how run(s) %s ended (cancelled, or a node went down): they count as "
+            "interrupted; resume=True continues them (from their checkpoints, if they wrote any).",
             os.fspath(exp_dir),
             _jobs(cut, states),
             ", ".join(str(e["run"]) for e in cut),

@@ -336,7 +336,7 @@ class SlurmOptions:
     per run); more suits short runs on a cluster that is slow to start jobs."""
     signal_delay_s: int = 90
     """Slurm signals a job (SIGUSR2) this many seconds before its time limit: the run writes a full checkpoint and the
-    job requeues itself, then continues from it."""
+    job requeues itself, then continues from it. At most half of ``time``."""
     max_requeues: int = 10
     """Times a job may be requeued (preempted, or at its time limit) before its run fails; its checkpoint stays,
     so ``resume=True`` can continue it."""
@@ -364,6 +364,13 @@ class SlurmOptions:
             validation.positive_int("cpus_per_task", self.cpus_per_task, "Use None for the cluster's default.")
         validation.positive_int("runs_per_job", self.runs_per_job)
         validation.positive_int("signal_delay_s", self.signal_delay_s)
+        if self.time is not None and self.signal_delay_s > self.time * 30:
+            # signalled at its start (or before it has loaded its checkpoint), a job requeues without running, or dies
+            raise ValueError(
+                f"signal_delay_s={self.signal_delay_s} with time={self.time}: Slurm would signal each job "
+                f"{self.signal_delay_s} s before its {self.time * 60} s run out, before it had run half of them. "
+                f"Pass signal_delay_s={self.time * 30} or less, or a longer time."
+            )
         if not isinstance(self.max_requeues, int) or isinstance(self.max_requeues, bool) or self.max_requeues < 0:
             raise ValueError(f"max_requeues must be a non-negative int, but got max_requeues={self.max_requeues!r}.")
         for name in ("partition", "mem", "gres", "account", "qos", "folder"):

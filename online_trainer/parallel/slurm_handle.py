@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 from collections.abc import Sequence
@@ -16,6 +17,25 @@ from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.records import storage
 from online_trainer.records.record_view import RunRecords, as_records
 from online_trainer.run.one_run import COMPLETED, RunResult
+
+logger = logging.getLogger(__name__)
+
+UNFINISHED = ("interrupted", "pending")
+"""Statuses of runs that may go on with ``resume=True``."""
+
+
+def unfinished_note(exp_dir: str | os.PathLike, runs: Sequence[int]) -> str:
+    """What to say of runs of ``exp_dir`` that are interrupted or still pending and no job holds: how to go on."""
+    listed = ", ".join(str(run) for run in runs)
+    if (Path(exp_dir) / storage.CONFIG_YAML).is_file():
+        how = f"online-trainer resume {shlex.quote(os.fspath(exp_dir))}"
+    else:
+        how = "the call that made it again, with resume=True"
+    return (
+        f"{exp_dir}: run{'s' if len(runs) != 1 else ''} {listed} did not finish and no Slurm job holds "
+        f"{'them' if len(runs) != 1 else 'it'} (interrupted, or never started: the jobs were cancelled). "
+        f"Continue with: {how}"
+    )
 
 
 class SlurmRuns:
@@ -76,16 +96,30 @@ class SlurmRuns:
         for (exp_dir, run), entry in zip(self.runs, self._entries()):
             if entry["status"] in COMPLETED:
                 runs.append(as_records(storage.load_run_metrics(exp_dir, run)))
-            else:
-                runs.append(None)
-                failures.append(
-                    RunFailure(
-                        run, entry["seed"], (entry.get("error") or "?").splitlines()[0], entry.get("error") or ""
-                    )
-                )
+                continue
+            runs.append(None)
+            if entry["status"] not in UNFINISHED:  # interrupted: a Ctrl-C of the call that waited cancelled its job
+                error = entry.get("error") or f"its run ended {entry['status']}"
+                failures.append(RunFailure(run, entry["seed"], error.splitlines()[0], error))
+        for note in self.unfinished_notes():
+            logger.warning("%s", note)
         if failures:
             raise RunsFailedError(failures, runs)
         return runs
+
+    def unfinished_notes(self) -> list[str]:
+        """For each experiment of these runs with runs interrupted or not started (their jobs cancelled, or never
+        handed to one), which runs and how to continue them."""
+        notes = []
+        for exp_dir in dict.fromkeys(d for d, _ in self.runs):
+            entries = storage.read_manifest(exp_dir)["runs"]
+            queued = ("pending", True)  # a pending run in a job: it is followed, not left
+            unended = [
+                e["run"] for e in entries if e["status"] in UNFINISHED and (e["status"], SLURM_JOB_KEY in e) != queued
+            ]
+            if unended:
+                notes.append(unfinished_note(exp_dir, unended))
+        return notes
 
     def _watch_unended(self) -> _Watch:
         followed = []

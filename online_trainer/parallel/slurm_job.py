@@ -143,7 +143,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         if restarts > self.max_requeues:
             result = failed_result(
                 spec,
-                f"RequeueLimit: Slurm job {job_id} was requeued {restarts} times, more than "
+                f"RequeueLimit: Slurm job {job_id} was requeued {restarts} time{'s' if restarts != 1 else ''}, more than "
                 f"max_requeues={self.max_requeues}, so run {spec.run_idx} (seed {spec.seed}) "
                 "stops here. Its full checkpoint is kept: continue it with resume=True, or "
                 "allow more requeues with SlurmOptions(max_requeues=...).",

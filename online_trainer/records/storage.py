@@ -40,6 +40,8 @@ logger = logging.getLogger(__name__)
 ARGS_FILE = "args.yaml"
 CONFIG_FILE = "config.py"
 MANIFEST_FILE = "manifest.json"
+CONFIG_YAML = "config.yaml"
+"""The resolved config of an experiment made by ``online-trainer run`` (overrides applied, defaults filled in)."""
 ALL_METRICS_FILE = "all_metrics.pkl"
 HYPERPARAMETERS_FILE = "hyperparameters.yaml"
 SET_ASIDE_DIR = ".replaced"

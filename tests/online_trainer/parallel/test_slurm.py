@@ -166,7 +166,7 @@ def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_check
         handle.wait(progress=False)
     (failure,) = caught.value.failures
     assert (
-        f"RequeueLimit: Slurm job {job} was requeued 1 times, more than max_requeues=0, so run 1 (seed 11)"
+        f"RequeueLimit: Slurm job {job} was requeued 1 time, more than max_requeues=0, so run 1 (seed 11)"
         in failure.exception
     )
     assert (tmp_path / "Run1_Resume.pkl").is_file()
@@ -313,7 +313,7 @@ def test_readers_report_runs_of_cancelled_jobs_as_interrupted_or_pending_once_th
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["running"] * 3  # on disk, as the jobs left it
     assert load_runs(tmp_path)["status"].tolist() == ["interrupted", "interrupted", "pending"]  # as readers say
-    assert f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended without recording" in caplog.text
+    assert f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended before recording how run(s) " in caplog.text
     assert f"Slurm job {jobs[2]} (cancelled) ended before their runs started" in caplog.text
     # resume=True continues such runs: test_a_cancelled_job_is_reported_by_seed_job_and_log_... shows it
 
@@ -448,7 +448,7 @@ def ctrl_c_raises():
         signal.signal(signal.SIGINT, before)
 
 
-def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path):
+def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path, caplog):
     """The manifest called interrupted a run whose job was still queued when Ctrl-C cancelled it (an outside tester's
     find): readers and the docs call such a run pending."""
     import signal
@@ -467,6 +467,22 @@ def test_ctrl_c_leaves_a_run_whose_job_never_started_pending(tmp_path):
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["interrupted", "pending"]
     assert manifest["runs"][0]["global_step"] > 0 and manifest["runs"][1]["global_step"] is None
+    assert "slurm_job" in manifest["runs"][0] and "slurm_job" not in manifest["runs"][1]  # its job was cancelled
+    # waiting afterwards: neither is failed ("?", and run 2's cancelled job "GONE"); both are named, with the resume
+    from online_trainer.cli import main as cli
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["wait", str(tmp_path), "--no-progress"]) == 1
+    assert "failed" not in caplog.text and "GONE" not in caplog.text
+    assert (
+        f"{tmp_path}: runs 1, 2 did not finish and no Slurm job holds them (interrupted, or never started: the jobs "
+        "were cancelled). Continue with: the call that made it again, with resume=True"
+    ) in caplog.text
+    assert [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]] == [
+        "interrupted",
+        "pending",
+    ]
 
 
 def test_a_job_that_will_not_start_as_asked_is_named_while_the_call_waits(tmp_path, caplog):

@@ -33,11 +33,22 @@ from tests.conftest import RecordingAgent, make_counting_vec
         ),
         ({"additional_parameters": {"job-name": "x"}}, "sets 'job-name', which the runner sets itself"),
         ({"additional_parameters": {"cpus-per-task": 2}}, "sets 'cpus-per-task', which is an option of its own: pass "),
+        # signalled at their start, requeued jobs died of SIGUSR2 (FAILED) before a handler was set (an outside tester)
+        (
+            {"time": 1},
+            "signal_delay_s=90 with time=1: Slurm would signal each job 90 s before its 60 s run out, before it had "
+            "run half of them. Pass signal_delay_s=30 or less, or a longer time.",
+        ),
+        ({"time": 2, "signal_delay_s": 61}, "Pass signal_delay_s=60 or less"),
     ],
 )
 def test_bad_slurm_options_are_named(options, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         SlurmOptions(**options)
+
+
+def test_a_signal_delay_of_half_the_time_limit_is_taken():
+    assert SlurmOptions(time=1, signal_delay_s=30).signal_delay_s == 30 and SlurmOptions(time=3).time == 3
 
 
 def test_slurm_options_belong_to_the_slurm_backend():
