@@ -313,7 +313,10 @@ def test_readers_report_runs_of_cancelled_jobs_as_interrupted_or_pending_once_th
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["running"] * 3  # on disk, as the jobs left it
     assert load_runs(tmp_path)["status"].tolist() == ["interrupted", "interrupted", "pending"]  # as readers say
-    assert f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended before recording how run(s) " in caplog.text
+    assert (
+        f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended before recording how run(s) "
+        in caplog.text
+    )
     assert f"Slurm job {jobs[2]} (cancelled) ended before their runs started" in caplog.text
     # resume=True continues such runs: test_a_cancelled_job_is_reported_by_seed_job_and_log_... shows it
 
