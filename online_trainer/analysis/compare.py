@@ -16,7 +16,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -39,6 +39,9 @@ from online_trainer.analysis.compare_inputs import (
     stopped_early_note,
 )
 from online_trainer.analysis.stats import aggregate
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +86,23 @@ class Comparison:
     """``candidates`` (in order), ``tasks``, ``normalization`` (per task, the scores of 0 and 1),
     ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note``,
     ``left_out_note`` and ``scale_note`` (None, or a warning)."""
+
+    def figures(self) -> dict[str, Figure]:
+        """The four figures of the comparison, as ``online-trainer compare`` saves them: ``"aggregates"``,
+        ``"improvement"``, ``"profiles"`` and ``"sample_efficiency"`` (left out when there are no curves,
+        as with ``source="eval"`` runs never evaluated). In a notebook each displays as it is; save one
+        with ``.savefig(path, dpi=150)``."""
+        from online_trainer.analysis import compare_plots  # matplotlib only when figures are asked for
+
+        plots = {
+            "aggregates": compare_plots.plot_aggregates,
+            "improvement": compare_plots.plot_improvement,
+            "profiles": compare_plots.plot_profiles,
+            "sample_efficiency": compare_plots.plot_sample_efficiency,
+        }
+        return {
+            name: plot(self) for name, plot in plots.items() if not (name == "sample_efficiency" and self.curves.empty)
+        }
 
 
 def compare(

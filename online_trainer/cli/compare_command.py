@@ -11,19 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from online_trainer.analysis import compare_plots
 from online_trainer.analysis.compare import Comparison, compare
 from online_trainer.analysis.plotting import STAT_LABELS
 from online_trainer.cli.report import _each_message_once, configured_last_k, default_out_dir
 from online_trainer.config.schema import ConfigError
 
 MARKDOWN_FILE = "comparison.md"
-FIGURES = {
-    "aggregates.png": compare_plots.plot_aggregates,
-    "improvement.png": compare_plots.plot_improvement,
-    "profiles.png": compare_plots.plot_profiles,
-    "sample_efficiency.png": compare_plots.plot_sample_efficiency,
-}
 CAPTIONS = {
     "aggregates.png": "Aggregate metrics",
     "improvement.png": "Probability of improvement",
@@ -244,11 +237,9 @@ def compare_command(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out_dir(paths)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, plot in FIGURES.items():
-        if name == "sample_efficiency.png" and comparison.curves.empty:
-            continue
-        plot(comparison).savefig(out / name, dpi=150)
-        written.append(name)
+    for name, figure in comparison.figures().items():
+        figure.savefig(out / f"{name}.png", dpi=150)
+        written.append(f"{name}.png")
     (out / MARKDOWN_FILE).write_text(comparison_markdown(comparison, written))
     table = comparison.aggregates
     for row in table.to_dict("records"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import gymnasium as gym
@@ -308,6 +309,20 @@ def test_directories_are_candidates_and_curves_share_a_grid(tmp_path):
     grids = out.curves.groupby("candidate")["global_step"].apply(tuple)
     assert grids["a"] == grids["b"]
     assert (out.curves["num_runs"] <= out.curves["total_runs"]).all()
+
+
+def test_the_figures_come_from_python_as_the_command_saves_them(tmp_path):
+    """compare() gave only tables: the four figures were the command's alone (an outside tester's notebook)."""
+    from matplotlib.figure import Figure
+
+    out = compare([experiment(tmp_path / "a"), experiment(tmp_path / "b")], n_resamples=200)
+    figures = out.figures()
+    assert list(figures) == ["aggregates", "improvement", "profiles", "sample_efficiency"]
+    assert all(isinstance(figure, Figure) for figure in figures.values())
+    titles = [axes.get_title() for axes in figures["aggregates"].axes]
+    assert any(titles) and figures["sample_efficiency"].axes[0].get_xlabel()
+    no_curves = dataclasses.replace(out, curves=out.curves.iloc[:0])
+    assert list(no_curves.figures()) == ["aggregates", "improvement", "profiles"]
 
 
 def test_a_sweep_compares_its_configurations(tmp_path):
