@@ -229,6 +229,19 @@ def resume_check(
     return check
 
 
+def live_jobs_check(exp_dir: Path | None) -> Callable[[], None]:
+    """What refuses a new experiment where the earlier one's runs are still in live Slurm jobs: the refusal of an
+    earlier experiment would advise ``overwrite=True``, which refuses them too; this one says to wait or cancel."""
+
+    def check() -> None:
+        from online_trainer.parallel.slurm_handle import refuse_live_jobs
+
+        if exp_dir is not None and (exp_dir / storage.MANIFEST_FILE).is_file():
+            refuse_live_jobs(exp_dir, "A new experiment in this exp_dir")
+
+    return check
+
+
 def overwrite_check(exp_dir: Path | None, callback: Any = None) -> Callable[[], None]:
     """What refuses ``overwrite=True`` under the experiment's lock: runs of the earlier experiment still in live
     Slurm jobs, which would go on writing their checkpoints and results into the new experiment. It also warns

@@ -24,6 +24,7 @@ from online_trainer.options.derived import LEGACY_NAMES, fold_legacy
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, RecordOptions, RunPlan
 from online_trainer.orchestration.planning import (
     RunnerParts,
+    live_jobs_check,
     overwrite_check,
     plan_runs,
     resume_check,
@@ -245,7 +246,7 @@ class OnlineTrainer:
             check = resume_check(self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts)
             hold = hold_resumable(self.exp_dir, check)
         else:
-            refuse = overwrite_check(self.exp_dir, parts.callback) if overwrite else None
+            refuse = overwrite_check(self.exp_dir, parts.callback) if overwrite else live_jobs_check(self.exp_dir)
             hold = hold_exp_dir(self.exp_dir, overwrite, self.input_files(), refuse)
         keep_records = options.records.in_memory
 

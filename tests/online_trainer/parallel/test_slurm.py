@@ -274,10 +274,12 @@ def test_overwrite_and_resume_are_refused_while_the_experiments_jobs_run(tmp_pat
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
     try:
-        for call in ({"overwrite": True}, {"resume": True}):
+        # a plain call was refused as for an earlier experiment, advising overwrite=True, which is refused too
+        asked = {"overwrite": "overwrite=True", "resume": "resume=True", "plain": "A new experiment in this exp_dir"}
+        for call in ({"overwrite": True}, {"resume": True}, {}):
             with pytest.raises(
                 RuntimeError,
-                match=rf"{next(iter(call))}=True, but .* has runs still in Slurm jobs: "
+                match=rf"{asked[next(iter(call), 'plain')]}, but .* has runs still in Slurm jobs: "
                 rf"run 1 in job {job} \((RUNNING|PENDING)\)",
             ):
                 OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
