@@ -292,6 +292,7 @@ def worker_main(
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGUSR1, _on_preemption)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    running_sigint = signal.getsignal(signal.SIGINT)
     limit_threads(torch_threads)
     channel = PipeChannel(conn)
     log_to_parent(channel)
@@ -300,7 +301,11 @@ def worker_main(
     try:
         channel.put(("ready", os.getpid()))
         while True:
+            # Idle, a worker ignores SIGINT: a Ctrl-C (a notebook's stop button) of the parent's other work reaches
+            # the whole process group, and killed the warm workers. In a call, the pool stops them itself.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
             payload = _next_payload(conn, idle_timeout)
+            signal.signal(signal.SIGINT, running_sigint)
             channel.put(("took",))
             try:
                 spec = cloudpickle.loads(payload)

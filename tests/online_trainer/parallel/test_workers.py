@@ -355,6 +355,20 @@ def test_calls_share_warm_workers_until_shutdown():
     assert worker_processes() == []
 
 
+def test_warm_workers_outlive_a_ctrl_c_between_calls():
+    """A notebook's stop button on another cell sends SIGINT to the kernel's process group: the idle warm workers
+    died of it, and the next call paid their start again (an outside tester's notebook)."""
+    shutdown_workers()
+    trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
+    first = worker_pids(trainer.multi_run(2, num_episodes=3, num_workers=2, progress=False))
+    for pid in first:
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert {p.pid for p in worker_processes()} == first
+    assert worker_pids(trainer.multi_run(2, num_episodes=3, num_workers=2, progress=False)) == first
+    shutdown_workers()
+
+
 @pytest.mark.slow
 def test_changed_source_restarts_the_workers(tmp_path, monkeypatch):
     """Warm workers must not run stale code: an edited module of the user's means new workers."""
