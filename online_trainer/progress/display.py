@@ -252,7 +252,9 @@ class ProgressDisplay:
             )
         self.bars: dict[int, Any] = {}
         self.positions: dict[int, int] = {}
-        self._logs = _LogsAboveBars() if _text_bars() and _terminal() and not self.one_line else None
+        # A log line goes above the bars in a terminal, and, in a notebook, after the text bar's line is cleared:
+        # written as it comes, it was glued to the bar's text. A file gets each bar state on a line of its own.
+        self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self.overall = _bar(

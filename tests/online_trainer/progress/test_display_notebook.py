@@ -44,6 +44,42 @@ def test_text_bars_in_a_notebook_keep_to_one_line_without_escape_codes(monkeypat
     assert len(told) == 1 and "pip install ipywidgets" in told[0]  # once a process
 
 
+def render(stream: str) -> list[str]:
+    """The lines a notebook shows for ``stream``: "\r" goes back to the start of the line, which the rest overwrites."""
+    lines = []
+    for line in stream.split("\n"):
+        shown = ""
+        for part in line.split("\r"):
+            shown = part + shown[len(part) :]
+        lines.append(shown.rstrip())
+    return lines
+
+
+def test_log_lines_in_a_notebook_do_not_glue_to_the_text_bar(monkeypatch, capsys):
+    """A hook's log lines were written after the bar's text on its line: "...1/3 runs ended, 2 running]run 3 starts"
+    (an outside tester's notebook without ipywidgets)."""
+    monkeypatch.setattr(progress, "_text_in_notebook", lambda: True)
+    monkeypatch.setattr(progress, "_told_about_widgets", True)
+    log = logging.getLogger("a_users_hook")
+    handler = logging.StreamHandler(sys.stderr)  # as logging.basicConfig() in the notebook
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        display = progress.ProgressDisplay(2, 10, "episodes")
+        display.open_run(1, "run 1", 10, "episodes")
+        display.advance(1, 3, 1.0)
+        log.warning("run 1 passed its third episode")
+        display.advance(1, 7, 1.0)
+        display.run_finished(1, "finished")
+        display.close_all()
+    finally:
+        log.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert "\x1b[" not in err
+    assert "run 1 passed its third episode" in render(err)  # a line of its own
+    assert handler.stream is sys.stderr  # the user's handler is given back as it was
+
+
 def test_text_bars_in_a_file_keep_to_one_line_drawn_once_a_state(monkeypatch, capsys):
     # pytest's captured stderr is no terminal: what a CI log or `python run.py 2> log.txt` gets
     monkeypatch.setattr(progress, "_text_in_notebook", lambda: False)
