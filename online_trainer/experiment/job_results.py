@@ -105,6 +105,19 @@ def read_manifest_quietly(exp_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def record_restart(exp_dir: Path, run_idx: int, header: full_checkpoint.CheckpointHeader | None) -> None:
+    """Record in run ``run_idx``'s manifest entry where a Slurm job that restarted (requeued, preempted) continues it,
+    as ``resume=True`` records it (``resumed_from``; none when it starts again from its first step)."""
+    with manifest_lock(exp_dir):
+        manifest = storage.read_manifest(exp_dir)
+        entry = manifest["runs"][run_idx - 1]
+        if header is None:
+            entry.pop("resumed_from", None)
+        else:
+            entry["resumed_from"] = header.resume_point
+        storage.write_manifest(exp_dir, manifest)
+
+
 def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool) -> None:
     """Record the end of a run in the manifest, from the Slurm job that ran it.
 

@@ -270,11 +270,7 @@ def runs_left(
                 )
             full_checkpoint.restart_point(exp_dir, run, continue_run=False)
         else:  # the resume point, in the manifest: where the records of a restarted env begin
-            entry["resumed_from"] = {
-                "global_step": header.global_step,
-                "episodes": header.episodes,
-                "env_restored": header.env_kept,
-            }
+            entry["resumed_from"] = header.resume_point
             logger.info(
                 "%s continues from its checkpoint at step %d (%d episodes)",
                 _run_name(run, label),

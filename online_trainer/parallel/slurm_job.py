@@ -183,6 +183,7 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         if callable(rewind):
             position = None if header is None else header.callback_position
             rewind(f"{spec.tag_prefix}run_{spec.run_idx}", position)
+        job_results.record_restart(Path(str(spec.exp_dir)), spec.run_idx, header)
         where = f"from its checkpoint at step {header.global_step}" if header is not None else "from its start"
         logger.warning("Slurm restarted this job: run %d continues %s", spec.run_idx, where)
         return dataclasses.replace(spec, resume=True)

@@ -91,6 +91,11 @@ class CheckpointHeader:
         """What the callback's ``checkpoint()`` returned (None when it has none): what its ``rewind`` takes."""
         return self.outputs.get("callback")
 
+    @property
+    def resume_point(self) -> dict[str, Any]:
+        """Where a run continued from this checkpoint, as the manifest's ``resumed_from`` records it."""
+        return {"global_step": self.global_step, "episodes": self.episodes, "env_restored": self.env_kept}
+
     def to_state(self) -> dict[str, Any]:
         """The header as plain data (a dict; its version under ``format``)."""
         state = {field.name: getattr(self, field.name) for field in dataclasses.fields(self) if field.name != "version"}

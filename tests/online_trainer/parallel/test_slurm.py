@@ -153,6 +153,10 @@ def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one
     assert tensorboard_returns(tmp_path) == returns  # the sink too: no gap, no duplicate
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["runs"][0]["status"] == "finished" and (tmp_path / "all_metrics.pkl").is_file()
+    # where it continued, as resume=True records it (only the job's log said so; an outside tester's find)
+    resumed = manifest["runs"][0]["resumed_from"]
+    assert 0 < resumed["global_step"] < STEPS and f"checkpoint at step {resumed['global_step']}" in log
+    assert resumed["env_restored"] in (True, False) and resumed["episodes"] >= 0
 
 
 def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_checkpoint(tmp_path):
