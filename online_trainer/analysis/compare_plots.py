@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,10 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
-from online_trainer.analysis.compare import Comparison
 from online_trainer.analysis.plotting import COLORS, STAT_LABELS, spread_end_labels
+
+if TYPE_CHECKING:  # compare imports this module when its figures are asked for
+    from online_trainer.analysis.compare import Comparison
 
 __all__ = ["plot_aggregates", "plot_improvement", "plot_profiles", "plot_sample_efficiency"]
 
