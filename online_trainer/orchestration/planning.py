@@ -404,9 +404,17 @@ def execute_experiments(
         _close_quietly(callback)
         interrupted = isinstance(error, KeyboardInterrupt) and any(e.exp_dir is not None for e in experiments)
         if interrupted and hasattr(error, "add_note"):  # Python 3.11+
+            checkpointed = any(
+                storage.resume_path(e.exp_dir, spec.run_idx).is_file()
+                for e in experiments
+                if e.exp_dir is not None
+                for spec in e.specs
+            )
+            kept = "their flushed records and full checkpoints are" if checkpointed else "their flushed records are"
+            then = "" if checkpointed else " (runs without a full checkpoint start again; checkpoint_freq writes them)"
             error.add_note(  # a bare KeyboardInterrupt said nothing of what is on disk or how to go on
-                "online_trainer: the runs were stopped; their flushed records and full checkpoints are on disk. "
-                "To go on, make the same call with resume=True."
+                f"online_trainer: the runs were stopped; {kept} on disk. To go on, make the same call with "
+                f"resume=True{then}."
             )
         raise
     if callback is not None:

@@ -653,8 +653,12 @@ def test_a_resumed_call_hands_back_every_run_alike_with_its_evaluations(tmp_path
     )
     reference = trainer_for(tmp_path / "ref")
     expected = reference.multi_run(3, **kw)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt) as cut:
         trainer_for(tmp_path / "cut").multi_run(3, hooks=[CrashRun2(1500)], **kw)  # run 1 done, 2 cut, 3 pending
+    assert (
+        "their flushed records and full checkpoints are on disk. To go on, make the same call with resume=True."
+        in (cut.value.__notes__[-1])
+    )
     resumed = trainer_for(tmp_path / "cut")
     runs = resumed.multi_run(3, resume=True, **kw)
     assert all(isinstance(run, RunRecords) for run in runs)
@@ -749,7 +753,10 @@ def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpo
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
     with pytest.raises(KeyboardInterrupt) as cut:  # run 1 cut off with no checkpoint: only the manifest says what ran
         trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(0.5), Crash(60)], progress=False)
-    assert "To go on, make the same call with resume=True." in cut.value.__notes__[-1]
+    assert cut.value.__notes__[-1] == (  # no full checkpoint was written: the note does not promise one
+        "online_trainer: the runs were stopped; their flushed records are on disk. To go on, make the same call with "
+        "resume=True (runs without a full checkpoint start again; checkpoint_freq writes them)."
+    )
     before = storage.read_manifest(tmp_path)
     assert before["call"]["hooks"] == {"Decay#0": {"class": "Decay", "params": {"factor": 0.5}}}
     refusals = {
