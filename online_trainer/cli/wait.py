@@ -12,7 +12,7 @@ from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import configured_last_k, final_table
 from online_trainer.config.schema import ConfigError
 from online_trainer.errors import RunsFailedError
-from online_trainer.parallel.slurm_handle import SlurmRuns
+from online_trainer.parallel.slurm_handle import SlurmRuns, unfinished_notes
 from online_trainer.records import storage
 
 
@@ -39,7 +39,12 @@ def wait_command(args: argparse.Namespace) -> int:
     handle = SlurmRuns.of(exp_dir)
     status = 0
     if not handle.runs:
-        print(f"No run of {exp_dir} was handed to a Slurm job: nothing to wait for.")
+        on_slurm = storage.read_manifest(exp_dir).get("backend") == "slurm"
+        left = unfinished_notes([exp_dir]) if on_slurm else []  # runs whose jobs a Ctrl-C cancelled before they began
+        print(f"No run of {exp_dir} is in a Slurm job: nothing to wait for.")
+        for note in left:
+            print(f"online-trainer: {note}", file=sys.stderr)
+        status = 1 if left else 0
     else:
         if not handle.done():
             jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))

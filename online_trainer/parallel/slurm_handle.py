@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,21 @@ def unfinished_note(exp_dir: str | os.PathLike, runs: Sequence[int]) -> str:
         f"{'them' if len(runs) != 1 else 'it'} (interrupted, or never started: the jobs were cancelled). "
         f"Continue with: {how}"
     )
+
+
+def unfinished_notes(exp_dirs: Iterable[str | os.PathLike]) -> list[str]:
+    """For each experiment with runs interrupted or not started that no job holds (their jobs cancelled, or never
+    handed to one), which runs and how to continue them (:func:`unfinished_note`)."""
+    notes = []
+    for exp_dir in exp_dirs:
+        entries = storage.read_manifest(exp_dir)["runs"]
+        queued = ("pending", True)  # a pending run in a job: it is followed, not left
+        unended = [
+            e["run"] for e in entries if e["status"] in UNFINISHED and (e["status"], SLURM_JOB_KEY in e) != queued
+        ]
+        if unended:
+            notes.append(unfinished_note(exp_dir, unended))
+    return notes
 
 
 class SlurmRuns:
@@ -110,16 +125,7 @@ class SlurmRuns:
     def unfinished_notes(self) -> list[str]:
         """For each experiment of these runs with runs interrupted or not started (their jobs cancelled, or never
         handed to one), which runs and how to continue them."""
-        notes = []
-        for exp_dir in dict.fromkeys(d for d, _ in self.runs):
-            entries = storage.read_manifest(exp_dir)["runs"]
-            queued = ("pending", True)  # a pending run in a job: it is followed, not left
-            unended = [
-                e["run"] for e in entries if e["status"] in UNFINISHED and (e["status"], SLURM_JOB_KEY in e) != queued
-            ]
-            if unended:
-                notes.append(unfinished_note(exp_dir, unended))
-        return notes
+        return unfinished_notes(dict.fromkeys(d for d, _ in self.runs))
 
     def _watch_unended(self) -> _Watch:
         followed = []

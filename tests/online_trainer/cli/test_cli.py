@@ -252,9 +252,34 @@ def test_wait_on_an_experiment_without_slurm_jobs_says_so_and_prints_the_table(e
     manifest = (experiment / "manifest.json").stat().st_mtime_ns
     assert cli.main(["wait", str(experiment)]) == 0
     out = capsys.readouterr().out
-    assert f"No run of {experiment} was handed to a Slurm job: nothing to wait for." in out
+    assert f"No run of {experiment} is in a Slurm job: nothing to wait for." in out
     assert "Final return of each run" in out and "finished" in out and "IQM" in out
     assert (experiment / "manifest.json").stat().st_mtime_ns == manifest
+
+
+def test_wait_after_a_ctrl_c_cancelled_every_job_before_it_began_names_the_runs_to_resume(tmp_path, capsys):
+    """It said "No run ... was handed to a Slurm job" and exited 0: the jobs had been submitted, then cancelled, and
+    a script's ``wait && report`` went on as if all were done (an outside tester's find)."""
+    import json
+
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, num_episodes=2, seed_offset=0, progress=False
+    )
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["backend"] = "slurm"  # as a Ctrl-C leaves runs whose queued jobs it cancelled: pending, in no job
+    for entry in manifest["runs"]:
+        entry.update(status="pending", episodes=0, global_step=None)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert cli.main(["wait", str(tmp_path), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert f"No run of {tmp_path} is in a Slurm job: nothing to wait for." in captured.out
+    assert (
+        f"online-trainer: {tmp_path}: runs 1, 2 did not finish and no Slurm job holds them (interrupted, or never "
+        "started: the jobs were cancelled). Continue with: the call that made it again, with resume=True"
+    ) in captured.err
 
 
 def test_wait_refuses_a_directory_without_an_experiment_and_a_poll_that_is_not_positive(tmp_path, experiment, capsys):
@@ -654,6 +679,7 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
 def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tmp_path):
     from online_trainer import OnlineTrainer, load_episodes
     from online_trainer.cli.report import final_table
+    from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
@@ -879,6 +905,7 @@ def test_evaluation_curves_are_drawn_at_the_evaluations_with_a_marker_each(tmp_p
 
     from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
     from online_trainer.cli.report import plot_evaluations
+    from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
