@@ -679,7 +679,6 @@ def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
 def test_show_gives_the_env_steps_each_run_took_not_those_of_its_last_episode(tmp_path):
     from online_trainer import OnlineTrainer, load_episodes
     from online_trainer.cli.report import final_table
-    from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
@@ -905,7 +904,6 @@ def test_evaluation_curves_are_drawn_at_the_evaluations_with_a_marker_each(tmp_p
 
     from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
     from online_trainer.cli.report import plot_evaluations
-    from online_trainer import OnlineTrainer
     from tests.conftest import RecordingAgent, make_counting_vec
 
     OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
