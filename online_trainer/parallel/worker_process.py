@@ -298,14 +298,14 @@ def worker_main(
     log_to_parent(channel)
     progress = QueueProgress(channel)
     spec: RunSpec | None = None
+    # Out of a run, a worker ignores SIGINT: a Ctrl-C (a notebook's stop button) of the parent's other work reaches
+    # the whole process group, and killed the warm workers. In a call, the pool stops them itself. SIGINT is ignored
+    # again before the result goes out: the parent's call may return, and its caller press Ctrl-C, at once.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         channel.put(("ready", os.getpid()))
         while True:
-            # Idle, a worker ignores SIGINT: a Ctrl-C (a notebook's stop button) of the parent's other work reaches
-            # the whole process group, and killed the warm workers. In a call, the pool stops them itself.
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
             payload = _next_payload(conn, idle_timeout)
-            signal.signal(signal.SIGINT, running_sigint)
             channel.put(("took",))
             try:
                 spec = cloudpickle.loads(payload)
@@ -313,9 +313,11 @@ def worker_main(
                 channel.put(("error", f"{type(exc).__name__}: the run could not be unpickled in the worker: {exc}"))
                 continue
             _RUNNING[0] = True
+            signal.signal(signal.SIGINT, running_sigint)
             try:
                 result = _execute(spec, progress)
             finally:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 _RUNNING[0] = False
             _send_result(channel, spec, result)
             spec = None
