@@ -23,6 +23,9 @@ def test_sweep_notebook_runs(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "best: lr=" in text
+    logged = "".join(o.get("text", "") for o in outputs if o.output_type == "stream" and o.get("name") == "stderr")
+    assert text.count("cannot be told apart") <= 1  # logged by sweep, or printed by the cell: not both
+    assert ("cannot be told apart" in logged) != ("is ahead of the others" in text)
     assert any("image/png" in o.get("data", {}) for o in outputs if o.output_type in ("display_data", "execute_result"))
     assert (tmp_path / "runs" / "corridor_sweep" / "sweep_results.csv").is_file()
     assert (tmp_path / "runs" / "corridor_sweep" / "curves.png").is_file()
