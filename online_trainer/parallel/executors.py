@@ -62,7 +62,9 @@ def execute(
     budget = specs[0].budget
     detached = options.slurm is not None and not options.slurm.wait  # nothing to show: no run ends here
     display = (
-        ProgressDisplay(len(specs), budget.total, budget.unit) if options.progress and not detached else NoProgress()
+        ProgressDisplay(len(specs), budget.total, budget.unit, slots=options.num_workers)
+        if options.progress and not detached
+        else NoProgress()
     )
     try:
         if options.backend == "slurm":

@@ -1,8 +1,9 @@
 """Progress display: the parent process owns it; runs report to it directly or over a queue.
 
 The display has one overall bar (budget units of all runs together) and one bar per active
-run, showing the last episode return. Bars of finished runs are removed, so the display
-stays as tall as the number of runs going at once. ``tqdm.auto`` renders it as widgets in
+run, showing the last episode return. Bars of finished runs are removed (Jupyter widgets:
+hidden, and reused by the next run), so the display stays as tall as the number of runs
+going at once. ``tqdm.auto`` renders it as widgets in
 Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
 Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it), and in a file
 or a CI log, the display keeps to the overall bar, one line of text, since neither can move
@@ -235,9 +236,10 @@ class ProgressDisplay:
         num_runs: runs in the experiment.
         total: budget of one run, in ``unit``.
         unit: ``episodes`` or ``steps``.
+        slots: how many runs can go at once (the workers), where it is known.
     """
 
-    def __init__(self, num_runs: int, total: int, unit: str) -> None:
+    def __init__(self, num_runs: int, total: int, unit: str, slots: int | None = None) -> None:
         global _told_about_widgets
         self.num_runs, self.total, self.unit = num_runs, total, unit
         # Text bars in a notebook without ipywidgets, or written to a file or a CI log, keep to the overall
@@ -264,6 +266,16 @@ class ProgressDisplay:
             postfix=self._overall_postfix(),
             **({} if self.one_line else {"position": 0}),
         )
+        # A Jupyter widget shows where the cell's output has reached when it is made: a run's bar made as the run
+        # started landed below the log lines written before it. Widget bars are made here, below the overall bar,
+        # one for each run that can go at once; hidden while no run holds them, and reused run after run.
+        self._idle: list[tuple[int, Any]] = []  # (slot, bar), the highest slot first
+        if not _text_bars() and slots:
+            for slot in range(1, min(slots, num_runs) + 1):
+                bar = _bar(total=total, unit=unit, desc="", position=slot, leave=False)
+                bar.container.layout.display = "none"
+                self._idle.append((slot, bar))
+        self._slots: dict[int, int] = {}  # run key -> the slot its bar came from
 
     def open_run(self, key: int, name: str, total: int, unit: str) -> DirectRunProgress:
         """Show a run (in-process runs report through the returned object)."""
@@ -279,6 +291,14 @@ class ProgressDisplay:
         if self.one_line:
             self.bars[key] = _Tally(self.total)
             self._refresh_overall()
+            return
+        if self._idle:
+            self._slots[key], bar = self._idle.pop(0)
+            bar.reset(total=self.total)
+            bar.set_postfix_str("", refresh=False)
+            bar.set_description(name, refresh=True)
+            bar.container.layout.display = None
+            self.bars[key] = bar
             return
         self.bars[key] = _bar(total=self.total, unit=self.unit, desc=name, position=position, leave=False)
 
@@ -308,7 +328,12 @@ class ProgressDisplay:
             elif status != "interrupted" and bar.n < bar.total:  # stopped by a hook, or failed: what it left is
                 # not to come (counted as done, it made the rate look twice as fast; left in, a time still to go)
                 self.overall.total -= bar.total - bar.n
-            bar.close()
+            if key in self._slots:
+                bar.container.layout.display = "none"
+                self._idle.append((self._slots.pop(key), bar))
+                self._idle.sort(key=lambda idle: idle[0])
+            else:
+                bar.close()
         self.done += 1
         if status != "finished":
             self.ended_as[status] = self.ended_as.get(status, 0) + 1
@@ -333,9 +358,10 @@ class ProgressDisplay:
 
     def close_all(self) -> None:
         """Close every bar."""
-        for bar in self.bars.values():
+        for bar in [*self.bars.values(), *(bar for _, bar in self._idle)]:
             bar.close()
         self.bars.clear()
+        self._idle.clear()
         self.overall.close()
         if self._logs is not None:
             self._logs.restore()

@@ -10,6 +10,7 @@ import sys
 import textwrap
 import types
 
+import pytest
 from tqdm.notebook import tqdm_notebook
 
 from online_trainer.progress import display as progress
@@ -216,3 +217,64 @@ def test_named_loggers_go_above_the_bars_and_handlers_added_meanwhile_stay(monke
     assert named.handlers == [own] and root.handlers == [added]
     added.close()
     capsys.readouterr()
+
+
+def test_widget_bars_are_made_with_the_overall_bar_and_reused_run_after_run(monkeypatch):
+    """A widget shows where the cell's output has reached when it is made: a run's bar made as the run started
+    landed below the log lines written before it (an outside tester's notebook). The bars of the runs that can go
+    at once are made with the overall bar, hidden while free, and reused."""
+    pytest.importorskip("ipywidgets")
+    import tqdm.notebook
+
+    shown = []
+    monkeypatch.setattr(tqdm.notebook, "display", lambda widget, **_: shown.append(widget))
+    monkeypatch.setattr(progress, "tqdm", tqdm_notebook)
+    display = progress.ProgressDisplay(3, 10, "episodes", slots=2)
+    assert len(shown) == 3  # the overall bar and one bar for each worker, before any run starts
+    overall, first, second = shown
+    assert [first.layout.display, second.layout.display] == ["none", "none"]
+
+    def described(box):
+        return box.children[0].value.replace("\u2007", " ")
+
+    display.open_run(1, "run 1", 10, "episodes")
+    display.open_run(2, "run 2", 10, "episodes")
+    assert [first.layout.display, second.layout.display] == [None, None]
+    assert described(first).startswith("run 1") and described(second).startswith("run 2")
+    display.advance(1, 10, 1.5)
+    display.advance(2, 4, -2.0)
+    assert display.bars[1].n == 10
+    display.run_finished(1, "finished")
+    assert first.layout.display == "none" and second.layout.display is None
+    display.open_run(3, "run 3", 10, "episodes")
+    assert len(shown) == 3  # no bar made below what the runs logged meanwhile
+    assert first.layout.display is None and described(first).startswith("run 3")
+    assert display.bars[3].n == 0 and first.children[1].value == 0  # nothing of run 1 left
+    assert "return" not in first.children[2].value and first.children[0].value != "run 1"
+    display.advance(3, 10, 0.5)
+    display.run_finished(2, "failed")
+    display.run_finished(3, "finished")
+    assert first.layout.display == second.layout.display == "none"
+    assert display.overall.n == display.overall.total == 24  # run 2 failed at 4 of its 10 episodes
+    display.close_all()
+    assert (
+        "24/24" in overall.children[2].value
+        and "3/3\u2007runs\u2007ended,\u20071\u2007failed" in overall.children[2].value
+    )
+    assert display.bars == {} and display._idle == []
+
+
+def test_without_the_worker_count_widget_bars_are_made_as_runs_start(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    import tqdm.notebook
+
+    shown = []
+    monkeypatch.setattr(tqdm.notebook, "display", lambda widget, **_: shown.append(widget))
+    monkeypatch.setattr(progress, "tqdm", tqdm_notebook)
+    display = progress.ProgressDisplay(2, 10, "episodes")  # a Slurm handle's wait(): its throttle is not known
+    assert len(shown) == 1
+    display.open_run(1, "run 1", 10, "episodes")
+    display.run_finished(1, "finished")
+    display.open_run(2, "run 2", 10, "episodes")
+    assert len(shown) == 3
+    display.close_all()
