@@ -70,6 +70,7 @@ class CSVCallback(LineFileSink):
         self._width = len(COLUMNS)  # of the file's rows (seven in a file written before the experiment column)
         self._names: dict[tuple[str, str], str] = {}
         self._last_flush = 0.0
+        self._lines_of: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -95,6 +96,7 @@ class CSVCallback(LineFileSink):
         for key, value in data.items():
             name = names.get((key, tag)) or self._name(key, tag)
             rows.append((run, name, step, float(value), tag, key, now, experiment))
+        self._lines_of[tag] = self._lines_of.get(tag, 0) + len(data)
         if len(rows) >= self.flush_rows:
             self.flush()
         elif force and now - self._last_flush > self.max_delay:
@@ -107,12 +109,12 @@ class CSVCallback(LineFileSink):
         now, run, experiment = time.time(), self._run, self._experiment
         name = self._names.get((key, tag)) or self._name(key, tag)
         times = itertools.repeat(now) if wall_times is None else wall_times
-        self._rows.extend(
-            [
-                (run, name, step, float(value), tag, key, wall, experiment)
-                for value, step, wall in zip(values, steps, times)
-            ]
-        )
+        rows = [
+            (run, name, step, float(value), tag, key, wall, experiment)
+            for value, step, wall in zip(values, steps, times)
+        ]
+        self._rows.extend(rows)
+        self._lines_of[tag] = self._lines_of.get(tag, 0) + len(rows)
         if len(self._rows) >= self.flush_rows or now - self._last_flush > self.max_delay:
             self.flush()
 

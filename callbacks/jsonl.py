@@ -67,6 +67,7 @@ class JsonlCallback(LineFileSink):
         self.flush_every = flush_every
         self._fd: int | None = None
         self._lines: list[str] = []
+        self._lines_of: dict[str, int] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -77,6 +78,7 @@ class JsonlCallback(LineFileSink):
         values = {key: _jsonable(value) for key, value in data.items()}
         record = {"tag": tag, "step": int(step), "values": values, "wall_time": time.time()}
         self._lines.append(_dumps(record))
+        self._lines_of[tag] = self._lines_of.get(tag, 0) + 1
         if force or len(self._lines) >= self.flush_every:
             self.flush()
 
@@ -85,10 +87,12 @@ class JsonlCallback(LineFileSink):
     ) -> None:
         """One line per value, each with its wall time, written at once (see :meth:`online_trainer.callbacks.CallBack.series`)."""
         times = itertools.repeat(time.time()) if wall_times is None else wall_times
+        before = len(self._lines)
         self._lines.extend(
             _dumps({"tag": tag, "step": int(step), "values": {key: _jsonable(value)}, "wall_time": float(wall)})
             for value, step, wall in zip(values, steps, times)
         )
+        self._lines_of[tag] = self._lines_of.get(tag, 0) + len(self._lines) - before
         self.flush()
 
     def flush(self) -> None:

@@ -9,19 +9,29 @@ from typing import Any, ClassVar
 
 from online_trainer.callbacks.base import CallBack
 from online_trainer.callbacks.files import check_not_exp_dir
-from online_trainer.callbacks.rewind import as_file_position, check_file_position, position, rewind_files, text_lines
+from online_trainer.callbacks.rewind import (
+    FilePosition,
+    as_file_position,
+    belongs,
+    check_file_position,
+    position,
+    rewind_files,
+    run_counts,
+    text_lines,
+)
 
 
 class LineFileSink(CallBack):
     """A sink writing whole lines to ``log_path``, opened with ``O_APPEND``, for every run of an experiment.
 
     Each write is one ``os.write`` of whole lines, so worker processes can share the file and no
-    line is ever torn. A run's position is the file's size at its checkpoint; a resumed run
-    removes its own lines written after it (found by :meth:`tag_of_line`) and leaves other runs'
-    lines alone.
+    line is ever torn. A run's position is how many lines of each of its tags the file held at its
+    checkpoint; a resumed run keeps that many and removes its later lines (found by
+    :meth:`tag_of_line`), and leaves other runs' lines alone. Counts, not the file's size: the
+    other runs cut back in the same resume move every later byte (see :mod:`online_trainer.callbacks.rewind`).
 
-    Subclasses set :attr:`FILE_NAME` and ``log_path``, open ``_fd``, and define :meth:`flush`
-    and :meth:`tag_of_line`.
+    Subclasses set :attr:`FILE_NAME` and ``log_path``, open ``_fd``, define :meth:`flush` and
+    :meth:`tag_of_line`, and count in ``_lines_of`` (tag -> lines) every line they keep to write.
     """
 
     FILE_NAME: ClassVar[str]
@@ -30,6 +40,8 @@ class LineFileSink(CallBack):
     _unpicklable = ("_fd",)
     log_path: str
     _fd: int | None
+    _lines_of: dict[str, int]
+    """Lines of each tag in the file: those this process wrote, and those a rewind kept (a resumed run's)."""
 
     @staticmethod
     def tag_of_line(line: bytes) -> str | None:
@@ -51,9 +63,11 @@ class LineFileSink(CallBack):
             view = view[written:]
 
     def checkpoint(self, run_tag: str) -> dict[str, Any]:
-        """Write what is kept; the file's size is the run's position."""
+        """Write what is kept; the position is the file's size and the lines of each of the run's tags."""
         self.flush()
-        return position(self.log_path).to_state()
+        at = position(self.log_path)
+        counts = {tag: n for tag, n in self._lines_of.items() if belongs(tag, run_tag)}
+        return FilePosition(at.path, at.offset, at.others, counts).to_state()
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
         """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
@@ -61,8 +75,14 @@ class LineFileSink(CallBack):
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's lines written after ``position`` (all of them when None)."""
+        at = as_file_position(position)
         if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, as_file_position(position), self._entries)
+            rewind_files([Path(self.log_path)], run_tag, at, self._entries)
+        for tag in [tag for tag in self._lines_of if belongs(tag, run_tag)]:
+            del self._lines_of[tag]
+        if at is not None:  # the resumed run goes on counting from the lines kept
+            kept = at.counts if at.counts is not None else run_counts(self.log_path, self._entries, run_tag)
+            self._lines_of.update(kept)
 
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
         """Refuse a ``log_path`` that is the experiment directory, before any run starts."""

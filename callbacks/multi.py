@@ -115,7 +115,7 @@ class MultiCallback(CallBack):
             held = held_by(position)
             sinks = ", ".join(type(callback).__name__ for callback in self.callbacks)
             raise ValueError(
-                f"the run's checkpoint holds {held}, but this MultiCallback has {len(self.callbacks)} sinks ({sinks}): "
+                f"the run's checkpoint holds {held}, but this MultiCallback has {len(self.callbacks)} sink{'s' if len(self.callbacks) != 1 else ''} ({sinks}): "
                 "resume with the callbacks the experiment ran with."
             )
         return position

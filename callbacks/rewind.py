@@ -10,6 +10,12 @@ the resumed run's own entries are removed: those after its checkpoint's offset i
 was writing then, and every one in a file created after the checkpoint (by an earlier attempt
 to resume it). A file is rewritten only when it holds something to remove, by a temporary
 file swapped in.
+
+A file all runs append to (JSONL, CSV) is cut by counts, not by offsets: removing one run's
+entries moves every later byte, so another run's offset, taken before, would then fall past
+some of its own later entries, or inside a line. Its position says how many entries of each
+of the run's tags the file held (:attr:`FilePosition.counts`), and a rewind keeps that many,
+wherever they are now.
 """
 
 from __future__ import annotations
@@ -31,18 +37,24 @@ class FilePosition:
         path: the file the run was writing (None when it had written none yet).
         offset: its size then, everything flushed.
         others: every other file of the sink that existed then (name -> size), left as they are.
+        counts: the entries of each of the run's tags in ``path`` then; where given, a rewind keeps the first
+            so many of each and removes the run's others, and ``offset`` is not used to cut.
     """
 
     path: str | None
     offset: int = 0
     others: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] | None = None
 
     KIND: ClassVar[str] = "file"
     """The ``kind`` of its :meth:`to_state`, which tells it from another sink's position."""
 
     def to_state(self) -> dict[str, Any]:
         """The position as plain data (what the sink's ``checkpoint`` returns, kept in the full checkpoint)."""
-        return {"kind": self.KIND, "path": self.path, "offset": self.offset, "others": dict(self.others)}
+        state = {"kind": self.KIND, "path": self.path, "offset": self.offset, "others": dict(self.others)}
+        if self.counts is not None:
+            state["counts"] = dict(self.counts)
+        return state
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> FilePosition:
@@ -61,7 +73,13 @@ class FilePosition:
                 f"the run's checkpoint holds {held_by(state)} for this sink, not where its files stood: resume with "
                 "the callbacks the experiment ran with."
             )
-        return cls(state["path"], int(state["offset"]), {str(k): int(v) for k, v in state["others"].items()})
+        counts = state.get("counts")
+        return cls(
+            state["path"],
+            int(state["offset"]),
+            {str(k): int(v) for k, v in state["others"].items()},
+            None if counts is None else {str(k): int(v) for k, v in counts.items()},
+        )
 
 
 def as_file_position(state: Mapping[str, Any] | None) -> FilePosition | None:
@@ -121,6 +139,7 @@ def cut_file(
     keep_before: int | None,
     entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
     run_tag: str,
+    keep_first: Mapping[str, int] | None = None,
 ) -> bool:
     """Remove the run's entries of ``path`` from byte ``keep_before`` on (None: all of them).
 
@@ -130,21 +149,29 @@ def cut_file(
         entries: splits the file's bytes into ``(start, end, tag)`` entries (tag None: not a run's, kept);
             an incomplete entry at the end (a killed writer) is dropped whoever wrote it.
         run_tag: the run's tag suffix (see :func:`belongs`).
+        keep_first: instead of ``keep_before``: the first so many entries of each of the run's tags stay,
+            wherever they are, and the run's other entries go.
 
     Returns:
         Whether the file was rewritten.
     """
     data = Path(path).read_bytes()
-    start_at = 0 if keep_before is None else min(keep_before, len(data))
+    start_at = 0 if keep_before is None or keep_first is not None else min(keep_before, len(data))
     kept, changed, last_end = [data[:start_at]], False, start_at
+    seen: dict[str, int] = {}
     for start, end, tag in entries(data):
         if end <= start_at:
             continue
+        last_end = end
         if tag is not None and belongs(tag, run_tag):
+            if keep_first is not None:
+                seen[tag] = seen.get(tag, 0) + 1
+                if seen[tag] <= keep_first.get(tag, 0):
+                    kept.append(data[start:end])
+                    continue
             changed = True
         else:
             kept.append(data[start:end])
-        last_end = end
     if last_end < len(data):  # a torn last entry
         changed = True
     if changed:
@@ -171,9 +198,22 @@ def rewind_files(
         if at is None:
             cut_file(file, None, entries, run_tag)
         elif name == current:
-            cut_file(file, at.offset, entries, run_tag)
+            cut_file(file, at.offset, entries, run_tag, at.counts)
         elif name not in before:  # made after the checkpoint: by an earlier attempt at this run
             cut_file(file, None, entries, run_tag)
+
+
+def run_counts(
+    path: str | os.PathLike, entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]], run_tag: str
+) -> dict[str, int]:
+    """The entries of each of the run ``run_tag``'s tags in ``path`` (none when there is no such file)."""
+    if not os.path.exists(path):
+        return {}
+    counts: dict[str, int] = {}
+    for _, _, tag in entries(Path(path).read_bytes()):
+        if tag is not None and belongs(tag, run_tag):
+            counts[tag] = counts.get(tag, 0) + 1
+    return counts
 
 
 def text_lines(data: bytes, tag_of: Callable[[bytes], str | None]) -> Iterator[tuple[int, int, str | None]]:
@@ -207,7 +247,8 @@ def held_by(position: Any) -> str:
     """What a checkpoint's sink ``position`` is, for messages: ``the position of the file log.jsonl``, ``the position
     of a store (MLflow, W&B)``, ``the positions of 2 sinks (the file log.jsonl, a store (MLflow, W&B))``."""
     if isinstance(position, list):
-        return f"the positions of {len(position)} sinks ({', '.join(_sink_of(at) for at in position)})"
+        sinks = ", ".join(_sink_of(at) for at in position)
+        return f"the position{'s' if len(position) != 1 else ''} of {len(position)} sink{'s' if len(position) != 1 else ''} ({sinks})"
     return "no position" if position is None else f"the position of {_sink_of(position)}"
 
 

@@ -167,11 +167,23 @@ class TBCallBack(CallBack):
         if self._batch.count or self._writer is not None:
             self._flush()
         path = None if self._writer is None else self._writer.path
-        return position(path, self._event_files()).to_state()
+        state = position(path, self._event_files()).to_state()
+        state["flush_every"] = self.flush_every  # what the points are: each value, or means of so many
+        return state
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
-        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
+        """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood, written with this
+        ``flush_every``."""
         check_file_position(position, is_event_file, self.log_dir)
+        held = None if position is None else position.get("flush_every")
+        if held is not None and held != self.flush_every:
+            raise ValueError(
+                f"the run's checkpoint was written with flush_every={held}, but this TBCallBack has "
+                f"flush_every={self.flush_every}: the run's points after the checkpoint would be "
+                f"{'means of ' + str(self.flush_every) + ' values' if self.flush_every > 1 else 'every value'}, "
+                f"and those before it {'means of ' + str(held) + ' values' if held > 1 else 'every value'}. "
+                f"Resume with TBCallBack(..., flush_every={held})."
+            )
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""

@@ -321,12 +321,15 @@ def rewind_outputs(
 ) -> None:
     """Cut the callback's files back to each run's checkpoint; remove every entry of a run that starts again.
 
-    Runs that never started wrote nothing and are skipped.
+    Runs that never started wrote nothing and are skipped. Each cut moves the bytes after it, so
+    runs that continue are cut first, the highest-numbered first, and runs that start again last: a
+    process writes its runs into its event file in the order of their numbers, so no cut moves what
+    a later one finds by its offset. (Files all runs append to are cut by counts, in any order.)
     """
     rewind = getattr(callback, "rewind", None)
     if not callable(rewind):
         return
-    for run, header in left.items():
+    for run, header in sorted(left.items(), key=lambda item: (item[1] is None, -item[0])):
         if manifest["runs"][run - 1]["status"] == "pending" and header is None:
             continue
         rewind(f"{tag_prefix}run_{run}", None if header is None else header.callback_position)

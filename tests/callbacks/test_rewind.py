@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import pickle
 
@@ -21,7 +22,13 @@ def test_a_jsonl_position_is_plain_data_that_rewind_cuts_the_run_back_to(tmp_pat
     callback({"ep_return": 1.0}, "ep_return/run_1", 1)
     callback({"ep_return": 5.0}, "ep_return/run_2", 1)
     position = callback.checkpoint("run_1")
-    assert position == {"kind": "file", "path": str(path), "offset": path.stat().st_size, "others": {}}
+    assert position == {
+        "kind": "file",
+        "path": str(path),
+        "offset": path.stat().st_size,
+        "others": {},
+        "counts": {"ep_return/run_1": 1},
+    }
     assert pickle.loads(pickle.dumps(position)) == position and type(position) is dict
     callback({"ep_return": 2.0}, "ep_return/run_1", 2)
     callback({"ep_return": 6.0}, "ep_return/run_2", 2)
@@ -69,7 +76,7 @@ def test_a_position_of_another_file_sink_is_refused_by_the_check_and_by_rewind(t
     before = (tmp_path / "log.jsonl").read_bytes()
     for wrong, held in (
         (positions[0], r"the position of the file log.jsonl"),
-        ([positions[0]], r"the positions of 1 sinks \(the file log.jsonl\)"),
+        ([positions[0]], r"the position of 1 sink \(the file log.jsonl\)"),
     ):
         sinks = r"2 sinks \(JsonlCallback, TBCallBack\)"
         with pytest.raises(ValueError, match=f"holds {held}, but this MultiCallback has {sinks}: resume with"):
@@ -103,3 +110,81 @@ def test_a_sink_pointed_at_another_folder_is_refused_and_a_moved_one_accepted(tm
         shutil.move(first, tmp_path / "moved")  # the experiment moved, its files with it
         make(tmp_path / "moved").check_position(position)
         shutil.rmtree(tmp_path / "moved")
+
+
+def lines_of(path, sink_type):
+    if sink_type == "jsonl":
+        return [(row["tag"], row["step"]) for row in map(json.loads, path.read_text().splitlines())]
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    return [(row["tag"], int(row["step"])) for row in rows]
+
+
+@pytest.mark.parametrize("order", [(1, 2), (2, 1)])
+@pytest.mark.parametrize("sink_type", ["jsonl", "csv"])
+def test_runs_sharing_a_line_file_are_cut_back_exactly_resume_after_resume(tmp_path, sink_type, order):
+    """Two runs append to one file. Cutting run 1 back moved run 2's later lines, so run 2's checkpoint offset then
+    kept some of its lines from after its checkpoint, or cut one in half (an outside tester's JSONL after a kill)."""
+    from online_trainer.callbacks import CSVCallback
+
+    path = tmp_path / f"log.{sink_type}"
+    parent = JsonlCallback(path, flush_every=1) if sink_type == "jsonl" else CSVCallback(path, flush_rows=1)
+
+    def log(sink, run, step):
+        sink({"x": float(step)}, f"a/run_{run}", step)
+        sink({"y": float(step)}, f"b/run_{run}", step)
+        sink.flush()
+
+    # the first attempt: each run in a worker of its own, writing the shared file in turns
+    workers = {run: pickle.loads(pickle.dumps(parent)) for run in (1, 2)}
+    positions = {}
+    for step in range(1, 9):
+        for run in (1, 2):
+            log(workers[run], run, step)
+            if (run, step) in ((1, 2), (2, 6)):  # run 1 checkpoints early, run 2 late
+                positions[run] = workers[run].checkpoint(f"run_{run}")
+    for worker in workers.values():
+        worker.close()  # killed after step 8
+
+    def expected(upto):
+        return [
+            (f"{tag}/run_{run}", step) for step in range(1, 9) for run in (1, 2) for tag in "ab" if step <= upto[run]
+        ]
+
+    for run in order:
+        parent.rewind(f"run_{run}", positions[run])
+    assert lines_of(path, sink_type) == expected({1: 2, 2: 6})
+
+    # the resume: both runs go on from their checkpoints; run 1 checkpoints again at step 4, run 2 never
+    workers = {run: pickle.loads(pickle.dumps(parent)) for run in (1, 2)}
+    for step in range(3, 8):
+        log(workers[1], 1, step)
+        if step == 4:
+            positions[1] = workers[1].checkpoint("run_1")
+        if step >= 7:
+            log(workers[2], 2, step)
+    for worker in workers.values():
+        worker.close()  # killed again
+    parent = pickle.loads(pickle.dumps(parent))
+    for run in order:
+        parent.rewind(f"run_{run}", positions[run])
+    got = lines_of(path, sink_type)
+    assert sorted(got) == sorted(expected({1: 4, 2: 6})) and len(got) == len(set(got))
+
+
+def test_a_tensorboard_sink_resumed_with_another_flush_every_is_refused(tmp_path):
+    """Accepted, it left every point before the checkpoint and means of 10 after it (an outside tester's find)."""
+    from online_trainer.callbacks import TBCallBack
+
+    sink = TBCallBack(tmp_path)
+    sink({"loss": 1.0}, "agents/run_1", 1)
+    position = sink.checkpoint("run_1")
+    sink.close()
+    TBCallBack(tmp_path).check_position(position)
+    with pytest.raises(
+        ValueError,
+        match=r"written with flush_every=1, but this TBCallBack has flush_every=10: .* "
+        r"Resume with TBCallBack\(..., flush_every=1\)",
+    ):
+        TBCallBack(tmp_path, flush_every=10).check_position(position)
+    position.pop("flush_every")  # a checkpoint of an earlier version: nothing to check it against
+    TBCallBack(tmp_path, flush_every=10).check_position(position)

@@ -817,3 +817,29 @@ def test_sigterm_to_the_process_group_interrupts_the_workers_runs(tmp_path, star
     )
     assert reference.returncode == 0
     assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(exp)[COLUMNS])
+
+
+def test_a_run_that_starts_again_is_cut_after_the_runs_that_continue_in_its_event_file(tmp_path):
+    """A process's event file holds its runs one after the other: removing every event of run 1 (failed, no
+    checkpoint) first moved run 2's events, and run 2's checkpoint offset then fell inside one of them."""
+    import types
+
+    from online_trainer.experiment.resuming import rewind_outputs
+
+    sink = TBCallBack(tmp_path)
+    sink.start_run(1, 0, {}, str(tmp_path))
+    for step in range(1, 6):
+        sink({"loss": float(step)}, "agents/run_1", step)
+    sink.start_run(2, 1, {}, str(tmp_path))
+    for step in range(1, 6):
+        sink({"loss": float(step)}, "agents/run_2", step)
+    header = types.SimpleNamespace(callback_position=sink.checkpoint("run_2"))
+    for step in range(6, 9):
+        sink({"loss": float(step)}, "agents/run_2", step)
+    sink.close()
+    manifest = {"runs": [{"run": 1, "status": "failed"}, {"run": 2, "status": "interrupted"}]}
+    rewind_outputs(TBCallBack(tmp_path), manifest, {1: None, 2: header})
+    events = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    events.Reload()
+    assert events.Tags()["scalars"] == ["agents/loss/run_2"]
+    assert [e.step for e in events.Scalars("agents/loss/run_2")] == [1, 2, 3, 4, 5]
