@@ -127,13 +127,14 @@ class CSVCallback(LineFileSink):
         self._last_flush = time.time()
         if not self._rows:
             return
-        fd = self._open() if self._fd is None else self._fd
+        if self._fd is None:
+            self._open()  # the file's width: its header says
         buffer = io.StringIO()
         width = self._width
         rows = self._rows if width == len(COLUMNS) else [row[:width] for row in self._rows]
         csv.writer(buffer, lineterminator="\n").writerows(rows)
         self._rows.clear()
-        self._write_all(fd, buffer.getvalue().encode("utf-8"))
+        self._append(buffer.getvalue().encode("utf-8"))
 
     def _open(self) -> int:
         """Create the file with its header row unless it exists; open it for appending; return the descriptor."""

@@ -99,14 +99,16 @@ class JsonlCallback(LineFileSink):
         """Write the buffered lines."""
         if not self._lines:
             return
-        if self._fd is None:
-            directory = os.path.dirname(self.log_path)
-            if directory:
-                os.makedirs(directory, exist_ok=True)
-            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         payload = ("\n".join(self._lines) + "\n").encode("utf-8")
         self._lines.clear()
-        self._write_all(self._fd, payload)
+        self._append(payload)
+
+    def _open(self) -> int:
+        directory = os.path.dirname(self.log_path)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        return self._fd
 
     def written_files(self) -> list[str]:
         """``log_path`` once it holds values (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""

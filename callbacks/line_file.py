@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 from online_trainer.callbacks.base import CallBack
 from online_trainer.callbacks.files import check_not_exp_dir
@@ -30,16 +36,23 @@ class LineFileSink(CallBack):
     :meth:`tag_of_line`), and leaves other runs' lines alone. Counts, not the file's size: the
     other runs cut back in the same resume move every later byte (see :mod:`online_trainer.callbacks.rewind`).
 
-    Subclasses set :attr:`FILE_NAME` and ``log_path``, open ``_fd``, define :meth:`flush` and
-    :meth:`tag_of_line`, and count in ``_lines_of`` (tag -> lines) every line they keep to write.
+    Writers hold the file's lock shared while they append, and a rewind holds it alone while it swaps
+    in the cut file (a Slurm job that restarts cuts its run back while the other jobs write): a writer
+    whose descriptor is on the file swapped out opens the new one, or its lines would go nowhere.
+    The lock is a hidden file beside ``log_path`` (``.scalars.jsonl.lock``).
+
+    Subclasses set :attr:`FILE_NAME` and ``log_path``, define :meth:`flush` (writing with
+    :meth:`_append`), :meth:`_open` and :meth:`tag_of_line`, and count in ``_lines_of`` (tag ->
+    lines) every line they keep to write.
     """
 
     FILE_NAME: ClassVar[str]
     """The name the docs suggest for the file (``scalars.csv``), used in messages."""
 
-    _unpicklable = ("_fd",)
+    _unpicklable = ("_fd", "_lock_fd")
     log_path: str
-    _fd: int | None
+    _fd: int | None = None
+    _lock_fd: int | None = None
     _lines_of: dict[str, int]
     """Lines of each tag in the file: those this process wrote, and those a rewind kept (a resumed run's)."""
 
@@ -52,8 +65,37 @@ class LineFileSink(CallBack):
         """Append what is kept to the file."""
         raise NotImplementedError
 
+    def _open(self) -> int:
+        """Open ``log_path`` for appending (made with its header, if the format has one); return the descriptor."""
+        raise NotImplementedError
+
     def _entries(self, data: bytes) -> Iterator[tuple[int, int, str | None]]:
         return text_lines(data, self.tag_of_line)
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[None]:
+        if fcntl is None:  # Windows: one process writes (no Slurm there)
+            yield
+            return
+        if self._lock_fd is None:
+            directory, name = os.path.split(self.log_path)
+            if directory:
+                os.makedirs(directory, exist_ok=True)
+            self._lock_fd = os.open(os.path.join(directory, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _append(self, payload: bytes) -> None:
+        """Append whole lines to the file at ``log_path`` now (see the class docstring)."""
+        with self._locked(exclusive=False):
+            fd = self._fd
+            if fd is not None and not _same_file(fd, self.log_path):
+                self._fd = None
+                os.close(fd)
+            self._write_all(self._open() if self._fd is None else self._fd, payload)
 
     @staticmethod
     def _write_all(fd: int, payload: bytes) -> None:
@@ -77,7 +119,8 @@ class LineFileSink(CallBack):
         """Remove the run's lines written after ``position`` (all of them when None)."""
         at = as_file_position(position)
         if os.path.exists(self.log_path):
-            rewind_files([Path(self.log_path)], run_tag, at, self._entries)
+            with self._locked(exclusive=True):
+                rewind_files([Path(self.log_path)], run_tag, at, self._entries)
         for tag in [tag for tag in self._lines_of if belongs(tag, run_tag)]:
             del self._lines_of[tag]
         if at is not None:  # the resumed run goes on counting from the lines kept
@@ -92,6 +135,18 @@ class LineFileSink(CallBack):
         try:
             self.flush()
         finally:
-            if self._fd is not None:
-                fd, self._fd = self._fd, None
-                os.close(fd)
+            for name in ("_fd", "_lock_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    setattr(self, name, None)
+                    os.close(fd)
+
+
+def _same_file(fd: int, path: str) -> bool:
+    """Whether ``fd`` is open on the file at ``path`` (not on one a rewind swapped out)."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_ino, held.st_dev) == (now.st_ino, now.st_dev)

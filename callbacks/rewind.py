@@ -140,6 +140,7 @@ def cut_file(
     entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
     run_tag: str,
     keep_first: Mapping[str, int] | None = None,
+    drop_torn: bool = True,
 ) -> bool:
     """Remove the run's entries of ``path`` from byte ``keep_before`` on (None: all of them).
 
@@ -151,6 +152,9 @@ def cut_file(
         run_tag: the run's tag suffix (see :func:`belongs`).
         keep_first: instead of ``keep_before``: the first so many entries of each of the run's tags stay,
             wherever they are, and the run's other entries go.
+        drop_torn: rewrite the file to drop an incomplete last entry even when it holds nothing of the run.
+            False where another process may be writing it (its last entry is then one on its way), and the
+            run's file is not written again.
 
     Returns:
         Whether the file was rewritten.
@@ -172,7 +176,7 @@ def cut_file(
             changed = True
         else:
             kept.append(data[start:end])
-    if last_end < len(data):  # a torn last entry
+    if last_end < len(data) and drop_torn:  # a torn last entry
         changed = True
     if changed:
         write_atomic(path, b"".join(kept))
@@ -184,8 +188,10 @@ def rewind_files(
     run_tag: str,
     at: FilePosition | None,
     entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+    drop_torn: bool = True,
 ) -> None:
     """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries).
+    ``drop_torn``: see :func:`cut_file`.
 
     Files are matched by name, not by the path spelled at the checkpoint: a sink's files share one
     folder, and an experiment directory reached by another path (relative or absolute, copied,
@@ -196,11 +202,11 @@ def rewind_files(
     for file in files:
         name = os.path.basename(os.fspath(file))
         if at is None:
-            cut_file(file, None, entries, run_tag)
+            cut_file(file, None, entries, run_tag, drop_torn=drop_torn)
         elif name == current:
-            cut_file(file, at.offset, entries, run_tag, at.counts)
-        elif name not in before:  # made after the checkpoint: by an earlier attempt at this run
-            cut_file(file, None, entries, run_tag)
+            cut_file(file, at.offset, entries, run_tag, at.counts, drop_torn)
+        elif name not in before:  # made after the checkpoint: by an earlier attempt at this run, or another process
+            cut_file(file, None, entries, run_tag, drop_torn=drop_torn)
 
 
 def run_counts(

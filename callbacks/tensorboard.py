@@ -187,7 +187,9 @@ class TBCallBack(CallBack):
 
     def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
         """Remove the run's events written after ``position`` (all of them when None) from the event files."""
-        rewind_files(self._event_files(), run_tag, as_file_position(position), event_records)
+        # Another process may be writing an event file (a restarted Slurm job cuts back while others run): its last
+        # record may be on its way, not torn. The run's own files are written by no one any more.
+        rewind_files(self._event_files(), run_tag, as_file_position(position), event_records, drop_torn=False)
 
     def written_files(self) -> list[str]:
         """The event files of ``log_dir`` (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -188,3 +189,66 @@ def test_a_tensorboard_sink_resumed_with_another_flush_every_is_refused(tmp_path
         TBCallBack(tmp_path, flush_every=10).check_position(position)
     position.pop("flush_every")  # a checkpoint of an earlier version: nothing to check it against
     TBCallBack(tmp_path, flush_every=10).check_position(position)
+
+
+@pytest.mark.parametrize("sink_type", ["jsonl", "csv"])
+def test_a_run_cut_back_while_another_process_appends_loses_none_of_its_lines(tmp_path, sink_type):
+    """A restarted Slurm job cuts its run back while the other jobs write: the cut file was swapped in under their
+    open descriptors, and every line they wrote after it went to the file swapped out."""
+    from online_trainer.callbacks import CSVCallback
+
+    path = tmp_path / f"log.{sink_type}"
+    parent = JsonlCallback(path, flush_every=1) if sink_type == "jsonl" else CSVCallback(path, flush_rows=1)
+    job1, job2 = pickle.loads(pickle.dumps(parent)), pickle.loads(pickle.dumps(parent))
+    for step in range(1, 4):
+        job1({"x": 1.0}, "a/run_1", step)
+        job2({"x": 2.0}, "a/run_2", step)
+        job1.flush(), job2.flush()
+    position = job1.checkpoint("run_1")
+    job1({"x": 1.0}, "a/run_1", 4)
+    job1.flush()  # job 1 is preempted here
+    restarted = pickle.loads(pickle.dumps(parent))
+    restarted.rewind("run_1", position)  # job 2 still has the file open
+    for step in range(4, 7):
+        job2({"x": 2.0}, "a/run_2", step)
+        job2.flush()
+    restarted({"x": 1.0}, "a/run_1", 4)
+    restarted.close(), job2.close()
+    got = lines_of(path, sink_type)
+    assert sorted(got) == sorted(
+        [(f"a/run_{run}", step) for run in (1, 2) for step in range(1, 7) if run == 2 or step <= 4]
+    )
+    assert len(got) == len(set(got))
+
+
+def test_a_torn_last_line_is_dropped_when_a_run_is_cut_back(tmp_path):
+    """A writer killed in the middle of a long write leaves part of a line: the next line would be glued to it."""
+    path = tmp_path / "log.jsonl"
+    sink = JsonlCallback(path, flush_every=1)
+    sink({"x": 1.0}, "a/run_1", 1)
+    sink({"x": 2.0}, "a/run_2", 1)
+    position = sink.checkpoint("run_1")
+    sink.close()
+    with open(path, "ab") as file:
+        file.write(b'{"tag": "a/run_2", "st')
+    JsonlCallback(path).rewind("run_1", position)
+    assert lines_of(path, "jsonl") == [("a/run_1", 1), ("a/run_2", 1)]
+
+
+def test_an_event_file_another_process_is_writing_is_left_alone(tmp_path):
+    """Its last record may be on its way: taken for torn, the file was swapped out under its writer."""
+    from online_trainer.callbacks import TBCallBack
+
+    job1, job2 = TBCallBack(tmp_path), TBCallBack(tmp_path)
+    job1({"x": 1.0}, "a/run_1", 1)
+    position = job1.checkpoint("run_1")
+    job1.close()
+    job2({"x": 2.0}, "a/run_2", 1)
+    other = Path(job2.checkpoint("run_2")["path"])
+    assert other.name != Path(position["path"]).name
+    with open(other, "ab") as file:
+        file.write(b"\x10\x00\x00")  # the start of job 2's next record
+    before = other.stat().st_ino, other.read_bytes()
+    TBCallBack(tmp_path).rewind("run_1", position)
+    assert (other.stat().st_ino, other.read_bytes()) == before
+    job2.close()
