@@ -76,8 +76,18 @@ def test_a_full_checkpoint_file_holds_no_object_of_the_package_with_the_built_in
     assert 600 <= header["global_step"] < 602  # at the checkpoint (2 sub-envs may overshoot)
     jsonl, csv, tensorboard = header["outputs"]["callback"]  # the MultiCallback's sinks, in order
     assert state["outputs"]["callback"] == [jsonl, csv, tensorboard]
-    assert jsonl == {"kind": "file", "path": str(interrupted / "log.jsonl"), "offset": jsonl["offset"], "others": {}}
+    assert jsonl == {
+        "kind": "file",
+        "path": str(interrupted / "log.jsonl"),
+        "offset": jsonl["offset"],
+        "others": {},
+        "counts": jsonl["counts"],
+    }
+    counts = jsonl["counts"]  # the run's lines then, by tag (stats/ and timing/ ones depend on the clock)
+    assert counts["ep_return/run_1"] == counts["ep_length/run_1"] == 25 and counts["agents/run_1"] == 4
+    assert all(tag.endswith("/run_1") for tag in counts)
     assert csv["path"] == str(interrupted / "log.csv") and tensorboard["path"].startswith(str(interrupted))
+    assert tensorboard["flush_every"] == 1
     assert 0 < jsonl["offset"] < (interrupted / "log.jsonl").stat().st_size  # the run logged on after it
 
 
