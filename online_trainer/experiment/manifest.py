@@ -100,12 +100,18 @@ class Experiment:
         with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
             on_disk = read_manifest_quietly(self.exp_dir)
             for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
-                if (
-                    entry["status"] == ownership.RUNNING
-                    and written.get(SLURM_JOB_KEY) == entry.get(SLURM_JOB_KEY)
-                    and written.get("status") not in (None, ownership.RUNNING, "pending")
+                if SLURM_JOB_KEY not in entry or written.get(SLURM_JOB_KEY) != entry[SLURM_JOB_KEY]:
+                    continue  # not (yet) in this call's job
+                if entry["status"] == ownership.RUNNING and written.get("status") not in (
+                    None,
+                    ownership.RUNNING,
+                    "pending",
                 ):
-                    entry.update(written)  # its job (this call's: the same id) recorded its end
+                    entry.update(written)  # its job recorded its end
+                elif "resumed_from" in written:  # where its job continued the run after Slurm restarted it
+                    entry["resumed_from"] = written["resumed_from"]
+                else:  # restarted from its first step (or never restarted: then neither has it)
+                    entry.pop("resumed_from", None)
             storage.write_manifest(self.exp_dir, self.manifest)
 
     @property

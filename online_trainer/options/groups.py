@@ -336,7 +336,8 @@ class SlurmOptions:
     per run); more suits short runs on a cluster that is slow to start jobs."""
     signal_delay_s: int = 90
     """Slurm signals a job (SIGUSR2) this many seconds before its time limit: the run writes a full checkpoint and the
-    job requeues itself, then continues from it. At most half of ``time``."""
+    job requeues itself, then continues from it. Slurm may send it up to 60 s earlier, so at most half of ``time``
+    less 60 s (30 for ``time=3``; the default 90 needs ``time >= 5``)."""
     max_requeues: int = 10
     """Times a job may be requeued (preempted, or at its time limit) before its run fails; its checkpoint stays,
     so ``resume=True`` can continue it."""
@@ -355,6 +356,25 @@ class SlurmOptions:
         validation.keywords(cls.__name__, kwargs, [spec.name for spec in dataclasses.fields(cls)])
         return super().__new__(cls)
 
+    def _check_signal_delay(self, time: int) -> None:
+        # Signalled at its start (or before it has loaded its checkpoint), a job requeues without running, or dies of
+        # the signal. Slurm sends it up to 60 s earlier than asked (sbatch --signal), so the latest delay that still
+        # leaves half of the time to run is 60 s short of half.
+        latest = time * 30 - 60
+        if latest < 1:
+            raise ValueError(
+                f"time={time} is too short for the signal a job gets before its time limit: Slurm sends it up to "
+                "60 s earlier than asked, so a job could be signalled as it starts, and die of it. Pass time=3 or "
+                "more (minutes), or time=None for the partition's limit."
+            )
+        if self.signal_delay_s > latest:
+            raise ValueError(
+                f"signal_delay_s={self.signal_delay_s} with time={time}: Slurm sends the signal up to 60 s "
+                f"earlier than asked, so a job could be signalled {self.signal_delay_s + 60} s before its "
+                f"{time * 60} s run out, before it had run half of them. Pass signal_delay_s={latest} or less, "
+                "or a longer time."
+            )
+
     def __post_init__(self) -> None:
         if self.time is not None:
             validation.positive_int(
@@ -364,13 +384,11 @@ class SlurmOptions:
             validation.positive_int("cpus_per_task", self.cpus_per_task, "Use None for the cluster's default.")
         validation.positive_int("runs_per_job", self.runs_per_job)
         validation.positive_int("signal_delay_s", self.signal_delay_s)
-        if self.time is not None and self.signal_delay_s > self.time * 30:
-            # signalled at its start (or before it has loaded its checkpoint), a job requeues without running, or dies
-            raise ValueError(
-                f"signal_delay_s={self.signal_delay_s} with time={self.time}: Slurm would signal each job "
-                f"{self.signal_delay_s} s before its {self.time * 60} s run out, before it had run half of them. "
-                f"Pass signal_delay_s={self.time * 30} or less, or a longer time."
-            )
+        # Signalled at its start (or before it has loaded its checkpoint), a job requeues without running, or dies of
+        # the signal. Slurm sends it up to 60 s earlier than asked (sbatch --signal), so the latest delay that still
+        # leaves half of the time to run is 60 s short of half.
+        if self.time is not None:
+            self._check_signal_delay(self.time)
         if not isinstance(self.max_requeues, int) or isinstance(self.max_requeues, bool) or self.max_requeues < 0:
             raise ValueError(f"max_requeues must be a non-negative int, but got max_requeues={self.max_requeues!r}.")
         for name in ("partition", "mem", "gres", "account", "qos", "folder"):

@@ -287,3 +287,29 @@ def test_an_overwrite_with_mlflow_in_the_same_process_finds_its_runs_in_the_work
         trainer.call_back = MLflowCallback()
         runs = trainer.multi_run(2, num_episodes=3, seed_offset=0, overwrite=True, num_workers=2, progress=False)
         assert [len(run) for run in runs] == [3, 3]
+
+
+def test_the_submitting_process_keeps_where_a_restarted_slurm_job_continued_its_run(tmp_path):
+    """A job Slurm restarted recorded ``resumed_from``; the submitting process then wrote its own entry over it as it
+    recorded the run's end (an outside tester's find, in 6 trials of 6)."""
+    import types
+
+    from online_trainer.experiment import job_results
+    from online_trainer.experiment.manifest import Experiment
+
+    manifest = Experiment.new_manifest(2, 0, 0, {})
+    for entry, job in zip(manifest["runs"], ("7_0", "7_1")):
+        entry.update(
+            status="running", slurm_job=job, resumed_from={"global_step": 10, "episodes": 1, "env_restored": True}
+        )
+    storage.write_manifest(tmp_path, manifest)
+    experiment = Experiment(tmp_path, json.loads(json.dumps(manifest)), [])
+    point = {"global_step": 40, "episodes": 4, "env_restored": True}
+    job_results.record_restart(tmp_path, 1, types.SimpleNamespace(resume_point=point))  # from its checkpoint
+    job_results.record_restart(tmp_path, 2, None)  # from its first step: no checkpoint yet
+    for entry in experiment.manifest["runs"]:
+        entry.update(status="finished")  # the submitting process records the ends it read
+    experiment._write()
+    written = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert written[0]["resumed_from"] == point and "resumed_from" not in written[1]
+    assert [entry["status"] for entry in written] == ["finished", "finished"]

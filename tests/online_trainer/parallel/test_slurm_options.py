@@ -33,13 +33,21 @@ from tests.conftest import RecordingAgent, make_counting_vec
         ),
         ({"additional_parameters": {"job-name": "x"}}, "sets 'job-name', which the runner sets itself"),
         ({"additional_parameters": {"cpus-per-task": 2}}, "sets 'cpus-per-task', which is an option of its own: pass "),
-        # signalled at their start, requeued jobs died of SIGUSR2 (FAILED) before a handler was set (an outside tester)
+        # signalled at their start, requeued jobs died of SIGUSR2 (FAILED) before a handler was set (outside testers:
+        # with time=1, whatever the delay, since Slurm signals up to 60 s early)
         (
-            {"time": 1},
-            "signal_delay_s=90 with time=1: Slurm would signal each job 90 s before its 60 s run out, before it had "
-            "run half of them. Pass signal_delay_s=30 or less, or a longer time.",
+            {"time": 4},
+            "signal_delay_s=90 with time=4: Slurm sends the signal up to 60 s earlier than asked, so a job could be "
+            "signalled 150 s before its 240 s run out, before it had run half of them. Pass signal_delay_s=60 or "
+            "less, or a longer time.",
         ),
-        ({"time": 2, "signal_delay_s": 61}, "Pass signal_delay_s=60 or less"),
+        ({"time": 3, "signal_delay_s": 31}, "Pass signal_delay_s=30 or less"),
+        (
+            {"time": 1, "signal_delay_s": 30},
+            "time=1 is too short for the signal a job gets before its time limit: Slurm sends it up to 60 s earlier "
+            "than asked, so a job could be signalled as it starts, and die of it. Pass time=3 or more",
+        ),
+        ({"time": 2, "signal_delay_s": 1}, "time=2 is too short for the signal"),
     ],
 )
 def test_bad_slurm_options_are_named(options, message):
@@ -47,8 +55,8 @@ def test_bad_slurm_options_are_named(options, message):
         SlurmOptions(**options)
 
 
-def test_a_signal_delay_of_half_the_time_limit_is_taken():
-    assert SlurmOptions(time=1, signal_delay_s=30).signal_delay_s == 30 and SlurmOptions(time=3).time == 3
+def test_a_signal_delay_of_half_the_time_limit_less_slurms_minute_is_taken():
+    assert SlurmOptions(time=3, signal_delay_s=30).signal_delay_s == 30 and SlurmOptions(time=5).time == 5
 
 
 def test_slurm_options_belong_to_the_slurm_backend():
