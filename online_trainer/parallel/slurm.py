@@ -281,13 +281,22 @@ _REASONS_EVERY_S = 30.0
 
 
 def follow(
-    watch: _Watch, display: ProgressDisplay | NoProgress, poll_interval: float, on_result: Callable[[RunResult], None]
+    watch: _Watch,
+    display: ProgressDisplay | NoProgress,
+    poll_interval: float,
+    on_result: Callable[[RunResult], None],
+    attached: bool = False,
 ) -> None:
     """Follow the runs of ``watch`` until each has a result, handing each to ``on_result``.
 
     A job queued for a reason that keeps it from ever starting as asked (:data:`UNRUNNABLE`: more CPUs than the
     partition has...) is named in a warning, once: the wait would otherwise be silent until Ctrl-C.
+    ``attached``: the runs were under way before this process followed them (a handle's ``wait()``); the progress
+    they made before is shown as done before, not as made in no time (a rate of millions of steps a second).
     """
+    watch.progress(display)
+    if attached:
+        display.count_as_done_before()
     last_poll, last_reasons, warned = 0.0, -math.inf, set()
     while watch.runs:
         watch.progress(display)

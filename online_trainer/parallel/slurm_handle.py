@@ -103,7 +103,7 @@ class SlurmRuns:
             unit = "steps" if call.get("total_steps") else "episodes"
             display = ProgressDisplay(len(watch.runs), total, unit) if total else NoProgress()
         try:
-            follow(watch, display, poll_interval, lambda result: self._record(result))
+            follow(watch, display, poll_interval, lambda result: self._record(result), attached=True)
         finally:
             display.close_all()
         failures: list[RunFailure] = []

@@ -170,6 +170,9 @@ class NoProgress:
     def handle(self, message: tuple) -> None:
         pass
 
+    def count_as_done_before(self) -> None:
+        pass
+
     def close_all(self) -> None:
         pass
 
@@ -355,6 +358,17 @@ class ProgressDisplay:
             self._start(key, *payload)
         elif kind == "progress":
             self.advance(key, *payload)
+
+    def count_as_done_before(self) -> None:
+        """Count what the bars show as done before now: their rates and times start here (runs under way that this
+        process began to follow, whose progress so far it read at once)."""
+        for bar in (self.overall, *self.bars.values()):
+            if isinstance(bar, _Tally):
+                continue
+            done = bar.n
+            bar.reset(total=bar.total)
+            bar.initial = bar.n = bar.last_print_n = done
+            bar.refresh()
 
     def close_all(self) -> None:
         """Close every bar."""
