@@ -151,10 +151,13 @@ class RunEvents:
         """End the run's hooks: for a completed run (its budget spent, or stopped by a hook) every hook's
         ``on_run_end`` in order (the final evaluation, the last flush, the last and best checkpoints, then
         the user's), and its full checkpoint is removed (it will not be resumed); in any case every hook's
-        ``close`` (the streams are flushed and closed)."""
+        ``close`` (the streams are flushed and closed).
+
+        ``global_step``: where the run ended; for one that did not complete, the step it reached (0: not known)."""
         try:
-            if completed:
+            if completed or global_step > self.hooks.ctx.global_step:
                 self.hooks.ctx.global_step = global_step
+            if completed:
                 self.hooks.end()
                 if self.spec.exp_dir is not None:
                     storage.resume_path(self.spec.exp_dir, self.spec.run_idx).unlink(missing_ok=True)

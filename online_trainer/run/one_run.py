@@ -340,7 +340,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             mark_failed_at(error, *position[:2], time.perf_counter() - start + (saved.elapsed if saved else 0.0))
         if events is not None:
             try:
-                events.finish(False, 0)
+                events.finish(False, position[0] if position is not None else 0)
             except Exception as exc:  # the run's own error is the one to report
                 logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
             else:

@@ -39,6 +39,7 @@ class ProgressTicks(Hook):
         self.shown_steps = 0
         self.shown_episodes = 0
         self.ended = False
+        self.ctx: RunContext | None = None  # the run's context, from its first step tick (read by close)
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """Under an episode budget: the bar moves by the episodes that ended and shows the last one's return."""
@@ -50,6 +51,7 @@ class ProgressTicks(Hook):
 
     def on_step(self, ctx: RunContext) -> None:
         """Under a step budget: the bar moves to this step and shows the last return."""
+        self.ctx = ctx
         self.shown_episodes = ctx.episodes
         self._show_last_return()
         self.progress.advance(ctx.global_step - self.shown_steps)
@@ -78,9 +80,15 @@ class ProgressTicks(Hook):
             self.shown_steps = ctx.global_step
 
     def close(self) -> None:
-        """A run that failed shows the last return it had."""
-        if not self.ended:
-            self._show_last_return()
+        """A run that failed or was interrupted shows the last return it had and, under a step budget, the step it
+        reached (its manifest's count; the bar had moved at the last tick)."""
+        if self.ended:
+            return
+        self._show_last_return()
+        ctx = self.ctx
+        if ctx is not None and ctx.global_step > self.shown_steps:
+            self.progress.advance(ctx.global_step - self.shown_steps)
+            self.shown_steps = ctx.global_step
 
     def state_dict(self) -> dict[str, Any]:
         """``shown_steps``: the env steps the bar shows (step budget); ``episodes``: the episodes it shows."""

@@ -424,3 +424,52 @@ def test_the_stoppers_state_round_trips_and_resumes_their_count():
     assert same(fresh.state_dict(), state)
     fresh.on_eval({"mean": 1.0})  # the second evaluation in a row without a new best
     assert fresh.ctx.stop_reason is not None and "StopOnNoImprovement" in fresh.ctx.stop_reason
+
+
+class FailsAtStep(RecordingAgent):
+    """Raises in its ``fail_at``-th update."""
+
+    fail_at = 1237
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self.steps_seen = getattr(self, "steps_seen", 0) + 1
+        if self.steps_seen == self.fail_at:
+            raise RuntimeError("the agent's bug")
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_run_that_ends_between_ticks_shows_on_its_bar_the_step_it_reached(tmp_path, monkeypatch, error):
+    """The bars move at ticks (every total_steps // 200 env steps): a run that failed or was interrupted between two
+    stood at the last tick, behind its manifest's count. A failed run's bar now shows its manifest's count; an
+    interrupted one's, the step the loop reached (its manifest says how far its records and checkpoint got)."""
+    from online_trainer.loop.steps import failed_at
+    from online_trainer.parallel import executors
+
+    shown: list[int] = []
+
+    class Recording(executors.ProgressDisplay):
+        def run_finished(self, key, status):
+            shown.append(self.bars[key].n)
+            super().run_finished(key, status)
+
+    class Fails(FailsAtStep):
+        def update(self, *args, **kwargs):
+            try:
+                super().update(*args, **kwargs)
+            except RuntimeError:
+                raise error("stop") from None
+
+    monkeypatch.setattr(executors, "ProgressDisplay", Recording)
+    trainer = OnlineTrainer(make_counting_vec(1), Fails, exp_dir=str(tmp_path))
+    with pytest.raises((RuntimeError, KeyboardInterrupt)) as raised:
+        trainer.multi_run(1, total_steps=10_000, seed_offset=SEED, progress=True)
+    entry = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
+    if error is RuntimeError:
+        reached = entry["global_step"]
+        assert entry["status"] == "failed"
+    else:
+        reached = failed_at(raised.value)[0]
+        assert entry["status"] == "interrupted" and reached - 1 <= entry["global_step"] <= reached
+    assert reached % 50 and 0 < reached < 10_000  # between two ticks (every 50 steps)
+    assert shown == [reached]  # before: the last tick's step
