@@ -305,12 +305,30 @@ def _checked_header(
     exp_dir: Path, run: int, hooks: Sequence[Any], callback: Any, label: str = ""
 ) -> full_checkpoint.CheckpointHeader | None:
     """The header of run ``run``'s full checkpoint (None without one), checked against the call's hooks and callback."""
-    header = full_checkpoint.read(exp_dir, run, header_only=True)
+    header = full_checkpoint.read(exp_dir, run, header_only=True, verify=True)
     if header is not None:
         name = _run_name(run, label)
+        _check_streams(exp_dir, run, header)
         full_checkpoint.check_hooks(exp_dir, header, hooks, name)
         full_checkpoint.check_callback_position(exp_dir, header, callback, name)
     return header
+
+
+def _check_streams(exp_dir: Path, run: int, header: full_checkpoint.CheckpointHeader) -> None:
+    """Refuse a run whose metrics or evaluation stream is not what its full checkpoint recorded: cut short, or
+    damaged before the checkpoint's position. Continued, it would append readable records after unreadable ones."""
+    for path, size in (
+        (storage.metrics_path(exp_dir, run), header.outputs.get("metrics")),
+        (storage.evaluations_path(exp_dir, run), header.outputs.get("evaluations")),
+    ):
+        problem = None if size is None else storage.stream_problem(path, size)
+        if problem is not None:
+            checkpoint = storage.resume_path(exp_dir, run).name
+            raise ValueError(
+                f"{path} does not hold what run {run}'s full checkpoint {checkpoint} recorded: {problem}. The run "
+                f"cannot continue from it: put back a copy of {path.name}, or remove {checkpoint} to start the run "
+                "again from step 0 (its records and what the callback logged of it are then replaced)."
+            )
 
 
 def rewind_outputs(

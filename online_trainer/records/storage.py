@@ -186,12 +186,17 @@ class MetricsStream:
         self._buffer: list[dict[str, Any]] = []
         if resume_at is None:
             self._file: BinaryIO = open(self.path, "xb", buffering=0)
-        else:
-            self._file = open(self.path, "r+b" if self.path.exists() else "xb", buffering=0)
-            if os.fstat(self._file.fileno()).st_size < resume_at:
-                raise ValueError(f"{self.path} is shorter than its run's checkpoint recorded ({resume_at} bytes).")
+            return
+        problem = stream_problem(self.path, resume_at)  # planning checked it; a file changed since is refused too
+        if problem is not None:
+            raise ValueError(f"{self.path} does not hold what its run's full checkpoint recorded: {problem}.")
+        self._file = open(self.path, "r+b" if self.path.exists() else "xb", buffering=0)
+        try:
             self._file.truncate(resume_at)
             self._file.seek(resume_at)
+        except BaseException:
+            self._file.close()
+            raise
 
     def position(self) -> int:
         """The stream's size, everything buffered written: where a resumed run continues it."""
@@ -268,6 +273,27 @@ def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]
                 _warn_truncated(path, start, exc)
                 return
             yield chunk
+
+
+def stream_problem(path: str | os.PathLike, size: int) -> str | None:
+    """What is wrong with the first ``size`` bytes of stream ``path`` as a run's full checkpoint recorded them
+    (whole chunks, ``size`` bytes in all), or None when nothing is. They are read and loaded once."""
+    path = Path(path)
+    if not path.is_file():
+        return f"it does not exist, and its run's checkpoint recorded {size} bytes of it" if size else None
+    with open(path, "rb") as f:
+        actual = os.fstat(f.fileno()).st_size
+        if actual < size:
+            return f"it holds {actual} bytes, fewer than the {size} its run's checkpoint recorded"
+        while f.tell() < size:
+            start = f.tell()
+            try:
+                pickle.load(f)
+            except Exception as exc:  # garbage or zeros: pickle raises one of many
+                return f"its chunk at byte {start} does not load ({type(exc).__name__}: {exc})"
+        if f.tell() != size:
+            return f"its chunks do not end at byte {size}, where its run's checkpoint recorded its end"
+    return None
 
 
 def _warn_truncated(path: Path, offset: int, exc: Exception | None = None) -> None:

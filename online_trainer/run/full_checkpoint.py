@@ -6,8 +6,9 @@ due done), before the agent acts on the next observation. It is a :class:`FullCh
 layout version :data:`FORMAT`, written as plain data (each stateful part's ``to_state()``: dicts,
 lists, numbers and numpy arrays; no object of this package is pickled), and checked when it is
 read: a checkpoint of another version, or one that lacks a part, is refused before any run starts.
-The file is two pickles: a small :class:`CheckpointHeader` (what planning reads), then the checkpoint.
-It holds:
+The file is two pickles: a small :class:`CheckpointHeader` (what planning reads), then the checkpoint, then a
+20-byte trailer (a mark, the length of the pickles and their CRC32C), by which planning refuses a file cut short or
+changed since it was written, before any run starts. It holds:
 
 - ``loop``: the loop's position (:class:`~online_trainer.loop.steps.LoopState`: global step,
   episodes, the observation to act on);
@@ -34,6 +35,7 @@ import logging
 import os
 import pickle
 import random
+import struct
 import sys
 import time
 import warnings
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 import cloudpickle
+import crc32c
 import numpy as np
 
 from online_trainer.loop import seeding
@@ -241,20 +244,69 @@ def restart_seed(run_seed: int, global_step: int) -> int:
     return int(sequence.generate_state(1, dtype=np.uint32)[0] % (2**31 - seeding.SEED_STRIDE))
 
 
+_TRAILER_MARK = b"OTFCEND1"
+_TRAILER = struct.Struct("<8sQI")  # the mark, the length of the pickles before it, their CRC32C
+_SEALED = "sealed"
+"""The header's key that says the file ends in the trailer (files written before it have none)."""
+
+
+class _Checksummed:
+    """A binary file's ``write`` that also counts the bytes and their CRC32C."""
+
+    def __init__(self, file: Any) -> None:
+        self.file, self.length, self.crc = file, 0, 0
+
+    def write(self, data: Any) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        self.length += memoryview(data).nbytes
+        return self.file.write(data)
+
+
 def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
 
     The file is two pickles of plain data: a small header (:meth:`CheckpointHeader.to_state`), which
     the parent reads to check the version and cut outputs back, then :meth:`FullCheckpoint.to_state`.
     (The agent's own ``save()`` may hold what only cloudpickle pickles: the second part is written with it.)
+    A trailer closes it: the pickles' length and CRC32C, which :func:`read` checks (``verify``).
     """
-    header, state = checkpoint.header().to_state(), checkpoint.to_state()
+    header, state = {**checkpoint.header().to_state(), _SEALED: True}, checkpoint.to_state()
 
     def dump(file: Any) -> None:
-        pickle.dump(header, file, protocol=pickle.HIGHEST_PROTOCOL)
-        cloudpickle.dump(state, file, protocol=pickle.HIGHEST_PROTOCOL)
+        counted = _Checksummed(file)
+        pickle.dump(header, counted, protocol=pickle.HIGHEST_PROTOCOL)
+        cloudpickle.dump(state, counted, protocol=pickle.HIGHEST_PROTOCOL)
+        file.write(_TRAILER.pack(_TRAILER_MARK, counted.length, counted.crc))
 
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def _damaged(path: Path, why: str) -> ValueError:
+    return ValueError(
+        f"{path} is damaged ({why}): the run cannot continue from it. Remove it to start the run again from "
+        "step 0 (its records and what the callback logged of it are then replaced), or put back a copy of it."
+    )
+
+
+def _check_trailer(path: Path, file: Any, crc: bool) -> None:
+    """Refuse a sealed checkpoint whose trailer is missing or does not match its bytes (``crc``: read them all)."""
+    size = os.fstat(file.fileno()).st_size
+    if size < _TRAILER.size:
+        raise _damaged(path, f"{size} bytes, shorter than its trailer")
+    file.seek(size - _TRAILER.size)
+    mark, length, expected = _TRAILER.unpack(file.read(_TRAILER.size))
+    if mark != _TRAILER_MARK or length != size - _TRAILER.size:
+        raise _damaged(path, f"it was cut short or added to: {size} bytes, and no trailer at its end")
+    if crc:
+        file.seek(0)
+        value, left = 0, length
+        while left:
+            block = file.read(min(left, 1 << 22))
+            if not block:
+                raise _damaged(path, "it was cut short while being read")
+            value, left = crc32c.crc32c(block, value), left - len(block)
+        if value != expected:
+            raise _damaged(path, "its bytes do not match the checksum written with them")
 
 
 def check_hooks(exp_dir: str | Path, header: CheckpointHeader, hooks: Sequence[Any], name: str = "") -> None:
@@ -301,18 +353,25 @@ def _saved_state(exp_dir: str | Path, header: CheckpointHeader, name: str) -> st
 
 
 @overload
-def read(exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[False] = False) -> FullCheckpoint | None: ...
+def read(
+    exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[False] = False, verify: bool = False
+) -> FullCheckpoint | None: ...
 
 
 @overload
-def read(exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[True]) -> CheckpointHeader | None: ...
+def read(
+    exp_dir: str | os.PathLike, run_idx: int, header_only: Literal[True], verify: bool = False
+) -> CheckpointHeader | None: ...
 
 
 def read(
-    exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False
+    exp_dir: str | os.PathLike, run_idx: int, header_only: bool = False, verify: bool = False
 ) -> FullCheckpoint | CheckpointHeader | None:
     """Run ``run_idx``'s full checkpoint (a :class:`FullCheckpoint`; with ``header_only`` its
     :class:`CheckpointHeader` alone), or None when it has none.
+
+    ``verify``: also check the whole file against the checksum written with it (it is read once more); a
+    file cut short is refused in any case.
 
     Raises:
         ValueError: the file was written with another layout version (:data:`FORMAT`), or is damaged
@@ -322,8 +381,22 @@ def read(
     if not path.is_file():
         return None
     with open(path, "rb") as file:
-        header = CheckpointHeader.from_state(pickle.load(file), path)
-        return header if header_only else FullCheckpoint.from_state(pickle.load(file), path)
+        try:
+            state = pickle.load(file)
+        except Exception as exc:  # garbage, a cut: pickle raises one of many
+            raise _damaged(path, f"its header does not load: {type(exc).__name__}: {exc}") from exc
+        header = CheckpointHeader.from_state(state, path)
+        if isinstance(state, dict) and state.get(_SEALED):
+            offset = file.tell()
+            _check_trailer(path, file, crc=verify)
+            file.seek(offset)
+        if header_only:
+            return header
+        try:
+            body = pickle.load(file)
+        except Exception as exc:
+            raise _damaged(path, f"it does not load: {type(exc).__name__}: {exc}") from exc
+        return FullCheckpoint.from_state(body, path)
 
 
 def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:

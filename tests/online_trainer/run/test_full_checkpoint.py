@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import re
 import shutil
+import warnings
 
 import gymnasium as gym
 import pytest
@@ -123,3 +124,71 @@ def test_a_header_that_lacks_a_field_is_refused_naming_the_file_before_any_run_s
         trainer(exp_dir).multi_run(1, hooks=[Crash(10**6), Started()], resume=True, **KW)
     after = {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file() and p.name != ".lock"}
     assert after == before and not started  # refused at planning: no run started, nothing changed
+
+
+def _cut(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _garbage(path):
+    path.write_bytes(bytes(range(256)) * (path.stat().st_size // 256 + 1))
+
+
+def _flip(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40  # one bit inside the body: the size and both pickles' framing as they were
+    path.write_bytes(bytes(data))
+
+
+def _zero_start(path):
+    data = bytearray(path.read_bytes())
+    data[:64] = bytes(64)  # a block lost to a power cut: the size as it was
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "file", "says"),
+    [
+        (_cut, "Run1_Resume.pkl", r"is damaged \(it was cut short or added to"),
+        (_garbage, "Run1_Resume.pkl", r"is damaged \(its header does not load"),
+        (_flip, "Run1_Resume.pkl", r"is damaged \(its bytes do not match the checksum written with them\)"),
+        (_zero_start, "metrics_run1.pkl", r"does not hold what run 1's full checkpoint Run1_Resume.pkl recorded: "),
+        (_cut, "metrics_run1.pkl", r"does not hold what run 1's full checkpoint .* fewer than the"),
+        (lambda path: path.unlink(), "metrics_run1.pkl", r"does not hold .*: it does not exist"),
+    ],
+)
+def test_a_damaged_checkpoint_or_stream_is_refused_naming_it_before_any_run_starts(
+    interrupted, tmp_path, damage, file, says
+):
+    """A full checkpoint cut short, garbage or with a changed byte, or a metrics stream cut short, lost, or zeroed at its
+    start, was found only as the run loaded it (a bare UnpicklingError, after the sinks' files were cut back), or not
+    at all: a stream zeroed at its start was continued, and the resumed run's records could not be read past it."""
+    exp_dir = tmp_path / "exp"
+    shutil.copytree(interrupted, exp_dir)
+    damage(exp_dir / file)
+    before = {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    with pytest.raises(ValueError, match=re.escape(str(exp_dir / file)) + " " + says) as refused:
+        trainer(exp_dir).multi_run(1, hooks=[Crash(10**6)], resume=True, **KW)
+    assert "emove" in str(refused.value) and "start the run again" in str(refused.value)
+    after = {p.name: p.read_bytes() for p in exp_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    assert after == before  # refused at planning: no file cut back or created
+    # as the message says: without the checkpoint the run starts again, and its records are whole
+    storage.resume_path(exp_dir, 1).unlink()
+    runs = trainer(exp_dir).multi_run(1, resume=True, **KW)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no chunk left unreadable
+        on_disk = [
+            record for chunk in storage.iter_metrics_chunks(storage.metrics_path(exp_dir, 1)) for record in chunk
+        ]
+    assert len(on_disk) == len(runs[0]) > 0 and [r["ep_return"] for r in on_disk] == [r["ep_return"] for r in runs[0]]
+
+
+def test_a_checkpoint_written_before_it_had_a_trailer_still_loads(interrupted, tmp_path):
+    exp_dir = tmp_path / "exp"
+    shutil.copytree(interrupted, exp_dir)
+    path = storage.resume_path(exp_dir, 1)
+    with open(path, "rb") as file:
+        header, body = pickle.load(file), pickle.load(file)
+    del header["sealed"]
+    path.write_bytes(pickle.dumps(header) + pickle.dumps(body))
+    assert full_checkpoint.read(exp_dir, 1, verify=True).header() == full_checkpoint.read(interrupted, 1).header()
