@@ -161,6 +161,12 @@ class TBCallBack(CallBack):
     def reset(self) -> None:
         self._pending.clear()
 
+    def end_run(self, run_idx: int, status: str) -> None:
+        """Write everything kept: the manifest says a run finished only once its points are in the file (a process
+        killed between two runs kept up to 1023 of them, whose run no resume redoes)."""
+        if self._batch.count:
+            self._flush()
+
     def checkpoint(self, run_tag: str) -> dict[str, Any]:
         """Write everything kept; the position is this process's event file and its size, and the
         other event files of ``log_dir`` as they are (see :mod:`online_trainer.callbacks.rewind`)."""

@@ -228,7 +228,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         return evaluate_only(spec, progress)
     progress = progress or NoProgress()
     start = time.perf_counter()
-    env = events = bar = evaluator = saved = resumed_from = None
+    env = events = bar = evaluator = saved = resumed_from = rng_after_act = None
     stop_reason = None
     sink_run_open = False
     try:
@@ -254,7 +254,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 resumed_from = full_checkpoint.continue_run(saved, env, agent, spec.seed)
                 obs = resumed_from.obs
             _warn_if_nan(obs, spec.run_idx)
+            if saved is not None:  # the first act draws what the uninterrupted run drew (agents on np.random, torch)
+                full_checkpoint.set_global_rng_state(saved.rng)
             first_actions = agent.act(obs)
+            # where the generators stood after it: the loop goes on from there, whatever setup and hooks draw meanwhile
+            rng_after_act = full_checkpoint.global_rng_state() if saved is not None else None
             check_actions(first_actions, env, agent)
             if spec.options.evaluation is not None and spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
@@ -321,8 +325,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             tracker.add_frames(env.render())
         try:
             events.start()
-            if saved is not None:  # after on_run_start: the loop goes on with the generators it had
-                full_checkpoint.set_global_rng_state(saved.rng)
+            if rng_after_act is not None:  # after on_run_start: the loop goes on with the generators it had
+                full_checkpoint.set_global_rng_state(rng_after_act)
             global_step, episodes = run_loop(
                 env, agent, obs, first_actions, tracker, events, spec.budget, spec.train, step_logger, resumed_from
             )

@@ -17,7 +17,7 @@ from online_trainer.callbacks import BasicCallBack, EmptyCallBack, JsonlCallback
 from online_trainer.callbacks.base import scalar_name
 from online_trainer.callbacks.event_file import ScalarEncoder
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE
-from tests.conftest import make_counting_vec, read_videos
+from tests.conftest import RecordingAgent, make_counting_vec, read_videos
 
 
 def read_scalars(log_dir):
@@ -271,3 +271,25 @@ def test_evaluations_reach_tensorboard_under_the_tags_the_callback_gets(tmp_path
     names = set(read_scalars(tmp_path))
     assert {"eval/ep_return/run_1", "eval/ep_length/run_1", "ep_return/run_1"} <= names
     assert not [n for n in names if n.count("ep_return") > 1]
+
+
+def test_a_runs_tensorboard_points_are_in_the_file_when_the_run_ends(tmp_path):
+    """Points were kept until 1024 or a forced write 2 s after the last: a process killed after the manifest said
+    run 1 finished (before run 2 wrote any) lost run 1's last points for good, as no resume redoes a finished run."""
+    from online_trainer import OnlineTrainer, RecordOptions
+    from online_trainer.hooks import Hook
+
+    seen: dict[str, int] = {}
+
+    class ReadsTheFile(Hook):
+        def on_run_start(self, ctx) -> None:
+            if ctx.run == 2:
+                acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+                acc.Reload()
+                seen["ep_return/run_1"] = len(acc.Scalars("ep_return/run_1"))
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=str(tmp_path))
+    runs = trainer.multi_run(  # episodes reach the sink every 5: the first batch is written, the next ones kept
+        2, num_episodes=30, seed_offset=0, progress=False, hooks=[ReadsTheFile()], records=RecordOptions(flush_every=5)
+    )
+    assert len(runs[0]) == 30 and seen == {"ep_return/run_1": 30}

@@ -843,3 +843,53 @@ def test_a_run_that_starts_again_is_cut_after_the_runs_that_continue_in_its_even
     events.Reload()
     assert events.Tags()["scalars"] == ["agents/loss/run_2"]
     assert [e.step for e in events.Scalars("agents/loss/run_2")] == [1, 2, 3, 4, 5]
+
+
+class GlobalRandomAgent:
+    """Acts with the global generators, as CleanRL and Stable-Baselines3 agents do (``np.random``, ``random``, torch),
+    seeded in ``reset``; nothing else in its state."""
+
+    def __init__(self, env) -> None:
+        self.n = int(env.single_action_space.n)
+
+    def reset(self, seed: int) -> None:
+        import random
+
+        import torch
+
+        np.random.seed(seed)
+        random.seed(seed)
+        torch.manual_seed(seed)
+
+    def act(self, obs):
+        import random
+
+        import torch
+
+        low = np.random.randint(0, self.n, size=len(obs))
+        return (low + random.randrange(2) + int(torch.randint(0, 2, ()))) % self.n
+
+    def update(self, next_obs, reward, terminated, truncated, call_back=None) -> None:
+        pass
+
+    def save(self, path=None):
+        return {}
+
+    def load(self, state) -> None:
+        pass
+
+
+def test_an_agent_on_the_global_generators_resumes_to_the_records_of_an_uninterrupted_run(tmp_path):
+    """The checkpoint's global generators were put back after the resumed run's first act, which drew from the
+    generators as the process had them: the records parted from the uninterrupted run's at the resume (tester A2)."""
+    kw = dict(total_steps=3000, seed_offset=3, checkpoint_freq=500, progress=False)
+    env = cartpole(4)
+    reference = OnlineTrainer(env, GlobalRandomAgent, exp_dir=tmp_path / "ref").multi_run(2, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, GlobalRandomAgent, exp_dir=tmp_path / "cut").multi_run(2, hooks=[Crash(1200)], **kw)
+    np.random.seed(12345)  # the resuming process's generators stand elsewhere
+    resumed = OnlineTrainer(env, GlobalRandomAgent, exp_dir=tmp_path / "cut").multi_run(2, resume=True, **kw)
+    assert json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())["runs"][0]["resumed_from"]["env_restored"]
+    for ref_run, run in zip(reference, resumed):
+        assert [{k: r[k] for k in COLUMNS[2:]} for r in ref_run] == [{k: r[k] for k in COLUMNS[2:]} for r in run]
+        assert all(np.array_equal(a["actions"], b["actions"]) for a, b in zip(ref_run, run))
