@@ -82,9 +82,10 @@ def check_same_call(
     for name, before in manifest.get(CALL_KEY, {}).items():
         key = LEGACY_NAMES.get(name, name) if name not in call else name
         now = call.get(key, False if key in SECTIONS else None)
-        if now != before:
-            if key == "hooks":
+        if key == "hooks":
+            if not _same_hooks(before or {}, now or {}):
                 _refuse_hooks(exp_dir, before or {}, now or {}, continuing, anew)
+        elif now != before:
             refuse(key, before, now)
     if env is None:
         return
@@ -95,6 +96,20 @@ def check_same_call(
     if recorded is not None and now["num_envs"] != recorded:
         refuse("num_envs (of the env)", recorded, now["num_envs"])
     env_identity.check_identity(exp_dir, now, "this call", continuing)
+
+
+def _same_hooks(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether the hooks with state of a resumed call are those recorded: the same keys and classes, and every
+    argument recorded made the same. An argument this call has that the record lacks is not compared: an earlier
+    version did not record numpy numbers."""
+    return before.keys() == now.keys() and all(
+        before[key].get("class") == now[key].get("class")
+        and all(now[key]["params"].get(name, _MISSING) == value for name, value in before[key]["params"].items())
+        for key in before
+    )
+
+
+_MISSING = object()
 
 
 def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, Any], continuing: str, anew: str) -> None:
@@ -109,7 +124,7 @@ def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, An
     differences += [
         f"{key} was made with {_arguments(before[key]['params'])}, this call's with {_arguments(now[key]['params'])}"
         for key in before
-        if key in now and before[key] != now[key]
+        if key in now and not _same_hooks({key: before[key]}, {key: now[key]})
     ]
     raise ValueError(
         f"{continuing} continues the experiment in {os.fspath(exp_dir)!r}, whose runs "
@@ -171,7 +186,10 @@ def env_description(env_factory: Any) -> dict[str, Any]:
     try:
         return env_identity.env_identity(env)
     finally:
-        env_factory.release(env)
+        try:
+            env_factory.release(env)
+        except Exception as exc:  # the runs' own envs say it again; this one was only looked at
+            logger.error("the env built to check the experiment: its close() raised %s: %s", type(exc).__name__, exc)
 
 
 def check_resumable(exp_dir: str | os.PathLike | None) -> None:

@@ -259,11 +259,19 @@ def hook_parameters(hook: Any) -> dict[str, Any]:
         for name in (parameter.name, "_" + parameter.name):
             if name in attributes:
                 try:
-                    kept[parameter.name] = json.loads(json.dumps(attributes[name]))
+                    kept[parameter.name] = json.loads(json.dumps(attributes[name], default=_numpy_as_plain))
                 except (TypeError, ValueError):
                     pass  # not plain data: cannot be compared
                 break
     return kept
+
+
+def _numpy_as_plain(value: Any) -> Any:
+    """A numpy number or array as the plain data it holds (a grid's ``np.arange(...)[k]`` is a hook's argument as
+    often as an int); anything else is not plain data."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not plain data")
 
 
 def stateful_hook_record(hooks: Sequence[Any]) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,6 +168,17 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
         agent.set_hp(dict(spec.tuning_hp))
     _call_if_present(agent, "train" if spec.train else "eval")
     return agent
+
+
+def _close_env(spec: RunSpec, close: Callable[[], Any], name: str) -> None:
+    """Close an env of the run; an error is logged: the run's records and checkpoints are written, and a run
+    marked failed for its env's ``close()`` would be done again from step 0 by a resume."""
+    try:
+        close()
+    except Exception as exc:
+        logger.error(
+            "%s (seed %d): its %s's close() raised %s: %s", spec.name, spec.seed, name, type(exc).__name__, exc
+        )
 
 
 def _call_if_present(agent: Any, name: str, *args: Any) -> None:
@@ -361,11 +373,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             bar.close()
         if env is not None:
             if saved is not None and saved.env is not None:
-                env.close()  # the checkpoint's copy, not the factory's
+                _close_env(spec, env.close, "env")  # the checkpoint's copy, not the factory's
             else:
-                spec.env_factory.release(env)
+                _close_env(spec, lambda: spec.env_factory.release(env), "env")
         if evaluator is not None:
-            evaluator.env.close()
+            _close_env(spec, evaluator.env.close, "eval env")
     return RunResult(
         run_idx=spec.run_idx,
         seed=spec.seed,

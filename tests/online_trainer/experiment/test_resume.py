@@ -893,3 +893,23 @@ def test_an_agent_on_the_global_generators_resumes_to_the_records_of_an_uninterr
     for ref_run, run in zip(reference, resumed):
         assert [{k: r[k] for k in COLUMNS[2:]} for r in ref_run] == [{k: r[k] for k in COLUMNS[2:]} for r in run]
         assert all(np.array_equal(a["actions"], b["actions"]) for a, b in zip(ref_run, run))
+
+
+def test_a_hook_argument_that_is_a_numpy_number_is_recorded_and_checked_on_resume(tmp_path):
+    """``Decay(np.float64(0.5))`` (a grid's value) was not plain data to the record: a resume with another value was
+    accepted, and the experiment mixed two configurations (tester H2). A record of an earlier version, which left such
+    an argument out, still resumes with it."""
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    grid = np.linspace(0.5, 0.9, 5)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(grid[0]), Crash(60)], progress=False)
+    manifest = storage.read_manifest(tmp_path)
+    assert manifest["call"]["hooks"] == {"Decay#0": {"class": "Decay", "params": {"factor": 0.5}}}
+    with pytest.raises(ValueError, match="Decay#0 was made with factor=0.5, this call's with factor=0.9"):
+        trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(grid[-1])], progress=False, resume=True)
+    manifest["call"]["hooks"]["Decay#0"]["params"] = {}  # as an earlier version recorded it
+    storage.write_manifest(tmp_path, manifest)
+    trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(grid[0])], progress=False, resume=True)
+    assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]

@@ -621,3 +621,29 @@ def test_a_run_failing_after_its_budget_without_exp_dir_keeps_its_records_in_the
         (r["ep_return"], r["ep_length"]) for r in expected[1]
     ]
     assert raised.value.results[1] is None and len(raised.value.results[0]) == 7
+
+
+def test_an_env_whose_close_raises_leaves_finished_runs_finished(tmp_path, caplog):
+    """Runs whose records and last checkpoints were written were marked failed for their env's close(), and a resume
+    did each of them again from step 0 (tester F2)."""
+    import json
+
+    from online_trainer import load_runs
+
+    def env():
+        vec = make_counting_vec(1)()
+
+        def close(**kwargs):
+            raise RuntimeError("the simulator's socket is gone")
+
+        vec.close = close
+        return vec
+
+    with caplog.at_level("ERROR"):
+        runs = OnlineTrainer(env, RecordingAgent, exp_dir=str(tmp_path)).multi_run(
+            2, num_episodes=5, seed_offset=0, progress=False
+        )
+    assert [len(run) for run in runs] == [5, 5]
+    statuses = [entry["status"] for entry in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished"] and list(load_runs(tmp_path)["status"]) == statuses
+    assert "run 1 (seed 0): its env's close() raised RuntimeError: the simulator's socket is gone" in caplog.text
