@@ -59,16 +59,17 @@ class Hook:
         """Episodes ``first_index, first_index + 1, ...`` ended at the same env step (``ctx.global_step``).
 
         The batched form of :meth:`on_episode_end`, for hooks that look at every episode:
-        ``returns`` and ``lengths`` are numpy arrays (a tuple of one value each with one
-        sub-env), one entry per episode; ``ctx.episodes`` is the last index. Read them, do
-        not keep them: copy what you keep (``list(returns)``).
+        ``returns`` and ``lengths`` are lists of floats and of ints, one entry per episode
+        (``np.asarray(returns)`` for array operations); ``ctx.episodes`` is the last index. Read
+        them, do not keep them: copy what you keep (``list(returns)``).
         """
 
     def on_episode_end(self, ctx: RunContext, record: dict[str, Any]) -> None:
         """An episode ended: ``record`` has ``episode_index``, ``ep_return``, ``ep_length``, ``global_step``."""
 
     def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
-        """An evaluation ended: ``result`` is its record (``mean_return``, ``returns``, ``global_step``, ...)."""
+        """An evaluation ended: ``result`` is its record (``mean``, ``std``, ``returns``, ``lengths``, ``global_step``,
+        ``episodes_trained``, ``eval_index``, ``scheduled``, ``wall_time``)."""
 
     def on_checkpoint(self, ctx: RunContext, path: str) -> None:
         """A checkpoint of the agent was written to ``path``."""
@@ -155,7 +156,8 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
 
     Raises:
         TypeError: a hook has none of the hook methods, or is a class, or one of its methods does not take the
-            arguments the runner passes, or it cannot be deep-copied (each run takes a copy).
+            arguments the runner passes, or it cannot be deep-copied (each run takes a copy), or it has one of
+            ``state_dict`` and ``load_state_dict`` without the other.
         ValueError: a hook with ``on_step`` declares neither a positive ``every_steps`` nor ``every_seconds``;
             a hook that ``needs_eval_freq`` is given without ``evaluation.freq``.
     """
@@ -194,6 +196,17 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 "evaluation.freq is None: no evaluation would come before the run's end, so it would never act. Pass "
                 "evaluation=EvaluationOptions(freq=...) (evaluate every this many env steps or episodes), or drop "
                 "the hook."
+            )
+        if callable(getattr(hook, "state_dict", None)) != callable(getattr(hook, "load_state_dict", None)):
+            has, lacks = (
+                ("state_dict", "load_state_dict(state)")
+                if callable(getattr(hook, "state_dict", None))
+                else ("load_state_dict", "state_dict()")
+            )
+            raise TypeError(
+                f"hooks[{index}], a {type(hook).__name__}, has {has} but no {lacks}: a full checkpoint keeps a hook's "
+                "state_dict() and a resumed run gives it back to load_state_dict(state). Define both, or neither for "
+                "a hook without state."
             )
         _check_copyable(index, hook)
     return tuple(hooks)

@@ -275,10 +275,37 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
     def dump(file: Any) -> None:
         counted = _Checksummed(file)
         pickle.dump(header, counted, protocol=pickle.HIGHEST_PROTOCOL)
-        cloudpickle.dump(state, counted, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            cloudpickle.dump(state, counted, protocol=pickle.HIGHEST_PROTOCOL)
+        except (TypeError, AttributeError, pickle.PicklingError) as exc:
+            raise TypeError(
+                f"the full checkpoint of run {run_idx} cannot be written: {_unpicklable_part(state)}"
+            ) from exc
         file.write(_TRAILER.pack(_TRAILER_MARK, counted.length, counted.crc))
 
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
+
+
+def _unpicklable_part(state: dict[str, Any]) -> str:
+    """Which part of a checkpoint does not pickle (a hook's ``state_dict()``, the agent's ``save()``, ...), and the fix."""
+    parts: list[tuple[str, Any, str]] = [
+        (
+            f"hook {key}'s state_dict()",
+            entry.get("state"),
+            "return plain data (numbers, strings, lists, dicts, numpy arrays) from it",
+        )
+        for key, entry in state["events"].get("hooks", {}).items()
+    ]
+    parts += [
+        ("the agent's save()", state["agent"], "return what pickles (tensors, arrays, dicts of them) from it"),
+        ("the callback's checkpoint()", state["outputs"], "return plain data from it"),
+    ]
+    for name, value, fix in parts:
+        try:
+            cloudpickle.dumps(value)
+        except Exception as exc:
+            return f"what {name} returned does not pickle ({type(exc).__name__}: {exc}): {fix}."
+    return "a part of it does not pickle (see the error above)."
 
 
 def _damaged(path: Path, why: str) -> ValueError:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +32,13 @@ def serialised(state: Any) -> bytes:
     import torch
 
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    try:
+        torch.save(state, buffer)
+    except (TypeError, AttributeError, pickle.PicklingError) as exc:
+        raise TypeError(
+            f"what the agent's save() returned does not pickle ({type(exc).__name__}: {exc}), so its best state "
+            "cannot be kept: return what pickles from it (tensors, arrays, numbers, dicts of them)."
+        ) from exc
     return buffer.getvalue()
 
 

@@ -99,6 +99,10 @@ class SeesBuiltins(Hook):
 
         on_disk = [r for chunk in iter_metrics_chunks(os.path.join(ctx.exp_dir, "eval_run1.pkl")) for r in chunk]
         SeesBuiltins.notes.append(("eval", result["global_step"], on_disk[-1]["global_step"] == result["global_step"]))
+        SeesBuiltins.notes.append(("eval keys", sorted(result)))
+
+    def on_episodes(self, ctx, first_index, returns, lengths):
+        SeesBuiltins.notes.append(("episodes", type(returns), type(lengths)))
 
     def on_checkpoint(self, ctx, path):
         SeesBuiltins.notes.append(("checkpoint", os.path.basename(path), os.path.exists(path + ".txt")))
@@ -121,6 +125,16 @@ def test_user_hooks_see_evaluations_and_checkpoints_once_written_and_end_after_t
         checkpoint_freq=50,
         hooks=[SeesBuiltins()],
     )
+    # as Hook.on_eval's and Hook.on_episodes' docstrings say (the API page and hooks.md said mean_return, numpy arrays)
+    assert {tuple(n[1]) for n in SeesBuiltins.notes if n[0] == "eval keys"} == {
+        tuple(
+            sorted(
+                ["mean", "std", "returns", "lengths", "global_step", "episodes_trained", "eval_index"]
+                + ["scheduled", "wall_time"]
+            )
+        )
+    }
+    assert {n[1:] for n in SeesBuiltins.notes if n[0] == "episodes"} == {(list, list)}
     evals = [n for n in SeesBuiltins.notes if n[0] == "eval"]
     assert [n[1] for n in evals] == [e["global_step"] for e in trainer.evaluations[0]] and all(n[2] for n in evals)
     # the step budget ends the loop at step 100: no S100, as before (the end has Run1_Last)

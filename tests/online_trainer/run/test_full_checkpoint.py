@@ -192,3 +192,45 @@ def test_a_checkpoint_written_before_it_had_a_trailer_still_loads(interrupted, t
     del header["sealed"]
     path.write_bytes(pickle.dumps(header) + pickle.dumps(body))
     assert full_checkpoint.read(exp_dir, 1, verify=True).header() == full_checkpoint.read(interrupted, 1).header()
+
+
+class LockInState(Hook):
+    """A hook whose state_dict returns what does not pickle."""
+
+    def on_episode_end(self, ctx, record) -> None:
+        pass
+
+    def state_dict(self):
+        import threading
+
+        return {"lock": threading.Lock()}
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+
+def test_a_checkpoint_part_that_does_not_pickle_is_named_with_the_fix(tmp_path):
+    """A hook's state_dict() or the agent's save() returning a lock failed the run with a bare "cannot pickle
+    '_thread.lock' object" that named neither (testers A2 and H2)."""
+    from online_trainer import RunsFailedError
+
+    with pytest.raises(RunsFailedError) as failed:
+        trainer(tmp_path).multi_run(1, hooks=[LockInState()], **KW)
+    assert (
+        "the full checkpoint of run 1 cannot be written: what hook LockInState#0's state_dict() returned does not "
+        "pickle (TypeError: cannot pickle '_thread.lock' object): return plain data" in str(failed.value)
+    )
+
+    class LockedPPO(PPOAgent):
+        def save(self, path=None, **kwargs):
+            import threading
+
+            state = super().save(path, **kwargs)
+            return None if state is None else {**state, "lock": threading.Lock()}
+
+    t = OnlineTrainer(env, lambda e: LockedPPO(e, n_steps=64), exp_dir=tmp_path / "agent")
+    with pytest.raises(RunsFailedError) as failed:
+        t.multi_run(1, **KW)
+    assert "what the agent's save() returned does not pickle (TypeError: cannot pickle '_thread.lock' object)" in str(
+        failed.value
+    )

@@ -392,3 +392,31 @@ def test_a_hook_that_cannot_travel_is_told_where_to_make_what_cannot(tmp_path):
         trainer.multi_run(2, num_episodes=2, num_workers=2, hooks=[SharesItsLock()])
     assert not (tmp_path / "exp").exists()
     assert [len(run) for run in trainer.multi_run(2, num_episodes=2, hooks=[SharesItsLock()], progress=False)] == [2, 2]
+
+
+def test_a_hook_with_state_dict_and_no_load_state_dict_is_refused_before_any_step(tmp_path):
+    """It ran to its first checkpoint and was refused only when a resume gave its state back (tester H2)."""
+
+    class SavesOnly(Hook):
+        def on_episode_end(self, ctx, record):
+            pass
+
+        def state_dict(self):
+            return {}
+
+    class LoadsOnly(SavesOnly):
+        state_dict = None
+
+        def load_state_dict(self, state):
+            pass
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    for hook, has, lacks in [
+        (SavesOnly(), "state_dict", r"load_state_dict\(state\)"),
+        (LoadsOnly(), "load_state_dict", r"state_dict\(\)"),
+    ]:
+        with pytest.raises(
+            TypeError, match=rf"hooks\[0\], a {type(hook).__name__}, has {has} but no {lacks}: .* Define both"
+        ):
+            trainer.multi_run(1, num_episodes=2, hooks=[hook], progress=False)
+        assert not (tmp_path / "exp").exists()
