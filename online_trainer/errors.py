@@ -137,3 +137,14 @@ class Preempted(KeyboardInterrupt):
             f"preempted (SIGTERM or SIGUSR1){where}; continue with the same call and resume=True (an experiment "
             "made by `online-trainer run`: `online-trainer resume EXP_DIR`)"
         )
+
+
+class ManifestDamagedError(ValueError):
+    """An experiment's ``manifest.json`` does not read as one (cut short, overwritten)."""
+
+    def __init__(self, path: Path, cause: Exception) -> None:
+        super().__init__(
+            f"{path} is damaged ({cause}): it is written whole, in one swap, so something else changed it. Put back a "
+            "copy of it; without one, the runs' records (metrics_run{i}.pkl) stay readable with load_run_metrics, "
+            "but the experiment cannot be resumed or shown."
+        )

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from online_trainer.config.schema import ConfigError
-from online_trainer.errors import ExperimentInUseError, SlurmSubmissionError
+from online_trainer.errors import ExperimentInUseError, ManifestDamagedError, SlurmSubmissionError
 
 PROG = "online-trainer"
 USAGE_ERROR = 2
@@ -42,6 +42,7 @@ USER_ERRORS = (
     PermissionError,
     ExperimentInUseError,
     SlurmSubmissionError,
+    ManifestDamagedError,
 )
 """Exceptions that mean the user's input is wrong: reported in one line, exit status 2."""
 

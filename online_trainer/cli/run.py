@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shlex
 import signal
@@ -127,7 +126,7 @@ def _unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
     """``(runs that ended, runs)`` of the experiment in ``exp_dir`` when some did not end; else None (none there,
     or every run ended)."""
     try:
-        runs = json.loads((exp_dir / storage.MANIFEST_FILE).read_text())["runs"]
+        runs = storage.read_manifest(exp_dir)["runs"]
         done = sum(run["status"] in COMPLETED for run in runs)
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -33,6 +33,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from online_trainer.errors import ManifestDamagedError
 from online_trainer.records.episode_table import PROTOCOL, dump_runs_to
 
 logger = logging.getLogger(__name__)
@@ -314,7 +315,13 @@ def read_manifest(exp_dir: str | os.PathLike) -> dict[str, Any]:
     path = Path(exp_dir) / MANIFEST_FILE
     if not path.is_file():
         raise FileNotFoundError(f"No experiment manifest at {path}: is {exp_dir} an experiment directory?")
-    return json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_bytes().decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestDamagedError(path, exc) from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), list):
+        raise ManifestDamagedError(path, ValueError("it holds no list of runs"))
+    return manifest
 
 
 def write_manifest(exp_dir: str | os.PathLike, manifest: Mapping[str, Any]) -> None:

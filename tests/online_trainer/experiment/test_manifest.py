@@ -313,3 +313,26 @@ def test_the_submitting_process_keeps_where_a_restarted_slurm_job_continued_its_
     written = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert written[0]["resumed_from"] == point and "resumed_from" not in written[1]
     assert [entry["status"] for entry in written] == ["finished", "finished"]
+
+
+@pytest.mark.parametrize("damage", [lambda text: text[: len(text) // 2], lambda text: "\udcff\x00garbage"])
+def test_a_damaged_manifest_is_named_with_what_to_do_and_nothing_changes(tmp_path, capsys, damage):
+    """load_runs and resume raised a bare JSONDecodeError or UnicodeDecodeError, `show` printed a traceback, and
+    `resume` a JSON parser's message, none naming manifest.json (tester F2)."""
+    from online_trainer.cli.main import main
+    from online_trainer.errors import ManifestDamagedError
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False)
+    path = tmp_path / "manifest.json"
+    path.write_bytes(damage(path.read_text()).encode(errors="surrogateescape"))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    says = rf"{path} is damaged \(.*\): .* Put back a copy of it"
+    with pytest.raises(ManifestDamagedError, match=says):
+        load_runs(tmp_path)
+    with pytest.raises(ManifestDamagedError, match=says):
+        trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False, resume=True)
+    assert main(["show", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {path} is damaged" in err and "Traceback" not in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
