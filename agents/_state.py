@@ -10,7 +10,9 @@ with its input.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -68,16 +70,36 @@ def write_state(path: str | os.PathLike, state: Any) -> str:
     """Write a packed state to ``state_file(path)`` atomically and return that file name."""
     target = state_file(path)
     directory = os.path.dirname(os.path.abspath(target))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+    except OSError as exc:
+        raise _not_written(exc, target) from exc
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.remove(tmp)
+        if isinstance(exc, OSError) or (isinstance(exc, RuntimeError) and _disk_full(directory)):
+            raise _not_written(exc, target) from exc  # torch reports a full disk as "unexpected pos ..."
         raise
     return target
+
+
+def _disk_full(directory: str) -> bool:
+    try:
+        return shutil.disk_usage(directory).free < 1 << 20
+    except OSError:
+        return False
+
+
+def _not_written(exc: BaseException, target: str) -> OSError:
+    """``exc`` as an OSError that names the state file and says what to do."""
+    code = exc.errno if isinstance(exc, OSError) else errno.ENOSPC
+    hint = " Free some space or choose another exp_dir." if code == errno.ENOSPC else ""
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+    return OSError(code, f"could not write the agent's state {target}: {reason}.{hint}")
 
 
 def read_state(path: str | os.PathLike) -> Any:

@@ -32,6 +32,7 @@ from typing import Any
 
 from online_trainer.errors import ExperimentInUseError
 from online_trainer.experiment.ownership import LOCK_FILE
+from online_trainer.records import storage
 
 try:
     import fcntl
@@ -109,8 +110,13 @@ class ExperimentLock:
             }
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(owner).encode(), 0)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
+            if created:  # a full disk: the call leaves nothing behind
+                self.path.unlink(missing_ok=True)
+                _remove_empty(new_dirs)
+            if isinstance(exc, OSError):
+                raise storage.write_error(exc, self.path) from exc
             raise
         self._fd = fd
         _held.add(self)

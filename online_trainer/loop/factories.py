@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy as _copy
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -156,6 +158,29 @@ class AgentFactory(_InstanceOrFactory):
                 f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
                 f"got agent={agent!r}, which lacks: {missing}."
             )
+        self._built: list[weakref.ref[Any]] = []  # the agents the factory returned in this process
+
+    def check_fresh(self, agent: Any) -> None:
+        """Refuse an agent the factory returned for an earlier run of this process that is still alive.
+
+        Raises:
+            TypeError: naming the factory and saying to build the agent inside it.
+        """
+        if self._factory is None:
+            return
+        self._built = [ref for ref in getattr(self, "_built", []) if ref() is not None]
+        if any(ref() is agent for ref in self._built):
+            raise TypeError(
+                f"The agent factory {self._factory!r} returned the same agent object for two runs ({agent!r}): the "
+                "second run would start from what the first learned, and no seed would be independent. Build the "
+                "agent inside the factory, agent=lambda env: MyAgent(env), or pass the agent itself (each run then "
+                "takes a copy of it)."
+            )
+        with contextlib.suppress(TypeError):  # not weak-referenceable: not checked
+            self._built.append(weakref.ref(agent))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_built": []}  # weak references do not travel; a worker checks its own runs
 
     def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
         """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.

@@ -44,7 +44,7 @@ from online_trainer.parallel import execution as base
 from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
-from online_trainer.run.one_run import RunSpec
+from online_trainer.run.one_run import COMPLETED, RunSpec
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
@@ -385,12 +385,22 @@ def execute_experiments(
             replacing = any(  # overwrite=True: the earlier experiment is set aside until the call ends
                 e.exp_dir is not None and (e.exp_dir / storage.SET_ASIDE_DIR).is_dir() for e in experiments
             )
+            ended = sorted(
+                run
+                for experiment in experiments
+                for run, result in getattr(experiment, "results", {}).items()
+                if result.status in COMPLETED
+            )
             error.cause.add_note(
                 f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; every run was stopped, "
                 + (
                     "and the manifest is as this call found it but for runs that ended in this call: the others go "
                     "on from their last full checkpoint when the experiment is resumed with the right inputs)"
                     if resumed
+                    else f"and what the run(s) {', '.join(map(str, ended))} that ended in this call wrote is kept: "
+                    "once it is fixed, make the same call with resume=True to do the others, or with overwrite=True "
+                    "to start again)"
+                    if ended and not replacing
                     else "and nothing of this call was kept on disk: the earlier experiment it would have replaced "
                     "is put back as it was)"
                     if replacing

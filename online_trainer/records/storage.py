@@ -251,7 +251,13 @@ def write_all_metrics(exp_dir: str | os.PathLike, runs: Sequence[Any]) -> None:
     ``runs[k]``: run ``k + 1``'s :class:`~online_trainer.records.episode_table.EpisodeTable`, list of
     records, or None.
     """
-    write_atomic(Path(exp_dir) / ALL_METRICS_FILE, functools.partial(dump_runs_to, runs))
+    path = Path(exp_dir) / ALL_METRICS_FILE
+    # Only the call that holds the experiment's lock writes it: another's temporary file is that of a call killed
+    # while writing it (SIGTERM's default action), as large as the file, and nothing else would remove it.
+    for stale in Path(exp_dir).glob(f".{ALL_METRICS_FILE}.*.tmp"):
+        if stale.name != f".{ALL_METRICS_FILE}.{os.getpid()}.tmp":
+            stale.unlink(missing_ok=True)
+    write_atomic(path, functools.partial(dump_runs_to, runs))
 
 
 def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]]]:

@@ -151,6 +151,8 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """
     agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source, spec.train)
+    if spec.train:
+        spec.agent_factory.check_fresh(agent)
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
         raise TypeError(
             f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
@@ -344,6 +346,13 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             )
         except StopRun as stop:
             global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
+        except Exception as exc:
+            position = failed_at(exc)
+            if resumed_from is None and position is not None and position[0] == 0:
+                # the run's first env.step raised (actions the env takes in no form, a broken env): bad input, as
+                # the first actions' own check is, so every run stops and nothing of the call is kept
+                raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+            raise
             logger.info(
                 "run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step, stop_reason
             )

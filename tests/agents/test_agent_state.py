@@ -49,3 +49,38 @@ def test_unstorable_leaves_are_named():
         pack_state({"a": np.array([object()])})
     with pytest.raises(TypeError, match="of type set"):
         pack_state({"a": {1, 2}})
+
+
+def test_a_state_that_cannot_be_written_names_its_file_not_a_temporary_one(tmp_path, monkeypatch):
+    """A full disk gave torch's "[enforce fail at inline_container.cc:672] . unexpected pos 13376 vs 13328" or an
+    OSError with no path; a read-only directory named the temporary file ".tmp-2xw4xcih.pt" (tester F2)."""
+    import errno
+    import shutil
+
+    from online_trainer.agents import _state
+
+    target = _state.state_file(tmp_path / "Run1_S500")
+
+    def torch_on_a_full_disk(state, file):
+        file.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 13376 vs 13328")
+
+    monkeypatch.setattr(_state.torch, "save", torch_on_a_full_disk)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 0))
+    with pytest.raises(OSError, match=rf"could not write the agent's state {target}: RuntimeError: .* Free some space"):
+        _state.write_state(tmp_path / "Run1_S500", {"w": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # the temporary file is removed
+
+    def no_space(state, file):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(_state.torch, "save", no_space)
+    with pytest.raises(OSError, match=rf"could not write the agent's state {target}: No space left on device\. Free"):
+        _state.write_state(tmp_path / "Run1_S500", {"w": 1})
+
+    def read_only(**kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / ".tmp-2xw4xcih.pt"))
+
+    monkeypatch.setattr(_state.tempfile, "mkstemp", read_only)
+    with pytest.raises(OSError, match=rf"could not write the agent's state {target}: Permission denied\.$"):
+        _state.write_state(tmp_path / "Run1_S500", {"w": 1})

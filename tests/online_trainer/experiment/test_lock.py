@@ -302,3 +302,24 @@ def test_two_calls_with_warm_fork_workers_share_an_exp_dir(tmp_path):
     finally:
         shutdown_workers()
     assert [len(run) for run in second] == [len(run) for run in first] == [3, 3]
+
+
+def test_a_full_disk_at_the_lock_names_the_lock_file_and_leaves_nothing(tmp_path, monkeypatch):
+    """`OSError: [Errno 28] No space left on device` named no file, and a new experiment's directory kept a .lock
+    (tester F2)."""
+    import errno
+
+    from online_trainer import OnlineTrainer
+    from online_trainer.experiment import lock
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    def full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lock.os, "pwrite", full)
+    exp = tmp_path / "new" / "exp"
+    with pytest.raises(OSError, match=rf"could not write {exp / '.lock'}: No space left on device\. Free some space"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=str(exp)).multi_run(
+            1, num_episodes=1, progress=False
+        )
+    assert list(tmp_path.iterdir()) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 
 import numpy as np
@@ -336,3 +337,19 @@ def test_a_damaged_manifest_is_named_with_what_to_do_and_nothing_changes(tmp_pat
     err = capsys.readouterr().err
     assert f"error: {path} is damaged" in err and "Traceback" not in err
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def test_a_call_killed_while_writing_all_metrics_leaves_what_the_resume_writes_and_cleans(tmp_path):
+    """SIGTERM (its default action) between all_metrics.pkl's content and its swap left
+    .all_metrics.pkl.<pid>.tmp, as large as the file, which no later call removed (tester F2)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False)
+
+    def returns():
+        with open(tmp_path / "all_metrics.pkl", "rb") as file:
+            return [[record["ep_return"] for record in run] for run in pickle.load(file)]
+
+    whole = returns()
+    (tmp_path / "all_metrics.pkl").rename(tmp_path / ".all_metrics.pkl.999999.tmp")
+    trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False, resume=True)
+    assert not list(tmp_path.glob(".all_metrics.pkl.*")) and returns() == whole and len(whole[1]) == 3

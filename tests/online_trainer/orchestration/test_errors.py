@@ -526,15 +526,13 @@ def test_actions_in_a_list_that_a_numpy_vectorised_env_cannot_step_are_named(tmp
     """CartPole's vector env computes with its actions: a list fails there with ``'list' and 'float'``."""
     import gymnasium as gym
 
-    from online_trainer import RunsFailedError
-
     agent = Acting(lambda obs: [0] * len(obs))
-    with pytest.raises(RunsFailedError) as raised:
+    with pytest.raises(TypeError) as raised:  # at the first step: raised as it is, every run stopped
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), agent).multi_run(1, total_steps=50)
-    (failure,) = raised.value.failures
-    assert failure.exception.startswith("TypeError: At env step 1 of the run: the agent Acting's act(obs) returned")
-    assert "a list, and the env's step failed on it (TypeError: " in failure.exception
-    assert failure.exception.endswith("return a numpy array, e.g. np.asarray(actions).")
+    message = str(raised.value)
+    assert message.startswith("At env step 1 of the run: the agent Acting's act(obs) returned")
+    assert "a list, and the env's step failed on it (TypeError: " in message
+    assert message.endswith("return a numpy array, e.g. np.asarray(actions).")
     # a SyncVectorEnv takes the same list
     sync = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync"), agent)
     (records,) = sync.multi_run(1, total_steps=50)
@@ -647,3 +645,53 @@ def test_an_env_whose_close_raises_leaves_finished_runs_finished(tmp_path, caplo
     statuses = [entry["status"] for entry in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
     assert statuses == ["finished", "finished"] and list(load_runs(tmp_path)["status"]) == statuses
     assert "run 1 (seed 0): its env's close() raised RuntimeError: the simulator's socket is gone" in caplog.text
+
+
+def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path):
+    """``shared = A(env); agent=lambda env: shared`` ran every seed on one object: run 2 started from what run 1
+    learned, and trainer.agents held one agent three times (tester A2)."""
+    env = make_counting_vec(1)
+    shared = RecordingAgent()
+    with pytest.raises(TypeError, match=r"returned the same agent object for two runs .* Build the agent inside") as no:
+        OnlineTrainer(env, lambda env: shared, exp_dir=str(tmp_path / "exp")).multi_run(
+            3, num_episodes=3, seed_offset=0, progress=False
+        )
+    # refused before run 2's first step; run 1 had ended, and the note says what is kept and how to go on
+    assert no.value.__notes__ == [
+        "(raised by run 2, seed 10000, before its first env step; every run was stopped, and what the run(s) 1 that "
+        "ended in this call wrote is kept: once it is fixed, make the same call with resume=True to do the others, or "
+        "with overwrite=True to start again)"
+    ]
+    runs = OnlineTrainer(env, lambda env: RecordingAgent(), exp_dir=str(tmp_path / "exp")).multi_run(
+        3, num_episodes=3, seed_offset=0, progress=False, resume=True
+    )
+    assert [len(run) for run in runs] == [3, 3, 3]
+    # an instance is copied for each run, and evaluation (train=False) may use one object for every run
+    OnlineTrainer(env, shared, exp_dir=None).multi_run(3, num_episodes=3, seed_offset=0, progress=False)
+    OnlineTrainer(env, lambda env: shared, exp_dir=None, train=False).multi_run(
+        3, num_episodes=3, seed_offset=0, progress=False
+    )
+
+
+def test_a_first_env_step_that_raises_stops_every_run_and_keeps_nothing(tmp_path):
+    """act() returning a list passes the first actions' check, and gymnasium's CartPole vector env raises at its first
+    step: each run failed on its own (RunsFailedError), and the experiment left behind refused the corrected call
+    (ExperimentExistsError) (tester A2)."""
+    import gymnasium as gym
+
+    class ListActions(RecordingAgent):
+        def act(self, obs):
+            return [0] * len(obs)
+
+    def env():
+        return gym.make_vec("CartPole-v1", num_envs=2)
+
+    exp = tmp_path / "exp"
+    with pytest.raises(Exception, match=r"act\(obs\) returned a list") as raised:
+        OnlineTrainer(env, ListActions, exp_dir=str(exp)).multi_run(3, total_steps=50, seed_offset=0, progress=False)
+    assert "every run was stopped, and nothing was kept on disk" in raised.value.__notes__[-1]
+    assert not exp.exists()
+    runs = OnlineTrainer(env, RecordingAgent, exp_dir=str(exp)).multi_run(
+        3, total_steps=50, seed_offset=0, progress=False
+    )
+    assert len(runs) == 3
