@@ -17,6 +17,7 @@ are rare and large, and encoded the same way with ``Value { Image image = 4; }``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -157,8 +158,14 @@ class EventFileWriter:
         self._file = open(self.path, "xb")
         self._buffer = bytearray()
         self._buffer_bytes = buffer_bytes
-        self._file.write(version_record(time.time()))
-        self._file.flush()
+        try:
+            self._file.write(version_record(time.time()))
+            self._file.flush()
+        except OSError as exc:  # a full disk: no file left open, nor an empty one behind
+            with contextlib.suppress(OSError):
+                self._file.close()
+            self.path.unlink(missing_ok=True)
+            raise type(exc)(exc.errno, f"could not write {self.path}: {exc.strerror or exc}.") from exc
 
     def write(self, record: bytes) -> None:
         """Buffer framed records (from :meth:`ScalarEncoder.encode` or ``ScalarBatch.encode``)."""

@@ -20,7 +20,7 @@ from online_trainer.errors import RunSetupError
 from online_trainer.loop.steps import failed_at
 from online_trainer.options.groups import BACKENDS, ExecutionOptions, SlurmOptions  # noqa: F401  (imported from here too)
 from online_trainer.parallel import shipping
-from online_trainer.run.one_run import RunResult, RunSpec, records_of_failed
+from online_trainer.run.one_run import HOOK_NOTE, RunResult, RunSpec, records_of_failed
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,10 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     setup = isinstance(exc, RunSetupError)
     cause = exc.cause if isinstance(exc, RunSetupError) else exc
     if isinstance(cause, BaseException):
-        summary = f"{type(cause).__name__}: {cause}"
+        summary = " ".join(
+            [f"{type(cause).__name__}: {cause}"]
+            + [note for note in getattr(cause, "__notes__", ()) if str(note).startswith(HOOK_NOTE)]
+        )
         error = "".join(traceback.format_exception(cause))
     else:
         summary = error = cause

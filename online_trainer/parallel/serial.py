@@ -28,8 +28,8 @@ def run_serial(
             display.run_finished(spec.key, "interrupted")
             raise
         except Exception as exc:  # isolated: reported with the others at the end (a setup error stops all)
-            if not isinstance(exc, RunSetupError):
-                logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)
             result = failed_result(spec, exc, keep_exception=True)
+            if not isinstance(exc, RunSetupError):
+                logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra["exception"])
         display.run_finished(spec.key, result.status)
         on_result(result)

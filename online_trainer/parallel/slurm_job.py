@@ -165,8 +165,8 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
                 subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
             raise SystemExit(EXIT_PREEMPTED) from None
         except Exception as exc:  # isolated: the job goes on with its next run
-            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, exc)
             result = failed_result(spec, exc)
+            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra["exception"])
         finally:
             channel.flush()
             try:

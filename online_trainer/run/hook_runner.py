@@ -139,6 +139,19 @@ class HookRunner:
         """The env step at which some ``on_step`` may be due (infinity when no hook has one)."""
         self.closed = False
 
+    def raised_in(self, error: BaseException) -> str | None:
+        """``"Key#0's on_step"`` when ``error`` came out of a user hook's method (its innermost frame of a user
+        hook, by the traceback); None otherwise. Read only when a run failed: the calls cost nothing for it."""
+        users = {id(hook): key for key, hook in zip(self.keys, self.hooks) if key in self.user_keys}
+        found = None
+        tb = error.__traceback__
+        while tb is not None:
+            key = users.get(id(tb.tb_frame.f_locals.get("self")))
+            if key is not None:
+                found = f"{key}'s {tb.tb_frame.f_code.co_name}"
+            tb = tb.tb_next
+        return found
+
     def _methods(self, name: str) -> list[Any]:
         return [getattr(h, name) for h in self.hooks if defines(h, name)]
 

@@ -172,6 +172,10 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     return agent
 
 
+HOOK_NOTE = "(raised in hook "
+"""How a run's error that came out of a user hook says which (a note; the summaries of failed runs repeat it)."""
+
+
 def _close_env(spec: RunSpec, close: Callable[[], Any], name: str) -> None:
     """Close an env of the run; an error is logged: the run's records and checkpoints are written, and a run
     marked failed for its env's ``close()`` would be done again from step 0 by a resume."""
@@ -360,6 +364,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         sink_run_open = False
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
     except BaseException as error:
+        where = events.hooks.raised_in(error) if events is not None and isinstance(error, Exception) else None
+        if where is not None:
+            error.add_note(f"{HOOK_NOTE}{where})")
         position = failed_at(error)
         if position is not None:  # the run's seconds, for its manifest entry (a resumed run's earlier ones too)
             mark_failed_at(error, *position[:2], time.perf_counter() - start + (saved.elapsed if saved else 0.0))

@@ -293,3 +293,33 @@ def test_a_runs_tensorboard_points_are_in_the_file_when_the_run_ends(tmp_path):
         2, num_episodes=30, seed_offset=0, progress=False, hooks=[ReadsTheFile()], records=RecordOptions(flush_every=5)
     )
     assert len(runs[0]) == 30 and seen == {"ep_return/run_1": 30}
+
+
+def test_an_event_file_the_disk_has_no_room_for_is_neither_left_open_nor_left_empty(tmp_path, monkeypatch):
+    """A full disk as the writer opened its file left the file open in the user's process after multi_run returned
+    (umount: target is busy), and an empty event file behind (tester F2)."""
+    import builtins
+    import errno
+
+    from online_trainer.callbacks import event_file
+
+    opened = []
+
+    class Full:
+        def __init__(self, file):
+            self.file = file
+            opened.append(file)
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            self.file.flush()
+
+        def close(self):
+            self.file.close()
+
+    monkeypatch.setattr(event_file, "open", lambda *a, **k: Full(builtins.open(*a, **k)), raising=False)
+    with pytest.raises(OSError, match=r"could not write .*events\.out\.tfevents\..*: No space left on device"):
+        event_file.EventFileWriter(tmp_path)
+    assert opened and all(file.closed for file in opened) and list(tmp_path.iterdir()) == []
