@@ -205,7 +205,21 @@ class Experiment:
             elif not keep_records or result is not None and result.status not in COMPLETED:
                 runs.append(None)
             elif entry["status"] in COMPLETED and self.exp_dir is not None:  # done earlier, or resumed now
-                runs.append(as_records(storage.load_run_metrics(self.exp_dir, entry["run"])))
+                records = storage.load_run_metrics(self.exp_dir, entry["run"])
+                expected = entry.get("episodes")
+                if isinstance(expected, int) and len(records) < expected:
+                    logger.error(
+                        "%s holds %d of the %d episodes run %d recorded when it %s: the file was cut short or damaged "
+                        "since, and all_metrics.pkl and the records returned hold only those. Put back a copy of it, "
+                        "remove all_metrics.pkl, and make the same call with resume=True: it writes all_metrics.pkl "
+                        "anew.",
+                        storage.metrics_path(self.exp_dir, entry["run"]),
+                        len(records),
+                        expected,
+                        entry["run"],
+                        entry["status"].replace("_", " "),
+                    )
+                runs.append(as_records(records))
             else:
                 runs.append(None)
         return runs

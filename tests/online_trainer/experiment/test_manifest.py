@@ -353,3 +353,31 @@ def test_a_call_killed_while_writing_all_metrics_leaves_what_the_resume_writes_a
     (tmp_path / "all_metrics.pkl").rename(tmp_path / ".all_metrics.pkl.999999.tmp")
     trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False, resume=True)
     assert not list(tmp_path.glob(".all_metrics.pkl.*")) and returns() == whole and len(whole[1]) == 3
+
+
+class InterruptRun2(Hook):
+    """Ctrl-C in run 2's third episode."""
+
+    def on_episode_end(self, ctx, record):
+        if ctx.run == 2 and record["episode_index"] == 3:
+            raise KeyboardInterrupt
+
+
+def test_a_finished_runs_stream_cut_short_since_is_said_loudly_with_the_fix(tmp_path, caplog):
+    """A resume wrote all_metrics.pkl with 38 of a finished run's 98 episodes, saying only that the run "was
+    probably killed while writing" (tester F2)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, num_episodes=30, seed_offset=0, progress=False, hooks=[InterruptRun2()])
+    stream = tmp_path / "metrics_run1.pkl"
+    whole = stream.read_bytes()
+    stream.write_bytes(whole[: len(whole) // 2])
+    with caplog.at_level("ERROR"), pytest.warns(storage.TruncatedMetricsWarning):
+        runs = trainer.multi_run(2, num_episodes=30, seed_offset=0, progress=False, resume=True)
+    assert f"{stream} holds {len(runs[0])} of the 30 episodes run 1 recorded when it finished" in caplog.text
+    assert "Put back a copy of it, remove all_metrics.pkl, and make the same call with resume=True" in caplog.text
+    stream.write_bytes(whole)  # as the message says
+    (tmp_path / "all_metrics.pkl").unlink()
+    runs = trainer.multi_run(2, num_episodes=30, seed_offset=0, progress=False, resume=True)
+    with open(tmp_path / "all_metrics.pkl", "rb") as file:
+        assert [len(run) for run in pickle.load(file)] == [len(run) for run in runs] == [30, 30]
