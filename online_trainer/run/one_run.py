@@ -365,7 +365,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
     except BaseException as error:
         where = events.hooks.raised_in(error) if events is not None and isinstance(error, Exception) else None
-        if where is not None:
+        if where is not None and hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(f"{HOOK_NOTE}{where})")
         position = failed_at(error)
         if position is not None:  # the run's seconds, for its manifest entry (a resumed run's earlier ones too)
