@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -205,9 +206,15 @@ class Experiment:
             elif not keep_records or result is not None and result.status not in COMPLETED:
                 runs.append(None)
             elif entry["status"] in COMPLETED and self.exp_dir is not None:  # done earlier, or resumed now
-                records = storage.load_run_metrics(self.exp_dir, entry["run"])
+                with warnings.catch_warnings(record=True) as said:
+                    warnings.simplefilter("always", storage.TruncatedMetricsWarning)
+                    records = storage.load_run_metrics(self.exp_dir, entry["run"])
                 expected = entry.get("episodes")
-                if isinstance(expected, int) and len(records) < expected:
+                short = isinstance(expected, int) and len(records) < expected
+                for warning in said:  # "probably killed while writing" is not so of a run recorded as ended
+                    if not (short and issubclass(warning.category, storage.TruncatedMetricsWarning)):
+                        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+                if short:
                     logger.error(
                         "%s holds %d of the %d episodes run %d recorded when it %s: the file was cut short or damaged "
                         "since, and all_metrics.pkl and the records returned hold only those. Put back a copy of it, "
@@ -253,6 +260,12 @@ class Experiment:
                 if result.status in COMPLETED:
                     apply_result(found, result)
             storage.write_manifest(self.exp_dir, found)
+        elif ended and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # a new experiment that keeps those runs:
+            manifest = storage.read_manifest(self.exp_dir)  # the others, stopped before their first step, are to do
+            for entry in manifest["runs"]:
+                if entry["run"] not in ended and entry["status"] == "running":
+                    entry["status"] = "pending"
+            storage.write_manifest(self.exp_dir, manifest)
 
     def evaluations(self) -> list[list[dict[str, Any]] | None]:
         """The evaluation records of every run: from memory for runs done now, from ``eval_run{i}.pkl`` for runs

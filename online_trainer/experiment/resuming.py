@@ -10,6 +10,7 @@ starts (:meth:`online_trainer.callbacks.CallBack.rewind`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -104,12 +105,17 @@ def _same_hooks(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
     version did not record numpy numbers."""
     return before.keys() == now.keys() and all(
         before[key].get("class") == now[key].get("class")
-        and all(now[key]["params"].get(name, _MISSING) == value for name, value in before[key]["params"].items())
+        and all(
+            name in now[key]["params"] and _same_value(now[key]["params"][name], value)
+            for name, value in before[key]["params"].items()
+        )
         for key in before
     )
 
 
-_MISSING = object()
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal plain data, NaN equal to NaN (a hook made with ``threshold=float("nan")`` resumes with it)."""
+    return bool(a == b) or json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def _refuse_hooks(exp_dir: Path, before: Mapping[str, Any], now: Mapping[str, Any], continuing: str, anew: str) -> None:

@@ -53,7 +53,8 @@ class Hook:
         """The env is reset and the agent ready; no env step has been taken yet."""
 
     def on_step(self, ctx: RunContext) -> None:
-        """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call."""
+        """``every_steps`` env steps or ``every_seconds`` seconds have passed since the last call; not called at the
+        step that spends the run's budget, where :meth:`on_run_end` is."""
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """Episodes ``first_index, first_index + 1, ...`` ended at the same env step (``ctx.global_step``).

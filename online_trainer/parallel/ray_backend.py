@@ -205,6 +205,8 @@ class RayExecutor:
                         result = ray.get(ref)
                     except Exception as exc:  # the task's worker died, or Ray failed it
                         result = failed_result(spec, exc)
+                    if result.status == "failed":
+                        logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra.get("exception"))
                     self._drain(queue, display)
                     display.run_finished(spec.key, result.status)
                     on_result(result)

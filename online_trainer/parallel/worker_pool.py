@@ -289,7 +289,10 @@ class WorkerPool:
                 worker.took = True
             elif kind in ("result", "error") and worker.spec is not None:
                 spec, worker.spec, worker.took = worker.spec, None, False
-                call.finish(spec, self._result(spec, *message))
+                result = self._result(spec, *message)
+                if result.status == "failed":  # as it happens, as in-process runs say it (the summary comes at the end)
+                    logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra.get("exception"))
+                call.finish(spec, result)
             elif kind in ("start", "progress"):
                 call.display.handle(message)
             elif kind == "log":  # a worker's record, written by this process's handlers (above the bars)

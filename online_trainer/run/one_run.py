@@ -350,6 +350,9 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             )
         except StopRun as stop:
             global_step, episodes, stop_reason = stop.global_step, events.episodes, stop.reason
+            logger.info(
+                "run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step, stop_reason
+            )
         except Exception as exc:
             position = failed_at(exc)
             if resumed_from is None and position is not None and position[0] == 0:
@@ -357,9 +360,6 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 # the first actions' own check is, so every run stops and nothing of the call is kept
                 raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
             raise
-            logger.info(
-                "run %d (seed %d) stopped early at step %d: %s", spec.run_idx, spec.seed, global_step, stop_reason
-            )
         events.finish(True, global_step)
         sink_run_open = False
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")

@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import signal
+import warnings
 
 import numpy as np
 import pytest
@@ -372,7 +373,8 @@ def test_a_finished_runs_stream_cut_short_since_is_said_loudly_with_the_fix(tmp_
     stream = tmp_path / "metrics_run1.pkl"
     whole = stream.read_bytes()
     stream.write_bytes(whole[: len(whole) // 2])
-    with caplog.at_level("ERROR"), pytest.warns(storage.TruncatedMetricsWarning):
+    with caplog.at_level("ERROR"), warnings.catch_warnings():
+        warnings.simplefilter("error", storage.TruncatedMetricsWarning)  # not also "probably killed while writing"
         runs = trainer.multi_run(2, num_episodes=30, seed_offset=0, progress=False, resume=True)
     assert f"{stream} holds {len(runs[0])} of the 30 episodes run 1 recorded when it finished" in caplog.text
     assert "Put back a copy of it, remove all_metrics.pkl, and make the same call with resume=True" in caplog.text

@@ -913,3 +913,14 @@ def test_a_hook_argument_that_is_a_numpy_number_is_recorded_and_checked_on_resum
     storage.write_manifest(tmp_path, manifest)
     trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(grid[0])], progress=False, resume=True)
     assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]
+
+
+def test_a_hook_made_with_nan_resumes_with_nan(tmp_path):
+    """NaN != NaN: the same call was refused ("made with factor=nan, this call's with factor=nan") (tester R2)."""
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(float("nan")), Crash(60)], progress=False)
+    trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(np.nan)], progress=False, resume=True)
+    assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]

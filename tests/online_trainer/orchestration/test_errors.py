@@ -662,6 +662,10 @@ def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path
         "ended in this call wrote is kept: once it is fixed, make the same call with resume=True to do the others, or "
         "with overwrite=True to start again)"
     ]
+    import json
+
+    statuses = [e["status"] for e in json.loads((tmp_path / "exp" / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "pending", "pending"]  # run 2 was left "running", read as killed (tester R2)
     runs = OnlineTrainer(env, lambda env: RecordingAgent(), exp_dir=str(tmp_path / "exp")).multi_run(
         3, num_episodes=3, seed_offset=0, progress=False, resume=True
     )

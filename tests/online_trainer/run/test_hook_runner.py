@@ -153,9 +153,9 @@ class FailsInRunTwo(Hook):
 
 
 @pytest.mark.parametrize("num_workers", [1, 2])
-def test_a_raising_hook_fails_only_its_run(tmp_path, num_workers):
+def test_a_raising_hook_fails_only_its_run(tmp_path, num_workers, caplog):
     exp_dir = tmp_path / "exp"
-    with pytest.raises(RunsFailedError, match="seed 10000") as caught:
+    with caplog.at_level("ERROR"), pytest.raises(RunsFailedError, match="seed 10000") as caught:
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
             3, num_episodes=6, seed_offset=SEED, num_workers=num_workers, progress=False, hooks=[FailsInRunTwo()]
         )
@@ -164,6 +164,11 @@ def test_a_raising_hook_fails_only_its_run(tmp_path, num_workers):
         caught.value
     )
     assert [e["status"] for e in manifest(exp_dir)["runs"]] == ["finished", "failed", "finished"]
+    # logged as it happened, from a worker too (tester R2: nothing until the end with workers)
+    failed = [r.getMessage() for r in caplog.records if "failed: RuntimeError" in r.getMessage()]
+    assert failed == [
+        "run 2 (seed 10000) failed: RuntimeError: hook broke (raised in hook FailsInRunTwo#0's on_episode_end)"
+    ]
 
 
 class Counter(Hook):
@@ -423,3 +428,18 @@ def test_a_hook_with_state_dict_and_no_load_state_dict_is_refused_before_any_ste
         ):
             trainer.multi_run(1, num_episodes=2, hooks=[hook], progress=False)
         assert not (tmp_path / "exp").exists()
+
+
+def test_a_run_stopped_by_a_hook_says_so_in_the_log(tmp_path, caplog):
+    """The line went missing behind another branch's raise (tester R2)."""
+
+    class Enough(Hook):
+        def on_episode_end(self, ctx, record):
+            if record["episode_index"] == 2:
+                ctx.stop("two are enough")
+
+    with caplog.at_level("INFO", logger="online_trainer"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp").multi_run(
+            1, num_episodes=6, seed_offset=SEED, progress=False, hooks=[Enough()]
+        )
+    assert "run 1 (seed 0) stopped early at step" in caplog.text and "two are enough" in caplog.text
