@@ -59,7 +59,13 @@ to no cost: the ratios then mean little, but the ``extra`` microseconds are the 
 per env step, measured without a real env's noise (and without the cache traffic it adds, so they
 are a lower bound of the extra with a real env).
 
-    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,tb-plain,read,hook] [--env cartpole|replay] [--raw FILE]
+``--env-time`` times ``env.step`` alone, with the same wrapper on the bare loop's env and the call's: the last
+columns give its microseconds per env step and their extra over the bare runs beside it. The env's own step
+runs slower beside the runner's work than beside the bare loop's (round 11: +1.5-2 us a vector step of
+64-sub-env CartPole, about half the ``empty`` extra), though it is given the same actions and does the same
+work: part of the extra is the interpreter and the caches shared by both, not the runner's own instructions.
+
+    python bench/overhead.py [--repeats 7] [--steps 1:30000,8:120000,64:480000] [--variants bare,empty,tb,tb-plain,read,hook] [--env cartpole|replay] [--env-time] [--raw FILE]
 """
 
 from __future__ import annotations
@@ -160,6 +166,24 @@ class ReplayVecEnv(gym.vector.VectorEnv):
 
 ENVS = ("cartpole", "replay")
 ENV = "cartpole"  # set by --env
+ENV_TIME = False  # set by --env-time
+
+
+def timed_steps(env: Any) -> list[float]:
+    """Time every ``env.step`` of ``env`` (an instance attribute over the class's method); return the running total.
+
+    The same wrapper goes on the env of the bare loop and of the call, so what it costs is the same on both sides.
+    """
+    inner, clock, total = env.step, time.perf_counter, [0.0]
+
+    def step(actions: Any) -> Any:
+        start = clock()
+        out = inner(actions)
+        total[0] += clock() - start
+        return out
+
+    env.step = step
+    return total
 
 
 def make_env(num_envs: int) -> Any:
@@ -240,12 +264,14 @@ def trainer_run(env: Any, total_steps: int, seed: int, variant: str, exp_dir: st
 
 def time_variant(
     variant: str, num_envs: int, total_steps: int, seed: int
-) -> tuple[float, float, list[tuple[float, int]]]:
-    """Wall and CPU seconds of one run of ``variant``, and its episodes.
+) -> tuple[float, float, list[tuple[float, int]], float]:
+    """Wall and CPU seconds of one run of ``variant``, its episodes, and the seconds spent in ``env.step``
+    (with ``--env-time``; else 0).
 
     The env is built and the experiment directory made before the timer starts.
     """
     env = make_env(num_envs)
+    env_seconds = timed_steps(env) if ENV_TIME else [0.0]
     try:
         with tempfile.TemporaryDirectory() as tmp:
             start, start_cpu = time.perf_counter(), time.process_time()
@@ -258,7 +284,7 @@ def time_variant(
         env.close()
     if variant in ("empty", "tb", "tb-plain", "hook", *REAL_AGENTS):  # read after the timer, for the check
         episodes = [(r["ep_return"], r["ep_length"]) for r in episodes]
-    return wall, cpu, episodes
+    return wall, cpu, episodes, env_seconds[0]
 
 
 def measure(
@@ -274,18 +300,19 @@ def measure(
     :data:`AGENT_LOGS` keep the agent's metrics (``bare_loop(keep_logs=True)``).
     """
     times: dict[str, dict[str, list[float]]] = {
-        v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": [], "wall_bare_runs": []} for v in variants
+        v: {"wall": [], "cpu": [], "wall_bare": [], "cpu_bare": [], "wall_bare_runs": [], "env": [], "env_bare": []}
+        for v in variants
     }
     references: dict[str, Any] = {}
     others = tuple(v for v in variants if v != "bare")
 
-    def run(variant: str) -> tuple[float, float]:
-        wall, cpu, episodes = time_variant(variant, num_envs, total_steps, seed=0)
+    def run(variant: str) -> tuple[float, float, float]:
+        wall, cpu, episodes, env = time_variant(variant, num_envs, total_steps, seed=0)
         group = variant if variant in REAL_AGENTS else "cheap"
         reference = references.setdefault(group, episodes)
         if episodes != reference:
             raise AssertionError(f"{variant} at num_envs={num_envs}: episodes differ from the first run's")
-        return wall, cpu
+        return wall, cpu, env
 
     for rep in range(repeats):
         before = run("bare")
@@ -293,17 +320,20 @@ def measure(
         if "bare" in times:
             times["bare"]["wall"].append(before[0])
             times["bare"]["cpu"].append(before[1])
+            times["bare"]["env"].append(before[2])
         shift = rep % max(1, len(others))
         for variant in others[shift:] + others[:shift]:
             kind = "bare-logs" if variant in AGENT_LOGS else "bare"
             if kind != beside:
                 before, beside = run(kind), kind
-            wall, cpu = run(variant)
+            wall, cpu, env = run(variant)
             times[variant]["wall"].append(wall)
             times[variant]["cpu"].append(cpu)
+            times[variant]["env"].append(env)
             after = run(kind)
             times[variant]["wall_bare"].append((before[0] + after[0]) / 2)
             times[variant]["cpu_bare"].append((before[1] + after[1]) / 2)
+            times[variant]["env_bare"].append((before[2] + after[2]) / 2)
             times[variant]["wall_bare_runs"] += [before[0], after[0]]
             before = after
     return times
@@ -326,6 +356,11 @@ def report(num_envs: int, total_steps: int, times: dict[str, dict[str, list[floa
                     cells.append(f"{min(clocks[clock]) / min(clocks['wall_bare_runs']):.3f}")
             else:
                 cells.append(" " * (26 + 7 * (clock == "wall")))
+        if ENV_TIME:  # how much of the extra is the env's own step, slower beside the runner's work
+            cells.append(f"{statistics.median(clocks['env']) / total_steps * 1e6:7.2f}")
+            if variant != "bare" and clocks["env_bare"]:
+                extra = statistics.median(t - b for t, b in zip(clocks["env"], clocks["env_bare"]))
+                cells.append(f"{extra / total_steps * 1e6:+6.2f}")
         print("  ".join(cells), flush=True)
 
 
@@ -353,9 +388,14 @@ def main() -> None:
         default="cartpole",
         help="replay: a near-free env replaying CartPole-shaped steps; its 'extra' column is the runner's own us",
     )
+    parser.add_argument(
+        "--env-time",
+        action="store_true",
+        help="also time env.step alone (bare loop and call alike): the last columns, us per env step and its extra",
+    )
     args = parser.parse_args()
-    global ENV
-    ENV = args.env
+    global ENV, ENV_TIME
+    ENV, ENV_TIME = args.env, args.env_time
     logging.basicConfig(level=logging.WARNING)
     variants = tuple(args.variants.split(","))
     unknown = sorted(set(variants) - {*VARIANTS, *REAL_AGENTS})
@@ -369,7 +409,7 @@ def main() -> None:
     )
     print(
         f"{'num_envs':>8}  {'steps':>8}  {'':>8}  {'wall us':>7}  {'extra  ratio [range]':<26} {'best':>5}  {'cpu us':>7}  "
-        f"{'extra  ratio [range]':<26}"
+        f"{'extra  ratio [range]':<26}" + (f"  {'env us':>7}  extra" if ENV_TIME else "")
     )
     for pair in args.steps.split(","):
         num_envs, total_steps = (int(x) for x in pair.split(":"))
