@@ -145,7 +145,15 @@ class Experiment:
         for name, value in result.env_info.items():
             self.manifest.setdefault(name, value)
         apply_result(self.manifest, result, self.exp_dir)
-        self._write()
+        try:
+            self._write()
+        except OSError as exc:  # a full disk: the run's own failure, if any, must not hide behind it
+            failure = result.extra.get("exception") or result.error
+            if failure and hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(
+                    f"Run {result.run_idx} (seed {result.seed}) had failed before its end could be recorded: {failure}"
+                )
+            raise
 
     def mark_interrupted(self) -> None:
         """Mark the runs that started and did not end as interrupted (Ctrl-C, or an error in the parent).

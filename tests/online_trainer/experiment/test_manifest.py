@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import warnings
 
@@ -383,3 +384,31 @@ def test_a_finished_runs_stream_cut_short_since_is_said_loudly_with_the_fix(tmp_
     runs = trainer.multi_run(2, num_episodes=30, seed_offset=0, progress=False, resume=True)
     with open(tmp_path / "all_metrics.pkl", "rb") as file:
         assert [len(run) for run in pickle.load(file)] == [len(run) for run in runs] == [30, 30]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failed_run_whose_end_cannot_be_recorded_is_named_on_the_disk_error(tmp_path, monkeypatch, workers):
+    """A full disk at a failed run's end raised the manifest's OSError alone: the run's own error was only in the
+    log (tester F2)."""
+    import errno
+
+    class Breaks(Hook):
+        def on_episode_end(self, ctx, record):
+            if ctx.episodes == 2:
+                raise RuntimeError("hook broke")
+
+    write = storage.write_manifest
+
+    def full_disk_once_failed(exp_dir, manifest):
+        if manifest["runs"][0]["status"] == "failed":
+            raise OSError(errno.ENOSPC, "No space left on device", str(exp_dir))
+        write(exp_dir, manifest)
+
+    monkeypatch.setattr(storage, "write_manifest", full_disk_once_failed)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(OSError, match="No space left") as caught:
+        trainer.multi_run(workers, num_episodes=5, seed_offset=0, progress=False, hooks=[Breaks()], num_workers=workers)
+    notes = "\n".join(getattr(caught.value, "__notes__", []))
+    assert re.search(
+        r"Run \d \(seed \d+\) had failed before its end could be recorded: RuntimeError: hook broke", notes
+    )
