@@ -59,6 +59,7 @@ class Experiment:
         manifest_file = None if exp_dir is None else exp_dir / storage.MANIFEST_FILE
         # the manifest as this call found it (a resumed experiment's), for discard(): bytes, exactly
         self._found = manifest_file.read_bytes() if manifest_file is not None and manifest_file.is_file() else None
+        self._jobs: set[str] = set()  # the Slurm jobs this call submitted: only their entries on disk are theirs
         if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
             self._write()  # with nothing to do (a finished experiment resumed), nothing is written
 
@@ -101,8 +102,10 @@ class Experiment:
         with manifest_lock(self.exp_dir):  # Slurm jobs record their own runs' ends: keep what they wrote
             on_disk = read_manifest_quietly(self.exp_dir)
             for entry, written in zip(self.manifest["runs"], on_disk.get("runs", [])):
-                if SLURM_JOB_KEY not in entry or written.get(SLURM_JOB_KEY) != entry[SLURM_JOB_KEY]:
-                    continue  # not (yet) in this call's job
+                # not (yet) in a job of this call: a job of an earlier call recorded nothing this call must take (a
+                # resumed run's resumed_from, set at planning, is this call's)
+                if entry.get(SLURM_JOB_KEY) not in self._jobs or written.get(SLURM_JOB_KEY) != entry[SLURM_JOB_KEY]:
+                    continue
                 if entry["status"] == ownership.RUNNING and written.get("status") not in (
                     None,
                     ownership.RUNNING,
@@ -123,6 +126,7 @@ class Experiment:
     def on_submitted(self, spec: RunSpec, job_id: str) -> None:
         """Record the Slurm job a run was handed to (``slurm_job`` in its entry); the job records how it ends."""
         self.manifest["runs"][spec.run_idx - 1][SLURM_JOB_KEY] = job_id
+        self._jobs.add(job_id)
         self._write()
 
     def on_start(self, spec: RunSpec) -> None:

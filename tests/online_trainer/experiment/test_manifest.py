@@ -7,6 +7,7 @@ import os
 import pickle
 import re
 import signal
+import types
 import warnings
 
 import numpy as np
@@ -307,6 +308,7 @@ def test_the_submitting_process_keeps_where_a_restarted_slurm_job_continued_its_
         )
     storage.write_manifest(tmp_path, manifest)
     experiment = Experiment(tmp_path, json.loads(json.dumps(manifest)), [])
+    experiment._jobs.update(("7_0", "7_1"))  # this call submitted them (on_submitted)
     point = {"global_step": 40, "episodes": 4, "env_restored": True}
     job_results.record_restart(tmp_path, 1, types.SimpleNamespace(resume_point=point))  # from its checkpoint
     job_results.record_restart(tmp_path, 2, None)  # from its first step: no checkpoint yet
@@ -316,6 +318,27 @@ def test_the_submitting_process_keeps_where_a_restarted_slurm_job_continued_its_
     written = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert written[0]["resumed_from"] == point and "resumed_from" not in written[1]
     assert [entry["status"] for entry in written] == ["finished", "finished"]
+
+
+def test_a_slurm_run_resumed_by_the_call_keeps_its_resumed_from(tmp_path):
+    """resume=True of runs an earlier call's Slurm jobs left: the call's own resumed_from was taken for one the job of
+    that earlier call had removed, and dropped from the manifest (tester L2, in 4 experiments of 4)."""
+    from online_trainer.experiment.manifest import Experiment
+
+    manifest = Experiment.new_manifest(2, 0, 0, {})
+    for entry, job in zip(manifest["runs"], ("7_0", "7_1")):
+        entry.update(status="interrupted", slurm_job=job)  # cancelled with the earlier call
+    storage.write_manifest(tmp_path, manifest)
+    planned = json.loads(json.dumps(manifest))
+    point = {"global_step": 40, "episodes": 4, "env_restored": True}
+    planned["runs"][0]["resumed_from"] = point  # as planning a resume sets it
+    experiment = Experiment(tmp_path, planned, [])
+    experiment._write()
+    written = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert written[0]["resumed_from"] == point and "resumed_from" not in written[1]
+    spec = types.SimpleNamespace(run_idx=1)
+    experiment.on_submitted(spec, "9_0")  # this call's job, which writes nothing of its own yet
+    assert json.loads((tmp_path / "manifest.json").read_text())["runs"][0]["resumed_from"] == point
 
 
 @pytest.mark.parametrize("damage", [lambda text: text[: len(text) // 2], lambda text: "\udcff\x00garbage"])
