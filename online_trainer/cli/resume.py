@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from online_trainer.cli.run import interrupted, multi_run_kwargs, print_outcome
+from online_trainer.cli.run import failed, interrupted, multi_run_kwargs, print_outcome
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
@@ -56,8 +55,7 @@ def resume_command(args: argparse.Namespace) -> int:
             config.num_runs, resume=True, **multi_run_kwargs(config, progress=not args.no_progress)
         )
     except RunsFailedError as exc:
-        print(f"online-trainer: {exc}", file=sys.stderr)
-        status = 1
+        status = failed(exc, exp_dir)
     except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted): resumed again by the same command
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:

@@ -173,6 +173,16 @@ def interrupted(exp_dir: Path) -> int:
     return 128 + signum
 
 
+def failed(error: RunsFailedError, exp_dir: Path) -> int:
+    """Print ``error`` (the failed runs) and the command that runs them again once their cause is fixed; return 1."""
+    print(
+        f"online-trainer: {error}\nOnce the cause is fixed, run the failed runs again (each from its latest full "
+        f"checkpoint, or from its first step) with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
     header = [f"# Resolved by `online-trainer run` from {source}"]
     if overrides:
@@ -224,8 +234,7 @@ def run_command(args: argparse.Namespace) -> int:
             config.num_runs, overwrite=config.overwrite, **multi_run_kwargs(config, progress=not args.no_progress)
         )
     except RunsFailedError as exc:
-        print(f"online-trainer: {exc}", file=sys.stderr)
-        status = 1
+        status = failed(exc, exp_dir)
     except ExperimentExistsError as exc:
         raise refusal(config, exc) from exc
     except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted)

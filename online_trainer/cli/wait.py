@@ -10,6 +10,7 @@ from pathlib import Path
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import configured_last_k, final_table
+from online_trainer.cli.run import failed
 from online_trainer.config.schema import ConfigError
 from online_trainer.errors import RunsFailedError
 from online_trainer.parallel.slurm_handle import SlurmRuns, unfinished_notes
@@ -52,8 +53,7 @@ def wait_command(args: argparse.Namespace) -> int:
         try:  # also when every job has ended: it raises for the runs that failed
             handle.wait(progress=not args.no_progress, poll_interval=args.poll)
         except RunsFailedError as exc:
-            print(f"online-trainer: {exc}", file=sys.stderr)
-            status = 1
+            status = failed(exc, exp_dir)
         except KeyboardInterrupt:
             print(
                 "online-trainer: stopped waiting; the jobs go on. Wait again with:\n"

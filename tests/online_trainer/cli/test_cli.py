@@ -1042,3 +1042,21 @@ def test_the_commands_the_output_suggests_quote_a_path_with_spaces(tmp_path, cap
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
     out = capsys.readouterr().out
     assert f"Plot it with: online-trainer report '{exp_dir}'" in out
+
+
+def test_run_with_a_failed_run_prints_the_command_that_runs_it_again(tmp_path, capsys, monkeypatch):
+    """A run that failed ended the command with its error alone, where an interrupted one printed the command that
+    continues the experiment (tester L2)."""
+    from online_trainer.agents import AGENTS
+
+    def broken_update(self, *args, **kwargs):
+        raise RuntimeError("update broke")
+
+    monkeypatch.setattr(AGENTS["q_learning"], "update", broken_update)
+    exp_dir = tmp_path / "failing"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 1
+    err = capsys.readouterr().err
+    assert "RuntimeError: update broke" in err
+    assert "Once the cause is fixed, run the failed runs again" in err and f"online-trainer resume {exp_dir}\n" in err
+    monkeypatch.undo()
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # as it says
