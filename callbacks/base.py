@@ -145,11 +145,15 @@ class CallBack:
         any position.
         """
 
-    def rewind(self, run_tag: str, position: Any) -> None:
+    def rewind(self, run_tag: str, position: Any, since: float | None = None) -> None:
         """Remove what the run ``run_tag`` logged after ``position`` (what :meth:`checkpoint` returned, as
         plain data), or everything it logged when ``position`` is None (it starts again from scratch).
         A sink that keeps one record per run (MLflow, W&B) notes the position instead, and continues
         that record when the run starts.
+
+        ``since``: the Unix time the run's experiment was created (None when unknown). What was logged
+        before it is another experiment's, whatever its tag (a file or folder experiments share), and
+        stays. A ``rewind`` without this parameter is called without it.
 
         Called in the parent process before the resumed run starts, with no run writing.
         """

@@ -154,13 +154,20 @@ class CSVCallback(LineFileSink):
         return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > header else []
 
     @staticmethod
-    def tag_of_line(line: bytes) -> str | None:
-        """The ``tag`` column of a row (None for the header)."""
+    def entry_of_line(line: bytes) -> tuple[str | None, float | None]:
+        """The ``tag`` and ``wall_time`` columns of a row (None, None for the header)."""
         row = next(csv.reader([line.decode("utf-8")]), None)
-        return row[_TAG_COLUMN] if row and len(row) in (len(COLUMNS), len(COLUMNS) - 1) and row[0] != "run" else None
+        if not row or len(row) not in (len(COLUMNS), len(COLUMNS) - 1) or row[0] == "run":
+            return None, None
+        try:
+            wall_time: float | None = float(row[_WALL_COLUMN])
+        except ValueError:
+            wall_time = None
+        return row[_TAG_COLUMN], wall_time
 
     def __repr__(self) -> str:
         return f"CSVCallback(log_path={self.log_path!r})"
 
 
 _TAG_COLUMN = COLUMNS.index("tag")
+_WALL_COLUMN = COLUMNS.index("wall_time")

@@ -115,12 +115,14 @@ class JsonlCallback(LineFileSink):
         return [self.log_path] if os.path.isfile(self.log_path) and os.path.getsize(self.log_path) > 0 else []
 
     @staticmethod
-    def tag_of_line(line: bytes) -> str | None:
-        """The ``tag`` of a line (None for a line that is not a JSON object)."""
+    def entry_of_line(line: bytes) -> tuple[str | None, float | None]:
+        """The ``tag`` and ``wall_time`` of a line (None, None for a line that is not a JSON object)."""
         try:
-            return json.loads(line).get("tag")
+            record = json.loads(line)
+            wall_time = record.get("wall_time")
+            return record.get("tag"), float(wall_time) if isinstance(wall_time, (int, float)) else None
         except (ValueError, AttributeError):
-            return None
+            return None, None
 
     def __repr__(self) -> str:
         return f"JsonlCallback(log_path={self.log_path!r}, flush_every={self.flush_every})"

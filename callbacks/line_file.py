@@ -33,7 +33,8 @@ class LineFileSink(CallBack):
     Each write is one ``os.write`` of whole lines, so worker processes can share the file and no
     line is ever torn. A run's position is how many lines of each of its tags the file held at its
     checkpoint; a resumed run keeps that many and removes its later lines (found by
-    :meth:`tag_of_line`), and leaves other runs' lines alone. Counts, not the file's size: the
+    :meth:`entry_of_line`), and leaves other runs' lines alone, and every line written before the run's
+    experiment began (``since``: another experiment's, under the same tags). Counts, not the file's size: the
     other runs cut back in the same resume move every later byte (see :mod:`online_trainer.callbacks.rewind`).
 
     Writers hold the file's lock shared while they append, and a rewind holds it alone while it swaps
@@ -42,7 +43,7 @@ class LineFileSink(CallBack):
     The lock is a hidden file beside ``log_path`` (``.scalars.jsonl.lock``).
 
     Subclasses set :attr:`FILE_NAME` and ``log_path``, define :meth:`flush` (writing with
-    :meth:`_append`), :meth:`_open` and :meth:`tag_of_line`, and count in ``_lines_of`` (tag ->
+    :meth:`_append`), :meth:`_open` and :meth:`entry_of_line`, and count in ``_lines_of`` (tag ->
     lines) every line they keep to write.
     """
 
@@ -57,8 +58,9 @@ class LineFileSink(CallBack):
     """Lines of each tag in the file: those this process wrote, and those a rewind kept (a resumed run's)."""
 
     @staticmethod
-    def tag_of_line(line: bytes) -> str | None:
-        """The tag a line of the file was logged under, or None for a line of no run (a header, a torn line)."""
+    def entry_of_line(line: bytes) -> tuple[str | None, float | None]:
+        """The tag a line of the file was logged under (None for a line of no run: a header, a torn line) and its
+        wall time (None when it has none)."""
         raise NotImplementedError
 
     def flush(self) -> None:
@@ -69,8 +71,8 @@ class LineFileSink(CallBack):
         """Open ``log_path`` for appending (made with its header, if the format has one); return the descriptor."""
         raise NotImplementedError
 
-    def _entries(self, data: bytes) -> Iterator[tuple[int, int, str | None]]:
-        return text_lines(data, self.tag_of_line)
+    def _entries(self, data: bytes) -> Iterator[tuple[int, int, str | None, float | None]]:
+        return text_lines(data, self.entry_of_line)
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool) -> Iterator[None]:
@@ -115,16 +117,17 @@ class LineFileSink(CallBack):
         """Raise ``ValueError`` unless ``position`` is None or where this sink's files stood."""
         check_file_position(position, os.path.basename(self.log_path).__eq__, os.path.dirname(self.log_path) or ".")
 
-    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
-        """Remove the run's lines written after ``position`` (all of them when None)."""
+    def rewind(self, run_tag: str, position: Mapping[str, Any] | None, since: float | None = None) -> None:
+        """Remove the run's lines written after ``position`` (all of them when None); lines written before ``since``
+        (the Unix time the run's experiment was created) are not the run's, whatever their tag."""
         at = as_file_position(position)
         if os.path.exists(self.log_path):
             with self._locked(exclusive=True):
-                rewind_files([Path(self.log_path)], run_tag, at, self._entries)
+                rewind_files([Path(self.log_path)], run_tag, at, self._entries, since=since)
         for tag in [tag for tag in self._lines_of if belongs(tag, run_tag)]:
             del self._lines_of[tag]
         if at is not None:  # the resumed run goes on counting from the lines kept
-            kept = at.counts if at.counts is not None else run_counts(self.log_path, self._entries, run_tag)
+            kept = at.counts if at.counts is not None else run_counts(self.log_path, self._entries, run_tag, since)
             self._lines_of.update(kept)
 
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:

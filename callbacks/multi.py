@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack, takes_wall_times
-from online_trainer.callbacks.rewind import held_by
+from online_trainer.callbacks.rewind import held_by, rewind_run
 
 logger = logging.getLogger(__name__)
 
@@ -101,11 +101,9 @@ class MultiCallback(CallBack):
                 except ValueError as exc:
                     raise ValueError(f"{_elsewhere(check, positions, index)}{callback!r}: {exc}") from None
 
-    def rewind(self, run_tag: str, position: Any) -> None:
+    def rewind(self, run_tag: str, position: Any, since: float | None = None) -> None:
         for callback, at in zip(self.callbacks, self._positions(position)):
-            rewind = getattr(callback, "rewind", None)
-            if callable(rewind):
-                rewind(run_tag, at)
+            rewind_run(callback, run_tag, at, since)
 
     def _positions(self, position: Any) -> list[Any]:
         """Each sink's part of ``position`` (what :meth:`checkpoint` returned; None: every run's entry goes)."""

@@ -16,10 +16,17 @@ entries moves every later byte, so another run's offset, taken before, would the
 some of its own later entries, or inside a line. Its position says how many entries of each
 of the run's tags the file held (:attr:`FilePosition.counts`), and a rewind keeps that many,
 wherever they are now.
+
+Entries are the run's by their tag (``ep_return/run_1``), which another experiment logging to the same
+file or folder writes too. A rewind given ``since``, the time the run's experiment was created, leaves
+every entry written before it alone, whatever its tag: an experiment that ended before this one began
+keeps all its entries. (Experiments writing one file at the same time under the same tags cannot be
+told apart.)
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +34,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from online_trainer.callbacks.files import write_atomic
+
+Entries = Callable[[bytes], Iterator[tuple[int, int, str | None, float | None]]]
+"""Splits a file's bytes into ``(start, end, tag, wall_time)`` entries (tag None: not a run's; wall_time None:
+unknown)."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,34 @@ def belongs(tag: str, run_tag: str) -> bool:
     return tag == run_tag or tag.endswith("/" + run_tag)
 
 
+def _runs(tag: str | None, wall_time: float | None, run_tag: str, since: float | None) -> bool:
+    """Whether an entry is the run's: logged under one of its tags, and not before its experiment began (``since``)."""
+    if tag is None or not belongs(tag, run_tag):
+        return False
+    return since is None or wall_time is None or wall_time >= since
+
+
+def takes_since(rewind: Callable[..., Any]) -> bool:
+    """Whether a sink's ``rewind`` takes ``since`` (one written before the runner passed it does not)."""
+    try:
+        parameters = inspect.signature(rewind).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "since" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def rewind_run(callback: Any, run_tag: str, position: Any, since: float | None = None) -> None:
+    """``callback.rewind(run_tag, position, since=since)``; ``since`` only to a ``rewind`` that takes it, and nothing
+    for a callback without ``rewind``."""
+    rewind = getattr(callback, "rewind", None)
+    if not callable(rewind):
+        return
+    if since is not None and takes_since(rewind):
+        rewind(run_tag, position, since=since)
+    else:
+        rewind(run_tag, position)
+
+
 def position(path: str | os.PathLike | None, siblings: Iterable[str | os.PathLike] = ()) -> FilePosition:
     """The position of ``path`` (its size now) and of ``siblings`` (the sink's other files)."""
     others = {os.fspath(p): os.path.getsize(p) for p in siblings if os.fspath(p) != os.fspath(path or "")}
@@ -137,24 +176,27 @@ def position(path: str | os.PathLike | None, siblings: Iterable[str | os.PathLik
 def cut_file(
     path: str | os.PathLike,
     keep_before: int | None,
-    entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+    entries: Entries,
     run_tag: str,
     keep_first: Mapping[str, int] | None = None,
     drop_torn: bool = True,
+    since: float | None = None,
 ) -> bool:
     """Remove the run's entries of ``path`` from byte ``keep_before`` on (None: all of them).
 
     Args:
         path: the file.
         keep_before: entries starting before this offset stay; None removes the run's entries everywhere.
-        entries: splits the file's bytes into ``(start, end, tag)`` entries (tag None: not a run's, kept);
-            an incomplete entry at the end (a killed writer) is dropped whoever wrote it.
+        entries: splits the file's bytes into ``(start, end, tag, wall_time)`` entries (tag None: not a run's,
+            kept); an incomplete entry at the end (a killed writer) is dropped whoever wrote it.
         run_tag: the run's tag suffix (see :func:`belongs`).
         keep_first: instead of ``keep_before``: the first so many entries of each of the run's tags stay,
             wherever they are, and the run's other entries go.
         drop_torn: rewrite the file to drop an incomplete last entry even when it holds nothing of the run.
             False where another process may be writing it (its last entry is then one on its way), and the
             run's file is not written again.
+        since: entries written before this Unix time are not the run's, whatever their tag (another
+            experiment's, in a file experiments share); None: every entry under the run's tags is.
 
     Returns:
         Whether the file was rewritten.
@@ -163,11 +205,12 @@ def cut_file(
     start_at = 0 if keep_before is None or keep_first is not None else min(keep_before, len(data))
     kept, changed, last_end = [data[:start_at]], False, start_at
     seen: dict[str, int] = {}
-    for start, end, tag in entries(data):
+    for start, end, tag, wall_time in entries(data):
         if end <= start_at:
             continue
         last_end = end
-        if tag is not None and belongs(tag, run_tag):
+        if _runs(tag, wall_time, run_tag, since):
+            assert tag is not None  # a run's entry has its tag
             if keep_first is not None:
                 seen[tag] = seen.get(tag, 0) + 1
                 if seen[tag] <= keep_first.get(tag, 0):
@@ -187,11 +230,12 @@ def rewind_files(
     files: Iterable[Path],
     run_tag: str,
     at: FilePosition | None,
-    entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]],
+    entries: Entries,
     drop_torn: bool = True,
+    since: float | None = None,
 ) -> None:
     """Cut the run ``run_tag`` back to ``at`` in every file of a sink (None: remove all its entries).
-    ``drop_torn``: see :func:`cut_file`.
+    ``drop_torn``, ``since``: see :func:`cut_file`.
 
     Files are matched by name, not by the path spelled at the checkpoint: a sink's files share one
     folder, and an experiment directory reached by another path (relative or absolute, copied,
@@ -202,39 +246,43 @@ def rewind_files(
     for file in files:
         name = os.path.basename(os.fspath(file))
         if at is None:
-            cut_file(file, None, entries, run_tag, drop_torn=drop_torn)
+            cut_file(file, None, entries, run_tag, drop_torn=drop_torn, since=since)
         elif name == current:
-            cut_file(file, at.offset, entries, run_tag, at.counts, drop_torn)
+            cut_file(file, at.offset, entries, run_tag, at.counts, drop_torn, since)
         elif name not in before:  # made after the checkpoint: by an earlier attempt at this run, or another process
-            cut_file(file, None, entries, run_tag, drop_torn=drop_torn)
+            cut_file(file, None, entries, run_tag, drop_torn=drop_torn, since=since)
 
 
-def run_counts(
-    path: str | os.PathLike, entries: Callable[[bytes], Iterator[tuple[int, int, str | None]]], run_tag: str
-) -> dict[str, int]:
-    """The entries of each of the run ``run_tag``'s tags in ``path`` (none when there is no such file)."""
+def run_counts(path: str | os.PathLike, entries: Entries, run_tag: str, since: float | None = None) -> dict[str, int]:
+    """The entries of each of the run ``run_tag``'s tags in ``path`` (none when there is no such file); ``since``: see
+    :func:`cut_file`."""
     if not os.path.exists(path):
         return {}
     counts: dict[str, int] = {}
-    for _, _, tag in entries(Path(path).read_bytes()):
-        if tag is not None and belongs(tag, run_tag):
+    for _, _, tag, wall_time in entries(Path(path).read_bytes()):
+        if _runs(tag, wall_time, run_tag, since):
+            assert tag is not None  # a run's entry has its tag
             counts[tag] = counts.get(tag, 0) + 1
     return counts
 
 
-def text_lines(data: bytes, tag_of: Callable[[bytes], str | None]) -> Iterator[tuple[int, int, str | None]]:
-    """The complete lines of a text file as entries (a last line without its newline is torn)."""
+def text_lines(
+    data: bytes, entry_of: Callable[[bytes], tuple[str | None, float | None]]
+) -> Iterator[tuple[int, int, str | None, float | None]]:
+    """The complete lines of a text file as entries, ``entry_of(line)`` giving each one's tag and wall time (a last
+    line without its newline is torn)."""
     start = 0
     while True:
         end = data.find(b"\n", start)
         if end < 0:
             return
-        yield start, end + 1, tag_of(data[start:end])
+        yield (start, end + 1, *entry_of(data[start:end]))
         start = end + 1
 
 
-def event_records(data: bytes) -> Iterator[tuple[int, int, str | None]]:
-    """The TFRecords of a TensorBoard event file as entries, tagged with their first value's tag."""
+def event_records(data: bytes) -> Iterator[tuple[int, int, str | None, float | None]]:
+    """The TFRecords of a TensorBoard event file as entries, tagged with their first value's tag, with their wall
+    time."""
     from tensorboard.compat.proto import event_pb2
 
     start = 0
@@ -245,7 +293,7 @@ def event_records(data: bytes) -> Iterator[tuple[int, int, str | None]]:
             return
         event = event_pb2.Event.FromString(data[start + 12 : start + 12 + length])
         values = event.summary.value
-        yield start, end, values[0].tag if values else None
+        yield start, end, values[0].tag if values else None, event.wall_time
         start = end
 
 

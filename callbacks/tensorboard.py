@@ -191,11 +191,14 @@ class TBCallBack(CallBack):
                 f"Resume with TBCallBack(..., flush_every={held})."
             )
 
-    def rewind(self, run_tag: str, position: Mapping[str, Any] | None) -> None:
-        """Remove the run's events written after ``position`` (all of them when None) from the event files."""
+    def rewind(self, run_tag: str, position: Mapping[str, Any] | None, since: float | None = None) -> None:
+        """Remove the run's events written after ``position`` (all of them when None) from the event files; events
+        written before ``since`` (the Unix time the run's experiment was created) are not the run's, whatever their
+        tag (a ``log_dir`` experiments share)."""
         # Another process may be writing an event file (a restarted Slurm job cuts back while others run): its last
         # record may be on its way, not torn. The run's own files are written by no one any more.
-        rewind_files(self._event_files(), run_tag, as_file_position(position), event_records, drop_torn=False)
+        at = as_file_position(position)
+        rewind_files(self._event_files(), run_tag, at, event_records, drop_torn=False, since=since)
 
     def written_files(self) -> list[str]:
         """The event files of ``log_dir`` (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""

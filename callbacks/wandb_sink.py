@@ -228,7 +228,7 @@ class WandbCallback(CallBack):
         self.flush()
         return self._ledger.position().to_state()
 
-    def rewind(self, run_tag: str, position: Any) -> None:
+    def rewind(self, run_tag: str, position: Any, since: float | None = None) -> None:  # since: its runs are its own
         """Note that the run ``run_tag`` resumes from ``position`` (what :meth:`checkpoint` returned; None: it
         starts again); its :meth:`start_run`
         then reads what its W&B run files hold, so as to send what they lack and nothing twice."""

@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -70,6 +71,7 @@ class Experiment:
         return {
             "format": 2,
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "created_at": time.time(),  # exactly: what a shared sink file held before it is another experiment's
             "num_runs": num_runs,
             "seed_offset": seed_offset,
             "base_seed": base_seed,
@@ -552,3 +554,15 @@ def _run_of(name: str) -> int | None:
     """The run a file of the experiment belongs to (``Run3_E10.pt``, ``metrics_run3.pkl``: 3), or None (shared)."""
     match = _RUN_FILE.match(name)
     return None if match is None else int(match.group(1) or match.group(2))
+
+
+def created_at(manifest: Mapping[str, Any]) -> float | None:
+    """The Unix time the experiment was created: exact in manifests of this version (``created_at``), to the second
+    in earlier ones (``created``), None when neither says."""
+    exact = manifest.get("created_at")
+    if isinstance(exact, (int, float)) and not isinstance(exact, bool):
+        return float(exact)
+    try:
+        return datetime.datetime.fromisoformat(str(manifest["created"])).timestamp()
+    except (KeyError, ValueError):
+        return None

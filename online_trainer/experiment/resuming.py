@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
+from online_trainer.callbacks.rewind import rewind_run
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import refuse_a_sweep
+from online_trainer.experiment.manifest import created_at, refuse_a_sweep
 from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES
 from online_trainer.options.groups import SECTIONS
@@ -368,13 +369,13 @@ def rewind_outputs(
     process writes its runs into its event file in the order of their numbers, so no cut moves what
     a later one finds by its offset. (Files all runs append to are cut by counts, in any order.)
     """
-    rewind = getattr(callback, "rewind", None)
-    if not callable(rewind):
+    if not callable(getattr(callback, "rewind", None)):
         return
+    since = created_at(manifest)  # what shared files held before is another experiment's, whatever its tags
     for run, header in sorted(left.items(), key=lambda item: (item[1] is None, -item[0])):
         if manifest["runs"][run - 1]["status"] == "pending" and header is None:
             continue
-        rewind(f"{tag_prefix}run_{run}", None if header is None else header.callback_position)
+        rewind_run(callback, f"{tag_prefix}run_{run}", None if header is None else header.callback_position, since)
 
 
 def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:

@@ -35,9 +35,11 @@ from typing import Any
 import cloudpickle
 import submitit
 
+from online_trainer.callbacks.rewind import rewind_run
 from online_trainer.errors import Preempted
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import record_job_result
+from online_trainer.experiment.manifest import created_at
 from online_trainer.parallel.execution import failed_result
 from online_trainer.parallel.threads import limit_threads
 from online_trainer.parallel.worker_process import pack_result
@@ -179,10 +181,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
     def _continued(spec: RunSpec) -> RunSpec:
         """``spec`` on a restart of its job: every output cut back to its full checkpoint (or removed, without one)."""
         header = restart_point(str(spec.exp_dir), spec.run_idx)
-        rewind = getattr(spec.callback, "rewind", None)
-        if callable(rewind):
-            position = None if header is None else header.callback_position
-            rewind(f"{spec.tag_prefix}run_{spec.run_idx}", position)
+        since = created_at(job_results.read_manifest_quietly(Path(str(spec.exp_dir))))
+        position = None if header is None else header.callback_position
+        rewind_run(spec.callback, f"{spec.tag_prefix}run_{spec.run_idx}", position, since)
         job_results.record_restart(Path(str(spec.exp_dir)), spec.run_idx, header)
         where = f"from its checkpoint at step {header.global_step}" if header is not None else "from its start"
         logger.warning("Slurm restarted this job: run %d continues %s", spec.run_idx, where)

@@ -252,3 +252,44 @@ def test_an_event_file_another_process_is_writing_is_left_alone(tmp_path):
     TBCallBack(tmp_path).rewind("run_1", position)
     assert (other.stat().st_ino, other.read_bytes()) == before
     job2.close()
+
+
+def test_a_rewind_given_since_leaves_what_was_logged_before_it_and_a_sink_without_since_still_rewinds(tmp_path):
+    """Entries under the run's tags written before its experiment began are another experiment's (a file they share)."""
+    import time
+
+    from online_trainer.callbacks import CSVCallback, MultiCallback
+    from online_trainer.callbacks.base import CallBack
+    from online_trainer.experiment.manifest import Experiment, created_at
+
+    class OldSink(CallBack):  # a user's sink, written before rewind took since
+        def __init__(self) -> None:
+            self.calls = []
+
+        def rewind(self, run_tag, position):
+            self.calls.append((run_tag, position))
+
+    for make in (lambda: JsonlCallback(tmp_path / "log.jsonl"), lambda: CSVCallback(tmp_path / "log.csv")):
+        earlier = make()
+        earlier({"ep_return": 1.0}, "ep_return/run_1", 1)  # the other experiment's run 1
+        earlier.close()
+        time.sleep(0.01)
+        since = time.time()
+        sink, old = make(), OldSink()
+        sink({"ep_return": 2.0}, "ep_return/run_1", 1)
+        position = sink.checkpoint("run_1")
+        sink({"ep_return": 3.0}, "ep_return/run_1", 2)
+        sink.close()
+        path = Path(sink.log_path)
+        MultiCallback([sink, old]).rewind("run_1", [position, None], since=since)
+        assert [step for _, step in lines_of(path, path.suffix[1:])] == [1, 1]  # the other's and the run's first
+        MultiCallback([sink, old]).rewind("run_1", None, since=since)  # the run starts again
+        assert [step for _, step in lines_of(path, path.suffix[1:])] == [1]
+        assert old.calls == [("run_1", None)] * 2
+        sink.rewind("run_1", None)  # without since (an experiment of unknown age): every line under its tags
+        assert lines_of(path, path.suffix[1:]) == []
+    manifest = Experiment.new_manifest(1, 0, 0, {})
+    assert abs(created_at(manifest) - time.time()) < 5
+    del manifest["created_at"]  # a manifest of an earlier version: its creation to the second
+    assert created_at(manifest) == int(created_at(manifest)) and abs(created_at(manifest) - time.time()) < 5
+    assert created_at({}) is None

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from online_trainer import (
     CheckpointOptions,
@@ -33,6 +36,11 @@ from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
+WALL_CLOCK = ("stats", "timing")  # SPS and timing shares: wall-clock figures, logged at a cadence in seconds
+
+
+def summary_iterator(path: str):
+    return EventFileLoader(path).Load()
 
 
 class Crash(Hook):
@@ -924,3 +932,48 @@ def test_a_hook_made_with_nan_resumes_with_nan(tmp_path):
         trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(float("nan")), Crash(60)], progress=False)
     trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Decay(np.nan)], progress=False, resume=True)
     assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]
+
+
+@pytest.mark.parametrize("crash_at", [1000, 100])  # after run 1's checkpoint at 900; before any (it starts again)
+def test_a_resume_keeps_another_experiments_entries_in_files_they_share(tmp_path, crash_at):
+    """Two experiments logged to one JSONL and one CSV file (and one TensorBoard folder), under the same tags
+    (``ep_return/run_1``). Resuming the second removed the first's entries as its own (tester T2: 236 JSONL lines and
+    598 CSV rows of a finished experiment gone)."""
+    from online_trainer.callbacks import CSVCallback
+
+    env, agent = AGENTS["ppo"]
+    shared = tmp_path / "shared"
+    kw = dict(total_steps=1500, checkpoint_freq=300, progress=False)
+
+    def experiment(name, **more):
+        t = OnlineTrainer(env, agent, exp_dir=tmp_path / name)
+        t.call_back = MultiCallback(
+            [JsonlCallback(shared / "log.jsonl"), CSVCallback(shared / "log.csv"), TBCallBack(shared, flush_every=1)]
+        )
+        return t.multi_run(2, **kw, **more)
+
+    def entries():
+        rows = csv.DictReader((shared / "log.csv").read_text().splitlines())
+        kept = sorted((r["tag"], r["step"], r["value"]) for r in rows if r["tag"].split("/")[-2] not in WALL_CLOCK)
+        points = []  # every event file's points, read raw: TensorBoard's reader drops points it takes for stale
+        for file in sorted(shared.glob("events.out.tfevents.*")):
+            for event in summary_iterator(str(file)):
+                points += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
+        return jsonl(shared / "log.jsonl"), kept, sorted(p for p in points if p[0].split("/")[0] not in WALL_CLOCK)
+
+    experiment("first", seed_offset=0)
+    first = entries()
+    experiment("second", seed_offset=5)
+    both = entries()
+    for name in ("first", "second"):
+        shutil.rmtree(tmp_path / name)
+    shutil.rmtree(shared)
+
+    experiment("first", seed_offset=0)
+    with pytest.raises(KeyboardInterrupt):
+        experiment("second", seed_offset=5, hooks=[Crash(crash_at)])
+    assert storage.resume_path(tmp_path / "second", 1).exists() == (crash_at > 900)
+    experiment("second", seed_offset=5, resume=True)
+    after = entries()
+    assert after == both  # the first experiment's entries all there, the second's once each
+    assert all(set(mine) < set(together) for mine, together in zip(first, after))
