@@ -458,11 +458,26 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         table.attrs["note"] = f"{table.attrs['note']} {stopped}"
         if log:
             logger.warning("sweep: %s", stopped)
-    if unscored:  # after the configurations with a score, in the order of the grid
-        rest = pd.DataFrame([{"experiment": name, **hyperparameters(root / name)} for name in unscored])
+    if unscored:  # after the configurations with a score, in the order of the grid, with why they have none
+        rest = pd.DataFrame(
+            [{"experiment": name, **hyperparameters(root / name), **_unscored_counts(root / name)} for name in unscored]
+        )
         table = pd.concat([table, rest.assign(num_runs=0, told_apart=False, degenerate=False)], ignore_index=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
+
+
+def _unscored_counts(exp_dir: Path) -> dict[str, int]:
+    """``num_missing`` and ``num_excluded`` of a configuration with no episode, as ``summarize`` counts them: its runs
+    that completed with none, and those left out for their status (interrupted, failed, pending)."""
+    from online_trainer.analysis.selection import KEPT_STATUSES
+
+    try:
+        statuses = [entry["status"] for entry in storage.read_manifest(exp_dir)["runs"]]
+    except (OSError, ValueError, KeyError):  # no manifest (a configuration never started): nothing to count
+        return {"num_missing": 0, "num_excluded": 0}
+    kept = sum(status in KEPT_STATUSES for status in statuses)
+    return {"num_missing": kept, "num_excluded": len(statuses) - kept}
 
 
 def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bool = True) -> pd.DataFrame:

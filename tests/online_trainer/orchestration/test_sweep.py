@@ -494,17 +494,28 @@ def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_no
     assert load_episodes(tmp_path / "none").empty and (tmp_path / "none" / "lr=0.1" / "metrics_run1.pkl").is_file()
 
     root = tmp_path / "mixed"
-    for lr, budget in ((0.1, {"total_steps": 1}), (0.2, {"num_episodes": 12}), (0.3, {"num_episodes": 12})):
+    for lr, budget in (
+        (0.1, {"total_steps": 1}),
+        (0.2, {"num_episodes": 12}),
+        (0.3, {"num_episodes": 12}),
+        (0.4, {"total_steps": 1}),
+    ):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=root / f"lr={lr}").multi_run(
             3, seed_offset=0, tuning_hp={"lr": lr}, **budget
         )
+    manifest = json.loads((root / "lr=0.4" / "manifest.json").read_text())
+    for entry in manifest["runs"]:
+        entry["status"] = "interrupted"  # as Ctrl-C leaves runs cut off before their first episode
+    (root / "lr=0.4" / "manifest.json").write_text(json.dumps(manifest))
     caplog.set_level(logging.WARNING, logger="online_trainer")
-    table = rank(root, ["lr=0.1", "lr=0.2", "lr=0.3"])
-    assert table["experiment"].tolist() == ["lr=0.2", "lr=0.3", "lr=0.1"]
-    assert table["rank"].tolist() == [1, 2, 3] and table["lr"].tolist() == [0.2, 0.3, 0.1]
-    assert table["num_runs"].tolist() == [3, 3, 0] and np.isnan(table["iqm"].iloc[2])
+    table = rank(root, ["lr=0.1", "lr=0.2", "lr=0.3", "lr=0.4"])
+    assert table["experiment"].tolist() == ["lr=0.2", "lr=0.3", "lr=0.1", "lr=0.4"]
+    assert table["rank"].tolist() == [1, 2, 3, 4] and table["lr"].tolist() == [0.2, 0.3, 0.1, 0.4]
+    assert table["num_runs"].tolist() == [3, 3, 0, 0] and np.isnan(table["iqm"].iloc[2])
+    # why a configuration has no score, as summarize counts it (they were NaN: tester T2)
+    assert table["num_missing"].tolist() == [0, 0, 3, 0] and table["num_excluded"].tolist() == [0, 0, 0, 3]
     assert not np.isnan(table["probability_of_improvement"].iloc[1])  # the scored ones are still compared
-    assert "1 configuration(s) finished no episode and are ranked last, with no score: lr=0.1" in caplog.text
+    assert "2 configuration(s) finished no episode and are ranked last, with no score: lr=0.1, lr=0.4" in caplog.text
 
 
 def test_a_sweep_resumed_on_another_env_is_refused_before_anything_changes(tmp_path):
