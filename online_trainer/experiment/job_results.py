@@ -26,7 +26,7 @@ SLURM_DIR = "slurm"
 
 
 def result_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
-    """Path of the result a Slurm job writes when run ``run_idx`` has ended (a pickled ``RunResult``)."""
+    """Path of the result a Slurm job (or a Ray task) writes when run ``run_idx`` has ended (a pickled ``RunResult``)."""
     return Path(exp_dir) / SLURM_DIR / f"result_run{run_idx}.pkl"
 
 
@@ -135,7 +135,7 @@ def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool)
 
 
 def read_job_result(exp_dir: Path, run_idx: int) -> RunResult | None:
-    """The result a Slurm job wrote for run ``run_idx`` (None when there is none, or it cannot be read)."""
+    """The result a Slurm job (or a Ray task) wrote for run ``run_idx`` (None when there is none, or it cannot be read)."""
     path = result_path(exp_dir, run_idx)
     try:
         with open(path, "rb") as file:

@@ -263,8 +263,8 @@ def runs_left(
         ValueError: a checkpoint holds the state of other user hooks than ``hooks``, or a position
             ``callback`` cannot rewind to (both checked before anything is removed).
     """
-    for entry in manifest["runs"]:  # a Slurm job that ended after its submitting process: its result counts
-        if entry["status"] not in COMPLETED and ownership.SLURM_JOB_KEY in entry:
+    for entry in manifest["runs"]:  # a Slurm job or Ray task that ended after the process that started it: it counts
+        if entry["status"] not in COMPLETED:
             result = read_job_result(exp_dir, entry["run"])
             if result is not None and result.status in COMPLETED:
                 apply_result(manifest, result)

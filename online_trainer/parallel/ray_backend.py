@@ -14,6 +14,7 @@ reaches the driver's display through a Ray queue.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -28,12 +29,13 @@ from typing import Any
 import cloudpickle
 
 from online_trainer.errors import RunSetupError
+from online_trainer.experiment import job_results
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.records import storage
-from online_trainer.run.one_run import RunResult, RunSpec, execute_run
+from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 
@@ -56,11 +58,29 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str 
         with _interruptible():
             if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
                 _check_token(spec.exp_dir, token)
-            return execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
+            if spec.exp_dir is not None:  # an earlier attempt's: this attempt's end is the one to record
+                job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+            result = execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
     except Exception as exc:
         return failed_result(spec, exc)
     finally:
         spec.callback.close()
+    if spec.exp_dir is not None and result.status in COMPLETED:
+        _leave_result(spec, result)
+    return result
+
+
+def _leave_result(spec: RunSpec, result: RunResult) -> None:
+    """Write how the run ended beside its files, as a Slurm job does: a task outlives a driver that dies (killed,
+    its node lost) by the time it takes to end, and a resume then counts the run as completed instead of doing it
+    again from its first step (its full checkpoint is gone by then)."""
+    counts = dataclasses.replace(result, records=None, agent=None, evaluations=None)  # the records are on disk
+    path = job_results.result_path(str(spec.exp_dir), spec.run_idx)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        storage.write_atomic(path, cloudpickle.dumps(counts))
+    except OSError as exc:  # the driver, alive, records the run's end anyway
+        logger.warning("run %d: could not write %s: %s", spec.run_idx, path, exc)
 
 
 @contextlib.contextmanager

@@ -195,3 +195,30 @@ def test_a_task_no_node_can_hold_is_refused_before_any_run(tmp_path):
             2, num_episodes=2, backend="ray", ray_resources={"num_cpus": 1, "num_gpus": 0.25}, progress=False
         )
     assert not (tmp_path / "e").exists()
+
+
+def test_a_run_a_task_finished_after_the_driver_stopped_is_not_done_again(tmp_path, monkeypatch):
+    """The driver was killed; its tasks ended their runs after it, which the manifest then never recorded: the resume
+    did the finished runs again from step 0, their full checkpoints removed (tester L2, 3 times of 3)."""
+    from online_trainer.experiment.manifest import Experiment
+
+    record = Experiment.on_result
+
+    def driver_dies(self, result):  # as if the driver died as the run's result came: the manifest never hears of it
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Experiment, "on_result", driver_dies)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    kw = dict(num_episodes=6, seed_offset=0, backend="ray", num_workers=1, checkpoint_freq=4, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, **kw)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["runs"][0]["status"] == "interrupted"  # what the driver could record
+    metrics = (tmp_path / "metrics_run1.pkl").read_bytes()
+    monkeypatch.setattr(Experiment, "on_result", record)
+    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert [entry["status"] for entry in manifest["runs"]] == ["finished", "finished"]
+    assert manifest["runs"][0]["episodes"] == 6 and "resumed_from" not in manifest["runs"][0]
+    assert (tmp_path / "metrics_run1.pkl").read_bytes() == metrics  # run 1 was not done again
+    assert [len(run) for run in runs] == [6, 6]
