@@ -294,9 +294,8 @@ def follow(
     ``attached``: the runs were under way before this process followed them (a handle's ``wait()``); the progress
     they made before is shown as done before, not as made in no time (a rate of millions of steps a second).
     """
-    watch.progress(display)
-    if attached:
-        display.count_as_done_before()
+    with display.done_before() if attached else contextlib.nullcontext():
+        watch.progress(display)
     last_poll, last_reasons, warned = 0.0, -math.inf, set()
     while watch.runs:
         watch.progress(display)

@@ -13,10 +13,12 @@ bars are drawn in a terminal, console log lines are written above them (:class:`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from tqdm.std import TqdmWarning
@@ -170,11 +172,20 @@ class NoProgress:
     def handle(self, message: tuple) -> None:
         pass
 
-    def count_as_done_before(self) -> None:
-        pass
+    @contextlib.contextmanager
+    def done_before(self) -> Iterator[None]:
+        yield
 
     def close_all(self) -> None:
         pass
+
+
+def _start_from(bar: Any, amount: int) -> None:
+    """Move ``bar`` forward by ``amount`` counted as done before it started: not drawn, not in its rate."""
+    bar.n += amount
+    if not isinstance(bar, _Tally):
+        bar.initial += amount
+        bar.last_print_n = bar.n
 
 
 class _BarSafeHandler(logging.StreamHandler):
@@ -262,6 +273,7 @@ class ProgressDisplay:
         self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
+        self._before = False  # inside done_before(): progress counts as made before the bars started
         self.overall = _bar(
             total=num_runs * total,
             unit=unit,
@@ -314,10 +326,13 @@ class ProgressDisplay:
             evaluated = f", eval={last_eval:.4g}" if last_eval is not None else ""
             bar.set_postfix_str(f"return={last_return:.4g}{evaluated}", refresh=False)
         amount = min(amount, bar.total - bar.n)  # a step budget overshoots by less than num_envs steps
-        if amount > 0:
+        if amount > 0 and self._before:
+            for shown in (bar, self.overall):
+                _start_from(shown, amount)
+        elif amount > 0:
             bar.update(amount)
             self.overall.update(amount)
-        else:
+        elif not self._before:
             bar.refresh()
 
     def run_finished(self, key: int, status: str) -> None:
@@ -359,16 +374,18 @@ class ProgressDisplay:
         elif kind == "progress":
             self.advance(key, *payload)
 
-    def count_as_done_before(self) -> None:
-        """Count what the bars show as done before now: their rates and times start here (runs under way that this
-        process began to follow, whose progress so far it read at once)."""
-        for bar in (self.overall, *self.bars.values()):
-            if isinstance(bar, _Tally):
-                continue
-            done = bar.n
-            bar.reset(total=bar.total)
-            bar.initial = bar.n = bar.last_print_n = done
-            bar.refresh()
+    @contextlib.contextmanager
+    def done_before(self) -> Iterator[None]:
+        """Progress reported inside counts as done before now: the bars start from it, their rates and times from
+        here, drawn once at the end (runs under way that this process began to follow read their progress so far at
+        once: drawn as it came, a bar showed millions of steps a second, then went back to 0)."""
+        self._before = True
+        try:
+            yield
+        finally:
+            self._before = False
+            for bar in (self.overall, *self.bars.values()):
+                bar.refresh()
 
     def close_all(self) -> None:
         """Close every bar."""

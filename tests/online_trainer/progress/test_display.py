@@ -51,8 +51,13 @@ def test_progress_made_before_the_display_followed_the_runs_counts_as_done_befor
     """A Slurm handle's wait() read the steps its runs had made so far at once: 73,932,955 steps/s (an outside tester)."""
     shown = display.ProgressDisplay(2, 100_000, "steps")
     shown.open_run(1, "run 1", 100_000, "steps")
-    shown.advance(1, 40_000, 1.0)  # what run 1 had done before
-    shown.count_as_done_before()
+    with shown.done_before():
+        shown.advance(1, 40_000, 1.0)  # what run 1 had done before
+    drawn = capsys.readouterr().err.splitlines()
+    # drawn from where it stood, with no rate yet: it was drawn as it came (millions of steps/s), then went back
+    # to 0, then forward (tester L2)
+    first = next(i for i, line in enumerate(drawn) if "40000/200000" in line)
+    assert all("?steps/s" in line for line in drawn) and not any("| 0/200000" in line for line in drawn[first:])
     clock[0] += 40
     shown.advance(1, 2_000, 1.0)
     shown.run_finished(1, "interrupted")  # redrawn now
