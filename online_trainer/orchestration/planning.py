@@ -44,6 +44,7 @@ from online_trainer.parallel import execution as base
 from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
+from online_trainer.run.interrupts import finishing_the_stop
 from online_trainer.run.one_run import COMPLETED, RunSpec
 
 if TYPE_CHECKING:
@@ -409,9 +410,10 @@ def execute_experiments(
             )
         raise error.cause from None
     except BaseException as error:
-        for experiment in experiments:
-            experiment.mark_interrupted()
-        _close_quietly(callback)
+        with finishing_the_stop(error):
+            for experiment in experiments:
+                experiment.mark_interrupted()
+            _close_quietly(callback)
         interrupted = isinstance(error, KeyboardInterrupt) and any(e.exp_dir is not None for e in experiments)
         if interrupted and hasattr(error, "add_note"):  # Python 3.11+
             checkpointed = any(

@@ -16,13 +16,14 @@ configurations, more seeds, runs that failed or were interrupted).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -404,7 +405,8 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
 
     A ranking is only as good as the intervals under it: each configuration is compared
     with the top one (the statistics of :func:`online_trainer.analysis.compare.compare`), and a
-    warning is logged when the top ones cannot be told apart (``log``: log the ranking's warnings).
+    warning is logged when the top ones cannot be told apart (``log``: log the ranking's warnings, and the loading's
+    of runs left out or with no episode; False ranks quietly).
 
     Returns:
         One row per configuration, best first: ``rank``, the hyperparameters, ``experiment``,
@@ -421,6 +423,28 @@ def rank(root: Path, names: Sequence[str], metric: str = "iqm", last_k: int = 10
         no episode come last, with no score. ``attrs["note"]`` says whether the top configurations can
         be told apart, and which runs a hook stopped early (their scores are where they stopped).
     """
+    with contextlib.nullcontext() if log else _quiet_analysis():
+        return _rank(root, names, metric, last_k, log)
+
+
+@contextlib.contextmanager
+def _quiet_analysis() -> Iterator[None]:
+    """Silence the analysis' warnings (runs left out, runs with no episode) for a ranking nobody reads now.
+
+    The whole directory's ranking written to ``sweep_results.csv`` after an Optuna trial would repeat, at every
+    trial, what the loading says of the other trials' runs: of a trial whose run was cut off, before the trial that
+    resumes it settles it, that its run is "running".
+    """
+    analysis = logging.getLogger("online_trainer.analysis")
+    level = analysis.level
+    analysis.setLevel(max(logging.ERROR, level))
+    try:
+        yield
+    finally:
+        analysis.setLevel(level)
+
+
+def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool) -> pd.DataFrame:
     import pandas as pd
 
     from online_trainer.analysis.compare_inputs import stopped_early_note

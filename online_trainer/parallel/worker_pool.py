@@ -38,6 +38,7 @@ from online_trainer.parallel.threads import environment, thread_variables
 from online_trainer.parallel.worker_process import STOP_SIGNAL, worker_main
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
+from online_trainer.run.interrupts import finishing_the_stop
 from online_trainer.run.one_run import RunResult, RunSpec
 
 if TYPE_CHECKING:
@@ -229,7 +230,8 @@ class WorkerPool:
                 for worker in self.workers.values():
                     if worker.spec is not None and worker.spec.key in call.pending:
                         display.run_finished(worker.spec.key, "interrupted")
-            self.stop()
+            with finishing_the_stop(exc):  # the workers flush their runs' records
+                self.stop()
             raise
 
     def signal_running(self, signum: int) -> None:

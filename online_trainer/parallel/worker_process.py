@@ -248,6 +248,22 @@ def _send_result(channel: PipeChannel, spec: RunSpec, result: RunResult) -> None
 _RUNNING = [False]  # whether this worker is executing a run
 
 
+def _interrupt_once(signum: int, frame: object) -> None:
+    """The pool's stop signal, or SIGINT, during a run: a KeyboardInterrupt, once.
+
+    The run flushes its records on the way out, and the worker then leaves. A second signal meanwhile (Ctrl-C
+    pressed again, the pool's stop after the terminal's own SIGINT) is ignored: it would break off that flush, or
+    raise as the worker leaves and print a traceback from its exit. The pool ends a worker that does not leave.
+    """
+    for stopping in (STOP_SIGNAL, signal.SIGINT):  # not SIG_IGN: Python says "Signal 12 ignored due to race
+        signal.signal(stopping, _stopping_already)  # condition" of one that came before and is handled after it
+    raise KeyboardInterrupt
+
+
+def _stopping_already(signum: int, frame: object) -> None:
+    """A stop signal or SIGINT after the first (see :func:`_interrupt_once`): nothing to do."""
+
+
 def _on_preemption(signum: int, frame: object) -> None:
     """SIGUSR1 (the pool passing a preemption signal on) checkpoints the run; the parent has announced it."""
     preemption.request(signum, frame, announce=False)
@@ -287,9 +303,9 @@ def worker_main(
     # The pool stops a run with a signal of its own, which raises KeyboardInterrupt so that the run flushes its records.
     # SIGINT keeps the disposition the parent passed on: a Ctrl-C reaches the terminal's whole process group, and a
     # parent started with SIGINT ignored (under nohup, a background job of a script) goes on, so its runs must too.
-    signal.signal(STOP_SIGNAL, signal.default_int_handler)
+    signal.signal(STOP_SIGNAL, _interrupt_once)
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # a forked worker may hold its parent's own handler
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, _interrupt_once)
     signal.signal(signal.SIGUSR1, _on_preemption)
     signal.signal(signal.SIGTERM, _on_sigterm)
     running_sigint = signal.getsignal(signal.SIGINT)

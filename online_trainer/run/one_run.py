@@ -27,6 +27,7 @@ from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.run import env_identity, full_checkpoint
 from online_trainer.run.events import run_events
 from online_trainer.run.hook_runner import StopRun
+from online_trainer.run.interrupts import finishing_the_stop
 
 logger = logging.getLogger(__name__)
 
@@ -364,23 +365,24 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         sink_run_open = False
         _call_if_present(callback, "end_run", spec.run_idx, "finished" if stop_reason is None else "stopped_early")
     except BaseException as error:
-        where = events.hooks.raised_in(error) if events is not None and isinstance(error, Exception) else None
-        if where is not None and hasattr(error, "add_note"):  # Python 3.11+
-            error.add_note(f"{HOOK_NOTE}{where})")
-        position = failed_at(error)
-        if position is not None:  # the run's seconds, for its manifest entry (a resumed run's earlier ones too)
-            mark_failed_at(error, *position[:2], time.perf_counter() - start + (saved.elapsed if saved else 0.0))
-        if events is not None:
-            try:
-                events.finish(False, position[0] if position is not None else 0)
-            except Exception as exc:  # the run's own error is the one to report
-                logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
-            else:
-                tracker = events.tracker
-                if spec.exp_dir is None and spec.options.records.in_memory and tracker.table.first == 0:
-                    keep_records_of_failed(error, tracker.table)  # nowhere on disk: they travel with the error
-        if sink_run_open:
-            _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
+        with finishing_the_stop(error):  # a second Ctrl-C must not break off the run's last flush
+            where = events.hooks.raised_in(error) if events is not None and isinstance(error, Exception) else None
+            if where is not None and hasattr(error, "add_note"):  # Python 3.11+
+                error.add_note(f"{HOOK_NOTE}{where})")
+            position = failed_at(error)
+            if position is not None:  # the run's seconds, for its manifest entry (a resumed run's earlier ones too)
+                mark_failed_at(error, *position[:2], time.perf_counter() - start + (saved.elapsed if saved else 0.0))
+            if events is not None:
+                try:
+                    events.finish(False, position[0] if position is not None else 0)
+                except Exception as exc:  # the run's own error is the one to report
+                    logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+                else:
+                    tracker = events.tracker
+                    if spec.exp_dir is None and spec.options.records.in_memory and tracker.table.first == 0:
+                        keep_records_of_failed(error, tracker.table)  # nowhere on disk: they travel with the error
+            if sink_run_open:
+                _end_sink_run(spec, "failed" if isinstance(error, Exception) else "interrupted")
         raise
     finally:
         if events is not None:

@@ -516,6 +516,33 @@ def test_a_configuration_with_no_finished_episode_ranks_last_and_a_sweep_with_no
     assert table["num_missing"].tolist() == [0, 0, 3, 0] and table["num_excluded"].tolist() == [0, 0, 0, 3]
     assert not np.isnan(table["probability_of_improvement"].iloc[1])  # the scored ones are still compared
     assert "2 configuration(s) finished no episode and are ranked last, with no score: lr=0.1, lr=0.4" in caplog.text
+    caplog.clear()
+    assert rank(root, ["lr=0.1", "lr=0.2", "lr=0.3", "lr=0.4"], log=False).equals(table)
+    assert not caplog.records  # the directory's ranking, written after each Optuna trial, says nothing
+    assert logging.getLogger("online_trainer.analysis").level == logging.NOTSET
+
+
+def test_a_sweep_call_of_one_configuration_warns_of_its_own_runs_only(tmp_path, caplog):
+    """An Optuna search called again after a kill repeated, at each earlier trial, the warnings of the trial whose
+    run was cut off ("1 of 12 run(s) have no episode ... (running)"), before the trial that resumes it (tester L2):
+    they came from the whole directory's ranking, written to sweep_results.csv after every call."""
+    import logging
+
+    kw = {"num_runs": 2, "num_episodes": 12, "seed_offset": 0, "progress": False}
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.sweep({"lr": [0.1, 0.2]}, **kw)
+    manifest_file = tmp_path / "lr=0.2" / "manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    manifest["runs"][1]["status"] = "running"  # as a kill leaves it; the sweep's lock is free
+    manifest_file.write_text(json.dumps(manifest))
+    (tmp_path / "lr=0.2" / "metrics_run2.pkl").unlink()
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    caplog.clear()
+    ranking = trainer.sweep([{"lr": 0.1}], resume=True, **kw)  # the first trial again: nothing to run
+    assert ranking["experiment"].tolist() == ["lr=0.1"]
+    assert "lr=0.2" not in caplog.text, caplog.text
+    written = (tmp_path / "sweep_results.csv").read_text()
+    assert "lr=0.2" in written and "lr=0.1" in written
 
 
 def test_a_sweep_resumed_on_another_env_is_refused_before_anything_changes(tmp_path):

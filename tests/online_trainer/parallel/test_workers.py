@@ -276,6 +276,44 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     assert statuses == ["interrupted", "interrupted"]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("gap", [0.002, 0.02])
+def test_ctrl_c_pressed_twice_stops_every_worker_quietly_and_keeps_metrics(tmp_path, gap):
+    """Ctrl-C reaches the terminal's whole process group, and people press it twice. A worker hit again as it left
+    printed a traceback (tester T2), and the parent's second KeyboardInterrupt broke off writing the manifest."""
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    exp = tmp_path / "exp"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(exp)],
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while (
+        proc.poll() is None
+        and time.monotonic() < deadline
+        and not all(
+            (exp / f"metrics_run{i}.pkl").is_file() and (exp / f"metrics_run{i}.pkl").stat().st_size for i in (1, 2)
+        )
+    ):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(gap)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert err.count("Traceback") == 1 and "online_trainer-worker" not in err and "race condition" not in err, err
+    assert "make the same call with resume=True" in err  # the first KeyboardInterrupt's, with its note
+    statuses = [r["status"] for r in json.loads((exp / "manifest.json").read_text())["runs"]]
+    assert statuses == ["interrupted", "interrupted"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every chunk complete: the runs flushed on their way out
+        assert all(len(run) >= 5 for run in load_all_run_metrics(exp))
+
+
 def test_workers_run_atexit_handlers_when_they_finish(tmp_path):
     """Workers skip the interpreter's slow teardown, but what agents registered with atexit still runs."""
     marker_dir = tmp_path / "markers"
