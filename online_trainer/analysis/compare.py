@@ -171,16 +171,14 @@ def compare(
     )
     table = load_candidates(data, by, options.source)
     note, pooled, stopped = budget_note(table), shared_seed_note(table), stopped_early_note(table)
-    for warning in (note, pooled, stopped):
-        if warning is not None:
-            logger.warning("compare: %s", warning)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
     scale = scale_note(scores, options.normalize)
-    if scale is not None:
-        logger.warning("compare: %s", scale)
     comparison = compare_scores(scores, options, candidates, bounds)
+    for warning in (note, pooled, stopped, scale):  # once the comparison stands: a refused one's error is the news
+        if warning is not None:
+            logger.warning("compare: %s", warning)
     curves = sample_efficiency(table, options, candidates, bounds)
     return Comparison(
         comparison.scores,

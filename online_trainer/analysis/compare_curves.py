@@ -3,7 +3,8 @@
 Every candidate's runs are interpolated onto one grid of env steps shared by all
 candidates (``numpy.interp``); a run is never extrapolated (it has no value before its
 first or after its last point), except that a run which reached its step budget covers
-the grid up to the budget (see :func:`online_trainer.analysis.curves.budget_ends`). Each point
+the grid up to the budget (see :func:`online_trainer.analysis.curves.budget_ends`), and
+every step budget of the compared runs is a point of the grid, so that each curve ends on its budget. Each point
 of a training-episode curve is the trailing mean of the last ``last_k`` returns, so that
 the curve ends on the runs' scores; an evaluation curve uses each evaluation's mean
 return, the k-th evaluations of an experiment on a step schedule placed at their median
@@ -62,8 +63,12 @@ def sample_efficiency(
     everything = [r for rs in runs.values() for r in rs]
     if not everything:
         return pd.DataFrame(columns=COLUMNS)
-    grid = np.linspace(min(r[1][0] for r in everything), max(r[3] for r in everything), options.num_points)
-    grid = np.unique(np.round(grid))
+    first, last = min(r[1][0] for r in everything), max(r[3] for r in everything)
+    grid = np.round(np.linspace(first, last, options.num_points))
+    # each step budget is a point too: a shorter budget's curve ends on it, not at the grid point before (up to a
+    # grid step early, which reads as runs that stopped before their budget)
+    budgets = [end for end in set(ends.values()) if first <= end <= last]
+    grid = np.unique(np.concatenate([grid, budgets]))
     streams = GroupStreams(options.seed)
     frames = [_curve(c, rs, grid, options, streams) for c, rs in runs.items() if rs]
     out = pd.concat(frames, ignore_index=True)

@@ -225,6 +225,7 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
         raise ValueError(
             f"by={by!r} names column(s) {missing} that the data does not have; available columns: {list(df.columns)}."
         )
+    _refuse_missing_values(df, by_cols, by)
     cols = by_cols or ["experiment"]
     df.insert(0, "candidate", [_label(r, cols) for r in df[cols].to_dict("records")])
     if "experiment" not in df.columns:
@@ -233,6 +234,24 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
     placed = [r["candidate"] for r in df.attrs.get(RUNS_ATTR) or [] if "candidate" in r]
     df.attrs["candidates"] = list(dict.fromkeys([*df["candidate"], *placed]))
     return _checked(df, source)
+
+
+def _refuse_missing_values(df: pd.DataFrame, by_cols: list[str], by: Any) -> None:
+    """Refuse rows without a value in a ``by`` column: experiments without that hyperparameter would be pooled as
+    one candidate, ``lr=nan``, however unlike they are."""
+    for col in by_cols:
+        lacking = df[col].isna()
+        if lacking.any():
+            of = (
+                f"the experiment(s) {', '.join(map(str, dict.fromkeys(df.loc[lacking, 'experiment'])))}"
+                if "experiment" in df.columns
+                else f"{int(lacking.sum())} row(s)"
+            )
+            raise ValueError(
+                f"by={by!r}: {of} have no {col!r} (not among their hyperparameters), and would be pooled as one "
+                f"candidate, {col}=nan, however they differ. Leave them out, or compare the experiments themselves "
+                "(no by=)."
+            )
 
 
 def _place_runs(df: pd.DataFrame, candidate_of: Callable[[str], str] | None) -> None:
@@ -268,6 +287,14 @@ def _checked(df: pd.DataFrame, source: str) -> pd.DataFrame:
         raise ValueError(
             f"There is nothing to compare: no {'evaluation' if source == 'eval' else 'episode'} in the data."
         )
+    if source == "eval":
+        unevaluated = [c for c in df.attrs["candidates"] if c not in set(df["candidate"])]
+        if unevaluated:
+            raise ValueError(
+                f"source='eval' compares evaluations, but {', '.join(unevaluated)} has none on record: its runs ran "
+                "none (training with evaluation=EvaluationOptions(freq=...) schedules them), or all ended before "
+                "their first. Compare on training episodes (source='episodes'), or evaluate its checkpoints (OnlineTrainer.evaluate)."
+            )
     if len(df.attrs["candidates"]) < 2:
         raise ValueError(
             f"compare needs at least two candidates, got {df.attrs['candidates']}: pass several "

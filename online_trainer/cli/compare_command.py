@@ -172,7 +172,7 @@ def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = Non
             f"`{a}` and `{b}` cannot be told apart with {seeds}: the interval of the {metric} "
             f"difference excludes zero ({p}), but with so few seeds even a complete separation could happen by "
             f"chance too often for the {ci:.0%} level (no exact rank test reaches it); run at least "
-            f"{_seeds(row['seeds_needed'])} seeds per candidate."
+            f"{_seeds(row['seeds_needed'])} seeds per candidate with a score ({now})."
         )
     if row["distinguishable"]:
         better = a if row["difference"] > 0 else b

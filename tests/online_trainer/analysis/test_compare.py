@@ -626,3 +626,60 @@ def test_compare_names_a_pooling_of_tasks_in_its_info(tmp_path, caplog):
     caplog.set_level("WARNING")
     out = compare(frame, by="cand", n_resamples=100)
     assert "pooled as raw returns" in out.info["scale_note"] and "pooled as raw returns" in caplog.text
+
+
+def test_experiments_without_the_hyperparameter_of_by_are_refused_not_pooled_as_nan(tmp_path):
+    """compare([hc, hc_noise, sweep], by="lr") pooled the two experiments without an lr into one candidate, "lr=nan",
+    ranked it, and said nothing (tester Q2)."""
+    experiment(tmp_path / "plain")
+    experiment(tmp_path / "plain_too")
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "sweep")
+    trainer.sweep({"lr": [0.1, 0.2]}, num_runs=3, num_episodes=8, seed_offset=0, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"by='lr': the experiment\(s\) plain, plain_too have no 'lr' \(not among their hyperparameters\), and "
+        r"would be pooled as one candidate, lr=nan, however they differ. Leave them out, or compare the experiments "
+        r"themselves \(no by=\)",
+    ):
+        compare([tmp_path / "plain", tmp_path / "plain_too", tmp_path / "sweep"], by="lr", n_resamples=100)
+    assert compare(tmp_path / "sweep", by="lr", n_resamples=100).info["candidates"] == ["lr=0.1", "lr=0.2"]
+
+
+def test_evaluations_compared_with_a_candidate_that_ran_none_say_so(tmp_path):
+    """It said "missing {...: ['CartPole-v1']} ... run the missing ones ... resume an experiment cut off" of an
+    experiment whose runs all finished on that env without evaluations (tester Q2)."""
+    experiment(tmp_path / "evaluated", eval_freq=5, eval_episodes=2)
+    experiment(tmp_path / "not_evaluated")
+    with pytest.raises(
+        ValueError,
+        match=r"source='eval' compares evaluations, but not_evaluated has none on record: its runs ran none "
+        r"\(training with evaluation=EvaluationOptions\(freq=...\) schedules them\), or all ended before their first",
+    ):
+        compare([tmp_path / "evaluated", tmp_path / "not_evaluated"], source="eval", n_resamples=100)
+
+
+def test_a_comparison_refused_for_its_tasks_warns_of_nothing_first(tmp_path, caplog):
+    """The "pooled as raw returns ... pass normalize=" warning came before the error that refused the comparison
+    (each candidate on a task the other lacks), and pointed at an option that does not help (tester Q2)."""
+    experiment(tmp_path / "a1")
+    experiment(tmp_path / "b1", num_episodes=20)
+    frame = load_episodes([tmp_path / "a1", tmp_path / "b1"])
+    frame["task"] = ["t1" if e == "a1" else "t2" for e in frame["experiment"]]
+    caplog.set_level("WARNING")
+    with pytest.raises(ValueError, match=r"Every candidate must have scored runs on every task"):
+        compare(frame, n_resamples=100)
+    assert caplog.text == ""
+
+
+def test_each_curve_of_a_comparison_ends_on_its_step_budget(tmp_path):
+    """On the grid shared by every candidate, the curve of a shorter budget stopped at the grid point before it (1963
+    of 2000 steps), which reads as runs that stopped early (tester Q2)."""
+    for name, steps in (("short", 203), ("long", 300)):
+        OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            3, total_steps=steps, seed_offset=0, progress=False
+        )
+    curves_ = compare([tmp_path / "short", tmp_path / "long"], n_resamples=100, num_points=20).curves
+    ends = curves_.dropna(subset=["value"]).groupby("candidate")["global_step"].max()
+    assert ends.to_dict() == {"long": 300, "short": 203}
+    at_budget = curves_[(curves_["candidate"] == "short") & (curves_["global_step"] == 203)]
+    assert at_budget["num_runs"].tolist() == [3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from online_trainer import OnlineTrainer
@@ -74,8 +75,15 @@ def test_compare_gives_no_verdict_on_too_few_seeds_and_says_how_many_would_do():
         "`weak` and `strong` cannot be told apart with 2 seeds per candidate: the interval of the IQM difference "
         "excludes zero"
     ) in text
-    assert "too often for the 95% level (no exact rank test reaches it); run at least 4 seeds per candidate." in text
+    assert (
+        "too often for the 95% level (no exact rank test reaches it); run at least 4 seeds per candidate with a "
+        "score (now 2)."
+    ) in text
     assert "is better on" not in text
+    # a run without a score is no seed of the verdict: "run at least 4" read wrong where 4 ran and 3 had none (Q2)
+    unscored = pd.concat([scores, scores.iloc[:1].assign(run=3, raw_score=np.nan)], ignore_index=True)
+    comparison = compare_scores(unscored.assign(experiment=unscored["candidate"]), CompareOptions(n_resamples=300))
+    assert "run at least 4 seeds per candidate with a score (now 2)." in comparison_markdown(comparison, [])
 
 
 def test_compare_refuses_a_single_candidate(tmp_path, capsys):
