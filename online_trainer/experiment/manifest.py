@@ -217,7 +217,12 @@ class Experiment:
             result = self.results.get(entry["run"])
             if result is not None and result.records is not None and result.status in COMPLETED:
                 runs.append(as_records(result.records))
-            elif not keep_records or result is not None and result.status not in COMPLETED:
+            elif (
+                not keep_records
+                or result is not None
+                and result.status not in COMPLETED
+                or (self.manifest.get("call") or {}).get("dump_metrics", True) is False  # done earlier, kept nowhere
+            ):
                 runs.append(None)
             elif entry["status"] in COMPLETED and self.exp_dir is not None:  # done earlier, or resumed now
                 with warnings.catch_warnings(record=True) as said:

@@ -270,18 +270,22 @@ def runs_left(
                 apply_result(manifest, result)
     slurm_states.settle_ended_jobs(exp_dir, manifest)  # cancelled jobs are named as such
     ownership.settle_running(exp_dir, manifest, owned=True)
-    entries = {
-        entry["run"]: entry
-        for entry in manifest["runs"]
-        if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file()
-    }
+    entries = {entry["run"]: entry for entry in manifest["runs"] if _to_do(entry, manifest, exp_dir)}
     left: dict[int, full_checkpoint.CheckpointHeader | None] = {}
     for run in entries:
         left[run] = _checked_header(exp_dir, run, hooks, callback, label) if continue_runs else None
     for run, header in left.items():  # every check passed: now the runs that start again lose their outputs
         entry = entries[run]
         if header is None:
-            if entry["status"] != "pending" and storage.metrics_path(exp_dir, run).is_file():
+            if entry["status"] in COMPLETED:  # its stream is gone: what it wrote besides is replaced
+                logger.warning(
+                    "%s (%s) has no %s on disk (removed since it ended?): it runs again from step 0, and replaces its "
+                    "checkpoints and what the callback logged of it",
+                    _run_name(run, label),
+                    entry["status"].replace("_", " "),
+                    storage.metrics_path(exp_dir, run).name,
+                )
+            elif entry["status"] != "pending" and storage.metrics_path(exp_dir, run).is_file():
                 if continue_runs or not storage.resume_path(exp_dir, run).is_file():
                     why = "it has no full checkpoint to continue from"
                 else:  # a sweep called again without resume=True
@@ -317,8 +321,20 @@ def check_checkpoints(
         ValueError: as :func:`runs_left`, or a checkpoint of another format version.
     """
     for entry in manifest["runs"]:
-        if entry["status"] not in COMPLETED or not storage.metrics_path(exp_dir, entry["run"]).is_file():
+        if _to_do(entry, manifest, exp_dir):
             _checked_header(exp_dir, entry["run"], hooks, callback, label)
+
+
+def _to_do(entry: Mapping[str, Any], manifest: Mapping[str, Any], exp_dir: Path) -> bool:
+    """Whether the run of ``entry`` is to do: it did not end, or it ended but its metrics stream is gone.
+
+    A run of an experiment that streams no records (``dump_metrics=False`` in the manifest's call) has none to
+    miss: once ended, it is done (it was done again at every resume).
+    """
+    if entry["status"] not in COMPLETED:
+        return True
+    streams = (manifest.get(CALL_KEY) or {}).get("dump_metrics", True) is not False
+    return streams and not storage.metrics_path(exp_dir, entry["run"]).is_file()
 
 
 def _run_name(run: int, label: str = "") -> str:

@@ -209,7 +209,8 @@ class OnlineTrainer:
                 runs failed later: see ``docs/explanation/experiment-directory.md``).
 
         Returns:
-            The episode records of each run (``None`` per run when ``records.in_memory`` is False), as a
+            The episode records of each run (``None`` per run when ``records.in_memory`` is False, and for a
+            run a resumed call found done with ``dump_metrics=False``: its records are nowhere), as a
             :class:`~online_trainer.records.record_view.RunRecords`: a read-only sequence of record dicts,
             built as they are read (``list(run)`` for a list of your own); with ``SlurmOptions(wait=False)``
             a :class:`~online_trainer.parallel.slurm_handle.SlurmRuns` handle, as soon as the jobs are submitted.

@@ -31,6 +31,7 @@ from online_trainer import (
 )
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import EmptyCallBack, JsonlCallback, MultiCallback, TBCallBack
+from online_trainer.envs import make_env
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -532,6 +533,40 @@ def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
     again = trainer(tmp_path, "exp", env, agent).multi_run(2, resume=True, **kw)
     assert files_with_times(tmp_path / "exp") == before
     assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
+
+
+def test_resuming_a_finished_experiment_of_dump_metrics_false_runs_nothing_again(tmp_path):
+    """Its runs keep no metrics_run{i}.pkl, and a finished run without one was taken for a run to do: every
+    resume=True trained every run again from step 0, replacing their checkpoints and TensorBoard files (tester F3)."""
+    kw = dict(total_steps=300, seed_offset=0, checkpoint_freq=100, dump_metrics=False, progress=False)
+    built = []
+
+    def agent(env):
+        built.append(1)
+        return QLearningAgent(env)
+
+    OnlineTrainer(make_env("Corridor-v0", num_envs=1), agent, exp_dir=tmp_path).multi_run(2, **kw)
+    before = files_with_times(tmp_path)
+    assert len(built) == 2 and not any(name.startswith("metrics_run") for name in before)
+    time.sleep(0.01)
+    again = OnlineTrainer(make_env("Corridor-v0", num_envs=1), agent, exp_dir=tmp_path).multi_run(2, resume=True, **kw)
+    assert len(built) == 2 and files_with_times(tmp_path) == before
+    assert list(again) == [None, None]  # their records are nowhere
+
+
+def test_a_finished_run_whose_stream_was_removed_runs_again_and_says_so(tmp_path, caplog):
+    kw = dict(num_episodes=5, seed_offset=0, checkpoint_freq=10, progress=False)
+    trainer = OnlineTrainer(make_env("Corridor-v0", num_envs=1), QLearningAgent, exp_dir=tmp_path)
+    first = trainer.multi_run(2, **kw)
+    (tmp_path / "metrics_run1.pkl").unlink()
+    caplog.set_level("WARNING", logger="online_trainer")
+    again = trainer.multi_run(2, resume=True, **kw)
+    assert (
+        "run 1 (finished) has no metrics_run1.pkl on disk (removed since it ended?): it runs again from step 0, and "
+        "replaces its checkpoints and what the callback logged of it"
+    ) in caplog.text
+    assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
+    assert storage.load_run_metrics(tmp_path, 1) and "run 2" not in caplog.text
 
 
 @pytest.mark.parametrize(
