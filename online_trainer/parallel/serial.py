@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from online_trainer.errors import RunSetupError
+from online_trainer.errors import Preempted, RunSetupError
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.progress.display import NoProgress, ProgressDisplay
+from online_trainer.run.builtin import preemption
 from online_trainer.run.one_run import RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
@@ -19,8 +20,15 @@ def run_serial(
     on_result: ResultHandler,
     on_start: StartHandler = no_start,
 ) -> None:
-    """Run every spec here, one after another; a failing run does not stop the others."""
+    """Run every spec here, one after another; a failing run does not stop the others.
+
+    Raises:
+        Preempted: a preemption signal came, and runs are left (none starts after it): a run looks at the signal
+            about every second, so one that came in its last second, or between two runs, finds the next run here.
+    """
     for spec in specs:
+        if preemption.requested():
+            raise Preempted()
         on_start(spec)
         try:
             result = execute_run(spec, display)

@@ -85,12 +85,14 @@ class _Call:
         self.display, self.on_result, self.on_start = display, on_result, on_start
         self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
+        self.interrupted = False  # some run ended interrupted (a preemption signal stopped it)
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
         """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
         if spec.key not in self.pending:
             return
         self.pending.discard(spec.key)
+        self.interrupted |= result.status == "interrupted"
         self.display.run_finished(spec.key, result.status)
         self.on_result(result)
 
@@ -222,7 +224,7 @@ class WorkerPool:
                         self._receive(worker, call)
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
-            if preemption.requested():
+            if preemption.requested() and call.interrupted:  # a signal as the last runs ended stopped none
                 raise Preempted()
         except BaseException as exc:
             self.broken = True

@@ -32,9 +32,11 @@ from online_trainer import (
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import EmptyCallBack, JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.envs import make_env
+from online_trainer.errors import Preempted
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
+from tests.conftest import RecordingAgent, make_counting_vec
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 WALL_CLOCK = ("stats", "timing")  # SPS and timing shares: wall-clock figures, logged at a cadence in seconds
@@ -1012,3 +1014,44 @@ def test_a_resume_keeps_another_experiments_entries_in_files_they_share(tmp_path
     after = entries()
     assert after == both  # the first experiment's entries all there, the second's once each
     assert all(set(mine) < set(together) for mine, together in zip(first, after))
+
+
+class SignalsAtRunEnd(Hook):
+    """Sends SIGTERM to the calling process as run ``run`` ends: a preemption between two runs."""
+
+    def __init__(self, parent: int, run: int):
+        self.parent, self.run = parent, run
+
+    def on_run_end(self, ctx):
+        if ctx.run == self.run:
+            os.kill(self.parent, signal.SIGTERM)
+
+
+def test_a_preemption_between_two_runs_starts_no_new_run(tmp_path):
+    """A run looks at the signal about every second: one that came in a run's last second was never acted on in
+    this process, and the next runs started and finished, as if no signal had come (tester F3)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(Preempted):
+        trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, hooks=[SignalsAtRunEnd(os.getpid(), 1)])
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "pending", "pending"]
+    runs = trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, resume=True)
+    assert [len(run) for run in runs] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_preemption_as_the_last_run_ends_stops_nothing_and_the_call_returns(tmp_path, num_workers):
+    """With workers, a signal that came as the last run ended raised Preempted, "continue with resume=True", of an
+    experiment whose every run had finished, and all_metrics.pkl was not written; this process returned (F3)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    runs = trainer.multi_run(
+        2,
+        num_episodes=5,
+        seed_offset=0,
+        progress=False,
+        num_workers=num_workers,
+        hooks=[SignalsAtRunEnd(os.getpid(), 2)],
+    )
+    assert [len(run) for run in runs] == [5, 5] and (tmp_path / "all_metrics.pkl").is_file()
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished"]
