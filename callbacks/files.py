@@ -6,30 +6,50 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def _write_tmp(path: Path, data: bytes) -> Path:
+def named(exc: OSError, path: str | os.PathLike) -> OSError:
+    """``exc`` again, saying which file could not be written (a full disk said only "No space left on device")."""
+    hint = " Free some space, then resume." if exc.errno == errno.ENOSPC else ""
+    return type(exc)(exc.errno, f"could not write {os.fspath(path)}: {exc.strerror or exc}.{hint}")
+
+
+@contextlib.contextmanager
+def _temporary(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path``, removed however the block ends (a full disk left a 0-byte one for good);
+    an OSError of the block names ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+    except OSError as exc:
+        raise named(exc, path) from exc
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _write(tmp: Path, data: bytes) -> None:
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    return tmp
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in."""
+    """Write ``data`` to a temporary file beside ``path``, fsync it, and swap it in.
+
+    Raises:
+        OSError: naming ``path``; the temporary file is removed and ``path`` left as it was.
+    """
     path = Path(path)
-    tmp = _write_tmp(path, data)
-    try:
+    with _temporary(path) as tmp:
+        _write(tmp, data)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
 
 
 def create_with(path: str | os.PathLike, data: bytes) -> bool:
@@ -38,18 +58,19 @@ def create_with(path: str | os.PathLike, data: bytes) -> bool:
     The file appears with its content (a hard link to a complete temporary file), so a process
     that finds it never reads it half-written, and of several processes creating it at once
     exactly one does.
+
+    Raises:
+        OSError: naming ``path``; the temporary file is removed.
     """
     path = Path(path)
     if path.exists():
         return False
-    tmp = _write_tmp(path, data)
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        return False
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with _temporary(path) as tmp:
+        _write(tmp, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
     return True
 
 

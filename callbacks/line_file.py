@@ -14,7 +14,7 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from online_trainer.callbacks.base import CallBack
-from online_trainer.callbacks.files import check_not_exp_dir
+from online_trainer.callbacks.files import check_not_exp_dir, named
 from online_trainer.callbacks.rewind import (
     FilePosition,
     as_file_position,
@@ -97,7 +97,10 @@ class LineFileSink(CallBack):
             if fd is not None and not _same_file(fd, self.log_path):
                 self._fd = None
                 os.close(fd)
-            self._write_all(self._open() if self._fd is None else self._fd, payload)
+            try:
+                self._write_all(self._open() if self._fd is None else self._fd, payload)
+            except OSError as exc:
+                raise named(exc, self.log_path) from exc
 
     @staticmethod
     def _write_all(fd: int, payload: bytes) -> None:
