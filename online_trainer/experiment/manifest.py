@@ -206,6 +206,12 @@ class Experiment:
             if r.status == "failed"
         ]
 
+    def kept_runs(self) -> list[int]:
+        """The runs that ended in this call and whose records are kept on disk (none without an exp_dir)."""
+        if self.exp_dir is None:
+            return []
+        return sorted(run for run, result in self.results.items() if result.status in COMPLETED)
+
     def first_exception(self) -> BaseException | None:
         """The exception object of the first failed run, when it ran in this process."""
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)

@@ -166,6 +166,10 @@ class CheckpointEvaluations:
     def mark_interrupted(self) -> None:
         """Nothing to mark: an interrupted evaluation writes no table."""
 
+    def kept_runs(self) -> list[int]:
+        """None: the evaluations that ended before another failed are in no table."""
+        return []
+
 
 def load_agent(
     exp_dir: str | os.PathLike,

@@ -45,7 +45,7 @@ from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
 from online_trainer.run.interrupts import finishing_the_stop
-from online_trainer.run.one_run import COMPLETED, RunSpec
+from online_trainer.run.one_run import RunSpec
 
 if TYPE_CHECKING:
     from online_trainer.parallel.workers import WorkerPool
@@ -294,6 +294,7 @@ class RunGroup(Protocol):
     def on_submitted(self, spec: RunSpec, job_id: str) -> None: ...
     def discard(self) -> None: ...
     def mark_interrupted(self) -> None: ...
+    def kept_runs(self) -> list[int]: ...
 
 
 @dataclass
@@ -386,12 +387,7 @@ def execute_experiments(
             replacing = any(  # overwrite=True: the earlier experiment is set aside until the call ends
                 e.exp_dir is not None and (e.exp_dir / storage.SET_ASIDE_DIR).is_dir() for e in experiments
             )
-            ended = sorted(
-                run
-                for experiment in experiments
-                for run, result in getattr(experiment, "results", {}).items()
-                if result.status in COMPLETED
-            )
+            ended = sorted(run for experiment in experiments for run in experiment.kept_runs())
             error.cause.add_note(
                 f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; every run was stopped, "
                 + (

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from online_trainer import OnlineTrainer, RecordOptions
+from online_trainer import ExecutionOptions, OnlineTrainer, RecordOptions
 from online_trainer.hooks import Hook
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -670,6 +670,9 @@ def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path
         3, num_episodes=3, seed_offset=0, progress=False, resume=True
     )
     assert [len(run) for run in runs] == [3, 3, 3]
+    with pytest.raises(TypeError, match=r"returned the same agent object") as no:  # nowhere on disk: nothing kept
+        OnlineTrainer(env, lambda env: shared, exp_dir=None).multi_run(3, num_episodes=3, seed_offset=0, progress=False)
+    assert no.value.__notes__[0].endswith("every run was stopped, and nothing was kept on disk)")  # not "resume" (A4)
     # an instance is copied for each run, and evaluation (train=False) may use one object for every run
     OnlineTrainer(env, shared, exp_dir=None).multi_run(3, num_episodes=3, seed_offset=0, progress=False)
     OnlineTrainer(env, lambda env: shared, exp_dir=None, train=False).multi_run(
@@ -699,3 +702,26 @@ def test_a_first_env_step_that_raises_stops_every_run_and_keeps_nothing(tmp_path
         3, total_steps=50, seed_offset=0, progress=False
     )
     assert len(runs) == 3
+
+
+class LoadsNothing(RecordingAgent):
+    def load(self, state):
+        raise ValueError("my checkpoint format changed")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_an_evaluation_whose_agent_cannot_load_its_checkpoint_raises_the_agents_error(tmp_path, num_workers):
+    """trainer.evaluate() and `online-trainer eval` raised "AttributeError: 'list' object has no attribute 'items'"
+    from the note that says what was kept, and hid the agent's own error (tester A4)."""
+    env = make_counting_vec(1)
+    OnlineTrainer(env, RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, num_episodes=3, seed_offset=0, checkpoint_freq=2, progress=False
+    )
+    trainer = OnlineTrainer(env, LoadsNothing, exp_dir=tmp_path)
+    with pytest.raises(ValueError, match="my checkpoint format changed") as error:
+        trainer.evaluate(execution=ExecutionOptions(num_workers=num_workers, progress=False))
+    assert error.value.__notes__[0].startswith("(raised by run ")
+    assert error.value.__notes__[0].endswith(
+        "before its first env step; every run was stopped, and nothing was kept on disk)"
+    )
+    assert not list(tmp_path.glob("evaluation_*.csv"))
