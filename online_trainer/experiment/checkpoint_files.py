@@ -3,7 +3,8 @@
 A run with ``checkpoint_freq`` leaves ``Run{i}_E{n}*`` / ``Run{i}_S{n}*`` (periodic),
 ``Run{i}_Last*`` (the end of training; prefixes handed to ``agent.save(path)``) and
 ``Run{i}_Best_agent.t`` (the ``torch.save``d state ``agent.save()`` returned at the best
-episode, or the best evaluation when the run evaluated).
+episode, or the best evaluation when the run evaluated; ``Run{i}_Best*``, the prefix handed to
+``agent.save(path)``, for an agent whose ``save()`` returns no state).
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> li
     last = storage.checkpoint_path(exp_dir, run, "Last")
     if which in ("last", "all") and any(exp_dir.glob(f"{last.name}*")):
         found.append(("last", last))
-    best = storage.best_agent_path(exp_dir, run)
+    best, prefix = storage.best_agent_path(exp_dir, run), storage.best_agent_prefix(exp_dir, run)
     if which in ("best", "all") and best.is_file():
         found.append(("best", best))
+    elif which in ("best", "all") and any(
+        p.name == prefix.name or p.name.startswith(f"{prefix.name}.") for p in exp_dir.glob(f"{prefix.name}*")
+    ):
+        found.append(("best", prefix))
     if not found:
         raise FileNotFoundError(
             f"Run {run} in {exp_dir} has no {which!r} checkpoint: was it run with checkpoint_freq=...?"

@@ -62,7 +62,7 @@ EXPERIMENT_PATTERNS = (
     "Run*_E*",
     "Run*_S*",
     "Run*_Last*",
-    "Run*_Best_agent.t",
+    "Run*_Best*",  # Run{i}_Best_agent.t, or what save(Run{i}_Best) wrote
     "Run*_Resume.pkl",
     "Run*_Resume_agent*",
     "events.out.tfevents.*",
@@ -105,6 +105,12 @@ def resume_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
 def best_agent_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     """Path of the torch-saved state of the agent at its best episode."""
     return Path(exp_dir) / f"Run{run_idx}_Best_agent.t"
+
+
+def best_agent_prefix(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Path prefix handed to ``agent.save`` at the best episode by an agent whose ``save()`` returns no state (it
+    saves to files only, as Stable-Baselines3's models do): ``Run{i}_Best``."""
+    return checkpoint_path(exp_dir, run_idx, "Best")
 
 
 _EXPERIMENT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in EXPERIMENT_PATTERNS))

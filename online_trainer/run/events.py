@@ -35,7 +35,7 @@ from online_trainer.loop.steps import LoopState
 from online_trainer.progress.display import RunProgress
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
-from online_trainer.run.builtin.checkpoint_writer import RunCheckpoints
+from online_trainer.run.builtin.checkpoint_writer import RunCheckpoints, remove_checkpoint
 from online_trainer.run.builtin.episode_log import EpisodeLog
 from online_trainer.run.builtin.metrics_flush import MetricsFlush
 from online_trainer.run.builtin.preemption import PreemptionWatch
@@ -161,6 +161,8 @@ class RunEvents:
                 self.hooks.end()
                 if self.spec.exp_dir is not None:
                     storage.resume_path(self.spec.exp_dir, self.spec.run_idx).unlink(missing_ok=True)
+                    # what an agent whose save() returns no state saved for it (full_checkpoint.agent_state)
+                    remove_checkpoint(storage.checkpoint_path(self.spec.exp_dir, self.spec.run_idx, "Resume_agent"))
         finally:
             self.hooks.close()
 

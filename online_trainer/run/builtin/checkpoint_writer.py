@@ -4,7 +4,8 @@ With ``checkpoint_freq``: ``agent.save(exp_dir/Run{i}_E{n})`` after every ``chec
 episode (episode budget) or ``agent.save(exp_dir/Run{i}_S{n})`` every ``checkpoint_freq`` env
 steps (step budget); ``Run{i}_Last`` when the run ends; ``Run{i}_Best_agent.t``, the
 ``torch.save``d state ``agent.save()`` returned at the best training episode, or at the best
-evaluation when the run evaluates. ``keep_checkpoints=K`` keeps the last K periodic
+evaluation when the run evaluates (``agent.save(exp_dir/Run{i}_Best)`` then, for an agent whose
+``save()`` returns no state). ``keep_checkpoints=K`` keeps the last K periodic
 checkpoints of the run (``Last`` and ``Best`` are never deleted). Checkpoints hold a replay
 buffer as the agent's own ``save`` decides (``save_buffer=True`` for DQN and SAC; the run's
 full checkpoint takes it with ``checkpoint_buffers=True``, see :mod:`online_trainer.run.full_checkpoint`);
@@ -112,9 +113,18 @@ class RunCheckpoints(Hook):
 
     def _keep_best(self, value: float) -> None:
         """``agent.save()`` now, torch-serialised: a new best costs one serialisation, not a deep copy now and
-        a serialisation at the end."""
+        a serialisation at the end. An agent whose ``save()`` returns no state (it saves to files only, as
+        Stable-Baselines3's models do) saves its best to ``Run{i}_Best`` now, with ``save(path)``: a None
+        state was kept as the best, and the best agent lost."""
         self.best_return = value
-        self.best_state = serialised(self.agent.save(**self.best_kwargs))
+        state = self.agent.save(**self.best_kwargs)
+        if state is None:
+            prefix = storage.best_agent_prefix(self.exp_dir, self.run_idx)
+            remove_checkpoint(prefix)  # the earlier best's files: a new save may name its files otherwise
+            self.agent.save(os.fspath(prefix))
+            self.best_state = None
+            return
+        self.best_state = serialised(state)
 
     def _save(self, ctx: RunContext, label: str, periodic: bool = False) -> None:
         """``agent.save`` to ``Run{i}_{label}``, announced to every hook (and, for a periodic one, a full checkpoint

@@ -487,3 +487,34 @@ def test_a_run_that_ends_between_ticks_shows_on_its_bar_the_step_it_reached(tmp_
         assert entry["status"] == "interrupted" and reached - 1 <= entry["global_step"] <= reached
     assert reached % 50 and 0 < reached < 10_000  # between two ticks (every 50 steps)
     assert shown == [reached]  # before: the last tick's step
+
+
+class SavesToFilesOnly(RecordingAgent):
+    """Stable-Baselines3's habit: ``save(path)`` writes files and returns None; ``save()`` does nothing."""
+
+    def save(self, path=None):
+        if path is not None:
+            with open(path + ".txt", "w") as f:
+                f.write(json.dumps({"updates": self.updates, "seed": self.seed}))
+
+    def load(self, path):
+        with open(os.fspath(path) + ".txt") as f:
+            self.loaded = json.loads(f.read())
+
+
+def test_an_agent_that_saves_to_files_only_keeps_its_best_and_leaves_no_resume_files(tmp_path):
+    """Its save() returned None, which was kept as the best state: Run1_Best_agent.t held None, load_agent(which=
+    "best") failed inside the agent, and Run1_Resume_agent.* stayed after the run finished (tester A4)."""
+    from online_trainer import load_agent
+
+    trainer = OnlineTrainer(make_counting_vec(1), SavesToFilesOnly, exp_dir=tmp_path)
+    runs = trainer.multi_run(2, total_steps=60, seed_offset=SEED, checkpoint_freq=20, progress=False)
+    for run, records in enumerate(runs, start=1):
+        assert not (tmp_path / f"Run{run}_Best_agent.t").exists() and (tmp_path / f"Run{run}_Best.txt").is_file()
+        assert not list(tmp_path.glob(f"Run{run}_Resume*"))  # the full checkpoint and its agent files went with it
+        best = max(records, key=lambda r: r["ep_return"])  # the first of the best returns: a tie is no new best
+        assert json.loads((tmp_path / f"Run{run}_Best.txt").read_text())["updates"] >= best["global_step"]
+        agent = load_agent(tmp_path, run=run, which="best", agent_factory=SavesToFilesOnly, env=make_counting_vec(1))
+        assert agent.loaded == json.loads((tmp_path / f"Run{run}_Best.txt").read_text())
+    table = trainer.evaluate(which="best", execution=None)
+    assert set(table["checkpoint"]) == {"best"} and sorted(set(table["run"])) == [1, 2]
