@@ -295,8 +295,10 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     """Check the first actions of a run against the env's action space, before ``env.step``.
 
     Raises:
-        ValueError: not one action per sub-env, or actions of the wrong shape or range.
-        TypeError: float actions for an integer space (Discrete, MultiDiscrete, MultiBinary).
+        ValueError: not one action per sub-env, actions of the wrong shape, integer actions outside their space, or
+            NaN actions for a Box (Box actions outside its bounds are logged with a warning: envs may clip them).
+        TypeError: float actions for an integer space (Discrete, MultiDiscrete, MultiBinary), or actions that are
+            not real numbers for a Box.
     """
     space, num_envs = env.single_action_space, env.num_envs
     who = f"The agent {type(agent).__name__}'s act(obs)"
@@ -326,6 +328,7 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
             f"num_envs={num_envs} needs shape {expected}: return one action per sub-env."
         )
     if isinstance(space, spaces.Box):
+        _check_box_actions(batch, space, who)
         return
     if not np.issubdtype(batch.dtype, np.integer):
         raise TypeError(
@@ -334,6 +337,33 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
         )
     if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
         raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")
+
+
+_WARNED_OF_BOUNDS: list[bool] = []
+
+
+def _check_box_actions(batch: np.ndarray, space: spaces.Box, who: str) -> None:
+    """Refuse NaN actions; warn of actions outside the bounds (an env may clip them: many policies rely on it)."""
+    if not np.issubdtype(batch.dtype, np.number) or np.issubdtype(batch.dtype, np.complexfloating):
+        raise TypeError(f"{who} returned actions of dtype {batch.dtype} for {space}: return real numbers.")
+    if np.issubdtype(batch.dtype, np.floating) and np.isnan(batch).any():
+        raise ValueError(
+            f"{who} returned NaN actions ({batch.tolist()}) for {space}: the env would step on them, and the episodes' "
+            "returns would be NaN. Check the policy's outputs (a NaN in its weights or observations)."
+        )
+    outside = (batch < space.low) | (batch > space.high)
+    if outside.any() and not _WARNED_OF_BOUNDS:
+        _WARNED_OF_BOUNDS.append(True)  # once a process: a policy that relies on the env's clipping does so each run
+        logger.warning(
+            "%s returned actions outside the bounds of %s (%s of %s, the first: %s): the env takes them as it does "
+            "(gymnasium's classic-control and MuJoCo envs clip or use them), and the records keep them as acted. "
+            "Clip them in act, np.clip(actions, space.low, space.high), if they should stay inside.",
+            who,
+            space,
+            int(outside.sum()),
+            outside.size,
+            batch[outside][0].item(),
+        )
 
 
 def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: Any, where: str) -> None:

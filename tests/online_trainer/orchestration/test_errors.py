@@ -725,3 +725,42 @@ def test_an_evaluation_whose_agent_cannot_load_its_checkpoint_raises_the_agents_
         "before its first env step; every run was stopped, and nothing was kept on disk)"
     )
     assert not list(tmp_path.glob("evaluation_*.csv"))
+
+
+class BoxActing:
+    """Pendulum actions from ``make(len(obs))``."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def act(self, obs):
+        return self.make(len(obs))
+
+    def update(self, *args, **kwargs):
+        pass
+
+
+def test_box_actions_that_are_nan_are_refused_and_outside_the_bounds_said_once(tmp_path, caplog, monkeypatch):
+    """NaN actions ran to the end with ep_return = nan, and actions of 50.0 on Pendulum (bounds 2) without a word,
+    where the docs said the first actions' range is checked (tester A4). Out of bounds is not refused: an env may
+    clip them, and policies rely on it."""
+    import gymnasium as gym
+
+    from online_trainer.loop import factories
+
+    def env():
+        return gym.make_vec("Pendulum-v1", num_envs=2)
+
+    with pytest.raises(ValueError, match=r"BoxActing's act\(obs\) returned NaN actions .* Check the policy's outputs"):
+        OnlineTrainer(
+            env, BoxActing(lambda n: np.full((n, 1), np.nan, np.float32)), exp_dir=tmp_path / "nan"
+        ).multi_run(1, total_steps=10, progress=False)
+    assert not (tmp_path / "nan").exists()
+    monkeypatch.setattr(factories, "_WARNED_OF_BOUNDS", [])
+    caplog.set_level("WARNING", logger="online_trainer")
+    runs = OnlineTrainer(env, BoxActing(lambda n: np.full((n, 1), 50.0, np.float32)), exp_dir=None).multi_run(
+        2, total_steps=10, progress=False
+    )
+    assert len(runs) == 2
+    said = [r.getMessage() for r in caplog.records if "outside the bounds" in r.getMessage()]
+    assert len(said) == 1 and "(2 of 2, the first: 50.0)" in said[0] and "np.clip(actions" in said[0]
