@@ -72,10 +72,19 @@ def env_path(exp_dir: str | os.PathLike) -> Path:
 
 def recorded_identity(exp_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The env the experiment in ``exp_dir`` ran on: ``env.json``, else what its manifest recorded; None when neither says."""
+    path = env_path(exp_dir)
     try:
-        return dict(json.loads(env_path(exp_dir).read_text()))
-    except (OSError, ValueError, TypeError):
+        return dict(json.loads(path.read_text()))
+    except FileNotFoundError:
         pass
+    except (OSError, ValueError, TypeError) as exc:  # said: a damaged file must not switch the check off unseen
+        logger.warning(
+            "%s is damaged (%s: %s): the env is checked against the manifest's env id and number of sub-envs only. "
+            "Put back a copy of it, or remove it: the next run records its env there anew.",
+            path,
+            type(exc).__name__,
+            exc,
+        )
     try:
         manifest = storage.read_manifest(exp_dir)
     except (OSError, ValueError):
