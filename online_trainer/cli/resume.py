@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from online_trainer.cli.run import failed, interrupted, multi_run_kwargs, print_outcome
+from online_trainer.cli.run import PATH_ERRORS, disk_error, failed, interrupted, multi_run_kwargs, print_outcome
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
@@ -65,6 +65,10 @@ def resume_command(args: argparse.Namespace) -> int:
                 "experiment ran, put the value back there."
             ) from exc
         raise ConfigError(str(exc)) from exc
+    except OSError as exc:
+        if isinstance(exc, PATH_ERRORS):
+            raise
+        return disk_error(exc, exp_dir)
     print_outcome(handle, exp_dir, config.last_k)
     return status
 

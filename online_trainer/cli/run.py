@@ -183,6 +183,25 @@ def failed(error: RunsFailedError, exp_dir: Path) -> int:
     return 1
 
 
+#: OSErrors of a path the config names (a missing file, a directory not writable): usage errors. The others (a full
+#: disk, a failing device, as the runs write) are said by :func:`disk_error`.
+PATH_ERRORS = (FileNotFoundError, PermissionError, NotADirectoryError)
+
+
+def disk_error(error: OSError, exp_dir: Path) -> int:
+    """Print ``error`` (a full disk as the runs wrote), its notes, and the command that continues the experiment once
+    its cause is fixed; return 1. Before the experiment exists, the error alone."""
+    notes = "".join(f"\n{note}" for note in getattr(error, "__notes__", []))
+    then = (
+        f"\nOnce the cause is fixed (free some space), continue the experiment with:\n  online-trainer resume "
+        f"{shlex.quote(os.fspath(exp_dir))}"
+        if (exp_dir / storage.MANIFEST_FILE).is_file()
+        else ""
+    )
+    print(f"online-trainer: error: {error}{notes}{then}", file=sys.stderr)
+    return 1
+
+
 def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) -> str:
     header = [f"# Resolved by `online-trainer run` from {source}"]
     if overrides:
@@ -241,6 +260,10 @@ def run_command(args: argparse.Namespace) -> int:
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileExistsError) as exc:  # checked before any env step
         raise ConfigError(str(exc)) from exc
+    except OSError as exc:
+        if isinstance(exc, PATH_ERRORS):  # a path of the config: its usage error
+            raise
+        return disk_error(exc, exp_dir)
     print_outcome(handle, exp_dir, config.last_k)
     return status
 

@@ -1060,3 +1060,34 @@ def test_run_with_a_failed_run_prints_the_command_that_runs_it_again(tmp_path, c
     assert "Once the cause is fixed, run the failed runs again" in err and f"online-trainer resume {exp_dir}\n" in err
     monkeypatch.undo()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # as it says
+
+
+def test_run_on_a_disk_that_fills_says_so_with_the_command_that_continues(tmp_path, capsys, monkeypatch):
+    """A full disk as the manifest was written ended `online-trainer run` in two chained tracebacks (16 frames), with
+    no resume command (tester F3)."""
+    import errno
+
+    from online_trainer.experiment.manifest import Experiment
+
+    real = Experiment.on_result
+    calls = []
+
+    def full_at_run_2(self, result):
+        calls.append(result.run_idx)
+        if len(calls) == 2:
+            error = OSError(errno.ENOSPC, f"could not write {self.exp_dir}/manifest.json: No space left on device.")
+            raise error
+        return real(self, result)
+
+    monkeypatch.setattr(Experiment, "on_result", full_at_run_2)
+    exp_dir = tmp_path / "full"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"online-trainer: error: [Errno 28] could not write {exp_dir}/manifest.json: No space left on device." in err
+    assert (
+        f"Once the cause is fixed (free some space), continue the experiment with:\n  online-trainer resume {exp_dir}"
+        in err
+    )
+    monkeypatch.undo()
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # as it says
