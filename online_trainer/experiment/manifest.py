@@ -27,7 +27,7 @@ from online_trainer.experiment.job_results import (
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.loop import seeding
 from online_trainer.records import storage
-from online_trainer.records.episode_table import EpisodeTable
+from online_trainer.records.episode_table import EpisodeTable, chunks_form
 from online_trainer.records.record_view import RunRecords, as_records
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
@@ -317,9 +317,16 @@ class Experiment:
         """
         if self.exp_dir is not None and (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
-            storage.write_all_metrics(
-                self.exp_dir, [table if isinstance(table, EpisodeTable) else run for table, run in zip(tables, runs)]
-            )
+            forms: list[Any] = []
+            for entry, table, run in zip(self.manifest["runs"], tables, runs):
+                chunks = None
+                if not isinstance(table, EpisodeTable) and run is not None:  # read back from its stream: its own
+                    # chunks, whole (pickled again from its dicts, it took 4 times the bytes: tester F3)
+                    chunks = storage.stream_chunks(storage.metrics_path(self.exp_dir, entry["run"]), len(run))
+                forms.append(
+                    table if isinstance(table, EpisodeTable) else run if chunks is None else chunks_form(chunks)
+                )
+            storage.write_all_metrics(self.exp_dir, forms)
             for table in tables:
                 if isinstance(table, EpisodeTable):
                     table.release_chunks()  # written: the memory goes back

@@ -500,5 +500,11 @@ def dump_runs_to(runs: Sequence[Any], file: BinaryIO) -> None:
     pickle.dump(_runs_form(runs), file, PROTOCOL)
 
 
+def chunks_form(chunks: Sequence[bytes]) -> Any:
+    """What pickles as the records the metrics chunks ``chunks`` hold and loads as their list of dicts: the chunks'
+    own bytes, as :meth:`EpisodeTable.disk_form` keeps them (a run of an earlier call, read back from its stream)."""
+    return Call(list, Call(itertools.chain.from_iterable, Call(map, pickle.loads, list(chunks))))
+
+
 def _runs_form(runs: Sequence[Any]) -> list[Any]:
     return [run.disk_form() if isinstance(run, EpisodeTable) else run for run in runs]

@@ -19,6 +19,7 @@ import errno
 import fnmatch
 import functools
 import importlib.util
+import io
 import json
 import logging
 import operator
@@ -286,6 +287,29 @@ def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]
                 _warn_truncated(path, start, exc)
                 return
             yield chunk
+
+
+def stream_chunks(path: str | os.PathLike, count: int) -> list[bytes] | None:
+    """The bytes of each chunk of the metrics stream ``path``, as written; None when they cannot stand for the run's
+    ``count`` records in ``all_metrics.pkl`` as they are: a chunk does not load whole, they hold another number of
+    records, or some record holds frames (which ``all_metrics.pkl`` leaves out)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    chunks, start, view, records = [], 0, memoryview(data), 0
+    with io.BytesIO(data) as f:
+        while start < len(data):
+            try:
+                chunk = pickle.load(f)
+            except Exception:  # garbage, a cut: the loaders say so; here the run is pickled from its records
+                return None
+            if not isinstance(chunk, list) or any(isinstance(r, dict) and r.get("frames") for r in chunk):
+                return None
+            end = f.tell()
+            chunks.append(bytes(view[start:end]))
+            start, records = end, records + len(chunk)
+    return chunks if records == count else None
 
 
 def stream_problem(path: str | os.PathLike, size: int) -> str | None:

@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from online_trainer import ExperimentExistsError, OnlineTrainer, Preempted, RunsFailedError, load_runs
+from online_trainer import ExperimentExistsError, OnlineTrainer, Preempted, RecordOptions, RunsFailedError, load_runs
 from online_trainer.hooks import Hook
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
@@ -378,6 +378,19 @@ def test_a_call_killed_while_writing_all_metrics_leaves_what_the_resume_writes_a
     (tmp_path / "all_metrics.pkl").rename(tmp_path / ".all_metrics.pkl.999999.tmp")
     trainer.multi_run(2, num_episodes=3, seed_offset=0, progress=False, resume=True)
     assert not list(tmp_path.glob(".all_metrics.pkl.*")) and returns() == whole and len(whole[1]) == 3
+
+
+def test_all_metrics_written_by_a_resume_holds_the_streams_own_chunks(tmp_path):
+    """Runs of an earlier call were pickled again from their dicts: all_metrics.pkl took 3.6 to 4.4 times the bytes
+    of an uninterrupted call's (tester F3). It is now the same file, byte for byte."""
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(3, num_episodes=40, seed_offset=0, progress=False, records=RecordOptions(flush_every=7))
+    whole = (tmp_path / "all_metrics.pkl").read_bytes()
+    (tmp_path / "all_metrics.pkl").unlink()
+    trainer.multi_run(
+        3, num_episodes=40, seed_offset=0, progress=False, records=RecordOptions(flush_every=7), resume=True
+    )
+    assert (tmp_path / "all_metrics.pkl").read_bytes() == whole
 
 
 class InterruptRun2(Hook):
