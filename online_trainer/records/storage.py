@@ -275,17 +275,19 @@ def iter_metrics_chunks(path: str | os.PathLike) -> Iterator[list[dict[str, Any]
             f"No metrics stream at {path}: the run has not started, or it ran with dump_metrics=False."
         )
     with open(path, "rb") as f:
+        largest = 0  # the largest chunk read: what a write cut off by a kill leaves is less
         while True:
             start = f.tell()
             try:
                 chunk = pickle.load(f)
             except EOFError:
                 if f.tell() != start or f.read(1):
-                    _warn_truncated(path, start)
+                    _warn_truncated(f, path, start, largest)
                 return
-            except (pickle.UnpicklingError, ValueError, AttributeError, IndexError, TypeError) as exc:
-                _warn_truncated(path, start, exc)
+            except Exception as exc:  # a cut or garbage: pickle raises one of many (OverflowError for a huge frame)
+                _warn_truncated(f, path, start, largest, exc)
                 return
+            largest = max(largest, f.tell() - start)
             yield chunk
 
 
@@ -333,14 +335,21 @@ def stream_problem(path: str | os.PathLike, size: int) -> str | None:
     return None
 
 
-def _warn_truncated(path: Path, offset: int, exc: Exception | None = None) -> None:
+def _warn_truncated(f: BinaryIO, path: Path, offset: int, largest: int, exc: Exception | None = None) -> None:
     detail = f" ({type(exc).__name__}: {exc})" if exc else ""
-    warnings.warn(
-        f"{path} ends in an incomplete chunk at byte {offset}{detail}: its run was probably killed "
-        "while writing; the complete chunks before it were loaded.",
-        TruncatedMetricsWarning,
-        stacklevel=3,
-    )
+    size = os.fstat(f.fileno()).st_size
+    if largest and size - offset > 2 * largest:  # more than a chunk cut off by a kill: damaged where it stops
+        message = (
+            f"{path} cannot be read from byte {offset} on{detail}, and {size - offset} of its {size} bytes are left "
+            "unread, more than a run killed while writing leaves: the file is damaged there. The complete chunks "
+            "before it were loaded; put back a copy of the file to read the rest."
+        )
+    else:
+        message = (
+            f"{path} ends in an incomplete chunk at byte {offset}{detail}: its run was probably killed while writing; "
+            "the complete chunks before it were loaded."
+        )
+    warnings.warn(message, TruncatedMetricsWarning, stacklevel=3)
 
 
 # ---------------------------------------------------------------- manifest, args, config

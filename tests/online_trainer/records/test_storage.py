@@ -40,6 +40,27 @@ def test_truncated_stream_yields_complete_chunks_with_warning(tmp_path):
     assert [r["episode_index"] for r in records] == [1, 2, 3]
 
 
+def test_a_stream_damaged_in_its_middle_is_not_called_cut_by_a_kill(tmp_path):
+    """8 bytes of garbage at byte 3000 of a stream: the loaders said it "ends in an incomplete chunk ... probably
+    killed while writing", and left 95% of it unread (tester F3)."""
+    path = tmp_path / "metrics_run1.pkl"
+    chunks = [pickle.dumps([{"episode_index": i, "ep_return": float(i)}]) for i in range(1, 41)]
+    data = bytearray(b"".join(chunks))
+    at = sum(map(len, chunks[:3])) + 5
+    data[at : at + 8] = b"\xff" * 8
+    path.write_bytes(bytes(data))
+    with pytest.warns(TruncatedMetricsWarning) as said:
+        records = load_run_metrics(tmp_path, 1)
+    assert [r["episode_index"] for r in records] == [1, 2, 3]
+    start = sum(map(len, chunks[:3]))
+    assert (
+        f"metrics_run1.pkl cannot be read from byte {start} on" in str(said[0].message)
+        and f"and {len(data) - start} of its {len(data)} bytes are left unread" in str(said[0].message)
+        and "the file is damaged there" in str(said[0].message)
+        and "put back a copy" in str(said[0].message)
+    )
+
+
 def test_missing_things_raise_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"Experiment directory .*nowhere does not exist"):
         load_all_run_metrics(tmp_path / "nowhere")
