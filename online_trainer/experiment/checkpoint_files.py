@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from online_trainer.loop.factories import agent_name
 from online_trainer.records import storage
 
 WHICH = ("best", "last", "all")
@@ -72,7 +73,7 @@ class CheckpointAgent:
         agent = self.agent_factory(env)
         if not callable(getattr(agent, "load", None)):
             raise TypeError(
-                f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent!r} lacks."
+                f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent_name(agent)} lacks."
             )
         if self.path.endswith(".t"):
             import torch

@@ -156,7 +156,7 @@ class AgentFactory(_InstanceOrFactory):
             missing = ", ".join(missing_methods(agent))
             raise TypeError(
                 f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
-                f"got agent={agent!r}, which lacks: {missing}."
+                f"got agent={agent_name(agent)}, which lacks: {missing}."
             )
         self._built: list[weakref.ref[Any]] = []  # the agents the factory returned in this process
 
@@ -171,7 +171,7 @@ class AgentFactory(_InstanceOrFactory):
         self._built = [ref for ref in getattr(self, "_built", []) if ref() is not None]
         if any(ref() is agent for ref in self._built):
             raise TypeError(
-                f"The agent factory {self._factory!r} returned the same agent object for two runs ({agent!r}): the "
+                f"The agent factory {self._factory!r} returned the same agent object for two runs ({agent_name(agent)}): the "
                 "second run would start from what the first learned, and no seed would be independent. Build the "
                 "agent inside the factory, agent=lambda env: MyAgent(env), or pass the agent itself (each run then "
                 "takes a copy of it)."
@@ -246,7 +246,7 @@ def check_agent(agent: Any, source: Any = None, train: bool = True) -> None:
     missing = missing_methods(agent)
     if missing:
         raise TypeError(
-            f"The agent {agent!r}{made_by} lacks the required method(s) {', '.join(missing)}: an agent must "
+            f"The agent {agent_name(agent)}{made_by} lacks the required method(s) {', '.join(missing)}: an agent must "
             "define act(obs) and update(next_obs, reward, terminated, truncated, call_back=None)."
         )
     calls: list[tuple[str, tuple[None, ...], dict[str, None], str]] = [("act", (None,), {}, "act(self, obs)")]
@@ -284,6 +284,14 @@ def accepts_keyword(function: Callable[..., Any], name: str) -> bool:
 def accepts_valid(update: Callable[..., Any]) -> bool:
     """True when ``update`` takes a ``valid`` keyword (or ``**kwargs``)."""
     return accepts_keyword(update, "valid")
+
+
+def agent_name(agent: Any) -> str:
+    """How messages name an agent: its own ``repr`` when its class defines one, else its class's name (not
+    ``<__main__.NoSave object at 0x7fef...>``)."""
+    if type(agent).__repr__ is object.__repr__:
+        return type(agent).__qualname__
+    return repr(agent)
 
 
 def _describe(obj: Any) -> str:

@@ -38,6 +38,7 @@ from online_trainer.experiment import resuming
 from online_trainer.experiment.manifest import Experiment, remove_created
 from online_trainer.loop import seeding
 from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.loop.steps import failed_at
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
 from online_trainer.parallel import execution as base
@@ -388,8 +389,9 @@ def execute_experiments(
                 e.exp_dir is not None and (e.exp_dir / storage.SET_ASIDE_DIR).is_dir() for e in experiments
             )
             ended = sorted(run for experiment in experiments for run in experiment.kept_runs())
+            when = "at" if failed_at(error.cause) is not None else "before"  # the loop marks what its steps raise
             error.cause.add_note(
-                f"(raised by run {error.run_idx}, seed {error.seed}, before its first env step; every run was stopped, "
+                f"(raised by run {error.run_idx}, seed {error.seed}, {when} its first env step; every run was stopped, "
                 + (
                     "and the manifest is as this call found it but for runs that ended in this call: the others go "
                     "on from their last full checkpoint when the experiment is resumed with the right inputs)"

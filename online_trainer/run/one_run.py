@@ -19,7 +19,14 @@ from online_trainer.loop import raw_scores, seeding
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.evaluation import Evaluator, eval_seed
-from online_trainer.loop.factories import AgentFactory, EnvFactory, autoreset_mode, check_actions, check_agent
+from online_trainer.loop.factories import (
+    AgentFactory,
+    EnvFactory,
+    agent_name,
+    autoreset_mode,
+    check_actions,
+    check_agent,
+)
 from online_trainer.loop.steps import failed_at, mark_failed_at, run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
@@ -157,11 +164,11 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):
         raise TypeError(
             f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
-            f"{agent!r} lacks: add it, or drop checkpoint_freq."
+            f"{agent_name(agent)} lacks: add it, or drop checkpoint_freq."
         )
     if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
         raise TypeError(
-            f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent!r} has no set_hp method: "
+            f"tuning_hp={spec.tuning_hp!r} was given, but the agent {agent_name(agent)} has no set_hp method: "
             "add set_hp(dict), or drop tuning_hp."
         )
     if spec.train:

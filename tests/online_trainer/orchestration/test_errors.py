@@ -697,6 +697,9 @@ def test_a_first_env_step_that_raises_stops_every_run_and_keeps_nothing(tmp_path
     with pytest.raises(Exception, match=r"act\(obs\) returned a list") as raised:
         OnlineTrainer(env, ListActions, exp_dir=str(exp)).multi_run(3, total_steps=50, seed_offset=0, progress=False)
     assert "every run was stopped, and nothing was kept on disk" in raised.value.__notes__[-1]
+    # it came from the first step, not before it: "At env step 1 ... before its first env step" (tester A4)
+    assert str(raised.value).startswith("At env step 1 of the run:")
+    assert raised.value.__notes__[-1].startswith("(raised by run 1, seed 0, at its first env step;")
     assert not exp.exists()
     runs = OnlineTrainer(env, RecordingAgent, exp_dir=str(exp)).multi_run(
         3, total_steps=50, seed_offset=0, progress=False
@@ -720,7 +723,9 @@ def test_an_evaluation_whose_agent_cannot_load_its_checkpoint_raises_the_agents_
     trainer = OnlineTrainer(env, LoadsNothing, exp_dir=tmp_path)
     with pytest.raises(ValueError, match="my checkpoint format changed") as error:
         trainer.evaluate(execution=ExecutionOptions(num_workers=num_workers, progress=False))
-    assert error.value.__notes__[0].startswith("(raised by run ")
+    assert error.value.__notes__[0].startswith("(raised by run ") and "before its first env step" in str(
+        error.value.__notes__
+    )
     assert error.value.__notes__[0].endswith(
         "before its first env step; every run was stopped, and nothing was kept on disk)"
     )
@@ -764,3 +769,21 @@ def test_box_actions_that_are_nan_are_refused_and_outside_the_bounds_said_once(t
     assert len(runs) == 2
     said = [r.getMessage() for r in caplog.records if "outside the bounds" in r.getMessage()]
     assert len(said) == 1 and "(2 of 2, the first: 50.0)" in said[0] and "np.clip(actions" in said[0]
+
+
+def test_an_agent_is_named_by_its_class_not_its_default_repr(tmp_path):
+    """ "the agent <__main__.NoSave object at 0x7fef...> lacks" where other messages said "The agent UpdTransition"
+    (tester A4)."""
+
+    class NoSave:
+        def act(self, obs):
+            return np.zeros(len(obs), dtype=np.int64)
+
+        def update(self, next_obs, reward, terminated, truncated, call_back=None):
+            pass
+
+    with pytest.raises(TypeError, match=r"needs agent.save\(path=None\), which the agent .*NoSave lacks: add it") as no:
+        OnlineTrainer(make_counting_vec(1), lambda env: NoSave(), exp_dir=tmp_path).multi_run(
+            1, num_episodes=1, checkpoint_freq=1, progress=False
+        )
+    assert " object at 0x" not in str(no.value)
