@@ -289,7 +289,7 @@ def accepts_valid(update: Callable[..., Any]) -> bool:
 def agent_name(agent: Any) -> str:
     """How messages name an agent: its own ``repr`` when its class defines one, else its class's name (not
     ``<__main__.NoSave object at 0x7fef...>``)."""
-    if type(agent).__repr__ is object.__repr__:
+    if "__repr__" not in {name for cls in type(agent).__mro__[:-1] for name in vars(cls)}:  # object's own
         return type(agent).__qualname__
     return repr(agent)
 
