@@ -290,7 +290,7 @@ def agent_name(agent: Any) -> str:
     """How messages name an agent: its own ``repr`` when its class defines one, else its class's name (not
     ``<__main__.NoSave object at 0x7fef...>``)."""
     if "__repr__" not in {name for cls in type(agent).__mro__[:-1] for name in vars(cls)}:  # object's own
-        return type(agent).__qualname__
+        return type(agent).__name__
     return repr(agent)
 
 
