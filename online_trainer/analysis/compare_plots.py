@@ -45,9 +45,15 @@ def _runs(comparison: Comparison) -> dict[str, int]:
 
 
 def describe(comparison: Comparison) -> str:
-    """``"95% stratified-bootstrap CIs; runs: A 5, B 5; 1 task"``: what every figure states."""
+    """``"95% stratified-bootstrap CIs; runs: A 5, B 1 (3 without a score); 1 task"``: what every figure states."""
     tasks = len(comparison.info["tasks"])
-    runs = ", ".join(f"{c} {n}" for c, n in _runs(comparison).items())
+    aggregates = comparison.aggregates
+    missing = dict(zip(aggregates["candidate"], aggregates["num_missing"])) if "num_missing" in aggregates else {}
+    # a run without a score (no episode, no evaluation) is in no figure: said, as comparison.md says it
+    runs = ", ".join(
+        f"{c} {n}" + (f" ({missing[c]} without a score)" if missing.get(c) else "")
+        for c, n in _runs(comparison).items()
+    )
     scale = "normalised score" if comparison.info["normalization"] else "return"
     return (
         f"{comparison.options.ci:.0%} stratified-bootstrap CIs over runs; runs: {runs}; "

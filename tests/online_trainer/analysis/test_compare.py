@@ -683,3 +683,13 @@ def test_each_curve_of_a_comparison_ends_on_its_step_budget(tmp_path):
     assert ends.to_dict() == {"long": 300, "short": 203}
     at_budget = curves_[(curves_["candidate"] == "short") & (curves_["global_step"] == 203)]
     assert at_budget["num_runs"].tolist() == [3]
+
+
+def test_every_figure_says_how_many_runs_of_a_candidate_have_no_score():
+    """eval_curves.png and profiles.png said "acro_tiny (n=1)" of a candidate whose 4 runs ran, 3 without a score,
+    while comparison.md said "1 (3 without a score)" (tester Q2)."""
+    from online_trainer.analysis.compare_plots import describe
+
+    scores = table({"A": {"t": [1.0, 2.0, 3.0, 4.0]}, "B": {"t": [1.0, np.nan, np.nan, np.nan]}})
+    text = describe(compare_scores(scores, CompareOptions(n_resamples=100)))
+    assert "runs: A 4, B 1 (3 without a score); 1 task" in text
