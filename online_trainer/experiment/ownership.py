@@ -94,8 +94,8 @@ def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: 
         entry["status"] = INTERRUPTED
     runs: list[int] = [entry["run"] for entry in entries]  # every manifest entry has its run number
     logger.warning(
-        "%s: run(s) %s were running when the process writing the experiment ended without recording "
-        "how they ended (killed, or its machine went down): they count as interrupted.",
+        "%s: run(s) %s were running when the process writing the experiment ended without recording how they ended "
+        "(killed, its machine gone down, or its disk full): they count as interrupted.",
         os.fspath(exp_dir),
         ", ".join(map(str, runs)),
     )
