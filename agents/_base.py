@@ -219,7 +219,7 @@ class AgentBase:
             buffers: include the transitions of the agent's replay buffer (DQN, SAC; its position
                 and size are always saved); None: as the config's ``save_buffer`` says (False for
                 agents without one). The runner passes ``buffers=False`` for the best-agent state,
-                and ``buffers=True`` for checkpoints with ``checkpoint_buffers=True``.
+                and ``buffers=True`` for the run's full checkpoint with ``CheckpointOptions(buffers=True)``.
 
         Returns:
             The state object, or the name of the file written.

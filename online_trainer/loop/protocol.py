@@ -100,15 +100,17 @@ class FullAgent(Agent, Protocol):
         """Return one entry per sub-env (dict of arrays, or None) for the last step."""
 
     def save(self, path: str | None = None) -> Any:
-        """Without ``path`` return a state object; with one, write files starting with it.
+        """Without ``path`` return a state object; with one, write the file ``path`` or files ``path.<ext>``
+        (the runner finds, keeps and removes a checkpoint's files by those names).
 
         A ``save`` may also take a ``buffers`` keyword (``save(path=None, *, buffers=None)``): the
         runner then passes ``buffers=False`` for the best-agent state and, with
-        ``checkpoint_buffers=True``, ``buffers=True`` for checkpoints.
+        ``CheckpointOptions(buffers=True)``, ``buffers=True`` for the run's full checkpoint.
         """
 
-    def load(self, path: str) -> None:
-        """Restore the state written by ``save(path)``."""
+    def load(self, path: Any) -> None:
+        """Restore the agent from a state object ``save()`` returned (a resume, ``Run{i}_Best_agent.t``) or from
+        the path given to ``save(path)`` (the periodic and last checkpoints): it must take both."""
 
 
 EnvMaker: TypeAlias = Callable[[], gym.Env | VectorEnv]
