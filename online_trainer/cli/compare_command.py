@@ -6,7 +6,9 @@ The statistics are those of :func:`online_trainer.analysis.compare.compare`.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,40 @@ def parse_normalize(values: list[str] | None) -> object:
             )
         pairs[task] = (low, high)
     return pairs[""] if "" in pairs else pairs
+
+
+_ARGUMENT = re.compile(r"\b(by|source|last_k|metric|optimality_threshold)=(?:'([^']*)'|\[([^\]]*)\]|([\w.<>-]+))?")
+_WORDS = (
+    (re.compile(r" \(--[\w-]+ on the command line\)"), ""),  # said already: the command's own words follow
+    (re.compile(r"include_unfinished=True"), "--include-unfinished"),
+    (re.compile(r"normalize='minmax'"), "--normalize minmax"),
+    (re.compile(r"normalize=\(random, reference\)"), "--normalize ENV_ID=RANDOM,REFERENCE"),
+    (re.compile(r"\(OnlineTrainer\.evaluate\)"), "(online-trainer eval)"),
+)
+
+
+def command_words(message: str) -> str:
+    """``message`` of :func:`~online_trainer.analysis.compare.compare` with its arguments as this command's flags
+    (``by='lr'`` as ``--by lr``, ``include_unfinished=True`` as ``--include-unfinished``)."""
+    for pattern, words in _WORDS:
+        message = pattern.sub(words, message)
+
+    def flag(match: re.Match[str]) -> str:
+        name = f"--{match[1].replace('_', '-')}"
+        if match[3] is not None:  # by=['lr', 'gamma']: --by once per column
+            return " ".join(f"{name} {column.strip().strip(chr(39))}" for column in match[3].split(","))
+        value = match[2] if match[2] is not None else match[4]
+        return f"{name} {value}" if value else name
+
+    return _ARGUMENT.sub(flag, message)
+
+
+class _CommandWords(logging.Filter):
+    """Rewrites each logged message in this command's words (:func:`command_words`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = command_words(record.getMessage()), None
+        return True
 
 
 def _num(value: float) -> str:
@@ -218,6 +254,10 @@ def compare_command(args: argparse.Namespace) -> int:
     paths = list(args.dirs)
     normalize = parse_normalize(args.normalize)
     last_k = args.last_k or configured_last_k(paths)  # as show and report score the runs
+    words = _CommandWords()
+    handlers = logging.getLogger().handlers
+    for handler in handlers:
+        handler.addFilter(words)
     try:
         with _each_message_once():
             comparison = compare(
@@ -233,7 +273,10 @@ def compare_command(args: argparse.Namespace) -> int:
                 include_unfinished=args.include_unfinished,
             )
     except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise ConfigError(command_words(str(exc))) from exc
+    finally:
+        for handler in handlers:
+            handler.removeFilter(words)
     out = Path(args.out) if args.out else default_out_dir(paths)
     out.mkdir(parents=True, exist_ok=True)
     written = []

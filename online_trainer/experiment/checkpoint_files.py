@@ -75,13 +75,26 @@ class CheckpointAgent:
             raise TypeError(
                 f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent_name(agent)} lacks."
             )
-        if self.path.endswith(".t"):
-            import torch
+        try:
+            if self.path.endswith(".t"):
+                import torch
 
-            agent.load(torch.load(self.path, map_location="cpu", weights_only=False))  # the user's own file
-        else:
-            agent.load(self.path)
+                agent.load(torch.load(self.path, map_location="cpu", weights_only=False))  # the user's own file
+            else:
+                agent.load(self.path)
+        except Exception as exc:  # a damaged file or another agent's: the agent's own error does not say which file
+            raise ValueError(
+                f"Could not load the checkpoint {self._named()} into a {type(agent).__name__}: "
+                f"{type(exc).__name__}: {str(exc).rstrip('.')}. The file may be damaged (put back a copy) or saved by "
+                "another agent or with other hyperparameters (build the agent as the experiment did)."
+            ) from exc
         return agent
+
+    def _named(self) -> str:
+        """The checkpoint's path, and the files ``save(path)`` wrote beside a prefix (``Run1_Last.pt``)."""
+        path = Path(self.path)
+        files = sorted(p.name for p in path.parent.glob(f"{path.name}.*")) if not path.is_file() else []
+        return f"{self.path} (the file{'s' if len(files) > 1 else ''} {', '.join(files)})" if files else self.path
 
     def __repr__(self) -> str:
         return f"CheckpointAgent({self.agent_factory!r}, {self.path!r})"

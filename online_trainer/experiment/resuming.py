@@ -92,7 +92,7 @@ def check_same_call(
     if env is None:
         return
     recorded = recorded_num_envs(exp_dir, manifest)
-    if recorded is None and env_identity.recorded_identity(exp_dir) is None:
+    if recorded is None and env_identity.recorded_identity(exp_dir, quiet=True) is None:
         return  # nothing says what env it ran on: each run records it when it builds its own
     now = env()
     if recorded is not None and now["num_envs"] != recorded:

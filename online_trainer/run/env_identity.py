@@ -70,21 +70,28 @@ def env_path(exp_dir: str | os.PathLike) -> Path:
     return Path(exp_dir) / ENV_FILE
 
 
-def recorded_identity(exp_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The env the experiment in ``exp_dir`` ran on: ``env.json``, else what its manifest recorded; None when neither says."""
+def recorded_identity(exp_dir: str | os.PathLike, *, quiet: bool = False) -> dict[str, Any] | None:
+    """The env the experiment in ``exp_dir`` ran on: ``env.json``, else what its manifest recorded; None when neither says.
+
+    Args:
+        exp_dir: the experiment's directory.
+        quiet: say nothing of a damaged ``env.json`` (the resumed call's own check has said it once; its runs,
+            which check again, stay quiet).
+    """
     path = env_path(exp_dir)
     try:
         return dict(json.loads(path.read_text()))
     except FileNotFoundError:
         pass
     except (OSError, ValueError, TypeError) as exc:  # said: a damaged file must not switch the check off unseen
-        logger.warning(
-            "%s is damaged (%s: %s): the env is checked against the manifest's env id and number of sub-envs only. "
-            "Put back a copy of it, or remove it: the next run records its env there anew.",
-            path,
-            type(exc).__name__,
-            exc,
-        )
+        if not quiet:
+            logger.warning(
+                "%s is damaged (%s: %s): the env is checked against the manifest's env id and number of sub-envs "
+                "only. Put back a copy of it, or remove it: the next run records its env there anew.",
+                path,
+                type(exc).__name__,
+                exc,
+            )
     try:
         manifest = storage.read_manifest(exp_dir)
     except (OSError, ValueError):
@@ -111,18 +118,23 @@ def record_identity(exp_dir: str | os.PathLike, identity: dict[str, Any]) -> Non
 
 
 def check_identity(
-    exp_dir: str | os.PathLike, identity: dict[str, Any], run: str, continuing: str = "resume=True"
+    exp_dir: str | os.PathLike,
+    identity: dict[str, Any],
+    run: str,
+    continuing: str = "resume=True",
+    *,
+    quiet: bool = False,
 ) -> None:
     """Raise unless ``identity`` (run ``run``'s env, in a resumed call: ``continuing`` names that call in the
     refusal) is the env the experiment ran on.
 
     Only what both sides record is compared: an experiment whose manifest has no env id (an
-    unregistered env) is compared on the rest.
+    unregistered env) is compared on the rest. ``quiet`` is :func:`recorded_identity`'s.
 
     Raises:
         ValueError: naming what differs, and what to do.
     """
-    recorded = recorded_identity(exp_dir)
+    recorded = recorded_identity(exp_dir, quiet=quiet)
     if recorded is None:
         return
     names = {"env_id": "env id", "num_envs": "sub-envs", "observation_space": "observations", "action_space": "actions"}

@@ -269,7 +269,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             if spec.exp_dir is not None:
                 identity = env_identity.env_identity(env)
                 if spec.resume:
-                    env_identity.check_identity(spec.exp_dir, identity, spec.name)
+                    env_identity.check_identity(spec.exp_dir, identity, spec.name, quiet=True)  # the call said it
                 env_identity.record_identity(spec.exp_dir, identity)
             agent = prepare_agent(spec, env)
             mode = autoreset_mode(env)

@@ -594,6 +594,13 @@ def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     python_made.mkdir()
     assert cli.main(["eval", str(python_made), "--no-progress"]) == 2
     assert "evaluates experiments made by 'online-trainer run'" in capsys.readouterr().err
+    # a damaged checkpoint: the file named, no traceback (tester R3: the agent's own error named none)
+    (damaged,) = exp_dir.glob("Run1_Last.*")
+    damaged.write_bytes(damaged.read_bytes()[:40])
+    assert cli.main(["eval", str(exp_dir), "--episodes", "1", "--overwrite", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"Could not load the checkpoint {exp_dir / 'Run1_Last'} (the file {damaged.name}) into a " in err
+    assert "The file may be damaged (put back a copy)" in err and "Traceback" not in err
 
 
 def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_runs(tmp_path, capsys):

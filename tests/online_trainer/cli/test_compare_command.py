@@ -10,7 +10,7 @@ from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli import main as cli
-from online_trainer.cli.compare_command import comparison_markdown, parse_normalize
+from online_trainer.cli.compare_command import command_words, comparison_markdown, parse_normalize
 from online_trainer.cli.report import default_x
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -174,3 +174,29 @@ def test_a_verdict_on_candidates_of_other_seed_counts_gives_both(tmp_path, capsy
     printed = capsys.readouterr().out
     assert "weak and strong cannot be told apart" in printed
     assert "The interval of P is degenerate" in printed  # the same runs: they tie, as comparison.md says
+
+
+def test_the_command_names_its_own_flags_in_errors_and_notes(tmp_path, capsys, caplog):
+    """The refusals said by=['lr'] and source='eval', arguments of the Python function (tester R3)."""
+    a, b = experiment(tmp_path / "agent_a"), experiment(tmp_path / "agent_b")
+    assert cli.main(["compare", str(a), str(b), "--by", "lr", "--by", "gamma"]) == 2
+    err = capsys.readouterr().err
+    assert "--by lr --by gamma names column(s) ['lr', 'gamma'] that the data does not have" in err and "by=" not in err
+    assert command_words(
+        "source='eval' compares evaluations, but a has none on record. Compare on training episodes "
+        "(source='episodes'), or evaluate its checkpoints (OnlineTrainer.evaluate). Or pass normalize=(random, "
+        "reference) per task, or normalize='minmax' (--normalize on the command line); include_unfinished=True."
+    ) == (
+        "--source eval compares evaluations, but a has none on record. Compare on training episodes "
+        "(--source episodes), or evaluate its checkpoints (online-trainer eval). Or pass --normalize "
+        "ENV_ID=RANDOM,REFERENCE per task, or --normalize minmax; --include-unfinished."
+    )
+
+
+def test_the_commands_notes_name_its_flags(tmp_path, caplog):
+    a, b = experiment(tmp_path / "agent_a"), experiment(tmp_path / "agent_b")
+    manifest = a / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"status": "finished"', '"status": "failed"', 1))
+    assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out"), "--resamples", "100"]) == 0
+    assert "Leaving out 1 run(s) that did not finish: agent_a/run 1 (failed). Pass --include-unfinished" in caplog.text
+    assert "include_unfinished=" not in caplog.text

@@ -27,3 +27,16 @@ def test_a_damaged_env_json_is_named_and_the_manifest_still_checks_the_env(tmp_p
     (tmp_path / "env.json").unlink()
     env_identity.recorded_identity(tmp_path)
     assert caplog.text == ""  # no env.json (an experiment of an earlier version): nothing to say
+
+
+def test_a_resumed_call_says_once_that_env_json_is_damaged(tmp_path, caplog):
+    """The warning came four times in a resumed two-run call: twice from the call's check, once from each run (R3)."""
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(2, num_episodes=2, progress=False, dump_metrics=False)
+    (tmp_path / "env.json").write_text('{"id": "Acrobot')
+    (tmp_path / "manifest.json").write_text(
+        (tmp_path / "manifest.json").read_text().replace('"status": "finished"', '"status": "pending"')
+    )
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    trainer.multi_run(2, num_episodes=2, progress=False, dump_metrics=False, resume=True)
+    assert caplog.text.count("env.json is damaged") == 1
