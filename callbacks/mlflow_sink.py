@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -9,11 +10,17 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
-from online_trainer.callbacks.store_points import PointLedger, Resumption, StorePosition, as_position
+from online_trainer.callbacks.store_points import (
+    PointLedger,
+    Resumption,
+    StorePosition,
+    as_position,
+    check_store_position,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +137,9 @@ class MLflowCallback(CallBack):
         ImportError: at setup, MLflow is not installed.
     """
 
+    STORE: ClassVar[str] = "MLflow"
+    """The kind of store its checkpoint positions name (:meth:`check_position` takes no other)."""
+
     _unpicklable = ("_clients",)
 
     def __init__(
@@ -196,6 +206,17 @@ class MLflowCallback(CallBack):
                 run_ids[run] = client.create_run(
                     experiment_id, run_name=f"run_{run}", tags={RUN_TAG: str(run)}
                 ).info.run_id
+            elif location is not None:
+                kept = client.get_run(run_ids[run]).info.artifact_uri or ""
+                if not kept.startswith(location):
+                    logger.warning(
+                        "%s was moved or copied since its MLflow runs were made: MLflow keeps a run's artifacts where "
+                        "it was made (%s), not in %s, and does not move them. The metrics are in the store here.",
+                        exp_dir,
+                        kept,
+                        location,
+                    )
+                    location = None  # said once
         if ids_path is not None:
             write_ids(ids_path, run_ids)
         return _Experiment(uri, experiment_id, run_ids)
@@ -259,7 +280,12 @@ class MLflowCallback(CallBack):
         """Send what is kept and return how many points of each metric the run has logged (its position, as
         :meth:`StorePosition.to_state <online_trainer.callbacks.store_points.StorePosition.to_state>`)."""
         self.flush()
-        return self._ledger.position().to_state()
+        return dataclasses.replace(self._ledger.position(), sink=self.STORE).to_state()
+
+    def check_position(self, position: Any) -> None:
+        """Raise ``ValueError`` unless ``position`` is None or a MLflow sink's (not another sink's: the callbacks
+        differ from those the experiment ran with)."""
+        check_store_position(position, self.STORE)
 
     def rewind(self, run_tag: str, position: Any, since: float | None = None) -> None:  # since: its runs are its own
         """Note that the run ``run_tag`` resumes from ``position`` (what :meth:`checkpoint` returned; None: it

@@ -312,5 +312,5 @@ def _sink_of(position: Any) -> str:
             path = position.get("path") or next(iter(position.get("others") or ()), None)
             return f"the file {os.path.basename(path)}" if path else "a file sink before its first file"
         if position.get("kind") == "store":  # online_trainer.callbacks.store_points.StorePosition
-            return "a store (MLflow, W&B)"
+            return f"the {position['sink']} store" if position.get("sink") else "a store (MLflow, W&B)"
     return "no sink" if position is None else f"a {type(position).__name__}"

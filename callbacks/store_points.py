@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from online_trainer.callbacks.rewind import held_by
+
 logger = logging.getLogger(__name__)
 
 Point = tuple[str, float, float]
@@ -48,11 +50,13 @@ class StorePosition:
         counts: metric name -> (points logged so far, x of the last one).
         axes: metric name -> what its x is (``episode`` or ``step``), for messages.
         tail: the last points sent before the checkpoint, oldest first (a store that writes behind).
+        sink: the kind of store (``MLflow``, ``W&B``); empty in checkpoints written before it was kept.
     """
 
     counts: dict[str, tuple[int, float]]
     axes: dict[str, str] = field(default_factory=dict)
     tail: tuple[Point, ...] = ()
+    sink: str = ""
 
     KIND: ClassVar[str] = "store"
     """The ``kind`` of its :meth:`to_state`, which tells it from another sink's position."""
@@ -64,6 +68,7 @@ class StorePosition:
             "counts": {name: [count, x] for name, (count, x) in self.counts.items()},
             "axes": dict(self.axes),
             "tail": [[name, x, value] for name, x, value in self.tail],
+            "sink": self.sink,
         }
 
     @classmethod
@@ -73,6 +78,7 @@ class StorePosition:
             {str(name): (int(count), x) for name, (count, x) in state["counts"].items()},
             {str(name): str(axis) for name, axis in state["axes"].items()},
             tuple((str(name), x, value) for name, x, value in state["tail"]),
+            str(state.get("sink", "")),
         )
 
 
@@ -214,6 +220,21 @@ class Resumption:
                 last,
             )
         self.mismatched = {}
+
+
+def check_store_position(position: object, sink: str) -> None:
+    """Raise ``ValueError`` unless ``position`` is None or what a ``sink`` store's checkpoint returned (a position
+    of another kind of store, or of a file sink: the run resumes with other callbacks than it ran with, and the
+    store would lack every point before the checkpoint)."""
+    if position is None:
+        return
+    if isinstance(position, Mapping) and position.get("kind") == StorePosition.KIND:
+        if position.get("sink", "") in ("", sink):
+            return
+    raise ValueError(
+        f"the run's checkpoint holds {held_by(position)}, but this sink logs to {sink}: resume with the callbacks "
+        "the experiment ran with, in the same order."
+    )
 
 
 def as_position(state: object) -> StorePosition | None:

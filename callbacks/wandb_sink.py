@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -9,11 +10,17 @@ import string
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from online_trainer.callbacks.base import CallBack, metric_name
 from online_trainer.callbacks.files import read_ids, write_ids
-from online_trainer.callbacks.store_points import PointLedger, Resumption, StorePosition, as_position
+from online_trainer.callbacks.store_points import (
+    PointLedger,
+    Resumption,
+    StorePosition,
+    as_position,
+    check_store_position,
+)
 from online_trainer.callbacks.wandb_history import history_rows, run_files
 
 logger = logging.getLogger(__name__)
@@ -88,6 +95,9 @@ class WandbCallback(CallBack):
             ``init_kwargs`` sets what the callback sets itself (``id``, ``name``, ``config``...).
         ImportError: at setup, wandb is not installed.
     """
+
+    STORE: ClassVar[str] = "W&B"
+    """The kind of store its checkpoint positions name (:meth:`check_position` takes no other)."""
 
     _unpicklable = ("_run",)
     _OWN_ARGS = ("id", "name", "config", "resume", "dir", "reinit", "group", "project", "entity", "mode")
@@ -226,7 +236,12 @@ class WandbCallback(CallBack):
         """Send what is kept and return how many points of each metric the run has logged, with the last ones (as
         :meth:`StorePosition.to_state <online_trainer.callbacks.store_points.StorePosition.to_state>`)."""
         self.flush()
-        return self._ledger.position().to_state()
+        return dataclasses.replace(self._ledger.position(), sink=self.STORE).to_state()
+
+    def check_position(self, position: Any) -> None:
+        """Raise ``ValueError`` unless ``position`` is None or a W&B sink's (not another sink's: the callbacks
+        differ from those the experiment ran with)."""
+        check_store_position(position, self.STORE)
 
     def rewind(self, run_tag: str, position: Any, since: float | None = None) -> None:  # since: its runs are its own
         """Note that the run ``run_tag`` resumes from ``position`` (what :meth:`checkpoint` returned; None: it

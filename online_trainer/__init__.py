@@ -4,6 +4,7 @@
 """
 
 import importlib
+import time
 from typing import Any
 
 from online_trainer.errors import (
@@ -26,6 +27,9 @@ from online_trainer.records.storage import (
     load_run_metrics,
     load_transitions,
 )
+
+_imported_at = time.time()
+"""When this process imported the package: a source file of it changed since is not what this process runs."""
 
 # Imported on first use, so that worker processes, which import this package to reach the
 # lower layers (records, loop, options, run) and online_trainer.parallel, load neither the

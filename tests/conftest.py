@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import pickle
 
 import gymnasium as gym
@@ -150,6 +151,15 @@ class RecordingAgent:
         with open(path + ".txt", "w") as f:
             f.write(repr(state))
         return state
+
+    def load(self, state):
+        """What save() returned (a resume, the best agent), or the path it wrote."""
+        if not isinstance(state, dict):
+            import ast
+
+            with open(os.fspath(state) + ".txt") as f:
+                state = ast.literal_eval(f.read())
+        self.updates, self.seed = state["updates"], state["seed"]
 
 
 @pytest.fixture

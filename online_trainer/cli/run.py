@@ -23,12 +23,12 @@ from online_trainer.config.schema import (
     ExperimentConfig,
 )
 from online_trainer.errors import ExperimentExistsError, RunsFailedError
+from online_trainer.experiment.manifest import unfinished_runs
 from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
 from online_trainer.records import storage
 from online_trainer.run.builtin import preemption
-from online_trainer.run.one_run import COMPLETED
 
 
 class CommandTrainer(OnlineTrainer):
@@ -69,7 +69,7 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
     shown = sorted(exc.earlier, key=lambda p: (p.name != storage.MANIFEST_FILE, p.name))  # the telling one first
     earlier = [p.name for p in shown] or [f"{p.name} of another config" for p in exc.differing]
     names = ", ".join(earlier[:3]) + (", ..." if len(earlier) > 3 else "")
-    unfinished = _unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
+    unfinished = unfinished_runs(Path(config.exp_dir)) if config.exp_dir is not None else None
     if unfinished and config.exp_dir is not None:  # cut off (killed, preempted, Ctrl-C): most likely means to go on
         done, total = unfinished
         # resume continues with the experiment's own config.yaml: settings changed here would not apply
@@ -120,17 +120,6 @@ def _differing_keys(before: Any, now: Any, prefix: str = "") -> list[str]:
         return [] if before == now else [prefix.rstrip(".") or "(the whole config)"]
     keys = list(dict.fromkeys([*before, *now]))
     return [k for key in keys for k in _differing_keys(before.get(key), now.get(key), f"{prefix}{key}.")]
-
-
-def _unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
-    """``(runs that ended, runs)`` of the experiment in ``exp_dir`` when some did not end; else None (none there,
-    or every run ended)."""
-    try:
-        runs = storage.read_manifest(exp_dir)["runs"]
-        done = sum(run["status"] in COMPLETED for run in runs)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (done, len(runs)) if done < len(runs) else None
 
 
 def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[str, Any]:

@@ -383,9 +383,15 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
     if earlier:
         shown = sorted(earlier, key=lambda p: (p.name != storage.MANIFEST_FILE, p.name))  # the telling one first
         names = ", ".join(p.name for p in shown[:4]) + (", ..." if len(shown) > 4 else "")
+        unfinished = unfinished_runs(exp_dir)
         raise ExperimentExistsError(
             f"exp_dir={os.fspath(exp_dir)!r} already holds an earlier experiment ({names}): pass "
-            "overwrite=True to replace it, or choose another exp_dir.",
+            "overwrite=True to replace it, or choose another exp_dir."
+            if unfinished is None
+            else f"exp_dir={os.fspath(exp_dir)!r} already holds an experiment whose runs did not all end "
+            f"({unfinished[0]} of {unfinished[1]} did; {names}): make the same call with resume=True to continue it, "
+            "or pass overwrite=True to replace it (its records and checkpoints are deleted), or choose another "
+            "exp_dir.",
             exp_dir,
             earlier,
             differing,
@@ -397,6 +403,17 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
             earlier,
             differing,
         )
+
+
+def unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
+    """``(runs that ended, runs)`` of the experiment in ``exp_dir`` when some did not end (cut off: killed,
+    preempted, Ctrl-C); None when none is there, its manifest cannot be read, or every run ended."""
+    try:
+        runs = storage.read_manifest(exp_dir)["runs"]
+        done = sum(run["status"] in COMPLETED for run in runs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (done, len(runs)) if done < len(runs) else None
 
 
 def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:
@@ -510,10 +527,11 @@ def set_aside(exp_dir: Path, paths: Sequence[Path]) -> None:
     """
     if not paths:
         return
-    aside = exp_dir / storage.SET_ASIDE_DIR
-    aside.mkdir()
+    moving = exp_dir / storage.SETTING_ASIDE_DIR
+    moving.mkdir()
     for path in paths:
-        os.replace(path, aside / path.name)
+        os.replace(path, moving / path.name)
+    os.replace(moving, exp_dir / storage.SET_ASIDE_DIR)  # all there: from now on, what exp_dir holds is the call's
     logger.info(
         "overwrite=True: set aside %d files of an earlier experiment in %s (removed when this call ends, "
         "put back if no run gets past its first env step)",
@@ -534,6 +552,12 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
             evaluation or a checkpoint. Then nothing of it is worth keeping: its files are removed and the
             earlier experiment is put back.
     """
+    moving = exp_dir / storage.SETTING_ASIDE_DIR
+    if moving.is_dir():  # killed while it moved them: what it moved and what it had not are the earlier experiment
+        for path in moving.iterdir():
+            os.replace(path, exp_dir / path.name)
+        moving.rmdir()
+        logger.info("overwrite=True: a call killed as it set the earlier experiment in %s aside: put back", exp_dir)
     aside = exp_dir / storage.SET_ASIDE_DIR
     if not aside.is_dir():
         return

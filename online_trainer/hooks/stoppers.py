@@ -30,7 +30,7 @@ class StopOnReturn(Hook):
     """
 
     def __init__(self, threshold: float, window: int = 100, source: str = "train", patience: int = 1) -> None:
-        self.threshold = float(threshold)
+        self.threshold = validation.finite_number("threshold", threshold, "Pass the return to reach, e.g. 475.0.")
         self.window = validation.positive_int("window", window)
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, but got source={source!r}.")
@@ -128,9 +128,7 @@ class StopOnPlateau(Hook):
 
     def __init__(self, window: int = 100, rel_tol: float = 0.01, patience: int = 3) -> None:
         self.window = validation.positive_int("window", window)
-        if not rel_tol > 0:
-            raise ValueError(f"rel_tol must be a positive number, but got rel_tol={rel_tol!r}.")
-        self.rel_tol = float(rel_tol)
+        self.rel_tol = validation.finite_number("rel_tol", rel_tol, positive=True)
         self.patience = validation.positive_int("patience", patience)
         self.block: list[float] = []
         self.previous: float | None = None

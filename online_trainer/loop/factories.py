@@ -6,6 +6,7 @@ import contextlib
 import copy as _copy
 import inspect
 import logging
+import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -138,6 +139,10 @@ def autoreset_mode(env: VectorEnv) -> AutoresetMode:
     return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
 
 
+_BUILT: dict[str, list[weakref.ref[Any]]] = {}
+"""The agents each :class:`AgentFactory` (by its key) returned in this process, as weak references."""
+
+
 class AgentFactory(_InstanceOrFactory):
     """A callable ``factory(env) -> agent`` giving the agent of a run.
 
@@ -158,18 +163,22 @@ class AgentFactory(_InstanceOrFactory):
                 f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
                 f"got agent={agent_name(agent)}, which lacks: {missing}."
             )
-        self._built: list[weakref.ref[Any]] = []  # the agents the factory returned in this process
+        # Which factory this is, in every process: a worker unpickles a copy of it for each run, and an importable
+        # factory's module-level agent is one object per process, shared by the worker's runs.
+        self._key = uuid.uuid4().hex
 
     def check_fresh(self, agent: Any) -> None:
-        """Refuse an agent the factory returned for an earlier run of this process that is still alive.
+        """Refuse an agent the factory (or a copy of it sent to this worker) returned for an earlier run of this
+        process that is still alive.
 
         Raises:
             TypeError: naming the factory and saying to build the agent inside it.
         """
         if self._factory is None:
             return
-        self._built = [ref for ref in getattr(self, "_built", []) if ref() is not None]
-        if any(ref() is agent for ref in self._built):
+        built = _BUILT.setdefault(self._key, [])
+        built[:] = [ref for ref in built if ref() is not None]
+        if any(ref() is agent for ref in built):
             raise TypeError(
                 f"The agent factory {self._factory!r} returned the same agent object for two runs ({agent_name(agent)}): the "
                 "second run would start from what the first learned, and no seed would be independent. Build the "
@@ -177,10 +186,7 @@ class AgentFactory(_InstanceOrFactory):
                 "takes a copy of it)."
             )
         with contextlib.suppress(TypeError):  # not weak-referenceable: not checked
-            self._built.append(weakref.ref(agent))
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_built": []}  # weak references do not travel; a worker checks its own runs
+            built.append(weakref.ref(agent))
 
     def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
         """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.

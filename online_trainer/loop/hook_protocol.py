@@ -10,8 +10,9 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import numbers
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,7 +115,22 @@ class RunContext:
         self._runner: Any = None  # the run's HookRunner (online_trainer.run.hook_runner) dispatches what hooks announce
 
     def evaluated(self, result: dict[str, Any]) -> None:
-        """Announce an evaluation of the agent (its record): every hook's ``on_eval`` is called, in order."""
+        """Announce an evaluation of the agent (its record): every hook's ``on_eval`` is called, in order.
+
+        ``result`` holds at least ``"mean"``, the evaluation's mean return, which the stoppers and the progress
+        display read. An evaluation a hook announces is recorded nowhere (log it with :meth:`log`) and does not
+        choose the run's best agent, which follows the runner's own evaluations.
+
+        Raises:
+            TypeError: ``result`` is no mapping with a real ``"mean"``.
+        """
+        mean = result.get("mean") if isinstance(result, Mapping) else None
+        if isinstance(mean, bool) or not isinstance(mean, numbers.Real):
+            raise TypeError(
+                f"ctx.evaluated(result) takes a dict with 'mean', the evaluation's mean return (read by the stoppers "
+                f"and the progress display), but got {type(result).__name__} "
+                f"{sorted(result) if isinstance(result, Mapping) else result!r}: add result['mean']."
+            )
         if self._runner is not None:
             self._runner.on_eval(result)
 
@@ -128,7 +144,7 @@ class RunContext:
         """End the run after the current env step: status ``stopped_early`` with ``reason``; final
         evaluation and checkpoints are done as at a normal end."""
         if self.stop_reason is None:
-            self.stop_reason = str(reason)
+            self.stop_reason = "a hook stopped it without a reason" if reason is None or reason == "" else str(reason)
 
     def log(self, data: dict[str, Any], step: int | None = None) -> None:
         """Log the scalars of ``data`` through the run's callback under ``hooks/run_{i}`` at ``step``

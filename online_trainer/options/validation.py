@@ -31,6 +31,16 @@ def optional_positive_int(name: str, value: Any, hint: str = "") -> int | None:
     return None if value is None else positive_int(name, value, hint)
 
 
+def finite_number(name: str, value: Any, hint: str = "", positive: bool = False) -> float:
+    """Return ``value`` as a float; raise ValueError naming ``name`` unless it is a finite real number (and, with
+    ``positive``, above 0). NaN, which every comparison answers False, would never trigger what it sets."""
+    real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if not real or not np.isfinite(value) or (positive and not value > 0):
+        what = "a positive finite number" if positive else "a finite number"
+        raise ValueError(f"{name} must be {what}, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
+    return float(value)
+
+
 def boolean(name: str, value: Any) -> bool:
     """Return ``value`` as a bool; raise ValueError naming ``name`` unless it is True or False (a numpy bool too).
 

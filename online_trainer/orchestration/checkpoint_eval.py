@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
 from online_trainer.errors import RunsFailedError
+from online_trainer.experiment import ownership
 from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.resuming import CALL_KEY
@@ -63,6 +64,7 @@ def evaluate_checkpoints(
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} holds an earlier evaluation: pass overwrite=True to replace it.")
     manifest = storage.read_manifest(exp_dir)
+    ownership.settle_running(exp_dir, manifest)  # "running" runs of a writer that died are interrupted ones
     base = parts.agent_factory
     call = manifest.get(CALL_KEY, {})
     score = call.get(

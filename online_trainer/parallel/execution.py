@@ -109,6 +109,21 @@ def _picklable(obj: Any) -> bool:
     return True
 
 
+def _unshippable(name: str, obj: Any) -> tuple[str, Any, Exception] | None:
+    """``(name, object, error)`` of what in ``obj`` does not pickle: the item of a list or tuple that does not (one
+    hook of several, ``hooks[1]``), else ``obj`` itself; None when it pickles."""
+    try:
+        shipping.dumps(obj)
+    except Exception as exc:
+        if isinstance(obj, (list, tuple)):
+            for index, item in enumerate(obj):
+                found = _unshippable(f"{name}[{index}]", item)
+                if found is not None:
+                    return found
+        return name, obj, exc
+    return None
+
+
 def check_picklable(objects: Mapping[str, Any], backend: str = "processes") -> None:
     """Raise TypeError naming the first object that cannot travel to a worker process (a Ray task, a Slurm job).
 
@@ -117,13 +132,13 @@ def check_picklable(objects: Mapping[str, Any], backend: str = "processes") -> N
     """
     where = {"slurm": "Slurm jobs", "ray": "Ray tasks"}.get(backend, "worker processes")
     here = "" if backend in ("slurm", "ray") else ", or use num_workers=1"
-    for name, obj in objects.items():
-        try:
-            shipping.dumps(obj)
-        except Exception as exc:
+    for given, value in objects.items():
+        found = _unshippable(given, value)
+        if found is not None:
+            name, obj, exc = found
             fix = (
                 "Create a hook's locks, open files, threads and processes in its on_run_start, not in its __init__"
-                if name == "hooks"
+                if name.startswith("hooks")
                 else "Pass a factory that builds it inside the worker (for envs: online_trainer.envs.make_env(...) "
                 "or a function returning gym.make_vec(...)), keep locks, open files and processes out of it"
             )

@@ -17,6 +17,7 @@ editable install) changed since its workers started, so they never run stale cod
 from __future__ import annotations
 
 import atexit
+import logging
 import multiprocessing.util  # noqa: F401  (its atexit hook must be registered before shutdown_workers)
 import os
 import sys
@@ -31,6 +32,7 @@ from online_trainer.parallel.worker_pool import (
 
 __all__ = ["IDLE_TIMEOUT", "WorkerPool", "preload_forkserver", "shared_pool", "shutdown_workers"]
 
+logger = logging.getLogger(__name__)
 _shared: WorkerPool | None = None
 
 
@@ -46,6 +48,8 @@ def shared_pool(num_workers: int, start_method: str, torch_threads: int | None) 
         pool.close()
         pool = None
     if pool is None:
+        if start_method != "fork":  # forked workers run the parent's code, whatever the files say
+            _say_if_library_changed()
         pool = _shared = WorkerPool(num_workers, start_method, torch_threads, idle_timeout=IDLE_TIMEOUT)
     return pool
 
@@ -63,6 +67,36 @@ def shutdown_workers() -> None:
 
 
 atexit.register(shutdown_workers)
+
+
+_LIBRARY = ("online_trainer", "callbacks", "agents", "envs")
+_said_changed: set[str] = set()
+
+
+def _say_if_library_changed() -> None:
+    """Warn when a source file of this library changed after this process imported it (an editable install edited
+    or pulled): new workers run the edited files and this process what it imported, and the objects they exchange
+    may not match."""
+    package = sys.modules["online_trainer"]  # loaded: this module is part of it
+    imported_at: float = package._imported_at
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(package.__file__ or ""))), "")
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name.split(".")[0] not in _LIBRARY or not path or not os.path.realpath(path).startswith(root):
+            continue
+        try:
+            changed = os.stat(path).st_mtime > imported_at
+        except OSError:
+            continue
+        if changed and path not in _said_changed:
+            _said_changed.add(path)
+            logger.warning(
+                "%s changed after this process imported it: the new workers run the edited library and this process "
+                "the one it imported, which may not understand each other (errors such as AttributeError). Restart "
+                "the kernel (or the interpreter) to run the edited library everywhere.",
+                path,
+            )
+            return
 
 
 def _code_changed_since(timestamp: float) -> bool:

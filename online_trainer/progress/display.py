@@ -180,6 +180,15 @@ class NoProgress:
         pass
 
 
+def _widget(bar: Any, **settings: Any) -> None:
+    """Set ``settings`` on the progress widget of a notebook's bar (tqdm's widget takes its ``max`` from ``total``
+    only in ``reset()``, which also empties it; at ``close()`` it turns green unless told otherwise)."""
+    container = getattr(bar, "container", None)
+    if container is not None:
+        for name, value in settings.items():
+            setattr(container.children[1], name, value)
+
+
 def _start_from(bar: Any, amount: int) -> None:
     """Move ``bar`` forward by ``amount`` counted as done before it started: not drawn, not in its rate."""
     bar.n += amount
@@ -346,6 +355,7 @@ class ProgressDisplay:
             elif status != "interrupted" and bar.n < bar.total:  # stopped by a hook, or failed: what it left is
                 # not to come (counted as done, it made the rate look twice as fast; left in, a time still to go)
                 self.overall.total -= bar.total - bar.n
+                _widget(self.overall, max=self.overall.total)
             if key in self._slots:
                 bar.container.layout.display = "none"
                 self._idle.append((self._slots.pop(key), bar))
@@ -393,6 +403,8 @@ class ProgressDisplay:
             bar.close()
         self.bars.clear()
         self._idle.clear()
+        if self.ended_as.get("failed"):  # not the green of a call whose every run finished
+            _widget(self.overall, bar_style="danger")
         self.overall.close()
         if self._logs is not None:
             self._logs.restore()

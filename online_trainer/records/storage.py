@@ -48,6 +48,10 @@ ALL_METRICS_FILE = "all_metrics.pkl"
 HYPERPARAMETERS_FILE = "hyperparameters.yaml"
 SET_ASIDE_DIR = ".replaced"
 """Where ``overwrite=True`` keeps an earlier experiment until the call that replaces it ends."""
+SETTING_ASIDE_DIR = ".replacing"
+"""Where ``overwrite=True`` moves an earlier experiment's files one by one; renamed to :data:`SET_ASIDE_DIR` once
+every one is there, so that a call killed while it moved them leaves each file of the earlier experiment either
+here or in place, and the next call puts them all back."""
 # Files that belong to one multi_run: an earlier experiment is recognised by them and
 # ``overwrite=True`` replaces them (see online_trainer.experiment.manifest.set_aside).
 SWEEP_FILE = "sweep.json"

@@ -15,7 +15,7 @@ The names key their state in :meth:`HookRunner.state_dict <online_trainer.run.ho
 A job the run does not need is left out (evaluation without ``eval_freq``/``eval_env``,
 checkpoints without ``checkpoint_freq`` or an agent ``save``, the episode log and stats with
 ``EmptyCallBack``, the preemption check when the run cannot write full checkpoints: no
-``exp_dir``, no agent ``save``, or not training).
+``exp_dir``, no agent ``save`` and ``load``, or not training).
 
 :meth:`RunEvents.snapshot` writes the run's full checkpoint (:mod:`online_trainer.run.full_checkpoint`)
 at the step boundary after each periodic checkpoint and on a preemption signal.
@@ -112,7 +112,7 @@ class RunEvents:
         """
         self.hooks.checkpoint_written = False
         agent = self.hooks.ctx.agent
-        if self.spec.exp_dir is not None and callable(getattr(agent, "save", None)):
+        if self.spec.exp_dir is not None and full_checkpoint.can_continue(agent):
             full_checkpoint.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
         if self.preempted:
             raise Preempted(self.spec.run_idx, loop.global_step)
@@ -215,7 +215,7 @@ def run_events(
             spec.run_idx,
             options.checkpoint_freq,
             by_episode,
-            evaluator is not None,
+            evaluations,
             options.checkpoints.keep,
         )
     builtin["progress"] = ProgressTicks(
@@ -223,7 +223,7 @@ def run_events(
     )
     if episode_log is not None and not isinstance(callback, EmptyCallBack):
         builtin["stats"] = RunStats(episode_log, options.records.stats_every_steps)
-    if spec.exp_dir is not None and callable(getattr(agent, "save", None)) and spec.train:
+    if spec.exp_dir is not None and full_checkpoint.can_continue(agent) and spec.train:
         builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
     hooks = HookRunner(options.hooks, ctx, builtin)
     return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)

@@ -457,6 +457,11 @@ def run_progress(exp_dir: str | Path, run_idx: int) -> dict[str, Any]:
     return progress
 
 
+def can_continue(agent: Any) -> bool:
+    """Whether a full checkpoint can hold ``agent`` and give it back: it has both ``save`` and ``load``."""
+    return callable(getattr(agent, "save", None)) and callable(getattr(agent, "load", None))
+
+
 def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: bool) -> dict[str, Any]:
     """The agent's ``save()``; an agent whose ``save()`` returns nothing saves to ``Run{i}_Resume_agent``."""
     save = agent.save
@@ -469,7 +474,17 @@ def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: b
 
 
 def load_agent(agent: Any, entry: dict[str, Any]) -> None:
-    """Restore what :func:`agent_state` saved."""
+    """Restore what :func:`agent_state` saved.
+
+    Raises:
+        TypeError: the agent has no ``load`` (the checkpoint was written by a version of it that had).
+    """
+    if not callable(getattr(agent, "load", None)):
+        raise TypeError(
+            f"The run's full checkpoint holds what its agent's save() returned, but the agent {type(agent).__name__} "
+            "has no load() to take it back: add load(state_or_path) to continue the run from it, or start the "
+            "experiment again (overwrite=True)."
+        )
     agent.load(entry["state"] if "state" in entry else entry["path"])
 
 

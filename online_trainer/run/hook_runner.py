@@ -43,6 +43,8 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import cloudpickle
+
 from online_trainer.loop.budget import INFINITY
 from online_trainer.loop.hook_protocol import RunContext, defines, hook_keys
 from online_trainer.run.cadence import Cadence
@@ -230,6 +232,21 @@ class HookRunner:
         """Raise :class:`StopRun` when a hook asked the run to stop."""
         if self.ctx.stop_reason is not None:
             raise StopRun(global_step, self.ctx.stop_reason)
+
+    def check_states_pickle(self) -> None:
+        """Raise TypeError naming the first user hook whose ``state_dict()`` does not pickle: said at the run's
+        start, before its first env step, not at its first full checkpoint after the training up to it."""
+        for key, hook in zip(self.keys, self.hooks):
+            save = getattr(hook, "state_dict", None)
+            if key in self.user_keys and callable(save):
+                try:
+                    cloudpickle.dumps(save())
+                except Exception as exc:
+                    raise TypeError(
+                        f"what hook {key}'s state_dict() returned does not pickle ({type(exc).__name__}: {exc}), so "
+                        "no full checkpoint of the run could be written: return plain data (numbers, strings, lists, "
+                        "dicts, numpy arrays) from it."
+                    ) from exc
 
     def state_dict(self) -> dict[str, Any]:
         """The state of the run's hooks, for exact resume.

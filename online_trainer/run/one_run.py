@@ -150,6 +150,10 @@ def _sized_by_obs(agent: Any) -> bool:
     return any(cls.__module__ == "online_trainer.agents._base" for cls in type(agent).__mro__)
 
 
+_SAID_NO_LOAD: set[type] = set()
+"""The agent classes this process has said lack ``load`` (once each)."""
+
+
 def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """Build the run's agent, check it, and call the optional protocol methods in order.
 
@@ -165,6 +169,21 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
         raise TypeError(
             f"checkpoint_freq={spec.options.checkpoint_freq} needs agent.save(path=None), which the agent "
             f"{agent_name(agent)} lacks: add it, or drop checkpoint_freq."
+        )
+    if (
+        spec.train
+        and spec.exp_dir is not None
+        and spec.options.checkpoint_freq is not None
+        and not callable(getattr(agent, "load", None))
+        and type(agent) not in _SAID_NO_LOAD
+    ):
+        _SAID_NO_LOAD.add(type(agent))
+        logger.warning(
+            "The agent %s has save() but no load(): with checkpoint_freq=%s its checkpoints are written, but no run "
+            "can be continued from them (a resumed run starts again from step 0) nor evaluated by the runner. Add "
+            "load(state_or_path), which takes what save() returned or the path it was given.",
+            type(agent).__name__,
+            spec.options.checkpoint_freq,
         )
     if spec.tuning_hp and not callable(getattr(agent, "set_hp", None)):
         raise TypeError(
@@ -350,7 +369,17 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         elif render and tracker.wants_frame():
             tracker.add_frames(env.render())
         try:
-            events.start()
+            try:
+                events.start()
+                if spec.exp_dir is not None and spec.train and full_checkpoint.can_continue(agent):
+                    events.hooks.check_states_pickle()
+            except StopRun:
+                raise
+            except Exception as exc:  # a hook's on_run_start or state, before the first env step: bad input, all stop
+                where = events.hooks.raised_in(exc)
+                if where is not None and hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"{HOOK_NOTE}{where})")
+                raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
             if rng_after_act is not None:  # after on_run_start: the loop goes on with the generators it had
                 full_checkpoint.set_global_rng_state(rng_after_act)
             global_step, episodes = run_loop(

@@ -172,3 +172,18 @@ def test_what_a_resumed_run_cannot_make_exact_is_a_warning_naming_the_run_and_th
         "store already, sent before the interruption, with other values than the resumed run logged (it is not "
         "deterministic); the store keeps the earlier values"
     ]
+
+
+def test_a_moved_experiment_says_where_its_mlflow_artifacts_stay(tmp_path, caplog):
+    """Resumed after `mv`, the runs' artifacts were written to the old path without a word (tester J3)."""
+    import shutil
+
+    callback = MLflowCallback()
+    callback.setup(tmp_path / "a", {1: 7})
+    callback.setup(tmp_path / "a", {1: 7})
+    assert "was moved" not in caplog.text
+    shutil.move(tmp_path / "a", tmp_path / "b")
+    with caplog.at_level(logging.WARNING):
+        MLflowCallback().setup(tmp_path / "b", {1: 7, 2: 8})
+    (said,) = [r.getMessage() for r in caplog.records if "was moved or copied" in r.getMessage()]
+    assert f"({(tmp_path / 'a' / 'mlartifacts').as_uri()}" in said and (tmp_path / "b" / "mlartifacts").as_uri() in said

@@ -26,6 +26,7 @@ from online_trainer.loop.budget import INFINITY
 from online_trainer.loop.factories import accepts_keyword
 from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.records import storage
+from online_trainer.run.builtin.scheduled_evaluation import RunEvaluations
 
 
 def serialised(state: Any) -> bytes:
@@ -62,7 +63,9 @@ class RunCheckpoints(Hook):
         run_idx: the run's number.
         freq: ``checkpoint_freq``: episodes (``by_episode``) or env steps between checkpoints.
         by_episode: the run has an episode budget.
-        by_eval: the run evaluates: the best state is the one at the best evaluation mean.
+        evaluations: the run's scheduled evaluations (None: it runs none): the best state is then the one at the
+            best of their means. Evaluations a user hook announces (``ctx.evaluated``) are on another env or scale,
+            and recorded nowhere: they do not choose it.
         keep: keep only the last this many periodic checkpoints; None keeps them all.
     """
 
@@ -73,11 +76,12 @@ class RunCheckpoints(Hook):
         run_idx: int,
         freq: int,
         by_episode: bool,
-        by_eval: bool,
+        evaluations: RunEvaluations | None,
         keep: int | None = None,
     ) -> None:
         self.agent, self.exp_dir, self.run_idx, self.freq = agent, exp_dir, run_idx, freq
-        self.by_episode, self.by_eval, self.keep = by_episode, by_eval, keep
+        self.by_episode, self.evaluations, self.keep = by_episode, evaluations, keep
+        by_eval = evaluations is not None
         self.best_kwargs = {"buffers": False} if accepts_keyword(agent.save, "buffers") else {}
         self.next_step: float = INFINITY if by_episode else freq
         self.best_return = -INFINITY
@@ -91,7 +95,7 @@ class RunCheckpoints(Hook):
         )
 
     def on_episodes(self, ctx: RunContext, first_index: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
-        if not self.by_eval:
+        if self.evaluations is None:
             best = max((r for r in returns if r > self.best_return), default=None)
             if best is not None:
                 self._keep_best(float(best))
@@ -108,7 +112,9 @@ class RunCheckpoints(Hook):
             self.next_step += self.freq
 
     def on_eval(self, ctx: RunContext, result: dict[str, Any]) -> None:
-        if result["mean"] > self.best_return:
+        assert self.evaluations is not None  # on_eval is handled only for a run that evaluates
+        records = self.evaluations.records
+        if records and result is records[-1] and result["mean"] > self.best_return:
             self._keep_best(result["mean"])
 
     def _keep_best(self, value: float) -> None:

@@ -185,7 +185,7 @@ def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_
         path.rename(aside / path.name)
     (tmp_path / "manifest.json").write_text(json.dumps(killed))
     (tmp_path / "metrics_run1.pkl").write_bytes((aside / "metrics_run1.pkl").read_bytes())
-    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+    with pytest.raises(FileExistsError, match=r"whose runs did not all end \(0 of 2 did.*resume=True to continue"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
         )
@@ -448,3 +448,40 @@ def test_a_failed_run_whose_end_cannot_be_recorded_is_named_on_the_disk_error(tm
     assert re.search(
         r"Run \d \(seed \d+\) had failed before its end could be recorded: RuntimeError: hook broke", notes
     )
+
+
+@pytest.mark.parametrize("moved", [2, -3])
+def test_an_experiment_a_killed_overwrite_was_moving_aside_is_put_back_whole(tmp_path, moved):
+    """overwrite=True moved the earlier experiment into .replaced/ one file at a time: killed part way, the next
+    call took the files still in place for the killed call's own and deleted them, or deleted .replaced/ whole:
+    the final agents, or the CSV, JSONL and W&B files, were lost (tester J3)."""
+    before = earlier_experiment(tmp_path)
+    moving = tmp_path / storage.SETTING_ASIDE_DIR
+    moving.mkdir()
+    for path in storage.existing_experiment_files(tmp_path)[:moved]:
+        path.rename(moving / path.name)
+    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, num_episodes=3, progress=False
+        )
+    assert snapshot(tmp_path) == before and not moving.exists()
+
+
+def test_overwrite_moves_the_earlier_experiment_aside_whole_before_it_writes(tmp_path, monkeypatch):
+    from online_trainer.experiment import manifest
+
+    earlier_experiment(tmp_path)
+    seen = []
+    real = manifest.os.replace
+
+    def watch(src, dst):
+        seen.append((os.path.basename(os.path.dirname(dst)), os.path.basename(dst)))
+        real(src, dst)
+
+    monkeypatch.setattr(manifest.os, "replace", watch)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=3, progress=False, overwrite=True
+    )
+    aside = [move for move in seen if storage.SET_ASIDE_DIR in move or storage.SETTING_ASIDE_DIR in move]
+    assert aside[-1] == (tmp_path.name, storage.SET_ASIDE_DIR)  # renamed whole once every file was in .replacing
+    assert len(aside) > 3 and {folder for folder, _ in aside[:-1]} == {storage.SETTING_ASIDE_DIR}

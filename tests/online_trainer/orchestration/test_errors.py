@@ -189,6 +189,26 @@ def test_existing_experiment_is_not_replaced(tmp_path):
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+def test_a_cut_off_experiment_called_again_without_resume_is_told_to_resume(tmp_path):
+    """The refusal said only to pass overwrite=True, which deletes the runs' checkpoints (tester J3)."""
+    import json
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, num_episodes=2, seed_offset=0, progress=False
+    )
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["runs"][1]["status"], manifest["runs"][2]["status"] = "interrupted", "pending"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FileExistsError) as refused:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(3, num_episodes=2)
+    assert str(refused.value).startswith(
+        f"exp_dir={str(tmp_path)!r} already holds an experiment whose runs did not all end (1 of 3 did; manifest.json, "
+    )
+    assert "make the same call with resume=True to continue it, or pass overwrite=True to replace it (its records" in (
+        str(refused.value)
+    )
+
+
 def test_different_args_in_reused_dir_refused(tmp_path):
     (tmp_path / "args.yaml").write_text("lr: 1\n")
     with pytest.raises(FileExistsError, match=r"args.yaml already exists with other content"):
@@ -680,6 +700,24 @@ def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path
     )
 
 
+_SHARED_AGENT = RecordingAgent()
+
+
+def shared_agent(env):
+    """A factory in an importable module returning one agent built at import: one per worker process."""
+    return _SHARED_AGENT
+
+
+def test_a_factory_that_returns_its_workers_one_agent_is_refused_with_workers(tmp_path):
+    """Each worker imports the factory's module, so each has its own _SHARED_AGENT, which its runs shared: the
+    refusal looked only at the runs of the factory object that built it, and each run had its own copy (A4)."""
+    with pytest.raises(TypeError, match=r"returned the same agent object for two runs") as failed:
+        OnlineTrainer(make_counting_vec(1), shared_agent, exp_dir=None).multi_run(
+            4, num_episodes=2, seed_offset=0, progress=False, num_workers=2
+        )
+    assert "before its first env step; every run was stopped" in failed.value.__notes__[0]
+
+
 def test_a_first_env_step_that_raises_stops_every_run_and_keeps_nothing(tmp_path):
     """act() returning a list passes the first actions' check, and gymnasium's CartPole vector env raises at its first
     step: each run failed on its own (RunsFailedError), and the experiment left behind refused the corrected call
@@ -787,3 +825,25 @@ def test_an_agent_is_named_by_its_class_not_its_default_repr(tmp_path):
             1, num_episodes=1, checkpoint_freq=1, progress=False
         )
     assert " object at 0x" not in str(no.value)
+
+
+class MisspeltOnStart(Hook):
+    def on_run_start(self, ctx):
+        ctx.env.pole_lenght  # noqa: B018  (a misspelt attribute: raises AttributeError)
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_hook_that_raises_in_on_run_start_stops_every_run_and_keeps_nothing(tmp_path, num_workers):
+    """on_run_start comes before the first env step, yet each run failed on its own (RunsFailedError) and the
+    experiment left behind refused the corrected call (tester H3)."""
+    exp_dir = tmp_path / "exp"
+    with pytest.raises(AttributeError, match="pole_lenght") as raised:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
+            3, num_episodes=2, seed_offset=0, progress=False, hooks=[MisspeltOnStart()], num_workers=num_workers
+        )
+    assert "(raised in hook MisspeltOnStart#0's on_run_start)" in raised.value.__notes__
+    assert any("before its first env step; every run was stopped" in note for note in raised.value.__notes__)
+    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir).multi_run(
+        3, num_episodes=2, seed_offset=0, progress=False
+    )
+    assert [len(run) for run in runs] == [2, 2, 2]

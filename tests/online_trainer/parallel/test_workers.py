@@ -775,3 +775,25 @@ def test_a_named_loggers_level_and_handler_hold_for_workers_once(tmp_path, monke
     assert sorted(line for line in lines if line.startswith("run ") and "at step" in line) == expected
     for handler in (own, kept):  # the logger's own handler, and the root's through propagation
         assert sorted(r.getMessage() for r in handler.records if r.levelno == logging.INFO) == expected
+
+
+def test_new_workers_after_the_library_itself_changed_say_to_restart(monkeypatch, caplog):
+    """A notebook's kernel kept the library it imported, and a git pull changed its files: the new workers ran the
+    new code, and the call failed with "AttributeError: 'AgentFactory' object has no attribute '_key'" naming
+    run 1, not the cause (tester X2)."""
+    import online_trainer
+    from online_trainer.parallel import workers
+
+    shutdown_workers()
+    monkeypatch.setattr(online_trainer, "_imported_at", 0.0)  # every file of it changed since
+    monkeypatch.setattr(workers, "_said_changed", set())
+    caplog.set_level("WARNING", logger="online_trainer")
+    trainer = OnlineTrainer(make_counting_vec(1), PidAgent)
+    trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False)
+    said = [r.getMessage() for r in caplog.records if "changed after this process imported it" in r.getMessage()]
+    assert len(said) == 1 and "Restart the kernel (or the interpreter)" in said[0]
+    trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False)  # the same workers: nothing new to say
+    shutdown_workers()
+    trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False)
+    assert len([r for r in caplog.records if "changed after this process" in r.getMessage()]) == 2  # another file
+    shutdown_workers()

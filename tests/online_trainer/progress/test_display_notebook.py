@@ -278,3 +278,24 @@ def test_without_the_worker_count_widget_bars_are_made_as_runs_start(monkeypatch
     display.open_run(2, "run 2", 10, "episodes")
     assert len(shown) == 3
     display.close_all()
+
+
+def test_the_overall_widget_shows_what_is_left_and_a_failure(monkeypatch):
+    """A run that failed or stopped early lowers the overall total, which tqdm's widget took as its maximum only
+    when made: the bar closed green at "100%", a quarter full (tester X2)."""
+    pytest.importorskip("ipywidgets")
+    monkeypatch.setattr(progress, "tqdm", tqdm_notebook)
+    display = progress.ProgressDisplay(3, 10, "episodes")
+    drive(display)  # run 2 failed at 10 of 10 episodes: nothing taken off
+    widget = display.overall.container.children[1]
+    assert (widget.value, widget.max, widget.bar_style) == (30, 30, "danger")
+    display = progress.ProgressDisplay(2, 10, "episodes")
+    display.open_run(1, "run 1", 10, "episodes")
+    display.advance(1, 4, 1.0)
+    display.run_finished(1, "stopped_early")
+    display.open_run(2, "run 2", 10, "episodes")
+    display.advance(2, 10, 1.0)
+    display.run_finished(2, "finished")
+    display.close_all()
+    widget = display.overall.container.children[1]
+    assert (widget.value, widget.max, widget.bar_style) == (14, 14, "success")

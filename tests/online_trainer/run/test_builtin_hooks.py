@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer import OnlineTrainer
+from online_trainer import OnlineTrainer, RunsFailedError
 from online_trainer.callbacks import JsonlCallback
 from online_trainer.hooks import Hook
 from online_trainer.loop.hook_protocol import HOOK_METHODS, RunContext, check_hooks
@@ -518,3 +518,40 @@ def test_an_agent_that_saves_to_files_only_keeps_its_best_and_leaves_no_resume_f
         assert agent.loaded == json.loads((tmp_path / f"Run{run}_Best.txt").read_text())
     table = trainer.evaluate(which="best", execution=None)
     assert set(table["checkpoint"]) == {"best"} and sorted(set(table["run"])) == [1, 2]
+
+
+class AnnouncesItsOwn(Hook):
+    """Evaluates its own way, on another scale, every 30 env steps, and announces it."""
+
+    every_steps = 30
+
+    def on_step(self, ctx):
+        ctx.evaluated({"mean": 1e6 + ctx.global_step})
+
+
+class AnnouncesNoMean(Hook):
+    every_steps = 30
+
+    def on_step(self, ctx):
+        ctx.evaluated({"score": 1.0})
+
+
+def test_an_evaluation_a_hook_announces_does_not_choose_the_best_agent(tmp_path):
+    """Run1_Best_agent.t held the agent at a hook's announced evaluation, recorded nowhere, where evaluate.md says
+    it is the state at the best evaluation mean (tester H3)."""
+    kw = dict(total_steps=100, seed_offset=SEED, progress=False, eval_freq=40, eval_episodes=2, checkpoint_freq=50)
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "plain")
+    trainer.multi_run(1, **kw)
+    announced = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / "announced")
+    announced.multi_run(1, hooks=[AnnouncesItsOwn()], **kw)
+    assert [e["mean"] for e in announced.evaluations[0]] == [e["mean"] for e in trainer.evaluations[0]]
+    best = [
+        torch.load(d / "Run1_Best_agent.t", weights_only=False) for d in (tmp_path / "plain", tmp_path / "announced")
+    ]
+    assert best[0] == best[1]  # the state at the best of the runner's evaluations
+    with pytest.raises(
+        RunsFailedError, match=r"ctx.evaluated\(result\) takes a dict with 'mean'.* got dict \['score'\]"
+    ):
+        OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=None).multi_run(
+            1, hooks=[AnnouncesNoMean()], **{**kw, "checkpoint_freq": None}
+        )

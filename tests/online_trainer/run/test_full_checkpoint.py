@@ -214,12 +214,17 @@ def test_a_checkpoint_part_that_does_not_pickle_is_named_with_the_fix(tmp_path):
     '_thread.lock' object" that named neither (testers A2 and H2)."""
     from online_trainer import RunsFailedError
 
-    with pytest.raises(RunsFailedError) as failed:
+    # said before the first env step, not at the first checkpoint after the training up to it (tester H3)
+    with pytest.raises(TypeError) as failed:
         trainer(tmp_path).multi_run(1, hooks=[LockInState()], **KW)
-    assert (
-        "the full checkpoint of run 1 cannot be written: what hook LockInState#0's state_dict() returned does not "
-        "pickle (TypeError: cannot pickle '_thread.lock' object): return plain data" in str(failed.value)
+    assert str(failed.value).startswith(
+        "what hook LockInState#0's state_dict() returned does not pickle (TypeError: cannot pickle '_thread.lock' "
+        "object), so no full checkpoint of the run could be written: return plain data"
     )
+    assert (
+        "before its first env step; every run was stopped, and nothing was kept on disk" in failed.value.__notes__[-1]
+    )
+    assert not tmp_path.exists() or not list(tmp_path.glob("metrics_run*"))
 
     class LockedPPO(PPOAgent):
         def save(self, path=None, **kwargs):
@@ -234,3 +239,33 @@ def test_a_checkpoint_part_that_does_not_pickle_is_named_with_the_fix(tmp_path):
     assert "what the agent's save() returned does not pickle (TypeError: cannot pickle '_thread.lock' object)" in str(
         failed.value
     )
+
+
+class SaveOnly(PPOAgent):
+    """An agent with save() and no load() (PPOAgent's load hidden)."""
+
+    load = None
+
+
+def test_an_agent_without_load_gets_no_full_checkpoint_and_a_warning_once(tmp_path, caplog):
+    """Its full checkpoints were written, and the resume then failed with AttributeError: 'A' object has no
+    attribute 'load' (tester A3). Now none is written, the call says why once, and a resume starts again."""
+    caplog.set_level("WARNING", logger="online_trainer")
+    make = OnlineTrainer(env, SaveOnly, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        make.multi_run(2, hooks=[Crash(700)], **{**KW, "total_steps": 900})
+    assert not list(tmp_path.glob("Run*_Resume*"))  # cut off at 700, past the checkpoint steps 300 and 600
+    assert caplog.text.count("The agent SaveOnly has save() but no load(): with checkpoint_freq=300") == 1
+    assert "a resumed run starts again from step 0" in caplog.text
+    caplog.clear()
+    runs = make.multi_run(2, **{**KW, "total_steps": 900}, resume=True)
+    assert "run 1 (interrupted) starts again from step 0, as it has no full checkpoint" in caplog.text
+    fresh = OnlineTrainer(env, SaveOnly, exp_dir=tmp_path / "fresh").multi_run(2, **{**KW, "total_steps": 900})
+    assert [[(r["ep_return"], r["global_step"]) for r in run] for run in runs] == [
+        [(r["ep_return"], r["global_step"]) for r in run] for run in fresh
+    ]
+
+
+def test_a_full_checkpoint_refuses_an_agent_that_lost_its_load():
+    with pytest.raises(TypeError, match=r"the agent SaveOnly has no load\(\) to take it back: add load"):
+        full_checkpoint.load_agent(SaveOnly(env()), {"state": {}})

@@ -200,6 +200,13 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         trainer.multi_run(1, num_episodes=2, hooks=[object()])
     with pytest.raises(TypeError, match=r"hooks holds the class StopOnReturn: pass an instance"):
         trainer.multi_run(1, num_episodes=2, hooks=[StopOnReturn])
+    # StopOnReturn("high") said "could not convert string to float"; NaN was taken and never stopped (tester H3)
+    with pytest.raises(ValueError, match=r"threshold must be a finite number, but got threshold='high'\. Pass the"):
+        StopOnReturn("high")
+    with pytest.raises(ValueError, match=r"threshold must be a finite number, but got threshold=nan"):
+        StopOnReturn(float("nan"))
+    with pytest.raises(ValueError, match=r"rel_tol must be a positive finite number, but got rel_tol='0.1'"):
+        StopOnPlateau(rel_tol="0.1")
 
     class NoCadence(Hook):
         def on_step(self, ctx):
@@ -394,10 +401,10 @@ def test_a_hook_that_cannot_travel_is_told_where_to_make_what_cannot(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
     with pytest.raises(
         TypeError,
-        match=r"hooks=.* cannot be sent to worker processes .*lock.*\. Create a hook's locks, open files, threads "
-        r"and processes in its on_run_start, not in its __init__, or use num_workers=1\.$",
-    ):
-        trainer.multi_run(2, num_episodes=2, num_workers=2, hooks=[SharesItsLock()])
+        match=r"hooks\[1\]=<.*SharesItsLock.* cannot be sent to worker processes .*lock.*\. Create a hook's locks, "
+        r"open files, threads and processes in its on_run_start, not in its __init__, or use num_workers=1\.$",
+    ):  # the hook named among several (tester H3)
+        trainer.multi_run(2, num_episodes=2, num_workers=2, hooks=[StopOnReturn(1e9), SharesItsLock()])
     assert not (tmp_path / "exp").exists()
     assert [len(run) for run in trainer.multi_run(2, num_episodes=2, hooks=[SharesItsLock()], progress=False)] == [2, 2]
 
