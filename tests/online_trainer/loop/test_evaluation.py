@@ -303,6 +303,13 @@ def test_evaluate_includes_runs_a_hook_stopped_and_names_the_runs_it_leaves_out(
         episodes = trainer.evaluate("best", num_episodes=2, progress=False)
     assert sorted(set(episodes["run"])) == [1, 2]
     assert "Evaluating the runs that ended; left out: run 3 (interrupted)." in caplog.text
+    # a writer killed as run 3 ran left it "running": it is an interrupted run (tester H3)
+    manifest["runs"][2]["status"] = "running"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        trainer.evaluate("best", num_episodes=2, progress=False, overwrite=True)
+    assert "Evaluating the runs that ended; left out: run 3 (interrupted)." in caplog.text
     for entry in manifest["runs"]:
         entry["status"] = "interrupted"
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))

@@ -156,6 +156,22 @@ def test_a_stop_in_on_run_start_ends_the_run_before_its_first_step(tmp_path):
     assert entry["status"] == "stopped_early" and entry["stop_reason"] == "nothing to do"
 
 
+class StopsWithoutAReason(Hook):
+    every_steps = 3
+
+    def on_step(self, ctx):
+        ctx.stop(None)
+
+
+def test_a_stop_without_a_reason_says_so(tmp_path):
+    """ctx.stop(None) recorded the reason "None" (tester H3)."""
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=5, seed_offset=SEED, progress=False, hooks=[StopsWithoutAReason()]
+    )
+    entry = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
+    assert entry["status"] == "stopped_early" and entry["stop_reason"] == "a hook stopped it without a reason"
+
+
 class Counter(Hook):
     """A user hook with state: episodes seen, and a snapshot of the run's hooks at step 300."""
 
