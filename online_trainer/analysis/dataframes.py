@@ -106,12 +106,13 @@ def _expand(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[
                 f"The experiment {os.fspath(path)} is given twice ({os.fspath(twice)}): its runs would count twice. "
                 "Give each experiment once."
             )
-        if (path / storage.SET_ASIDE_DIR).is_dir() or (path / storage.SETTING_ASIDE_DIR).is_dir():
+        aside = next((n for n in (storage.SETTING_ASIDE_DIR, storage.SET_ASIDE_DIR) if (path / n).is_dir()), None)
+        if aside is not None:
             logger.warning(
                 "%s also holds an earlier experiment, set aside in %s/ by an overwrite=True call that was cut off: "
                 "the next call into this directory puts it back, unless the cut-off call's runs left results.",
                 path,
-                storage.SET_ASIDE_DIR,
+                aside,
             )
     return dirs, nested or len(dirs) > 1
 

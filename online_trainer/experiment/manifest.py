@@ -540,6 +540,15 @@ def set_aside(exp_dir: Path, paths: Sequence[Path]) -> None:
     )
 
 
+def set_aside_here(exp_dir: Path) -> Path | None:
+    """The folder in which an ``overwrite=True`` call that was cut off left an earlier experiment (``.replacing/``
+    while it moved its files, ``.replaced/`` once it had), or None."""
+    for name in (storage.SETTING_ASIDE_DIR, storage.SET_ASIDE_DIR):
+        if (exp_dir / name).is_dir():
+            return exp_dir / name
+    return None
+
+
 def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     """Remove what :func:`set_aside` moved, or put it back when ``exp_dir`` holds no experiment (no run started).
 

@@ -24,7 +24,7 @@ from online_trainer.callbacks.rewind import rewind_run
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import created_at, refuse_a_sweep
+from online_trainer.experiment.manifest import created_at, refuse_a_sweep, set_aside_here, settle_set_aside
 from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES
 from online_trainer.options.groups import SECTIONS
@@ -210,17 +210,28 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
     validation.needs_exp_dir(exp_dir, resume=True)
     assert exp_dir is not None  # needs_exp_dir raised otherwise
     refuse_a_sweep(Path(exp_dir), "multi_run(resume=True)")
-    read_manifest(Path(exp_dir))
+    if not set_aside_here(Path(exp_dir)):  # else the lock's check puts the experiment back first, then reads it
+        read_manifest(Path(exp_dir))
 
 
 def hold_resumable(
     exp_dir: str | os.PathLike | None, check: Callable[[], object] | None = None
 ) -> AbstractContextManager[list[Path]]:
     """:func:`check_resumable`, then the experiment's lock (:func:`~online_trainer.experiment.lock.hold_lock`),
-    whose ``check`` refuses the call before the lock writes anything."""
+    whose check puts back an experiment an ``overwrite=True`` call killed while it held it aside
+    (:func:`~online_trainer.experiment.manifest.settle_set_aside`), then runs ``check``, which refuses the call
+    before the lock writes anything."""
     check_resumable(exp_dir)
     assert exp_dir is not None  # check_resumable raised otherwise
-    return hold_lock(Path(exp_dir), check=check)
+    path = Path(exp_dir)
+
+    def settled_then_checked() -> None:
+        settle_set_aside(path, cut_off=True)
+        read_manifest(path)
+        if check is not None:
+            check()
+
+    return hold_lock(path, check=settled_then_checked)
 
 
 def read_manifest(exp_dir: Path) -> dict[str, Any]:

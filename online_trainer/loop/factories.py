@@ -6,7 +6,6 @@ import contextlib
 import copy as _copy
 import inspect
 import logging
-import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -139,8 +138,8 @@ def autoreset_mode(env: VectorEnv) -> AutoresetMode:
     return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
 
 
-_BUILT: dict[str, list[weakref.ref[Any]]] = {}
-"""The agents each :class:`AgentFactory` (by its key) returned in this process, as weak references."""
+_BUILT: list[weakref.ref[Any]] = []
+"""The agents agent factories returned for training runs of this process, as weak references (those still alive)."""
 
 
 class AgentFactory(_InstanceOrFactory):
@@ -163,30 +162,27 @@ class AgentFactory(_InstanceOrFactory):
                 f"agent must be an agent (with act and update) or a factory agent_factory(env) -> agent, but "
                 f"got agent={agent_name(agent)}, which lacks: {missing}."
             )
-        # Which factory this is, in every process: a worker unpickles a copy of it for each run, and an importable
-        # factory's module-level agent is one object per process, shared by the worker's runs.
-        self._key = uuid.uuid4().hex
 
     def check_fresh(self, agent: Any) -> None:
-        """Refuse an agent the factory (or a copy of it sent to this worker) returned for an earlier run of this
-        process that is still alive.
+        """Refuse an agent that a factory returned for an earlier training run of this process and that is still
+        alive: a run of this call, of an earlier call (a notebook's cell run again), or one a worker process ran
+        before (a factory's module-level agent is one object per process, which every run there would share).
 
         Raises:
             TypeError: naming the factory and saying to build the agent inside it.
         """
         if self._factory is None:
             return
-        built = _BUILT.setdefault(self._key, [])
-        built[:] = [ref for ref in built if ref() is not None]
-        if any(ref() is agent for ref in built):
+        _BUILT[:] = [ref for ref in _BUILT if ref() is not None]
+        if any(ref() is agent for ref in _BUILT):
             raise TypeError(
-                f"The agent factory {self._factory!r} returned the same agent object for two runs ({agent_name(agent)}): the "
-                "second run would start from what the first learned, and no seed would be independent. Build the "
-                "agent inside the factory, agent=lambda env: MyAgent(env), or pass the agent itself (each run then "
-                "takes a copy of it)."
+                f"The agent factory {self._factory!r} returned an agent object an earlier run was given "
+                f"({agent_name(agent)}): this run would start from what that run learned, and no seed would be "
+                "independent. Build the agent inside the factory, agent=lambda env: MyAgent(env), or pass the agent "
+                "itself (each run then takes a copy of it)."
             )
         with contextlib.suppress(TypeError):  # not weak-referenceable: not checked
-            built.append(weakref.ref(agent))
+            _BUILT.append(weakref.ref(agent))
 
     def __call__(self, env: VectorEnv, copy: bool = False) -> Any:
         """The run's agent: ``factory(env)``, the instance, or (``copy=True``) a deep copy of it.

@@ -485,3 +485,25 @@ def test_overwrite_moves_the_earlier_experiment_aside_whole_before_it_writes(tmp
     aside = [move for move in seen if storage.SET_ASIDE_DIR in move or storage.SETTING_ASIDE_DIR in move]
     assert aside[-1] == (tmp_path.name, storage.SET_ASIDE_DIR)  # renamed whole once every file was in .replacing
     assert len(aside) > 3 and {folder for folder, _ in aside[:-1]} == {storage.SETTING_ASIDE_DIR}
+
+
+@pytest.mark.parametrize(
+    ("aside", "moved"),
+    [(storage.SETTING_ASIDE_DIR, 6), (storage.SETTING_ASIDE_DIR, None), (storage.SET_ASIDE_DIR, None)],
+)  # .replaced/ holds every file: it is made whole from .replacing/
+def test_resume_puts_back_what_a_killed_overwrite_set_aside_first(tmp_path, aside, moved):
+    """resume=True skipped the set-aside folders: it ran without the checkpoints left in them (runs started again
+    from step 0), or said the experiment had no manifest.json (tester R4)."""
+    before = earlier_experiment(tmp_path)
+    (tmp_path / aside).mkdir()
+    for path in storage.existing_experiment_files(tmp_path)[:moved]:
+        path.rename(tmp_path / aside / path.name)
+    runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path, args={"lr": 0.1}).multi_run(
+        2, num_episodes=4, seed_offset=0, checkpoint_freq=2, progress=False, resume=True
+    )
+    assert [len(run) for run in runs] == [4, 4]
+    after = snapshot(tmp_path)
+    assert {name: after.get(name) for name in before if name != ".lock"} == {
+        name: data for name, data in before.items() if name != ".lock"
+    }
+    assert not (tmp_path / storage.SETTING_ASIDE_DIR).exists() and not (tmp_path / storage.SET_ASIDE_DIR).exists()

@@ -672,7 +672,9 @@ def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path
     learned, and trainer.agents held one agent three times (tester A2)."""
     env = make_counting_vec(1)
     shared = RecordingAgent()
-    with pytest.raises(TypeError, match=r"returned the same agent object for two runs .* Build the agent inside") as no:
+    with pytest.raises(
+        TypeError, match=r"returned an agent object an earlier run was given .* Build the agent inside"
+    ) as no:
         OnlineTrainer(env, lambda env: shared, exp_dir=str(tmp_path / "exp")).multi_run(
             3, num_episodes=3, seed_offset=0, progress=False
         )
@@ -690,7 +692,9 @@ def test_a_factory_that_returns_the_same_agent_for_every_run_is_refused(tmp_path
         3, num_episodes=3, seed_offset=0, progress=False, resume=True
     )
     assert [len(run) for run in runs] == [3, 3, 3]
-    with pytest.raises(TypeError, match=r"returned the same agent object") as no:  # nowhere on disk: nothing kept
+    with pytest.raises(
+        TypeError, match=r"returned an agent object an earlier run was given"
+    ) as no:  # nowhere on disk: nothing kept
         OnlineTrainer(env, lambda env: shared, exp_dir=None).multi_run(3, num_episodes=3, seed_offset=0, progress=False)
     assert no.value.__notes__[0].endswith("every run was stopped, and nothing was kept on disk)")  # not "resume" (A4)
     # an instance is copied for each run, and evaluation (train=False) may use one object for every run
@@ -711,11 +715,20 @@ def shared_agent(env):
 def test_a_factory_that_returns_its_workers_one_agent_is_refused_with_workers(tmp_path):
     """Each worker imports the factory's module, so each has its own _SHARED_AGENT, which its runs shared: the
     refusal looked only at the runs of the factory object that built it, and each run had its own copy (A4)."""
-    with pytest.raises(TypeError, match=r"returned the same agent object for two runs") as failed:
+    with pytest.raises(TypeError, match=r"returned an agent object an earlier run was given") as failed:
         OnlineTrainer(make_counting_vec(1), shared_agent, exp_dir=None).multi_run(
             4, num_episodes=2, seed_offset=0, progress=False, num_workers=2
         )
     assert "before its first env step; every run was stopped" in failed.value.__notes__[0]
+
+
+def test_a_factory_that_returns_the_agent_an_earlier_call_trained_is_refused():
+    """Called again (a notebook's cell run twice), each run of the second call started from what the first call's
+    runs learned: the check looked at the runs of one call only (tester R4)."""
+    module_level = RecordingAgent()
+    OnlineTrainer(make_counting_vec(1), lambda env: module_level).multi_run(1, num_episodes=2, progress=False)
+    with pytest.raises(TypeError, match=r"returned an agent object an earlier run was given"):
+        OnlineTrainer(make_counting_vec(1), lambda env: module_level).multi_run(1, num_episodes=2, progress=False)
 
 
 def test_a_first_env_step_that_raises_stops_every_run_and_keeps_nothing(tmp_path):
