@@ -129,14 +129,51 @@ class Preempted(KeyboardInterrupt):
             trainer.multi_run(5, total_steps=1_000_000, checkpoint_freq=50_000)
         except Preempted:
             sys.exit(143)  # the scheduler requeues; the next start calls multi_run(..., resume=True)
+
+    A run that cannot write a full checkpoint (a call without ``exp_dir``, an agent without ``save()`` and
+    ``load()``, a run that does not train) stops at once too, without one (``checkpointed`` is False): a resume
+    starts it again from step 0.
+
+    Args:
+        run_idx: the run that stopped (None: the call's runs; the signal came between runs).
+        global_step: the run's env steps when it stopped.
+        checkpointed: whether the run wrote a full checkpoint before it stopped.
+        why: why it could not (when ``checkpointed`` is False).
+        on_disk: whether the call has an experiment directory to resume from.
     """
 
-    def __init__(self, run_idx: int | None = None, global_step: int | None = None) -> None:
-        where = "" if run_idx is None else f": run {run_idx} saved a full checkpoint at step {global_step}"
-        super().__init__(
-            f"preempted (SIGTERM or SIGUSR1){where}; continue with the same call and resume=True (an experiment "
-            "made by `online-trainer run`: `online-trainer resume EXP_DIR`)"
-        )
+    def __init__(
+        self,
+        run_idx: int | None = None,
+        global_step: int | None = None,
+        checkpointed: bool = True,
+        why: str = "",
+        on_disk: bool = True,
+    ) -> None:
+        self.run_idx, self.global_step, self.checkpointed, self.why = run_idx, global_step, checkpointed, why
+        self._arguments = (run_idx, global_step, checkpointed, why, on_disk)
+        if run_idx is None:
+            where = ""
+        elif checkpointed:
+            where = f": run {run_idx} saved a full checkpoint at step {global_step}"
+        else:
+            where = f": run {run_idx} stopped at step {global_step} without a full checkpoint ({why})"
+        if not on_disk:
+            then = "; the call has no exp_dir, so nothing of it is kept"
+        elif checkpointed:
+            then = (
+                "; continue with the same call and resume=True (an experiment made by `online-trainer run`: "
+                "`online-trainer resume EXP_DIR`)"
+            )
+        else:
+            then = (
+                "; the same call with resume=True keeps the runs that finished and starts this one again from step 0 "
+                "(an experiment made by `online-trainer run`: `online-trainer resume EXP_DIR`)"
+            )
+        super().__init__(f"preempted (SIGTERM or SIGUSR1){where}{then}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # its message is not its arguments
+        return type(self), self._arguments
 
 
 class ManifestDamagedError(ValueError):

@@ -64,12 +64,15 @@ def resolve_execution(execution: ExecutionOptions | None, **keywords: Any) -> Ex
     return dataclasses.replace(execution, **given)
 
 
-def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool = False) -> RunResult:
+def failed_result(
+    spec: RunSpec, exc: BaseException | str, keep_exception: bool = False, stopped_by: BaseException | None = None
+) -> RunResult:
     """The result of a run that raised ``exc`` (or died, described by a string).
 
     A :class:`RunSetupError` (raised before the run's first env step) gives the status
     ``setup_failed`` and describes its cause; the cause travels with the result when it can
-    be pickled, so that the parent can raise it.
+    be pickled, so that the parent can raise it. ``stopped_by``: the exception that ended the
+    run's loop, when a string describes the failure (where the run stood is taken from it).
     """
     setup = isinstance(exc, RunSetupError)
     cause = exc.cause if isinstance(exc, RunSetupError) else exc
@@ -85,7 +88,8 @@ def failed_result(spec: RunSpec, exc: BaseException | str, keep_exception: bool 
     if keep_exception or (setup and _picklable(cause)):
         extra["exception_object"] = cause
     # how far the run got, when it raised in its loop (else its records and full checkpoint tell the manifest)
-    position = failed_at(cause) if isinstance(cause, BaseException) else None
+    source = cause if isinstance(cause, BaseException) else stopped_by
+    position = failed_at(source) if source is not None else None
     global_step, episodes, wall_time = (*position, 0.0)[:3] if position else (0, 0, 0.0)
     return RunResult(
         run_idx=spec.run_idx,

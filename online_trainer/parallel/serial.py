@@ -28,7 +28,7 @@ def run_serial(
     """
     for spec in specs:
         if preemption.requested():
-            raise Preempted()
+            raise Preempted(on_disk=spec.exp_dir is not None)
         on_start(spec)
         try:
             result = execute_run(spec, display)

@@ -14,7 +14,10 @@ after SIGTERM Slurm requeues it, or it was cancelled. A requeued job starts agai
 same submission: runs with a result are skipped, the run that stopped continues from its
 checkpoint (every output cut back to it, as ``resume=True`` does), and the records equal an
 uninterrupted run's when the env pickles. After ``max_requeues`` requeues its runs fail
-with a message that says so; their checkpoints stay for ``resume=True``.
+with a message that says so; their checkpoints stay for ``resume=True``. A run that cannot
+write a full checkpoint (its agent has no ``save()`` and ``load()``) stops all the same: on
+SIGTERM its restart starts it again from step 0; at the time limit it fails (started again, it
+would meet the same limit), and the job requeues itself for its other runs.
 """
 
 from __future__ import annotations
@@ -126,12 +129,16 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             with preemption.handling():
                 for sig in TIME_LIMIT_SIGNALS:
                     signal.signal(sig, near_time_limit)
-                for payload in self.payloads:
+                for position, payload in enumerate(self.payloads, start=1):
                     spec: RunSpec = cloudpickle.loads(payload)
                     if job_results.result_path(str(spec.exp_dir), spec.run_idx).is_file():
                         continue  # it ended during an earlier start of this job
                     self._run(spec, restarts, time_limit)
                     done.append(spec.run_idx)
+                    if time_limit.is_set() and position < len(self.payloads):
+                        # the run ended at the time limit without a checkpoint: the job's other runs get a new start
+                        _requeue(_job_id(), f"run {spec.run_idx} ended at the time limit")
+                        raise SystemExit(EXIT_PREEMPTED)
         finally:
             # ignored from now to the process's end: the job's work is done, or it asked for its requeue. Slurm's
             # time-limit signal can come (again) in that window, and its default action killed the job: FAILED,
@@ -158,14 +165,21 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         channel = FileChannel(job_results.progress_path(str(spec.exp_dir), spec.run_idx))
         try:
             result = execute_run(spec, QueueProgress(channel, interval=1.0))
-        except Preempted:
+        except Preempted as stop:
             channel.flush()
-            if time_limit.is_set():
-                logger.warning(
-                    "run %d checkpointed before the time limit: requeueing Slurm job %s", spec.run_idx, job_id
-                )
-                subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
-            raise SystemExit(EXIT_PREEMPTED) from None
+            if stop.checkpointed or not time_limit.is_set():  # a requeued job continues it (or starts it again)
+                if time_limit.is_set():
+                    _requeue(job_id, f"run {spec.run_idx} checkpointed before the time limit")
+                raise SystemExit(EXIT_PREEMPTED) from None
+            # started again, it would meet the same limit
+            result = failed_result(
+                spec,
+                f"TimeLimit: run {spec.run_idx} (seed {spec.seed}) reached the time limit of Slurm job {job_id} at "
+                f"step {stop.global_step} without a full checkpoint ({stop.why}), so it cannot be continued: give the "
+                "jobs more time (SlurmOptions(time=...)), or the agent save() and load().",
+                stopped_by=stop,
+            )
+            logger.error("%s", result.error)
         except Exception as exc:  # isolated: the job goes on with its next run
             result = failed_result(spec, exc)
             logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra["exception"])
@@ -193,6 +207,11 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         """Leave the result in the experiment directory, then record the run's end in the manifest."""
         storage.write_atomic(job_results.result_path(str(spec.exp_dir), spec.run_idx), pack_result(spec, result))
         record_job_result(Path(str(spec.exp_dir)), result, self.write_all_metrics and spec.options.dump_metrics)
+
+
+def _requeue(job_id: str, why: str) -> None:
+    logger.warning("%s: requeueing Slurm job %s", why, job_id)
+    subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
 
 
 def _job_id() -> str:

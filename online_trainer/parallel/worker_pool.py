@@ -48,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 IDLE_TIMEOUT = 120.0  # seconds a worker waits for the next call before it exits
 _WAIT = 1.0  # seconds between the parent's checks of its workers when nothing happens
+_REAP_AFTER = 3.0  # seconds past the idle timeout at which the parent collects the workers that left
 _MAX_LOST = 3  # workers that may die while a run is handed to them before the run is failed
 # Installed libraries a forkserver imports once for all its workers, when this process uses them:
 # torch (1.7 s) and torch._dynamo (1.5 s, imported by the first optimizer) are most of a worker's start-up.
@@ -110,7 +111,8 @@ class WorkerPool:
     """Runs specs in up to ``num_workers`` processes started with ``start_method``.
 
     Workers stay after :meth:`run` for the next one, until :meth:`close`, ``idle_timeout``
-    seconds without work, or the parent's exit or death. After an interrupted run, or one
+    seconds without work (a timer thread then collects their exit status, so that they do not
+    stay ``<defunct>``), or the parent's exit or death. After an interrupted run, or one
     whose ``on_result`` raised, the pool is ``broken`` (its workers are stopped) and must
     not be used again.
 
@@ -143,6 +145,9 @@ class WorkerPool:
         self.started_at = time.time()
         self.broken = False
         self.workers: dict[int, _Worker] = {}  # slot -> worker
+        # held while this process's thread drives the workers; the idle reaper (a timer thread) only tries it
+        self._driving = threading.RLock()
+        self._reaper: threading.Timer | None = None
 
     @property
     def processes(self) -> dict[int, Any]:
@@ -187,6 +192,12 @@ class WorkerPool:
         Starting them before the checks that precede the runs lets their start-up overlap
         those checks. A worker that died since the last call (killed while idle) is replaced.
         """
+        with self._driving:
+            self._cancel_reaper()
+            self._start(count)
+            self._schedule_reaper()  # a call that runs nothing leaves them idle
+
+    def _start(self, count: int) -> None:
         for slot in range(min(self.num_workers, count)):
             worker = self.workers.get(slot)
             if worker is not None and not has_exited(worker.process):
@@ -206,14 +217,30 @@ class WorkerPool:
 
         ``on_start(spec)`` is called as a run is sent to a worker, before the worker can begin it.
         """
+        with self._driving:
+            self._cancel_reaper()
+            try:
+                self._run(specs, display, on_result, on_start)
+            finally:
+                if not self.broken:
+                    self._schedule_reaper()
+
+    def _run(
+        self,
+        specs: Sequence[RunSpec],
+        display: ProgressDisplay | NoProgress,
+        on_result: ResultHandler,
+        on_start: StartHandler,
+    ) -> None:
         if self.broken:
             raise RuntimeError("This worker pool was stopped; use shared_pool() for a new one.")
         call = _Call(specs, display, on_result, on_start)
+        on_disk = any(spec.exp_dir is not None for spec in specs)
         try:
-            self.start(len(specs))
+            self._start(len(specs))
             while call.pending:
                 if preemption.requested() and not self._busy():  # every run out checkpointed and stopped
-                    raise Preempted()
+                    raise Preempted(on_disk=on_disk)
                 self._dispatch(call)
                 if not self.workers:
                     self._fail_unstarted(call)
@@ -225,7 +252,7 @@ class WorkerPool:
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
             if preemption.requested() and call.interrupted:  # a signal as the last runs ended stopped none
-                raise Preempted()
+                raise Preempted(on_disk=on_disk)
         except BaseException as exc:
             self.broken = True
             if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, the notebook's stop button: the bar says how runs ended
@@ -235,6 +262,30 @@ class WorkerPool:
             with finishing_the_stop(exc):  # the workers flush their runs' records
                 self.stop()
             raise
+
+    def _schedule_reaper(self) -> None:
+        """Collect the workers once they have left idle: until then each stays ``<defunct>`` in ``ps``."""
+        self._reaper = threading.Timer(self.idle_timeout + _REAP_AFTER, self._reap_idle)
+        self._reaper.daemon = True
+        self._reaper.start()
+
+    def _cancel_reaper(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            self._reaper = None
+
+    def _reap_idle(self) -> None:
+        if not self._driving.acquire(blocking=False):  # a call drives the workers: it collects those that left
+            return
+        try:
+            if self.broken or os.getpid() != self.owner_pid:
+                return
+            # is_alive() collects the exit status of a worker that left; one still there (its idle clock started
+            # after this timer's) is looked at again after another idle timeout
+            if any([worker.process.is_alive() for worker in self.workers.values()]):
+                self._schedule_reaper()
+        finally:
+            self._driving.release()
 
     def signal_running(self, signum: int) -> None:
         """Pass a preemption signal on to the workers with a run (as SIGUSR1: each checkpoints its run and stops it)."""
@@ -382,6 +433,11 @@ class WorkerPool:
         get SIGTERM: a KeyboardInterrupt there would print a traceback from wherever they stand (an
         import, the lifeline's start) for a Ctrl-C the user never pressed.
         """
+        with self._driving:
+            self._cancel_reaper()
+            self._stop()
+
+    def _stop(self) -> None:
         alive = [w for w in self.workers.values() if not has_exited(w.process)]
         for worker in alive:
             try:
@@ -401,6 +457,11 @@ class WorkerPool:
         """
         if os.getpid() != self.owner_pid:
             return
+        with self._driving:
+            self._cancel_reaper()
+            self._close()
+
+    def _close(self) -> None:
         alive = [w for w in self.workers.values() if not has_exited(w.process)]
         for worker in alive:
             self._note_ready(worker)

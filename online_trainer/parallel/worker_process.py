@@ -204,7 +204,7 @@ def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
         _set_levels(spec.log_levels)
     try:
         result = execute_run(spec, progress)
-    except Preempted as exc:  # it wrote a full checkpoint and stopped: the worker stays
+    except Preempted as exc:  # it stopped at a preemption signal (with a full checkpoint if it can): the worker stays
         result = failed_result(spec, exc)
         result.status = "interrupted"
     except Exception as exc:

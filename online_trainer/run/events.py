@@ -14,11 +14,11 @@ called in this order before the user's hooks:
 The names key their state in :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
 A job the run does not need is left out (evaluation without ``eval_freq``/``eval_env``,
 checkpoints without ``checkpoint_freq`` or an agent ``save``, the episode log and stats with
-``EmptyCallBack``, the preemption check when the run cannot write full checkpoints: no
-``exp_dir``, no agent ``save`` and ``load``, or not training).
+``EmptyCallBack``).
 
 :meth:`RunEvents.snapshot` writes the run's full checkpoint (:mod:`online_trainer.run.full_checkpoint`)
-at the step boundary after each periodic checkpoint and on a preemption signal.
+at the step boundary after each periodic checkpoint and on a preemption signal. A run that cannot write
+one (no ``exp_dir``, no agent ``save`` and ``load``, or not training) stops there all the same on the signal.
 """
 
 from __future__ import annotations
@@ -111,11 +111,13 @@ class RunEvents:
             Preempted: when the checkpoint was asked for by a preemption signal: the run ends as interrupted.
         """
         self.hooks.checkpoint_written = False
-        agent = self.hooks.ctx.agent
-        if self.spec.exp_dir is not None and full_checkpoint.can_continue(agent):
-            full_checkpoint.write(self.spec.exp_dir, self.spec.run_idx, self._full_state(loop))
+        spec, agent = self.spec, self.hooks.ctx.agent
+        why = _no_full_checkpoint(spec, agent)
+        if why is None:
+            assert spec.exp_dir is not None  # _no_full_checkpoint says so without one
+            full_checkpoint.write(spec.exp_dir, spec.run_idx, self._full_state(loop))
         if self.preempted:
-            raise Preempted(self.spec.run_idx, loop.global_step)
+            raise Preempted(spec.run_idx, loop.global_step, why is None, why or "", spec.exp_dir is not None)
 
     def _full_state(self, loop: LoopState) -> full_checkpoint.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics
@@ -223,7 +225,18 @@ def run_events(
     )
     if episode_log is not None and not isinstance(callback, EmptyCallBack):
         builtin["stats"] = RunStats(episode_log, options.records.stats_every_steps)
-    if spec.exp_dir is not None and full_checkpoint.can_continue(agent) and spec.train:
-        builtin["preemption"] = PreemptionWatch()  # a preemption signal is answered with a full checkpoint
+    # a preemption signal is answered with a full checkpoint, or, for a run that cannot write one, a stop
+    builtin["preemption"] = PreemptionWatch()
     hooks = HookRunner(options.hooks, ctx, builtin)
     return RunEvents(spec, hooks, tracker, metrics, evaluations, checkpoints)
+
+
+def _no_full_checkpoint(spec: RunSpec, agent: Any) -> str | None:
+    """Why the run cannot write a full checkpoint, in words; None when it can."""
+    if spec.exp_dir is None:
+        return "the call has no exp_dir"
+    if not spec.train:
+        return "the run does not train"
+    if not full_checkpoint.can_continue(agent):
+        return f"its agent, {type(agent).__name__}, has no save() and load()"
+    return None

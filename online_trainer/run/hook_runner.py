@@ -22,7 +22,7 @@ The runner's own jobs are hooks of this interface, called before the user's, in 
 4. checkpoints and the best agent state (every ``checkpoint_freq``, ``Run{i}_Last``, ``Run{i}_Best_agent.t``),
 5. progress (the run's bar),
 6. :class:`~online_trainer.run.builtin.run_stats.RunStats` (SPS, rolling means, timing shares),
-7. :class:`~online_trainer.run.builtin.preemption.PreemptionWatch` (a SIGTERM/SIGUSR1 check, when the run can resume),
+7. :class:`~online_trainer.run.builtin.preemption.PreemptionWatch` (a SIGTERM/SIGUSR1 check),
 
 then the user's hooks in the order given. So a user's ``on_eval`` and ``on_checkpoint`` see
 each evaluation and checkpoint once it is written, its ``on_episodes``/``on_episode_end`` see

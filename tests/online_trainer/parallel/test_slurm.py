@@ -31,7 +31,7 @@ from online_trainer import (
 from online_trainer.agents import QLearningAgent
 from online_trainer.hooks import Hook
 from online_trainer.run import full_checkpoint
-from tests.conftest import RecordingAgent, make_counting_vec, strip
+from tests.conftest import RecordingAgent, SamplingAgent, make_counting_vec, strip
 
 pytest.importorskip("submitit")
 
@@ -174,6 +174,25 @@ def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_check
         in failure.exception
     )
     assert (tmp_path / "Run1_Resume.pkl").is_file()
+
+
+def test_a_run_that_cannot_checkpoint_fails_at_the_time_limit_signal_rather_than_requeue_to_step_0(tmp_path):
+    """An agent without save() and load() cannot write a full checkpoint: requeued, its run would start again from
+    step 0 and meet the same time limit, max_requeues times."""
+    handle = OnlineTrainer(cliff, SamplingAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=3_000_000, seed_offset=11, execution=slurm(1, wait=False)
+    )
+    job = handle.job_ids[0]
+    wait_for(tmp_path / "metrics_run1.pkl")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    with pytest.raises(RunsFailedError) as caught:
+        handle.wait(progress=False)
+    (failure,) = caught.value.failures
+    assert f"TimeLimit: run 1 (seed 11) reached the time limit of Slurm job {job} at step" in failure.exception
+    assert "without a full checkpoint (its agent, SamplingAgent, has no save() and load())" in failure.exception
+    run = json.loads((tmp_path / "manifest.json").read_text())["runs"][0]
+    assert run["status"] == "failed" and 0 < run["global_step"] < 3_000_000
+    assert "requeueing" not in (tmp_path / "slurm" / f"{job}_0_log.err").read_text()
 
 
 def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_resume_submits_it_alone(tmp_path):

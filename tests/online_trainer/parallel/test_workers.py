@@ -442,6 +442,41 @@ def test_idle_workers_leave_and_are_replaced():
     assert all(not p.is_alive() for p in pool.processes.values())
 
 
+def zombie(pid: int) -> bool:
+    """Whether ``pid`` exited and its parent has not collected its exit status (``<defunct>`` in ``ps``)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone(pids: set[int], timeout: float = 20) -> bool:
+    """Whether every process of ``pids`` has left and been collected within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_workers_that_left_idle_are_collected_not_left_defunct(monkeypatch):
+    """They stayed <defunct> until the next call or the end of the process: a notebook's kernel showed them in ps
+    for hours (tester X2)."""
+    shutdown_workers()
+    monkeypatch.setattr(workers, "IDLE_TIMEOUT", 0.5)
+    runs = OnlineTrainer(make_counting_vec(1), PidAgent).multi_run(
+        2, num_episodes=3, num_workers=2, seed_offset=0, progress=False
+    )
+    pids = worker_pids(runs)
+    assert len(pids) == 2 and gone(pids), [zombie(pid) for pid in pids]
+    pool = WorkerPool(2, idle_timeout=0.5)  # started and never given a run
+    try:
+        pool.start(2)
+        assert gone({p.pid for p in pool.processes.values()})
+    finally:
+        pool.close()
+    shutdown_workers()
+
+
 @pytest.mark.slow
 def test_a_call_after_the_workers_left_idle_starts_new_ones(monkeypatch):
     shutdown_workers()
