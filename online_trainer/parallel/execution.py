@@ -124,7 +124,10 @@ def _unshippable(name: str, obj: Any) -> tuple[str, Any, Exception] | None:
                 found = _unshippable(f"{name}[{index}]", item)
                 if found is not None:
                     return found
-        return name, obj, exc
+        # without its traceback: its frames (back to the caller's, which holds the error) would make a cycle with the
+        # object in it, which only the garbage collector frees, in any order: an AsyncVectorEnv's pipes were closed
+        # before the env, whose __del__ then printed an OSError at the user's exit
+        return name, obj, exc.with_traceback(None)
     return None
 
 

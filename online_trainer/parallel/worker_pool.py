@@ -386,7 +386,9 @@ class WorkerPool:
             worker.waited.discard(worker.process.sentinel)  # closed, yet the process lives: checked every _WAIT s
             return
         self._discard(slot)
-        if not worker.ready:
+        if not worker.ready and preemption.requested():  # the signal reached it before its handlers: no run began
+            logger.info("worker %d was stopped by the preemption signal before it was ready", worker.process.pid)
+        elif not worker.ready:
             call.start_failures.append(code)
             logger.error("worker %d %s before it was ready", worker.process.pid, describe_exit(code))
         spec = worker.spec

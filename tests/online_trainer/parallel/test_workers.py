@@ -142,6 +142,28 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
         assert f"cannot be sent to {where}" in message and "num_workers=1" not in message
 
 
+def test_an_env_refused_for_workers_is_freed_when_the_error_is_dropped(tmp_path):
+    """The refusal's error held the env in a reference cycle, which the garbage collector freed in any order: an
+    AsyncVectorEnv's pipes closed before the env, whose __del__ then printed an OSError at the user's exit (O3)."""
+    import gc
+    import weakref
+
+    env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")
+    alive = weakref.ref(env)
+    trainer = OnlineTrainer(env, RecordingAgent)
+    del env
+    gc.disable()
+    try:
+        with pytest.raises(TypeError, match="cannot be sent to worker processes"):
+            trainer.multi_run(2, num_episodes=1, num_workers=2, progress=False)
+        del trainer
+        assert alive() is None  # freed by its count, as the user drops it: env first, then its pipes
+    finally:
+        gc.enable()
+        if alive() is not None:
+            alive().close()
+
+
 def refused(env, backend, num_workers):
     """The TypeError of check_travel for ``env`` under ``backend`` (nothing is run or imported)."""
     from online_trainer.loop.factories import AgentFactory, EnvFactory
@@ -518,6 +540,36 @@ def test_workers_leave_when_their_parent_is_killed(tmp_path):
             proc.kill()
     gone, alive = psutil.wait_procs(workers, timeout=15)
     assert alive == []
+
+
+SLOW_START_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    if __name__ == "__mp_main__":  # a worker imports the script before it installs its handlers: seconds, as torch's
+        time.sleep(4)
+    if __name__ == "__main__":
+        threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sys.argv[1]).multi_run(
+            2, num_episodes=2, num_workers=2, progress=False)
+""")
+
+
+@pytest.mark.slow
+def test_a_preemption_signal_before_the_workers_are_ready_is_not_reported_as_their_failure(tmp_path):
+    """The signal passed on killed them before their handlers were in place, and the log said "worker 30183 was
+    killed by SIGUSR1 (exit code -10) before it was ready" for a SIGTERM the user sent (O3)."""
+    script = tmp_path / "script.py"
+    script.write_text(SLOW_START_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "exp")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0 and "Preempted" in done.stderr and "SIGTERM received" in done.stderr
+    assert "before it was ready" not in done.stderr and "killed by" not in done.stderr, done.stderr
+    runs = json.loads((tmp_path / "exp" / "manifest.json").read_text())["runs"]
+    assert [run["status"] for run in runs] == ["interrupted", "interrupted"]  # sent out; none began
 
 
 class LoadedModulesAgent(RecordingAgent):
