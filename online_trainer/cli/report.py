@@ -34,6 +34,7 @@ from online_trainer.analysis.selection import (
 from online_trainer.analysis.stats import aggregate, final_performance, summarize
 from online_trainer.config.schema import ConfigError
 from online_trainer.records import storage
+from online_trainer.run.one_run import HOOK_NOTE
 
 logger = logging.getLogger(__name__)
 
@@ -263,10 +264,14 @@ def show_command(args: argparse.Namespace) -> int:
 
 
 def _cell(value: object) -> str:
-    """A Markdown table cell: one line, no pipes."""
+    """A Markdown table cell: one line, no pipes. Of a traceback, its exception's line, with the note that names the
+    hook it was raised in (the traceback's last line then: the cell said only "(raised in hook ...)")."""
     text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else "").replace("|", "\\|")
+    notes: list[str] = []
+    while len(lines) > 1 and lines[-1].startswith(HOOK_NOTE):
+        notes.insert(0, lines.pop())
+    return " ".join(lines[-1:] + notes).replace("|", "\\|")
 
 
 def summary_markdown(

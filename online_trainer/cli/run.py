@@ -23,7 +23,7 @@ from online_trainer.config.schema import (
     ExperimentConfig,
 )
 from online_trainer.errors import ExperimentExistsError, RunsFailedError
-from online_trainer.experiment.manifest import unfinished_runs
+from online_trainer.experiment.manifest import how_to_continue, unfinished_runs
 from online_trainer.options.groups import EvaluationOptions, ExecutionOptions
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.parallel.slurm_handle import SlurmRuns
@@ -166,7 +166,7 @@ def failed(error: RunsFailedError, exp_dir: Path) -> int:
     """Print ``error`` (the failed runs) and the command that runs them again once their cause is fixed; return 1."""
     print(
         f"online-trainer: {error}\nOnce the cause is fixed, run the failed runs again (each from its latest full "
-        f"checkpoint, or from its first step) with:\n  online-trainer resume {shlex.quote(os.fspath(exp_dir))}",
+        f"checkpoint, or from its first step) with:\n  {how_to_continue(exp_dir)}",
         file=sys.stderr,
     )
     return 1
@@ -201,7 +201,8 @@ def _resolved_text(config: ExperimentConfig, source: str, overrides: list[str]) 
 def _describe(config: ExperimentConfig) -> str:
     budget = f"{config.num_episodes} episodes" if config.num_episodes is not None else f"{config.total_steps} env steps"
     num_workers = min(config.execution.num_workers, config.num_runs)  # multi_run uses no more than num_runs
-    workers = f", {num_workers} workers" if num_workers > 1 else ""
+    at_once = {"slurm": "Slurm jobs at a time", "ray": "Ray tasks at a time"}.get(config.execution.backend, "workers")
+    workers = f", {num_workers} {at_once}" if num_workers > 1 else ""
     return (
         f"{config.num_runs} seed(s) of {config.agent.name} on {config.env.id} "
         f"(x{config.env.num_envs}), {budget} each{workers}"

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import time
 import warnings
@@ -414,6 +415,14 @@ def unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return (done, len(runs)) if done < len(runs) else None
+
+
+def how_to_continue(exp_dir: str | os.PathLike) -> str:
+    """How to continue the experiment in ``exp_dir``: the command for one ``online-trainer run`` made (it has a
+    ``config.yaml``), else the Python call (the command cannot rebuild an env or agent made in code)."""
+    if (Path(exp_dir) / storage.CONFIG_YAML).is_file():
+        return f"online-trainer resume {shlex.quote(os.fspath(exp_dir))}"
+    return "the call that made it again, with resume=True (it was made from Python, not by `online-trainer run`)"
 
 
 def earlier_experiment(exp_dir: Path, inputs: Mapping[str, str | None]) -> tuple[list[Path], list[Path]]:

@@ -149,8 +149,8 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
 
     A run whose job left a result gets that result's status. One whose job runs no more (ended, or
     unknown to ``squeue``) without a result is ``interrupted`` when it had started (it wrote
-    progress, records or a checkpoint), else ``pending``; either with a warning. A run whose job
-    is still queued and has not started is ``pending`` too. When ``squeue`` cannot be asked, the
+    progress, records or a checkpoint), else ``pending``; either with a warning. A run that has not
+    started in a job still queued, or running the job's earlier runs (``runs_per_job``), is ``pending`` too. When ``squeue`` cannot be asked, the
     runs stay ``running``.
 
     Returns:
@@ -178,7 +178,7 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
         state, started = states[entry[SLURM_JOB_KEY]], _started(Path(exp_dir), entry["run"])
         if state not in LIVE:
             (cut if started else never).append(entry)
-        elif state == "PENDING" and not started:
+        elif not started:  # its job is queued, or runs the job's earlier runs first (runs_per_job)
             queued.append(entry)
     for entry in cut:
         entry["status"] = INTERRUPTED
@@ -194,8 +194,7 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
         )
     if never:
         logger.warning(
-            "%s: %s ended before their runs started (cancelled while queued): run(s) %s count as pending; "
-            "resume=True runs them.",
+            "%s: %s ended before run(s) %s started in them: they count as pending; resume=True runs them.",
             os.fspath(exp_dir),
             _jobs(never, states),
             ", ".join(str(e["run"]) for e in never),
@@ -212,4 +211,9 @@ def _started(exp_dir: Path, run: int) -> bool:
 
 
 def _jobs(entries: list[dict[str, Any]], states: dict[str, str]) -> str:
-    return ", ".join(f"Slurm job {e[SLURM_JOB_KEY]} ({states[e[SLURM_JOB_KEY]].lower()})" for e in entries)
+    return ", ".join(f"Slurm job {e[SLURM_JOB_KEY]} ({state_words(states[e[SLURM_JOB_KEY]])})" for e in entries)
+
+
+def state_words(state: str) -> str:
+    """A job state as a message says it: ``cancelled``; ``no longer known to Slurm`` for :data:`GONE`."""
+    return "no longer known to Slurm" if state == GONE else state.lower()

@@ -31,7 +31,15 @@ from typing import Any
 from online_trainer.errors import RunSetupError, SlurmSubmissionError
 from online_trainer.experiment import job_results
 from online_trainer.experiment.job_results import read_job_result
-from online_trainer.experiment.slurm_states import ENDED, GONE, LIVE, UNRUNNABLE, job_states, unrunnable
+from online_trainer.experiment.slurm_states import (
+    ENDED,
+    GONE,
+    LIVE,
+    UNRUNNABLE,
+    job_states,
+    state_words,
+    unrunnable,
+)
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, SlurmOptions, StartHandler, no_start
 from online_trainer.parallel.threads import thread_variables
@@ -72,11 +80,15 @@ def log_tail(folder: str | os.PathLike, job_id: str, lines: int = _LOG_LINES) ->
 def ended_without_result(spec_run: int, seed: int, key: int, job_id: str, state: str, folder: str) -> RunResult:
     """The failed result of a run whose job ended (``state``) before the run had a result."""
     path, tail = log_tail(folder, job_id)
-    how = "is no longer known to Slurm" if state == GONE else f"ended {state}"
-    summary = (
-        f"SlurmJobEnded: Slurm job {job_id} {how} before run {spec_run} (seed {seed}) had a result; its log: {path}"
-    )
-    error = f"{summary}\nThe end of that log:\n{tail}"
+    how = "is no longer known to Slurm (cancelled before it started, or ended long ago)" if state == GONE else state
+    summary = f"SlurmJobEnded: run {spec_run} (seed {seed}) has no result, and its Slurm job {job_id} "
+    summary += how if state == GONE else f"ended {how}"
+    if path.is_file():
+        summary += f"; its log: {path}"
+        error = f"{summary}\nThe end of that log:\n{tail}"
+    else:
+        summary += "; the job wrote no log: it never started"
+        error = summary
     return RunResult(
         run_idx=spec_run,
         seed=seed,
@@ -145,7 +157,13 @@ class _Watch:
                     self.ended_seen[job_id] = self.ended_seen.get(job_id, 0) + 1
                     seen_now.add(job_id)
                 if self.ended_seen[job_id] >= 2:
-                    logger.error("run %d (seed %d): Slurm job %s ended %s without a result", run, seed, job_id, state)
+                    logger.error(
+                        "run %d (seed %d) has no result, and its Slurm job %s is %s",
+                        run,
+                        seed,
+                        job_id,
+                        state_words(state),
+                    )
                     ended.append(ended_without_result(run, seed, key, job_id, state, self.folder))
                     del self.runs[key]
         return ended

@@ -11,6 +11,7 @@ from typing import Any
 
 from online_trainer.errors import ExperimentInUseError, RunFailure, RunsFailedError
 from online_trainer.experiment.job_results import SLURM_DIR, SLURM_JOB_KEY, apply_result, manifest_lock, read_job_result
+from online_trainer.experiment.manifest import how_to_continue
 from online_trainer.experiment.slurm_states import LIVE, job_states
 from online_trainer.parallel.slurm import _Watch, follow
 from online_trainer.progress.display import NoProgress, ProgressDisplay
@@ -27,10 +28,7 @@ UNFINISHED = ("interrupted", "pending")
 def unfinished_note(exp_dir: str | os.PathLike, runs: Sequence[int]) -> str:
     """What to say of runs of ``exp_dir`` that are interrupted or still pending and no job holds: how to go on."""
     listed = ", ".join(str(run) for run in runs)
-    if (Path(exp_dir) / storage.CONFIG_YAML).is_file():
-        how = f"online-trainer resume {shlex.quote(os.fspath(exp_dir))}"
-    else:
-        how = "the call that made it again, with resume=True"
+    how = how_to_continue(exp_dir)
     return (
         f"{exp_dir}: run{'s' if len(runs) != 1 else ''} {listed} did not finish and no Slurm job holds "
         f"{'them' if len(runs) != 1 else 'it'} (interrupted, or never started: the jobs were cancelled). "

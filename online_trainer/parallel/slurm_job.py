@@ -182,7 +182,8 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
             logger.error("%s", result.error)
         except Exception as exc:  # isolated: the job goes on with its next run
             result = failed_result(spec, exc)
-            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra["exception"])
+            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra["exception"], exc_info=exc)
+            result.extra["exception"] += f" (in Slurm job {job_id}; its log: {_log_path()})"
         finally:
             channel.flush()
             try:
@@ -212,6 +213,14 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
 def _requeue(job_id: str, why: str) -> None:
     logger.warning("%s: requeueing Slurm job %s", why, job_id)
     subprocess.run(["scontrol", "requeue", job_id], check=False, timeout=60)
+
+
+def _log_path() -> str:
+    """This job's log of the runs' messages (submitit's stderr file)."""
+    try:
+        return str(submitit.JobEnvironment().paths.stderr)
+    except (RuntimeError, KeyError):  # not in a submitit job
+        return "?"
 
 
 def _job_id() -> str:

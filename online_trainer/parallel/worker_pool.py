@@ -251,7 +251,7 @@ class WorkerPool:
                         self._receive(worker, call)
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
-            if preemption.requested() and call.interrupted:  # a signal as the last runs ended stopped none
+            if call.interrupted:  # a signal that came as the last runs ended stopped none: the call returns
                 raise Preempted(on_disk=on_disk)
         except BaseException as exc:
             self.broken = True
@@ -314,7 +314,9 @@ class WorkerPool:
             try:
                 # the worker logs at this process's levels, to its handlers
                 sent = dataclasses.replace(spec, log_levels=_log_levels())
-                worker.conn.send(shipping.dumps(sent))
+                # when it was sent: a preemption signal the worker got before is not for this run (time.monotonic()
+                # is one clock for every process of the machine)
+                worker.conn.send((time.monotonic(), shipping.dumps(sent)))
             except OSError:  # it died: its sentinel tells the rest
                 call.waiting.appendleft(spec)
                 worker.spec = None

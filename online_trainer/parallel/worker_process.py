@@ -155,8 +155,9 @@ def _set_levels(levels: dict[str, int]) -> None:
         logging.getLogger(name or None).setLevel(level)
 
 
-def _next_payload(conn: Connection, idle_timeout: float) -> bytes:
-    """The next run's payload; leaves the process on the stop message, when idle too long, or on EOF."""
+def _next_payload(conn: Connection, idle_timeout: float) -> tuple[float, bytes]:
+    """The next run's payload and when it was sent; leaves the process on the stop message, when idle too long, or on
+    EOF."""
     idle_since = time.monotonic()
     while not conn.poll(_POLL):
         if time.monotonic() - idle_since > idle_timeout:
@@ -321,8 +322,9 @@ def worker_main(
     try:
         channel.put(("ready", os.getpid()))
         while True:
-            payload = _next_payload(conn, idle_timeout)
+            sent_at, payload = _next_payload(conn, idle_timeout)
             channel.put(("took",))
+            preemption.forget_before(sent_at)  # a signal that came after the last run ended, for that run
             try:
                 spec = cloudpickle.loads(payload)
             except Exception as exc:

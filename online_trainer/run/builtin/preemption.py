@@ -13,6 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -22,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _requested = threading.Event()
-_received: list[int] = []  # the first preemption signal since handling() began
+_received: list[tuple[int, float]] = []  # the first preemption signal since handling() began, and its time.monotonic()
 
 
 def requested() -> bool:
@@ -32,7 +33,15 @@ def requested() -> bool:
 
 def received() -> int | None:
     """The preemption signal that came first since :func:`handling` began (None: none came)."""
-    return _received[0] if _received else None
+    return _received[0][0] if _received else None
+
+
+def forget_before(moment: float) -> None:
+    """Forget a preemption signal that came before ``moment`` (a ``time.monotonic()``, one clock for every process
+    of the machine): in a worker, one meant for a run that had ended before the parent sent the next."""
+    if _received and _received[0][1] < moment:
+        _requested.clear()
+        _received.clear()
 
 
 def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = True) -> None:
@@ -42,7 +51,7 @@ def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = Tr
     parent announces the signal it passes on (or that reached the whole process group).
     """
     if not _requested.is_set():
-        _received.append(signum)
+        _received.append((signum, time.monotonic()))
         if announce:
             logger.warning(
                 "%s received: each run writes a full checkpoint at its next step and stops; no new run starts",

@@ -1098,3 +1098,33 @@ def test_run_on_a_disk_that_fills_says_so_with_the_command_that_continues(tmp_pa
     )
     monkeypatch.undo()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # as it says
+
+
+def test_the_commands_failure_hint_continues_an_experiment_made_from_python_from_python(tmp_path, capsys):
+    """`online-trainer wait` on runs submitted from Python ended with "run the failed runs again with: online-trainer
+    resume DIR", which then refused it: that command continues only experiments `online-trainer run` made (Y2)."""
+    from online_trainer.cli.run import failed
+    from online_trainer.errors import RunFailure, RunsFailedError
+
+    error = RunsFailedError([RunFailure(2, 10003, "RuntimeError: boom", "RuntimeError: boom")])
+    assert failed(error, tmp_path) == 1
+    hint = capsys.readouterr().err.splitlines()[-1]
+    assert hint == (
+        "  the call that made it again, with resume=True (it was made from Python, not by `online-trainer run`)"
+    )
+    (tmp_path / "config.yaml").write_text("env: {}\n")
+    failed(error, tmp_path)
+    assert capsys.readouterr().err.splitlines()[-1] == f"  online-trainer resume {tmp_path}"
+
+
+def test_the_reports_error_cell_keeps_the_exception_of_a_run_a_hook_failed():
+    """summary.md's "Runs left out" said only "(raised in hook FailRun2#0's on_step)": the traceback's last line
+    is the note that names the hook, not the error (W3)."""
+    from online_trainer.cli.report import _cell
+
+    traceback = (
+        "Traceback (most recent call last):\n  File \"/a.py\", line 3, in on_step\n    raise RuntimeError('boom')\n"
+        "RuntimeError: boom in run 2 | 3\n(raised in hook FailRun2#0's on_step)\n"
+    )
+    assert _cell(traceback) == "RuntimeError: boom in run 2 \\| 3 (raised in hook FailRun2#0's on_step)"
+    assert _cell("ValueError: x\n") == "ValueError: x" and _cell(None) == "" and _cell(float("nan")) == ""

@@ -295,6 +295,18 @@ JOB = textwrap.dedent("""
 """)
 
 
+def wait_for_runs(job: subprocess.Popen, streams: list[Path], timeout: float = 600) -> None:
+    """Wait until the job's runs have begun (their metrics streams exist), failing if it never gets there.
+
+    A signal sent before the job's call began killed it with the default action (exit -15, nothing printed): a
+    deadline that ran out on a loaded machine sent SIGTERM anyway (an outside tester, at load 8)."""
+    deadline = time.monotonic() + timeout
+    while not all(path.exists() for path in streams):
+        assert job.poll() is None, f"the job ended (status {job.returncode}) before its runs began"
+        assert time.monotonic() < deadline, f"the job's runs did not begin within {timeout} s"
+        time.sleep(0.05)
+
+
 def run_job(script, exp_dir, workers, resume_flag, **popen):
     return subprocess.Popen(
         [sys.executable, str(script), str(exp_dir), str(workers), resume_flag], cwd=script.parent, **popen
@@ -306,9 +318,7 @@ def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
     script = tmp_path / "job.py"
     script.write_text(JOB.format(env_id="CartPole-v1", agent="PPOAgent", steps=10_000, every=8_000))
     job = run_job(script, tmp_path / "cut", 1, "0", stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not (tmp_path / "cut" / "metrics_run1.pkl").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_runs(job, [tmp_path / "cut" / "metrics_run1.pkl"])
     job.send_signal(signal.SIGTERM)
     _, err = job.communicate(timeout=300)
     assert job.returncode != 0 and b"Preempted" in err
@@ -846,9 +856,7 @@ def test_sigterm_to_the_process_group_interrupts_the_workers_runs(tmp_path, star
         start_new_session=True,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 120
-    while not all((exp / f"metrics_run{i}.pkl").exists() for i in (1, 2)) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_runs(job, [exp / f"metrics_run{i}.pkl" for i in (1, 2)])
     time.sleep(0.5)
     os.killpg(job.pid, signal.SIGTERM)
     _, err = job.communicate(timeout=120)

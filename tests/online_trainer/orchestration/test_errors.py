@@ -610,7 +610,7 @@ def test_a_failure_whose_details_repeat_its_summary_says_it_once():
     """A cancelled Slurm job's failure printed its ``SlurmJobEnded`` line twice (an outside tester's find)."""
     from online_trainer.errors import RunFailure, RunsFailedError
 
-    summary = "SlurmJobEnded: Slurm job 5 ended CANCELLED before run 1 (seed 0) had a result; its log: /x"
+    summary = "SlurmJobEnded: run 1 (seed 0) has no result, and its Slurm job 5 ended CANCELLED; its log: /x"
     text = str(RunsFailedError([RunFailure(1, 0, summary, f"{summary}\nThe end of that log:\n(the log is empty)")]))
     assert text.count("SlurmJobEnded") == 1 and text.endswith("\n    The end of that log:\n    (the log is empty)")
 

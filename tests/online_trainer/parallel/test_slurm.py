@@ -31,7 +31,7 @@ from online_trainer import (
 from online_trainer.agents import QLearningAgent
 from online_trainer.hooks import Hook
 from online_trainer.run import full_checkpoint
-from tests.conftest import RecordingAgent, SamplingAgent, make_counting_vec, strip
+from tests.conftest import FailsOnThirdRun, RecordingAgent, SamplingAgent, make_counting_vec, strip
 
 pytest.importorskip("submitit")
 
@@ -176,6 +176,20 @@ def test_a_job_requeued_more_than_max_requeues_fails_its_run_and_keeps_its_check
     assert (tmp_path / "Run1_Resume.pkl").is_file()
 
 
+def test_a_run_that_raises_in_a_job_is_named_with_its_job_and_its_log_holds_the_traceback(tmp_path):
+    """The failure named the run and its error only, and the job's log held one line, no traceback (Y2)."""
+    with pytest.raises(RunsFailedError) as caught:
+        OnlineTrainer(make_counting_vec(1), FailsOnThirdRun, exp_dir=tmp_path).multi_run(
+            3, num_episodes=8, seed_offset=0, execution=slurm()
+        )
+    (failure,) = caught.value.failures
+    job = json.loads((tmp_path / "manifest.json").read_text())["runs"][2]["slurm_job"]
+    log = tmp_path / "slurm" / f"{job}_0_log.err"
+    assert failure.run_idx == 3 and failure.exception.startswith("ValueError: diverged on purpose")
+    assert failure.exception.endswith(f" (in Slurm job {job}; its log: {log})")
+    assert "Traceback (most recent call last)" in log.read_text() and "diverged on purpose" in log.read_text()
+
+
 def test_a_run_that_cannot_checkpoint_fails_at_the_time_limit_signal_rather_than_requeue_to_step_0(tmp_path):
     """An agent without save() and load() cannot write a full checkpoint: requeued, its run would start again from
     step 0 and meet the same time limit, max_requeues times."""
@@ -206,7 +220,7 @@ def test_a_cancelled_job_is_reported_by_seed_job_and_log_the_others_finish_and_r
         handle.wait(progress=False)
     (failure,) = caught.value.failures
     assert (failure.run_idx, failure.seed) == (1, 0)
-    assert f"Slurm job {job} ended CANCELLED before run 1 (seed 0) had a result; its log: " in failure.exception
+    assert f"run 1 (seed 0) has no result, and its Slurm job {job} ended CANCELLED; its log: " in failure.exception
     assert failure.exception.endswith(f"{job}_0_log.err") and f"{job}_0_log.err" in str(caught.value)
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "finished", "finished"]
@@ -342,7 +356,7 @@ def test_readers_report_runs_of_cancelled_jobs_as_interrupted_or_pending_once_th
         f"Slurm job {jobs[0]} (cancelled), Slurm job {jobs[1]} (cancelled) ended before recording how run(s) "
         in caplog.text
     )
-    assert f"Slurm job {jobs[2]} (cancelled) ended before their runs started" in caplog.text
+    assert f"Slurm job {jobs[2]} (cancelled) ended before run(s) 3 started in them" in caplog.text
     # resume=True continues such runs: test_a_cancelled_job_is_reported_by_seed_job_and_log_... shows it
 
 

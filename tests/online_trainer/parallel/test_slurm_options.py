@@ -149,6 +149,17 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
         load_experiment_config(path, ["execution.backend=rayy"])
 
 
+def test_the_commands_header_says_how_many_jobs_run_at_once_not_workers(tmp_path):
+    from online_trainer.cli.run import _describe
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_runs: 4\nnum_episodes: 2\n")
+    slurm = load_experiment_config(path, ["execution.num_workers=2", "execution.backend=slurm"])
+    assert _describe(slurm).endswith("2 episodes each, 2 Slurm jobs at a time")  # it said "2 workers" (Y2)
+    local = load_experiment_config(path, ["execution.num_workers=2"])
+    assert _describe(local).endswith("2 episodes each, 2 workers")
+
+
 class Display:
     """Records what reaches the submitting process's progress display."""
 
@@ -225,3 +236,22 @@ def test_a_slurm_job_ignores_the_time_limit_signal_once_its_runs_are_done():
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_job_that_left_the_queue_without_starting_is_described_in_words_without_a_log_it_never_wrote(tmp_path):
+    """A pending array task cancelled before it started is forgotten by Slurm: the failure said "ended GONE", "is no
+    longer known to Slurm before run 2 had a result", and named a log that never existed (Y2)."""
+    pytest.importorskip("submitit")
+    from online_trainer.experiment.slurm_states import GONE
+    from online_trainer.parallel.slurm import ended_without_result
+
+    result = ended_without_result(2, 10003, 2, "2406_1", GONE, str(tmp_path))
+    assert result.extra["exception"] == (
+        "SlurmJobEnded: run 2 (seed 10003) has no result, and its Slurm job 2406_1 is no longer known to Slurm "
+        "(cancelled before it started, or ended long ago); the job wrote no log: it never started"
+    )
+    assert result.error == result.extra["exception"] and "GONE" not in result.error
+    (tmp_path / "2406_1_0_log.err").write_text("srun: error: node lost\n")
+    result = ended_without_result(2, 10003, 2, "2406_1", "NODE_FAIL", str(tmp_path))
+    assert result.extra["exception"].endswith(f"ended NODE_FAIL; its log: {tmp_path / '2406_1_0_log.err'}")
+    assert result.error.endswith("The end of that log:\nsrun: error: node lost")

@@ -884,3 +884,20 @@ def test_new_workers_after_the_library_itself_changed_say_to_restart(monkeypatch
     trainer.multi_run(2, num_episodes=2, num_workers=2, progress=False)
     assert len([r for r in caplog.records if "changed after this process" in r.getMessage()]) == 2  # another file
     shutdown_workers()
+
+
+def test_a_preemption_signal_a_warm_worker_got_between_calls_does_not_stop_its_next_run(tmp_path):
+    """A signal passed on as a run ended (or sent to an idle worker) stayed set in the warm worker: every run it took
+    in the next calls stopped at its first look, as interrupted, and the call returned those cut records as if
+    finished (seen as evaluations missing from one run of a later call)."""
+    shutdown_workers()
+    kw = dict(total_steps=150_000, seed_offset=0, num_workers=2, progress=False)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, **kw)
+    for process in workers._shared.processes.values():
+        os.kill(process.pid, signal.SIGUSR1)
+    time.sleep(0.5)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.multi_run(2, **kw)
+    runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
+    assert [(run["status"], run["global_step"]) for run in runs] == [("finished", 150_000)] * 2
+    shutdown_workers()
