@@ -45,7 +45,7 @@ from online_trainer.parallel import execution as base
 from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
-from online_trainer.run.interrupts import finishing_the_stop
+from online_trainer.run.interrupts import finishing_the_stop, one_stop_per_press
 from online_trainer.run.one_run import RunSpec
 
 if TYPE_CHECKING:
@@ -337,7 +337,7 @@ def run_experiments(
         What a run raised before its first env step (nothing of the call is kept on disk), or what
         interrupted the runs (KeyboardInterrupt, a preemption signal: the manifests say so).
     """
-    with hold as created, executors.early_workers(execution, max_runs) as pool:
+    with one_stop_per_press(), hold as created, executors.early_workers(execution, max_runs) as pool:
         experiments = list(plan(created))
         handle = execute_experiments(experiments, execution, callback, pool, created)
         finalized = finalize(experiments) if finalize is not None and handle is None else None

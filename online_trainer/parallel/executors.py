@@ -20,6 +20,7 @@ from online_trainer.parallel.threads import limited_threads
 from online_trainer.parallel.workers import WorkerPool, shared_pool
 from online_trainer.progress.display import NoProgress, ProgressDisplay
 from online_trainer.run.builtin import preemption
+from online_trainer.run.interrupts import finishing_the_stop
 from online_trainer.run.one_run import RunSpec
 
 
@@ -66,6 +67,7 @@ def execute(
         if options.progress and not detached
         else NoProgress()
     )
+    closed = False
     try:
         if options.backend == "slurm":
             from online_trainer.parallel.slurm import SlurmExecutor
@@ -92,6 +94,12 @@ def execute(
         else:
             with preemption.handling(), limited_threads(options.torch_threads):
                 run_serial(specs, display, on_result, on_start)
+    except BaseException as error:
+        with finishing_the_stop(error):  # a second Ctrl-C just after the workers stopped broke off the bars' close
+            display.close_all()
+        closed = True
+        raise
     finally:
-        display.close_all()
+        if not closed:
+            display.close_all()
     return None

@@ -87,6 +87,7 @@ class _Call:
         self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
         self.interrupted = False  # some run ended interrupted (a preemption signal stopped it)
+        self.preempted: Preempted | None = None  # what such a run raised in its worker
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
         """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
@@ -94,6 +95,11 @@ class _Call:
             return
         self.pending.discard(spec.key)
         self.interrupted |= result.status == "interrupted"
+        stopped = result.extra.get("exception_object")
+        if isinstance(stopped, Preempted) and (
+            self.preempted is None or (self.preempted.checkpointed and not stopped.checkpointed)
+        ):
+            self.preempted = stopped  # raised for the call: a run that could not be checkpointed says so first
         self.display.run_finished(spec.key, result.status)
         self.on_result(result)
 
@@ -240,7 +246,7 @@ class WorkerPool:
             self._start(len(specs))
             while call.pending:
                 if preemption.requested() and not self._busy():  # every run out checkpointed and stopped
-                    raise Preempted(on_disk=on_disk)
+                    raise call.preempted or Preempted(on_disk=on_disk)
                 self._dispatch(call)
                 if not self.workers:
                     self._fail_unstarted(call)
@@ -252,14 +258,16 @@ class WorkerPool:
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
             if call.interrupted:  # a signal that came as the last runs ended stopped none: the call returns
-                raise Preempted(on_disk=on_disk)
+                raise call.preempted or Preempted(on_disk=on_disk)
         except BaseException as exc:
             self.broken = True
-            if isinstance(exc, KeyboardInterrupt):  # Ctrl-C, the notebook's stop button: the bar says how runs ended
-                for worker in self.workers.values():
-                    if worker.spec is not None and worker.spec.key in call.pending:
-                        display.run_finished(worker.spec.key, "interrupted")
             with finishing_the_stop(exc):  # the workers flush their runs' records
+                if isinstance(
+                    exc, KeyboardInterrupt
+                ):  # Ctrl-C, the notebook's stop button: the bar says how runs ended
+                    for worker in self.workers.values():
+                        if worker.spec is not None and worker.spec.key in call.pending:
+                            display.run_finished(worker.spec.key, "interrupted")
                 self.stop()
             raise
 

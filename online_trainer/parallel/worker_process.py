@@ -206,7 +206,7 @@ def _execute(spec: RunSpec, progress: QueueProgress) -> RunResult:
     try:
         result = execute_run(spec, progress)
     except Preempted as exc:  # it stopped at a preemption signal (with a full checkpoint if it can): the worker stays
-        result = failed_result(spec, exc)
+        result = failed_result(spec, exc, keep_exception=True)  # the parent raises it: it says what was kept
         result.status = "interrupted"
     except Exception as exc:
         result = failed_result(spec, exc)

@@ -238,5 +238,6 @@ def _no_full_checkpoint(spec: RunSpec, agent: Any) -> str | None:
     if not spec.train:
         return "the run does not train"
     if not full_checkpoint.can_continue(agent):
-        return f"its agent, {type(agent).__name__}, has no save() and load()"
+        missing = [f"{name}()" for name in ("save", "load") if not callable(getattr(agent, name, None))]
+        return f"its agent, {type(agent).__name__}, has no {' and '.join(missing)}"
     return None

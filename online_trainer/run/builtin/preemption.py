@@ -54,7 +54,8 @@ def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = Tr
         _received.append((signum, time.monotonic()))
         if announce:
             logger.warning(
-                "%s received: each run writes a full checkpoint at its next step and stops; no new run starts",
+                "%s received: each run writes a full checkpoint (if it can) at its next step and stops; no new run "
+                "starts",
                 signal.Signals(signum).name,
             )
     _requested.set()

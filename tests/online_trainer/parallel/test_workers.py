@@ -298,13 +298,37 @@ def test_keyboard_interrupt_stops_every_worker_and_keeps_metrics(tmp_path):
     assert statuses == ["interrupted", "interrupted"]
 
 
+# The parent's stop takes longer than the second press's gap (its callback closes slowly): a second press after the
+# call returned would hit Python's own printing of the traceback, not this library.
+SCRIPT_SLOW_STOP = textwrap.dedent("""
+    import sys, time
+    from online_trainer import OnlineTrainer
+    from online_trainer.callbacks import EmptyCallBack
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Slow(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            time.sleep(0.002)
+
+    class SlowClose(EmptyCallBack):
+        def close(self):
+            time.sleep(0.3)
+
+    if __name__ == "__main__":
+        trainer = OnlineTrainer(make_counting_vec(1), Slow, exp_dir=sys.argv[1])
+        trainer.call_back = SlowClose()
+        trainer.multi_run(2, num_episodes=100000, seed_offset=0, num_workers=2, metrics_flush_every=5)
+""")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("gap", [0.002, 0.02])
 def test_ctrl_c_pressed_twice_stops_every_worker_quietly_and_keeps_metrics(tmp_path, gap):
     """Ctrl-C reaches the terminal's whole process group, and people press it twice. A worker hit again as it left
     printed a traceback (tester T2), and the parent's second KeyboardInterrupt broke off writing the manifest."""
     script = tmp_path / "script.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT_SLOW_STOP)
     exp = tmp_path / "exp"
     proc = subprocess.Popen(
         [sys.executable, str(script), str(exp)],
