@@ -37,19 +37,17 @@ def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> li
     if which == "all":
         periodic = {}
         for path in exp_dir.glob(f"Run{run}_[ES]*"):
-            match = re.fullmatch(rf"Run{run}_([ES])(\d+)(\..*)?", path.name)
+            match = re.fullmatch(rf"Run{run}_([ES])(\d+)([._-].*)?", path.name)
             if match:
                 periodic[(match[1], int(match[2]))] = path.with_name(f"Run{run}_{match[1]}{match[2]}")
         found += [(f"{kind}{n}", path) for (kind, n), path in sorted(periodic.items(), key=lambda item: item[0][1])]
     last = storage.checkpoint_path(exp_dir, run, "Last")
-    if which in ("last", "all") and any(exp_dir.glob(f"{last.name}*")):
+    if which in ("last", "all") and storage.saved_by(last):
         found.append(("last", last))
     best, prefix = storage.best_agent_path(exp_dir, run), storage.best_agent_prefix(exp_dir, run)
     if which in ("best", "all") and best.is_file():
         found.append(("best", best))
-    elif which in ("best", "all") and any(
-        p.name == prefix.name or p.name.startswith(f"{prefix.name}.") for p in exp_dir.glob(f"{prefix.name}*")
-    ):
+    elif which in ("best", "all") and storage.saved_by(prefix):
         found.append(("best", prefix))
     if not found:
         raise FileNotFoundError(
@@ -93,7 +91,7 @@ class CheckpointAgent:
     def _named(self) -> str:
         """The checkpoint's path, and the files ``save(path)`` wrote beside a prefix (``Run1_Last.pt``)."""
         path = Path(self.path)
-        files = sorted(p.name for p in path.parent.glob(f"{path.name}.*")) if not path.is_file() else []
+        files = [p.name for p in storage.saved_by(path) if p != path] if not path.is_file() else []
         return f"{self.path} (the file{'s' if len(files) > 1 else ''} {', '.join(files)})" if files else self.path
 
     def __repr__(self) -> str:

@@ -135,13 +135,56 @@ def record_job_result(exp_dir: Path, result: RunResult, write_all_metrics: bool)
 
 
 def read_job_result(exp_dir: Path, run_idx: int) -> RunResult | None:
-    """The result a Slurm job (or a Ray task) wrote for run ``run_idx`` (None when there is none, or it cannot be read)."""
+    """The result a Slurm job (or a Ray task) wrote for run ``run_idx`` (None when there is none, or it cannot be read).
+
+    A result whose agent (or error) is of a class this process cannot import (``online-trainer wait`` run
+    away from the user's code) is read without it: the run's status, counts and records are what the
+    manifest needs; its ``agent`` is then None and ``extra["agent_not_loaded"]`` says why.
+    """
     path = result_path(exp_dir, run_idx)
     try:
         with open(path, "rb") as file:
             return pickle.load(file)
     except FileNotFoundError:
         return None
+    except (ImportError, AttributeError) as exc:  # a class of the user's code, not importable here
+        missing = f"{type(exc).__name__}: {exc}"
     except Exception as exc:  # cut off, or written by another version
         logger.warning("could not read %s (%s: %s)", path, type(exc).__name__, exc)
         return None
+    try:
+        with open(path, "rb") as file:
+            result = _UserClassesLeftOut(file).load()
+    except Exception as exc:
+        logger.warning("could not read %s (%s: %s; then %s: %s)", path, missing, type(exc).__name__, exc)
+        return None
+    if not isinstance(result, RunResult):
+        logger.warning("could not read %s (%s)", path, missing)
+        return None
+    logger.debug("read %s without the classes this process cannot import (%s)", path, missing)
+    if isinstance(result.agent, _LeftOut):
+        result.agent = None
+        result.extra["agent_not_loaded"] = missing
+    if isinstance(result.extra.get("exception_object"), _LeftOut):  # the run's error is named by extra["exception"]
+        del result.extra["exception_object"]
+    return result
+
+
+class _LeftOut:
+    """Stands for an object of a class that could not be imported: it takes any arguments and state, and keeps none."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _UserClassesLeftOut(pickle.Unpickler):
+    """Unpickles with :class:`_LeftOut` in place of every global that cannot be imported."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except (ImportError, AttributeError):
+            return type(name, (_LeftOut,), {"__module__": module})

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import fnmatch
 import functools
+import glob
 import importlib.util
 import io
 import json
@@ -116,6 +117,23 @@ def best_agent_prefix(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     """Path prefix handed to ``agent.save`` at the best episode by an agent whose ``save()`` returns no state (it
     saves to files only, as Stable-Baselines3's models do): ``Run{i}_Best``."""
     return checkpoint_path(exp_dir, run_idx, "Best")
+
+
+_SAVED_SUFFIX = re.compile(r"[._-]")
+"""What may follow a prefix in the names ``agent.save(prefix)`` gives its files: ``Run1_Last.pt``, a folder
+``Run1_Last``, ``Run1_Last_model.zip``, ``Run1_Last-critic.pt``."""
+
+
+def saved_by(prefix: Path) -> list[Path]:
+    """The files and folders ``agent.save(prefix)`` wrote: ``prefix`` itself, and names that continue it after a
+    ``.``, ``_`` or ``-``; never the runner's own ``Run{i}_Best_agent.t`` (beside the prefix ``Run{i}_Best``)."""
+    name = prefix.name
+    return sorted(
+        path
+        for path in prefix.parent.glob(f"{glob.escape(name)}*")
+        if (path.name == name or _SAVED_SUFFIX.match(path.name, len(name)))
+        and not re.fullmatch(r"Run\d+_Best_agent\.t", path.name)
+    )
 
 
 _EXPERIMENT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in EXPERIMENT_PATTERNS))

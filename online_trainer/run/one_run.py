@@ -150,7 +150,9 @@ def _sized_by_obs(agent: Any) -> bool:
     return any(cls.__module__ == "online_trainer.agents._base" for cls in type(agent).__mro__)
 
 
-_SAID_NO_LOAD: set[type] = set()
+_SAID_NO_LOAD: set[tuple[type, str | None]] = set()
+"""(agent class, experiment) pairs warned of in this process: once an experiment, not once a run (nor once a process:
+a notebook's next experiment is told again)."""
 """The agent classes this process has said lack ``load`` (once each)."""
 
 
@@ -175,9 +177,9 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
         and spec.exp_dir is not None
         and spec.options.checkpoint_freq is not None
         and not callable(getattr(agent, "load", None))
-        and type(agent) not in _SAID_NO_LOAD
+        and (type(agent), spec.exp_dir) not in _SAID_NO_LOAD
     ):
-        _SAID_NO_LOAD.add(type(agent))
+        _SAID_NO_LOAD.add((type(agent), spec.exp_dir))
         logger.warning(
             "The agent %s has save() but no load(): with checkpoint_freq=%s its checkpoints are written, but no run "
             "can be continued from them (a resumed run starts again from step 0) nor evaluated by the runner. Add "

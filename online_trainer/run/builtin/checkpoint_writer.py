@@ -45,13 +45,12 @@ def serialised(state: Any) -> bytes:
 
 
 def remove_checkpoint(prefix: Path) -> None:
-    """Delete what ``agent.save(prefix)`` wrote: ``prefix`` itself and ``prefix.*`` (files or folders)."""
-    for path in prefix.parent.glob(f"{prefix.name}*"):
-        if path.name == prefix.name or path.name.startswith(f"{prefix.name}."):
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
+    """Delete what ``agent.save(prefix)`` wrote (see :func:`online_trainer.records.storage.saved_by`)."""
+    for path in storage.saved_by(prefix):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
 
 
 class RunCheckpoints(Hook):

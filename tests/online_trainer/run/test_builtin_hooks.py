@@ -536,6 +536,49 @@ def test_an_agent_that_saves_to_files_only_keeps_its_best_and_leaves_no_resume_f
     assert set(table["checkpoint"]) == {"best"} and sorted(set(table["run"])) == [1, 2]
 
 
+class SavesWithASuffixOfItsOwn(RecordingAgent):
+    """``save(path)`` writes ``path + "_model.zip"``, as some libraries' ``model.save`` name their files."""
+
+    def save(self, path=None):
+        if path is not None:
+            with open(f"{path}_model.zip", "w") as f:
+                f.write(json.dumps({"updates": self.updates}))
+
+    def load(self, path):
+        with open(f"{os.fspath(path)}_model.zip") as f:
+            self.loaded = json.loads(f.read())
+
+
+def test_checkpoints_whose_files_continue_the_prefix_after_an_underscore_are_found_and_pruned(tmp_path):
+    """``Run1_S20_model.zip`` was not taken for the checkpoint ``Run1_S20``: keep=1 left every periodic one on
+    disk, ``evaluate(which="all")`` and ``load_agent(which="best")`` did not find them."""
+    from online_trainer import load_agent
+    from online_trainer.experiment.checkpoint_files import checkpoints
+
+    trainer = OnlineTrainer(make_counting_vec(1), SavesWithASuffixOfItsOwn, exp_dir=tmp_path)
+    trainer.multi_run(1, total_steps=100, seed_offset=SEED, checkpoint_freq=20, keep_checkpoints=1, progress=False)
+    assert sorted(p.name for p in tmp_path.glob("Run1_*.zip")) == [
+        "Run1_Best_model.zip",
+        "Run1_Last_model.zip",
+        "Run1_S80_model.zip",
+    ]
+    assert [label for label, _ in checkpoints(tmp_path, 1, "all")] == ["S80", "last", "best"]
+    agent = load_agent(tmp_path, run=1, which="best", agent_factory=SavesWithASuffixOfItsOwn, env=make_counting_vec(1))
+    assert agent.loaded == json.loads((tmp_path / "Run1_Best_model.zip").read_text())
+
+
+def test_the_runners_best_state_is_not_taken_for_files_of_the_best_prefix(tmp_path):
+    from online_trainer.records import storage
+    from online_trainer.run.builtin.checkpoint_writer import remove_checkpoint
+
+    for name in ("Run1_Best_agent.t", "Run1_Best.pt", "Run1_Best_model.zip", "Run1_Bestx", "Run1_Best"):
+        (tmp_path / name).write_text("x")
+    prefix = storage.best_agent_prefix(tmp_path, 1)
+    assert [p.name for p in storage.saved_by(prefix)] == ["Run1_Best", "Run1_Best.pt", "Run1_Best_model.zip"]
+    remove_checkpoint(prefix)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Run1_Best_agent.t", "Run1_Bestx"]
+
+
 class AnnouncesItsOwn(Hook):
     """Evaluates its own way, on another scale, every 30 env steps, and announces it."""
 

@@ -260,7 +260,9 @@ def test_an_agent_without_load_gets_no_full_checkpoint_and_a_warning_once(tmp_pa
     caplog.clear()
     runs = make.multi_run(2, **{**KW, "total_steps": 900}, resume=True)
     assert "run 1 (interrupted) starts again from step 0, as it has no full checkpoint" in caplog.text
+    assert "has save() but no load()" not in caplog.text  # said once an experiment
     fresh = OnlineTrainer(env, SaveOnly, exp_dir=tmp_path / "fresh").multi_run(2, **{**KW, "total_steps": 900})
+    assert caplog.text.count("The agent SaveOnly has save() but no load()") == 1  # another experiment: said again
     assert [[(r["ep_return"], r["global_step"]) for r in run] for run in runs] == [
         [(r["ep_return"], r["global_step"]) for r in run] for run in fresh
     ]
