@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -59,8 +59,8 @@ class GroupStreams:
     """One random stream per group, the same whatever other groups are analysed with it.
 
     The stream of a group is seeded from ``seed`` and the group's key (its column names
-    and values), so adding, removing or reordering groups leaves every other group's
-    intervals unchanged. A ``numpy.random.Generator`` gives one draw for the base seed
+    and values), or its scores (:meth:`of_values`), so adding, removing or reordering groups
+    leaves every other group's intervals unchanged. A ``numpy.random.Generator`` gives one draw for the base seed
     (reproducible given its state); ``None`` draws fresh entropy.
 
     Args:
@@ -79,6 +79,16 @@ class GroupStreams:
             return np.random.default_rng()
         text = repr(sorted((str(k), _plain(v)) for k, v in keys.items()))
         return np.random.default_rng([self.base, zlib.crc32(text.encode())])
+
+    def of_values(self, strata: Sequence[np.ndarray]) -> np.random.Generator:
+        """The generator of a group known by its values (each stratum's, in the order given): the same runs get the
+        same intervals whatever their group is called (``show`` of an experiment and ``compare`` of it with another)."""
+        if self.base is None:
+            return np.random.default_rng()
+        digest = 0
+        for values in strata:
+            digest = zlib.crc32(np.ascontiguousarray(values, dtype=np.float64).tobytes() + b"|", digest)
+        return np.random.default_rng([self.base, digest])
 
 
 def _plain(value: Any) -> Any:

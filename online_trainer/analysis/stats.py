@@ -187,7 +187,8 @@ def aggregate(
             different tasks on a common scale before pooling them.
         ci: Confidence level of the intervals; ``None`` skips the bootstrap (NaN bounds).
         n_resamples: Number of bootstrap resamples.
-        seed: Seed or generator of the bootstrap; each group has its own stream.
+        seed: Seed or generator of the bootstrap; each group has its own stream, drawn from its values: the same
+            runs get the same intervals whatever their group is called and in whatever order they come.
 
     Returns:
         One row per group: the group columns, ``mean``, ``mean_lo``, ``mean_hi``,
@@ -221,9 +222,11 @@ def aggregate(
     rows = []
     for keys, sub in groups(final, group_cols):
         valid = sub[sub["_finite"].to_numpy()]
-        parts = [s[value].to_numpy(float)[None] for _, s in groups(valid, strata_cols)]
+        # sorted: the statistics ignore the runs' order, and the resamples then pick the same values from the
+        # same runs however they were listed
+        parts = [np.sort(s[value].to_numpy(float))[None] for _, s in groups(valid, strata_cols)]
         row: dict[str, Any] = dict(keys)
-        rng = streams(keys)
+        rng = streams.of_values(parts)
         for name, fn in STATISTICS.items():
             est, lo, hi = estimate(parts, fn, ci, n_resamples, rng)[:, 0] if parts else (np.nan,) * 3
             row.update({name: est, f"{name}_lo": lo, f"{name}_hi": hi})

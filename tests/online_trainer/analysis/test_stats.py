@@ -207,6 +207,18 @@ def test_a_groups_interval_does_not_depend_on_the_other_groups():
     )
 
 
+def test_the_same_runs_get_the_same_intervals_whatever_their_group_is_called_and_their_order():
+    # show (one experiment, no group) and compare (the experiment as a candidate) printed intervals that differed in
+    # their last digit: each group's bootstrap stream was drawn from its name
+    values = np.random.default_rng(3).normal(100, 20, 6)
+    cols = ["iqm_lo", "iqm_hi", "mean_lo", "mean_hi", "median_lo", "median_hi"]
+    alone = aggregate(final_values(values), n_resamples=500)[cols]
+    named = aggregate(final_values(values[::-1], experiment="candidate"), n_resamples=500)[cols]
+    pd.testing.assert_frame_equal(alone, named)
+    other = aggregate(final_values(values + 1.0), n_resamples=500)[cols]
+    assert not np.allclose(other.to_numpy() - 1.0, alone.to_numpy())  # another group's values: another stream
+
+
 def test_aggregate_single_run_and_identical_values(caplog):
     with caplog.at_level(logging.WARNING, logger="online_trainer.analysis.stats"):
         out = aggregate({"one": [3.0], "same": [2.0, 2.0, 2.0]})
