@@ -58,3 +58,17 @@ def history_rows(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
             return
         if record.WhichOneof("record_type") == "history":
             yield {"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+
+
+def has_exit_record(path: str | os.PathLike) -> bool:
+    """Whether a run file holds its run's exit record (W&B's service writes it when the run finishes)."""
+    from wandb.proto import wandb_internal_pb2
+
+    for chunk in record_bytes(Path(path).read_bytes()):
+        try:
+            record = wandb_internal_pb2.Record.FromString(chunk)  # type: ignore[attr-defined]
+        except Exception:
+            return False
+        if record.WhichOneof("record_type") == "exit":
+            return True
+    return False

@@ -21,7 +21,7 @@ from online_trainer.callbacks.store_points import (
     as_position,
     check_store_position,
 )
-from online_trainer.callbacks.wandb_history import history_rows, run_files
+from online_trainer.callbacks.wandb_history import has_exit_record, history_rows, run_files
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +179,7 @@ class WandbCallback(CallBack):
         if run_tag in self._resuming:  # a resumed run, or one started again: its earlier files hold points of it
             position = self._resuming.pop(run_tag)
             self._ledger = PointLedger(TAIL_POINTS, position)
-            self._resumption = Resumption(
-                f"WandbCallback, W&B run {run_id}", run_tag, self._held(exp_dir, run_id), position
-            )
+            self._resumption = Resumption(f"WandbCallback, W&B run {run_id}", run_tag, _held(exp_dir, run_id), position)
         settings = self.init_kwargs.get("settings") or wandb.Settings(console="off", silent=True)
         self._run = wandb.init(
             **{**self.init_kwargs, "settings": settings},
@@ -205,32 +203,6 @@ class WandbCallback(CallBack):
                 axis = self._ledger.axes.get(name, STEP_AXIS)
                 self._define(name, axis)
                 self._run.log({axis: int(x), name: value})
-
-    @staticmethod
-    def _held(exp_dir: str | None, run_id: str) -> list[tuple[str, float, float]]:
-        """Every point the earlier run files of ``run_id`` hold, in the order they were logged."""
-        points: list[tuple[str, float, float]] = []
-        if exp_dir is None:
-            return points
-        for path in run_files(Path(exp_dir) / "wandb", run_id):
-            try:
-                rows = list(history_rows(path))
-            except Exception as exc:  # W&B's file format changed, or the file is damaged
-                logger.warning(
-                    "WandbCallback: could not read %s (%s: %s): points it holds may be logged twice",
-                    path,
-                    type(exc).__name__,
-                    exc,
-                )
-                continue
-            for row in rows:
-                axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
-                points.extend(
-                    (name, row[axis], value)
-                    for name, value in row.items()
-                    if not name.startswith("_") and name not in (EPISODE_AXIS, STEP_AXIS)
-                )
-        return points
 
     def checkpoint(self, run_tag: str) -> dict[str, Any]:
         """Send what is kept and return how many points of each metric the run has logged, with the last ones (as
@@ -264,6 +236,7 @@ class WandbCallback(CallBack):
             run, self._run, self._resumption = self._run, None, None
             self._names.clear()
             run.finish(exit_code=exit_code)
+            _FINISHED_HERE.add(run.id)
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         for key, value in data.items():
@@ -348,3 +321,56 @@ class WandbCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"WandbCallback(project={self.project!r}, group={self.group!r}, mode={self.mode!r})"
+
+
+def _held(exp_dir: str | None, run_id: str) -> list[tuple[str, float, float]]:
+    """Every point the earlier run files of ``run_id`` hold, in the order they were logged."""
+    points: list[tuple[str, float, float]] = []
+    if exp_dir is None:
+        return points
+    if run_id in _FINISHED_HERE:
+        _wait_for_exit_record(Path(exp_dir) / "wandb", run_id)
+    for path in run_files(Path(exp_dir) / "wandb", run_id):
+        try:
+            rows = list(history_rows(path))
+        except Exception as exc:  # W&B's file format changed, or the file is damaged
+            logger.warning(
+                "WandbCallback: could not read %s (%s: %s): points it holds may be logged twice",
+                path,
+                type(exc).__name__,
+                exc,
+            )
+            continue
+        for row in rows:
+            axis = EPISODE_AXIS if EPISODE_AXIS in row else STEP_AXIS
+            points.extend(
+                (name, row[axis], value)
+                for name, value in row.items()
+                if not name.startswith("_") and name not in (EPISODE_AXIS, STEP_AXIS)
+            )
+    return points
+
+
+_FINISHED_HERE: set[str] = set()
+"""Ids of the W&B runs this process finished: their service may still be writing the file when the run starts again."""
+EXIT_RECORD_WAIT = 30.0
+"""Seconds a run started again waits for its last attempt's file (finished by this process) to hold its exit record."""
+
+
+def _wait_for_exit_record(wandb_dir: Path, run_id: str) -> None:
+    """Wait until the newest run file of ``run_id`` holds its exit record: the attempt this process finished is then
+    all in it (under load the service writes the file's last records after ``finish()`` has returned)."""
+    deadline = time.monotonic() + EXIT_RECORD_WAIT
+    while True:
+        files = run_files(wandb_dir, run_id)
+        if not files or has_exit_record(files[-1]):
+            return
+        if time.monotonic() >= deadline:
+            logger.warning(
+                "WandbCallback: %s has no exit record %.0f s after its run finished: points it holds may be logged "
+                "twice",
+                files[-1],
+                EXIT_RECORD_WAIT,
+            )
+            return
+        time.sleep(0.05)

@@ -210,3 +210,43 @@ def test_a_run_started_again_sends_nothing_its_files_hold(tmp_path, offline):
     _, series, _, _ = read_run(exp_dir, json.loads((exp_dir / "wandb_runs.json").read_text())["1"])
     assert series["ep_return"] == [(k, float(k)) for k in range(1, 6)]
     assert series["agents/loss"] == [(10, 0.5)]
+
+
+def test_a_run_started_again_reads_its_last_attempt_once_the_service_has_written_it(
+    tmp_path, offline, monkeypatch, caplog
+):
+    """Under load W&B's service wrote the end of a finished run's file after ``finish()`` returned: the run started
+    again in the same process read the file without its last points, and logged them twice."""
+    import threading
+
+    from online_trainer.callbacks import wandb_sink
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    callback = WandbCallback(project="tests")
+    callback.setup(exp_dir, {1: 5})
+    callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+    callback.series("ep_return", "ep_return/run_1", [float(k) for k in range(1, 301)], range(1, 301))
+    callback.end_run(1, "interrupted")
+    wandb.teardown()
+    run_id = json.loads((exp_dir / "wandb_runs.json").read_text())["1"]
+    (path,) = exp_dir.glob(f"wandb/*run-*-{run_id}/run-{run_id}.wandb")
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # the service has written half of it so far
+
+    def service_writes_the_rest():
+        path.write_bytes(whole)
+
+    timer = threading.Timer(0.5, service_writes_the_rest)
+    timer.start()
+    try:
+        held = wandb_sink._held(str(exp_dir), run_id)
+    finally:
+        timer.join()
+    assert [(x, value) for name, x, value in held if name == "ep_return"] == [(k, float(k)) for k in range(1, 301)]
+    monkeypatch.setattr(wandb_sink, "EXIT_RECORD_WAIT", 0.2)
+    path.write_bytes(whole[: len(whole) // 2])  # a file whose end never comes: said, and read as it is
+    with caplog.at_level(logging.WARNING):
+        cut = wandb_sink._held(str(exp_dir), run_id)
+    assert 0 < len(cut) < len(held)
+    assert f"{path} has no exit record 0 s after its run finished: points it holds may be logged twice" in caplog.text
