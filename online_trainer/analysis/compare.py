@@ -37,6 +37,7 @@ from online_trainer.analysis.compare_inputs import (
     scale_note,
     shared_seed_note,
     stopped_early_note,
+    unfinished_note,
 )
 from online_trainer.analysis.stats import aggregate
 
@@ -85,7 +86,7 @@ class Comparison:
     info: dict[str, Any] = field(default_factory=dict)
     """``candidates`` (in order), ``tasks``, ``normalization`` (per task, the scores of 0 and 1),
     ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note``,
-    ``left_out_note`` and ``scale_note`` (None, or a warning)."""
+    ``unfinished_note``, ``left_out_note`` and ``scale_note`` (None, or a warning)."""
 
     def figures(self) -> dict[str, Figure]:
         """The four figures of the comparison, as ``online-trainer compare`` saves them: ``"aggregates"``,
@@ -115,7 +116,7 @@ def compare(
     optimality_threshold: float | None = None,
     metric: str = "iqm",
     ci: float = 0.95,
-    n_resamples: int = 2_000,
+    n_resamples: int = 10_000,
     seed: Any = 0,
     num_taus: int = 101,
     num_points: int = 50,
@@ -143,7 +144,8 @@ def compare(
         metric: ``"iqm"``, ``"mean"`` or ``"median"``: what ``difference`` and
             ``seeds_needed`` are about.
         ci: Confidence level of the intervals.
-        n_resamples: Bootstrap resamples.
+        n_resamples: Bootstrap resamples (10,000, as :func:`~online_trainer.analysis.stats.summarize`: the same runs get
+            the same intervals from both).
         seed: Seed of the bootstrap (the same seed gives the same intervals).
         num_taus: Thresholds of the performance profiles.
         num_points: Points of the sample-efficiency curves.
@@ -171,12 +173,19 @@ def compare(
     )
     table = load_candidates(data, by, options.source)
     note, pooled, stopped = budget_note(table), shared_seed_note(table), stopped_early_note(table)
+    unfinished = unfinished_note(table, options.include_unfinished)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
     scale = scale_note(scores, options.normalize)
     comparison = compare_scores(scores, options, candidates, bounds)
-    for warning in (note, pooled, stopped, scale):  # once the comparison stands: a refused one's error is the news
+    for warning in (
+        note,
+        pooled,
+        stopped,
+        unfinished,
+        scale,
+    ):  # once the comparison stands: a refused one's error is the news
         if warning is not None:
             logger.warning("compare: %s", warning)
     curves = sample_efficiency(table, options, candidates, bounds)
@@ -192,6 +201,7 @@ def compare(
             "budget_note": note,
             "shared_seed_note": pooled,
             "stopped_early_note": stopped,
+            "unfinished_note": unfinished,
             "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
             "scale_note": scale,
         },

@@ -61,7 +61,7 @@ class CompareOptions:
     """``"iqm"``, ``"mean"`` or ``"median"``: the statistic whose differences decide "can be told apart"."""
     ci: float = 0.95
     """Confidence level of every interval."""
-    n_resamples: int = 2_000
+    n_resamples: int = 10_000
     """Bootstrap resamples of every interval."""
     seed: Seed = 0
     """Seed of the bootstrap: the same seed gives the same intervals."""
@@ -478,6 +478,21 @@ def left_out_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
     return (
         f"Runs that did not finish are left out of the scores: {describe_runs(excluded)}. Pass "
         "include_unfinished=True (--include-unfinished on the command line) to score them."
+    )
+
+
+def unfinished_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
+    """With ``include_unfinished``: the runs scored though they did not finish (interrupted, failed, still running);
+    None when there is none, or without it (they are left out: :func:`left_out_note`)."""
+    if not include_unfinished:
+        return None
+    _, unfinished = select_runs(df, False, log=False)
+    if not len(unfinished):
+        return None
+    return (
+        f"Runs that did not finish are scored on the episodes they had, beside runs that used their whole budget: "
+        f"{describe_runs(unfinished)}. Resume them, or leave them out (without include_unfinished), to compare "
+        "runs of one budget."
     )
 
 

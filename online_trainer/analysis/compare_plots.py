@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
+from online_trainer.analysis import compare_stats as cs
 from online_trainer.analysis.plotting import COLORS, STAT_LABELS, spread_end_labels
 
 if TYPE_CHECKING:  # compare imports this module when its figures are asked for
@@ -244,11 +245,42 @@ def plot_profiles(comparison: Comparison) -> Figure:
     """Performance profiles: the fraction of runs scoring above ``tau``, with pointwise bands."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    end_labels = _lines(ax, comparison.profiles, "tau", "fraction", comparison)
+    colors, runs = _colors(comparison), _runs(comparison)
+    scores = comparison.scores
+    for candidate in comparison.info["candidates"]:
+        rows = comparison.profiles[comparison.profiles["candidate"] == candidate]
+        if rows.empty:
+            continue
+        own = scores[scores["candidate"] == candidate]
+        per_task = [
+            values[np.isfinite(values)] for values in (g["score"].to_numpy(float) for _, g in own.groupby("task"))
+        ]
+        # a step function, drawn as one: the table's grid of taus would slope its drops and skip the levels
+        # between two grid points, so it is drawn at every run's score too
+        taus = np.union1d(rows["tau"].to_numpy(float), np.concatenate(per_task))
+        taus = taus[(taus >= rows["tau"].min()) & (taus <= rows["tau"].max())]
+        ax.plot(
+            taus,
+            cs.profile(per_task, taus),
+            drawstyle="steps-post",
+            color=colors[candidate],
+            linewidth=1.8,
+            label=f"{candidate} (n={runs[candidate]})",
+        )
+        ax.fill_between(
+            rows["tau"],
+            rows["fraction_lo"],
+            rows["fraction_hi"],
+            step="post",
+            color=colors[candidate],
+            alpha=0.2,
+            linewidth=0,
+        )
+    ax.legend(frameon=False, fontsize=8)
+    _style(ax)
     ax.set_xlabel(f"{_score_label(comparison)} threshold \u03c4", fontsize=9)
     ax.set_ylabel("Fraction of runs with score > \u03c4", fontsize=9)
     ax.set_ylim(-0.02, 1.02)
-    spread_end_labels(ax, end_labels)
     _title(fig, describe(comparison))
     return fig
 

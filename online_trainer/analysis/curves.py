@@ -41,7 +41,10 @@ SPANS = ("all", "common")
 
 
 def _run_series(df: pd.DataFrame, run_cols: list[str], x: str, smooth: int | None) -> pd.Series:
-    """Return per (run, x) the (smoothed) return, duplicates of x averaged, sorted by x."""
+    """Return per (run, x) the (smoothed) return, sorted by x.
+
+    Episodes that end at one x (several sub-envs) are averaged; smoothed, the value at x is the trailing mean after
+    the last of them, which already counts the others (as ``compare``'s sample-efficiency curves take it)."""
     order = [c for c in ("episode_index",) if c in df.columns and c != x] + [x]
     data = df.sort_values(run_cols + order, kind="stable")
     returns = data["ep_return"].astype(float)
@@ -51,7 +54,8 @@ def _run_series(df: pd.DataFrame, run_cols: list[str], x: str, smooth: int | Non
         )
     keep = data[x].notna()
     keys = [data.loc[keep, c] for c in run_cols + [x]]
-    return returns[keep].groupby(keys, dropna=False, sort=True).mean()
+    grouped = returns[keep].groupby(keys, dropna=False, sort=True)
+    return grouped.last() if smooth is not None and smooth > 1 else grouped.mean()
 
 
 def _default_grid(

@@ -522,7 +522,8 @@ def load_episodes(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> 
     Columns: ``run``, ``seed``, ``status``, ``episode_index``, ``global_step``,
     ``ep_return``, ``ep_length``, ``wall_time``, then ``raw_return`` and ``raw_length`` when
     some run recorded raw scores (its env had a ``RecordEpisodeStatistics`` among its wrappers;
-    NaN for episodes without), and one column per hyperparameter of the run; no frames or
+    NaN for episodes without), and one column per hyperparameter the run was given as a sweep's configuration or
+    ``tuning_hp`` (not those a command-line config hands the agent itself); no frames or
     transitions. When every experiment ran with ``score="raw"``, ``df.attrs["score"]`` is
     ``"raw"`` and the analysis (``summarize``, ``curves``, the plots) uses ``raw_return``. ``status`` is the run's status in the manifest
     (see :func:`load_runs`), except that a run the manifest says is ``running`` while

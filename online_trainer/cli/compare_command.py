@@ -125,6 +125,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         *([f"**Budgets differ.** {info['budget_note']}", ""] if info.get("budget_note") else []),
         *([f"**Seeds shared.** {info['shared_seed_note']}", ""] if info.get("shared_seed_note") else []),
         *([f"**Runs stopped early.** {info['stopped_early_note']}", ""] if info.get("stopped_early_note") else []),
+        *([f"**Unfinished runs scored.** {info['unfinished_note']}", ""] if info.get("unfinished_note") else []),
         *([f"**Runs left out.** {info['left_out_note']}", ""] if info.get("left_out_note") else []),
         *([f"**Scales differ.** {info['scale_note']}", ""] if info.get("scale_note") else []),
         "## Aggregate metrics",

@@ -305,7 +305,7 @@ def _add_compare(commands: argparse._SubParsersAction) -> None:
         help="statistic whose difference decides whether candidates can be told apart",
     )
     compare.add_argument(
-        "--resamples", type=_positive_int, default=2000, metavar="N", help="bootstrap resamples (default: 2000)"
+        "--resamples", type=_positive_int, default=10_000, metavar="N", help="bootstrap resamples (default: 10000)"
     )
     compare.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default: 0)")
     compare.add_argument(

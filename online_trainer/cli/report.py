@@ -142,6 +142,32 @@ def _status_cell(row: dict) -> str:
     return f"{status}, left out" if row["left_out"] else status
 
 
+def budget_note(df: pd.DataFrame) -> str | None:
+    """A warning when the experiments of ``df`` ran on different budgets (None when they did not, or it is not known)."""
+    budgets: dict[str, set[str]] = {}
+    for run in df.attrs.get("runs") or []:
+        if run.get("budget") is not None:
+            unit = "env steps" if run.get("budget_unit") == "steps" else "episodes"
+            budgets.setdefault(str(run.get("experiment", "")), set()).add(f"{int(run['budget']):,} {unit}")
+    if len({budget for kept in budgets.values() for budget in kept}) < 2:
+        return None
+    listed = "; ".join(f"{name}: {', '.join(sorted(kept))}" for name, kept in budgets.items())
+    return (
+        f"The experiments ran on different budgets ({listed}), so their final returns also compare the budgets. "
+        "Read the learning curves at a step they all reached, or report runs of one budget."
+    )
+
+
+def _last_episodes(last_k: int, episodes: pd.Series) -> str:
+    """``its last 10 episodes``, saying when some runs, or all, have fewer (their mean is over all they have)."""
+    counts = pd.to_numeric(episodes, errors="coerce").dropna()
+    if len(counts) and (counts < last_k).all():
+        return f"all its episodes (every run has fewer than {last_k})"
+    if (counts < last_k).any():
+        return f"its last {last_k} episodes (all of them where a run has fewer)"
+    return f"its last {last_k} episodes"
+
+
 def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False, results: Results | None = None) -> str:
     """The text table of ``run`` and ``show``: each run's final return, then mean, median and IQM with CIs.
 
@@ -158,7 +184,7 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
-    lines = [f"Final return of each run: mean return of its last {last_k} episodes"]
+    lines = [f"Final return of each run: mean return of {_last_episodes(last_k, runs['episodes'])}"]
     manifest = {(r.get("experiment"), r["run"]): r for r in df.attrs.get("runs") or []}
     entries = [manifest.get((r.get("experiment"), r["run"]), {}) for r in runs.to_dict("records")]
     rows = [
@@ -308,12 +334,14 @@ def summary_markdown(
     lines = [
         "# Final performance",
         "",
-        f"Final return of a run: the mean return of its last {last_k} episodes. Across runs: mean, median and "
+        f"Final return of a run: the mean return of {_last_episodes(last_k, runs['episodes'])}. Across runs: mean, "
+        "median and "
         f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
         "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "
         "`left out` the runs that did not finish."
         + (" The configurations are ranked by IQM, best first." if ranked else ""),
         "",
+        *([f"**Budgets differ.** {budgets}", ""] if (budgets := budget_note(df)) else []),
         f"| experiment | runs | no return | left out | {labels} | final return per run |",
         "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
     ]
@@ -609,6 +637,8 @@ def report_command(args: argparse.Namespace) -> int:
             )
         )
         print(final_table(df, last_k, args.include_unfinished, results))
+        if (budgets := budget_note(df)) is not None:
+            logger.warning("report: %s", budgets)
     print()
     for path in [*written, out / SUMMARY_FILE]:
         print(f"Wrote {path}")

@@ -602,6 +602,12 @@ def test_compare_on_evaluations_counts_every_run_and_gives_the_notes_of_episodes
     let_in = compare([tmp_path / "a", tmp_path / "b"], source="eval", n_resamples=100, include_unfinished=True)
     row = let_in.aggregates.set_index("candidate").loc["a"]
     assert (row["num_runs"], row["num_missing"]) == (2, 1) and let_in.info["left_out_note"] is None
+    # and it is said (it was not: a killed run's scores stood beside whole budgets without a word)
+    assert (
+        "scored on the episodes they had, beside runs that used their whole budget: a/run 2 (failed)"
+        in (let_in.info["unfinished_note"])
+    )
+    assert out.info["unfinished_note"] is None
     assert compare({"b1": tmp_path / "b", "b2": tmp_path / "b"}, n_resamples=100).info["left_out_note"] is None
 
 
@@ -693,3 +699,42 @@ def test_every_figure_says_how_many_runs_of_a_candidate_have_no_score():
     scores = table({"A": {"t": [1.0, 2.0, 3.0, 4.0]}, "B": {"t": [1.0, np.nan, np.nan, np.nan]}})
     text = describe(compare_scores(scores, CompareOptions(n_resamples=100)))
     assert "runs: A 4, B 1 (3 without a score); 1 task" in text
+
+
+def test_compare_gives_an_experiment_the_intervals_show_gives_it(tmp_path):
+    """Tester Z1: compare printed PPO's IQM as 126.27 [120.07, 219.03] where show and report printed [119.43, 219.03]
+    (2,000 resamples against 10,000, and each group's stream drawn from its name)."""
+    from online_trainer.analysis.stats import summarize
+    from tests.conftest import write_experiment
+
+    rng = np.random.default_rng(4)
+    for name, centre in (("ppo", 150.0), ("dqn", 200.0)):
+        runs = {}
+        for run in range(1, 6):
+            returns = rng.normal(centre, 60.0, 30)
+            records = [
+                {"episode_index": i, "ep_return": float(r), "ep_length": 9, "global_step": 9 * i, "agent_seed": run}
+                for i, r in enumerate(returns, start=1)
+            ]
+            runs[run] = ("finished", run, records)
+        write_experiment(tmp_path / name, runs)
+    shown = summarize(load_episodes(tmp_path / "ppo"), last_k=10).iloc[0]
+    compared = compare([tmp_path / "ppo", tmp_path / "dqn"]).aggregates.set_index("candidate").loc["ppo"]
+    for stat in ("iqm", "mean", "median"):
+        assert [compared[f"{stat}{e}"] for e in ("", "_lo", "_hi")] == [shown[f"{stat}{e}"] for e in ("", "_lo", "_hi")]
+
+
+def test_the_profile_plot_is_a_step_function_through_every_runs_score():
+    """Tester Z1: profiles.png joined the 101 grid points by slopes and skipped the 0.4 level PPO held between its
+    scores 126.4 and 127.9, which fell between two grid points."""
+    from online_trainer.analysis.compare_plots import plot_profiles
+
+    ppo = [116.9, 124.5, 126.4, 127.9, 264.6]
+    scores = table({"ppo": {"CartPole": ppo}, "dqn": {"CartPole": [150.0, 160.0, 170.0, 300.0, 310.0]}})
+    comparison = compare_scores(scores, CompareOptions(n_resamples=100))
+    (line,) = [line for line in plot_profiles(comparison).axes[0].get_lines() if line.get_label().startswith("ppo")]
+    assert line.get_drawstyle() == "steps-post"
+    taus, fractions = line.get_xdata(), line.get_ydata()
+    assert set(ppo) <= set(taus)
+    assert fractions[list(taus).index(126.4)] == 0.4  # the level between 126.4 and 127.9
+    assert fractions[list(taus).index(127.9)] == 0.2

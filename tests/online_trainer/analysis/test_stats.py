@@ -302,6 +302,16 @@ def test_curves_cover_the_whole_range_by_default_by_hand():
     assert out.attrs["span"] == "all"
 
 
+def test_a_smoothed_curve_at_a_step_where_several_episodes_ended_is_the_trailing_mean_after_the_last():
+    """Tester Z1: with 8 sub-envs report's curve (the trailing means of episodes ending at one step, averaged) and
+    compare's (the last of them: the trailing mean as of that step) differed by up to 0.46."""
+    df = episodes({0: [1.0, 2.0, 4.0, 8.0]}, steps={0: [10, 20, 20, 30]})  # two episodes end at step 20
+    out = curves(df, num_points=3, stat="mean", ci=None, smooth=2)
+    assert out["value"].tolist() == [1.0, 3.0, 6.0]  # trailing means 1, 1.5, 3, 6: at step 20, 3 (not 2.25)
+    raw = curves(df, num_points=3, stat="mean", ci=None)
+    assert raw["value"].tolist() == [1.0, 3.0, 8.0]  # unsmoothed, the episodes of one step are averaged
+
+
 def test_curves_span_common_cuts_to_the_range_every_run_covers():
     out = curves(two_runs(), num_points=4, stat="mean", ci=None, span="common")
     assert out["global_step"].tolist() == [15, 20, 25, 30]  # latest first x .. earliest last x

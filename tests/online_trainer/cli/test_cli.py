@@ -82,7 +82,8 @@ def test_run_writes_the_experiment_and_prints_the_table(tmp_path, capsys, monkey
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert manifest["seeds"] == [0, 10000] and [r["status"] for r in manifest["runs"]] == ["finished"] * 2
     out = capsys.readouterr().out
-    assert "mean return of its last 10 episodes" in out
+    # 6 episodes a run: the header does not claim 10 (tester Z1: "its last 100000 episodes" of runs of 315)
+    assert "Final return of each run: mean return of all its episodes (every run has fewer than 10)" in out
     assert "IQM" in out and "95% CI" in out
     assert f"Experiment directory: {Path('runs', 'tiny')}" in out
     table = out[out.index("final return") :].splitlines()
@@ -211,6 +212,26 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     iqms = [float(line.split("|")[7].split("[")[0]) for line in summary.splitlines() if line.startswith("| lr_")]
     assert len(iqms) == 2 and iqms == sorted(iqms, reverse=True)
     assert "ranked" not in md.read_text()  # experiments named one by one keep their order
+
+
+def test_report_says_when_the_experiments_ran_on_different_budgets(tmp_path, caplog):
+    """Tester Z1: report of a 30k- and a 15k-step experiment wrote their final returns side by side without a word
+    (compare says "Budgets differ")."""
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    for name, steps in (("long", 90), ("short", 60)):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            2, total_steps=steps, seed_offset=0, progress=False
+        )
+    caplog.set_level("WARNING")
+    assert cli.main(["report", str(tmp_path / "long"), str(tmp_path / "short"), "--out", str(tmp_path / "r")]) == 0
+    said = "The experiments ran on different budgets (long: 90 env steps; short: 60 env steps)"
+    assert f"**Budgets differ.** {said}" in (tmp_path / "r" / "summary.md").read_text()
+    assert said in caplog.text
+    caplog.clear()
+    assert cli.main(["report", str(tmp_path / "long"), "--out", str(tmp_path / "one")]) == 0
+    assert "Budgets differ" not in (tmp_path / "one" / "summary.md").read_text() and not caplog.text
 
 
 def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does(experiment, tmp_path, monkeypatch):
