@@ -26,7 +26,7 @@ from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.manifest import created_at, refuse_a_sweep, set_aside_here, settle_set_aside
 from online_trainer.options import validation
-from online_trainer.options.derived import LEGACY_NAMES
+from online_trainer.options.derived import EVAL_ENV_GIVEN, LEGACY_NAMES
 from online_trainer.options.groups import SECTIONS
 from online_trainer.records import storage
 from online_trainer.run import env_identity, full_checkpoint
@@ -69,10 +69,11 @@ def check_same_call(
         ValueError: naming the first option that differs and both values.
     """
 
-    def refuse(name: str, before: Any, now: Any) -> None:
+    def refuse(name: str, before: Any, now: Any, described: bool = False) -> None:
+        said = (str(before), str(now)) if described else (repr(before), repr(now))  # described: words, not values
         raise ValueError(
             f"{continuing} continues the experiment in {os.fspath(exp_dir)!r}, which ran with "
-            f"{name}={before!r}, but this call has {name}={now!r}: call it as it was called, or {anew}."
+            f"{name}={said[0]}, but this call has {name}={said[1]}: call it as it was called, or {anew}."
         )
 
     if num_runs != manifest["num_runs"]:
@@ -87,6 +88,8 @@ def check_same_call(
         if key == "hooks":
             if not _same_hooks(before or {}, now or {}):
                 _refuse_hooks(exp_dir, before or {}, now or {}, continuing, anew)
+        elif key == EVAL_ENV_GIVEN and now is not None and now != before:
+            refuse("evaluation.env", _eval_env(before), _eval_env(now), described=True)
         elif now != before:
             refuse(key, before, now)
     if env is None:
@@ -98,6 +101,10 @@ def check_same_call(
     if recorded is not None and now["num_envs"] != recorded:
         refuse("num_envs (of the env)", recorded, now["num_envs"])
     env_identity.check_identity(exp_dir, now, "this call", continuing)
+
+
+def _eval_env(given: bool) -> str:
+    return "an env factory of its own" if given else "None (the training env's factory)"
 
 
 def _same_hooks(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:

@@ -18,10 +18,14 @@ from typing import Any
 from online_trainer.loop.hook_protocol import stateful_hook_record
 from online_trainer.options.groups import SECTIONS, EvaluationOptions, OptionGroup, RunPlan
 
-__all__ = ["LEGACY_NAMES", "RunOptions", "call_record", "field_docs", "fold_legacy"]
+__all__ = ["EVAL_ENV_GIVEN", "LEGACY_NAMES", "RunOptions", "call_record", "field_docs", "fold_legacy"]
 
 
 # ------------------------------------------------------------------------ the record of a call
+
+EVAL_ENV_GIVEN = "evaluation.env_given"
+"""Key of a call's record: whether ``evaluation.env`` was given (evaluations on the training env's factory, or on
+another: a resumed run's evaluations must stay on one)."""
 
 
 def call_record(plan: OptionGroup, tuning_hp: Mapping[str, Any] | None, train: bool) -> dict[str, Any]:
@@ -37,6 +41,8 @@ def call_record(plan: OptionGroup, tuning_hp: Mapping[str, Any] | None, train: b
     _record_fields(plan, "", record)
     if isinstance(plan, RunPlan):
         record["hooks"] = stateful_hook_record(plan.hooks)
+        if plan.evaluation is not None:  # a factory is recorded as None, as no env is: whether one was given is not
+            record[EVAL_ENV_GIVEN] = plan.evaluation.env is not None
     record.update(tuning_hp=dict(tuning_hp or {}) or None, train=bool(train))
     return json.loads(json.dumps(record))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -203,6 +204,29 @@ def test_a_call_that_differs_from_the_experiment_is_refused_naming_the_field(tmp
     with pytest.raises(ValueError, match=rf"{field}=.*but this call has {field}="):
         OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(2, resume=True, **{**kw, **change})
     assert files_with_times(tmp_path, lock=True) == before  # a refused call changes nothing, not even the lock's time
+
+
+def test_a_resume_that_gives_evaluations_another_env_is_refused_and_a_new_factory_of_one_is_not(tmp_path):
+    """Tester E4: evaluations on the training env's factory, resumed with evaluation.env given, were accepted (a
+    factory is recorded as None, as no env is), and the run's later evaluations were of another env."""
+    env, agent = AGENTS["q_learning"]
+    kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False)
+    for first, then, said in (
+        (None, lambda: env(), "evaluation.env=None (the training env's factory), but this call has evaluation.env=an"),
+        (lambda: env(), None, "evaluation.env=an env factory of its own, but this call has evaluation.env=None (the"),
+    ):
+        exp_dir = tmp_path / ("own" if first else "training")
+        evaluation = EvaluationOptions(freq=200, episodes=2, env=first)
+        with pytest.raises(KeyboardInterrupt):
+            OnlineTrainer(env, agent, exp_dir=exp_dir).multi_run(2, hooks=[Crash(400)], evaluation=evaluation, **kw)
+        before = files_with_times(exp_dir, lock=True)
+        time.sleep(0.01)
+        other = EvaluationOptions(freq=200, episodes=2, env=then)
+        with pytest.raises(ValueError, match=re.escape(said)):
+            OnlineTrainer(env, agent, exp_dir=exp_dir).multi_run(2, resume=True, evaluation=other, **kw)
+        assert files_with_times(exp_dir, lock=True) == before
+    again = EvaluationOptions(freq=200, episodes=2, env=lambda: env())  # another factory object: not comparable
+    OnlineTrainer(env, agent, exp_dir=tmp_path / "own").multi_run(2, resume=True, evaluation=again, **kw)
 
 
 def test_an_experiment_of_an_earlier_version_that_recorded_no_call_is_refused_unless_its_config_says_the_call(
