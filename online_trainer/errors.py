@@ -140,6 +140,7 @@ class Preempted(KeyboardInterrupt):
         checkpointed: whether the run wrote a full checkpoint before it stopped.
         why: why it could not (when ``checkpointed`` is False).
         on_disk: whether the call has an experiment directory to resume from.
+        others: the call's other runs the signal stopped, as ``(run_idx, global_step, checkpointed)``.
     """
 
     def __init__(
@@ -149,15 +150,19 @@ class Preempted(KeyboardInterrupt):
         checkpointed: bool = True,
         why: str = "",
         on_disk: bool = True,
+        others: Sequence[tuple[int, int | None, bool]] = (),
     ) -> None:
         self.run_idx, self.global_step, self.checkpointed, self.why = run_idx, global_step, checkpointed, why
-        self._arguments = (run_idx, global_step, checkpointed, why, on_disk)
+        self.others = [tuple(other) for other in others]
+        self._arguments = (run_idx, global_step, checkpointed, why, on_disk, self.others)
         if run_idx is None:
             where = ""
         elif checkpointed:
             where = f": run {run_idx} saved a full checkpoint at step {global_step}"
         else:
             where = f": run {run_idx} stopped at step {global_step} without a full checkpoint ({why})"
+        for other, step, saved in self.others:
+            where += f"; run {other} {'saved one' if saved else 'stopped without one'} at step {step}"
         if not on_disk:
             then = "; the call has no exp_dir, so nothing of it is kept"
         elif checkpointed:

@@ -287,6 +287,10 @@ def eval_command(args: argparse.Namespace) -> int:
         0 when every checkpoint was evaluated, 1 when some failed (their error is printed).
     """
     exp_dir = Path(args.exp_dir)
+    if not exp_dir.is_dir():
+        raise ConfigError(
+            f"{exp_dir} does not exist: give the directory of an experiment made by 'online-trainer run'."
+        )
     if not (exp_dir / CONFIG_YAML).is_file():
         raise ConfigError(
             f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer eval' evaluates experiments made by "

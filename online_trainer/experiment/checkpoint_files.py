@@ -50,10 +50,26 @@ def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> li
     elif which in ("best", "all") and storage.saved_by(prefix):
         found.append(("best", prefix))
     if not found:
-        raise FileNotFoundError(
-            f"Run {run} in {exp_dir} has no {which!r} checkpoint: was it run with checkpoint_freq=...?"
-        )
+        raise FileNotFoundError(_none_found(exp_dir, run, which))
     return found
+
+
+def _none_found(exp_dir: Path, run: int, which: str) -> str:
+    """Why run ``run`` has no ``which`` checkpoint, and what to do."""
+    what = "checkpoint" if which == "all" else f"{which!r} checkpoint"
+    try:
+        entry = storage.read_manifest(exp_dir)["runs"][run - 1]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        entry = {}
+    status = entry.get("status") if isinstance(entry, dict) else None
+    if status in ("interrupted", "running", "pending") and which == "last":
+        periodic = any(exp_dir.glob(f"Run{run}_[ES][0-9]*"))
+        return (
+            f"Run {run} in {exp_dir} has no 'last' checkpoint: it is {status}, and its last checkpoint is written when "
+            "it ends. Resume the experiment first"
+            + (", or load one of its periodic checkpoints (which='all' lists them)." if periodic else ".")
+        )
+    return f"Run {run} in {exp_dir} has no {what}: was it run with checkpoint_freq=...?"
 
 
 class CheckpointAgent:

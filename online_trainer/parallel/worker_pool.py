@@ -88,6 +88,7 @@ class _Call:
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
         self.interrupted = False  # some run ended interrupted (a preemption signal stopped it)
         self.preempted: Preempted | None = None  # what such a run raised in its worker
+        self.stopped: list[Preempted] = []  # what every such run raised
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
         """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
@@ -96,12 +97,24 @@ class _Call:
         self.pending.discard(spec.key)
         self.interrupted |= result.status == "interrupted"
         stopped = result.extra.get("exception_object")
+        if isinstance(stopped, Preempted):
+            self.stopped.append(stopped)
         if isinstance(stopped, Preempted) and (
             self.preempted is None or (self.preempted.checkpointed and not stopped.checkpointed)
         ):
             self.preempted = stopped  # raised for the call: a run that could not be checkpointed says so first
         self.display.run_finished(spec.key, result.status)
         self.on_result(result)
+
+    def raised(self, on_disk: bool) -> Preempted:
+        """What the call raises for the preemption: the first run's ``Preempted`` naming the others too."""
+        first = self.preempted
+        if first is None:
+            return Preempted(on_disk=on_disk)
+        others = sorted((p.run_idx, p.global_step, p.checkpointed) for p in self.stopped if p is not first)
+        if not others:
+            return first
+        return Preempted(first.run_idx, first.global_step, first.checkpointed, first.why, on_disk, others)
 
 
 def _log_levels() -> dict[str, int]:
@@ -246,7 +259,7 @@ class WorkerPool:
             self._start(len(specs))
             while call.pending:
                 if preemption.requested() and not self._busy():  # every run out checkpointed and stopped
-                    raise call.preempted or Preempted(on_disk=on_disk)
+                    raise call.raised(on_disk)
                 self._dispatch(call)
                 if not self.workers:
                     self._fail_unstarted(call)
@@ -258,7 +271,7 @@ class WorkerPool:
                     if worker.process.sentinel in ready or has_exited(worker.process):
                         self._bury(slot, call)
             if call.interrupted:  # a signal that came as the last runs ended stopped none: the call returns
-                raise call.preempted or Preempted(on_disk=on_disk)
+                raise call.raised(on_disk)
         except BaseException as exc:
             self.broken = True
             with finishing_the_stop(exc):  # the workers flush their runs' records

@@ -615,6 +615,8 @@ def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     python_made.mkdir()
     assert cli.main(["eval", str(python_made), "--no-progress"]) == 2
     assert "evaluates experiments made by 'online-trainer run'" in capsys.readouterr().err
+    assert cli.main(["eval", str(tmp_path / "typo"), "--no-progress"]) == 2  # tester E4: it said "has no config.yaml"
+    assert f"{tmp_path / 'typo'} does not exist: give the directory of an experiment" in capsys.readouterr().err
     # a damaged checkpoint: the file named, no traceback (tester R3: the agent's own error named none)
     (damaged,) = exp_dir.glob("Run1_Last.*")
     damaged.write_bytes(damaged.read_bytes()[:40])

@@ -1155,3 +1155,24 @@ def test_preempted_pickles_with_what_it_says():
         "the call has no exp_dir",
     )
     assert str(error) == str(Preempted(3, 120, False, "the call has no exp_dir", on_disk=False))
+
+
+def test_a_call_whose_runs_were_all_preempted_names_every_one():
+    """Tester E4: with 2 workers the call's Preempted named run 1's checkpoint only; run 2 had saved one too."""
+    import pickle
+
+    from online_trainer.parallel.worker_pool import _Call
+
+    call = _Call.__new__(_Call)  # only the preemption book-keeping
+    call.preempted, call.stopped = None, []
+    for stopped in (Preempted(2, 129320), Preempted(1, 126292)):
+        call.pending, call.interrupted = {stopped.run_idx}, False
+        call.display = type("Display", (), {"run_finished": lambda self, key, status: None})()
+        call.on_result = lambda result: None
+        spec = type("Spec", (), {"key": stopped.run_idx})()
+        result = type("Result", (), {"status": "interrupted", "extra": {"exception_object": stopped}})()
+        call.finish(spec, result)
+    raised = call.raised(on_disk=True)
+    assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
+    assert raised.others == [(1, 126292, True)]
+    assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
