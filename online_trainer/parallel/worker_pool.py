@@ -111,7 +111,9 @@ class _Call:
         first = self.preempted
         if first is None:
             return Preempted(on_disk=on_disk)
-        others = sorted((p.run_idx, p.global_step, p.checkpointed) for p in self.stopped if p is not first)
+        others = sorted(
+            (p.run_idx, p.global_step, p.checkpointed) for p in self.stopped if p is not first and p.run_idx is not None
+        )
         if not others:
             return first
         return Preempted(first.run_idx, first.global_step, first.checkpointed, first.why, on_disk, others)
