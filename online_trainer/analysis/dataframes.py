@@ -313,7 +313,7 @@ def _video(exp_dir: Path, run: int, recorded: Any) -> str | None:
     its working directory); None when it was not filmed or the file is gone."""
     if not recorded:
         return None
-    path = exp_dir / "videos" / f"run{run}" / Path(recorded).name
+    path = storage.video_dir(exp_dir, run) / Path(recorded).name
     return os.fspath(path) if path.is_file() else None
 
 

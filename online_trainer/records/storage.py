@@ -93,6 +93,11 @@ def metrics_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     return Path(exp_dir) / f"metrics_run{run_idx}.pkl"
 
 
+def video_dir(exp_dir: str | os.PathLike, run_idx: int) -> Path:
+    """Folder of run ``run_idx``'s evaluation videos (``eval{k}_step{n}.mp4``)."""
+    return Path(exp_dir) / "videos" / f"run{run_idx}"
+
+
 def evaluations_path(exp_dir: str | os.PathLike, run_idx: int) -> Path:
     """Path of the evaluation stream of run ``run_idx`` (one record per evaluation)."""
     return Path(exp_dir) / f"eval_run{run_idx}.pkl"

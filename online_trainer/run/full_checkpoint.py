@@ -558,4 +558,6 @@ def restart_point(exp_dir: str | os.PathLike, run: int, continue_run: bool = Tru
             storage.resume_path(exp_dir, run),
         ):
             path.unlink(missing_ok=True)  # a run that starts again from its first step
+        for video in storage.video_dir(exp_dir, run).glob("eval*_step*.mp4"):
+            video.unlink(missing_ok=True)  # of evaluations its stream no longer holds
     return header

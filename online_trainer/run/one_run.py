@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from online_trainer.loop.factories import (
 from online_trainer.loop.steps import failed_at, mark_failed_at, run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
+from online_trainer.records import storage
 from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.run import env_identity, full_checkpoint
 from online_trainer.run.events import run_events
@@ -309,7 +309,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             check_actions(first_actions, env, agent)
             if spec.options.evaluation is not None and spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
-                video_dir = None if spec.exp_dir is None else os.path.join(spec.exp_dir, "videos", f"run{spec.run_idx}")
+                video_dir = None if spec.exp_dir is None else str(storage.video_dir(spec.exp_dir, spec.run_idx))
                 evaluator = Evaluator(
                     eval_env,
                     agent,

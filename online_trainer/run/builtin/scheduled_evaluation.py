@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,5 +116,13 @@ class RunEvaluations(Hook):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from ``state``; the videos of evaluations after it (made before the run was cut off, then cut
+        back with the evaluation stream) are removed: the run films them again, maybe at other steps."""
         self.evaluator.count, self.evaluator.last_step = int(state["count"]), int(state["last_step"])
         self.records = [dict(r) for r in state["records"]]
+        video_dir = self.evaluator.video_dir
+        if video_dir is not None:
+            for path in Path(video_dir).glob("eval*_step*.mp4"):
+                index = path.name[4:].split("_", 1)[0]
+                if index.isdigit() and int(index) > self.evaluator.count:
+                    path.unlink(missing_ok=True)

@@ -1176,3 +1176,34 @@ def test_a_call_whose_runs_were_all_preempted_names_every_one():
     assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
     assert raised.others == [(1, 126292, True)]
     assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
+
+
+def test_videos_of_evaluations_after_the_checkpoint_are_removed_on_resume(tmp_path):
+    """Tester E4: a resumed run whose env restarted left videos/ with mp4 files of evaluations the resume had cut
+    back (eval9_step18001.mp4 beside the new eval9_step18000.mp4)."""
+    pytest.importorskip("imageio_ffmpeg")
+    pytest.importorskip("pygame")
+    evaluation = EvaluationOptions(
+        freq=50,
+        episodes=1,
+        record_video=1,
+        env=lambda: gym.make_vec("CartPole-v1", num_envs=1, render_mode="rgb_array"),
+    )
+    kw = dict(total_steps=300, seed_offset=0, checkpoint_freq=100, evaluation=evaluation, progress=False)
+    trainer = OnlineTrainer(cartpole(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(1, hooks=[Crash(150)], **kw)  # evaluations at 50, 100, 150; the checkpoint at 100
+    videos = tmp_path / "videos" / "run1"
+    assert sorted(p.name for p in videos.iterdir()) == ["eval1_step50.mp4", "eval2_step100.mp4", "eval3_step150.mp4"]
+    (videos / "eval3_step150.mp4").rename(videos / "eval3_step151.mp4")  # as a restarted env's later steps name it
+    trainer.multi_run(1, resume=True, **kw)
+    filmed = sorted(p.name for p in videos.iterdir())
+    assert filmed == [f"eval{k}_step{50 * k}.mp4" for k in range(1, 7)]
+    assert {Path(e["video"]).name for e in trainer.evaluations[0]} == set(filmed)
+    # a run that starts again from step 0 keeps none of its earlier videos
+    (videos / "eval6_step300.mp4").rename(videos / "eval6_step301.mp4")
+    manifest = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())
+    manifest["runs"][0]["status"] = "interrupted"
+    (tmp_path / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
+    trainer.multi_run(1, resume=True, **kw)
+    assert sorted(p.name for p in videos.iterdir()) == filmed
