@@ -271,7 +271,8 @@ def load_evaluations(
     episodes), ``eval_std``, ``eval_episodes`` (episodes played), ``wall_time``, ``scheduled``
     (at a point of the budget every run reaches: every ``evaluation.freq``, or the budget's end;
     False for the final evaluation of a run a hook stopped early), ``video`` (the path of its mp4 under the
-    directory as given here, when ``record_video`` filmed it; else missing, NaN) and one column per hyperparameter. Empty (with those columns) when no run was evaluated.
+    directory as given here, when ``record_video`` filmed it and the file is there; else None) and one column per
+    hyperparameter. Empty (with those columns) when no run was evaluated.
 
     With ``per_episode=True``, one row per evaluation episode instead: ``experiment``
     (as above), ``run``, ``seed``, ``status``, ``global_step``, ``eval_index``,

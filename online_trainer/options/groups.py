@@ -142,8 +142,9 @@ class EvaluationOptions(OptionGroup):
 
     env: Any = option(None)
     """The env to evaluate on: an env or a zero-argument factory; None: the training env's factory, called once
-    more per run (in :meth:`~OnlineTrainer.evaluate`: the last ``multi_run``'s). Compared on resume only when it
-    is plain data."""
+    more per run (in :meth:`~OnlineTrainer.evaluate`: the last ``multi_run``'s). On resume, giving one where the
+    experiment had none, or none where it had one, is refused; the value itself is compared only when it is plain
+    data."""
     freq: int | None = option(None, check=validation.optional_positive_int)
     """Evaluate every this many env steps (step budget) or finished episodes (episode budget), and once at the
     end; None: at the end only."""

@@ -423,6 +423,14 @@ class OnlineTrainer:
         if target is None:
             raise ValueError("evaluate needs an experiment directory: pass exp_dir=... or make the trainer with one.")
         evaluation = EvaluationOptions() if evaluation is None else evaluation
+        unused = [f"{name}={value!r}" for name in ("freq", "record_video") if (value := getattr(evaluation, name))]
+        if unused:  # the training call's options, passed as they are: said, not refused
+            logger.warning(
+                "evaluate() plays every checkpoint once and films nothing: evaluation.%s %s not apply "
+                "(evaluation.episodes and evaluation.env do).",
+                " and evaluation.".join(unused),
+                "do" if len(unused) > 1 else "does",
+            )
         if evaluation.env is not None:
             factory: EnvFactory | None = EnvFactory(evaluation.env, "evaluation.env")
         else:  # the last multi_run's, to repeat its final evaluations

@@ -279,6 +279,16 @@ def test_evaluating_the_last_checkpoint_repeats_the_final_evaluation(tmp_path):
     assert sorted(set(every["checkpoint"])) == ["E10", "E20", "E30", "best", "last"]
 
 
+def test_evaluate_says_which_of_the_evaluation_options_given_do_not_apply(tmp_path, caplog):
+    """Tester E4: evaluate(evaluation=EvaluationOptions(episodes=2, freq=5)) took freq without a word."""
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(1, num_episodes=10, seed_offset=0, checkpoint_freq=10, progress=False)
+    caplog.set_level("WARNING")
+    table = trainer.evaluate("last", evaluation=EvaluationOptions(episodes=2, freq=5, record_video=1), progress=False)
+    assert len(table) == 2
+    assert "evaluation.freq=5 and evaluation.record_video=1 do not apply" in caplog.text
+
+
 class StopsRunTwo(Hook):
     """Stops the run of seed 10000 (run 2) at its 10th episode: it ends by design, as a stopper's run does."""
 
