@@ -29,6 +29,7 @@ from online_trainer.analysis.compare_inputs import (
     Data,
     budget_note,
     check_tasks,
+    different_seeds_note,
     left_out_note,
     load_candidates,
     normalization_bounds,
@@ -86,7 +87,7 @@ class Comparison:
     info: dict[str, Any] = field(default_factory=dict)
     """``candidates`` (in order), ``tasks``, ``normalization`` (per task, the scores of 0 and 1),
     ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note``,
-    ``unfinished_note``, ``left_out_note`` and ``scale_note`` (None, or a warning)."""
+    ``unfinished_note``, ``seeds_note``, ``left_out_note`` and ``scale_note`` (None, or a warning)."""
 
     def figures(self) -> dict[str, Figure]:
         """The four figures of the comparison, as ``online-trainer compare`` saves them: ``"aggregates"``,
@@ -174,18 +175,14 @@ def compare(
     table = load_candidates(data, by, options.source)
     note, pooled, stopped = budget_note(table), shared_seed_note(table), stopped_early_note(table)
     unfinished = unfinished_note(table, options.include_unfinished)
+    seeds = different_seeds_note(table)
     candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
     bounds = normalization_bounds(scores, options.normalize)
     scale = scale_note(scores, options.normalize)
     comparison = compare_scores(scores, options, candidates, bounds)
-    for warning in (
-        note,
-        pooled,
-        stopped,
-        unfinished,
-        scale,
-    ):  # once the comparison stands: a refused one's error is the news
+    # once the comparison stands: a refused one's error is the news
+    for warning in (note, seeds, pooled, stopped, unfinished, scale):
         if warning is not None:
             logger.warning("compare: %s", warning)
     curves = sample_efficiency(table, options, candidates, bounds)
@@ -202,6 +199,7 @@ def compare(
             "shared_seed_note": pooled,
             "stopped_early_note": stopped,
             "unfinished_note": unfinished,
+            "seeds_note": seeds,
             "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
             "scale_note": scale,
         },

@@ -496,6 +496,36 @@ def unfinished_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
     )
 
 
+def different_seeds_note(df: pd.DataFrame) -> str | None:
+    """A warning when the candidates of a task ran on different seeds (None when they did not, or the data has
+    none): runs of one seed share the env's and the agent's random streams, so the same seeds pair the candidates'
+    luck and leave their difference to the agents."""
+    if "seed" not in df.columns or "experiment" not in df.columns:
+        return None
+    runs = df.drop_duplicates(["candidate", "task", "experiment", "run"])
+    notes = []
+    for task, of_task in runs.groupby("task", sort=False):
+        seeds = {
+            c: frozenset(rows["seed"].dropna().astype(int)) for c, rows in of_task.groupby("candidate", sort=False)
+        }
+        if len(set(seeds.values())) > 1:
+            listed = "; ".join(f"{c}: {_some(sorted(kept))}" for c, kept in seeds.items())
+            notes.append(f"{task} ({listed})")
+    if not notes:
+        return None
+    return (
+        "The candidates ran on different seeds: " + "; ".join(notes) + ". Runs of one seed share the env's and the "
+        "agent's random streams, so the same seeds pair the candidates' luck; run every candidate with the same "
+        "seed_offset and number of runs."
+    )
+
+
+def _some(values: list[int], shown: int = 4) -> str:
+    """``seeds 0, 10000, 20000 and 2 more``."""
+    head = ", ".join(str(v) for v in values[:shown])
+    return f"seeds {head}" + (f" and {len(values) - shown} more" if len(values) > shown else "")
+
+
 def shared_seed_note(df: pd.DataFrame) -> str | None:
     """A warning when a candidate pools experiments whose runs share seeds (``by="lr"`` over a sweep that also
     varies ``gamma``): its runs are counted apart, as independent, though runs of one seed are not (they share

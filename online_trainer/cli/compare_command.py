@@ -123,6 +123,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         f"({options.n_resamples} resamples, seed {options.seed}).",
         "",
         *([f"**Budgets differ.** {info['budget_note']}", ""] if info.get("budget_note") else []),
+        *([f"**Seeds differ.** {info['seeds_note']}", ""] if info.get("seeds_note") else []),
         *([f"**Seeds shared.** {info['shared_seed_note']}", ""] if info.get("shared_seed_note") else []),
         *([f"**Runs stopped early.** {info['stopped_early_note']}", ""] if info.get("stopped_early_note") else []),
         *([f"**Unfinished runs scored.** {info['unfinished_note']}", ""] if info.get("unfinished_note") else []),

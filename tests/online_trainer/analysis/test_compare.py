@@ -738,3 +738,17 @@ def test_the_profile_plot_is_a_step_function_through_every_runs_score():
     assert set(ppo) <= set(taus)
     assert fractions[list(taus).index(126.4)] == 0.4  # the level between 126.4 and 127.9
     assert fractions[list(taus).index(127.9)] == 0.2
+
+
+def test_compare_says_when_the_candidates_ran_on_different_seeds(tmp_path, caplog):
+    """Tester Z1: experiments of seed_offset 0 and 7 were compared without a word (compare.md advises the same)."""
+    for name, offset in (("a", 0), ("b", 7), ("c", 0)):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            3, total_steps=60, seed_offset=offset, progress=False
+        )
+    caplog.set_level("WARNING")
+    differ = compare([tmp_path / "a", tmp_path / "b"], n_resamples=100)
+    said = "The candidates ran on different seeds: task (a: seeds 0, 10000, 20000; b: seeds 7, 10007, 20007)"
+    assert differ.info["seeds_note"].startswith(said)
+    assert said in caplog.text
+    assert compare([tmp_path / "a", tmp_path / "c"], n_resamples=100).info["seeds_note"] is None
