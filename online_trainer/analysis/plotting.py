@@ -415,7 +415,9 @@ def plot_final_performance(
     ax.grid(False, axis="y")
     ax.spines["left"].set_visible(False)
     ax.tick_params(axis="y", length=0)
-    _notes(ax, [n for n in [_excluded_note(excluded.to_dict("records"))] if n])
+    key = f"Solid dot: the {STAT_LABELS[stat]} across runs" + ("" if ci is None else f"; bar: its {ci * 100:g}% CI")
+    key += "; faint dots: each run's final return." if show_runs else "."
+    _notes(ax, [n for n in [key, _excluded_note(excluded.to_dict("records"))] if n])
     if title:
         ax.set_title(title, fontsize=11)
     return fig

@@ -192,6 +192,11 @@ def run_sweep(
         return experiments
 
     def finalize(experiments: list[Experiment]) -> pd.DataFrame:
+        # each configuration is an experiment directory as multi_run's: all_metrics.pkl once its runs all finished
+        if options.dump_metrics and options.records.in_memory:
+            for experiment in experiments:
+                if not experiment.failures():
+                    experiment.write_all_metrics(experiment.runs(keep_records=True))
         try:
             ranking = rank(root, names, metric, last_k)
         except RuntimeError:

@@ -127,9 +127,12 @@ def test_final_performance_figure(tmp_path):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a (4 runs)", "b (4 runs)"]
     assert ax.get_xlabel() == "Return of the last 5 episodes (IQM, 95% CI)"
     assert len(ax.collections) == 2  # the runs' dots, one scatter per group
+    # what the marks are, under the axes (an outside tester could not tell the faint dots from the estimate)
+    assert "Solid dot: the IQM across runs; bar: its 95% CI; faint dots: each run's final return." in notes(fig)
     fig = plot_final_performance(synthetic(), after_step=500, stat="mean", ci=None, show_runs=False)
     assert fig.axes[0].get_xlabel() == "Return after step 500 (mean)"
     assert len(fig.axes[0].collections) == 0
+    assert "Solid dot: the mean across runs." in notes(fig) and "faint" not in notes(fig)
 
 
 # ----------------------------------------------------------------------------- experiments of known shape

@@ -557,3 +557,22 @@ def test_a_sweep_resumed_on_another_env_is_refused_before_anything_changes(tmp_p
     ):
         other.sweep({"lr": [0.1, 0.5]}, resume=True, **kw)
     assert files_with_times(tmp_path) == before
+
+
+def test_each_configuration_has_all_metrics_pkl_as_multi_run_writes_it(tmp_path):
+    """A configuration's directory is an experiment like multi_run's: all_metrics.pkl holds its runs, and a second
+    call with more seeds writes it again with every run (it had none: an outside tester's find)."""
+    import pickle
+
+    trainer = corridor_trainer(tmp_path)
+    trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=12, seed_offset=0, progress=False)
+    for name in ("lr=0.1", "lr=0.5"):
+        with open(tmp_path / name / storage.ALL_METRICS_FILE, "rb") as f:
+            runs = pickle.load(f)
+        assert len(runs) == 2
+        for run, records in enumerate(runs, start=1):
+            kept = storage.load_run_metrics(tmp_path / name, run)
+            assert [r["ep_return"] for r in records] == [r["ep_return"] for r in kept] and len(records) == 12
+    trainer.sweep({"lr": [0.1, 0.5]}, num_runs=3, num_episodes=12, progress=False)
+    with open(tmp_path / "lr=0.5" / storage.ALL_METRICS_FILE, "rb") as f:
+        assert [len(run) for run in pickle.load(f)] == [12, 12, 12]
