@@ -76,12 +76,12 @@ def _lazy(module: str, name: str):
     return handler
 
 
-run_command = _lazy("online_trainer.cli.run", "run_command")
-resume_command = _lazy("online_trainer.cli.resume", "resume_command")
+run_command = _lazy("online_trainer.cli.run_command", "run_command")
+resume_command = _lazy("online_trainer.cli.resume_command", "resume_command")
 show_command = _lazy("online_trainer.cli.report", "show_command")
 report_command = _lazy("online_trainer.cli.report", "report_command")
 compare_command = _lazy("online_trainer.cli.compare_command", "compare_command")
-eval_command = _lazy("online_trainer.cli.run", "eval_command")
+eval_command = _lazy("online_trainer.cli.run_command", "eval_command")
 wait_command = _lazy("online_trainer.cli.wait", "wait_command")
 
 

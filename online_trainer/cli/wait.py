@@ -10,7 +10,7 @@ from pathlib import Path
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import configured_last_k, final_table
-from online_trainer.cli.run import failed
+from online_trainer.cli.run_command import failed
 from online_trainer.config.schema import ConfigError
 from online_trainer.errors import RunsFailedError
 from online_trainer.parallel.slurm_handle import SlurmRuns, unfinished_notes

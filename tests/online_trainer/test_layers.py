@@ -178,6 +178,47 @@ def test_every_module_name_is_unique():
     assert {name: paths for name, paths in by_name.items() if len(paths) > 1} == {}
 
 
+def name_stem(name: str) -> str:
+    """A module or package name without the endings that make near-identical names (``resume``, ``resuming``)."""
+    for ending in ("ing", "e", "s"):
+        if name.endswith(ending) and len(name) > len(ending) + 2:
+            return name[: -len(ending)]
+    return name
+
+
+def near_identical_names(roots: list[Path]) -> dict[str, list[str]]:
+    """Modules and packages under ``roots`` whose names differ only by an ending (or not at all), by stem."""
+    by_stem: dict[str, list[str]] = {}
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if "__pycache__" in path.parts:
+                continue
+            if path.is_dir() and (path / "__init__.py").is_file():
+                by_stem.setdefault(name_stem(path.name), []).append(f"{path.relative_to(root.parent)}/")
+            elif path.suffix == ".py" and path.stem not in ("__init__", "__main__"):
+                by_stem.setdefault(name_stem(path.stem), []).append(str(path.relative_to(root.parent)))
+    return {stem: paths for stem, paths in by_stem.items() if len(paths) > 1}
+
+
+def test_no_module_or_package_name_is_another_with_an_ending():
+    """``cli/resume.py`` beside ``experiment/resuming.py``, or ``cli/run.py`` beside the ``run/`` package, did
+    different jobs under near-identical names (issue 39): each name says its own job."""
+    assert near_identical_names([PACKAGE, *(ROOT / folder for folder in ("callbacks", "agents", "envs"))]) == {}
+
+
+def test_the_name_check_sees_a_near_identical_pair(tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("cli", "experiment", "run"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    for module in ("cli/resume.py", "experiment/resuming.py", "cli/run.py", "cli/wait.py"):
+        (package / module).write_text("")
+    assert near_identical_names([package]) == {
+        "resum": ["pkg/cli/resume.py", "pkg/experiment/resuming.py"],
+        "run": ["pkg/cli/run.py", "pkg/run/"],
+    }
+
+
 @pytest.mark.parametrize("path", package_modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down(path):
     layer = layer_of_path(path)

@@ -828,7 +828,7 @@ def test_overwrite_keeps_the_earlier_experiment_and_its_config_when_no_run_start
 def test_the_command_records_the_call_that_multi_run_records_for_the_same_config(tmp_path):
     """The command goes through multi_run's path: the same config gives the same manifest call record and seeds."""
     from online_trainer import OnlineTrainer
-    from online_trainer.cli.run import multi_run_kwargs
+    from online_trainer.cli.run_command import multi_run_kwargs
     from online_trainer.config.builders import AgentBuilder, env_factory
     from online_trainer.config.schema import CALLBACKS
 
@@ -892,7 +892,7 @@ def test_an_overwrite_whose_actions_have_the_wrong_shape_puts_back_the_earlier_e
 KILLED_AFTER_PREPARING = """\
 import os, signal, sys
 from online_trainer.cli import main
-from online_trainer.cli.run import CommandTrainer
+from online_trainer.cli.run_command import CommandTrainer
 
 # killed once multi_run holds exp_dir: the earlier experiment is set aside, this call's input files are written
 CommandTrainer._on_exp_dir_held = lambda self: os.kill(os.getpid(), signal.SIGKILL)
@@ -1126,7 +1126,7 @@ def test_run_on_a_disk_that_fills_says_so_with_the_command_that_continues(tmp_pa
 def test_the_commands_failure_hint_continues_an_experiment_made_from_python_from_python(tmp_path, capsys):
     """`online-trainer wait` on runs submitted from Python ended with "run the failed runs again with: online-trainer
     resume DIR", which then refused it: that command continues only experiments `online-trainer run` made (Y2)."""
-    from online_trainer.cli.run import failed
+    from online_trainer.cli.run_command import failed
     from online_trainer.errors import RunFailure, RunsFailedError
 
     error = RunsFailedError([RunFailure(2, 10003, "RuntimeError: boom", "RuntimeError: boom")])

@@ -227,7 +227,7 @@ def test_a_refused_command_changes_nothing_on_disk(tmp_path, monkeypatch, capsys
     """``online-trainer run`` into an experiment that a writer finished after the command started, before its lock:
     the one check, under the lock, refuses it in the command's words, and nothing changes on disk."""
     from online_trainer.cli import main as cli
-    from online_trainer.cli.run import CommandTrainer
+    from online_trainer.cli.run_command import CommandTrainer
 
     config = tmp_path / "c.yaml"
     config.write_text(

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from online_trainer import ExecutionOptions, OnlineTrainer, SlurmOptions
-from online_trainer.cli.run import execution_options
+from online_trainer.cli.run_command import execution_options
 from online_trainer.config.loading import load_experiment_config
 from online_trainer.config.schema import ConfigError
 from online_trainer.experiment import ownership
@@ -150,7 +150,7 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
 
 
 def test_the_commands_header_says_how_many_jobs_run_at_once_not_workers(tmp_path):
-    from online_trainer.cli.run import _describe
+    from online_trainer.cli.run_command import _describe
 
     path = tmp_path / "cfg.yaml"
     path.write_text("env: {id: CartPole-v1}\nagent: {name: random}\nnum_runs: 4\nnum_episodes: 2\n")

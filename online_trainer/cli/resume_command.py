@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from online_trainer.cli.run import PATH_ERRORS, disk_error, failed, interrupted, multi_run_kwargs, print_outcome
+from online_trainer.cli.run_command import PATH_ERRORS, disk_error, failed, interrupted, multi_run_kwargs, print_outcome
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
