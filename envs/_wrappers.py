@@ -24,6 +24,17 @@ WrapperEntry: TypeAlias = type | Callable[..., Any] | str | Mapping[Any, Any] | 
 _ID_MODULES: tuple[tuple[str, str], ...] = (("ALE/", "ale_py"), ("MiniGrid-", "minigrid"), ("BabyAI-", "minigrid"))
 
 
+class WrapperError(ValueError):
+    """A wrapper of ``wrappers`` raised when it wrapped the env; :attr:`entry` names it (``wrappers[1]``)."""
+
+    def __init__(self, entry: str, message: str) -> None:
+        super().__init__(message)
+        self.entry = entry
+
+    def __reduce__(self) -> tuple[Any, ...]:  # the message alone would not rebuild it in a parent process
+        return (type(self), (self.entry, str(self)))
+
+
 class Wrapper:
     """A resolved wrapper entry: ``Wrapper(fn, kwargs, label)(env)`` is ``fn(env, **kwargs)``.
 
@@ -31,11 +42,17 @@ class Wrapper:
     do (a class pickles as its import path).
     """
 
-    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], label: str) -> None:
-        self.fn, self.kwargs, self.label = fn, kwargs, label
+    name = "wrappers"
+    """The entry's place in the list (``wrappers[1]``), which errors name."""
+
+    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], label: str, name: str = "wrappers") -> None:
+        self.fn, self.kwargs, self.label, self.name = fn, kwargs, label, name
 
     def __call__(self, env: gym.Env) -> gym.Env:
-        return self.fn(env, **self.kwargs)
+        try:
+            return self.fn(env, **self.kwargs)
+        except (TypeError, ValueError) as exc:  # a value the signature check could not judge ('ten' steps)
+            raise WrapperError(self.name, f"{self.name}: {self!r} failed: {exc}") from exc
 
     def __repr__(self) -> str:
         args = "".join(f", {key}={value!r}" for key, value in self.kwargs.items())
@@ -101,7 +118,7 @@ def _resolve(name: str, entry: WrapperEntry) -> Wrapper:
                 f"{name}: {label} cannot be called as {label}(env, **{kwargs!r}): {exc}; it takes "
                 f"{', '.join(takes) or 'only env'}."
             ) from exc
-    return Wrapper(fn, kwargs, label)
+    return Wrapper(fn, kwargs, label, name)
 
 
 def import_object(name: str, path: str) -> Any:

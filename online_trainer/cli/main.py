@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.add_argument("exp_dir", metavar="EXP_DIR", help="an experiment directory made by 'online-trainer run'")
     resume.add_argument("--no-progress", action="store_true", help="hide the progress bars")
-    resume.set_defaults(handler=resume_command)
+    resume.set_defaults(handler=resume_command, usage_error=resume.error)
 
     wait = commands.add_parser(
         "wait",
@@ -347,10 +347,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if extra:  # argparse ends a positional list at the first option: `run C --no-progress k=v` leaves k=v over
             if args.command == "run" and all("=" in item and not item.startswith("-") for item in extra):
                 args.overrides = [*args.overrides, *extra]
+            elif args.command == "resume" and any("=" in item and not item.startswith("-") for item in extra):
+                args.usage_error(
+                    f"resume takes no overrides ({' '.join(extra)}): it runs what EXP_DIR/config.yaml says. Its "
+                    "execution section (workers, backend, threads) may change: edit it in that file, then resume. "
+                    "To run other settings, use: online-trainer run EXP_DIR/config.yaml KEY=VALUE exp_dir=<another path>"
+                )
             else:
                 getattr(args, "usage_error", parser.error)(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # --help, or a usage error argparse has already printed
         return exc.code if isinstance(exc.code, int) else USAGE_ERROR
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        # a config's 'module:Name' (agent.name, env.id, env.wrappers) may name a module of the directory the command
+        # runs in, as under `python -m online_trainer`; last, so that it never hides an installed package. Worker
+        # processes start with this path.
+        sys.path.append(os.getcwd())
     level = (logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:

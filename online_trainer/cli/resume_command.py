@@ -43,7 +43,10 @@ def resume_command(args: argparse.Namespace) -> int:
             "'online-trainer run'. For one made from Python, call multi_run(..., resume=True) "
             "as it was called."
         )
-    config = load_experiment_config(exp_dir / CONFIG_YAML, [])
+    try:
+        config = load_experiment_config(exp_dir / CONFIG_YAML, [])
+    except ConfigError as exc:  # the file was edited (its execution section may be): say which file holds the mistake
+        raise ConfigError(f"{exp_dir / CONFIG_YAML}: {exc}") from exc
     refuse_edits(exp_dir, config)
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)

@@ -327,7 +327,7 @@ def evaluation_table(episodes: Any) -> str:
     per_checkpoint = episodes.groupby(["checkpoint", "run"]).size().iloc[0]
     lines = [
         f"Greedy evaluation: mean return of {per_checkpoint} episodes per run and checkpoint",
-        per_run.to_string(index=False),
+        per_run.to_string(index=False, float_format=lambda value: f"{value:.2f}"),  # as the statistics below
         "",
     ]
     summary = aggregate(per_run, value="ep_return", group_by="checkpoint")

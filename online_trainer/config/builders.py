@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from online_trainer.config.loading import load_experiment_config
-from online_trainer.config.schema import AgentConfig, ConfigError, EnvConfig
+from online_trainer.config.schema import AgentConfig, ConfigError, EnvConfig, agent_factory
 from online_trainer.records.storage import CONFIG_YAML
 
 
 class AgentBuilder:
-    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``AGENTS[name](env, **hyperparameters)``.
+    """A picklable agent factory: ``AgentBuilder(config)(env)`` is ``agent_factory(name)(env, **hyperparameters)``.
 
-    Hyperparameters the agent rejects raise :class:`ConfigError` naming the config section;
-    the run that builds the agent raises it before its first env step, which stops every run.
+    It holds the names, not the class: an agent of the user's own module is imported where the run builds it.
+    An agent that rejects its hyperparameters or the env raises :class:`ConfigError` naming both config keys; the
+    run that builds the agent raises it before its first env step, which stops every run.
     """
 
     def __init__(self, config: AgentConfig) -> None:
@@ -23,13 +24,13 @@ class AgentBuilder:
         self.hyperparameters = dict(config.hyperparameters)
 
     def __call__(self, env: Any) -> Any:
-        from online_trainer.agents import AGENTS
-
+        factory = agent_factory(self.name)
         try:
-            return AGENTS[self.name](env, **self.hyperparameters)
+            return factory(env, **self.hyperparameters)
         except (TypeError, ValueError) as exc:
             raise ConfigError(
-                f"agent.hyperparameters: could not build agent {self.name!r} with {self.hyperparameters!r}: {exc}"
+                f"could not build agent.name={self.name!r} with agent.hyperparameters={self.hyperparameters!r} on "
+                f"this env (env.id, env.wrappers): {exc}"
             ) from exc
 
     def __repr__(self) -> str:
@@ -43,8 +44,12 @@ class EnvBuilder:
         self.make_env = make_env
 
     def __call__(self) -> Any:
+        from online_trainer.envs._wrappers import WrapperError
+
         try:
             return self.make_env()
+        except WrapperError as exc:
+            raise ConfigError(f"env.{exc}") from exc
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"env.kwargs: could not build the env {self.make_env!r}: {exc}") from exc
 

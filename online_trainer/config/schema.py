@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import inspect
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,25 +113,68 @@ class EnvConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AgentConfig:
-    """The agent of every run: ``online_trainer.agents.AGENTS[name](env, **hyperparameters)``."""
+    """The agent of every run: ``agent_factory(name)(env, **hyperparameters)``."""
 
     name: str
-    """A key of ``online_trainer.agents.AGENTS``: ``dqn``, ``ppo``, ``q_learning`` or ``random``."""
+    """A reference agent, a key of ``online_trainer.agents.AGENTS`` (``dqn``, ``ppo``, ``sac``, ``q_learning``,
+    ``random``), or the import path of your own agent class or factory, ``package.module:Name``."""
     hyperparameters: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Keyword arguments of the agent's constructor (fields of its ``Config``); missing ones keep their defaults."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hyperparameters", dict(self.hyperparameters))
-        from online_trainer.agents import AGENTS
-
-        if self.name not in AGENTS:
-            raise ConfigError(
-                f"unknown agent agent.name={self.name!r}{did_you_mean(self.name, AGENTS)}; "
-                f"known agents: {', '.join(sorted(AGENTS))}."
-            )
-        config_cls = getattr(AGENTS[self.name], "Config", None)
+        factory = agent_factory(self.name)
+        config_cls = getattr(factory, "Config", None)
         if isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls):
             build(config_cls, self.hyperparameters, "agent.hyperparameters.", ConfigError, owner=f"agent {self.name!r}")
+            return
+        try:
+            signature = inspect.signature(factory)
+        except (TypeError, ValueError):  # nothing to inspect: the agent's constructor judges them
+            return
+        try:
+            signature.bind(None, **self.hyperparameters)
+        except TypeError as exc:
+            takes = [
+                name
+                for name, p in list(signature.parameters.items())[1:]
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            ]
+            raise ConfigError(
+                f"agent.hyperparameters={self.hyperparameters!r}: {self.name}(env, **hyperparameters) cannot be "
+                f"called ({exc}); it takes {', '.join(takes) or 'only env'}."
+            ) from exc
+
+
+def agent_factory(name: str) -> Callable[..., Any]:
+    """The agent class (or factory) ``agent.name`` names: a reference agent's key, or ``package.module:Name``.
+
+    Raises:
+        ConfigError: naming ``agent.name``: an unknown key, a module that does not import, a missing name, or an
+            object that cannot be called.
+    """
+    from online_trainer.agents import AGENTS
+
+    if name in AGENTS:
+        return AGENTS[name]
+    if ":" not in name:
+        raise ConfigError(
+            f"unknown agent agent.name={name!r}{did_you_mean(name, AGENTS)}; known agents: {', '.join(sorted(AGENTS))}, "
+            "or your own as 'package.module:ClassName' (its module importable: installed, or under the directory "
+            "the command runs in)."
+        )
+    from online_trainer.envs._wrappers import import_object
+
+    try:
+        factory = import_object("agent.name", name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if not callable(factory):
+        raise ConfigError(
+            f"agent.name={name!r} is a {type(factory).__name__}, not an agent class: name a class (or a function) "
+            "called as Name(env, **hyperparameters)."
+        )
+    return factory
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -602,6 +603,9 @@ def test_eval_evaluates_the_checkpoints_and_prints_the_table(tmp_path, capsys):
     assert cli.main(["eval", str(exp_dir), "--episodes", "4", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "Greedy evaluation" in out and "last: mean" in out and "iqm" in out
+    # every run's mean with 2 decimals, as the statistics under it (SAC's printed 6, PPO's 1: an outside tester)
+    table = out.split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 2 and all(re.fullmatch(r"-?\d+\.\d\d", row.split()[-1]) for row in table)
     rows = (exp_dir / "evaluation_last.csv").read_text().splitlines()
     assert rows[0] == "run,seed,checkpoint,episode,ep_return,ep_length" and len(rows) == 1 + 2 * 4
     # the last checkpoint repeats each run's final evaluation during training
@@ -1151,3 +1155,33 @@ def test_the_reports_error_cell_keeps_the_exception_of_a_run_a_hook_failed():
     )
     assert _cell(traceback) == "RuntimeError: boom in run 2 \\| 3 (raised in hook FailRun2#0's on_step)"
     assert _cell("ValueError: x\n") == "ValueError: x" and _cell(None) == "" and _cell(float("nan")) == ""
+
+
+def test_a_wrapper_that_fails_on_its_values_is_named_by_its_place_in_env_wrappers(tmp_path, capsys):
+    """A value only the wrapper can judge ('ten' steps) was blamed on env.kwargs (an outside tester's find)."""
+    exp_dir = tmp_path / "exp"
+    wrappers = "env.wrappers=[{gymnasium.wrappers:TimeLimit: {max_episode_steps: ten}}]"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", wrappers) == 2
+    err = capsys.readouterr().err
+    assert "online-trainer: error: env.wrappers[0]: gymnasium.wrappers:TimeLimit(env, max_episode_steps='ten') " in err
+    assert "env.kwargs" not in err and not exp_dir.exists()
+
+
+def test_resume_says_it_takes_no_overrides_and_where_execution_changes(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
+    capsys.readouterr()
+    assert cli.main(["resume", str(exp_dir), "execution.num_workers=2"]) == 2
+    err = capsys.readouterr().err
+    assert "resume takes no overrides (execution.num_workers=2): it runs what EXP_DIR/config.yaml says." in err
+    assert "edit it in that file, then resume" in err
+
+
+def test_resume_of_an_edited_config_with_a_typo_names_the_file(tmp_path, capsys):
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
+    config = exp_dir / "config.yaml"
+    config.write_text(config.read_text().replace("num_workers:", "num_worker:"))
+    capsys.readouterr()
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
+    assert f"online-trainer: error: {config}: unknown key 'execution.num_worker'" in capsys.readouterr().err
