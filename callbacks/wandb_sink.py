@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import logging
 import os
 import secrets
@@ -122,6 +124,7 @@ class WandbCallback(CallBack):
                 f"WandbCallback sets {taken} itself, but got them in init_kwargs: pass project, entity, "
                 "group and mode as the callback's own arguments, and drop the others."
             )
+        _check_init_kwargs(init_kwargs)
         self.project, self.entity, self.group, self.mode = project, entity, group, mode
         self.flush_rows = flush_rows
         self.max_delay = max_delay
@@ -374,3 +377,35 @@ def _wait_for_exit_record(wandb_dir: Path, run_id: str) -> None:
             )
             return
         time.sleep(0.05)
+
+
+def _check_init_kwargs(init_kwargs: Mapping[str, Any]) -> None:
+    """Refuse keyword arguments ``wandb.init`` does not take, now rather than when the first run starts.
+
+    Raises:
+        ValueError: naming each one, with the closest of ``wandb.init``'s parameters. Nothing is checked when
+            wandb is not installed (the first run says so) or ``wandb.init`` takes ``**kwargs``.
+    """
+    if not init_kwargs:
+        return
+    try:
+        import wandb
+    except ImportError:
+        return
+    try:
+        parameters = inspect.signature(wandb.init).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = [key for key in init_kwargs if key not in parameters]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, list(parameters), n=1, cutoff=0.6)
+            hints.append(f"{key}={init_kwargs[key]!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"WandbCallback got {', '.join(hints)}, which wandb.init does not take: its keyword arguments are the "
+            f"callback's own (project, entity, group, mode, flush_rows, max_delay) and those of wandb.init "
+            f"({', '.join(name for name in parameters if name not in WandbCallback._OWN_ARGS)})."
+        )

@@ -140,7 +140,9 @@ class Preempted(KeyboardInterrupt):
         checkpointed: whether the run wrote a full checkpoint before it stopped.
         why: why it could not (when ``checkpointed`` is False).
         on_disk: whether the call has an experiment directory to resume from.
-        others: the call's other runs the signal stopped, as ``(run_idx, global_step, checkpointed)``.
+        others: the call's other runs the signal stopped, as ``(run_idx, global_step, checkpointed)``, or with the
+            run's name last (``lr=0.1 run 2`` in a sweep).
+        name: the run's name where ``run {run_idx}`` does not say which it is (``lr=0.1 run 2`` in a sweep).
     """
 
     def __init__(
@@ -150,19 +152,22 @@ class Preempted(KeyboardInterrupt):
         checkpointed: bool = True,
         why: str = "",
         on_disk: bool = True,
-        others: Sequence[tuple[int, int | None, bool]] = (),
+        others: Sequence[tuple[Any, ...]] = (),
+        name: str | None = None,
     ) -> None:
         self.run_idx, self.global_step, self.checkpointed, self.why = run_idx, global_step, checkpointed, why
+        self.name = name or (None if run_idx is None else f"run {run_idx}")
         self.others = [tuple(other) for other in others]
-        self._arguments = (run_idx, global_step, checkpointed, why, on_disk, self.others)
+        self._arguments = (run_idx, global_step, checkpointed, why, on_disk, self.others, name)
         if run_idx is None:
             where = ""
         elif checkpointed:
-            where = f": run {run_idx} saved a full checkpoint at step {global_step}"
+            where = f": {self.name} saved a full checkpoint at step {global_step}"
         else:
-            where = f": run {run_idx} stopped at step {global_step} without a full checkpoint ({why})"
-        for other, step, saved in self.others:
-            where += f"; run {other} {'saved one' if saved else 'stopped without one'} at step {step}"
+            where = f": {self.name} stopped at step {global_step} without a full checkpoint ({why})"
+        for other in self.others:
+            other_name = other[3] if len(other) > 3 and other[3] else f"run {other[0]}"
+            where += f"; {other_name} {'saved one' if other[2] else 'stopped without one'} at step {other[1]}"
         if not on_disk:
             then = "; the call has no exp_dir, so nothing of it is kept"
         elif checkpointed:

@@ -558,6 +558,11 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
         for line in ax.get_lines():
             line.set_marker("o")
             line.set_markersize(3.5)
+        # the limits end at the first and last evaluation: room for their markers (a curve of one evaluation
+        # at the axes' edge read as a mark of the frame: tester H5)
+        low, high = ax.get_xlim()
+        pad = 0.03 * (high - low) if high > low else max(abs(low) * 0.05, 1.0)
+        ax.set_xlim(low - pad, high + pad)
     ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
     ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
     return figure

@@ -311,25 +311,40 @@ def _refuse_an_experiment(root: Path) -> None:
 
 def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], options: RunPlan, resume: bool) -> None:
     """Raise unless the call agrees with every configuration's experiment run earlier, and (with ``resume``) its
-    hooks and callback fit their full checkpoints: every configuration is checked before any is cut back."""
+    hooks and callback fit their full checkpoints: every configuration is checked before any is cut back.
+
+    The refusal is the first configuration's (in grid order) that differs, naming every other one that differs too:
+    a configuration that finished is as much the sweep's as one still running.
+    """
+    refused: list[tuple[str, ValueError]] = []
     for config, name in zip(grid, _names(root, grid)):
         exp_dir = root / name
         if not (exp_dir / storage.MANIFEST_FILE).is_file():
             continue
         manifest = storage.read_manifest(exp_dir)
-        check_same_call(
-            exp_dir,
-            manifest,
-            manifest["num_runs"],  # a sweep may add seeds to its configurations
-            None,  # the sweep's seed is checked against sweep.json
-            call_record(options, config, parts.train),
-            lambda: env_description(parts.env_factory),
-            continuing="resume=True" if resume else "A sweep called again",
-            anew=f"sweep into another exp_dir (sweep has no overwrite: delete {os.fspath(exp_dir)!r} to run "
-            "this configuration anew)",
-        )
-        if resume:
-            check_checkpoints(exp_dir, manifest, options.hooks, parts.callback, label=name)
+        try:
+            check_same_call(
+                exp_dir,
+                manifest,
+                manifest["num_runs"],  # a sweep may add seeds to its configurations
+                None,  # the sweep's seed is checked against sweep.json
+                call_record(options, config, parts.train),
+                lambda: env_description(parts.env_factory),
+                continuing="resume=True" if resume else "A sweep called again",
+                anew="sweep into another exp_dir (a sweep has no overwrite; deleting a configuration's directory runs "
+                "it anew, and loses its results)",
+            )
+            if resume:
+                check_checkpoints(exp_dir, manifest, options.hooks, parts.callback, label=name)
+        except ValueError as exc:
+            refused.append((name, exc))
+    if not refused:
+        return
+    first = refused[0][1]
+    if len(refused) == 1 or type(first) is not ValueError:
+        raise first
+    others = ", ".join(repr(name) for name, _ in refused[1:])
+    raise ValueError(f"{first} The call differs from configuration(s) {others} of this sweep too.") from first
 
 
 def _recorded_seed(root: Path, seed_offset: int | None, budget: Any) -> int | None:

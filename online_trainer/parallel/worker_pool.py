@@ -112,11 +112,27 @@ class _Call:
         if first is None:
             return Preempted(on_disk=on_disk)
         others = sorted(
-            (p.run_idx, p.global_step, p.checkpointed) for p in self.stopped if p is not first and p.run_idx is not None
+            (
+                (p.run_idx, p.global_step, p.checkpointed, getattr(p, "name", None))
+                for p in self.stopped
+                if p is not first and p.run_idx is not None
+            ),
+            key=lambda other: (
+                (other[3] or "").rpartition("run ")[0],
+                other[0],
+            ),  # a sweep's configuration, then the run
         )
         if not others:
             return first
-        return Preempted(first.run_idx, first.global_step, first.checkpointed, first.why, on_disk, others)
+        return Preempted(
+            first.run_idx,
+            first.global_step,
+            first.checkpointed,
+            first.why,
+            on_disk,
+            others,
+            getattr(first, "name", None),
+        )
 
 
 def _log_levels() -> dict[str, int]:

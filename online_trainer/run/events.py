@@ -117,7 +117,9 @@ class RunEvents:
             assert spec.exp_dir is not None  # _no_full_checkpoint says so without one
             full_checkpoint.write(spec.exp_dir, spec.run_idx, self._full_state(loop))
         if self.preempted:
-            raise Preempted(spec.run_idx, loop.global_step, why is None, why or "", spec.exp_dir is not None)
+            raise Preempted(
+                spec.run_idx, loop.global_step, why is None, why or "", spec.exp_dir is not None, name=spec.name
+            )
 
     def _full_state(self, loop: LoopState) -> full_checkpoint.FullCheckpoint:
         spec, ctx, metrics = self.spec, self.hooks.ctx, self.metrics

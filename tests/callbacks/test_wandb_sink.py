@@ -150,6 +150,18 @@ def test_init_kwargs_cannot_set_what_the_callback_sets():
         WandbCallback(id="x", name="y")
 
 
+def test_a_keyword_wandb_init_does_not_take_is_refused_when_the_callback_is_made():
+    """Tester H5: WandbCallback(mdoe="offline") was taken, and the first run failed with W&B's bare
+    "init() got an unexpected keyword argument 'mdoe'"."""
+    with pytest.raises(ValueError) as refused:
+        WandbCallback(project="tests", mdoe="offline")
+    assert str(refused.value).startswith(
+        "WandbCallback got mdoe='offline' (did you mean 'mode'?), which wandb.init does not take: its keyword "
+        "arguments are the callback's own (project, entity, group, mode, flush_rows, max_delay) and those of wandb.init"
+    )
+    assert WandbCallback(project="tests", tags=["a"], notes="n").init_kwargs == {"tags": ["a"], "notes": "n"}
+
+
 def test_a_resumed_run_sends_what_its_files_lack_and_nothing_twice(tmp_path, offline, caplog):
     """Run files cut by a kill lack the last points before the checkpoint, and hold some after it."""
     from online_trainer.callbacks.store_points import StorePosition

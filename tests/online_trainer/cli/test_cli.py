@@ -947,6 +947,8 @@ def test_evaluation_curves_are_drawn_at_the_evaluations_with_a_marker_each(tmp_p
     figure = plot_evaluations(load_evaluations(tmp_path), args, title=None)
     (line,) = [line for line in figure.axes[0].get_lines() if line.get_label().endswith("3 runs")]
     assert line.get_marker() == "o" and sorted(set(line.get_xdata())) == [100.0, 200.0, 300.0]
+    low, high = figure.axes[0].get_xlim()  # the first and last markers whole, off the frame
+    assert low < 100.0 and high > 300.0
 
 
 def test_report_leaves_out_evaluations_without_a_return_and_says_why(tmp_path, caplog):

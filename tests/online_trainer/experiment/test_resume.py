@@ -1174,7 +1174,7 @@ def test_a_call_whose_runs_were_all_preempted_names_every_one():
         call.finish(spec, result)
     raised = call.raised(on_disk=True)
     assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
-    assert raised.others == [(1, 126292, True)]
+    assert raised.others == [(1, 126292, True, "run 1")]
     assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
 
 

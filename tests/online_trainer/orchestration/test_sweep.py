@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import time
 
 import numpy as np
@@ -216,9 +217,22 @@ def test_a_sweep_called_again_with_other_hooks_is_refused_in_the_words_of_that_c
     assert message.startswith(f"A sweep called again continues the experiment in {str(tmp_path / 'lr=0.1')!r}")
     assert "StopAfterEpisodes#0 is left out" in message and "overwrite=True" not in message
     assert message.endswith(
-        f"or sweep into another exp_dir (sweep has no overwrite: delete {str(tmp_path / 'lr=0.1')!r} to run this "
-        "configuration anew)."
+        "or sweep into another exp_dir (a sweep has no overwrite; deleting a configuration's directory runs it anew, "
+        "and loses its results)."
     )
+
+
+def test_a_refused_sweep_names_every_configuration_the_call_differs_from(tmp_path):
+    """Tester H5: the refusal named the first configuration of the grid (whose runs had all finished) and told to
+    delete it, as if it were the one in the way; the call differed from the other one too."""
+    kw = {"num_runs": 1, "total_steps": 300, "seed_offset": 0}
+    corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, hooks=[StopAfterEpisodes(10**6)], **kw)
+    with pytest.raises(ValueError) as refused:
+        corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, hooks=[StopAfterEpisodes(10**5)], **kw)
+    message = str(refused.value)
+    assert message.startswith(f"A sweep called again continues the experiment in {str(tmp_path / 'lr=0.1')!r}")
+    assert message.endswith("The call differs from configuration(s) 'lr=0.5' of this sweep too.")
+    assert "delete" not in message
 
 
 def test_sweep_runs_share_one_worker_pool(tmp_path):
@@ -576,3 +590,31 @@ def test_each_configuration_has_all_metrics_pkl_as_multi_run_writes_it(tmp_path)
     trainer.sweep({"lr": [0.1, 0.5]}, num_runs=3, num_episodes=12, progress=False)
     with open(tmp_path / "lr=0.5" / storage.ALL_METRICS_FILE, "rb") as f:
         assert [len(run) for run in pickle.load(f)] == [12, 12, 12]
+
+
+class SignalsAtEpisode(Hook):
+    """Sends SIGTERM to the calling process at episode ``episode`` of run 1: a preemption mid-sweep."""
+
+    def __init__(self, parent: int, episode: int = 200):
+        self.parent, self.episode = parent, episode
+
+    def on_episode_end(self, ctx, record):
+        if ctx.run == 1 and ctx.episodes == self.episode:
+            os.kill(self.parent, signal.SIGTERM)
+
+
+def test_a_preempted_sweep_names_each_run_with_its_configuration(tmp_path):
+    """Tester H5: a SIGTERM in a sweep said "run 2 saved a full checkpoint ...; run 1 saved one ...", and every
+    configuration has a run 1 and a run 2."""
+    from online_trainer import Preempted
+
+    trainer = corridor_trainer(tmp_path)
+    kw = {"num_runs": 2, "total_steps": 3_000_000, "seed_offset": 0, "execution": ExecutionOptions(num_workers=2)}
+    with pytest.raises(Preempted) as stopped:
+        trainer.sweep({"lr": [0.5]}, hooks=[SignalsAtEpisode(os.getpid())], **kw)
+    said = str(stopped.value)
+    assert said.startswith("preempted (SIGTERM or SIGUSR1): lr=0.5 run ")
+    assert re.findall(r"(\S+) run \d", said) == ["lr=0.5"] * said.count(" run ")  # every run named with it
+    assert stopped.value.name in ("lr=0.5 run 1", "lr=0.5 run 2")
+    statuses = {r["status"] for r in json.loads((tmp_path / "lr=0.5" / "manifest.json").read_text())["runs"]}
+    assert "interrupted" in statuses
