@@ -13,6 +13,7 @@ from online_trainer.callbacks.jsonl import JsonlCallback
 from online_trainer.callbacks.mlflow_sink import MLflowCallback
 from online_trainer.callbacks.multi import MultiCallback
 from online_trainer.callbacks.tensorboard import BasicCallBack, TBCallBack
+from online_trainer.callbacks.wandb_history import load_wandb_history
 from online_trainer.callbacks.wandb_sink import WandbCallback
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "MultiCallback",
     "TBCallBack",
     "WandbCallback",
+    "load_wandb_history",
 ]

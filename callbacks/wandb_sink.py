@@ -23,11 +23,10 @@ from online_trainer.callbacks.store_points import (
     as_position,
     check_store_position,
 )
-from online_trainer.callbacks.wandb_history import has_exit_record, history_rows, run_files
+from online_trainer.callbacks.wandb_history import RUN_IDS_FILE, has_exit_record, history_rows, run_files
 
 logger = logging.getLogger(__name__)
 
-RUN_IDS_FILE = "wandb_runs.json"
 EPISODE_AXIS = "episode"
 """The x of values logged through ``series`` (the runner's episode returns and lengths): the episode index."""
 STEP_AXIS = "step"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+from collections import Counter
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +18,19 @@ from online_trainer.loop.seeding import run_seed
 from online_trainer.records.episode_table import EpisodeTable
 from online_trainer.records.pickling import ActionSlab
 from online_trainer.records.record_view import RunRecords
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with the most slow tests first, each file's tests in their own order.
+
+    With ``--dist loadfile --no-loadscope-reorder`` (the README's command) pytest-xdist hands out
+    whole files in this order: the long files start first and the short ones fill in beside them.
+    By its default order (most tests first) the docs' examples and the kill trials started last,
+    and one worker ran them alone for minutes.
+    """
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.path for item in items))}
+    items.sort(key=lambda item: (-slow[item.path], first_seen[item.path]))
 
 
 def scheduled_length(seed: int, episode: int) -> int:

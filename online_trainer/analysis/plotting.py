@@ -144,6 +144,7 @@ def plot_learning_curves(
     title: str | None = None,
     n_resamples: int = 2_000,
     seed: Seed = 0,
+    notes: Sequence[str] = (),
 ) -> Figure:
     """One line per group, the statistic across runs, with a shaded pointwise CI band.
 
@@ -182,6 +183,8 @@ def plot_learning_curves(
         title: Title of the axes.
         n_resamples: Number of bootstrap resamples.
         seed: Seed of the bootstrap (the same seed draws the same band).
+        notes: More lines for under the axes, after the figure's own (say what the data
+            leaves out that the figure cannot know).
 
     Returns:
         The figure (the one holding ``ax`` when given).
@@ -224,12 +227,13 @@ def plot_learning_curves(
     if high > low:  # else a single x: matplotlib's own margins
         ax.set_xlim(0 if 0 <= low <= 0.05 * high else low, high)
     late = late_returns(df, include_unfinished)
-    notes = [
+    under: list[str | None] = [
         set_y_axis(ax, table, late, ylim, yscale),
         _excluded_note(table.attrs.get("excluded", [])),
         f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
         if table.attrs.get("no_episode")
         else None,
+        *notes,
     ]
     _style(ax)
     spread_end_labels(ax, labels)
@@ -238,7 +242,7 @@ def plot_learning_curves(
     if partial:
         handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
     legend_title = f"each run: trailing mean of {smooth} episodes" if smooth is not None and smooth > 1 else None
-    _notes(ax, [n for n in notes if n])
+    _notes(ax, [n for n in under if n])
     legend = {"handles": handles, "frameon": False, "fontsize": 9, "title": legend_title, "title_fontsize": 8}
     if made:  # beside the axes, where no curve or end label runs (inside them, "best" sat on a curve's tail)
         longest = max([len(str(h.get_label())) for h in handles] + [0.8 * len(legend_title or "")])

@@ -541,6 +541,20 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
         )
     table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
     points = np.unique(table[x].to_numpy(float))
+    # a run stopped early before its first scheduled evaluation has no point: the legend cannot count it (tester H5)
+    kept, _ = select_runs(evals, args.include_unfinished, log=False)
+    ident = ident_columns(kept)
+    drawn = table[ident].drop_duplicates()
+    undrawn = kept[ident].drop_duplicates().merge(drawn, how="left", indicator=True)
+    undrawn = undrawn[undrawn["_merge"] == "left_only"].drop(columns="_merge")
+    notes = (
+        [
+            f"Not drawn: {describe_runs(undrawn)}, stopped before a scheduled evaluation "
+            "(its final evaluation is in the report's table)."
+        ]
+        if len(undrawn)
+        else []
+    )
     figure = plot_learning_curves(
         table,
         x=x,
@@ -552,6 +566,7 @@ def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str |
         ylim=tuple(args.ylim) if args.ylim else "auto",
         yscale=args.yscale,
         include_unfinished=args.include_unfinished,
+        notes=notes,
     )
     ax = figure.axes[0]
     if len(points) <= MAX_EVAL_POINTS:  # few evaluations: each one a marker, so a reader sees where they are

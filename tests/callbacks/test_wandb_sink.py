@@ -262,3 +262,52 @@ def test_a_run_started_again_reads_its_last_attempt_once_the_service_has_written
         cut = wandb_sink._held(str(exp_dir), run_id)
     assert 0 < len(cut) < len(held)
     assert f"{path} has no exit record 0 s after its run finished: points it holds may be logged twice" in caplog.text
+
+
+def test_load_wandb_history_reads_a_run_over_its_attempts(tmp_path, offline):
+    """wandb 0.31 removed its reader of run files: an outside tester (H5) wrote its own to check the sink's points."""
+    from online_trainer.callbacks import load_wandb_history
+
+    exp_dir = tmp_path / "exp"
+    exp_dir.mkdir()
+    for attempt, (returns, episodes) in enumerate([([1.0, 2.0], range(1, 3)), ([3.0], range(3, 4))]):
+        callback = WandbCallback(project="tests")
+        callback.setup(exp_dir, {1: 5})
+        callback.start_run(1, 5, {}, str(exp_dir), "run_1")
+        callback.series("ep_return", "ep_return/run_1", returns, episodes)
+        callback({"loss": 0.5 + attempt}, "agents/run_1", 10 * (attempt + 1))
+        callback.end_run(1, "interrupted" if attempt == 0 else "finished")
+    wandb.teardown()  # W&B's service writes the run files behind finish()
+    history = load_wandb_history(exp_dir, 1)
+    episodes = history.dropna(subset=["ep_return"])
+    assert list(zip(episodes["episode"], episodes["ep_return"])) == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    losses = history.dropna(subset=["agents/loss"])
+    assert list(zip(losses["step"], losses["agents/loss"])) == [(10, 0.5), (20, 1.5)]
+    with pytest.raises(KeyError, match=r"run=2 is not a run of .*exp \(its W&B runs: \[1\]\)"):
+        load_wandb_history(exp_dir, 2)
+    with pytest.raises(FileNotFoundError, match=r"wandb_runs.json does not exist: exp_dir='.*other' was not run"):
+        load_wandb_history(tmp_path / "other", 1)
+
+
+def test_the_run_files_of_attempts_that_started_in_one_second_are_all_read(tmp_path):
+    """W&B names the folder of an attempt that starts in the same second as an earlier one ``...-{id}-1``: it was
+    not read, so a run done again at once logged its points twice and load_wandb_history lost that attempt's."""
+    from online_trainer.callbacks.wandb_history import run_files
+
+    folders = {
+        "offline-run-20261128_232504-abc": "abc",
+        "offline-run-20261128_232503-abc-1": "abc",
+        "offline-run-20261128_232503-abc": "abc",
+        "run-20261128_232503-abc-2": "abc",
+        "offline-run-20261128_232503-abcd": "abcd",  # another run's
+        "offline-run-20261128_232503-xabc": "xabc",  # another run's
+    }
+    for name, run_id in folders.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"run-{run_id}.wandb").write_bytes(b":W&B")
+    assert [p.parent.name for p in run_files(tmp_path, "abc")] == [
+        "offline-run-20261128_232503-abc",
+        "offline-run-20261128_232503-abc-1",
+        "run-20261128_232503-abc-2",
+        "offline-run-20261128_232504-abc",
+    ]

@@ -1054,6 +1054,45 @@ def test_a_final_evaluation_off_the_schedule_is_no_point_of_the_curve(tmp_path):
     assert curve["num_runs"].to_dict() == {20: 2, 40: 2, 60: 1, 80: 1, 100: 1}
 
 
+def test_evaluation_curves_say_which_run_stopped_before_its_first_evaluation(tmp_path):
+    """A run stopped before its first scheduled evaluation has no curve point: the legend counted 2 runs of 3 and
+    only the report's log said why (tester H5). A note under the axes names the run."""
+    import argparse
+
+    from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
+    from online_trainer.cli.report import plot_evaluations
+    from online_trainer.hooks import Hook
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class StopRunTwo(Hook):
+        every_steps = 1
+
+        def on_step(self, ctx):
+            if ctx.run == 2 and ctx.global_step == 10:
+                ctx.stop("enough")
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3,
+        total_steps=60,
+        seed_offset=0,
+        hooks=[StopRunTwo()],
+        evaluation=EvaluationOptions(freq=20, episodes=1),
+        progress=False,
+    )
+    evals = load_evaluations(tmp_path)
+    assert evals.groupby("run")["scheduled"].sum().to_dict() == {1: 3, 2: 0, 3: 3}
+    args = argparse.Namespace(x="global_step", common_range=False, ylim=None, yscale="auto", include_unfinished=False)
+    figure = plot_evaluations(evals, args, None)
+    notes = " ".join(t.get_text().replace("\n", " ") for t in figure.axes[0].texts)
+    assert (
+        "Not drawn: run 2, stopped before a scheduled evaluation (its final evaluation is in the report's table)."
+        in notes
+    )
+    assert figure.axes[0].get_legend().get_texts()[0].get_text() == "2 runs"
+    figure = plot_evaluations(evals[evals["run"] != 2], args, None)
+    assert not any("Not drawn" in t.get_text() for t in figure.axes[0].texts)
+
+
 def test_the_command_warns_when_the_agents_schedule_and_the_budget_part(tmp_path, capsys):
     """configs/cartpole_ppo.yaml anneals its lr over agent.hyperparameters.total_steps: overriding total_steps alone
     left the schedule at 150,000 steps for a 4,000-step run, without a word."""

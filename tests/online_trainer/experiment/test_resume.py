@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -33,11 +28,10 @@ from online_trainer import (
 from online_trainer.agents import DQNAgent, PPOAgent, QLearningAgent
 from online_trainer.callbacks import EmptyCallBack, JsonlCallback, MultiCallback, TBCallBack
 from online_trainer.envs import make_env
-from online_trainer.errors import Preempted
 from online_trainer.hooks import Hook, StopOnPlateau, StopOnReturn
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
-from tests.conftest import RecordingAgent, SamplingAgent, make_counting_vec
+from tests.conftest import RecordingAgent, make_counting_vec
 
 COLUMNS = ["run", "seed", "episode_index", "ep_return", "ep_length", "global_step"]
 WALL_CLOCK = ("stats", "timing")  # SPS and timing shares: wall-clock figures, logged at a cadence in seconds
@@ -300,94 +294,6 @@ def test_resume_without_an_experiment_says_so(tmp_path):
         OnlineTrainer(env, agent).multi_run(1, total_steps=100, resume=True)
 
 
-JOB = textwrap.dedent("""
-    import sys, gymnasium as gym
-    from online_trainer import ExecutionOptions, OnlineTrainer, RecordOptions
-    from online_trainer.agents import QLearningAgent, PPOAgent
-
-    def env():
-        return gym.make_vec("{env_id}", num_envs=2, vectorization_mode="sync")
-
-    def agent(e):
-        return {agent}(e)
-
-    if __name__ == "__main__":
-        exp, workers, resume = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-        OnlineTrainer(env, agent, exp_dir=exp).multi_run(2, total_steps={steps}, seed_offset=11,
-            checkpoint_freq={every}, num_workers=workers, records=RecordOptions(flush_every=20),
-            execution=ExecutionOptions(progress=False), resume=resume)
-""")
-
-
-def wait_for_runs(job: subprocess.Popen, streams: list[Path], timeout: float = 600) -> None:
-    """Wait until the job's runs have begun (their metrics streams exist), failing if it never gets there.
-
-    A signal sent before the job's call began killed it with the default action (exit -15, nothing printed): a
-    deadline that ran out on a loaded machine sent SIGTERM anyway (an outside tester, at load 8)."""
-    deadline = time.monotonic() + timeout
-    while not all(path.exists() for path in streams):
-        assert job.poll() is None, f"the job ended (status {job.returncode}) before its runs began"
-        assert time.monotonic() < deadline, f"the job's runs did not begin within {timeout} s"
-        time.sleep(0.05)
-
-
-def run_job(script, exp_dir, workers, resume_flag, **popen):
-    return subprocess.Popen(
-        [sys.executable, str(script), str(exp_dir), str(workers), resume_flag], cwd=script.parent, **popen
-    )
-
-
-@pytest.mark.slow
-def test_sigterm_leaves_a_resumable_checkpoint(tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(JOB.format(env_id="CartPole-v1", agent="PPOAgent", steps=10_000, every=8_000))
-    job = run_job(script, tmp_path / "cut", 1, "0", stderr=subprocess.PIPE)
-    wait_for_runs(job, [tmp_path / "cut" / "metrics_run1.pkl"])
-    job.send_signal(signal.SIGTERM)
-    _, err = job.communicate(timeout=300)
-    assert job.returncode != 0 and b"Preempted" in err
-    manifest = json.loads((tmp_path / "cut" / storage.MANIFEST_FILE).read_text())
-    assert manifest["runs"][0]["status"] == "interrupted"
-    header = full_checkpoint.read(tmp_path / "cut", 1, header_only=True)
-    assert 0 < header.global_step < 8_000  # written at once (within a second: about 5k steps), not at checkpoint_freq
-    assert run_job(script, tmp_path / "cut", 1, "1").wait(timeout=900) == 0
-    assert run_job(script, tmp_path / "ref", 1, "0").wait(timeout=900) == 0
-    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
-
-
-# (workers, seed of the kill's timing): the fault suite's kill-and-resume trials
-KILL_TRIALS = [(1, seed) for seed in range(12)] + [(2, seed) for seed in range(12, 20)]
-
-
-@pytest.fixture(scope="module")
-def kill_job(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kill")
-    script = root / "job.py"
-    script.write_text(JOB.format(env_id="CliffWalking-v1", agent="QLearningAgent", steps=16_000, every=500))
-    references = {}
-    for workers in (1, 2):
-        assert run_job(script, root / f"ref{workers}", workers, "0").wait(timeout=900) == 0
-        references[workers] = load_episodes(root / f"ref{workers}")[COLUMNS]
-    return script, references
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("workers,seed", KILL_TRIALS)
-def test_a_run_killed_at_any_moment_resumes_to_the_uninterrupted_records(kill_job, tmp_path, workers, seed):
-    """SIGKILL of the whole process group after a seeded delay past the first metrics, then resume."""
-    script, references = kill_job
-    job = run_job(script, tmp_path, workers, "0", start_new_session=True)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("metrics_run*.pkl")) and job.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(np.random.default_rng(seed).uniform(0.0, 1.0))  # the runs take about 1.5 s on an idle machine
-    if job.poll() is None:
-        os.killpg(job.pid, signal.SIGKILL)
-    job.wait(timeout=60)
-    assert run_job(script, tmp_path, workers, "1").wait(timeout=900) == 0
-    assert load_episodes(tmp_path)[COLUMNS].equals(references[workers])
-
-
 def test_a_full_checkpoint_holds_the_buffer_only_when_asked(tmp_path):
     env, _ = AGENTS["dqn"]
     kw = dict(total_steps=1200, seed_offset=3, checkpoint_freq=1000, progress=False)
@@ -451,102 +357,6 @@ def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
         ops = pickletools.genops(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
         strings = [arg for op, arg, _ in ops if isinstance(arg, str)]
         assert not [s for s in strings if s.startswith("online_trainer")]
-
-
-SINKS_JOB = textwrap.dedent("""
-    import os, signal, sys, gymnasium as gym
-    from online_trainer import EvaluationOptions, ExecutionOptions, OnlineTrainer
-    from online_trainer.agents import PPOAgent
-    from online_trainer.callbacks import MLflowCallback, MultiCallback, WandbCallback
-    from online_trainer.hooks import Hook
-
-    class Kill(Hook):
-        every_steps = 50
-
-        def __init__(self, at):
-            self.at = at
-
-        def on_step(self, ctx):
-            if ctx.run == 1 and ctx.global_step >= self.at:
-                os.killpg(0, signal.SIGKILL)  # the job and W&B's service with it
-
-    def env():
-        return gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
-
-    def agent(e):
-        return PPOAgent(e, n_steps=64)
-
-    if __name__ == "__main__":
-        exp, store, kill_at, resume = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
-        trainer = OnlineTrainer(env, agent, exp_dir=exp)
-        trainer.call_back = MultiCallback([MLflowCallback(tracking_uri=store, flush_values=50),
-                                           WandbCallback(project="tests", mode="offline", flush_rows=20)])
-        trainer.multi_run(2, total_steps=1200, seed_offset=3, checkpoint_freq=400, hooks=[Kill(kill_at)],
-                          evaluation=EvaluationOptions(freq=500, episodes=2),
-                          execution=ExecutionOptions(progress=False), resume=resume)
-""")
-
-
-def sink_points(exp_dir, store):
-    """{(sink, run, metric): sorted (step, value) points} of the MLflow and W&B runs of ``exp_dir`` (wall-clock
-    figures aside)."""
-    import mlflow
-
-    from tests.callbacks.test_wandb_sink import read_run
-
-    points = {}
-    client = mlflow.MlflowClient(store)
-    for run in client.search_runs([client.get_experiment_by_name(exp_dir.name).experiment_id]):
-        for key in run.data.metrics:
-            points[("mlflow", run.info.run_name, key)] = sorted(
-                (m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)
-            )
-    for run, run_id in json.loads((exp_dir / "wandb_runs.json").read_text()).items():
-        for key, values in read_run(exp_dir, run_id)[1].items():
-            points[("wandb", run, key)] = sorted(values)
-    return {key: values for key, values in points.items() if key[2].split("/")[0] not in ("stats", "timing")}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_at", [1000])
-def test_a_run_killed_resumes_to_the_mlflow_and_wandb_points_of_an_uninterrupted_one(tmp_path, kill_at):
-    """SIGKILL of the job's process group (W&B's service included) after a checkpoint, with values sent after it
-    and values kept in memory, then resume: every metric's points, step and value, as never cut."""
-    pytest.importorskip("mlflow")
-    pytest.importorskip("wandb")
-    script = tmp_path / "job.py"
-    script.write_text(SINKS_JOB)
-    store = f"sqlite:///{tmp_path / 'store.db'}"
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = [sys.executable, str(script)]  # run in tmp_path: MLflow puts a given store's artifacts in ./mlruns
-    assert (
-        subprocess.run(
-            [*run, str(tmp_path / "ref"), store, "1000000", "0"], env=env, timeout=900, cwd=tmp_path
-        ).returncode
-        == 0
-    )
-    job = subprocess.run(
-        [*run, str(tmp_path / "cut"), store, str(kill_at), "0"],
-        env=env,
-        timeout=900,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
-    assert job.returncode == -signal.SIGKILL
-    assert (
-        subprocess.run(
-            [*run, str(tmp_path / "cut"), store, "1000000", "1"], env=env, timeout=900, cwd=tmp_path
-        ).returncode
-        == 0
-    )
-    reference = sink_points(tmp_path / "ref", store)
-    assert {
-        ("mlflow", "run_1", "ep_return"),
-        ("wandb", "1", "ep_return"),
-        ("mlflow", "run_2", "agents/policy_loss"),
-        ("wandb", "1", "eval/ep_return"),
-    } <= set(reference)
-    assert sink_points(tmp_path / "cut", store) == reference
 
 
 def files_with_times(root, lock=False):
@@ -827,7 +637,7 @@ class Decay(Hook):
 def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpoint(tmp_path):
     """Hooks were checked against full checkpoints only, and their arguments never: a resume with Decay(0.9) for
     Decay(0.5), or without Decay when no checkpoint had been written, was accepted (an outside tester's finds)."""
-    from tests.conftest import RecordingAgent, make_counting_vec
+    from tests.conftest import RecordingAgent
 
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
     with pytest.raises(KeyboardInterrupt) as cut:  # run 1 cut off with no checkpoint: only the manifest says what ran
@@ -850,50 +660,6 @@ def test_a_resume_with_other_hooks_with_state_is_refused_even_before_any_checkpo
     # the same hooks resume, in any order of classes; a hook without state may come and go
     trainer.multi_run(2, num_episodes=40, seed_offset=0, hooks=[Crash(10**9), Decay(0.5)], progress=False, resume=True)
     assert [entry["status"] for entry in storage.read_manifest(tmp_path)["runs"]] == ["finished", "finished"]
-
-
-GROUP_JOB = textwrap.dedent("""
-    import sys
-    import gymnasium as gym
-    from online_trainer import ExecutionOptions, OnlineTrainer
-    from online_trainer.agents import RandomAgent
-
-    if __name__ == "__main__":
-        exp, method, resume = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-        OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=2), RandomAgent, exp_dir=exp).multi_run(
-            4, total_steps=400_000, seed_offset=3, checkpoint_freq=100_000, resume=resume,
-            execution=ExecutionOptions(num_workers=2, start_method=method, progress=False))
-""")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
-def test_sigterm_to_the_process_group_interrupts_the_workers_runs(tmp_path, start_method):
-    """A cluster or a user stopping the job's whole process group: with forkserver the signal reaches the forkserver
-    too, whose death made every worker read as dead (exit code 255) and its run be recorded failed."""
-    script = tmp_path / "job.py"
-    script.write_text(GROUP_JOB)
-    exp = tmp_path / "cut"
-    job = subprocess.Popen(
-        [sys.executable, str(script), str(exp), start_method, "0"],
-        cwd=tmp_path,
-        start_new_session=True,
-        stderr=subprocess.PIPE,
-    )
-    wait_for_runs(job, [exp / f"metrics_run{i}.pkl" for i in (1, 2)])
-    time.sleep(0.5)
-    os.killpg(job.pid, signal.SIGTERM)
-    _, err = job.communicate(timeout=120)
-    assert job.returncode != 0 and b"Preempted" in err, err.decode()[-2000:]
-    runs = json.loads((exp / storage.MANIFEST_FILE).read_text())["runs"]
-    assert [run["status"] for run in runs] == ["interrupted", "interrupted", "pending", "pending"], runs
-    resumed = subprocess.run([sys.executable, str(script), str(exp), start_method, "1"], cwd=tmp_path, timeout=600)
-    assert resumed.returncode == 0
-    reference = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ref"), start_method, "0"], cwd=tmp_path, timeout=600
-    )
-    assert reference.returncode == 0
-    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(exp)[COLUMNS])
 
 
 def test_a_run_that_starts_again_is_cut_after_the_runs_that_continue_in_its_event_file(tmp_path):
@@ -976,7 +742,7 @@ def test_a_hook_argument_that_is_a_numpy_number_is_recorded_and_checked_on_resum
     """``Decay(np.float64(0.5))`` (a grid's value) was not plain data to the record: a resume with another value was
     accepted, and the experiment mixed two configurations (tester H2). A record of an earlier version, which left such
     an argument out, still resumes with it."""
-    from tests.conftest import RecordingAgent, make_counting_vec
+    from tests.conftest import RecordingAgent
 
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
     grid = np.linspace(0.5, 0.9, 5)
@@ -994,7 +760,7 @@ def test_a_hook_argument_that_is_a_numpy_number_is_recorded_and_checked_on_resum
 
 def test_a_hook_made_with_nan_resumes_with_nan(tmp_path):
     """NaN != NaN: the same call was refused ("made with factor=nan, this call's with factor=nan") (tester R2)."""
-    from tests.conftest import RecordingAgent, make_counting_vec
+    from tests.conftest import RecordingAgent
 
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
     with pytest.raises(KeyboardInterrupt):
@@ -1046,136 +812,6 @@ def test_a_resume_keeps_another_experiments_entries_in_files_they_share(tmp_path
     after = entries()
     assert after == both  # the first experiment's entries all there, the second's once each
     assert all(set(mine) < set(together) for mine, together in zip(first, after))
-
-
-class SignalsAtRunEnd(Hook):
-    """Sends SIGTERM to the calling process as run ``run`` ends: a preemption between two runs."""
-
-    def __init__(self, parent: int, run: int):
-        self.parent, self.run = parent, run
-
-    def on_run_end(self, ctx):
-        if ctx.run == self.run:
-            os.kill(self.parent, signal.SIGTERM)
-
-
-def test_a_preemption_between_two_runs_starts_no_new_run(tmp_path):
-    """A run looks at the signal about every second: one that came in a run's last second was never acted on in
-    this process, and the next runs started and finished, as if no signal had come (tester F3)."""
-    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    with pytest.raises(Preempted):
-        trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, hooks=[SignalsAtRunEnd(os.getpid(), 1)])
-    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
-    assert statuses == ["finished", "pending", "pending"]
-    runs = trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, resume=True)
-    assert [len(run) for run in runs] == [5, 5, 5]
-
-
-@pytest.mark.parametrize("num_workers", [1, 2])
-def test_a_preemption_as_the_last_run_ends_stops_nothing_and_the_call_returns(tmp_path, num_workers):
-    """With workers, a signal that came as the last run ended raised Preempted, "continue with resume=True", of an
-    experiment whose every run had finished, and all_metrics.pkl was not written; this process returned (F3)."""
-    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    runs = trainer.multi_run(
-        2,
-        num_episodes=5,
-        seed_offset=0,
-        progress=False,
-        num_workers=num_workers,
-        hooks=[SignalsAtRunEnd(os.getpid(), 2)],
-    )
-    assert [len(run) for run in runs] == [5, 5] and (tmp_path / "all_metrics.pkl").is_file()
-    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
-    assert statuses == ["finished", "finished"]
-
-
-class SignalsAtEpisode(Hook):
-    """Sends SIGTERM to this process at episode ``episode`` of run 1: a preemption in the middle of a run."""
-
-    def __init__(self, parent: int, episode: int = 3):
-        self.parent, self.episode = parent, episode
-
-    def on_episode_end(self, ctx, record):
-        if ctx.run == 1 and ctx.episodes == self.episode:
-            os.kill(self.parent, signal.SIGTERM)
-
-
-LONG = 3_000_000  # env steps a run would take to its end: far more than a second's
-
-
-@pytest.mark.parametrize("num_workers", [1, 2])
-def test_a_run_that_cannot_checkpoint_stops_at_a_preemption_signal_and_a_resume_starts_it_again(tmp_path, num_workers):
-    """A run whose agent has no save() and load() ran on to its end after SIGTERM (`kill PID` did nothing for as
-    long as the run had left); it now stops within about a second, without a full checkpoint, and says so."""
-    trainer = OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "cut")
-    hooks = [SignalsAtEpisode(os.getpid())]
-    kw = dict(seed_offset=0, progress=False, num_workers=num_workers)
-    with pytest.raises(Preempted) as stopped:
-        trainer.multi_run(1, total_steps=LONG, hooks=hooks, **kw)
-    run = json.loads((tmp_path / "cut" / "manifest.json").read_text())["runs"][0]
-    assert run["status"] == "interrupted" and 0 < run["global_step"] < LONG
-    assert not storage.resume_path(tmp_path / "cut", 1).exists()
-    # the run's own exception, raised by the parent with workers too (it raised a plain one: R5)
-    assert not stopped.value.checkpointed and stopped.value.run_idx == 1
-    assert "run 1 stopped at step" in str(stopped.value)
-    assert "without a full checkpoint (its agent, SamplingAgent, has no save() and load())" in str(stopped.value)
-    assert "starts this one again from step 0" in str(stopped.value)
-
-
-def test_a_run_that_cannot_checkpoint_restarts_from_step_0_to_the_uninterrupted_records(tmp_path):
-    budget = 200_000
-    trainer = OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "cut")
-    kw = dict(total_steps=budget, seed_offset=4, progress=False)
-    with pytest.raises(Preempted):
-        trainer.multi_run(2, hooks=[SignalsAtEpisode(os.getpid(), episode=50)], **kw)
-    trainer.multi_run(2, resume=True, **kw)
-    OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "ref").multi_run(2, **kw)
-    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
-
-
-@pytest.mark.parametrize("train", [True, False])
-def test_a_call_without_exp_dir_stops_at_a_preemption_signal_and_says_nothing_is_kept(train):
-    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, train=train)
-    with pytest.raises(Preempted) as stopped:
-        trainer.multi_run(1, total_steps=LONG, seed_offset=0, progress=False, hooks=[SignalsAtEpisode(os.getpid())])
-    assert not stopped.value.checkpointed and 0 < stopped.value.global_step < LONG
-    message = str(stopped.value)
-    assert "without a full checkpoint (the call has no exp_dir)" in message
-    assert "so nothing of it is kept" in message and "resume=True" not in message
-
-
-def test_preempted_pickles_with_what_it_says():
-    import pickle
-
-    error = pickle.loads(pickle.dumps(Preempted(3, 120, False, "the call has no exp_dir", on_disk=False)))
-    assert (error.run_idx, error.global_step, error.checkpointed, error.why) == (
-        3,
-        120,
-        False,
-        "the call has no exp_dir",
-    )
-    assert str(error) == str(Preempted(3, 120, False, "the call has no exp_dir", on_disk=False))
-
-
-def test_a_call_whose_runs_were_all_preempted_names_every_one():
-    """Tester E4: with 2 workers the call's Preempted named run 1's checkpoint only; run 2 had saved one too."""
-    import pickle
-
-    from online_trainer.parallel.worker_pool import _Call
-
-    call = _Call.__new__(_Call)  # only the preemption book-keeping
-    call.preempted, call.stopped = None, []
-    for stopped in (Preempted(2, 129320), Preempted(1, 126292)):
-        call.pending, call.interrupted = {stopped.run_idx}, False
-        call.display = type("Display", (), {"run_finished": lambda self, key, status: None})()
-        call.on_result = lambda result: None
-        spec = type("Spec", (), {"key": stopped.run_idx})()
-        result = type("Result", (), {"status": "interrupted", "extra": {"exception_object": stopped}})()
-        call.finish(spec, result)
-    raised = call.raised(on_disk=True)
-    assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
-    assert raised.others == [(1, 126292, True, "run 1")]
-    assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
 
 
 def test_videos_of_evaluations_after_the_checkpoint_are_removed_on_resume(tmp_path):

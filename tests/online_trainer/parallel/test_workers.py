@@ -915,13 +915,13 @@ def test_a_preemption_signal_a_warm_worker_got_between_calls_does_not_stop_its_n
     in the next calls stopped at its first look, as interrupted, and the call returned those cut records as if
     finished (seen as evaluations missing from one run of a later call)."""
     shutdown_workers()
-    kw = dict(total_steps=150_000, seed_offset=0, num_workers=2, progress=False)
-    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, **kw)
+    kw = dict(seed_offset=0, num_workers=2, progress=False)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(2, total_steps=1_000, **kw)  # warm workers
     for process in workers._shared.processes.values():
         os.kill(process.pid, signal.SIGUSR1)
     time.sleep(0.5)
     trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
-    trainer.multi_run(2, **kw)
+    trainer.multi_run(2, total_steps=100_000, **kw)  # seconds a run: past its first looks at the signal
     runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
-    assert [(run["status"], run["global_step"]) for run in runs] == [("finished", 150_000)] * 2
+    assert [(run["status"], run["global_step"]) for run in runs] == [("finished", 100_000)] * 2
     shutdown_workers()

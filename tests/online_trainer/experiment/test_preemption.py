@@ -1,0 +1,146 @@
+"""Preemption signals (SIGTERM) to the calling process: where a run stops, what it keeps and what ``Preempted`` says."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from online_trainer import OnlineTrainer, load_episodes
+from online_trainer.errors import Preempted
+from online_trainer.hooks import Hook
+from online_trainer.records import storage
+from tests.conftest import RecordingAgent, SamplingAgent, make_counting_vec
+from tests.online_trainer.experiment.test_resume import COLUMNS
+
+
+class SignalsAtRunEnd(Hook):
+    """Sends SIGTERM to the calling process as run ``run`` ends: a preemption between two runs."""
+
+    def __init__(self, parent: int, run: int):
+        self.parent, self.run = parent, run
+
+    def on_run_end(self, ctx):
+        if ctx.run == self.run:
+            os.kill(self.parent, signal.SIGTERM)
+
+
+def test_a_preemption_between_two_runs_starts_no_new_run(tmp_path):
+    """A run looks at the signal about every second: one that came in a run's last second was never acted on in
+    this process, and the next runs started and finished, as if no signal had come (tester F3)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(Preempted):
+        trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, hooks=[SignalsAtRunEnd(os.getpid(), 1)])
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "pending", "pending"]
+    runs = trainer.multi_run(3, num_episodes=5, seed_offset=0, progress=False, resume=True)
+    assert [len(run) for run in runs] == [5, 5, 5]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_preemption_as_the_last_run_ends_stops_nothing_and_the_call_returns(tmp_path, num_workers):
+    """With workers, a signal that came as the last run ended raised Preempted, "continue with resume=True", of an
+    experiment whose every run had finished, and all_metrics.pkl was not written; this process returned (F3)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    runs = trainer.multi_run(
+        2,
+        num_episodes=5,
+        seed_offset=0,
+        progress=False,
+        num_workers=num_workers,
+        hooks=[SignalsAtRunEnd(os.getpid(), 2)],
+    )
+    assert [len(run) for run in runs] == [5, 5] and (tmp_path / "all_metrics.pkl").is_file()
+    statuses = [r["status"] for r in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished"]
+
+
+class SignalsAtEpisode(Hook):
+    """Sends SIGTERM to this process at episode ``episode`` of run 1: a preemption in the middle of a run."""
+
+    def __init__(self, parent: int, episode: int = 3):
+        self.parent, self.episode = parent, episode
+
+    def on_episode_end(self, ctx, record):
+        if ctx.run == 1 and ctx.episodes == self.episode:
+            os.kill(self.parent, signal.SIGTERM)
+
+
+LONG = 3_000_000  # env steps a run would take to its end: far more than a second's
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_run_that_cannot_checkpoint_stops_at_a_preemption_signal_and_a_resume_starts_it_again(tmp_path, num_workers):
+    """A run whose agent has no save() and load() ran on to its end after SIGTERM (`kill PID` did nothing for as
+    long as the run had left); it now stops within about a second, without a full checkpoint, and says so."""
+    trainer = OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "cut")
+    hooks = [SignalsAtEpisode(os.getpid())]
+    kw = dict(seed_offset=0, progress=False, num_workers=num_workers)
+    with pytest.raises(Preempted) as stopped:
+        trainer.multi_run(1, total_steps=LONG, hooks=hooks, **kw)
+    run = json.loads((tmp_path / "cut" / "manifest.json").read_text())["runs"][0]
+    assert run["status"] == "interrupted" and 0 < run["global_step"] < LONG
+    assert not storage.resume_path(tmp_path / "cut", 1).exists()
+    # the run's own exception, raised by the parent with workers too (it raised a plain one: R5)
+    assert not stopped.value.checkpointed and stopped.value.run_idx == 1
+    assert "run 1 stopped at step" in str(stopped.value)
+    assert "without a full checkpoint (its agent, SamplingAgent, has no save() and load())" in str(stopped.value)
+    assert "starts this one again from step 0" in str(stopped.value)
+
+
+def test_a_run_that_cannot_checkpoint_restarts_from_step_0_to_the_uninterrupted_records(tmp_path):
+    budget = 200_000
+    trainer = OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "cut")
+    kw = dict(total_steps=budget, seed_offset=4, progress=False)
+    with pytest.raises(Preempted):
+        trainer.multi_run(2, hooks=[SignalsAtEpisode(os.getpid(), episode=50)], **kw)
+    trainer.multi_run(2, resume=True, **kw)
+    OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "ref").multi_run(2, **kw)
+    assert load_episodes(tmp_path / "ref")[COLUMNS].equals(load_episodes(tmp_path / "cut")[COLUMNS])
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_a_call_without_exp_dir_stops_at_a_preemption_signal_and_says_nothing_is_kept(train):
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, train=train)
+    with pytest.raises(Preempted) as stopped:
+        trainer.multi_run(1, total_steps=LONG, seed_offset=0, progress=False, hooks=[SignalsAtEpisode(os.getpid())])
+    assert not stopped.value.checkpointed and 0 < stopped.value.global_step < LONG
+    message = str(stopped.value)
+    assert "without a full checkpoint (the call has no exp_dir)" in message
+    assert "so nothing of it is kept" in message and "resume=True" not in message
+
+
+def test_preempted_pickles_with_what_it_says():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(Preempted(3, 120, False, "the call has no exp_dir", on_disk=False)))
+    assert (error.run_idx, error.global_step, error.checkpointed, error.why) == (
+        3,
+        120,
+        False,
+        "the call has no exp_dir",
+    )
+    assert str(error) == str(Preempted(3, 120, False, "the call has no exp_dir", on_disk=False))
+
+
+def test_a_call_whose_runs_were_all_preempted_names_every_one():
+    """Tester E4: with 2 workers the call's Preempted named run 1's checkpoint only; run 2 had saved one too."""
+    import pickle
+
+    from online_trainer.parallel.worker_pool import _Call
+
+    call = _Call.__new__(_Call)  # only the preemption book-keeping
+    call.preempted, call.stopped = None, []
+    for stopped in (Preempted(2, 129320), Preempted(1, 126292)):
+        call.pending, call.interrupted = {stopped.run_idx}, False
+        call.display = type("Display", (), {"run_finished": lambda self, key, status: None})()
+        call.on_result = lambda result: None
+        spec = type("Spec", (), {"key": stopped.run_idx})()
+        result = type("Result", (), {"status": "interrupted", "extra": {"exception_object": stopped}})()
+        call.finish(spec, result)
+    raised = call.raised(on_disk=True)
+    assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
+    assert raised.others == [(1, 126292, True, "run 1")]
+    assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
