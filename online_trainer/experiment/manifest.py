@@ -61,6 +61,8 @@ class Experiment:
         manifest_file = None if exp_dir is None else exp_dir / storage.MANIFEST_FILE
         # the manifest as this call found it (a resumed experiment's), for discard(): bytes, exactly
         self._found = manifest_file.read_bytes() if manifest_file is not None and manifest_file.is_file() else None
+        # an earlier experiment's (its Slurm jobs'), left in place when overwrite=True sets that experiment aside
+        self._manifest_lock_found = exp_dir is not None and (exp_dir / job_results.MANIFEST_LOCK_FILE).exists()
         self._jobs: set[str] = set()  # the Slurm jobs this call submitted: only their entries on disk are theirs
         if specs or exp_dir is None or not (exp_dir / storage.MANIFEST_FILE).is_file():
             self._write()  # with nothing to do (a finished experiment resumed), nothing is written
@@ -278,7 +280,7 @@ class Experiment:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 path.unlink(missing_ok=True)
-        if not (self.exp_dir / storage.MANIFEST_FILE).is_file():
+        if not (self.exp_dir / storage.MANIFEST_FILE).is_file() and not self._manifest_lock_found:
             (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._found is not None:  # an earlier manifest (a resumed experiment): as this call found it, but for
             found = json.loads(self._found)  # the runs that ended in this call (their outputs are those of their end)
@@ -316,7 +318,11 @@ class Experiment:
 
         Runs done here are written from their tables: the metrics chunks they kept, or their columns.
         """
-        if self.exp_dir is not None and (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
+        if self.exp_dir is None or not (self.specs or not (self.exp_dir / storage.ALL_METRICS_FILE).is_file()):
+            return
+        # the last of an experiment's Slurm jobs writes it too, under the manifest's lock (see record_job_result)
+        lock = (self.exp_dir / job_results.MANIFEST_LOCK_FILE).exists()
+        with job_results.manifest_lock(self.exp_dir) if lock else contextlib.nullcontext():
             tables = [getattr(self.results.get(entry["run"]), "records", None) for entry in self.manifest["runs"]]
             forms: list[Any] = []
             for entry, table, run in zip(self.manifest["runs"], tables, runs):

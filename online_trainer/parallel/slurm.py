@@ -230,7 +230,6 @@ class SlurmExecutor:
         groups = [list(specs[i : i + size]) for i in range(0, len(specs), size)]
         for spec in specs:
             on_start(spec)
-        write_all = not self.options.wait
         import_path = [os.path.abspath(entry or os.curdir) for entry in sys.path]  # "" is this process's directory
         jobs = []
         from online_trainer.parallel.slurm_job import SlurmRunJob
@@ -241,7 +240,7 @@ class SlurmExecutor:
             with contextlib.redirect_stderr(sbatch_err), executor.batch():
                 for group in groups:
                     payloads = [shipping.dumps(spec) for spec in group]
-                    job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, write_all, import_path)
+                    job = SlurmRunJob(payloads, self.torch_threads, self.options.max_requeues, import_path)
                     jobs.append(executor.submit(job))
         except (utils.FailedJobError, utils.FailedSubmissionError) as exc:
             # sbatch checks what no option check here can (the cluster's partitions, limits, resources): a refusal is

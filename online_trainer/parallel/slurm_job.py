@@ -95,7 +95,6 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         payloads: the cloudpickled :class:`RunSpec` of each run, in order.
         torch_threads: threads of every pool (torch, BLAS, OpenMP) of the job's process (None: as they are).
         max_requeues: requeues after which the job's runs fail.
-        write_all_metrics: the job recording the last run of the experiment writes ``all_metrics.pkl``.
         sys_path: the submitting process's ``sys.path`` (absolute), put before the job's own entries it lacks.
     """
 
@@ -104,11 +103,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
         payloads: list[bytes],
         torch_threads: int | None,
         max_requeues: int,
-        write_all_metrics: bool = False,
         sys_path: Sequence[str] = (),
     ) -> None:
         self.payloads, self.torch_threads, self.max_requeues = payloads, torch_threads, max_requeues
-        self.write_all_metrics = write_all_metrics
         self.sys_path = list(sys_path)
 
     def __call__(self) -> list[int]:
@@ -207,7 +204,9 @@ class SlurmRunJob(submitit.helpers.Checkpointable):
     def _finish(self, spec: RunSpec, result: RunResult) -> None:
         """Leave the result in the experiment directory, then record the run's end in the manifest."""
         storage.write_atomic(job_results.result_path(str(spec.exp_dir), spec.run_idx), pack_result(spec, result))
-        record_job_result(Path(str(spec.exp_dir)), result, self.write_all_metrics and spec.options.dump_metrics)
+        # the job that records an experiment's last run writes all_metrics.pkl, whether or not the submitting
+        # process waits: a notebook killed while it waited left none (tester S7)
+        record_job_result(Path(str(spec.exp_dir)), result, spec.options.dump_metrics)
 
 
 def _requeue(job_id: str, why: str) -> None:

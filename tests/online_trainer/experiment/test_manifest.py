@@ -57,6 +57,18 @@ def test_overwrite_keeps_the_earlier_experiment_when_the_new_call_fails_before_i
     )
 
 
+def test_a_refused_overwrite_keeps_the_earlier_experiments_manifest_lock(tmp_path):
+    """An experiment run on Slurm holds .manifest.lock (its jobs' lock on the manifest): a refused overwrite=True
+    removed it with its own files, and the experiment was not put back byte for byte (tester S7)."""
+    earlier_experiment(tmp_path)
+    (tmp_path / ".manifest.lock").write_bytes(b"")  # as the earlier experiment's Slurm jobs left it
+    before = snapshot(tmp_path)
+    trainer = OnlineTrainer(make_counting_vec(1), WrongShape, exp_dir=tmp_path, args={"lr": 0.2})
+    with pytest.raises(ValueError, match=r"returned actions of shape"):
+        trainer.multi_run(2, total_steps=2000, overwrite=True, progress=False)
+    assert snapshot(tmp_path) == before
+
+
 def every_sink(exp_dir):
     from online_trainer.callbacks import CSVCallback, JsonlCallback, MLflowCallback, TBCallBack
 

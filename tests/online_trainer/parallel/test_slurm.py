@@ -548,3 +548,44 @@ def test_a_job_that_will_not_start_as_asked_is_named_while_the_call_waits(tmp_pa
     assert "is queued and will not start as asked (PartitionConfig: it asks for more than the partition has" in (
         caplog.text
     )
+
+
+BLOCKING_SUBMITTER = """
+import sys, gymnasium as gym
+from online_trainer import ExecutionOptions, OnlineTrainer, SlurmOptions
+from online_trainer.agents import QLearningAgent
+
+def env():
+    return gym.make_vec("CliffWalking-v1", num_envs=2, vectorization_mode="sync")
+
+if __name__ == "__main__":
+    OnlineTrainer(env, QLearningAgent, exp_dir=sys.argv[1]).multi_run(
+        2, total_steps=20_000, seed_offset=0,
+        execution=ExecutionOptions(backend="slurm", num_workers=2, progress=False, slurm=SlurmOptions(poll_interval=1.0)))
+"""
+
+
+def test_a_submitter_killed_while_it_waits_leaves_jobs_that_write_all_metrics(tmp_path):
+    """A notebook killed while its blocking call followed the jobs (wait=True) cancels nothing: the jobs finished and
+    recorded their runs, but only the submitter wrote all_metrics.pkl, so none was ever written (tester S7)."""
+    from online_trainer.records import storage
+
+    script, exp = tmp_path / "submit.py", tmp_path / "exp"
+    script.write_text(BLOCKING_SUBMITTER)
+    submitter = subprocess.Popen([sys.executable, str(script), str(exp)], cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while not (
+        (exp / "manifest.json").is_file()
+        and all("slurm_job" in run for run in json.loads((exp / "manifest.json").read_text())["runs"])
+    ):
+        assert submitter.poll() is None and time.monotonic() < deadline, "the runs were not handed to jobs"
+        time.sleep(0.2)
+    submitter.kill()
+    submitter.wait(timeout=60)
+    runs = SlurmRuns.of(exp).wait(progress=False, poll_interval=1.0)
+    statuses = [run["status"] for run in json.loads((exp / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished"]
+    assert (exp / "all_metrics.pkl").is_file()
+    kept = storage.load_all_run_metrics(exp)
+    assert [[r["ep_return"] for r in run] for run in kept] == [[r["ep_return"] for r in run] for run in runs]
+    assert [len(run) for run in kept] == [len(load_run_metrics(exp, i)) for i in (1, 2)]
