@@ -207,6 +207,7 @@ class WorkerPool:
             self.torch_threads,
             self.idle_timeout,
             inherited,
+            multiprocessing.get_start_method(allow_none=True),
         )
         process = self.context.Process(target=worker_main, args=args, name=f"online_trainer-worker-{slot}")
         try:

@@ -28,6 +28,7 @@ import atexit
 import copy
 import dataclasses
 import logging
+import multiprocessing
 import os
 import pickle
 import signal
@@ -287,6 +288,7 @@ def worker_main(
     torch_threads: int | None,
     idle_timeout: float,
     inherited_write_ends: tuple[int, ...] = (),
+    default_start_method: str | None = None,
 ) -> None:
     """The body of a worker process: run what the parent sends until told to leave.
 
@@ -299,8 +301,13 @@ def worker_main(
         torch_threads: threads of every pool (torch, BLAS, OpenMP) of this process (None: as they are).
         idle_timeout: seconds without work after which the worker leaves.
         inherited_write_ends: lifeline write ends copied into this process by fork.
+        default_start_method: the parent's default start method of ``multiprocessing`` (None: the platform's).
     """
     guard(lifeline, owner_pid, death_signal, inherited_write_ends)
+    # A spawned (or forkserver) worker takes its own start method as multiprocessing's default, so an env factory's
+    # AsyncVectorEnv spawned every sub-env, each importing everything again: 5-50x slower runs than in the parent
+    # (tester A7). The user's code gets the default it has in its own process.
+    multiprocessing.set_start_method(default_start_method, force=True)
     # The pool stops a run with a signal of its own, which raises KeyboardInterrupt so that the run flushes its records.
     # SIGINT keeps the disposition the parent passed on: a Ctrl-C reaches the terminal's whole process group, and a
     # parent started with SIGINT ignored (under nohup, a background job of a script) goes on, so its runs must too.

@@ -123,6 +123,36 @@ def test_workers_limit_every_thread_pool_in_the_users_environment(tmp_path, star
     assert pool_threads(pool_reports(tmp_path)) == {1}
 
 
+def start_method_seen(path: Path):
+    """An env factory that writes the default start method of multiprocessing in its process, and what an async
+    vector env made there starts its sub-envs with, into ``path``."""
+
+    def make():
+        import multiprocessing
+
+        env = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="async")
+        path.write_text(json.dumps([multiprocessing.get_start_method(), type(env.processes[0]).__name__]))
+        return env
+
+    return make
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_an_env_factory_in_a_worker_gets_the_parents_default_start_method(tmp_path, start_method):
+    """A worker took its own start method (spawn) as multiprocessing's default: an AsyncVectorEnv made in it spawned
+    each sub-env, importing everything again, and runs took 5-50 times as long as in the parent (tester A7)."""
+    import multiprocessing
+
+    shutdown_workers()
+    seen = tmp_path / "seen.json"
+    OnlineTrainer(start_method_seen(seen), RecordingAgent).multi_run(
+        2, num_episodes=2, seed_offset=0, num_workers=2, start_method=start_method, progress=False
+    )
+    default = multiprocessing.get_start_method()
+    assert json.loads(seen.read_text()) == [default, type(multiprocessing.get_context(default).Process()).__name__]
+    shutdown_workers()
+
+
 def test_unpicklable_factory_fails_before_any_run(tmp_path):
     lock = threading.Lock()
 
