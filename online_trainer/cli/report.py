@@ -439,10 +439,15 @@ def _evaluation_section(
     if "experiment" not in summary.columns:
         summary.insert(0, "experiment", names[0])
         last.insert(0, "experiment", names[0])
-    episodes = ", ".join(str(n) for n in sorted(last["eval_episodes"].unique()))
+    counts = [str(n) for n in sorted(last["eval_episodes"].unique())]
+    of_last = (
+        f"the {counts[0]} episodes of its last evaluation"
+        if len(counts) == 1
+        else f"the episodes of its last evaluation, {', '.join(counts[:-1])} or {counts[-1]} by experiment"
+    )
     labels = " | ".join(f"{label} [{CI:.0%} CI]" for _, label in STATS)
     lines += [
-        f"Final evaluation of a run: the mean return of the {episodes} episodes of its last evaluation "
+        f"Final evaluation of a run: the mean return of {of_last} "
         "(the agent in eval mode, on the eval env). Across runs as above.",
         "",
         f"| experiment | runs | {labels} | final evaluation per run (at env step) |",

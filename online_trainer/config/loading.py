@@ -114,7 +114,11 @@ def _check_override_path(path: tuple[str, ...]) -> None:
         if typing.get_origin(hint) is dict:
             return
         if depth < len(path) - 1:
-            raise ConfigError(f"{prefix}{part} is {type_name(hint)}, not a section: cannot set {'.'.join(path)}.")
+            message = f"{prefix}{part} is {type_name(hint)}, not a section: cannot set {'.'.join(path)}."
+            if any(typing.get_origin(option) in (dict, Mapping) for option in options):
+                rest = ".".join(path[depth + 1 :])
+                message += f" Set the whole mapping: {prefix}{part}={{{rest}: VALUE}} (YAML's inline form)."
+            raise ConfigError(message)
 
 
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

@@ -468,12 +468,15 @@ class ExecutionOptions(OptionGroup):
         if self.ray_resources is not None and self.backend != "ray":
             raise ValueError(
                 f"execution.ray_resources={dict(self.ray_resources)!r} applies to backend='ray' only, "
-                f"but got execution.backend={self.backend!r}."
+                f"but got execution.backend={self.backend!r}. To run with backend={self.backend!r}, drop them: "
+                "ray_resources=None (in a config or on the command line: execution.ray_resources=null)."
             )
         validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
         if self.slurm is not None and self.backend != "slurm":
             raise ValueError(
-                f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got backend={self.backend!r}."
+                f"execution.slurm={self.slurm!r} applies to backend='slurm' only, but got backend={self.backend!r}. "
+                f"To run with backend={self.backend!r}, drop the Slurm options: slurm=None (in a config or on the "
+                "command line: execution.slurm=null)."
             )
         if self.slurm is not None and not isinstance(self.slurm, SlurmOptions):
             raise ValueError(

@@ -1226,3 +1226,22 @@ def test_resume_of_an_edited_config_with_a_typo_names_the_file(tmp_path, capsys)
     capsys.readouterr()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
     assert f"online-trainer: error: {config}: unknown key 'execution.num_worker'" in capsys.readouterr().err
+
+
+def test_the_report_says_each_number_of_evaluation_episodes_of_the_experiments_it_compares(tmp_path):
+    """Tester A7: two experiments evaluated over 2 and 4 episodes read "the mean return of the 2, 4 episodes"."""
+    from online_trainer import EvaluationOptions, ExecutionOptions, OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    for name, episodes in (("two", 2), ("four", 4)):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            2,
+            total_steps=40,
+            seed_offset=0,
+            evaluation=EvaluationOptions(freq=20, episodes=episodes),
+            execution=ExecutionOptions(progress=False),
+        )
+    out = tmp_path / "report"
+    assert cli.main(["report", str(tmp_path / "two"), str(tmp_path / "four"), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "the mean return of the episodes of its last evaluation, 2 or 4 by experiment (the agent" in summary

@@ -139,8 +139,20 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partitoin=a"]))
     with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
-    with pytest.raises(ConfigError, match="execution.slurm=.* applies to backend='slurm' only"):
+    # the fix is said: a Slurm config switched to local (tester S7)
+    with pytest.raises(
+        ConfigError,
+        match=r"execution.slurm=.* applies to backend='slurm' only, but got backend='local'. To run with "
+        r"backend='local', drop the Slurm options: slurm=None \(in a config or on the command line: "
+        r"execution.slurm=null\)",
+    ):
         load_experiment_config(path, ["execution.slurm.time=30"])
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot set execution.slurm.additional_parameters.job_name. Set the whole mapping: "
+        r"execution.slurm.additional_parameters=\{job_name: VALUE\}",
+    ):
+        load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.additional_parameters.job_name=x"])
     with pytest.raises(
         ConfigError,
         match=r"execution.backend must be one of 'local', 'ray', 'slurm', but got "
