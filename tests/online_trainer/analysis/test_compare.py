@@ -738,6 +738,10 @@ def test_the_profile_plot_is_a_step_function_through_every_runs_score():
     assert set(ppo) <= set(taus)
     assert fractions[list(taus).index(126.4)] == 0.4  # the level between 126.4 and 127.9
     assert fractions[list(taus).index(127.9)] == 0.2
+    # every curve starts at 1, left of the lowest score (PPO's, 116.9: its curve started at 0.8, tester A7)
+    assert taus[0] < 116.9 and fractions[0] == 1.0 and fractions[list(taus).index(116.9)] == 0.8
+    axes = line.axes
+    assert axes.get_xlim()[0] == taus[0] and axes.get_legend()._loc == 3  # lower left, away from the curves
 
 
 def test_compare_says_when_the_candidates_ran_on_different_seeds(tmp_path, caplog):
