@@ -91,7 +91,7 @@ def test_a_run_that_cannot_checkpoint_stops_at_a_preemption_signal_and_a_resume_
 
 
 def test_a_run_that_cannot_checkpoint_restarts_from_step_0_to_the_uninterrupted_records(tmp_path):
-    budget = 200_000
+    budget = 100_000  # seconds a run: past its first looks at the signal (about every second)
     trainer = OnlineTrainer(make_counting_vec(1), SamplingAgent, exp_dir=tmp_path / "cut")
     kw = dict(total_steps=budget, seed_offset=4, progress=False)
     with pytest.raises(Preempted):
