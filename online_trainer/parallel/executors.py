@@ -62,11 +62,14 @@ def execute(
         return None
     budget = specs[0].budget
     detached = options.slurm is not None and not options.slurm.wait  # nothing to show: no run ends here
-    display = (
-        ProgressDisplay(len(specs), budget.total, budget.unit, slots=options.num_workers)
-        if options.progress and not detached
-        else NoProgress()
-    )
+    display: ProgressDisplay | NoProgress = NoProgress()
+
+    def show() -> ProgressDisplay | NoProgress:
+        nonlocal display
+        if options.progress and not detached and isinstance(display, NoProgress):
+            display = ProgressDisplay(len(specs), budget.total, budget.unit, slots=options.num_workers)
+        return display
+
     closed = False
     try:
         if options.backend == "slurm":
@@ -80,20 +83,20 @@ def execute(
                 submitted = slurm.submit(specs, on_start, on_submitted)
                 # str(): submit() refuses a spec without an exp_dir
                 return SlurmRuns([(str(spec.exp_dir), spec.run_idx) for spec, _ in submitted], str(slurm.folder(specs)))
-            slurm.run(specs, display, on_result, on_start, on_submitted)
+            slurm.run(specs, show, on_result, on_start, on_submitted)  # the bars once sbatch took the jobs
             return None
         if options.backend == "ray":
             executor = RayExecutor(
                 options.ray_address, options.ray_resources, options.num_workers, options.torch_threads
             )
-            executor.run(specs, display, on_result, on_start)
+            executor.run(specs, show(), on_result, on_start)
         elif options.num_workers > 1:
             pool = pool or shared_pool(options.num_workers, options.start_method, options.torch_threads)
             with preemption.handling(forward=pool.signal_running):
-                pool.run(specs, display, on_result, on_start)
+                pool.run(specs, show(), on_result, on_start)
         else:
             with preemption.handling(), limited_threads(options.torch_threads):
-                run_serial(specs, display, on_result, on_start)
+                run_serial(specs, show(), on_result, on_start)
     except BaseException as error:
         with finishing_the_stop(error):  # a second Ctrl-C just after the workers stopped broke off the bars' close
             display.close_all()

@@ -271,17 +271,19 @@ class SlurmExecutor:
     def run(
         self,
         specs: Sequence[RunSpec],
-        display: ProgressDisplay | NoProgress,
+        show: Callable[[], ProgressDisplay | NoProgress],
         on_result: ResultHandler,
         on_start: StartHandler = no_start,
         on_submitted: SubmitHandler | None = None,
     ) -> None:
         """Submit every spec; return once each has a result.
 
+        ``show()`` makes the progress display, once sbatch has taken every job (a call it refuses draws no bars).
         An exception here (Ctrl-C, ``on_result`` raising) cancels the jobs still queued or running:
         each run in progress writes a full checkpoint first (SIGTERM), for ``resume=True``.
         """
         submitted = self.submit(specs, on_start, on_submitted)
+        display = show()
         watch = _Watch(
             [(spec.key, str(spec.exp_dir), spec.run_idx, spec.seed, job_id) for spec, job_id in submitted],
             str(self.folder(specs)),

@@ -464,6 +464,15 @@ def test_a_job_sbatch_refuses_stops_the_call_before_anything_is_kept(tmp_path, c
     assert not exp.exists()
     # sbatch's own line is in the refusal, not also printed bare before it (an outside tester)
     assert "invalid partition" not in capsys.readouterr().err
+    # with the progress display on, a refused call draws no bars (it drew "all runs: 0/..." first: tester S7)
+    with pytest.raises(SlurmSubmissionError):
+        OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=exp).multi_run(
+            2,
+            num_episodes=4,
+            seed_offset=0,
+            execution=ExecutionOptions(backend="slurm", num_workers=2, slurm=SlurmOptions(partition="nosuchpart")),
+        )
+    assert "all runs" not in capsys.readouterr().err
     config = tmp_path / "config.yaml"
     config.write_text(
         "env: {id: CliffWalking-v1, num_envs: 1}\nagent: {name: q_learning}\ntotal_steps: 200\nnum_runs: 1\n"
