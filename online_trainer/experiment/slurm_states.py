@@ -62,6 +62,8 @@ LIVE = frozenset(
     }
 )
 GONE = "GONE"  # not known to squeue (any more)
+QUEUED = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"})
+"""States of a job waiting to start (again)."""
 
 
 def job_states(job_ids: Iterable[str]) -> dict[str, str] | None:

@@ -35,6 +35,7 @@ from online_trainer.experiment.slurm_states import (
     ENDED,
     GONE,
     LIVE,
+    QUEUED,
     UNRUNNABLE,
     job_states,
     state_words,
@@ -170,6 +171,10 @@ class _Watch:
 
     def job_ids(self) -> list[str]:
         return [job_id for _, _, _, job_id in self.runs.values()]
+
+    def jobs(self) -> dict[int, str]:
+        """The job id of each run still followed, by its key."""
+        return {key: job_id for key, (_, _, _, job_id) in self.runs.items()}
 
 
 class SlurmExecutor:
@@ -322,6 +327,9 @@ def follow(
         if time.monotonic() - last_poll >= poll_interval:
             states = job_states(watch.job_ids())
             last_poll = time.monotonic()
+            for key, job_id in watch.jobs().items():  # back in the queue after its run started: not running
+                if (states or {}).get(job_id) in QUEUED:
+                    display.run_requeued(key)
             queued = [job for job, state in (states or {}).items() if state == "PENDING" and job not in warned]
             if queued and time.monotonic() - last_reasons >= _REASONS_EVERY_S:  # one more squeue: not at every poll
                 last_reasons = time.monotonic()

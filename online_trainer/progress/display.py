@@ -169,6 +169,9 @@ class NoProgress:
     def run_finished(self, key: int, status: str) -> None:
         pass
 
+    def run_requeued(self, key: int) -> None:
+        pass
+
     def handle(self, message: tuple) -> None:
         pass
 
@@ -281,6 +284,7 @@ class ProgressDisplay:
         # written as it comes, it was glued to the bar's text. A file gets each bar state on a line of its own.
         self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
+        self.requeued: set[int] = set()  # runs whose job went back to the queue after they started
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self._before = False  # inside done_before(): progress counts as made before the bars started
         self.overall = _bar(
@@ -307,7 +311,12 @@ class ProgressDisplay:
         return DirectRunProgress(self, key)
 
     def _start(self, key: int, name: str) -> None:
-        if key in self.bars:
+        if key in self.requeued:
+            self.requeued.discard(key)
+            self._refresh_overall()
+        if key in self.bars:  # started again (its Slurm job requeued): it reports where it stands, from its checkpoint
+            bar = self.bars[key]
+            self._take_back(bar)
             return
         taken = set(self.positions.values())
         position = next(p for p in range(1, len(taken) + 2) if p not in taken)
@@ -347,8 +356,7 @@ class ProgressDisplay:
     def run_finished(self, key: int, status: str) -> None:
         """Remove run ``key``'s bar and count it on the overall bar by its manifest ``status`` (``"finished"``,
         ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``)."""
-        bar = self.bars.pop(key, None)
-        self.positions.pop(key, None)
+        bar = self.bars.get(key)
         if bar is not None:
             if status == "finished" and bar.n < bar.total:  # step budgets may end a few steps early on the bar
                 self.overall.update(bar.total - bar.n)
@@ -356,21 +364,51 @@ class ProgressDisplay:
                 # not to come (counted as done, it made the rate look twice as fast; left in, a time still to go)
                 self.overall.total -= bar.total - bar.n
                 _widget(self.overall, max=self.overall.total)
-            if key in self._slots:
-                bar.container.layout.display = "none"
-                self._idle.append((self._slots.pop(key), bar))
-                self._idle.sort(key=lambda idle: idle[0])
-            else:
-                bar.close()
+            self._remove_bar(key)
+        self.requeued.discard(key)
         self.done += 1
         if status != "finished":
             self.ended_as[status] = self.ended_as.get(status, 0) + 1
         self._refresh_overall()
 
+    def run_requeued(self, key: int) -> None:
+        """Run ``key`` started, and its Slurm job is back in the queue (``scontrol requeue``, a preemption, a time
+        limit): its bar goes, and what it showed comes off the overall bar, until the run starts again and reports
+        where it stands (its checkpoint). Nothing for a run without a bar (not started, or ended)."""
+        bar = self.bars.get(key)
+        if bar is None:
+            return
+        self._take_back(bar)
+        self._remove_bar(key)
+        self.requeued.add(key)
+        self._refresh_overall()
+
+    def _take_back(self, bar: Any) -> None:
+        """Take ``bar``'s progress off it and off the overall bar (work the run will do again, or report again)."""
+        amount = bar.n
+        for shown in (bar, self.overall):
+            shown.n -= amount
+            if not isinstance(shown, _Tally):
+                shown.initial = min(shown.initial, shown.n)
+                shown.last_print_n = shown.n
+        if not self._before:
+            self.overall.refresh()
+
+    def _remove_bar(self, key: int) -> None:
+        bar = self.bars.pop(key)
+        self.positions.pop(key, None)
+        if key in self._slots:
+            bar.container.layout.display = "none"
+            self._idle.append((self._slots.pop(key), bar))
+            self._idle.sort(key=lambda idle: idle[0])
+        else:
+            bar.close()
+
     def _overall_postfix(self) -> str:
         how = "".join(f", {count} {status.replace('_', ' ')}" for status, count in sorted(self.ended_as.items()))
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
-        return f"{self.done}/{self.num_runs} runs ended{how}{running}"
+        queued = f", {len(self.requeued)} requeued" if self.requeued else ""
+        return f"{self.done}/{self.num_runs} runs ended{how}{running}{queued}"
 
     def _refresh_overall(self) -> None:
         # After the last run, close_all() draws the final state: drawn here too, a log would show it twice.

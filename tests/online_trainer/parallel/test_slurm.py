@@ -30,6 +30,7 @@ from online_trainer import (
 )
 from online_trainer.agents import QLearningAgent
 from online_trainer.hooks import Hook
+from online_trainer.progress import display
 from online_trainer.run import full_checkpoint
 from tests.conftest import FailsOnThirdRun, RecordingAgent, SamplingAgent, make_counting_vec, strip
 
@@ -136,7 +137,9 @@ def uninterrupted(tmp_path_factory):
 @pytest.mark.parametrize(
     "interrupt", [["scontrol", "requeue"], ["scancel", "--signal=USR2"]], ids=["requeue", "time-limit-signal"]
 )
-def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(tmp_path, uninterrupted, interrupt):
+def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one(
+    tmp_path, uninterrupted, interrupt, monkeypatch, capsys
+):
     """``scontrol requeue`` (SIGTERM, Slurm requeues), or the signal before a time limit (the job requeues itself)."""
     handle = OnlineTrainer(cliff, QLearningAgent, exp_dir=tmp_path).multi_run(
         1, total_steps=STEPS, seed_offset=11, execution=slurm(1, wait=False)
@@ -145,7 +148,12 @@ def test_a_requeued_job_continues_its_run_to_the_records_of_an_uninterrupted_one
     job = handle.job_ids[0]
     wait_for(tmp_path / "metrics_run1.pkl")
     subprocess.run([*interrupt, job], check=True)
-    assert handle.wait(progress=False) is not None
+    monkeypatch.setattr(display, "_terminal", lambda: False)  # the display's lines, as a log keeps them
+    assert handle.wait(progress=True, poll_interval=1.0) is not None
+    # while the job waited in the queue its run was not counted as running (an outside tester's find)
+    drawn = capsys.readouterr().err.splitlines()
+    assert any("0/1 runs ended, 1 requeued" in line for line in drawn), drawn
+    assert f"{STEPS}/{STEPS}" in drawn[-1] and "1/1 runs ended" in drawn[-1]
     log = (tmp_path / "slurm" / f"{job}_0_log.err").read_text()
     assert "Slurm restarted this job: run 1 continues from its checkpoint at step" in log
     records, returns = uninterrupted

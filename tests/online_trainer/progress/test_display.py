@@ -63,3 +63,51 @@ def test_progress_made_before_the_display_followed_the_runs_counts_as_done_befor
     shown.run_finished(1, "interrupted")  # redrawn now
     last = capsys.readouterr().err.splitlines()[-1]
     assert "42000/200000" in last and "50.00steps/s" in last
+
+
+def test_a_requeued_run_leaves_the_running_count_and_its_progress_comes_off_until_it_starts_again(clock, capsys):
+    """After ``scontrol requeue`` the display counted the run as running while its job waited in the queue ("3
+    running" with 2 workers), and kept the steps its restart does again (an outside tester's find)."""
+    shown = display.ProgressDisplay(3, 100_000, "steps")
+    for key in (1, 2):
+        shown.handle(("start", key, f"run {key}"))
+        shown.handle(("progress", key, 40_000, 1.0, None))
+    shown.run_requeued(2)  # its job is back in the queue: its checkpoint was at 25,000 steps
+    shown.run_requeued(3)  # not started: nothing to take back
+    shown.handle(("start", 3, "run 3"))
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "40000/300000" in last and "0/3 runs ended, 2 running, 1 requeued" in last
+    shown.handle(("start", 2, "run 2"))  # started again; it reports where its checkpoint stood
+    shown.handle(("progress", 2, 25_000, 1.0, None))
+    shown.run_finished(1, "finished")
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "125000/300000" in last and "1/3 runs ended, 2 running" in last and "requeued" not in last
+
+
+def test_a_run_started_again_without_a_requeue_seen_shows_what_it_reports_not_the_sum(clock, capsys):
+    """A job requeued and started again between two looks at the queue: its restart reports the steps of its
+    checkpoint, which were added to what the bar showed (overshooting the run's share)."""
+    shown = display.ProgressDisplay(1, 100_000, "steps")
+    shown.handle(("start", 1, "run 1"))
+    shown.handle(("progress", 1, 60_000, 1.0, None))
+    shown.handle(("start", 1, "run 1"))
+    shown.handle(("progress", 1, 50_000, 1.0, None))
+    shown.run_finished(1, "interrupted")
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "50000/100000" in last
+
+
+def test_a_requeued_run_whose_progress_was_read_as_done_before_starts_again_from_its_checkpoint(clock, capsys):
+    """A handle's wait() reads a requeued run's whole progress file at once: its first start, its progress, its
+    restart and the checkpoint's steps."""
+    shown = display.ProgressDisplay(1, 100_000, "steps")
+    with shown.done_before():
+        for message in [("start", 1, "run 1"), ("progress", 1, 60_000, 1.0, None)] * 2:
+            shown.handle(message)
+    clock[0] += 40
+    shown.handle(("progress", 1, 2_000, 1.0, None))
+    shown.run_finished(1, "interrupted")
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "62000/100000" in last and "50.00steps/s" in last
