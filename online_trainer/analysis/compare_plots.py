@@ -250,7 +250,10 @@ def plot_profiles(comparison: Comparison) -> Figure:
     grid = comparison.profiles["tau"].to_numpy(float)
     # the axis starts a little left of the lowest score, where every curve is at 1: the candidate holding that
     # score started at (n-1)/n, as if some of its runs scored below every threshold (tester A7)
-    before = grid.min() - 0.03 * ((grid.max() - grid.min()) or max(abs(grid.min()), 1.0)) if len(grid) else 0.0
+    # and ends as far right of the highest, where every curve is at 0: the drop of the candidate holding it was
+    # drawn on the axis' right edge, where it did not show (an outside tester's find)
+    margin = 0.03 * ((grid.max() - grid.min()) or max(abs(grid.min()), 1.0)) if len(grid) else 0.0
+    before, after = (grid.min() - margin, grid.max() + margin) if len(grid) else (0.0, 0.0)
     for candidate in comparison.info["candidates"]:
         rows = comparison.profiles[comparison.profiles["candidate"] == candidate]
         if rows.empty:
@@ -262,7 +265,7 @@ def plot_profiles(comparison: Comparison) -> Figure:
         # a step function, drawn as one: the table's grid of taus would slope its drops and skip the levels
         # between two grid points, so it is drawn at every run's score too
         taus = np.union1d(rows["tau"].to_numpy(float), np.concatenate(per_task))
-        taus = np.concatenate([[before], taus[(taus >= rows["tau"].min()) & (taus <= rows["tau"].max())]])
+        taus = np.concatenate([[before], taus[(taus >= rows["tau"].min()) & (taus <= rows["tau"].max())], [after]])
         ax.plot(
             taus,
             cs.profile(per_task, taus),
@@ -283,7 +286,7 @@ def plot_profiles(comparison: Comparison) -> Figure:
     ax.legend(frameon=False, fontsize=8, loc="lower left")  # the curves fall from the upper left: this corner is free
     _style(ax)
     if len(grid):
-        ax.set_xlim(before, grid.max())
+        ax.set_xlim(before, after)
     ax.set_xlabel(f"{_score_label(comparison)} threshold \u03c4", fontsize=9)
     ax.set_ylabel("Fraction of runs with score > \u03c4", fontsize=9)
     ax.set_ylim(-0.02, 1.02)

@@ -627,7 +627,7 @@ def report_command(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else default_out_dir(paths)
         out.mkdir(parents=True, exist_ok=True)
         names = [Path(p).resolve().name for p in paths]
-        title = names[0] if len(names) == 1 and "experiment" not in df.columns else None
+        title = names[0] if len(names) == 1 else None  # an experiment, or a sweep (its legend names the configurations)
         args.x, args.smooth = args.x or default_x(df), args.smooth or last_k  # smoothed as compare smooths
         figure = plot_learning_curves(
             df,

@@ -742,6 +742,10 @@ def test_the_profile_plot_is_a_step_function_through_every_runs_score():
     assert taus[0] < 116.9 and fractions[0] == 1.0 and fractions[list(taus).index(116.9)] == 0.8
     axes = line.axes
     assert axes.get_xlim()[0] == taus[0] and axes.get_legend()._loc == 3  # lower left, away from the curves
+    # and ends at 0, right of the highest score: DQN's drop at 310 was on the axis' edge, where it did not show
+    (best,) = [line for line in axes.get_lines() if line.get_label().startswith("dqn")]
+    assert best.get_xdata()[-1] > 310.0 and best.get_ydata()[-1] == 0.0 and best.get_ydata()[-2] == 0.0
+    assert axes.get_xlim()[1] == best.get_xdata()[-1] == taus[-1]
 
 
 def test_compare_says_when_the_candidates_ran_on_different_seeds(tmp_path, caplog):

@@ -344,3 +344,14 @@ def test_the_legend_of_a_figure_made_here_stands_beside_the_curves(tmp_path):
     renderer = theirs._get_renderer()
     assert given.get_legend().get_window_extent(renderer).x1 <= given.get_window_extent(renderer).x1 + 1
     plt.close("all")
+
+
+def test_the_thin_entry_is_left_out_of_the_legend_when_no_thin_stretch_shows():
+    """An outside tester: every plot of the quickstart's 5 runs said "thin: fewer runs have data" of a curve drawn
+    thick from end to end (its first grid point, where only the run whose first episode ended first had data)."""
+    df = shaped()
+    df.loc[(df["run"] == 2) & (df["episode_index"] == 1), "global_step"] += 2  # its first episode ends at step 12
+    fig = plot_learning_curves(df)
+    thin, thick = sorted(fig.axes[0].get_lines(), key=lambda line: line.get_linewidth())
+    assert np.isnan(np.asarray(thick.get_ydata(), dtype=float)[0])  # the first point still stands on fewer runs
+    assert legend_texts(fig) == ["4 runs"]

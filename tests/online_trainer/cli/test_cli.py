@@ -192,7 +192,12 @@ def test_show_prints_the_table_with_the_configured_last_k(experiment, capsys):
     assert "last 2 episodes" in capsys.readouterr().out
 
 
-def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys):
+def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys, monkeypatch):
+    from online_trainer.cli import report
+
+    titles = []
+    plot = report.plot_learning_curves
+    monkeypatch.setattr(report, "plot_learning_curves", lambda *a, **kw: titles.append(kw["title"]) or plot(*a, **kw))
     other = experiment.parent / "lr_0.1"
     assert run(str(write_config(tmp_path)), f"exp_dir={other}", "agent.hyperparameters.lr=0.1", "last_k=3") == 0
     capsys.readouterr()
@@ -213,6 +218,9 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     iqms = [float(line.split("|")[7].split("[")[0]) for line in summary.splitlines() if line.startswith("| lr_")]
     assert len(iqms) == 2 and iqms == sorted(iqms, reverse=True)
     assert "ranked" not in md.read_text()  # experiments named one by one keep their order
+    # experiments named one by one have no title (the legend names them); a sweep's plot is titled with its name, as
+    # one experiment's is (an outside tester: a sweep's had none)
+    assert titles == [None, "sweep"]
 
 
 def test_report_says_when_the_experiments_ran_on_different_budgets(tmp_path, caplog):
