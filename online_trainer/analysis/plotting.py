@@ -271,7 +271,7 @@ def _draw_curve(
     lines: list[tuple[float, int, Line2D]],
     order: int,
     end_labels: list[Annotation],
-) -> tuple[bool, bool]:
+) -> tuple[float, bool]:
     """Draw one group's curve; return the length along x of its thin stretches (standing on fewer runs than the
     group has), and whether its end has an ``n=`` label (its last point stands on fewer; added to ``end_labels``)."""
     total = int(curve["total_runs"].iloc[0])
@@ -327,15 +327,19 @@ def spread_end_labels(ax: Axes, labels: Sequence[Annotation], gap: float = 9.0, 
         label.xyann = (label.xyann[0], label.xyann[1] + shifted - y)
 
 
-def _notes(ax: Axes, notes: list[str]) -> None:
-    """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width."""
+def _notes(ax: Axes, notes: list[str], from_figure_edge: bool = False) -> None:
+    """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width.
+
+    ``from_figure_edge``: the lines start at the figure's left edge, not the axes' (whose left edge long tick
+    labels push right: lines as wide as the figure ran past its right edge).
+    """
     if notes:
         width = max(40, int((_figure_of(ax).get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
         text = "\n".join(textwrap.fill(note, width) for note in notes)
         ax.annotate(
             text,
-            xy=(0, 0),
-            xycoords="axes fraction",
+            xy=(0.02, 0) if from_figure_edge else (0, 0),
+            xycoords=("figure fraction", "axes fraction") if from_figure_edge else "axes fraction",
             xytext=(0, -30),
             textcoords="offset points",
             va="top",
@@ -362,6 +366,9 @@ def plot_final_performance(
     seed: Seed = 0,
 ) -> Figure:
     """One row per group: the statistic of the runs' final returns with its CI.
+
+    Experiments (the default grouping; a sweep's configurations) are drawn best first, as a sweep ranks them;
+    the groups of ``group_by`` in their sorted order (``lr`` from the lowest).
 
     The final return of a run is the mean return of its last ``last_k`` episodes, or of
     the episodes that ended after ``after_step`` (see
@@ -399,7 +406,10 @@ def plot_final_performance(
     fig, ax = _axes(ax, (5.0, 1.0 + 0.45 * len(summary)))
     rng = np.random.default_rng(0)
     labels = []
-    for i, (keys, row) in enumerate(groups(summary, group_cols)):
+    rows = list(groups(summary, group_cols))
+    if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
+        rows.sort(key=lambda group: -np.nan_to_num(float(group[1][stat].iloc[0]), nan=-np.inf))
+    for i, (keys, row) in enumerate(rows):
         color, y = COLORS[i % len(COLORS)], len(summary) - 1 - i
         if show_runs:
             values = _rows_of(finals, keys)["final_return"].dropna()
@@ -424,7 +434,7 @@ def plot_final_performance(
     ax.tick_params(axis="y", length=0)
     key = f"Solid dot: the {STAT_LABELS[stat]} across runs" + ("" if ci is None else f"; bar: its {ci * 100:g}% CI")
     key += "; faint dots: each run's final return." if show_runs else "."
-    _notes(ax, [n for n in [key, _excluded_note(excluded.to_dict("records"))] if n])
+    _notes(ax, [n for n in [key, _excluded_note(excluded.to_dict("records"))] if n], from_figure_edge=made)
     if title:
         ax.set_title(title, fontsize=11)
     return fig

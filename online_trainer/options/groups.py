@@ -471,6 +471,13 @@ class ExecutionOptions(OptionGroup):
                 f"but got execution.backend={self.backend!r}. To run with backend={self.backend!r}, drop them: "
                 "ray_resources=None (in a config or on the command line: execution.ray_resources=null)."
             )
+        if self.ray_address is not None and self.backend != "ray":
+            raise ValueError(
+                f"execution.ray_address={self.ray_address!r} applies to backend='ray' only, "
+                f"but got execution.backend={self.backend!r}. To run on that Ray cluster, set backend='ray'; to run "
+                f"with backend={self.backend!r}, drop it: ray_address=None (in a config or on the command line: "
+                "execution.ray_address=null)."
+            )
         validation.choice(tuple(multiprocessing.get_all_start_methods()))("execution.start_method", self.start_method)
         if self.slurm is not None and self.backend != "slurm":
             raise ValueError(

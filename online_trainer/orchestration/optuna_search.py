@@ -69,17 +69,22 @@ def optuna_objective(
 
     Raises:
         ImportError: Optuna is not installed.
-        ValueError: the budget is not exactly one positive int, or ``exp_dir`` already holds a
-            sweep run with another budget or ``seed_offset`` (its ``sweep.json``): every trial
-            would fail, so the objective is refused before the first.
+        ValueError: the budget is not exactly one positive int, ``num_runs`` or ``last_k`` is not a positive int,
+            ``metric`` is not one of the above, or ``exp_dir`` already holds a sweep run with another budget or
+            ``seed_offset`` (its ``sweep.json``): every trial would fail, so the objective is refused before the
+            first.
     """
     try:
         import optuna  # noqa: F401  (fail now, not in the first trial)
     except ImportError as exc:
         raise ImportError("optuna_objective needs Optuna: pip install -e '.[optuna]' (or pip install optuna).") from exc
-    if trainer.exp_dir is not None:
-        from online_trainer.orchestration.sweep import _recorded_seed  # as OnlineTrainer.sweep: not at import
+    from online_trainer.orchestration.sweep import (  # as OnlineTrainer.sweep: not at import
+        _recorded_seed,
+        check_ranking,
+    )
 
+    check_ranking(num_runs, metric, last_k)  # a trial that raises is recorded in the study, as failed
+    if trainer.exp_dir is not None:
         _recorded_seed(
             Path(trainer.exp_dir), validation.seed_offset(seed_offset), validation.budget(num_episodes, total_steps)
         )

@@ -140,6 +140,19 @@ def _clean(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
 
 
+def check_ranking(num_runs: int, metric: str, last_k: int) -> tuple[int, int]:
+    """``num_runs`` and ``last_k``, checked, once ``metric`` is known to be one the ranking has.
+
+    Raises:
+        ValueError: ``num_runs`` or ``last_k`` is not a positive int, or ``metric`` is not one of :data:`METRICS`.
+    """
+    num_runs = validation.positive_int("num_runs", num_runs)
+    last_k = validation.positive_int("last_k", last_k)
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
+    return num_runs, last_k
+
+
 def run_sweep(
     trainer: OnlineTrainer,
     configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[str, Any]],
@@ -160,10 +173,7 @@ def run_sweep(
             "None: pass OnlineTrainer(..., exp_dir='runs/my_sweep')."
         )
     resume = validation.boolean("resume", resume)
-    num_runs = validation.positive_int("num_runs", num_runs)
-    last_k = validation.positive_int("last_k", last_k)
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
+    num_runs, last_k = check_ranking(num_runs, metric, last_k)
     seed_offset = validation.seed_offset(seed_offset)
     grid = expand_grid(configurations)
     execution = execution.capped(len(grid) * num_runs)
@@ -559,8 +569,9 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     separated = table["experiment"][point & table["probability_of_improvement"].isin([0.0, 1.0])].tolist()
     tied_runs = table["experiment"][point & (table["probability_of_improvement"] == 0.5)].tolist()
     caveat = (
-        f" Every run of {top} beats every run of {', '.join(separated)} (complete separation): their P = 1 with a "
-        "point interval is what few seeds give, not a certainty; separation_bound is the bound on P that holds."
+        f" Every run of {top} beats every run of {', '.join(separated)} (complete separation), which is no verdict "
+        "either: their P = 1 with a point interval is what few seeds give, not a certainty; separation_bound is the "
+        "bound on P that holds."
         if separated
         else ""
     )

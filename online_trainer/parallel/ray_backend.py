@@ -50,12 +50,13 @@ def _import_ray() -> Any:
     return ray
 
 
-def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str | None) -> RunResult:
-    """Run one spec in a Ray worker; ``token`` is the content of every spec's token file."""
+def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str | None, cwd: str) -> RunResult:
+    """Run one spec in a Ray worker; ``token`` is the content of every spec's token file, ``cwd`` the driver's
+    working directory."""
     limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
     try:
-        with _interruptible():
+        with _interruptible(), _in_directory(cwd):
             if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
                 _check_token(spec.exp_dir, token)
             if spec.exp_dir is not None:  # an earlier attempt's: this attempt's end is the one to record
@@ -101,12 +102,35 @@ def _interruptible() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _in_directory(cwd: str) -> Iterator[None]:
+    """The task in the driver's working directory where the node has it (its worker's, after), as worker processes
+    and Slurm jobs run: relative paths (``exp_dir``, a sink's ``log_dir``, the user's files) are the driver's. A
+    worker of a cluster started with ``ray start`` runs in a directory of Ray's, where the driver's relative
+    ``exp_dir`` was another directory (an outside tester's find)."""
+    previous = os.getcwd()
+    if not os.path.isdir(cwd):  # another machine: the token check says what to do
+        yield
+        return
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def _check_token(exp_dir: str, token: str) -> None:
     path = Path(exp_dir) / TOKEN_FILE
     if not path.is_file() or path.read_text() != token:
+        where = os.path.abspath(exp_dir)
         raise RuntimeError(
-            f"exp_dir={exp_dir!r} is not the driver's directory on Ray node {socket.gethostname()}: put the "
-            "experiment directory on a filesystem every node mounts at the same path."
+            f"exp_dir={exp_dir!r} ({where} on Ray node {socket.gethostname()}) is not the driver's experiment "
+            "directory: put the experiment directory on a filesystem every node mounts at the same path"
+            + (
+                "."
+                if os.path.isabs(exp_dir)
+                else ", and give exp_dir as an absolute path (the driver's working directory is not on this node)."
+            )
         )
 
 
@@ -208,6 +232,7 @@ class RayExecutor:
         # The queue is an actor: a process of its own, started only when progress is shown.
         queue = None if isinstance(display, NoProgress) else Queue()
         token = self._write_token(specs)
+        cwd = os.getcwd()
         task = ray.remote(_ray_task).options(max_retries=0, **task_options(self.resources, self.torch_threads))
         waiting = list(specs)
         in_flight: dict[Any, RunSpec] = {}
@@ -216,7 +241,7 @@ class RayExecutor:
                 while waiting and len(in_flight) < self.max_concurrent:
                     spec = waiting.pop(0)
                     on_start(spec)
-                    in_flight[task.remote(shipping.dumps(spec), queue, self.torch_threads, token)] = spec
+                    in_flight[task.remote(shipping.dumps(spec), queue, self.torch_threads, token, cwd)] = spec
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                 self._drain(queue, display)
                 for ref in ready:

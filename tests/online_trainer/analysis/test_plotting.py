@@ -124,7 +124,9 @@ def test_final_performance_figure(tmp_path):
     fig = plot_final_performance(synthetic(), last_k=5)
     fig.savefig(tmp_path / "final.png")
     ax = fig.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == ["a (4 runs)", "b (4 runs)"]
+    # best first (top), as a sweep ranks its configurations; they were in alphabetical order (an outside tester)
+    ticks = sorted(zip(ax.get_yticks(), (t.get_text() for t in ax.get_yticklabels())), reverse=True)
+    assert [text for _, text in ticks] == ["b (4 runs)", "a (4 runs)"]
     assert ax.get_xlabel() == "Return of the last 5 episodes (IQM, 95% CI)"
     assert len(ax.collections) == 2  # the runs' dots, one scatter per group
     # what the marks are, under the axes (an outside tester could not tell the faint dots from the estimate)
@@ -355,3 +357,17 @@ def test_the_thin_entry_is_left_out_of_the_legend_when_no_thin_stretch_shows():
     thin, thick = sorted(fig.axes[0].get_lines(), key=lambda line: line.get_linewidth())
     assert np.isnan(np.asarray(thick.get_ydata(), dtype=float)[0])  # the first point still stands on fewer runs
     assert legend_texts(fig) == ["4 runs"]
+
+
+def test_final_performance_with_long_names_keeps_its_caption_inside_the_figure(tmp_path):
+    """Saved as the docs save figures (``fig.savefig(path)``), a sweep's plot cut its caption at the right edge:
+    "... faint dots: each run's final retu" (an outside tester's find)."""
+    fig = plot_final_performance(synthetic(groups=("lr=0.0006466,gamma=0.98", "lr=0.002188,gamma=0.98")), last_k=5)
+    fig.savefig(tmp_path / "final.png")
+    (caption,) = fig.axes[0].texts
+    shown = caption.get_window_extent()
+    assert fig.bbox.x0 <= shown.x0 and shown.x1 <= fig.bbox.x1 and fig.bbox.y0 <= shown.y0
+    # the groups of group_by keep their sorted order (a hyperparameter from its lowest value)
+    fig = plot_final_performance(synthetic(), last_k=5, group_by="lr")
+    ticks = sorted(zip(fig.axes[0].get_yticks(), (t.get_text() for t in fig.axes[0].get_yticklabels())), reverse=True)
+    assert [text for _, text in ticks] == ["lr=0.001 (4 runs)", "lr=0.01 (4 runs)"]

@@ -97,8 +97,8 @@ CASES = [
     ("evaluate", "eval_env", ENV, "evaluation.env"),
     *[("evaluate", name, value, f"execution.{name}") for name, value in {**EXECUTION, "num_workers": 2}.items()],
 ]
-NEEDS = {"ray_resources": {"backend": "ray"}, "eval_episodes": {"eval_freq": 5}}
-"""Keywords that are valid only with another (ray_resources applies to Ray; eval_episodes alone never evaluated)."""
+NEEDS = {"ray_resources": {"backend": "ray"}, "ray_address": {"backend": "ray"}, "eval_episodes": {"eval_freq": 5}}
+"""Keywords that are valid only with another (the Ray options apply to Ray; eval_episodes alone never evaluated)."""
 
 
 def _stand_in(method: str):

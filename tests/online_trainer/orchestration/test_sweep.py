@@ -344,6 +344,24 @@ def test_an_optuna_objective_on_a_sweep_of_another_budget_is_refused_before_any_
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["lr=0.1"]
 
 
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"metric": "iqr"}, r"metric must be one of \('iqm', 'mean', 'median'\), but got metric='iqr'"),
+        ({"last_k": 0}, r"last_k must be a positive int.*last_k=0"),
+        ({"num_runs": 0}, r"num_runs must be a positive int.*num_runs=0"),
+    ],
+)
+def test_an_optuna_objective_of_a_bad_ranking_is_refused_before_any_trial(tmp_path, given, message):
+    """A metric the ranking does not have was refused by the first trial, which a saved study kept as failed (an
+    outside tester's find)."""
+    pytest.importorskip("optuna")
+    arguments = {"num_runs": 2, "num_episodes": 3, **given}
+    with pytest.raises(ValueError, match=message):
+        optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)}, **arguments)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("metric", ["mean", "median", "iqm"])
 def test_optuna_value_is_the_metric_asked_for(tmp_path, metric):
     optuna = pytest.importorskip("optuna")

@@ -11,7 +11,7 @@ import textwrap
 import cloudpickle
 import pytest
 
-from online_trainer import OnlineTrainer, RunsFailedError, load_run_metrics
+from online_trainer import ExecutionOptions, OnlineTrainer, RunsFailedError, load_run_metrics
 from tests.conftest import (
     FailsOnThirdRun,
     RecordingAgent,
@@ -75,6 +75,13 @@ def test_ray_options_are_checked():
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, backend="dask")
     with pytest.raises(ValueError, match=r"execution.ray_resources=\{'num_cpus': 1\} applies to backend='ray' only"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(1, num_episodes=1, ray_resources={"num_cpus": 1})
+    # a cluster's address with the local backend ran the runs here without a word (an outside tester's find)
+    with pytest.raises(
+        ValueError,
+        match=r"execution.ray_address='10.0.0.1:6379' applies to backend='ray' only.*"
+        r"set backend='ray'.*execution.ray_address=null",
+    ):
+        ExecutionOptions(backend="local", ray_address="10.0.0.1:6379")
 
 
 def test_a_sweep_on_ray_runs_every_configuration(tmp_path):
@@ -222,3 +229,17 @@ def test_a_run_a_task_finished_after_the_driver_stopped_is_not_done_again(tmp_pa
     assert manifest["runs"][0]["episodes"] == 6 and "resumed_from" not in manifest["runs"][0]
     assert (tmp_path / "metrics_run1.pkl").read_bytes() == metrics  # run 1 was not done again
     assert [len(run) for run in runs] == [6, 6]
+
+
+def test_a_relative_exp_dir_is_the_drivers_though_ray_workers_run_elsewhere(tmp_path, monkeypatch):
+    """Workers of a cluster started with ``ray start`` run in a directory of Ray's: every run of a relative exp_dir
+    failed with "is not the driver's directory" on the machine the driver ran on (an outside tester's find). Here
+    the driver moves after the workers started, which puts them in another directory too."""
+    monkeypatch.chdir(tmp_path)
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir="runs/rel").multi_run(
+        2, num_episodes=4, seed_offset=0, backend="ray", num_workers=2, progress=False
+    )
+    manifest = json.loads((tmp_path / "runs" / "rel" / "manifest.json").read_text())
+    assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
+    assert [len(load_run_metrics(tmp_path / "runs" / "rel", i)) for i in (1, 2)] == [4, 4]
+    assert list((tmp_path / "runs" / "rel").glob("events.out.tfevents.*"))  # the sink's relative log_dir too
