@@ -119,6 +119,20 @@ def _in_directory(cwd: str) -> Iterator[None]:
         os.chdir(previous)
 
 
+def _check_answers(address: str | None, timeout: float = 5.0) -> None:
+    """Raise ``ConnectionError`` when nothing listens at ``address`` (``host:port`` of a head node's GCS); other
+    forms (None, ``auto``, ``ray://`` of Ray Client) are left to ``ray.init``."""
+    if address is None or "://" in address or address in ("auto", "local"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {address} ({exc})") from exc
+
+
 def _check_token(exp_dir: str, token: str) -> None:
     path = Path(exp_dir) / TOKEN_FILE
     if not path.is_file() or path.read_text() != token:
@@ -177,15 +191,33 @@ class RayExecutor:
     ) -> None:
         self.ray = _import_ray()
         self.address = address or os.environ.get("RAY_ADDRESS")
+        self.address_from_env = not address and self.address is not None
         self.resources = dict(resources or {"num_cpus": 1})
         self.max_concurrent, self.torch_threads, self.grace = max_concurrent, torch_threads, grace
 
-    def _connect(self) -> None:
-        if not self.ray.is_initialized():
-            logger.info("connecting to Ray at %s", self.address or "a new local instance")
+    def _connect(self, specs: Sequence[RunSpec]) -> None:
+        """Connect to Ray (``ray.init``) unless this process is connected.
+
+        Raises:
+            RunSetupError: nothing answers at ``address`` (Ray itself retries for minutes, in log lines of its
+                own), or ``ray.init`` failed (a refused token, versions that differ): the call keeps nothing.
+        """
+        if self.ray.is_initialized():
+            return
+        where = self.address or "a new local instance"
+        logger.info("connecting to Ray at %s", where)
+        try:
+            _check_answers(self.address)
             self.ray.init(
                 address=self.address, include_dashboard=False, logging_level=logging.WARNING, configure_logging=False
             )
+        except Exception as exc:
+            given = "RAY_ADDRESS" if self.address_from_env else f"execution.ray_address={self.address!r}"
+            refusal = ConnectionError(
+                f"could not connect to Ray at {where} ({given}): {type(exc).__name__}: {exc}. Check the address "
+                "and that the cluster is up (`ray status` on its head node prints both). Nothing was run."
+            )
+            raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
 
     def _check_fits(self, specs: Sequence[RunSpec]) -> None:
         """Refuse (Ray on this machine alone) or warn of (a cluster, which may grow) a task no node can hold: Ray
@@ -225,7 +257,7 @@ class RayExecutor:
     ) -> None:
         """Run every spec as a Ray task (``on_start(spec)`` before each is submitted); return when all have a result."""
         ray = self.ray
-        self._connect()
+        self._connect(specs)
         self._check_fits(specs)
         from ray.util.queue import Queue
 

@@ -243,3 +243,39 @@ def test_a_relative_exp_dir_is_the_drivers_though_ray_workers_run_elsewhere(tmp_
     assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
     assert [len(load_run_metrics(tmp_path / "runs" / "rel", i)) for i in (1, 2)] == [4, 4]
     assert list((tmp_path / "runs" / "rel").glob("events.out.tfevents.*"))  # the sink's relative log_dir too
+
+
+NO_CLUSTER = """
+import socket, sys
+from online_trainer import ExecutionOptions, OnlineTrainer
+from tests.conftest import RecordingAgent, make_counting_vec
+
+if __name__ == "__main__":
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sys.argv[1]).multi_run(
+        2, num_episodes=4, seed_offset=0,
+        execution=ExecutionOptions(backend="ray", ray_address=f"127.0.0.1:{port}", progress=False),
+    )
+"""
+
+
+def test_a_ray_cluster_that_does_not_answer_is_named_at_once_and_nothing_is_kept(tmp_path):
+    """ray.init retried a dead address for minutes in log lines of its own, and the sweep's directories were left
+    behind with every run pending (an outside tester's find)."""
+    script = tmp_path / "no_cluster.py"
+    script.write_text(NO_CLUSTER)
+    exp = tmp_path / "exp"
+    done = subprocess.run(
+        [sys.executable, str(script), str(exp)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.getcwd(),
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert done.returncode == 1
+    assert "ConnectionError: could not connect to Ray at 127.0.0.1:" in done.stderr
+    assert "nothing answers at 127.0.0.1:" in done.stderr and "Nothing was run." in done.stderr
+    assert not exp.exists()
