@@ -285,6 +285,7 @@ class ProgressDisplay:
         self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
         self.requeued: set[int] = set()  # runs whose job went back to the queue after they started
+        self.stopped = False  # a run failed before its first env step: the call stops
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self._before = False  # inside done_before(): progress counts as made before the bars started
         self.overall = _bar(
@@ -355,17 +356,24 @@ class ProgressDisplay:
 
     def run_finished(self, key: int, status: str) -> None:
         """Remove run ``key``'s bar and count it on the overall bar by its manifest ``status`` (``"finished"``,
-        ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``)."""
+        ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``); ``"setup_failed"`` (before its first env
+        step) stops the call, and the bar says so."""
         bar = self.bars.get(key)
         if bar is not None:
             if status == "finished" and bar.n < bar.total:  # step budgets may end a few steps early on the bar
                 self.overall.update(bar.total - bar.n)
-            elif status != "interrupted" and bar.n < bar.total:  # stopped by a hook, or failed: what it left is
+            elif (
+                status in ("stopped_early", "failed") and bar.n < bar.total
+            ):  # stopped by a hook, or failed: what it left is
                 # not to come (counted as done, it made the rate look twice as fast; left in, a time still to go)
                 self.overall.total -= bar.total - bar.n
                 _widget(self.overall, max=self.overall.total)
             self._remove_bar(key)
         self.requeued.discard(key)
+        if status == "setup_failed":  # the call stops here: no run ended, none will
+            self.stopped = True
+            self._refresh_overall()
+            return
         self.done += 1
         if status != "finished":
             self.ended_as[status] = self.ended_as.get(status, 0) + 1
@@ -405,6 +413,8 @@ class ProgressDisplay:
             bar.close()
 
     def _overall_postfix(self) -> str:
+        if self.stopped:
+            return "stopped: a run failed before its first env step (the error follows)"
         how = "".join(f", {count} {status.replace('_', ' ')}" for status, count in sorted(self.ended_as.items()))
         running = f", {len(self.bars)} running" if self.one_line and self.bars else ""
         queued = f", {len(self.requeued)} requeued" if self.requeued else ""

@@ -111,3 +111,15 @@ def test_a_requeued_run_whose_progress_was_read_as_done_before_starts_again_from
     shown.close_all()
     last = capsys.readouterr().err.splitlines()[-1]
     assert "62000/100000" in last and "50.00steps/s" in last
+
+
+def test_a_run_whose_setup_failed_stops_the_display_without_counting_it_as_ended(clock, capsys):
+    """A script without its main guard showed "1/5 runs ended, 1 setup failed" though no run had run (an outside
+    tester's find): the call stops at such a run, and the bar says so."""
+    shown = display.ProgressDisplay(5, 30_000, "steps")
+    shown.handle(("start", 1, "run 1"))
+    shown.run_finished(1, "setup_failed")
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "0/150000" in last and "stopped: a run failed before its first env step (the error follows)" in last
+    assert "runs ended" not in last
