@@ -168,10 +168,17 @@ def _last_episodes(last_k: int, episodes: pd.Series) -> str:
     return f"its last {last_k} episodes"
 
 
-def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False, results: Results | None = None) -> str:
+def final_table(
+    df: pd.DataFrame,
+    last_k: int,
+    include_unfinished: bool = False,
+    results: Results | None = None,
+    ranked: bool = False,
+) -> str:
     """The text table of ``run`` and ``show``: each run's final return, then mean, median and IQM with CIs.
 
-    ``results`` are those of :func:`final_results` when already computed.
+    ``results`` are those of :func:`final_results` when already computed. ``ranked``: the experiments are a sweep's
+    configurations, listed across runs by IQM (best first), as ``summary.md`` and ``sweep_results.csv`` rank them.
     """
     if df.empty:
         records = df.attrs.get("runs") or []
@@ -219,7 +226,10 @@ def final_table(df: pd.DataFrame, last_k: int, include_unfinished: bool = False,
                 "Pass --include-unfinished to analyse them anyway.",
             ]
         )
-    lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals:"]
+    if ranked:
+        summary = summary.sort_values("iqm", ascending=False, kind="stable", na_position="last")
+    ranking = " (the configurations ranked by IQM, best first)" if ranked else ""
+    lines += ["", f"Across runs, with {CI:.0%} percentile-bootstrap confidence intervals{ranking}:"]
     counts = [
         (c, label) for c, label in (("num_missing", "no return"), ("num_excluded", "left out")) if summary[c].any()
     ]
@@ -285,7 +295,8 @@ def show_command(args: argparse.Namespace) -> int:
     """Print the final-performance table of the experiment (or sweep) in ``args.exp_dir``."""
     last_k = args.last_k or configured_last_k([args.exp_dir])
     with _each_message_once():
-        print(final_table(load_episodes(args.exp_dir), last_k, args.include_unfinished))
+        ranked = len(experiment_dirs(args.exp_dir)) > 1  # a sweep's configurations
+        print(final_table(load_episodes(args.exp_dir), last_k, args.include_unfinished, ranked=ranked))
     return 0
 
 
@@ -661,7 +672,15 @@ def report_command(args: argparse.Namespace) -> int:
                 ranked=len(paths) == 1 and len(experiment_dirs(paths[0])) > 1,  # one sweep's configurations
             )
         )
-        print(final_table(df, last_k, args.include_unfinished, results))
+        print(
+            final_table(
+                df,
+                last_k,
+                args.include_unfinished,
+                results,
+                ranked=len(paths) == 1 and len(experiment_dirs(paths[0])) > 1,
+            )
+        )
         if (budgets := budget_note(df)) is not None:
             logger.warning("report: %s", budgets)
     print()

@@ -55,20 +55,21 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str 
     working directory."""
     limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
-    try:
-        with _interruptible(), _in_directory(cwd):
-            if token is not None and spec.exp_dir is not None:  # the token went into the directories of specs with one
-                _check_token(spec.exp_dir, token)
-            if spec.exp_dir is not None:  # an earlier attempt's: this attempt's end is the one to record
-                job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
-            result = execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
-    except Exception as exc:
-        return failed_result(spec, exc)
-    finally:
-        spec.callback.close()
-    if spec.exp_dir is not None and result.status in COMPLETED:
-        _leave_result(spec, result)
-    return result
+    with _in_directory(cwd):  # all of it: the callback's close and the result file write relative paths too
+        try:
+            with _interruptible():
+                if token is not None and spec.exp_dir is not None:  # the token went into the specs' directories
+                    _check_token(spec.exp_dir, token)
+                if spec.exp_dir is not None:  # an earlier attempt's: this attempt's end is the one to record
+                    job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
+                result = execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
+        except Exception as exc:
+            return failed_result(spec, exc)
+        finally:
+            spec.callback.close()
+        if spec.exp_dir is not None and result.status in COMPLETED:
+            _leave_result(spec, result)
+        return result
 
 
 def _leave_result(spec: RunSpec, result: RunResult) -> None:

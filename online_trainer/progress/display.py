@@ -192,6 +192,14 @@ def _widget(bar: Any, **settings: Any) -> None:
             setattr(container.children[1], name, value)
 
 
+def _lower(bar: Any, amount: int) -> None:
+    """Take ``amount`` off ``bar``'s count (and off what it counts as done before it started, where that is more)."""
+    bar.n -= amount
+    if not isinstance(bar, _Tally):
+        bar.initial = min(bar.initial, bar.n)
+        bar.last_print_n = bar.n
+
+
 def _start_from(bar: Any, amount: int) -> None:
     """Move ``bar`` forward by ``amount`` counted as done before it started: not drawn, not in its rate."""
     bar.n += amount
@@ -284,7 +292,7 @@ class ProgressDisplay:
         # written as it comes, it was glued to the bar's text. A file gets each bar state on a line of its own.
         self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
-        self.requeued: set[int] = set()  # runs whose job went back to the queue after they started
+        self.requeued: dict[int, int] = {}  # runs whose job went back to the queue after they started: their progress
         self.stopped = False  # a run failed before its first env step: the call stops
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self._before = False  # inside done_before(): progress counts as made before the bars started
@@ -312,8 +320,8 @@ class ProgressDisplay:
         return DirectRunProgress(self, key)
 
     def _start(self, key: int, name: str) -> None:
-        if key in self.requeued:
-            self.requeued.discard(key)
+        if key in self.requeued:  # its job runs again: what it showed comes off, it reports from its checkpoint
+            self._take_off_overall(self.requeued.pop(key))
             self._refresh_overall()
         if key in self.bars:  # started again (its Slurm job requeued): it reports where it stands, from its checkpoint
             bar = self.bars[key]
@@ -369,7 +377,7 @@ class ProgressDisplay:
                 self.overall.total -= bar.total - bar.n
                 _widget(self.overall, max=self.overall.total)
             self._remove_bar(key)
-        self.requeued.discard(key)
+        self.requeued.pop(key, None)
         if status == "setup_failed":  # the call stops here: no run ended, none will
             self.stopped = True
             self._refresh_overall()
@@ -381,24 +389,24 @@ class ProgressDisplay:
 
     def run_requeued(self, key: int) -> None:
         """Run ``key`` started, and its Slurm job is back in the queue (``scontrol requeue``, a preemption, a time
-        limit): its bar goes, and what it showed comes off the overall bar, until the run starts again and reports
-        where it stands (its checkpoint). Nothing for a run without a bar (not started, or ended)."""
+        limit): its bar goes and it is counted as requeued, its progress kept on the overall bar until the run
+        starts again and reports where it stands (its checkpoint). Nothing for a run without a bar (not started, or
+        ended)."""
         bar = self.bars.get(key)
         if bar is None:
             return
-        self._take_back(bar)
+        self.requeued[key] = bar.n
         self._remove_bar(key)
-        self.requeued.add(key)
         self._refresh_overall()
 
     def _take_back(self, bar: Any) -> None:
-        """Take ``bar``'s progress off it and off the overall bar (work the run will do again, or report again)."""
+        """Take ``bar``'s progress off it and off the overall bar (work the run will report again)."""
         amount = bar.n
-        for shown in (bar, self.overall):
-            shown.n -= amount
-            if not isinstance(shown, _Tally):
-                shown.initial = min(shown.initial, shown.n)
-                shown.last_print_n = shown.n
+        _lower(bar, amount)
+        self._take_off_overall(amount)
+
+    def _take_off_overall(self, amount: int) -> None:
+        _lower(self.overall, amount)
         if not self._before:
             self.overall.refresh()
 

@@ -217,10 +217,21 @@ def test_report_writes_a_png_and_a_markdown_summary(experiment, tmp_path, capsys
     assert "ranked by IQM, best first" in summary
     iqms = [float(line.split("|")[7].split("[")[0]) for line in summary.splitlines() if line.startswith("| lr_")]
     assert len(iqms) == 2 and iqms == sorted(iqms, reverse=True)
+    # and so does the table printed by report and show, which listed them alphabetically (tester V9)
+    ranked = [line.split("|")[1].strip() for line in summary.splitlines() if line.startswith("| lr_")]
+    for command in (
+        ["report", str(sweep), "--out", str(out_dir), "--last-k", "4"],
+        ["show", str(sweep), "--last-k", "4"],
+    ):
+        capsys.readouterr()
+        assert cli.main(command) == 0
+        printed = capsys.readouterr().out
+        across = printed[printed.index("(the configurations ranked by IQM, best first):") :]
+        assert [line.split()[0] for line in across.splitlines()[1:] if line.startswith("lr_")] == ranked
     assert "ranked" not in md.read_text()  # experiments named one by one keep their order
     # experiments named one by one have no title (the legend names them); a sweep's plot is titled with its name, as
     # one experiment's is (an outside tester: a sweep's had none)
-    assert titles == [None, "sweep"]
+    assert titles == [None, "sweep", "sweep"]
 
 
 def test_report_says_when_the_experiments_ran_on_different_budgets(tmp_path, caplog):

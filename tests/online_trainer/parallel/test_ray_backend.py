@@ -243,6 +243,12 @@ def test_a_relative_exp_dir_is_the_drivers_though_ray_workers_run_elsewhere(tmp_
     assert [r["status"] for r in manifest["runs"]] == ["finished", "finished"]
     assert [len(load_run_metrics(tmp_path / "runs" / "rel", i)) for i in (1, 2)] == [4, 4]
     assert list((tmp_path / "runs" / "rel").glob("events.out.tfevents.*"))  # the sink's relative log_dir too
+    # and how each run ended, which a resume after the driver died reads (the task wrote it after leaving the
+    # driver's directory: "could not write runs/rel/slurm/result_run1.pkl", tester V9)
+    assert sorted(p.name for p in (tmp_path / "runs" / "rel" / "slurm").iterdir()) == [
+        "result_run1.pkl",
+        "result_run2.pkl",
+    ]
 
 
 NO_CLUSTER = """

@@ -65,9 +65,11 @@ def test_progress_made_before_the_display_followed_the_runs_counts_as_done_befor
     assert "42000/200000" in last and "50.00steps/s" in last
 
 
-def test_a_requeued_run_leaves_the_running_count_and_its_progress_comes_off_until_it_starts_again(clock, capsys):
+def test_a_requeued_run_leaves_the_running_count_and_what_it_redoes_comes_off_once_it_starts_again(clock, capsys):
     """After ``scontrol requeue`` the display counted the run as running while its job waited in the queue ("3
-    running" with 2 workers), and kept the steps its restart does again (an outside tester's find)."""
+    running" with 2 workers), and kept the steps its restart does again (tester S7); while it waits, its progress
+    stays on the overall bar (taken off at once, the count fell from 322,002 to 176,000 with a checkpoint at
+    163,958: tester V9)."""
     shown = display.ProgressDisplay(3, 100_000, "steps")
     for key in (1, 2):
         shown.handle(("start", key, f"run {key}"))
@@ -76,8 +78,10 @@ def test_a_requeued_run_leaves_the_running_count_and_its_progress_comes_off_unti
     shown.run_requeued(3)  # not started: nothing to take back
     shown.handle(("start", 3, "run 3"))
     last = capsys.readouterr().err.splitlines()[-1]
-    assert "40000/300000" in last and "0/3 runs ended, 2 running, 1 requeued" in last
-    shown.handle(("start", 2, "run 2"))  # started again; it reports where its checkpoint stood
+    assert "80000/300000" in last and "0/3 runs ended, 2 running, 1 requeued" in last
+    assert all("80000/300000" in line for line in capsys.readouterr().err.splitlines() if "requeued" in line)
+    shown.handle(("start", 2, "run 2"))  # started again: what it showed comes off; it reports its checkpoint's steps
+    assert "40000/300000" in capsys.readouterr().err.splitlines()[-1]
     shown.handle(("progress", 2, 25_000, 1.0, None))
     shown.run_finished(1, "finished")
     last = capsys.readouterr().err.splitlines()[-1]
