@@ -370,6 +370,32 @@ def refuse_a_sweep(exp_dir: Path | None, what: str) -> None:
     )
 
 
+def refuse_a_sweep_configuration(exp_dir: Path | None, what: str) -> None:
+    """Refuse ``what`` (``"multi_run"``) in a configuration's directory of a sweep (its parent holds ``sweep.json``,
+    it holds ``hyperparameters.yaml``), whatever its options: the experiment would be listed, and ranked, among the
+    sweep's configurations under hyperparameters it did not run with. This only reads.
+
+    Raises:
+        ExperimentExistsError: ``exp_dir`` is a sweep's configuration.
+    """
+    if exp_dir is None or not (exp_dir.parent / storage.SWEEP_FILE).is_file():
+        return
+    hyperparameters = exp_dir / storage.HYPERPARAMETERS_FILE
+    if not hyperparameters.is_file():
+        return
+    sweep = os.fspath(exp_dir.parent)
+    raise ExperimentExistsError(
+        f"exp_dir={os.fspath(exp_dir)!r} is configuration {exp_dir.name!r} of the sweep in {sweep!r} (its "
+        f"{storage.HYPERPARAMETERS_FILE}): {what} there would put an experiment of other settings among the sweep's "
+        f"configurations, under that configuration's hyperparameters. Give {what} an exp_dir outside the sweep; "
+        f"to continue the sweep, call sweep(..., resume=True) on {sweep!r} with its grid (a sweep is redone in "
+        "another exp_dir).",
+        exp_dir,
+        [hyperparameters],
+        [],
+    )
+
+
 def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | None]) -> None:
     """Refuse an earlier experiment in ``exp_dir`` (unless ``overwrite``); this only reads.
 
@@ -474,6 +500,7 @@ def hold_exp_dir(
 
     def check() -> None:
         refuse_a_sweep(exp_dir, "multi_run")
+        refuse_a_sweep_configuration(exp_dir, "multi_run")
         if refuse is not None:
             refuse()
         settle_set_aside(

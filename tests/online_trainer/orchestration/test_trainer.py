@@ -422,3 +422,18 @@ def test_a_sweep_and_one_experiment_never_share_a_directory(tmp_path):
         assert f"{what} there would mix one experiment into it" in str(refused.value)
         assert "call sweep(..., resume=True) with its grid" in str(refused.value)
         assert _tree(sweep) == before
+    # one configuration's directory: multi_run there would be ranked among the sweep's configurations under that
+    # configuration's hyperparameters.yaml, which overwrite=True kept (an outside tester's find)
+    configuration = sweep / "lr=0.1"
+    on_configuration = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=configuration)
+    for kwargs in ({}, {"overwrite": True}):
+        with pytest.raises(ExperimentExistsError) as refused:
+            on_configuration.multi_run(1, num_episodes=2, seed_offset=0, progress=False, **kwargs)
+        assert str(refused.value) == (
+            f"exp_dir={str(configuration)!r} is configuration 'lr=0.1' of the sweep in {str(sweep)!r} (its "
+            "hyperparameters.yaml): multi_run there would put an experiment of other settings among the sweep's "
+            "configurations, under that configuration's hyperparameters. Give multi_run an exp_dir outside the sweep; "
+            f"to continue the sweep, call sweep(..., resume=True) on {str(sweep)!r} with its grid (a sweep is redone "
+            "in another exp_dir)."
+        )
+        assert _tree(sweep) == before
