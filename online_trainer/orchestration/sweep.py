@@ -354,7 +354,8 @@ def _check_calls(parts: RunnerParts, root: Path, grid: list[dict[str, Any]], opt
     if len(refused) == 1 or type(first) is not ValueError:
         raise first
     others = ", ".join(repr(name) for name, _ in refused[1:])
-    raise ValueError(f"{first} The call differs from configuration(s) {others} of this sweep too.") from first
+    # from None: the message holds the first refusal whole; chained, it was printed twice
+    raise ValueError(f"{first} The call differs from configuration(s) {others} of this sweep too.") from None
 
 
 def _recorded_seed(root: Path, seed_offset: int | None, budget: Any) -> int | None:

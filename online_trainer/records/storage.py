@@ -62,6 +62,7 @@ EXPERIMENT_PATTERNS = (
     MANIFEST_FILE,
     ALL_METRICS_FILE,
     "env.json",  # the env the experiment ran on (online_trainer.run.env_identity)
+    "agent.json",  # the agent it trained (online_trainer.run.agent_settings)
     "metrics_run*.pkl",
     "eval_run*.pkl",
     "videos",

@@ -31,7 +31,7 @@ from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
 from online_trainer.records import storage
 from online_trainer.records.episode_table import EpisodeTable
-from online_trainer.run import env_identity, full_checkpoint
+from online_trainer.run import agent_settings, env_identity, full_checkpoint
 from online_trainer.run.events import run_events
 from online_trainer.run.hook_runner import StopRun
 from online_trainer.run.interrupts import finishing_the_stop
@@ -165,6 +165,11 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     """
     agent = spec.agent_factory(env, copy=spec.copy_agent)
     check_agent(agent, spec.agent_factory.source, spec.train)
+    if spec.train and spec.exp_dir is not None:  # what it says of itself as built, before reset and set_hp
+        settings = agent_settings.agent_settings(agent)
+        if spec.resume:
+            agent_settings.check_settings(spec.exp_dir, settings, spec.name)
+        agent_settings.record_settings(spec.exp_dir, settings)
     if spec.train:
         spec.agent_factory.check_fresh(agent)
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):

@@ -618,6 +618,70 @@ def test_a_resume_on_another_env_is_refused_before_any_step_and_keeps_the_experi
     assert load_episodes(exp)[COLUMNS].equals(load_episodes(uninterrupted)[COLUMNS])
 
 
+def test_a_resume_whose_factory_builds_another_agent_is_refused_before_any_step(tmp_path):
+    """A resumed sweep whose agent factory built DQN with another batch size was accepted: the configuration that
+    had not started trained with it, the others with the old one, and the ranking flipped (an outside tester's
+    find). Each run compares what its agent says of itself as built with the experiment's agent.json."""
+    exp = tmp_path / "exp"
+    options = dict(total_steps=600, seed_offset=0, checkpoint_freq=200, progress=False)
+
+    def dqn(batch_size=64):
+        return lambda env: DQNAgent(env, learning_starts=50, batch_size=batch_size, save_buffer=True)
+
+    with pytest.raises(KeyboardInterrupt):  # run 1 is cut off at step 300, runs 2 and 3 never start
+        OnlineTrainer(cartpole(2), dqn(), exp_dir=exp).multi_run(3, **options, hooks=[Crash(300)])
+    recorded = json.loads((exp / "agent.json").read_text())
+    assert recorded["class"] == "online_trainer.agents._dqn.DQNAgent"
+    assert recorded["settings"]["config.batch_size"] == 64 and recorded["settings"]["config.hidden_sizes"] == [64, 64]
+    before = _files(exp)
+    with pytest.raises(ValueError) as refused:
+        OnlineTrainer(cartpole(2), dqn(32), exp_dir=exp).multi_run(3, resume=True, **options)
+    assert str(refused.value).startswith(
+        f"resume=True continues the experiment in {str(exp)!r} with the agent it trained, but run 1's agent differs: "
+        "config.batch_size 32 (it ran with 64). The runs that start again would train otherwise than those that go "
+        "on from a checkpoint. Call it with the agent factory it was made with (the same arguments), or start a new "
+        "experiment in another exp_dir."
+    )
+    assert "the manifest is as this call found it" in " ".join(getattr(refused.value, "__notes__", []))
+
+    def unchanged():  # but for the TensorBoard points after run 1's checkpoint, cut back as it was to resume
+        after = _files(exp)
+        return {k: v for k, v in after.items() if "tfevents" not in k.name} == {
+            k: v for k, v in before.items() if "tfevents" not in k.name
+        }
+
+    assert unchanged()
+    with pytest.raises(ValueError, match="run 1's agent differs: its class is online_trainer.agents._ppo.PPOAgent"):
+        OnlineTrainer(cartpole(2), PPOAgent, exp_dir=exp).multi_run(3, resume=True, **options)
+    assert unchanged()
+    OnlineTrainer(cartpole(2), dqn(), exp_dir=exp).multi_run(3, resume=True, **options)
+    uninterrupted = tmp_path / "uninterrupted"
+    OnlineTrainer(cartpole(2), dqn(), exp_dir=uninterrupted).multi_run(3, **options)
+    assert load_episodes(exp)[COLUMNS].equals(load_episodes(uninterrupted)[COLUMNS])
+    # a sweep's configurations are experiments: the same check, and hyperparameters the sweep gives through set_hp
+    # are not the factory's (they come after, and the sweep checks its grid)
+    sweep_dir = tmp_path / "sweep"
+    grid = {"lr": [1e-3, 3e-3]}
+    sweep_options = dict(num_runs=1, total_steps=600, seed_offset=0, checkpoint_freq=200, progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(cartpole(2), dqn(), exp_dir=sweep_dir).sweep(grid, **sweep_options, hooks=[Crash(300)])
+    with pytest.raises(
+        ValueError, match=r"but lr=0\.001 run 1's agent differs: config.batch_size 32 \(it ran with 64\)"
+    ):
+        OnlineTrainer(cartpole(2), dqn(32), exp_dir=sweep_dir).sweep(grid, **sweep_options, resume=True)
+    OnlineTrainer(cartpole(2), dqn(), exp_dir=sweep_dir).sweep(grid, **sweep_options, resume=True)
+    # a configuration that had not started is compared with another one's agent (the tester's: it was the one that
+    # trained with the new batch size)
+    wider = {"lr": [1e-3, 3e-3, 1e-2]}
+    with pytest.raises(ValueError) as refused:
+        OnlineTrainer(cartpole(2), dqn(32), exp_dir=sweep_dir).sweep(wider, **sweep_options, resume=True)
+    assert str(refused.value).startswith(
+        f"resume=True continues the experiment in {str(sweep_dir / 'lr=0.01')!r} with the agent its sweep trained "
+        "(configuration 'lr=0.001'), but lr=0.01 run 1's agent differs: config.batch_size 32 (it ran with 64)."
+    )
+    assert not (sweep_dir / "lr=0.01" / "agent.json").exists()
+
+
 class Decay(Hook):
     """A hook with state, made with an argument."""
 

@@ -233,6 +233,8 @@ def test_a_refused_sweep_names_every_configuration_the_call_differs_from(tmp_pat
     assert message.startswith(f"A sweep called again continues the experiment in {str(tmp_path / 'lr=0.1')!r}")
     assert message.endswith("The call differs from configuration(s) 'lr=0.5' of this sweep too.")
     assert "delete" not in message
+    # said once: chained to the first refusal, a traceback printed its text twice (tester H10)
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__
 
 
 def test_sweep_runs_share_one_worker_pool(tmp_path):

@@ -1,0 +1,85 @@
+"""What an agent says of itself as it is built (agent.json), and the check of a resumed run's agent."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+import pytest
+
+from online_trainer.run import agent_settings
+
+
+@dataclasses.dataclass
+class Config:
+    lr: float = 0.1
+    sizes: tuple = (64, 64)
+    schedule: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(3))
+
+
+class NumpyAgent:
+    def __init__(self, alpha: float = 0.5) -> None:
+        self.alpha = np.float64(alpha)
+        self.n_actions = np.int64(2)
+        self.name = "tabular"
+        self.greedy = False
+        self.target = None
+        self.gamma = float("nan")
+        self.q = np.zeros((4, 2))  # data, not a setting
+        self.table = list(range(100))  # likewise
+        self.config = Config()
+        self._rng = np.random.default_rng(0)
+
+
+class Slotted:
+    __slots__ = ("alpha",)
+
+    def __init__(self) -> None:
+        self.alpha = 0.5
+
+
+def test_settings_are_the_plain_attributes_and_a_dataclass_s_plain_fields():
+    assert agent_settings.agent_settings(NumpyAgent()) == {
+        "class": f"{__name__}.NumpyAgent",
+        "settings": {
+            "alpha": 0.5,
+            "config.lr": 0.1,
+            "config.sizes": [64, 64],
+            "gamma": "nan",
+            "greedy": False,
+            "n_actions": 2,
+            "name": "tabular",
+            "target": None,
+        },
+    }
+    assert agent_settings.agent_settings(Slotted()) == {"class": f"{__name__}.Slotted", "settings": {}}
+
+
+def test_a_run_s_agent_is_checked_against_the_recorded_one(tmp_path):
+    recorded = agent_settings.agent_settings(NumpyAgent())
+    agent_settings.check_settings(tmp_path, recorded, "run 1")  # nothing recorded: nothing to check
+    agent_settings.record_settings(tmp_path, recorded)
+    agent_settings.record_settings(tmp_path, agent_settings.agent_settings(NumpyAgent(0.9)))  # the first one stays
+    agent_settings.check_settings(tmp_path, agent_settings.agent_settings(NumpyAgent()), "run 2")  # nan == nan here
+    changed = agent_settings.agent_settings(NumpyAgent(0.9))
+    changed["settings"]["added_later"] = 1  # an attribute one side lacks is not compared
+    with pytest.raises(ValueError) as refused:
+        agent_settings.check_settings(tmp_path, changed, "run 2")
+    assert str(refused.value).startswith(
+        f"resume=True continues the experiment in {str(tmp_path)!r} with the agent it trained, but run 2's agent "
+        "differs: alpha 0.9 (it ran with 0.5). The runs that start again"
+    )
+    assert str(refused.value).endswith(
+        "(If a setting named here is not one you chose, such as a time or a random draw made when the agent is built, "
+        "remove agent.json from the experiment: its runs then resume unchecked, and the next run records its agent "
+        "anew.)"
+    )
+
+
+def test_a_damaged_record_is_said_and_checks_nothing(tmp_path, caplog):
+    (tmp_path / "agent.json").write_text("{not json")
+    with caplog.at_level(logging.WARNING):
+        agent_settings.check_settings(tmp_path, agent_settings.agent_settings(NumpyAgent(0.9)), "run 1")
+    assert f"{tmp_path / 'agent.json'} is damaged (JSONDecodeError" in caplog.text
+    assert "the agent is not checked. Put back a copy of it, or remove it" in caplog.text
