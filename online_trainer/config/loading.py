@@ -21,7 +21,25 @@ from online_trainer.options.typed import build, type_name, unknown_key_message
 
 
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that also reads ``1e-3`` and ``1e5`` as floats (PyYAML's YAML 1.1 reads strings)."""
+    """Safe YAML that also reads ``1e-3`` and ``1e5`` as floats (PyYAML's YAML 1.1 reads strings), and refuses a key
+    given twice in one mapping (PyYAML keeps the last one without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if isinstance(key, typing.Hashable) and key in seen:
+                first = seen[key].start_mark.line + 1
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"the key {key!r} is given twice in one mapping (lines {first} and "
+                    f"{key_node.start_mark.line + 1}): keep one",
+                    key_node.start_mark,
+                )
+            if isinstance(key, typing.Hashable):
+                seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -66,12 +84,17 @@ def parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     return path, value
 
 
-def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+def legacy_keys(data: dict[str, Any], where: str, override: bool = False) -> dict[str, Any]:
     """``data`` with the previous release's flat keys (``eval_freq: 5000``) moved into their sections
     (``evaluation: {freq: 5000}``), each with a DeprecationWarning; :data:`LEGACY_NAMES` is the one table.
 
     A flat key set to null where the section's field takes no null meant "the default" and is dropped,
     and an ``eval_episodes`` without ``eval_freq`` never evaluated, so it makes no ``evaluation`` section.
+    A flat key whose section sets that field to another value in the same file is refused (which one
+    was meant?); with ``override`` (a command-line ``eval_freq=...``), the flat key replaces it.
+
+    Raises:
+        ConfigError: a flat key and its section's field disagree in one file.
     """
     own = {spec.name for spec in dataclasses.fields(ExperimentConfig)}
     data = dict(data)
@@ -92,6 +115,13 @@ def legacy_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
         del moved["evaluation"]
     for section, values in moved.items():
         current = data.get(section)
+        for name, value in values.items():
+            flat = next(key for key, dotted in LEGACY_NAMES.items() if dotted == f"{section}.{name}")
+            if not override and isinstance(current, dict) and name in current and current[name] != value:
+                raise ConfigError(
+                    f"{where}: {flat}: {value!r} and {section}.{name}: {current[name]!r} both set {section}.{name}: "
+                    f"keep {section}.{name} ({flat} is deprecated)."
+                )
         data[section] = {**(current if isinstance(current, dict) else {}), **values}
     return data
 
@@ -127,7 +157,7 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     for text in overrides:
         path, value = parse_override(text)
         if len(path) == 1 and path[0] in LEGACY_NAMES:
-            data = legacy_keys({**data, path[0]: value}, f"override {text!r}")
+            data = legacy_keys({**data, path[0]: value}, f"override {text!r}", override=True)
             continue
         _check_override_path(path)
         node = data

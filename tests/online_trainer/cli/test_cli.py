@@ -788,6 +788,30 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
     assert quiet.evaluation is None
     with pytest.warns(DeprecationWarning, match=r"override 'num_workers=3': the key 'num_workers' is deprecated"):
         assert load_experiment_config(dotted, ["num_workers=3"]).execution.num_workers == 3
+    # a flat key and its dotted key that disagree in one file: the flat one won without a word (tester C10)
+    both = write_config(tmp_path, TINY + "execution: {num_workers: 2}\nnum_workers: 1\n", "both.yaml")
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError) as refused:
+        load_experiment_config(both)
+    assert str(refused.value) == (
+        f"config file {str(both)!r}: num_workers: 1 and execution.num_workers: 2 both set execution.num_workers: "
+        "keep execution.num_workers (num_workers is deprecated)."
+    )
+    agreeing = write_config(tmp_path, TINY + "execution: {num_workers: 2}\nnum_workers: 2\n", "agreeing.yaml")
+    with pytest.warns(DeprecationWarning):
+        assert load_experiment_config(agreeing).execution.num_workers == 2
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):
+    """YAML kept the last of two total_steps without a word (tester C10)."""
+    from online_trainer.config.loading import load_experiment_config
+
+    twice = write_config(tmp_path, TINY + "seed_offset: 1\nexecution: {num_workers: 1, num_workers: 2}\n")
+    with pytest.raises(ConfigError) as refused:
+        load_experiment_config(twice)
+    assert str(refused.value).startswith(
+        f"config file {str(twice)!r} is not valid YAML: the key 'num_workers' is given twice in one mapping "
+        f"(lines {TINY.count(chr(10)) + 2} and {TINY.count(chr(10)) + 2}): keep one"
+    )
 
 
 def test_the_command_says_which_keys_are_deprecated(tmp_path, capsys):
