@@ -450,7 +450,8 @@ def _evaluation_section(
     if "experiment" not in summary.columns:
         summary.insert(0, "experiment", names[0])
         last.insert(0, "experiment", names[0])
-    counts = [str(n) for n in sorted(last["eval_episodes"].unique())]
+    # integers, though the columns are floats when an experiment without evaluations was concatenated in (NaN)
+    counts = [str(int(n)) for n in sorted(last["eval_episodes"].dropna().unique())]
     of_last = (
         f"the {counts[0]} episodes of its last evaluation"
         if len(counts) == 1
@@ -468,7 +469,7 @@ def _evaluation_section(
         cells = " | ".join(f"{_num(row[stat])} {_ci(row, stat)}" for stat, _ in STATS)
         mine = last[last["experiment"] == row["experiment"]]
         per_run = ", ".join(
-            f"{_num(r['eval_return'])} ({r['global_step']}){_unfinished_mark(r)}" for r in mine.to_dict("records")
+            f"{_num(r['eval_return'])} ({int(r['global_step'])}){_unfinished_mark(r)}" for r in mine.to_dict("records")
         )
         lines.append(f"| {row['experiment']} | {row['num_runs']} | {cells} | {per_run} |")
     kept, _ = select_runs(evals, include_unfinished, log=False)

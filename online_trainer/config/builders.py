@@ -22,6 +22,8 @@ class AgentBuilder:
     def __init__(self, config: AgentConfig) -> None:
         self.name = config.name
         self.hyperparameters = dict(config.hyperparameters)
+        self.description = f"agent.name={self.name!r}"
+        """What messages about the agents it makes call it (``made by agent.name='pkg.module:Class'``)."""
 
     def __call__(self, env: Any) -> Any:
         factory = agent_factory(self.name)

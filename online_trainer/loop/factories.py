@@ -297,6 +297,10 @@ def agent_name(agent: Any) -> str:
 
 
 def _describe(obj: Any) -> str:
+    """A factory's name; one that says what made it (a config's ``agent.name``) gives its ``description``."""
+    described = getattr(obj, "description", None)
+    if isinstance(described, str):
+        return described
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     return f"{name!s}" if obj is not None else "?"
 

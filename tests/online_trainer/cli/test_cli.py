@@ -1288,3 +1288,20 @@ def test_the_report_says_each_number_of_evaluation_episodes_of_the_experiments_i
     assert cli.main(["report", str(tmp_path / "two"), str(tmp_path / "four"), "--out", str(out)]) == 0
     summary = (out / "summary.md").read_text()
     assert "the mean return of the episodes of its last evaluation, 2 or 4 by experiment (the agent" in summary
+
+
+def test_the_report_writes_counts_and_steps_as_integers_when_an_experiment_has_no_evaluations(tmp_path):
+    """Tester C10: beside an experiment without evaluations, summary.md read "the 2.0 episodes" and "0.00 (1501.0)"."""
+    from online_trainer import EvaluationOptions, ExecutionOptions, OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    for name, evaluation in (("evaluated", EvaluationOptions(freq=20, episodes=2)), ("plain", None)):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / name).multi_run(
+            2, total_steps=40, seed_offset=0, evaluation=evaluation, execution=ExecutionOptions(progress=False)
+        )
+    out = tmp_path / "report"
+    assert cli.main(["report", str(tmp_path / "evaluated"), str(tmp_path / "plain"), "--out", str(out)]) == 0
+    summary = (out / "summary.md").read_text()
+    assert "the mean return of the 2 episodes of its last evaluation" in summary
+    evaluated = next(line for line in summary.splitlines() if line.startswith("| evaluated | 2 |") and "(40" in line)
+    assert "(40)" in evaluated and ".0)" not in evaluated
