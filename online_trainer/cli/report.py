@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
+from online_trainer.analysis.scores import SCORE_ATTR
 from online_trainer.analysis.selection import (
     STATUS_COLUMN,
     describe_runs,
@@ -158,6 +159,12 @@ def budget_note(df: pd.DataFrame) -> str | None:
     )
 
 
+def _return(df: pd.DataFrame) -> str:
+    """What a run's return is: ``raw return`` when the experiments ran with ``score="raw"`` (the table's
+    ``ep_return`` is then each episode's raw score), else ``return``."""
+    return "raw return (records.score=raw)" if df.attrs.get(SCORE_ATTR) == "raw" else "return"
+
+
 def _last_episodes(last_k: int, episodes: pd.Series) -> str:
     """``its last 10 episodes``, saying when some runs, or all, have fewer (their mean is over all they have)."""
     counts = pd.to_numeric(episodes, errors="coerce").dropna()
@@ -191,7 +198,7 @@ def final_table(
     runs, summary, excluded = results or final_results(df, last_k, include_unfinished)
     lead = ["experiment"] if "experiment" in runs.columns else []
     status = [STATUS_COLUMN] if STATUS_COLUMN in runs.columns else []
-    lines = [f"Final return of each run: mean return of {_last_episodes(last_k, runs['episodes'])}"]
+    lines = [f"Final return of each run: mean {_return(df)} of {_last_episodes(last_k, runs['episodes'])}"]
     manifest = {(r.get("experiment"), r["run"]): r for r in df.attrs.get("runs") or []}
     entries = [manifest.get((r.get("experiment"), r["run"]), {}) for r in runs.to_dict("records")]
     rows = [
@@ -345,7 +352,7 @@ def summary_markdown(
     lines = [
         "# Final performance",
         "",
-        f"Final return of a run: the mean return of {_last_episodes(last_k, runs['episodes'])}. Across runs: mean, "
+        f"Final return of a run: the mean {_return(df)} of {_last_episodes(last_k, runs['episodes'])}. Across runs: mean, "
         "median and "
         f"IQM (25% trimmed mean) with {CI:.0%} percentile-bootstrap confidence intervals over runs. "
         "`runs` counts the runs in the statistics; `no return` the runs without a finished episode; "

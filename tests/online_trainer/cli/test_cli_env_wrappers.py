@@ -57,6 +57,11 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
     out = capsys.readouterr().out
     table = out[out.index("final return") :].splitlines()
     assert float(table[1].split()[-2]) == pytest.approx(df["raw_return"].mean(), abs=0.01)  # before the status
+    # the table says what its returns are (tester C10: "mean return" over raw scores)
+    assert cli.main(["show", str(exp_dir)]) == 0
+    assert (
+        "Final return of each run: mean raw return (records.score=raw) of all its episodes" in capsys.readouterr().out
+    )
 
 
 @pytest.mark.parametrize(
