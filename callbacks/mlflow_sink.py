@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import logging
 import os
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -153,6 +155,8 @@ class MLflowCallback(CallBack):
             raise ValueError(f"flush_values must be a positive int, but got flush_values={flush_values!r}.")
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
+        if tracking_uri is not None:
+            _check_scheme(tracking_uri)
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
         self.flush_values = flush_values
@@ -385,3 +389,25 @@ class MLflowCallback(CallBack):
 
     def __repr__(self) -> str:
         return f"MLflowCallback(tracking_uri={self.tracking_uri!r}, experiment_name={self.experiment_name!r})"
+
+
+def _check_scheme(tracking_uri: str) -> None:
+    """Refuse a ``tracking_uri`` whose scheme no MLflow store takes (``fiel:...``), naming the argument: MLflow says
+    it later, and of its model registry. Where MLflow's table of stores cannot be read, nothing is checked."""
+    try:  # private, but the one list of what MLflow (and its installed plugins) take
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry
+
+        schemes = sorted(str(scheme) for scheme in _tracking_store_registry._registry)
+    except (ImportError, AttributeError):
+        return
+    scheme = urllib.parse.urlparse(tracking_uri).scheme
+    base = scheme.split("+")[0]  # postgresql+psycopg2
+    if len(scheme) <= 1 or base in schemes:  # a path (C:\\... on Windows reads as scheme "c")
+        return
+    close = difflib.get_close_matches(base, schemes, n=1, cutoff=0.6)
+    raise ValueError(
+        f"MLflowCallback got tracking_uri={tracking_uri!r}, whose scheme {scheme!r} no MLflow store takes"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + ": give a path, 'file:/absolute/path', 'sqlite:///mlflow.db' or 'http://host:5000' (MLflow's schemes here: "
+        + f"{', '.join(repr(s) for s in schemes if s)})."
+    )

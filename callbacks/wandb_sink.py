@@ -52,6 +52,10 @@ def new_run_id() -> str:
     return "".join(secrets.choice(_ID_CHARS) for _ in range(8))
 
 
+MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
+"""What ``wandb.init`` takes as ``mode`` (the last three: W&B's own, shared runs and legacy names)."""
+
+
 class WandbCallback(CallBack):
     """Logs each run (seed) of an experiment as one W&B run; the runs of an experiment share a group.
 
@@ -124,6 +128,12 @@ class WandbCallback(CallBack):
                 "group and mode as the callback's own arguments, and drop the others."
             )
         _check_init_kwargs(init_kwargs)
+        if mode is not None and mode not in MODES:
+            close = difflib.get_close_matches(str(mode), MODES, n=1, cutoff=0.6)
+            raise ValueError(
+                f"WandbCallback got mode={mode!r}: it must be one of {', '.join(map(repr, MODES[:3]))} (or None for "
+                f"WANDB_MODE, else online)" + (f"; did you mean {close[0]!r}?" if close else ".")
+            )
         self.project, self.entity, self.group, self.mode = project, entity, group, mode
         self.flush_rows = flush_rows
         self.max_delay = max_delay

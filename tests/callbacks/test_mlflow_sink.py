@@ -187,3 +187,15 @@ def test_a_moved_experiment_says_where_its_mlflow_artifacts_stay(tmp_path, caplo
         MLflowCallback().setup(tmp_path / "b", {1: 7, 2: 8})
     (said,) = [r.getMessage() for r in caplog.records if "was moved or copied" in r.getMessage()]
     assert f"({(tmp_path / 'a' / 'mlartifacts').as_uri()}" in said and (tmp_path / "b" / "mlartifacts").as_uri() in said
+
+
+def test_a_tracking_uri_of_no_mlflow_store_is_refused_naming_the_argument(tmp_path):
+    """Tester H10: tracking_uri='fiel:...' failed at the call with MLflow's words on its model registry."""
+    with pytest.raises(ValueError) as refused:
+        MLflowCallback(tracking_uri=f"fiel:{tmp_path}")
+    assert str(refused.value).startswith(
+        f"MLflowCallback got tracking_uri='fiel:{tmp_path}', whose scheme 'fiel' no MLflow store takes (did you mean "
+        "'file'?): give a path, 'file:/absolute/path', 'sqlite:///mlflow.db' or 'http://host:5000'"
+    )
+    for fine in (str(tmp_path), f"file:{tmp_path}", "sqlite:///mlflow.db", "postgresql+psycopg2://u@h/db"):
+        MLflowCallback(tracking_uri=fine)

@@ -311,3 +311,14 @@ def test_the_run_files_of_attempts_that_started_in_one_second_are_all_read(tmp_p
         "run-20261128_232503-abc-2",
         "offline-run-20261128_232504-abc",
     ]
+
+
+def test_a_mode_wandb_does_not_take_is_refused_when_the_callback_is_made():
+    """Tester H10: mode="ofline" failed at the call with W&B's pydantic ValidationError, which named no callback."""
+    with pytest.raises(ValueError) as refused:
+        WandbCallback(project="tests", mode="ofline")
+    assert str(refused.value) == (
+        "WandbCallback got mode='ofline': it must be one of 'online', 'offline', 'disabled' (or None for WANDB_MODE, "
+        "else online); did you mean 'offline'?"
+    )
+    assert WandbCallback(project="tests", mode="disabled").mode == "disabled"
