@@ -107,23 +107,18 @@ class _Call:
         self.on_result(result)
 
     def raised(self, on_disk: bool) -> Preempted:
-        """What the call raises for the preemption: the first run's ``Preempted`` naming the others too."""
-        first = self.preempted
-        if first is None:
+        """What the call raises for the preemption: one ``Preempted`` naming every run the signal stopped, a run
+        that could not be checkpointed first, then in the order of the runs (a sweep's configuration, then the run)."""
+        if self.preempted is None:
             return Preempted(on_disk=on_disk)
-        others = sorted(
-            (
-                (p.run_idx, p.global_step, p.checkpointed, getattr(p, "name", None))
-                for p in self.stopped
-                if p is not first and p.run_idx is not None
-            ),
-            key=lambda other: (
-                (other[3] or "").rpartition("run ")[0],
-                other[0],
-            ),  # a sweep's configuration, then the run
-        )
-        if not others:
+
+        def order(p: Preempted) -> tuple[bool, str, int]:
+            return (p.checkpointed, (getattr(p, "name", None) or "").rpartition("run ")[0], p.run_idx or 0)
+
+        first, *rest = sorted([p for p in self.stopped if p.run_idx is not None] or [self.preempted], key=order)
+        if not rest:
             return first
+        others = [(p.run_idx, p.global_step, p.checkpointed, getattr(p, "name", None)) for p in rest]
         return Preempted(
             first.run_idx,
             first.global_step,

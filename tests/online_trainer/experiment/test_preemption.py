@@ -141,6 +141,12 @@ def test_a_call_whose_runs_were_all_preempted_names_every_one():
         result = type("Result", (), {"status": "interrupted", "extra": {"exception_object": stopped}})()
         call.finish(spec, result)
     raised = call.raised(on_disk=True)
-    assert "run 2 saved a full checkpoint at step 129320; run 1 saved one at step 126292" in str(raised)
-    assert raised.others == [(1, 126292, True, "run 1")]
+    # in the runs' order, whichever reported first (tester H10: "run 2 saved ...; run 1 saved one ...")
+    assert "run 1 saved a full checkpoint at step 126292; run 2 saved one at step 129320" in str(raised)
+    assert raised.others == [(2, 129320, True, "run 2")]
+    # a run that could not write one says so first
+    call.stopped.append(Preempted(3, 5, False, "its agent has no load()"))
+    assert "run 3 stopped at step 5 without a full checkpoint (its agent has no load()); run 1 saved one at step " in (
+        str(call.raised(on_disk=True))
+    )
     assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
