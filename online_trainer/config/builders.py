@@ -53,7 +53,13 @@ class EnvBuilder:
         except WrapperError as exc:
             raise ConfigError(f"env.{exc}") from exc
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"env.kwargs: could not build the env {self.make_env!r}: {exc}") from exc
+            # the env's own keywords, its wrappers' and the vector env's all meet here: the section is what is known
+            hint = (
+                " In a config: env.vector_kwargs: {shared_memory: false}."
+                if "shared_memory" in str(exc)
+                else " Check env.id, env.kwargs and env.vector_kwargs."
+            )
+            raise ConfigError(f"env: could not build the env {self.make_env!r}: {exc}{hint}") from exc
 
     def __repr__(self) -> str:
         return repr(self.make_env)

@@ -85,7 +85,8 @@ def require_episode_statistics(env: VectorEnv, what: str) -> None:
             "wrappers, e.g. "
             "make_env(..., wrappers=['gymnasium.wrappers:RecordEpisodeStatistics', "
             "{'gymnasium.wrappers:ClipReward': {'min_reward': -1, 'max_reward': 1}}]), or use "
-            "score='return'."
+            "score='return'. In a config: records.score=raw needs gymnasium.wrappers:RecordEpisodeStatistics "
+            "first in env.wrappers; or records.score=return."
         )
 
 

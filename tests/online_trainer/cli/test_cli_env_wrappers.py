@@ -209,3 +209,19 @@ def test_resume_refuses_an_edited_budget_in_the_words_of_the_command(tmp_path, c
         f"Here the call is the one {config} describes: if it was edited since the experiment ran, put the value "
         "back there." in err
     )
+
+
+def test_an_env_that_cannot_be_built_is_said_of_the_env_section_with_the_shared_memory_fix():
+    """Tester C10: an async env whose Dict observations do not fit shared memory was blamed on env.kwargs (empty);
+    the fix is env.vector_kwargs."""
+    from online_trainer.config.builders import EnvBuilder
+    from online_trainer.config.schema import ConfigError
+
+    def async_minigrid():
+        raise ValueError("Using AsyncVector(..., shared_memory=True) caused an error, you can disable this feature")
+
+    with pytest.raises(ConfigError) as refused:
+        EnvBuilder(async_minigrid)()
+    message = str(refused.value)
+    assert message.startswith("env: could not build the env ") and "env.kwargs:" not in message
+    assert message.endswith("In a config: env.vector_kwargs: {shared_memory: false}.")

@@ -76,9 +76,14 @@ def test_score_raw_without_the_wrapper_fails_before_the_first_step(tmp_path):
         match="score='raw' reports the episode statistics of a gymnasium.wrappers."
         "RecordEpisodeStatistics wrapper, but the sub-envs of the training env have "
         "none: add it inside each sub-env's reward wrappers",
-    ):
+    ) as refused:
         trainer.multi_run(1, num_episodes=4, progress=False, score="raw")
     assert not (tmp_path / "exp" / "metrics_run1.pkl").exists()
+    # in the words of a config too (tester C10)
+    assert str(refused.value).endswith(
+        "In a config: records.score=raw needs gymnasium.wrappers:RecordEpisodeStatistics first in env.wrappers; or "
+        "records.score=return."
+    )
     vector_level = OnlineTrainer(
         lambda: gym.wrappers.vector.RecordEpisodeStatistics(make_vec(2, statistics=False)()),
         RandomAgent,
