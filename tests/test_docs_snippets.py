@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,3 +247,17 @@ def test_the_budget_cut_keeps_the_schedule_of_a_run():
     episodes = {"num_runs": 2, "num_episodes": 50, "eval_freq": 20, "checkpoint_freq": None}
     budget.cut(episodes)
     assert episodes == {"num_runs": 2, "num_episodes": 5, "eval_freq": 2, "checkpoint_freq": None}
+
+
+def test_the_whole_config_of_the_command_page_loads():
+    """The command page's whole config (tester C10: no page showed one) is a config the command takes."""
+    from online_trainer.config.loading import load_experiment_config
+
+    page = (ROOT / "docs" / "reference" / "command.md").read_text()
+    (block,) = re.findall(r"```yaml\n(.*?)```", page, flags=re.S)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "whole.yaml"
+        path.write_text(block)
+        config = load_experiment_config(path)
+    assert (config.num_runs, config.execution.num_workers, config.evaluation.freq) == (5, 2, 10_000)
+    assert config.env.wrappers == ["gymnasium.wrappers:RecordEpisodeStatistics"]
