@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import tempfile
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
