@@ -38,10 +38,20 @@ def experiment_score(exp_dir: str | os.PathLike) -> str:
     return storage.read_manifest(exp_dir).get("score", "return")
 
 
+MIXED_ATTR = "score_mixed"
+"""``df.attrs`` key set, when some experiments loaded together ran with ``score="raw"`` and others did not, to the
+names of the raw ones: the analysis then reads ``ep_return`` for all (one score for a comparison), which the
+command's tables say."""
+
+
 def mark_score(df: pd.DataFrame, exp_dirs: Sequence[str | os.PathLike]) -> None:
-    """Set ``df.attrs["score"]`` to ``"raw"`` when every experiment of ``exp_dirs`` ran with ``score="raw"``."""
-    if exp_dirs and all(experiment_score(exp_dir) == "raw" for exp_dir in exp_dirs):
+    """Set ``df.attrs["score"]`` to ``"raw"`` when every experiment of ``exp_dirs`` ran with ``score="raw"``; when
+    only some did, set ``df.attrs["score_mixed"]`` to their names."""
+    scores = [experiment_score(exp_dir) for exp_dir in exp_dirs]
+    if scores and all(score == "raw" for score in scores):
         df.attrs[SCORE_ATTR] = "raw"
+    elif "raw" in scores:
+        df.attrs[MIXED_ATTR] = [Path(d).name for d, score in zip(exp_dirs, scores) if score == "raw"]
 
 
 def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:

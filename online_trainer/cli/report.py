@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
-from online_trainer.analysis.scores import SCORE_ATTR
+from online_trainer.analysis.scores import MIXED_ATTR, SCORE_ATTR
 from online_trainer.analysis.selection import (
     STATUS_COLUMN,
     describe_runs,
@@ -161,8 +161,18 @@ def budget_note(df: pd.DataFrame) -> str | None:
 
 def _return(df: pd.DataFrame) -> str:
     """What a run's return is: ``raw return`` when the experiments ran with ``score="raw"`` (the table's
-    ``ep_return`` is then each episode's raw score), else ``return``."""
-    return "raw return (records.score=raw)" if df.attrs.get(SCORE_ATTR) == "raw" else "return"
+    ``ep_return`` is then each episode's raw score), else ``return``, saying so when some experiments ran with
+    ``score="raw"`` (one score for all: their returns as their agents saw them)."""
+    if df.attrs.get(SCORE_ATTR) == "raw":
+        return "raw return (records.score=raw)"
+    mixed = df.attrs.get(MIXED_ATTR)
+    if mixed:
+        names = ", ".join(mixed)
+        return (
+            f"return (the return each agent learned from, for every experiment: {names} ran with records.score=raw, "
+            "the others did not; report them alone for their raw scores)"
+        )
+    return "return"
 
 
 def _last_episodes(last_k: int, episodes: pd.Series) -> str:

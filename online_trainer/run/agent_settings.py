@@ -6,8 +6,9 @@ otherwise than those that go on from a checkpoint, and nothing would say so. Wha
 the agent says of itself as it is built, before ``reset``, ``set_num_env`` and ``set_hp``: its class and
 its settings, the attributes that hold plain values (numbers, strings, booleans, None, short lists of
 them), and those of a dataclass it holds (the reference agents' ``config``: ``config.batch_size``). The
-first run of an experiment that trains records them in ``agent.json``; every run of a resumed call checks
-its agent against them before its first step. Hyperparameters a sweep gives through ``set_hp`` come
+first run of a call that starts the experiment records them in ``agent.json`` (a resumed call records
+nothing: one whose user removed the file, as a refusal says to for a setting that is no choice, resumes
+unchecked); every run of a resumed call checks its agent against them before its first step. Hyperparameters a sweep gives through ``set_hp`` come
 after, and are the sweep's to check.
 """
 
@@ -116,23 +117,27 @@ def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: st
     """Raise unless ``settings`` (run ``run``'s agent in a resumed call) are those of the agent the experiment trained.
 
     The class is compared, and every setting both sides record (an attribute one of them lacks is not). A
-    configuration of a sweep that had not started is compared with another configuration's agent: a sweep's
-    configurations share their agent factory.
+    configuration of a sweep that has no record of its own (it had not started) is compared with the other
+    configurations' agents, a sweep's configurations sharing their agent factory: on the settings they all agree
+    on (a time or a random draw made as the agent is built differs between them, and is left out).
 
     Raises:
         ValueError: naming each setting that differs with both values, and what to do.
     """
-    recorded, whose = recorded_settings(exp_dir), "the agent it trained"
+    exp_dir = Path(exp_dir)
+    recorded, sources = recorded_settings(exp_dir), [exp_dir]
+    whose = "the agent it trained"
     if recorded is None and not agent_path(exp_dir).exists():  # a sweep's configuration that had not started yet
-        sibling = _sibling_record(Path(exp_dir))
-        if sibling is not None:
-            recorded = recorded_settings(sibling)
-            whose = f"the agent its sweep trained (configuration {sibling.name!r})"
+        sources = _sibling_records(exp_dir)
+        records = [r for r in map(recorded_settings, sources) if r is not None]
+        recorded = _common(records) if records else None
+        names = ", ".join(repr(p.name) for p in sources)
+        whose = f"the agent its sweep trained (configuration{'s' if len(sources) > 1 else ''} {names})"
     if recorded is None:
         return
     differences = []
-    if recorded.get("class") != settings["class"]:
-        differences.append(f"its class is {settings['class']} (it ran with {recorded.get('class')})")
+    if recorded.get("class") is not None and recorded["class"] != settings["class"]:
+        differences.append(f"its class is {settings['class']} (it ran with {recorded['class']})")
     else:
         mine, theirs = settings["settings"], recorded["settings"]
         differences += [
@@ -142,20 +147,33 @@ def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: st
         ]
     if differences:
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+        files = " and ".join(repr(os.fspath(agent_path(p))) for p in sources)
         raise ValueError(
             f"resume=True continues the experiment in {os.fspath(exp_dir)!r} with {whose}, but {run}'s "
             f"agent differs: {shown}. The runs that start again would train otherwise than those that go on from a "
             "checkpoint. Call it with the agent factory it was made with (the same arguments), or start a new "
             f"experiment in another exp_dir. (If a setting named here is not one you chose, such as a time or a "
-            f"random draw made when the agent is built, remove {AGENT_FILE} from the experiment: its runs then "
-            "resume unchecked, and the next run records its agent anew.)"
+            f"random draw made when the agent is built, remove {files}: the runs then resume unchecked.)"
         )
 
 
-def _sibling_record(exp_dir: Path) -> Path | None:
-    """The first configuration (by name) of the sweep ``exp_dir`` belongs to that recorded its agent; None when
-    ``exp_dir`` is not in a sweep's directory or none did."""
+def _common(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``records`` of several configurations agree on: their class (None when they differ) and the settings
+    all of them hold with one value."""
+    first, rest = records[0], records[1:]
+    classes = {r.get("class") for r in records}
+    settings = {
+        name: value
+        for name, value in first["settings"].items()
+        if all(name in r["settings"] and r["settings"][name] == value for r in rest)
+    }
+    return {"class": first.get("class") if len(classes) == 1 else None, "settings": settings}
+
+
+def _sibling_records(exp_dir: Path) -> list[Path]:
+    """The other configurations of the sweep ``exp_dir`` belongs to that recorded their agent, by name; none when
+    ``exp_dir`` is not in a sweep's directory."""
     root = exp_dir.parent
     if not (root / storage.SWEEP_FILE).is_file():
-        return None
-    return next((p for p in sorted(root.iterdir()) if p != exp_dir and agent_path(p).is_file()), None)
+        return []
+    return [p for p in sorted(root.iterdir()) if p != exp_dir and agent_path(p).is_file()]

@@ -169,7 +169,8 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
         settings = agent_settings.agent_settings(agent)
         if spec.resume:
             agent_settings.check_settings(spec.exp_dir, settings, spec.name)
-        agent_settings.record_settings(spec.exp_dir, settings)
+        else:  # a resume records nothing: with agent.json removed (see the refusal), its runs go on unchecked
+            agent_settings.record_settings(spec.exp_dir, settings)
     if spec.train:
         spec.agent_factory.check_fresh(agent)
     if spec.options.checkpoint_freq is not None and not callable(getattr(agent, "save", None)):

@@ -225,3 +225,19 @@ def test_an_env_that_cannot_be_built_is_said_of_the_env_section_with_the_shared_
     message = str(refused.value)
     assert message.startswith("env: could not build the env ") and "env.kwargs:" not in message
     assert message.endswith("In a config: env.vector_kwargs: {shared_memory: false}.")
+
+
+def test_a_report_of_raw_and_plain_experiments_says_which_score_it_compares(tmp_path, capsys):
+    """Tester V10: beside an experiment without raw scores, a records.score=raw experiment was scored by its clipped
+    return under a header that said nothing of it."""
+    raw, plain = tmp_path / "raw", tmp_path / "plain"
+    assert cli.main(["run", str(write(tmp_path)), f"exp_dir={raw}", "--no-progress"]) == 0
+    assert cli.main(["run", str(write(tmp_path)), f"exp_dir={plain}", "records.score=return", "--no-progress"]) == 0
+    capsys.readouterr()
+    out = tmp_path / "report"
+    assert cli.main(["report", str(raw), str(plain), "--out", str(out)]) == 0
+    said = (
+        "the mean return (the return each agent learned from, for every experiment: raw ran with records.score=raw, "
+        "the others did not; report them alone for their raw scores)"
+    )
+    assert said in (out / "summary.md").read_text()

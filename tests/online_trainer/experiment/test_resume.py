@@ -682,6 +682,29 @@ def test_a_resume_whose_factory_builds_another_agent_is_refused_before_any_step(
     assert not (sweep_dir / "lr=0.01" / "agent.json").exists()
 
 
+class Stamped(DQNAgent):
+    """An agent that keeps the time it was built: a setting no one chose, different in every run."""
+
+    def __init__(self, env):
+        super().__init__(env, learning_starts=50, save_buffer=True)
+        self.created = time.time()
+
+
+def test_removing_agent_json_lets_a_resume_of_several_runs_through(tmp_path):
+    """Tester V10: with two runs to restart, the first one recorded agent.json again and the second was refused
+    against it, so the refusal's advice (remove agent.json) did not work. A resumed call records nothing."""
+    exp = tmp_path / "exp"
+    options = dict(total_steps=600, seed_offset=0, checkpoint_freq=200, progress=False)
+    with pytest.raises(KeyboardInterrupt):  # run 1 is cut off at step 300, runs 2 and 3 never start
+        OnlineTrainer(cartpole(2), Stamped, exp_dir=exp).multi_run(3, **options, hooks=[Crash(300)])
+    with pytest.raises(ValueError, match=r"run 1's agent differs: created [0-9.]+ \(it ran with [0-9.]+\)"):
+        OnlineTrainer(cartpole(2), Stamped, exp_dir=exp).multi_run(3, resume=True, **options)
+    (exp / "agent.json").unlink()
+    OnlineTrainer(cartpole(2), Stamped, exp_dir=exp).multi_run(3, resume=True, **options)
+    assert not (exp / "agent.json").exists()
+    assert [run["status"] for run in storage.read_manifest(exp)["runs"]] == ["finished"] * 3
+
+
 class Decay(Hook):
     """A hook with state, made with an argument."""
 

@@ -72,9 +72,33 @@ def test_a_run_s_agent_is_checked_against_the_recorded_one(tmp_path):
     )
     assert str(refused.value).endswith(
         "(If a setting named here is not one you chose, such as a time or a random draw made when the agent is built, "
-        "remove agent.json from the experiment: its runs then resume unchecked, and the next run records its agent "
-        "anew.)"
+        f"remove {str(tmp_path / 'agent.json')!r}: the runs then resume unchecked.)"
     )
+
+
+def test_a_sweep_configuration_without_a_record_is_checked_on_what_the_others_agree_on(tmp_path):
+    """A setting that differs between configurations (a time) is no setting of the factory: left out (tester V10:
+    removing each file the refusal named was refused against the next configuration's)."""
+    (tmp_path / "sweep.json").write_text("{}")
+    for name, created in (("lr=0.1", 1.0), ("lr=0.3", 2.0)):
+        (tmp_path / name).mkdir()
+        agent = NumpyAgent()
+        agent.created = created
+        agent_settings.record_settings(tmp_path / name, agent_settings.agent_settings(agent))
+    new = tmp_path / "lr=0.5"
+    new.mkdir()
+    later = NumpyAgent()
+    later.created = 3.0
+    agent_settings.check_settings(new, agent_settings.agent_settings(later), "lr=0.5 run 1")  # time left out
+    with pytest.raises(ValueError) as refused:
+        agent_settings.check_settings(new, agent_settings.agent_settings(NumpyAgent(0.9)), "lr=0.5 run 1")
+    assert "with the agent its sweep trained (configurations 'lr=0.1', 'lr=0.3'), but lr=0.5 run 1's agent " in str(
+        refused.value
+    )
+    assert (
+        f"remove {str(tmp_path / 'lr=0.1' / 'agent.json')!r} and {str(tmp_path / 'lr=0.3' / 'agent.json')!r}: the "
+        "runs then resume unchecked.)"
+    ) in str(refused.value)
 
 
 def test_a_damaged_record_is_said_and_checks_nothing(tmp_path, caplog):
