@@ -126,13 +126,16 @@ def test_a_refused_agent_stops_the_command_before_anything_is_written(lab, monke
 
 def test_an_agent_without_update_is_named_by_its_config_key(lab, monkeypatch, capsys):
     """The message named the command's internal factory, 'made by AgentBuilder' (tester C10)."""
-    (lab / "labagents" / "noupdate.py").write_text(AGENT_MODULE.replace("def update(", "def learn("))
+    # a package of its own: the tests before it imported the other labs' labagents, which this one is not
+    (lab / "labnoupdate").mkdir()
+    (lab / "labnoupdate" / "__init__.py").write_text("")
+    (lab / "labnoupdate" / "parity.py").write_text(AGENT_MODULE.replace("def update(", "def learn("))
     monkeypatch.chdir(lab)
     monkeypatch.syspath_prepend(str(lab))
-    assert cli.main(["run", "own.yaml", "agent.name=labagents.noupdate:ParityAgent", "--no-progress"]) == 2
+    assert cli.main(["run", "own.yaml", "agent.name=labnoupdate.parity:ParityAgent", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert (
-        "The agent ParityAgent (made by agent.name='labagents.noupdate:ParityAgent') lacks the required method(s) update"
+        "The agent ParityAgent (made by agent.name='labnoupdate.parity:ParityAgent') lacks the required method(s) update"
         in err
     )
     assert "AgentBuilder" not in err and not (lab / "runs").exists()
