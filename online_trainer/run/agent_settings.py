@@ -1,24 +1,27 @@
 """What agent an experiment trained, kept in ``agent.json``, and the check that a resumed call builds the same one.
 
 An agent is given as a factory (or an instance), which the runner cannot compare between two calls: a
-resume whose factory builds its agents with another batch size would train the runs that start again
-otherwise than those that go on from a checkpoint, and nothing would say so. What it can compare is what
-the agent says of itself as it is built, before ``reset``, ``set_num_env`` and ``set_hp``: its class and
-its settings, the attributes that hold plain values (numbers, strings, booleans, None, short lists of
-them), and those of a dataclass it holds (the reference agents' ``config``: ``config.batch_size``). The
+resume whose factory builds its agents with another batch size would train some runs of the experiment
+otherwise than the others, and nothing would say so. What it can compare is what the agent says of itself
+as it is built, before ``reset``, ``set_num_env`` and ``set_hp``: its class (by qualified name: the class of
+a script's ``__main__`` is the one its module exports) and its settings, the attributes that hold plain
+values (numbers, strings, booleans, None, short lists of them) and those of the groups of settings it holds
+(the reference agents' ``config``: ``config.batch_size``; see :func:`agent_settings`), but its device. The
 first run of a call that starts the experiment records them in ``agent.json`` (a resumed call records
 nothing: one whose user removed the file, as a refusal says to for a setting that is no choice, resumes
-unchecked); every run of a resumed call checks its agent against them before its first step. Hyperparameters a sweep gives through ``set_hp`` come
-after, and are the sweep's to check.
+unchecked); every run of a resumed call checks its agent against them before its first step.
+Hyperparameters a sweep gives through ``set_hp`` come after, and are the sweep's to check.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
 import math
 import os
+import types
 from pathlib import Path
 from typing import Any
 
@@ -50,23 +53,52 @@ def _plain(value: Any) -> Any:
 
 
 def agent_settings(agent: Any) -> dict[str, Any]:
-    """What ``agent``, just built, says of itself: ``{"class": module.qualname, "settings": {name: value}}``.
+    """What ``agent``, just built, says of itself: ``{"class": module.qualname, "qualname": ..., "settings": ...}``.
 
-    Settings are its attributes holding plain values, and ``name.field`` for the plain fields of a
-    dataclass instance it holds; an agent without ``__dict__`` (slots only) has none.
+    Settings are its attributes (``__dict__`` and ``__slots__``) holding plain values, and, under dotted names,
+    those of the groups of settings it holds, up to three levels down: dataclass instances (``config.batch_size``),
+    ``argparse.Namespace`` and ``types.SimpleNamespace`` objects (``args.lr``) and dicts with string keys. A setting
+    named ``device`` or ``*_device`` is left out: a run may resume on another device.
     """
     settings: dict[str, Any] = {}
-    for name, value in sorted(getattr(agent, "__dict__", {}).items()):
+    _collect(_attributes(agent), "", settings, depth=0)
+    cls = type(agent)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "qualname": cls.__qualname__, "settings": settings}
+
+
+def _attributes(obj: Any) -> dict[str, Any]:
+    """``obj``'s instance attributes: its ``__dict__`` and the ``__slots__`` of its classes that are set."""
+    found = dict(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            if name not in ("__dict__", "__weakref__") and name not in found and hasattr(obj, name):
+                found[name] = getattr(obj, name)
+    return found
+
+
+def _collect(values: dict[Any, Any], prefix: str, settings: dict[str, Any], depth: int) -> None:
+    for name, value in sorted(values.items(), key=lambda item: str(item[0])):
+        if not isinstance(name, str) or name == "device" or name.endswith("_device"):
+            continue
         plain = _plain(value)
         if plain is not _SKIP:
-            settings[name] = plain
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            for field in dataclasses.fields(value):
-                plain = _plain(getattr(value, field.name, None))
-                if plain is not _SKIP:
-                    settings[f"{name}.{field.name}"] = plain
-    cls = type(agent)
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "settings": settings}
+            settings[prefix + name] = plain
+        elif depth < 3:
+            group = _group(value)
+            if group is not None:
+                _collect(group, f"{prefix}{name}.", settings, depth + 1)
+
+
+def _group(value: Any) -> dict[Any, Any] | None:
+    """The settings ``value`` groups (see :func:`agent_settings`), or None when it is no such group."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name, None) for field in dataclasses.fields(value)}
+    if type(value) in (argparse.Namespace, types.SimpleNamespace):
+        return vars(value)
+    if type(value) is dict and all(isinstance(key, str) for key in value):
+        return value
+    return None
 
 
 def agent_path(exp_dir: str | os.PathLike) -> Path:
@@ -136,7 +168,8 @@ def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: st
     if recorded is None:
         return
     differences = []
-    if recorded.get("class") is not None and recorded["class"] != settings["class"]:
+    # by qualname: the class of a script's __main__ is the same class imported from its module by another driver
+    if recorded.get("qualname") is not None and recorded["qualname"] != settings["qualname"]:
         differences.append(f"its class is {settings['class']} (it ran with {recorded['class']})")
     else:
         mine, theirs = settings["settings"], recorded["settings"]
@@ -150,9 +183,9 @@ def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: st
         files = " and ".join(repr(os.fspath(agent_path(p))) for p in sources)
         raise ValueError(
             f"resume=True continues the experiment in {os.fspath(exp_dir)!r} with {whose}, but {run}'s "
-            f"agent differs: {shown}. The runs that start again would train otherwise than those that go on from a "
-            "checkpoint. Call it with the agent factory it was made with (the same arguments), or start a new "
-            f"experiment in another exp_dir. (If a setting named here is not one you chose, such as a time or a "
+            f"agent differs: {shown}. Its runs would not all train the same agent. Call it with the agent factory it "
+            "was made with (the same arguments, the same code), or start a new experiment in another exp_dir. "
+            f"(If a setting named here is not one you chose, such as a time or a "
             f"random draw made when the agent is built, remove {files}: the runs then resume unchecked.)"
         )
 
@@ -161,13 +194,14 @@ def _common(records: list[dict[str, Any]]) -> dict[str, Any]:
     """What ``records`` of several configurations agree on: their class (None when they differ) and the settings
     all of them hold with one value."""
     first, rest = records[0], records[1:]
-    classes = {r.get("class") for r in records}
+    classes = {r.get("qualname") for r in records}
     settings = {
         name: value
         for name, value in first["settings"].items()
         if all(name in r["settings"] and r["settings"][name] == value for r in rest)
     }
-    return {"class": first.get("class") if len(classes) == 1 else None, "settings": settings}
+    same = len(classes) == 1
+    return {"class": first.get("class"), "qualname": first.get("qualname") if same else None, "settings": settings}
 
 
 def _sibling_records(exp_dir: Path) -> list[Path]:

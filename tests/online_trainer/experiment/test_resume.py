@@ -638,9 +638,8 @@ def test_a_resume_whose_factory_builds_another_agent_is_refused_before_any_step(
         OnlineTrainer(cartpole(2), dqn(32), exp_dir=exp).multi_run(3, resume=True, **options)
     assert str(refused.value).startswith(
         f"resume=True continues the experiment in {str(exp)!r} with the agent it trained, but run 1's agent differs: "
-        "config.batch_size 32 (it ran with 64). The runs that start again would train otherwise than those that go "
-        "on from a checkpoint. Call it with the agent factory it was made with (the same arguments), or start a new "
-        "experiment in another exp_dir."
+        "config.batch_size 32 (it ran with 64). Its runs would not all train the same agent. Call it with the agent "
+        "factory it was made with (the same arguments, the same code), or start a new experiment in another exp_dir."
     )
     assert "the manifest is as this call found it" in " ".join(getattr(refused.value, "__notes__", []))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 
@@ -42,6 +43,7 @@ class Slotted:
 def test_settings_are_the_plain_attributes_and_a_dataclass_s_plain_fields():
     assert agent_settings.agent_settings(NumpyAgent()) == {
         "class": f"{__name__}.NumpyAgent",
+        "qualname": "NumpyAgent",
         "settings": {
             "alpha": 0.5,
             "config.lr": 0.1,
@@ -53,7 +55,55 @@ def test_settings_are_the_plain_attributes_and_a_dataclass_s_plain_fields():
             "target": None,
         },
     }
-    assert agent_settings.agent_settings(Slotted()) == {"class": f"{__name__}.Slotted", "settings": {}}
+    assert agent_settings.agent_settings(Slotted()) == {
+        "class": f"{__name__}.Slotted",
+        "qualname": "Slotted",
+        "settings": {"alpha": 0.5},
+    }
+
+
+class Nested:
+    """Settings as a lab keeps them (tester W10: slots, nested configs and argparse's Namespace were not looked into)."""
+
+    def __init__(self, eps: float = 0.2, device: str = "cpu") -> None:
+        self.args = argparse.Namespace(eps=eps, env_id="CartPole-v1")
+        self.cfg = Outer()
+        self.hparams = {"lr": 0.1, "layers": [8, 8]}
+        self.device = device  # where it runs, not what it learns: a run may resume on another device
+        self.policy_device = device
+
+
+@dataclasses.dataclass
+class Explore:
+    epsilon: float = 0.5
+
+
+@dataclasses.dataclass
+class Outer:
+    hidden: int = 16
+    explore: Explore = dataclasses.field(default_factory=Explore)
+
+
+def test_groups_of_settings_are_looked_into_and_the_device_is_left_out():
+    assert agent_settings.agent_settings(Nested())["settings"] == {
+        "args.env_id": "CartPole-v1",
+        "args.eps": 0.2,
+        "cfg.explore.epsilon": 0.5,
+        "cfg.hidden": 16,
+        "hparams.layers": [8, 8],
+        "hparams.lr": 0.1,
+    }
+    assert agent_settings.agent_settings(Nested(device="cuda:1")) == agent_settings.agent_settings(Nested())
+
+
+def test_the_class_is_compared_by_its_qualified_name(tmp_path):
+    """Tester W10: a script's __main__ class, resumed by another driver that imports it, was refused."""
+    recorded = agent_settings.agent_settings(NumpyAgent())
+    recorded["class"] = "__main__.NumpyAgent"
+    agent_settings.record_settings(tmp_path, recorded)
+    agent_settings.check_settings(tmp_path, agent_settings.agent_settings(NumpyAgent()), "run 1")
+    with pytest.raises(ValueError, match=rf"its class is {__name__}.Slotted \(it ran with __main__.NumpyAgent\)"):
+        agent_settings.check_settings(tmp_path, agent_settings.agent_settings(Slotted()), "run 1")
 
 
 def test_a_run_s_agent_is_checked_against_the_recorded_one(tmp_path):
@@ -68,7 +118,7 @@ def test_a_run_s_agent_is_checked_against_the_recorded_one(tmp_path):
         agent_settings.check_settings(tmp_path, changed, "run 2")
     assert str(refused.value).startswith(
         f"resume=True continues the experiment in {str(tmp_path)!r} with the agent it trained, but run 2's agent "
-        "differs: alpha 0.9 (it ran with 0.5). The runs that start again"
+        "differs: alpha 0.9 (it ran with 0.5). Its runs would not all train the same agent."
     )
     assert str(refused.value).endswith(
         "(If a setting named here is not one you chose, such as a time or a random draw made when the agent is built, "
