@@ -63,6 +63,13 @@ def resume_command(args: argparse.Namespace) -> int:
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:
         if str(exc).startswith("resume=True continues"):  # the call config.yaml makes differs from the experiment's
+            if "'s agent differs: " in str(
+                exc
+            ):  # built from config.yaml's agent section (checked) and the agent's code
+                raise ConfigError(
+                    f"{exc} Here the agent is the one {exp_dir / CONFIG_YAML}'s agent section builds, which is as the "
+                    "experiment ran: if the agent's code changed since, put it back."
+                ) from exc
             raise ConfigError(
                 f"{exc} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
                 "experiment ran, put the value back there."

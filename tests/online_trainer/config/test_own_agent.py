@@ -139,3 +139,34 @@ def test_an_agent_without_update_is_named_by_its_config_key(lab, monkeypatch, ca
         in err
     )
     assert "AgentBuilder" not in err and not (lab / "runs").exists()
+
+
+def test_a_resume_whose_agent_code_changed_says_so_in_the_command_s_words(lab, monkeypatch, capsys):
+    """Tester W10: the refusal told to put a value back in config.yaml, where the agent's code had changed."""
+    import sys
+
+    package = lab / "labedited"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    cut = "        if self.cut and self.updates == 50:\n            raise KeyboardInterrupt\n"
+    code = AGENT_MODULE.replace(
+        "self.rng = np.random.default_rng(0)\n",
+        "self.rng = np.random.default_rng(0)\n        self.hidden, self.updates, self.cut = [8, 8], 0, True\n",
+    ).replace(
+        "    def update(self, obs, reward, terminated, truncated, call_back=None):\n        pass\n",
+        "    def update(self, obs, reward, terminated, truncated, call_back=None):\n        self.updates += 1\n" + cut,
+    )
+    (package / "agent.py").write_text(code)
+    monkeypatch.chdir(lab)
+    monkeypatch.syspath_prepend(str(lab))
+    assert cli.main(["run", "own.yaml", "agent.name=labedited.agent:ParityAgent", "--no-progress"]) == 130
+    (package / "agent.py").write_text(code.replace("[8, 8], 0, True", "[16, 16], 0, False"))
+    monkeypatch.delitem(sys.modules, "labedited.agent")
+    capsys.readouterr()
+    assert cli.main(["resume", "runs/own", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "run 1's agent differs: cut False (it ran with True); hidden [16, 16] (it ran with [8, 8])." in err
+    assert err.rstrip().endswith(
+        f"Here the agent is the one {Path('runs/own/config.yaml')}'s agent section builds, which is as the experiment "
+        "ran: if the agent's code changed since, put it back."
+    )
