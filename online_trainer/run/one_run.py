@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -123,7 +124,21 @@ class RunResult:
             cause = self.extra.get("exception_object")
             if cause is None:
                 cause = RuntimeError(self.extra.get("exception", "?") + "\n" + (self.error or ""))
+            elif cause.__traceback__ is None and self.error and hasattr(cause, "add_note"):
+                # raised in a worker: its traceback did not travel with it (tracebacks are not pickled)
+                frames = worker_frames(self.error)
+                if frames and frames not in getattr(cause, "__notes__", ()):
+                    cause.add_note(frames)
             raise RunSetupError(self.run_idx, self.seed, cause)
+
+
+def worker_frames(formatted: str) -> str:
+    """The frames of the last traceback in ``formatted`` (``traceback.format_exception``'s text), headed as raised
+    in the run's worker; empty when it has none."""
+    head = "Traceback (most recent call last):"
+    lines = formatted.rpartition(head)[2].splitlines()[1:] if head in formatted else []
+    frames = list(itertools.takewhile(lambda line: line.startswith(" "), lines))
+    return "\n".join(["Raised in the run's worker process, " + head, *frames]) if frames else ""
 
 
 _told_of_eval_envs = False

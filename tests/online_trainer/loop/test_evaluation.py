@@ -555,3 +555,61 @@ def test_an_eval_env_that_cannot_draw_a_frame_fails_the_run_before_its_first_ste
             evaluation=EvaluationOptions(episodes=1, env=eval_env, record_video=1),
         )
     assert built == []  # not one step of training
+
+
+class _AlwaysLeft:
+    """A frozen agent: the same action whatever it sees, so only the env can change an evaluation."""
+
+    def act(self, obs):
+        return np.zeros(len(obs), dtype=np.int64)
+
+    def update(self, *args, **kwargs):
+        pass
+
+
+def _vector_normalized():
+    return gym.wrappers.vector.NormalizeReward(gym.make_vec("CartPole-v1", num_envs=2))
+
+
+def _single_normalized():
+    return gym.wrappers.NormalizeReward(gym.wrappers.NormalizeObservation(gym.make("CartPole-v1")))
+
+
+def _single_reward_normalized():
+    return gym.wrappers.NormalizeReward(gym.make("CartPole-v1"))
+
+
+STATEFUL_ENVS = {
+    "vector wrapper": _vector_normalized,
+    "sync sub-env wrappers": lambda: gym.vector.SyncVectorEnv([_single_normalized] * 2),
+    "async sub-env wrappers": lambda: gym.vector.AsyncVectorEnv([_single_reward_normalized] * 2),
+}
+
+
+@pytest.mark.parametrize("name", list(STATEFUL_ENVS))
+def test_evaluations_of_a_frozen_agent_are_equal_on_an_env_with_running_statistics(tmp_path, name):
+    """NormalizeReward updates its statistics as it steps, unless frozen: an evaluation freezes the eval env's, so
+    every evaluation of an agent that does not change scores the same (A11: 207.0, then 3.97, 3.88 for the same
+    episodes), and the training env's go on updating."""
+    trainer = OnlineTrainer(STATEFUL_ENVS[name], lambda env: _AlwaysLeft(), exp_dir=tmp_path / "exp")
+    trainer.multi_run(1, total_steps=600, evaluation=EvaluationOptions(freq=200, episodes=4), progress=False)
+    means = [e["mean"] for e in trainer.evaluations[0]]
+    assert len(means) == 3
+    assert means[0] == means[1] == means[2]
+    lengths = np.asarray(trainer.evaluations[0][0]["lengths"], dtype=float)
+    # statistics as built: NormalizeReward's scale is 1/sqrt(1 + epsilon), the returns are the lengths
+    np.testing.assert_allclose(sorted(trainer.evaluations[0][0]["returns"]), sorted(lengths), rtol=1e-6)
+    (records,) = trainer.multi_run(1, total_steps=600, progress=False, overwrite=True)
+    assert records[-1]["ep_return"] != pytest.approx(records[-1]["ep_length"])  # training still normalizes
+
+
+def test_an_async_eval_env_whose_reward_statistics_cannot_be_reached_is_said(tmp_path, caplog):
+    def both():
+        return gym.vector.AsyncVectorEnv([_single_normalized] * 2)
+
+    trainer = OnlineTrainer(both, lambda env: _AlwaysLeft(), exp_dir=tmp_path / "exp")
+    with caplog.at_level(logging.WARNING):
+        trainer.multi_run(1, total_steps=200, evaluation=EvaluationOptions(freq=100, episodes=2), progress=False)
+    assert "both NormalizeReward and NormalizeObservation" in caplog.text
+    assert "gymnasium.wrappers.vector.NormalizeReward" in caplog.text
+    assert len(trainer.evaluations[0]) == 2  # the evaluations still ran

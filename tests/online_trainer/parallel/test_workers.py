@@ -172,6 +172,24 @@ def test_unpicklable_factory_fails_before_any_run(tmp_path):
         assert f"cannot be sent to {where}" in message and "num_workers=1" not in message
 
 
+class ActsOnTuples(RecordingAgent):
+    def act(self, obs):
+        return obs.shapes  # the mistake: an AttributeError in the user's own code, before the first step
+
+
+def test_an_agent_error_before_the_first_step_in_a_worker_shows_the_users_line(tmp_path):
+    """With workers the exception comes back without its traceback (A11: only the library's frames, ending in
+    ``raise error.cause from None``): the worker's frames are a note of it, the user's line among them."""
+    with pytest.raises(AttributeError) as raised:
+        OnlineTrainer(make_counting_vec(1), ActsOnTuples, exp_dir=tmp_path / "e").multi_run(
+            2, num_episodes=1, num_workers=2, progress=False
+        )
+    notes = "\n".join(raised.value.__notes__)
+    assert "Raised in the run's worker process, Traceback (most recent call last):" in notes
+    assert f'File "{__file__}"' in notes and "in act" in notes and "return obs.shapes" in notes
+    assert notes.count("Raised in the run's worker process") == 1
+
+
 def test_an_env_refused_for_workers_is_freed_when_the_error_is_dropped(tmp_path):
     """The refusal's error held the env in a reference cycle, which the garbage collector freed in any order: an
     AsyncVectorEnv's pipes closed before the env, whose __del__ then printed an OSError at the user's exit (O3)."""
