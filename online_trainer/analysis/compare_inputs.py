@@ -283,18 +283,21 @@ def _checked(df: pd.DataFrame, source: str) -> pd.DataFrame:
             f"source={source!r} reads the column {value!r}, which the data lacks (columns: "
             f"{list(df.columns)}); pass {other}, or data that has it."
         )
+    if source == "eval":  # before the empty data's message: it names the candidates without evaluations
+        unevaluated = [c for c in df.attrs["candidates"] if c not in set(df["candidate"])]
+        if unevaluated:
+            several = len(unevaluated) > 1
+            raise ValueError(
+                f"source='eval' compares evaluations, but {', '.join(unevaluated)} {'have' if several else 'has'} "
+                f"none on record: {'their' if several else 'its'} runs ran none (training with "
+                "evaluation=EvaluationOptions(freq=...) schedules them), or all ended before their first. Compare on "
+                f"training episodes (source='episodes'), or evaluate {'their' if several else 'its'} checkpoints "
+                "(OnlineTrainer.evaluate)."
+            )
     if df.empty:
         raise ValueError(
             f"There is nothing to compare: no {'evaluation' if source == 'eval' else 'episode'} in the data."
         )
-    if source == "eval":
-        unevaluated = [c for c in df.attrs["candidates"] if c not in set(df["candidate"])]
-        if unevaluated:
-            raise ValueError(
-                f"source='eval' compares evaluations, but {', '.join(unevaluated)} has none on record: its runs ran "
-                "none (training with evaluation=EvaluationOptions(freq=...) schedules them), or all ended before "
-                "their first. Compare on training episodes (source='episodes'), or evaluate its checkpoints (OnlineTrainer.evaluate)."
-            )
     if len(df.attrs["candidates"]) < 2:
         raise ValueError(
             f"compare needs at least two candidates, got {df.attrs['candidates']}: pass several "
@@ -385,7 +388,8 @@ def check_tasks(scores: pd.DataFrame, candidates: Sequence[str]) -> list[str]:
         raise ValueError(
             f"Every candidate must have scored runs on every task (tasks are matched by env id): "
             f"missing {gaps}. Compare on the tasks they share, or run the missing ones (a run that finished no "
-            f"episode, or has not run yet, has no score: resume an experiment cut off).{unknown}"
+            "episode, or has not run yet, has no score: resume an experiment cut off; runs that did not finish are "
+            f"left out unless include_unfinished=True).{unknown}"
         )
     return tasks
 

@@ -148,7 +148,8 @@ def curves(
     """Learning curves: a statistic across runs of the return on an x grid.
 
     Each run's returns (optionally smoothed by a trailing moving average over ``smooth``
-    episodes; returns of episodes that end at the same x are averaged) are linearly
+    episodes; returns of episodes that end at the same x are averaged, or, smoothed, the
+    trailing mean after the last of them is the value at that x) are linearly
     interpolated onto the grid with ``numpy.interp``. A run is never extrapolated: at
     grid points before its first or after its last episode it has no value and is left
     out of that point, so ``num_runs`` tells how many runs each point stands on. One
@@ -186,7 +187,8 @@ def curves(
             which ``load_episodes`` sets to ``"raw"`` for experiments run with ``score="raw"``.
 
     Returns:
-        Long table with the group columns, ``x``, ``value`` (the statistic), ``lo`` and
+        Long table with the group columns, the x column (named as ``x``, e.g. ``global_step``),
+        ``value`` (the statistic), ``lo`` and
         ``hi`` (the CI; NaN where fewer than two runs have data), ``num_runs`` (runs with
         data at that point) and ``total_runs`` (runs of the group with data at some
         point of its grid), sorted by group and x. ``attrs`` holds ``stat``, ``ci``,

@@ -80,9 +80,20 @@ def experiment_dirs(path: str | os.PathLike) -> list[Path]:
         raise FileNotFoundError(f"Experiment directory {path} does not exist.")
     if _is_experiment(path):
         return [path]
-    found = sorted(p for p in path.iterdir() if p.is_dir() and _is_experiment(p))
+    children = sorted(p for p in path.iterdir() if p.is_dir())
+    found = [p for p in children if _is_experiment(p)]
     if not found:
         raise FileNotFoundError(f"{path} holds no experiment (no manifest.json or metrics_run*.pkl in it or below it).")
+    deeper = [p for p in children if p not in found and any(_is_experiment(q) for q in p.iterdir() if q.is_dir())]
+    if deeper:  # a sweep beside experiments: its configurations are one level too deep to be read with them
+        logger.warning(
+            "%s also hold(s) experiments of its own (a sweep's configurations), one level below those read from %s: "
+            "they are left out. Read it on its own (load_episodes(%r), online-trainer show %s).",
+            ", ".join(os.fspath(p) for p in deeper),
+            os.fspath(path),
+            os.fspath(deeper[0]),
+            os.fspath(deeper[0]),
+        )
     return found
 
 

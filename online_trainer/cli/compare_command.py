@@ -183,6 +183,10 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FEW_THOUSAND_SEEDS = 1_000
+"""Past this many seeds per candidate, the advice says the difference is close to zero rather than to run them."""
+
+
 def _seeds(value: float) -> str:
     if math.isnan(value):
         return "n/a"
@@ -220,12 +224,18 @@ def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = Non
         )
     overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
     needed = row["seeds_needed"]
-    more = (
-        "no number of seeds separates equal scores"
-        if math.isinf(needed)
-        else f"the observed difference would need about {_seeds(needed)} seeds per candidate ({now}) for its "
-        "interval to exclude zero"
-    )
+    if math.isinf(needed):
+        more = "no number of seeds separates equal scores"
+    elif needed > FEW_THOUSAND_SEEDS:
+        more = (
+            f"the observed difference is close to zero: only about {int(needed):,} seeds per candidate ({now}) "
+            "would give it an interval that excludes zero, so read the two as equal at this budget"
+        )
+    else:
+        more = (
+            f"the observed difference would need about {_seeds(needed)} seeds per candidate ({now}) for its "
+            "interval to exclude zero"
+        )
     return f"`{a}` and `{b}` cannot be told apart: {overlap}the difference's interval includes zero ({p}); {more}."
 
 
@@ -255,13 +265,13 @@ def compare_command(args: argparse.Namespace) -> int:
     """Write ``comparison.md`` and the figures of the experiments in ``args.dirs`` into ``args.out``."""
     paths = list(args.dirs)
     normalize = parse_normalize(args.normalize)
-    last_k = args.last_k or configured_last_k(paths)  # as show and report score the runs
     words = _CommandWords()
     handlers = logging.getLogger().handlers
     for handler in handlers:
         handler.addFilter(words)
     try:
         with _each_message_once():
+            last_k = args.last_k or configured_last_k(paths)  # as show and report score the runs
             comparison = compare(
                 paths,
                 by=args.by,

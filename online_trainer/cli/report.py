@@ -310,10 +310,13 @@ def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
 
 def show_command(args: argparse.Namespace) -> int:
     """Print the final-performance table of the experiment (or sweep) in ``args.exp_dir``."""
-    last_k = args.last_k or configured_last_k([args.exp_dir])
     with _each_message_once():
+        last_k = args.last_k or configured_last_k([args.exp_dir])
         ranked = len(experiment_dirs(args.exp_dir)) > 1  # a sweep's configurations
-        print(final_table(load_episodes(args.exp_dir), last_k, args.include_unfinished, ranked=ranked))
+        df = load_episodes(args.exp_dir)
+        print(final_table(df, last_k, args.include_unfinished, ranked=ranked))
+        if (budgets := budget_note(df)) is not None:  # as report and compare say it
+            logger.warning("show: %s", budgets)
     return 0
 
 
@@ -642,8 +645,8 @@ def report_command(args: argparse.Namespace) -> int:
     paths = list(args.exp_dirs)
     if args.ylim and not (math.isfinite(args.ylim[0]) and math.isfinite(args.ylim[1]) and args.ylim[0] < args.ylim[1]):
         raise ConfigError(f"--ylim {args.ylim[0]:g} {args.ylim[1]:g}: give two finite numbers, LOW below HIGH.")
-    last_k = args.last_k or configured_last_k(paths)
     with _each_message_once():
+        last_k = args.last_k or configured_last_k(paths)
         df = load_episodes(paths)
         if df.empty:
             raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")

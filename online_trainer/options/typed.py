@@ -22,6 +22,7 @@ import dataclasses
 import difflib
 import functools
 import json
+import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -73,6 +74,16 @@ def build(
     except pydantic.ValidationError as exc:
         problem = _translate(exc, cls, data, prefix, error, owner)
     raise problem from problem.__cause__
+
+
+_PYTHON_CONSTANTS = re.compile(r"(?<=\w=)(None|True|False)\b")
+_YAML_CONSTANTS = {"None": "null", "True": "true", "False": "false"}
+
+
+def yaml_spelling(message: str) -> str:
+    """``message`` with the values it names spelled as in YAML: ``time=None`` as ``time=null``, ``=True`` as ``=true``
+    (an option's check speaks Python; read from a config file, the same value is given in YAML)."""
+    return _PYTHON_CONSTANTS.sub(lambda match: _YAML_CONSTANTS[match.group(1)], message)
 
 
 def did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any], prefix: str = "") -> str:
@@ -289,6 +300,7 @@ def _translate(
     if isinstance(original, error):
         return original
     named = path and not str(original).startswith(path + ".")  # an option group names its dotted keys itself
-    wrapped = error(f"{lead}{path + ': ' if named else ''}{original}")
+    text = str(original) if error is ValueError else yaml_spelling(str(original))  # a file's, not Python's, words
+    wrapped = error(f"{lead}{path + ': ' if named else ''}{text}")
     wrapped.__cause__ = original
     return wrapped

@@ -255,6 +255,7 @@ class SlurmExecutor:
                 f"Slurm refused the jobs ({said or str(exc).strip()}): check execution.slurm's options (partition, "
                 "time in minutes, mem, gres, cpus_per_task, additional_parameters) against the cluster's (sinfo, "
                 "scontrol show partition). Nothing was submitted."
+                + sbatch_options_said(self.options.additional_parameters)
             )
             raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
         if sbatch_err.getvalue().strip():  # what sbatch said of jobs it took (a warning of the cluster's)
@@ -368,3 +369,15 @@ def cancel(job_ids: Sequence[str], wait_s: float = 90.0) -> None:
             return
         time.sleep(1.0)
     logger.warning("Slurm jobs %s had not ended %.0f s after scancel", ", ".join(job_ids), wait_s)
+
+
+def sbatch_options_said(additional: dict[str, Any] | None) -> str:
+    """What a refusal adds of ``additional_parameters``: sbatch takes a prefix of an option as the option, so a
+    misspelt key can be refused for another option's value (S11: ``exclud`` ran as ``--exclude``)."""
+    if not additional:
+        return ""
+    given = ", ".join(f"--{key.replace('_', '-')}={value}" for key, value in additional.items())
+    return (
+        f" additional_parameters went to sbatch as {given}: sbatch reads an option's unambiguous prefix as the "
+        "option itself, so check each key's spelling (sbatch --help lists them)."
+    )

@@ -252,6 +252,35 @@ def test_report_says_when_the_experiments_ran_on_different_budgets(tmp_path, cap
     caplog.clear()
     assert cli.main(["report", str(tmp_path / "long"), "--out", str(tmp_path / "one")]) == 0
     assert "Budgets differ" not in (tmp_path / "one" / "summary.md").read_text() and not caplog.text
+    # show of their folder ranked them side by side without a word (Z11)
+    assert cli.main(["show", str(tmp_path)]) == 0
+    assert f"show: {said}" in caplog.text
+    caplog.clear()
+    assert cli.main(["show", str(tmp_path / "long")]) == 0
+    assert not caplog.text
+
+
+def test_show_of_a_folder_says_a_sweep_in_it_is_left_out(tmp_path, capsys, caplog):
+    """Z11: a sweep's 12 runs were missing from `show runs` without a word (its configurations are a level deeper
+    than the experiments read)."""
+    from online_trainer import OnlineTrainer
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "plain").multi_run(
+        2, num_episodes=3, progress=False
+    )
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "swept").sweep(
+        {"lr": [0.1, 0.2]}, num_runs=2, num_episodes=3, progress=False
+    )
+    caplog.set_level("WARNING")
+    assert cli.main(["show", str(tmp_path)]) == 0
+    assert "swept" not in capsys.readouterr().out
+    said = [r.getMessage() for r in caplog.records if "also hold(s) experiments of its own" in r.getMessage()]
+    assert said == [
+        f"{tmp_path / 'swept'} also hold(s) experiments of its own (a sweep's configurations), one level below "
+        f"those read from {tmp_path}: they are left out. Read it on its own "
+        f"(load_episodes({str(tmp_path / 'swept')!r}), online-trainer show {tmp_path / 'swept'})."
+    ]
 
 
 def test_report_smooths_each_run_over_last_k_episodes_by_default_as_compare_does(experiment, tmp_path, monkeypatch):

@@ -133,7 +133,7 @@ def test_comparison_md_gives_two_decimals_and_both_counts_of_seeds():
     comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
     text = comparison_markdown(comparison, [])
     assert "| a | 5 | 1 | 16.55 [" in text and "1234.50" not in text.split("## Aggregate")[0]
-    assert "seeds per candidate (now 5 and 4) for its interval to exclude zero" in text
+    assert "seeds per candidate (now 5 and 4) would give it an interval that excludes zero" in text
 
 
 def test_the_seeds_now_are_counted_per_task_as_the_seeds_needed():
@@ -200,3 +200,42 @@ def test_the_commands_notes_name_its_flags(tmp_path, caplog):
     assert cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out"), "--resamples", "100"]) == 0
     assert "Leaving out 1 run(s) that did not finish: agent_a/run 1 (failed). Pass --include-unfinished" in caplog.text
     assert "include_unfinished=" not in caplog.text
+
+
+def test_a_difference_close_to_zero_is_said_so_not_a_number_of_seeds_to_run():
+    """Z11: "would need about 94291 seeds per candidate" of a difference of 0.23 read as advice to run them."""
+    scores = pd.DataFrame(
+        {
+            "candidate": ["a"] * 3 + ["b"] * 3,
+            "task": "t",
+            "run": [1, 2, 3] * 2,
+            "raw_score": [100.0, 150, 200, 100.1, 150.1, 200.2],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    assert comparison.improvement["seeds_needed"].iloc[0] > 1000
+    text = comparison_markdown(comparison, [])
+    assert "the observed difference is close to zero: only about " in text
+    assert "seeds per candidate (now 3) would give it an interval that excludes zero, so read the two as equal" in text
+    assert "would need about" not in text
+
+
+def test_compare_of_an_experiment_whose_runs_were_left_out_says_how_to_include_them(tmp_path, capsys):
+    """Z11: a killed experiment's runs were left out as unfinished; the error said only "resume an experiment cut
+    off" (the flag was in a warning above it)."""
+    done = experiment(tmp_path / "done")
+    cut = experiment(tmp_path / "cut")
+    manifest = cut / "manifest.json"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('"status": "finished"', '"status": "interrupted"'))
+    assert cli.main(["compare", str(cut), str(done), "--out", str(tmp_path / "o"), "--resamples", "100"]) == 2
+    err = capsys.readouterr().err
+    assert "runs that did not finish are left out unless --include-unfinished)." in err
+
+
+def test_compare_on_evaluations_when_no_candidate_has_one_names_them(tmp_path, capsys):
+    """Z11: "There is nothing to compare: no evaluation in the data." named neither experiment."""
+    a, b = experiment(tmp_path / "a"), experiment(tmp_path / "b")
+    assert cli.main(["compare", str(a), str(b), "--source", "eval", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "compares evaluations, but a, b have none on record: their runs ran none" in err

@@ -139,11 +139,14 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.partitoin=a"]))
     with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
+    # in a file's words, not Python's (S11: "or time=None for the partition's limit")
+    with pytest.raises(ConfigError, match="Pass time=3 or more \\(minutes\\), or time=null for the partition's limit"):
+        load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=2"])
     # the fix is said: a Slurm config switched to local (tester S7)
     with pytest.raises(
         ConfigError,
         match=r"execution.slurm=.* applies to backend='slurm' only, but got backend='local'. To run with "
-        r"backend='local', drop the Slurm options: slurm=None \(in a config or on the command line: "
+        r"backend='local', drop the Slurm options: slurm=null \(in a config or on the command line: "
         r"execution.slurm=null\)",
     ):
         load_experiment_config(path, ["execution.slurm.time=30"])
@@ -271,3 +274,16 @@ def test_a_job_that_left_the_queue_without_starting_is_described_in_words_withou
     result = ended_without_result(2, 10003, 2, "2406_1", "NODE_FAIL", str(tmp_path))
     assert result.extra["exception"].endswith(f"ended NODE_FAIL; its log: {tmp_path / '2406_1_0_log.err'}")
     assert result.error.endswith("The end of that log:\nsrun: error: node lost")
+
+
+def test_a_refusal_names_the_additional_parameters_as_sbatch_got_them():
+    """S11: ``additional_parameters={"exclud": "vm"}`` ran as ``--exclude`` (sbatch takes a prefix), and the refusal
+    ("Requested node configuration is not available") named neither the key nor its value."""
+    from online_trainer.parallel.slurm import sbatch_options_said
+
+    said = sbatch_options_said({"exclud": "vm", "mail_type": "END"})
+    assert said == (
+        " additional_parameters went to sbatch as --exclud=vm, --mail-type=END: sbatch reads an option's unambiguous "
+        "prefix as the option itself, so check each key's spelling (sbatch --help lists them)."
+    )
+    assert sbatch_options_said(None) == sbatch_options_said({}) == ""
