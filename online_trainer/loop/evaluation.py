@@ -45,7 +45,7 @@ def _chain(env: Any, base: type) -> Iterator[Any]:
     """``env`` and the envs it wraps, outermost first, down to (not including) an env that is no ``base``."""
     while isinstance(env, base):
         yield env
-        env = env.env
+        env = getattr(env, "env", None)
 
 
 def _scales_rewards(wrapper: Any) -> bool:
@@ -100,19 +100,20 @@ def frozen_reward_statistics(env: VectorEnv) -> Iterator[None]:
     if not wrappers and not remote:
         yield
         return
+    base: Any = env.unwrapped  # an AsyncVectorEnv when remote
     before = [getattr(w, FROZEN) for w in wrappers]
-    remote_before = list(env.unwrapped.get_attr(FROZEN)) if remote else []
+    remote_before = list(base.get_attr(FROZEN)) if remote else []
     for wrapper in wrappers:
         setattr(wrapper, FROZEN, False)
     if remote:
-        env.unwrapped.set_attr(FROZEN, False)
+        base.set_attr(FROZEN, False)
     try:
         yield
     finally:
         for wrapper, flag in zip(wrappers, before):
             setattr(wrapper, FROZEN, flag)
         if remote:
-            env.unwrapped.set_attr(FROZEN, remote_before)
+            base.set_attr(FROZEN, remote_before)
 
 
 def episode_step_limit(env: VectorEnv) -> int:

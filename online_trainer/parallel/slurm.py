@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +371,7 @@ def cancel(job_ids: Sequence[str], wait_s: float = 90.0) -> None:
     logger.warning("Slurm jobs %s had not ended %.0f s after scancel", ", ".join(job_ids), wait_s)
 
 
-def sbatch_options_said(additional: dict[str, Any] | None) -> str:
+def sbatch_options_said(additional: Mapping[str, Any] | None) -> str:
     """What a refusal adds of ``additional_parameters``: sbatch takes a prefix of an option as the option, so a
     misspelt key can be refused for another option's value (S11: ``exclud`` ran as ``--exclude``)."""
     if not additional:
