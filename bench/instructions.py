@@ -4,9 +4,13 @@
 bench counts instead what the processor is asked to do: each variant of ``bench/overhead.py`` (the same agent, env
 and call, at the same budgets) runs in a process of its own under ``valgrind --tool=cachegrind``, at two budgets;
 the difference of the two processes' counts over the difference of their env steps is the variant's count per env
-step, so the process's start, its imports and the run's set-up cancel out. Counts are the same from one run to the
-next whatever else the machine does (a few tenths of a percent, from the time-dependent work: progress bars,
-flushes every so many seconds), so a change of the runner's per-step work of well under 1% shows.
+step, so the process's start, its imports and the run's set-up cancel out. What the counts do not cancel is
+the work done once per stretch of wall time (the progress bars' refresh every 0.1 s, flushes every so many seconds):
+under valgrind a step takes 25-50 times longer, longer still on a loaded host, so that work is counted many times
+more often per step than it runs natively. Round 11's twenty-fifth stop saw it: at 64 sub-envs `EmptyCallBack` counted
+-71 instructions per env step over the bare loop with the host's load at 4-5, +955 at 7-9 with ``--cache`` (twice
+as slow again), the extra in the interpreter, the allocator and the streams' pickling. Take counts on a quiet host, both sides at the same load; with that,
+a change of the runner's per-step work of well under 1% shows.
 
 ``tb`` is compared with the bare loop that hands its agent ``call_back=kept.append`` (``bare-logs``), as in
 ``bench/overhead.py``; the other variants with the plain bare loop.

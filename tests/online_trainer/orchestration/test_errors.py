@@ -719,7 +719,7 @@ def test_a_factory_that_returns_its_workers_one_agent_is_refused_with_workers(tm
         OnlineTrainer(make_counting_vec(1), shared_agent, exp_dir=None).multi_run(
             4, num_episodes=2, seed_offset=0, progress=False, num_workers=2
         )
-    assert "before its first env step; every run was stopped" in failed.value.__notes__[0]
+    assert "before its first env step; every run was stopped" in failed.value.__notes__[-1]
 
 
 def test_a_factory_that_returns_the_agent_an_earlier_call_trained_is_refused():
@@ -774,10 +774,12 @@ def test_an_evaluation_whose_agent_cannot_load_its_checkpoint_raises_the_agents_
     trainer = OnlineTrainer(env, LoadsNothing, exp_dir=tmp_path)
     with pytest.raises(ValueError, match="my checkpoint format changed") as error:
         trainer.evaluate(execution=ExecutionOptions(num_workers=num_workers, progress=False))
-    assert error.value.__notes__[0].startswith("(raised by run ") and "before its first env step" in str(
+    # the worker's frames first, where there is a worker (they came without their traceback), then what was done
+    assert error.value.__notes__[-1].startswith("(raised by run ") and "before its first env step" in str(
         error.value.__notes__
     )
-    assert error.value.__notes__[0].endswith(
+    assert len(error.value.__notes__) == num_workers
+    assert error.value.__notes__[-1].endswith(
         "before its first env step; every run was stopped, and nothing was kept on disk)"
     )
     assert not list(tmp_path.glob("evaluation_*.csv"))
