@@ -17,12 +17,12 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import yaml
 from matplotlib.figure import Figure
 
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
+from online_trainer.analysis.evaluation_curves import finite_evaluations, plot_evaluation_curves
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
 from online_trainer.analysis.scores import MIXED_ATTR, SCORE_ATTR
 from online_trainer.analysis.selection import (
@@ -44,8 +44,6 @@ CI = 0.95
 DEFAULT_LAST_K = 10
 CURVES_FILE = "learning_curves.png"
 EVAL_CURVES_FILE = "eval_curves.png"
-MAX_EVAL_POINTS = 200
-"""Evaluation curves with at most this many evaluation steps are drawn at them, with a marker each."""
 SUMMARY_FILE = "summary.md"
 CURVE_STAT = "iqm"
 STATS = (("mean", "mean"), ("median", "median"), ("iqm", "IQM"))
@@ -507,117 +505,20 @@ def default_x(df: pd.DataFrame) -> str:
     return "episode_index" if units == {"episodes"} else "global_step"
 
 
-def finite_evaluations(evals: pd.DataFrame) -> pd.DataFrame:
-    """``evals`` without the evaluations whose mean return is NaN or infinite, with a warning that names their runs.
-
-    With ``score="raw"`` an evaluation episode cut before it ended (an eval env without a time limit, cut after
-    10,000 steps) has no return: ``RecordEpisodeStatistics`` never reported one. Such evaluations stay in
-    ``eval_run{i}.pkl`` and out of the report's statistics and curves.
-    """
-    if evals.empty:
-        return evals
-    bad = ~np.isfinite(pd.to_numeric(evals["eval_return"], errors="coerce").to_numpy(dtype=float))
-    if not bad.any():
-        return evals
-    ident = ident_columns(evals)
-    logger.warning(
-        "Leaving out %d of %d evaluation(s) whose mean return is NaN or infinite (%s): with score='raw' an "
-        "evaluation episode cut before it ended has no return (give the eval env a time limit, "
-        "gym.make(..., max_episode_steps=...)).",
-        int(bad.sum()),
-        len(evals),
-        describe_runs(evals[bad][ident].drop_duplicates()),
-    )
-    return evals[~bad].reset_index(drop=True)
-
-
-def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
-    """The scheduled evaluations of ``evals``, each run's k-th at the median ``x`` of the k-th ones of its experiment.
-
-    The curves align the runs on the schedule. On a step schedule (``evaluation.freq`` in env
-    steps) the runs of an experiment evaluate at the same thresholds, but each at the first step
-    past one, up to ``num_envs`` apart, and after numbers of episodes that differ from run to run;
-    on an episode schedule they evaluate after the same number of episodes, at steps that differ.
-    Curves do not extrapolate a run past its last point, so without this the curve would stand
-    on fewer runs than were evaluated (on disjoint points of one run each). The final evaluation
-    of a run stopped early (``scheduled`` False) is left out: at its own step it would be a point
-    of that run alone; the run's curve ends at its last scheduled evaluation (the report's table
-    keeps the final one).
-    """
-    scheduled = evals["scheduled"].astype(bool) if "scheduled" in evals.columns else pd.Series(True, evals.index)
-    evals = evals[scheduled]
-    runs = [column for column in ("experiment",) if column in evals.columns] + ["run"]
-    slot = evals.groupby([evals[c] for c in runs]).cumcount()  # k for the k-th scheduled one
-    aligned = evals.copy()
-    aligned[x] = evals.groupby([evals[c] for c in runs[:-1]] + [slot])[x].transform("median")
-    return aligned
-
-
 def plot_evaluations(evals: pd.DataFrame, args: argparse.Namespace, title: str | None) -> Figure:
-    """The evaluation curves: the statistic across runs of each evaluation's mean return (see :func:`aligned_evaluations`)."""
-    x = "episodes_trained" if args.x == "episode_index" else "global_step"
-    if (
-        x == "global_step"
-        and evals[evals["scheduled"]]
-        .groupby([c for c in ("experiment",) if c in evals.columns] + ["eval_index"])["episodes_trained"]
-        .nunique()
-        .eq(1)
-        .all()
-    ):
-        logger.info(
-            "The evaluations follow an episode schedule: each curve point is the k-th evaluation of every "
-            "run, at the median env step of those evaluations."
-        )
-    stopped = evals[~evals["scheduled"].astype(bool)] if "scheduled" in evals.columns else evals.iloc[:0]
-    if len(stopped):
-        logger.info(
-            "The evaluation curves leave out the final evaluation of %d run(s) stopped early (%s): each curve "
-            "stops at its run's last scheduled evaluation; the report's table keeps the final one.",
-            len(stopped),
-            describe_runs(stopped),
-        )
-    table = aligned_evaluations(evals, x).rename(columns={"eval_return": "ep_return", "eval_index": "episode_index"})
-    points = np.unique(table[x].to_numpy(float))
-    # a run stopped early before its first scheduled evaluation has no point: the legend cannot count it (tester H5)
-    kept, _ = select_runs(evals, args.include_unfinished, log=False)
-    ident = ident_columns(kept)
-    drawn = table[ident].drop_duplicates()
-    undrawn = kept[ident].drop_duplicates().merge(drawn, how="left", indicator=True)
-    undrawn = undrawn[undrawn["_merge"] == "left_only"].drop(columns="_merge")
-    notes = (
-        [
-            f"Not drawn: {describe_runs(undrawn)}, stopped before a scheduled evaluation "
-            "(its final evaluation is in the report's table)."
-        ]
-        if len(undrawn)
-        else []
-    )
-    figure = plot_learning_curves(
-        table,
-        x=x,
-        grid="observed",  # at the evaluations, each standing on the runs evaluated there: nothing interpolated
+    """``eval_curves.png``: :func:`~online_trainer.analysis.evaluation_curves.plot_evaluation_curves` with the
+    command's options."""
+    return plot_evaluation_curves(
+        evals,
+        x="episodes_trained" if args.x == "episode_index" else "global_step",
         stat=CURVE_STAT,
         ci=CI,
-        title=title,
         span="common" if args.common_range else "all",
         ylim=tuple(args.ylim) if args.ylim else "auto",
         yscale=args.yscale,
         include_unfinished=args.include_unfinished,
-        notes=notes,
+        title=title,
     )
-    ax = figure.axes[0]
-    if len(points) <= MAX_EVAL_POINTS:  # few evaluations: each one a marker, so a reader sees where they are
-        for line in ax.get_lines():
-            line.set_marker("o")
-            line.set_markersize(3.5)
-        # the limits end at the first and last evaluation: room for their markers (a curve of one evaluation
-        # at the axes' edge read as a mark of the frame: tester H5)
-        low, high = ax.get_xlim()
-        pad = 0.03 * (high - low) if high > low else max(abs(low) * 0.05, 1.0)
-        ax.set_xlim(low - pad, high + pad)
-    ax.set_ylabel(f"Evaluation return, mean per evaluation\n({STAT_LABELS[CURVE_STAT]}, {CI:.0%} CI across runs)")
-    ax.set_xlabel("Episodes trained" if x == "episodes_trained" else ax.get_xlabel())
-    return figure
 
 
 def _caption(args: argparse.Namespace) -> str:

@@ -718,7 +718,7 @@ def test_run_is_refused_before_it_writes_anything_while_another_call_holds_the_l
 def test_evaluation_curves_stand_on_every_run_at_every_evaluation():
     """Runs evaluate on one schedule, each at the first step past the threshold (up to num_envs apart)."""
     from online_trainer.analysis.curves import curves
-    from online_trainer.cli.report import aligned_evaluations
+    from online_trainer.analysis.evaluation_curves import aligned_evaluations
 
     steps = [2000, 2002, 2003, 4001, 4000, 4003, 6002, 6001, 6000, 8002, 8003, 8003]
     evals = pd.DataFrame(
@@ -1089,7 +1089,7 @@ def test_a_final_evaluation_off_the_schedule_is_no_point_of_the_curve(tmp_path):
     schedule. Moved to the other runs' k-th, it drew run 1's step 50 at 55; at its own step, it was a curve point
     of that run alone, under a label of every run (an outside tester's IQM jumped to 500 there and back)."""
     from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
-    from online_trainer.cli.report import aligned_evaluations
+    from online_trainer.analysis.evaluation_curves import aligned_evaluations
     from online_trainer.hooks import Hook
     from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -1157,7 +1157,7 @@ def test_evaluation_curves_say_which_run_stopped_before_its_first_evaluation(tmp
     figure = plot_evaluations(evals, args, None)
     notes = " ".join(t.get_text().replace("\n", " ") for t in figure.axes[0].texts)
     assert (
-        "Not drawn: run 2, stopped before a scheduled evaluation (its final evaluation is in the report's table)."
+        "Not drawn: run 2, stopped before a scheduled evaluation (its final evaluation is in the report's table and load_evaluations)."
         in notes
     )
     assert figure.axes[0].get_legend().get_texts()[0].get_text() == "2 runs"
