@@ -293,6 +293,7 @@ class ProgressDisplay:
         self._logs = _LogsAboveBars() if _text_bars() and (in_notebook or (_terminal() and not self.one_line)) else None
         self.done = 0
         self.requeued: dict[int, int] = {}  # runs whose job went back to the queue after they started: their progress
+        self.restarting: dict[int, int] = {}  # requeued runs started again: their progress until they first report
         self.stopped = False  # a run failed before its first env step: the call stops
         self.ended_as: dict[str, int] = {}  # runs that did not finish, by their status
         self._before = False  # inside done_before(): progress counts as made before the bars started
@@ -320,9 +321,11 @@ class ProgressDisplay:
         return DirectRunProgress(self, key)
 
     def _start(self, key: int, name: str) -> None:
-        if key in self.requeued:  # its job runs again: what it showed comes off, it reports from its checkpoint
-            self._take_off_overall(self.requeued.pop(key))
-            self._refresh_overall()
+        # its job runs again: what it showed stays on the overall bar until it reports where it stands (its
+        # checkpoint), then comes off in the same redraw (taken off here, the count dropped for a redraw: S11)
+        restarting = self.requeued.pop(key, None)
+        if restarting is not None:
+            self.restarting[key] = restarting
         if key in self.bars:  # started again (its Slurm job requeued): it reports where it stands, from its checkpoint
             bar = self.bars[key]
             self._take_back(bar)
@@ -349,6 +352,9 @@ class ProgressDisplay:
         bar = self.bars.get(key)
         if bar is None:
             return
+        restarting = self.restarting.pop(key, 0)
+        if restarting:  # a requeued run's first report: what it showed before comes off as what it reports goes on
+            _lower(self.overall, restarting)
         if last_return is not None:
             evaluated = f", eval={last_eval:.4g}" if last_eval is not None else ""
             bar.set_postfix_str(f"return={last_return:.4g}{evaluated}", refresh=False)
@@ -361,11 +367,16 @@ class ProgressDisplay:
             self.overall.update(amount)
         elif not self._before:
             bar.refresh()
+        if restarting and not self._before:  # drawn now: the count it showed is replaced, not waiting for a tick
+            self.overall.refresh()
 
     def run_finished(self, key: int, status: str) -> None:
         """Remove run ``key``'s bar and count it on the overall bar by its manifest ``status`` (``"finished"``,
         ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``); ``"setup_failed"`` (before its first env
         step) stops the call, and the bar says so."""
+        restarting = self.restarting.pop(key, 0)
+        if restarting:  # started again and ended before it reported: its bar counts what it did
+            _lower(self.overall, restarting)
         bar = self.bars.get(key)
         if bar is not None:
             if status == "finished" and bar.n < bar.total:  # step budgets may end a few steps early on the bar
@@ -395,7 +406,7 @@ class ProgressDisplay:
         bar = self.bars.get(key)
         if bar is None:
             return
-        self.requeued[key] = bar.n
+        self.requeued[key] = bar.n + self.restarting.pop(key, 0)  # requeued again before it reported
         self._remove_bar(key)
         self._refresh_overall()
 
