@@ -140,7 +140,7 @@ def plot_improvement(comparison: Comparison) -> Figure:
         lo, hi = row["probability_of_improvement_lo"], row["probability_of_improvement_hi"]
         ax.plot([lo, hi], [y, y], color=color, linewidth=6, alpha=0.45, solid_capstyle="butt")
         ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color, markeredgewidth=2)
-        text = f"{row['probability_of_improvement']:.2f} [{lo:.2f}, {hi:.2f}]"
+        text = f"{row['probability_of_improvement']:.3f} [{lo:.3f}, {hi:.3f}]"
         bound = row["separation_bound"]
         if row["degenerate"] and np.isfinite(bound):  # complete separation: the bound the seeds support, dashed
             p = row["probability_of_improvement"]

@@ -106,6 +106,9 @@ class RunResult:
     episodes: int = 0
     global_step: int = 0
     wall_time: float = 0.0
+    setup_time: float = 0.0
+    """Seconds of ``wall_time`` this call spent before the run's first env step (building the env and the agent: a
+    worker's first run imports their libraries), which the run's SPS leaves out."""
     status: str = "finished"
     """``finished``, ``stopped_early`` (a hook called ``ctx.stop``; ``extra["stop_reason"]`` says why), ``failed``,
     or ``setup_failed`` (raised before its first env step)."""
@@ -298,6 +301,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
     start = time.perf_counter()
     env = events = bar = evaluator = saved = resumed_from = rng_after_act = None
     stop_reason = None
+    setup_time = 0.0
     sink_run_open = False
     try:
         try:
@@ -405,6 +409,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
             if rng_after_act is not None:  # after on_run_start: the loop goes on with the generators it had
                 full_checkpoint.set_global_rng_state(rng_after_act)
+            setup_time = time.perf_counter() - start
             global_step, episodes = run_loop(
                 env, agent, obs, first_actions, tracker, events, spec.budget, spec.train, step_logger, resumed_from
             )
@@ -463,6 +468,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
         episodes=episodes,
         global_step=global_step,
         wall_time=time.perf_counter() - start + (saved.elapsed if saved is not None else 0.0),
+        setup_time=setup_time,
         agent=agent if spec.options.records.keep_agents else None,
         evaluations=events.evaluations.records if events.evaluations is not None else None,
         env_info={

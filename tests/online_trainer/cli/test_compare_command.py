@@ -239,3 +239,23 @@ def test_compare_on_evaluations_when_no_candidate_has_one_names_them(tmp_path, c
     assert cli.main(["compare", str(a), str(b), "--source", "eval", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "compares evaluations, but a, b have none on record: their runs ran none" in err
+
+
+def test_the_improvement_plot_gives_p_as_the_table_does():
+    """D11: improvement.png said "0.24 [0.02, 0.49]" beside the table's 0.245 [0.020, 0.495]."""
+    from online_trainer.analysis.compare_plots import plot_improvement
+
+    scores = pd.DataFrame(
+        {
+            "candidate": ["a"] * 5 + ["b"] * 5,
+            "task": "t",
+            "run": [1, 2, 3, 4, 5] * 2,
+            "raw_score": [1.0, 5, 3, 8, 2, 4, 6, 2, 9, 7],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=300))
+    row = comparison.improvement.iloc[0]
+    said = f"{row['probability_of_improvement']:.3f} [{row['probability_of_improvement_lo']:.3f}, "
+    assert said in comparison_markdown(comparison, [])
+    texts = [t.get_text() for t in plot_improvement(comparison).axes[0].texts]
+    assert any(text.startswith(said) for text in texts), texts
