@@ -407,10 +407,13 @@ def plot_final_performance(
     rng = np.random.default_rng(0)
     labels = []
     rows = list(groups(summary, group_cols))
+    # each group's colour is its learning curve's (the groups in sorted order), whatever the order drawn (R11)
+    colors = [COLORS[i % len(COLORS)] for i in range(len(rows))]
     if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
-        rows.sort(key=lambda group: -np.nan_to_num(float(group[1][stat].iloc[0]), nan=-np.inf))
-    for i, (keys, row) in enumerate(rows):
-        color, y = COLORS[i % len(COLORS)], len(summary) - 1 - i
+        order = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(float(rows[i][1][stat].iloc[0]), nan=-np.inf))
+        rows, colors = [rows[i] for i in order], [colors[i] for i in order]
+    for i, ((keys, row), color) in enumerate(zip(rows, colors)):
+        y = len(summary) - 1 - i
         if show_runs:
             values = _rows_of(finals, keys)["final_return"].dropna()
             ax.scatter(values, y + rng.uniform(-0.15, 0.15, len(values)), s=10, color=color, alpha=0.35, linewidths=0)

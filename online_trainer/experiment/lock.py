@@ -65,6 +65,7 @@ class ExperimentLock:
         self.path = Path(exp_dir) / LOCK_FILE
         self.check = check
         self._fd: int | None = None
+        self._times: tuple[int, int] | None = None  # an existing lock file's (atime, mtime), put back on release
 
     def acquire(self) -> None:
         """Take the lock, or raise :class:`ExperimentInUseError` naming its owner (or what ``check`` raises)."""
@@ -96,6 +97,8 @@ class ExperimentLock:
             _remove_empty(new_dirs)
             raise
         try:
+            found = None if created else os.fstat(fd)  # before the owner line changes it
+            times = None if found is None or found.st_size else (found.st_atime_ns, found.st_mtime_ns)
             earlier = _read_owner(fd)
             if earlier:
                 logger.warning(
@@ -120,6 +123,7 @@ class ExperimentLock:
             raise
         self._fd = fd
         _held.add(self)
+        self._times = times
 
     def release(self) -> None:
         """Clear the owner and release the lock (the file stays: deleting it would race a waiting writer)."""
@@ -129,6 +133,8 @@ class ExperimentLock:
         _held.discard(self)
         try:
             os.ftruncate(fd, 0)
+            if self._times is not None:  # the owner line came and went: the file is as the call found it (R11)
+                os.utime(fd, ns=self._times)
         except OSError as exc:  # a full or read-only disk must not hide the call's own outcome
             logger.warning("could not clear %s: %s", self.path, exc)
         finally:

@@ -44,6 +44,7 @@ from online_trainer.experiment.resuming import (
 from online_trainer.options import validation
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
+from online_trainer.options.typed import did_you_mean
 from online_trainer.orchestration.planning import RunnerParts, base_seed, plan_runs, run_experiments
 from online_trainer.parallel.execution import ExecutionOptions, refuse_while_importing_main
 from online_trainer.records import storage
@@ -149,7 +150,9 @@ def check_ranking(num_runs: int, metric: str, last_k: int) -> tuple[int, int]:
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
-        raise ValueError(f"metric must be one of {METRICS}, but got metric={metric!r}.")
+        raise ValueError(
+            f"metric must be one of {METRICS}, but got metric={metric!r}{did_you_mean(str(metric), METRICS)}."
+        )
     return num_runs, last_k
 
 
@@ -374,9 +377,11 @@ def _recorded_seed(root: Path, seed_offset: int | None, budget: Any) -> int | No
             f"seed_offset={seed_offset}: pass the same seed_offset (or None), or another exp_dir."
         )
     if recorded["budget"] != _budget_record(budget):
+        given = ", ".join(f"{name}={value}" for name, value in recorded["budget"].items() if value is not None)
         raise ValueError(
             f"The sweep in {root} ran with {recorded['budget']}, but got {_budget_record(budget)}: a sweep "
-            "compares configurations on one budget; use another exp_dir."
+            f"compares configurations on one budget. To go on with it, pass {given}; for another budget, use "
+            "another exp_dir."
         )
     return int(recorded["base_seed"])
 

@@ -371,3 +371,24 @@ def test_final_performance_with_long_names_keeps_its_caption_inside_the_figure(t
     fig = plot_final_performance(synthetic(), last_k=5, group_by="lr")
     ticks = sorted(zip(fig.axes[0].get_yticks(), (t.get_text() for t in fig.axes[0].get_yticklabels())), reverse=True)
     assert [text for _, text in ticks] == ["lr=0.001 (4 runs)", "lr=0.01 (4 runs)"]
+
+
+def test_a_group_has_one_colour_in_the_curves_and_the_final_performance():
+    """R11: a sweep's lr=0.003 was orange in the learning curves and blue in the final performance (drawn best
+    first, it took the first colour)."""
+    from matplotlib.colors import to_hex
+
+    curves = plot_learning_curves(synthetic())
+    curve_colors = {
+        line.get_label().split(" (")[0]: to_hex(line.get_color())
+        for line in curves.axes[0].get_lines()
+        if line.get_label() in ("a (4 runs)", "b (4 runs)")
+    }
+    final = plot_final_performance(synthetic(), last_k=5)
+    ax = final.axes[0]
+    by_y = {
+        round(float(t), 3): label.get_text().split(" (")[0] for t, label in zip(ax.get_yticks(), ax.get_yticklabels())
+    }
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    final_colors = {by_y[round(float(line.get_ydata()[0]), 3)]: to_hex(line.get_color()) for line in dots}
+    assert curve_colors == final_colors and len(set(final_colors.values())) == 2

@@ -263,6 +263,11 @@ def test_sweep_errors(tmp_path):
         trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=6)
     with pytest.raises(ValueError, match=r"ran with \{'num_episodes': 2, 'total_steps': None\}"):
         trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=3)
+    # the natural fix of a resume is said, not only another exp_dir (R11); and a near miss of a metric is named
+    with pytest.raises(ValueError, match=r"one budget. To go on with it, pass num_episodes=2; for another budget"):
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=3, resume=True)
+    with pytest.raises(ValueError, match=r"but got metric='iqn' \(did you mean 'iqm'\?\)"):
+        corridor_trainer(tmp_path / "y").sweep({"lr": [0.1]}, num_runs=1, num_episodes=1, metric="iqn")
 
 
 def test_optuna_trials_aggregate_seeds(tmp_path):
