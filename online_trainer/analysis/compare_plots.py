@@ -35,6 +35,11 @@ def _style(ax) -> None:
     ax.tick_params(labelsize=8, length=3)
 
 
+def _p(value: float) -> str:
+    """A probability as comparison.md writes it: three decimals, two for 1 (``0.245``, ``1.00``)."""
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
 def _colors(comparison: Comparison) -> dict[str, str]:
     """Each candidate's colour, by its place in name order: what the learning-curve plots of the same experiments give
     them (their groups come sorted)."""
@@ -140,7 +145,7 @@ def plot_improvement(comparison: Comparison) -> Figure:
         lo, hi = row["probability_of_improvement_lo"], row["probability_of_improvement_hi"]
         ax.plot([lo, hi], [y, y], color=color, linewidth=6, alpha=0.45, solid_capstyle="butt")
         ax.plot([row["probability_of_improvement"]], [y], marker="|", markersize=14, color=color, markeredgewidth=2)
-        text = f"{row['probability_of_improvement']:.3f} [{lo:.3f}, {hi:.3f}]"
+        text = f"{_p(row['probability_of_improvement'])} [{_p(lo)}, {_p(hi)}]"
         bound = row["separation_bound"]
         if row["degenerate"] and np.isfinite(bound):  # complete separation: the bound the seeds support, dashed
             p = row["probability_of_improvement"]

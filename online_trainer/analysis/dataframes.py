@@ -87,9 +87,11 @@ def experiment_dirs(path: str | os.PathLike) -> list[Path]:
     deeper = [p for p in children if p not in found and any(_is_experiment(q) for q in p.iterdir() if q.is_dir())]
     if deeper:  # a sweep beside experiments: its configurations are one level too deep to be read with them
         logger.warning(
-            "%s also hold(s) experiments of its own (a sweep's configurations), one level below those read from %s: "
+            "%s also %s experiments of %s own (a sweep's configurations), one level below those read from %s: "
             "they are left out. Read it on its own (load_episodes(%r), online-trainer show %s).",
             ", ".join(os.fspath(p) for p in deeper),
+            "hold" if len(deeper) > 1 else "holds",
+            "their" if len(deeper) > 1 else "its",
             os.fspath(path),
             os.fspath(deeper[0]),
             os.fspath(deeper[0]),
@@ -207,10 +209,11 @@ def evaluation_files(exp_dir: str | os.PathLike) -> list[Path]:
     return sorted(Path(exp_dir).glob(EVAL_PATTERN))
 
 
-def _evaluation_runs(exp_dir: Path, counts: dict[int, int]) -> list[dict[str, Any]]:
+def _evaluation_runs(
+    exp_dir: Path, counts: dict[int, int], manifest: dict[int, dict[str, Any]]
+) -> list[dict[str, Any]]:
     """The runs of an experiment for an evaluation table's ``attrs["runs"]``: what the manifest says of each (as
     :func:`load_runs`, with ``num_episodes`` its count of finished episodes) and ``num_evaluations``, its rows."""
-    manifest = _manifest_runs(exp_dir)
     legacy = not (exp_dir / storage.MANIFEST_FILE).is_file()
     (unit, budget), env_id = budget_of(exp_dir), env_id_of(exp_dir)
     runs = []
@@ -222,8 +225,9 @@ def _evaluation_runs(exp_dir: Path, counts: dict[int, int]) -> list[dict[str, An
     return runs
 
 
-def _evaluation_rows(exp_dir: Path, per_episode: bool = False) -> dict[str, list[Any]]:
-    manifest = _manifest_runs(exp_dir)
+def _evaluation_rows(
+    exp_dir: Path, manifest: dict[int, dict[str, Any]], per_episode: bool = False
+) -> dict[str, list[Any]]:
     columns: dict[str, list[Any]] = {name: [] for name in (EVAL_EPISODE_COLUMNS if per_episode else EVAL_COLUMNS)}
     numbers = sorted(
         int(p.stem[len("eval_run") :]) for p in evaluation_files(exp_dir) if p.stem[len("eval_run") :].isdigit()
@@ -301,13 +305,14 @@ def load_evaluations(
     dirs, labelled = _expand(exp_dirs)
     frames, runs = [], []
     for exp_dir, name in zip(dirs, _labels(dirs)):
-        frame = pd.DataFrame(_evaluation_rows(exp_dir, per_episode))
+        manifest = _manifest_runs(exp_dir)  # once: settling runs left running warns
+        frame = pd.DataFrame(_evaluation_rows(exp_dir, manifest, per_episode))
         params = hyperparameters(exp_dir)
         for key, value in params.items():
             frame[key] = [value] * len(frame) if isinstance(value, (list, tuple, dict)) else value
         if not per_episode:
             counts = {int(k): int(v) for k, v in frame["run"].value_counts().items()}
-            for record in _evaluation_runs(exp_dir, counts):
+            for record in _evaluation_runs(exp_dir, counts, manifest):
                 runs.append({**({"experiment": name} if labelled else {}), **record, **params})
         if labelled:
             frame.insert(0, "experiment", name)

@@ -88,10 +88,11 @@ def plot_evaluation_curves(
 ) -> Figure:
     """One line per experiment: the statistic across runs of each evaluation's mean return, with a CI band.
 
-    Each run's k-th scheduled evaluation stands at the median ``x`` of the k-th evaluations of its experiment (see
-    :func:`aligned_evaluations`), so every point stands on every run evaluated there and nothing is interpolated.
-    Evaluations whose mean is not finite are left out with a warning (see :func:`finite_evaluations`); so is the
-    final evaluation of a run a hook stopped early (its curve ends at its last scheduled one).
+    Each run's k-th scheduled evaluation stands at the median ``x`` of the k-th evaluations of its experiment (runs
+    evaluate up to ``num_envs`` steps apart on a step schedule), so every point stands on every run evaluated there
+    and nothing is interpolated. Evaluations whose mean is not finite (``score="raw"`` with an episode cut before
+    it ended) are left out with a warning; so is the final evaluation of a run a hook stopped early (off the
+    schedule: its curve ends at its last scheduled one).
 
     Args:
         data: The table of :func:`~online_trainer.analysis.dataframes.load_evaluations`, or experiment directories

@@ -137,7 +137,9 @@ def describe_runs(runs: pd.DataFrame, limit: int = _MAX_NAMED) -> str:
     """``"a/run 3 (failed), run 5 (interrupted)"``: the runs of a table with ``run`` and maybe ``status``."""
     names = []
     for row in runs.head(limit).to_dict("records"):
-        name = f"{row['experiment']}/run {row['run']}" if "experiment" in row else f"run {row['run']}"
+        run = row["run"]
+        run = int(run) if isinstance(run, float) and run.is_integer() else run  # a column with NaN reads as floats
+        name = f"{row['experiment']}/run {run}" if "experiment" in row else f"run {run}"
         status = row.get(STATUS_COLUMN)
         names.append(f"{name} ({status})" if isinstance(status, str) else name)
     more = f" and {len(runs) - limit} more" if len(runs) > limit else ""

@@ -76,13 +76,13 @@ def build(
     raise problem from problem.__cause__
 
 
-_PYTHON_CONSTANTS = re.compile(r"(?<=\w=)(None|True|False)\b")
+_PYTHON_CONSTANTS = re.compile(r"\b(None|True|False)\b")
 _YAML_CONSTANTS = {"None": "null", "True": "true", "False": "false"}
 
 
 def yaml_spelling(message: str) -> str:
-    """``message`` with the values it names spelled as in YAML: ``time=None`` as ``time=null``, ``=True`` as ``=true``
-    (an option's check speaks Python; read from a config file, the same value is given in YAML)."""
+    """``message`` with the constants it names spelled as in YAML: ``time=None`` as ``time=null``, ``True`` as
+    ``true`` (an option's check speaks Python; read from a config file, the same value is given in YAML)."""
     return _PYTHON_CONSTANTS.sub(lambda match: _YAML_CONSTANTS[match.group(1)], message)
 
 

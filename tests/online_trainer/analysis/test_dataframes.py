@@ -299,3 +299,33 @@ def test_load_evaluations_gives_each_filmed_evaluation_its_video_under_the_direc
     videos = load_evaluations(".").set_index("eval_index")["video"]
     assert videos.dropna().to_dict() == {2: "videos/run1/eval2_step20.mp4"} and len(videos) == 4
     assert load_evaluations(exp)["video"][1] == str(exp / "videos" / "run1" / "eval2_step20.mp4")
+
+
+def test_runs_are_named_by_their_numbers_when_the_column_reads_as_floats():
+    """V11: a folder's evaluations (a column with NaN) named "ppo_killed/run 1.0 (interrupted)"."""
+    import pandas as pd
+
+    from online_trainer.analysis.selection import describe_runs
+
+    runs = pd.DataFrame({"experiment": ["a", "a"], "run": [1.0, 2.5], "status": ["interrupted", "failed"]})
+    assert describe_runs(runs) == "a/run 1 (interrupted), a/run 2.5 (failed)"
+
+
+def test_load_evaluations_says_once_that_runs_were_left_running(tmp_path, caplog):
+    """V11: the warning that runs left ``running`` by a killed writer count as interrupted came twice per call."""
+    import json
+    import logging
+
+    from online_trainer import EvaluationOptions, OnlineTrainer, load_evaluations
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, total_steps=40, evaluation=EvaluationOptions(freq=20, episodes=1), progress=False
+    )
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    manifest["runs"][0]["status"] = "running"  # as a writer killed mid-run leaves it
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING):
+        evals = load_evaluations(tmp_path)
+    assert evals.attrs["runs"][0]["status"] == "interrupted"
+    assert sum("were running when the process" in r.getMessage() for r in caplog.records) == 1

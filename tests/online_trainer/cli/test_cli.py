@@ -275,9 +275,9 @@ def test_show_of_a_folder_says_a_sweep_in_it_is_left_out(tmp_path, capsys, caplo
     caplog.set_level("WARNING")
     assert cli.main(["show", str(tmp_path)]) == 0
     assert "swept" not in capsys.readouterr().out
-    said = [r.getMessage() for r in caplog.records if "also hold(s) experiments of its own" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "also holds experiments of its own" in r.getMessage()]
     assert said == [
-        f"{tmp_path / 'swept'} also hold(s) experiments of its own (a sweep's configurations), one level below "
+        f"{tmp_path / 'swept'} also holds experiments of its own (a sweep's configurations), one level below "
         f"those read from {tmp_path}: they are left out. Read it on its own "
         f"(load_episodes({str(tmp_path / 'swept')!r}), online-trainer show {tmp_path / 'swept'})."
     ]

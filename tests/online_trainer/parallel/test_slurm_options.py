@@ -140,6 +140,8 @@ def test_the_config_names_the_backend_and_the_slurm_keys(tmp_path):
     with pytest.raises(ConfigError, match="execution.slurm: time must be a positive int, but got time=0"):
         execution_options(load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=0"]))
     # in a file's words, not Python's (S11: "or time=None for the partition's limit")
+    with pytest.raises(ConfigError, match="Use null for the cluster's default"):
+        load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.cpus_per_task=0"])
     with pytest.raises(ConfigError, match="Pass time=3 or more \\(minutes\\), or time=null for the partition's limit"):
         load_experiment_config(path, ["execution.backend=slurm", "execution.slurm.time=2"])
     # the fix is said: a Slurm config switched to local (tester S7)
