@@ -285,6 +285,8 @@ def _draw_curve(
         (line,) = ax.plot(xs, np.where(full, ys, np.nan), color=color, linewidth=1.8, zorder=3, label=label)
     if ci is not None:
         ax.fill_between(xs, curve["lo"], curve["hi"], color=color, alpha=0.2, linewidth=0, zorder=2)
+        if len(xs) == 1:  # a band of one point has no width: its interval as a bar (one evaluation: H12)
+            ax.plot([xs[0], xs[0]], [curve["lo"].iloc[0], curve["hi"].iloc[0]], color=color, alpha=0.45, linewidth=5)
     last = np.flatnonzero(np.isfinite(ys))
     labelled = bool(len(last)) and not full[last[-1]]
     if labelled:

@@ -498,9 +498,12 @@ def hold_exp_dir(
         yield []
         return
 
+    # a sweep's folders, read before the lock: a configuration's folder has no .lock of its own, and taking the
+    # lock there to refuse would create one and remove it, changing the folder's modification time (H12)
+    refuse_a_sweep(exp_dir, "multi_run")
+    refuse_a_sweep_configuration(exp_dir, "multi_run")
+
     def check() -> None:
-        refuse_a_sweep(exp_dir, "multi_run")
-        refuse_a_sweep_configuration(exp_dir, "multi_run")
         if refuse is not None:
             refuse()
         settle_set_aside(

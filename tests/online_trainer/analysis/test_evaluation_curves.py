@@ -52,3 +52,20 @@ def test_mistakes_are_named(evaluated, tmp_path):
     )
     with pytest.raises(ValueError, match=r"There is no evaluation to draw: the runs ran none"):
         plot_evaluation_curves(tmp_path / "plain")
+
+
+def test_a_curve_of_one_evaluation_draws_its_interval(tmp_path):
+    """H12: a configuration with one scheduled evaluation was a bare dot under an axis saying "95% CI"."""
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        3, total_steps=150, seed_offset=0, evaluation=EvaluationOptions(freq=100, episodes=2), progress=False
+    )
+    evals = load_evaluations(tmp_path)
+    # the evaluation at step 100 only, as of runs a hook stopped after it (without the runs' budgets, which hold a
+    # run's last value up to its budget)
+    one = evals[evals["global_step"] < 150].assign(eval_return=lambda d: d["run"] * 10.0)
+    one.attrs = {}
+    figure = plot_evaluation_curves(one)
+    bars = [line for line in figure.axes[0].get_lines() if line.get_linewidth() == 5]
+    (bar,) = bars
+    low, high = sorted(bar.get_ydata())
+    assert low < 20.0 < high and bar.get_xdata()[0] == bar.get_xdata()[1]

@@ -426,6 +426,7 @@ def test_a_sweep_and_one_experiment_never_share_a_directory(tmp_path):
     # configuration's hyperparameters.yaml, which overwrite=True kept (an outside tester's find)
     configuration = sweep / "lr=0.1"
     on_configuration = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=configuration)
+    folder_time = configuration.stat().st_mtime_ns
     for kwargs in ({}, {"overwrite": True}):
         with pytest.raises(ExperimentExistsError) as refused:
             on_configuration.multi_run(1, num_episodes=2, seed_offset=0, progress=False, **kwargs)
@@ -437,3 +438,5 @@ def test_a_sweep_and_one_experiment_never_share_a_directory(tmp_path):
             "in another exp_dir)."
         )
         assert _tree(sweep) == before
+        # refused before the lock, which would have made a .lock there and removed it (H12)
+        assert configuration.stat().st_mtime_ns == folder_time
