@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -412,6 +413,88 @@ def rewind_outputs(
         rewind_run(callback, f"{tag_prefix}run_{run}", None if header is None else header.callback_position, since)
 
 
+BEFORE_REWIND_DIR = ".before_rewind"
+"""Where a resumed call keeps the sinks' files as it found them (hard links), until its runs pass their checks."""
+
+
+class RewoundFiles:
+    """The sinks' files as a resumed call found them, kept until its runs are past their first env step.
+
+    A resume cuts the sinks' files back to each run's checkpoint before its runs start (the parent cuts them, in an
+    order that keeps every run's offsets), but a run may then be refused before its first env step (its agent or env
+    differs from the one it ran with): the refused call must leave the experiment as it found it (E12: a refused
+    resume took 2,419 points out of a TensorBoard file whose records kept them). A cut file is rewritten by a
+    temporary file swapped in, so a hard link made before keeps the file as found, at no copy; :meth:`restore`
+    swaps it back when no run wrote after the cut. A file on another filesystem (a sink's ``log_dir`` elsewhere)
+    cannot be linked into the experiment directory: it is not kept.
+    """
+
+    def __init__(self, exp_dir: Path, callback: Any) -> None:
+        self.dir = exp_dir / BEFORE_REWIND_DIR
+        shutil.rmtree(self.dir, ignore_errors=True)  # a killed call's
+        written = getattr(callback, "written_files", None)
+        self.kept: list[tuple[Path, Path]] = []
+        for number, name in enumerate(written() if callable(written) else []):
+            path, link = Path(name), self.dir / str(number)
+            try:
+                self.dir.mkdir(exist_ok=True)
+                os.link(path, link)
+            except OSError as exc:
+                logger.debug("%s is not kept while the resumed runs start: %s", path, exc)
+                continue
+            self.kept.append((path, link))
+        self.cut: dict[Path, tuple[int, int] | None] = {}
+
+    def mark_cut(self) -> None:
+        """Note how the files stand once cut back (a file that changed after is a run's writing)."""
+        self.cut = {path: _stamp(path) for path, _ in self.kept}
+
+    def restore(self) -> None:
+        """Put the files back as found, when no run wrote after the cut; then forget them."""
+        try:
+            if self.kept and all(_stamp(path) == self.cut.get(path) for path, _ in self.kept):
+                for path, link in self.kept:
+                    os.replace(link, path)
+        except OSError as exc:  # the call's own refusal is the news
+            logger.warning("could not put back the sinks' files as the resumed call found them: %s", exc)
+        finally:
+            self.drop()
+
+    def drop(self) -> None:
+        """Forget the files as found (the runs started: the cut stands)."""
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+_rewound: list[RewoundFiles] = []
+"""The files of the call in progress (one call at a time in a process), newest last."""
+
+
+def keep_before_rewind(exp_dir: Path, callback: Any) -> RewoundFiles:
+    """Keep the sinks' files as found before a resumed call cuts them (see :class:`RewoundFiles`)."""
+    kept = RewoundFiles(exp_dir, callback)
+    _rewound.append(kept)
+    return kept
+
+
+def settle_rewound(refused: bool) -> None:
+    """End the call's keeping: with ``refused`` (a run failed before its first env step and no run ended), the files
+    go back as found, newest keeping first; else the cut stands."""
+    while _rewound:
+        kept = _rewound.pop()
+        if refused:
+            kept.restore()
+        else:
+            kept.drop()
+
+
 def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
@@ -424,7 +507,9 @@ def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) ->
     """
     manifest = read_manifest(exp_dir)
     left = runs_left(manifest, exp_dir, hooks=hooks, callback=callback)
+    kept = keep_before_rewind(exp_dir, callback)
     rewind_outputs(callback, manifest, left)
+    kept.mark_cut()
     done = manifest["num_runs"] - len(left)
     logger.info(
         "resume: %d runs finished earlier, %d continue from a checkpoint, %d start again",

@@ -383,6 +383,8 @@ def execute_experiments(
         for experiment in experiments:
             experiment.discard()
         remove_created(created)
+        # a resumed call refused before any run went on: the sinks' files it cut back go back as it found them
+        resuming.settle_rewound(refused=not any(experiment.kept_runs() for experiment in experiments))
         if hasattr(error.cause, "add_note"):  # Python 3.11+
             resumed = any(getattr(experiment, "resumed", False) for experiment in experiments)
             replacing = any(  # overwrite=True: the earlier experiment is set aside until the call ends
@@ -408,6 +410,7 @@ def execute_experiments(
             )
         raise error.cause from None
     except BaseException as error:
+        resuming.settle_rewound(refused=False)  # runs went on: the cut stands
         with finishing_the_stop(error):
             for experiment in experiments:
                 experiment.mark_interrupted()
@@ -427,6 +430,7 @@ def execute_experiments(
                 f"resume=True{then}."
             )
         raise
+    resuming.settle_rewound(refused=False)  # the runs went on (or their jobs will): the cut stands
     if callback is not None:
         callback.close()
     return handle

@@ -38,6 +38,7 @@ from online_trainer.experiment.resuming import (
     check_checkpoints,
     check_same_call,
     env_description,
+    keep_before_rewind,
     rewind_outputs,
     runs_left,
 )
@@ -421,7 +422,9 @@ def _resume(
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
         left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks, callback=callback, label=name)
+        kept = keep_before_rewind(exp_dir, callback)
         rewind_outputs(callback, manifest, left, f"{name}/")
+        kept.mark_cut()
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
         for entry in extra["runs"][len(manifest["runs"]) :]:
