@@ -69,6 +69,8 @@ def _none_found(exp_dir: Path, run: int, which: str) -> str:
             "it ends. Resume the experiment first"
             + (", or load one of its periodic checkpoints (which='all' lists them)." if periodic else ".")
         )
+    if status == "pending":  # E12: it was asked whether checkpoint_freq was set, of a run that never started
+        return f"Run {run} in {exp_dir} has no {what}: it is pending (it never started). Resume the experiment first."
     return f"Run {run} in {exp_dir} has no {what}: was it run with checkpoint_freq=...?"
 
 
@@ -86,8 +88,13 @@ class CheckpointAgent:
     def __call__(self, env: Any) -> Any:
         agent = self.agent_factory(env)
         if not callable(getattr(agent, "load", None)):
+            how = (
+                "agent.load(state), with the state agent.save() returned"
+                if self.path.endswith(".t")
+                else "agent.load(path)"
+            )
             raise TypeError(
-                f"Loading the checkpoint {self.path} needs agent.load(path), which the agent {agent_name(agent)} lacks."
+                f"Loading the checkpoint {self.path} needs {how}, which the agent {agent_name(agent)} lacks."
             )
         try:
             if self.path.endswith(".t"):

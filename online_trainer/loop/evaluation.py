@@ -246,10 +246,17 @@ def _check_renders(env: VectorEnv, seed: int, video_every: int) -> None:
         env.reset(seed=seed)
         env.render()
     except Exception as error:
+        opengl = "OpenGL" in str(error) or "GLFW" in str(error)
+        fix = (
+            "MuJoCo draws with OpenGL: without a display, set MUJOCO_GL=egl (or osmesa) in the environment before "
+            "Python starts, so the runs' worker processes have it too"
+            if opengl
+            else "Install what it names (gymnasium's classic-control envs draw with pygame: pip install "
+            "'online_trainer[video]' has it)"
+        )
         raise RuntimeError(
             f"record_video={video_every} films the eval env, whose render() failed: {type(error).__name__}: "
-            f"{error}. Install what it names (gymnasium's classic-control envs draw with pygame: pip install "
-            "'online_trainer[video]' has it), or drop record_video."
+            f"{error}. {fix}, or drop record_video."
         ) from error
 
 

@@ -24,3 +24,22 @@ def test_an_interrupted_run_without_its_last_checkpoint_is_told_to_resume_not_to
         checkpoints(tmp_path, 2, "all")  # not "no 'all' checkpoint"
     with pytest.raises(FileNotFoundError, match=re.escape("has no 'best' checkpoint: was it run with checkpoint_freq")):
         checkpoints(tmp_path, 2, "best")
+
+
+def test_a_pending_run_without_checkpoints_is_said_to_be_pending(tmp_path):
+    """E12: a run that never started was asked whether it ran with checkpoint_freq."""
+    write_experiment(tmp_path, {1: ("interrupted", 0, []), 2: ("pending", 1, None)})
+    with pytest.raises(
+        FileNotFoundError, match=re.escape("has no 'best' checkpoint: it is pending (it never started)")
+    ):
+        checkpoints(tmp_path, 2, "best")
+
+
+def test_an_agent_without_load_is_told_what_a_best_checkpoint_needs(tmp_path):
+    """E12: the best agent's .t file was said to need agent.load(path); it is loaded with agent.load(state)."""
+    from online_trainer.experiment.checkpoint_files import CheckpointAgent
+
+    with pytest.raises(TypeError, match=re.escape("needs agent.load(state), with the state agent.save() returned")):
+        CheckpointAgent(lambda env: object(), tmp_path / "Run1_Best_agent.t")(None)
+    with pytest.raises(TypeError, match=re.escape("needs agent.load(path), which the agent")):
+        CheckpointAgent(lambda env: object(), tmp_path / "Run1_S10")(None)

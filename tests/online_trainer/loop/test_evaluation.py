@@ -557,6 +557,20 @@ def test_an_eval_env_that_cannot_draw_a_frame_fails_the_run_before_its_first_ste
     assert built == []  # not one step of training
 
 
+def test_an_eval_env_without_opengl_is_told_of_mujoco_gl(tmp_path):
+    """E12: MuJoCo's "an OpenGL platform library has not been loaded" was answered with pygame's install."""
+    from online_trainer.loop.evaluation import Evaluator
+    from tests.conftest import CountingEnv
+
+    class NoOpenGL(gym.Wrapper):
+        def render(self):
+            raise RuntimeError("FatalError: an OpenGL platform library has not been loaded into this process")
+
+    env = gym.vector.SyncVectorEnv([lambda: NoOpenGL(CountingEnv(render_mode="rgb_array"))])
+    with pytest.raises(RuntimeError, match=r"set MUJOCO_GL=egl \(or osmesa\) in the environment before Python starts"):
+        Evaluator(env, RecordingAgent(env), 0, 1, video_dir=tmp_path, video_every=1)
+
+
 class _AlwaysLeft:
     """A frozen agent: the same action whatever it sees, so only the env can change an evaluation."""
 
