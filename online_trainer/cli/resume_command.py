@@ -16,8 +16,8 @@ from online_trainer.errors import RunsFailedError
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.records import storage
 
-BUILT_FROM = ("env", "agent", "train")
-"""The sections of ``config.yaml`` that build a run's env and agent: ``multi_run`` cannot see them, since it gets the
+BUILT_FROM = ("env", "agent", "train", "evaluation.env")
+"""The sections of ``config.yaml`` that build a run's envs and agent: ``multi_run`` cannot see them, since it gets the
 factories they make, so a resumed command compares them with the config the experiment ran with (its ``args.yaml``).
 The other sections reach ``multi_run`` as options, which it compares with the manifest itself."""
 
@@ -99,7 +99,7 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
     edits = [
         (key, before, now)
         for section in BUILT_FROM
-        for key, before, now in _differences(section, recorded.get(section), current.get(section))
+        for key, before, now in _differences(section, _at(recorded, section), _at(current, section))
     ]
     if edits:
         listed = "; ".join(_edit(key, before, now) for key, before, now in edits)
@@ -109,6 +109,13 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
             "values back to resume, or run the edited config as a new experiment: online-trainer run "
             f"{exp_dir / CONFIG_YAML} exp_dir=<another path>."
         )
+
+
+def _at(config: Any, key: str) -> Any:
+    """The value at the dotted ``key`` of a config's mapping; None where a section on the way is not set."""
+    for name in key.split("."):
+        config = config.get(name) if isinstance(config, dict) else None
+    return config
 
 
 def _differences(key: str, before: Any, now: Any) -> list[tuple[str, Any, Any]]:

@@ -15,7 +15,14 @@ import yaml
 
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import final_table
-from online_trainer.config.builders import CONFIG_YAML, AgentBuilder, env_factory, factories_from_config
+from online_trainer.config.builders import (
+    CONFIG_YAML,
+    AgentBuilder,
+    env_factory,
+    eval_env_factory,
+    evaluation_options,
+    factories_from_config,
+)
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import (
     CALLBACKS,
@@ -131,7 +138,7 @@ def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[st
         seed_offset=config.seed_offset,
         checkpoint_freq=config.checkpoint_freq,
         dump_transitions=config.dump_transitions,
-        evaluation=config.evaluation,
+        evaluation=evaluation_options(config),
         checkpoints=config.checkpoints,
         records=config.records,
         execution=execution,
@@ -299,12 +306,13 @@ def eval_command(args: argparse.Namespace) -> int:
         )
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent)
+    eval_env = eval_env_factory(load_experiment_config(exp_dir / CONFIG_YAML))  # None: the env section's
     try:
         episodes = trainer.evaluate(
             args.which,
             exp_dir=exp_dir,
             overwrite=args.overwrite,
-            evaluation=EvaluationOptions(episodes=args.episodes),
+            evaluation=EvaluationOptions(env=eval_env, episodes=args.episodes),
             execution=ExecutionOptions(num_workers=args.workers, progress=not args.no_progress),
         )
     except RunsFailedError as exc:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
 from online_trainer.config.loading import load_experiment_config
-from online_trainer.config.schema import AgentConfig, ConfigError, EnvConfig, agent_factory
+from online_trainer.config.schema import EVAL_ENV, AgentConfig, ConfigError, EnvConfig, ExperimentConfig, agent_factory
+from online_trainer.options.groups import EvaluationOptions
 from online_trainer.records.storage import CONFIG_YAML
 
 
@@ -40,33 +42,40 @@ class AgentBuilder:
 
 
 class EnvBuilder:
-    """A picklable env factory wrapping ``online_trainer.envs.make_env``'s, whose failures name the config section."""
+    """A picklable env factory wrapping ``online_trainer.envs.make_env``'s, whose failures name the config section
+    (``env``, or ``evaluation.env``)."""
 
-    def __init__(self, make_env: Any) -> None:
+    def __init__(self, make_env: Any, section: str = "env") -> None:
         self.make_env = make_env
+        self.section = section
 
     def __call__(self) -> Any:
         from online_trainer.envs._wrappers import WrapperError
 
+        section = self.section
         try:
             return self.make_env()
         except WrapperError as exc:
-            raise ConfigError(f"env.{exc}") from exc
+            raise ConfigError(f"{section}.{exc}") from exc
         except (TypeError, ValueError) as exc:
             # the env's own keywords, its wrappers' and the vector env's all meet here: the section is what is known
             hint = (
-                " In a config: env.vector_kwargs: {shared_memory: false}."
+                f" In a config: {section}.vector_kwargs: {{shared_memory: false}}."
                 if "shared_memory" in str(exc)
-                else " Check env.id, env.kwargs and env.vector_kwargs."
+                else f" Check {section}.id, {section}.kwargs and {section}.vector_kwargs."
             )
-            raise ConfigError(f"env: could not build the env {self.make_env!r}: {exc}{hint}") from exc
+            raise ConfigError(f"{section}: could not build the env {self.make_env!r}: {exc}{hint}") from exc
 
     def __repr__(self) -> str:
         return repr(self.make_env)
 
 
-def env_factory(config: EnvConfig) -> EnvBuilder:
+def env_factory(config: EnvConfig, section: str = "env") -> EnvBuilder:
     """A picklable zero-argument factory of the vector env that ``config`` describes.
+
+    Args:
+        config: the env section.
+        section: its key in the config, named by errors (``env``, or ``evaluation.env``).
 
     Raises:
         ConfigError: when ``online_trainer.envs.make_env`` rejects the settings.
@@ -82,10 +91,26 @@ def env_factory(config: EnvConfig) -> EnvBuilder:
                 wrappers=config.wrappers,
                 vector_kwargs=config.vector_kwargs or None,
                 **config.kwargs,
-            )
+            ),
+            section,
         )
     except ValueError as exc:
-        raise ConfigError(f"env: {exc}") from exc
+        raise ConfigError(f"{section}: {exc}") from exc
+
+
+def evaluation_options(config: ExperimentConfig) -> EvaluationOptions | None:
+    """The config's ``evaluation`` section as ``multi_run`` takes it: its ``evaluation.env`` section (if any) made
+    into a factory of that env."""
+    evaluation = config.evaluation
+    if evaluation is None or not isinstance(evaluation.env, EnvConfig):
+        return evaluation
+    return dataclasses.replace(evaluation, env=env_factory(evaluation.env, EVAL_ENV))
+
+
+def eval_env_factory(config: ExperimentConfig) -> EnvBuilder | None:
+    """A factory of the env the config's runs are evaluated on when it names one (``evaluation.env``); else None."""
+    evaluation = evaluation_options(config)
+    return None if evaluation is None else evaluation.env
 
 
 def factories_from_config(exp_dir: str | os.PathLike) -> tuple[EnvBuilder, AgentBuilder]:

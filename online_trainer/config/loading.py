@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 
-from online_trainer.config.schema import ConfigError, ExperimentConfig
+from online_trainer.config.schema import ConfigError, EnvConfig, ExperimentConfig
 from online_trainer.options.derived import LEGACY_NAMES
-from online_trainer.options.groups import SECTIONS
+from online_trainer.options.groups import SECTIONS, EvaluationOptions
 from online_trainer.options.typed import build, type_name, unknown_key_message
 
 
@@ -135,6 +135,8 @@ def _check_override_path(path: tuple[str, ...]) -> None:
         if part not in names:
             raise ConfigError(unknown_key_message(prefix, part, names))
         hint = typing.get_type_hints(cls)[part]
+        if cls is EvaluationOptions and part == "env":  # an option of any value in Python, a section in a config
+            hint = EnvConfig
         options = [arg for arg in typing.get_args(hint) if arg is not type(None)]
         if len(options) == 1 and dataclasses.is_dataclass(options[0]):  # an optional section (evaluation)
             hint = options[0]

@@ -28,6 +28,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ __all__ = [
     "ConfigError",
     "EnvConfig",
     "ExperimentConfig",
+    "eval_env_config",
 ]
 
 JSONL_FILE = "callback.jsonl"
@@ -183,8 +185,8 @@ class ExperimentConfig:
 
     The sections ``evaluation``, ``checkpoints``, ``records`` and ``execution`` are the option groups of
     ``multi_run`` themselves (:mod:`online_trainer.options.groups`): their keys, defaults, checks and docs are
-    declared there once (``evaluation.freq=5000``). ``evaluation.env`` is not for YAML: the command evaluates on
-    its ``env`` section.
+    declared there once (``evaluation.freq=5000``). ``evaluation.env`` is a section like ``env`` (an
+    :class:`EnvConfig`): the env the runs are evaluated on; without it, the ``env`` section's.
     """
 
     env: EnvConfig
@@ -231,10 +233,8 @@ class ExperimentConfig:
         _as_config_error(validation.budget, self.num_episodes, self.total_steps)
         _as_config_error(validation.seed_offset, self.seed_offset)
         if self.evaluation is not None and self.evaluation.env is not None:
-            raise ConfigError(
-                f"evaluation.env={self.evaluation.env!r}: the command evaluates on its env section; "
-                "drop evaluation.env."
-            )
+            evaluation = dataclasses.replace(self.evaluation, env=eval_env_config(self.evaluation.env))
+            object.__setattr__(self, "evaluation", evaluation)
         if self.checkpoints.keep and self.checkpoint_freq is None:
             raise ConfigError(
                 f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
@@ -246,6 +246,29 @@ class ExperimentConfig:
     def to_dict(self) -> dict[str, Any]:
         """The fully expanded config (defaults included) as plain YAML-able values."""
         return dataclasses.asdict(self)
+
+
+EVAL_ENV = "evaluation.env"
+"""The config key of the env the runs are evaluated on, a section like ``env``."""
+
+
+def eval_env_config(value: Any) -> EnvConfig:
+    """The :class:`EnvConfig` of the ``evaluation.env`` section ``value`` (a mapping, or one already built).
+
+    Raises:
+        ConfigError: ``value`` is not a mapping, or the section is invalid (its keys named ``evaluation.env.*``).
+    """
+    if isinstance(value, EnvConfig):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(
+            f"{EVAL_ENV}={value!r}: give the eval env as a section like env's, e.g. "
+            f"{EVAL_ENV}: {{id: CartPole-v1, kwargs: {{max_episode_steps: 1000}}}}; or drop it to evaluate on env's."
+        )
+    try:
+        return build(EnvConfig, value, f"{EVAL_ENV}.", ConfigError)
+    except ConfigError as exc:  # EnvConfig's own checks name the env section's keys
+        raise ConfigError(re.sub(r"(?<![\w.])env\.", f"{EVAL_ENV}.", str(exc))) from exc
 
 
 def _as_config_error(check: Callable[..., Any], *args: Any) -> None:

@@ -144,7 +144,7 @@ class EvaluationOptions(OptionGroup):
     """The env to evaluate on: an env or a zero-argument factory; None: the training env's factory, called once
     more per run (in :meth:`~OnlineTrainer.evaluate`: the last ``multi_run``'s). On resume, giving one where the
     experiment had none, or none where it had one, is refused; the value itself is compared only when it is plain
-    data."""
+    data. In a config file, a section like ``env``'s (``evaluation.env: {id: CartPole-v1, kwargs: {...}}``)."""
     freq: int | None = option(None, check=validation.optional_positive_int)
     """Evaluate every this many env steps (step budget) or finished episodes (episode budget), and once at the
     end; None: at the end only."""

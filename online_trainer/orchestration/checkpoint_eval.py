@@ -182,6 +182,9 @@ def load_agent(
 ) -> Agent:
     """An agent with run ``run``'s checkpoint loaded (``which``: ``"last"`` or ``"best"``).
 
+    The best checkpoint of a run that did not finish (interrupted, failed) is its best so far: a
+    warning says so.
+
     Args:
         exp_dir: the experiment directory.
         run: the run's number, from 1.
@@ -200,6 +203,7 @@ def load_agent(
         raise ValueError(f"load_agent loads one checkpoint: which must be 'last' or 'best', but got which={which!r}.")
     _check_run(Path(exp_dir), run)
     ((_, path),) = checkpoints(exp_dir, run, which)
+    _warn_unfinished(Path(exp_dir), run, which)
     if agent_factory is None or env is None:
         config_env, config_agent = factories_from_config(exp_dir)
         agent_factory, env = agent_factory or config_agent, env if env is not None else config_env
@@ -209,6 +213,27 @@ def load_agent(
         return CheckpointAgent(agent_factory, path)(built)
     finally:
         envs.release(built)
+
+
+def _warn_unfinished(exp_dir: Path, run: int, which: str) -> None:
+    """Log a warning when run ``run`` did not finish: its ``which`` checkpoint is from part way through training."""
+    manifest = storage.read_manifest(exp_dir)
+    ownership.settle_running(exp_dir, manifest)  # "running" runs of a writer that died are interrupted ones
+    entry = manifest["runs"][run - 1]
+    status = entry.get("status")
+    if status in COMPLETED:
+        return
+    steps = entry.get("global_step")
+    where = f" at env step {steps}" if isinstance(steps, int) else ""
+    logger.warning(
+        "Run %d of %s is %s%s: its %s checkpoint is from part way through training, not from a finished run. %s",
+        run,
+        os.fspath(exp_dir),
+        status,
+        where,
+        which,
+        "It is still running." if status == "running" else "resume=True (online-trainer resume) finishes it.",
+    )
 
 
 def _check_run(exp_dir: Path, run: int) -> None:

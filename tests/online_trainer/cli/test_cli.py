@@ -1334,3 +1334,64 @@ def test_the_report_writes_counts_and_steps_as_integers_when_an_experiment_has_n
     assert "the mean return of the 2 episodes of its last evaluation" in summary
     evaluated = next(line for line in summary.splitlines() if line.startswith("| evaluated | 2 |") and "(40" in line)
     assert "(40)" in evaluated and ".0)" not in evaluated
+
+
+def test_a_config_evaluates_on_its_evaluation_env_section(tmp_path, capsys):
+    """C-type testers: a command-line config had no way to evaluate on another env than the training one (an
+    Atari game's eval env with a time limit, one without NormalizeReward): evaluation.env is a section like env's."""
+    from online_trainer import load_evaluations
+
+    exp_dir = tmp_path / "exp"
+    # the eval corridor is 3 cells long: its episodes take 2 steps where the training one's take 9 or more
+    eval_env = "evaluation={freq: 3, episodes: 2, env: {id: Corridor-v0, kwargs: {length: 3}}}"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", eval_env, "checkpoint_freq=3") == 0
+    resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
+    assert resolved["evaluation"]["env"] == {
+        "id": "Corridor-v0",
+        "num_envs": 1,
+        "vectorization": "sync",
+        "kwargs": {"length": 3},
+        "wrappers": [],
+        "vector_kwargs": {},
+    }
+    evaluations = load_evaluations(exp_dir)
+    assert len(evaluations) == 2 * 2  # 2 runs, evaluated at 3 and 6 episodes
+    assert evaluations["eval_return"].max() == -2  # 9 steps at least in the training env's 10 cells
+    capsys.readouterr()
+    assert cli.main(["eval", str(exp_dir), "--episodes", "2", "--no-progress"]) == 0  # on the same eval env
+    lengths = pd.read_csv(exp_dir / "evaluation_last.csv")["ep_length"]
+    assert len(lengths) == 4 and lengths.min() == 2
+    # a resume of the config edited there is refused, as an edited env section is
+    text = (exp_dir / "config.yaml").read_text()
+    (exp_dir / "config.yaml").write_text(text.replace("kwargs: {length: 3}", "kwargs: {length: 4}"))
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
+    assert (
+        "was edited since the experiment ran: evaluation.env.kwargs.length is 4 there, but the runs were built with 3"
+        in capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "evaluation.env.idd=Corridor-v0",
+            "unknown key 'evaluation.env.idd' (did you mean 'evaluation.env.id'?); valid keys of evaluation.env: id, ",
+        ),
+        ("evaluation.env.num_envs=0", "evaluation.env.num_envs must be a positive int, but got evaluation.env.num_env"),
+        ("evaluation.env.id=Coridor-v0", "unknown env evaluation.env.id='Coridor-v0': it is not in gymnasium.registry"),
+        ("evaluation.env=3", "evaluation.env=3: give the eval env as a section like env's, e.g. evaluation.env: {id: "),
+        ("evaluation.env.wrappers=[nope:X]", "evaluation.env.wrappers[0]='nope:X': cannot import module 'nope'"),
+        (
+            "evaluation.env.kwargs={length: 1}",
+            "evaluation.env: could not build the env make_env('Corridor-v0', num_envs=1, vectorization='sync', ",
+        ),
+    ],
+)
+def test_the_evaluation_env_sections_mistakes_name_its_keys(tmp_path, capsys, override, message):
+    exp_dir = tmp_path / "exp"
+    config = write_config(tmp_path, TINY + "evaluation: {freq: 3, env: {id: Corridor-v0}}\n")
+    assert run(str(config), f"exp_dir={exp_dir}", override) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not exp_dir.exists()

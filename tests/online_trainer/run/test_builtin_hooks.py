@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 
 import numpy as np
@@ -534,6 +535,28 @@ def test_an_agent_that_saves_to_files_only_keeps_its_best_and_leaves_no_resume_f
         assert agent.loaded == json.loads((tmp_path / f"Run{run}_Best.txt").read_text())
     table = trainer.evaluate(which="best", execution=None)
     assert set(table["checkpoint"]) == {"best"} and sorted(set(table["run"])) == [1, 2]
+
+
+def test_the_best_checkpoint_of_a_run_that_did_not_finish_is_loaded_with_a_warning(tmp_path, caplog):
+    """E12: load_agent(which="best") of an interrupted run gave its best so far without a word."""
+    from online_trainer import load_agent
+    from online_trainer.records import storage
+
+    trainer = OnlineTrainer(make_counting_vec(1), SavesToFilesOnly, exp_dir=tmp_path)
+    trainer.multi_run(2, total_steps=60, seed_offset=SEED, checkpoint_freq=20, progress=False)
+    with caplog.at_level(logging.WARNING, logger="online_trainer"):
+        load_agent(tmp_path, run=1, which="best", agent_factory=SavesToFilesOnly, env=make_counting_vec(1))
+    assert not caplog.records  # a finished run's best is what training found
+    manifest = storage.read_manifest(tmp_path)
+    manifest["runs"][1]["status"] = "interrupted"
+    storage.write_manifest(tmp_path, manifest)
+    with caplog.at_level(logging.WARNING, logger="online_trainer"):
+        load_agent(tmp_path, run=2, which="best", agent_factory=SavesToFilesOnly, env=make_counting_vec(1))
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message == (
+        f"Run 2 of {tmp_path} is interrupted at env step 60: its best checkpoint is from part way through training, "
+        "not from a finished run. resume=True (online-trainer resume) finishes it."
+    )
 
 
 class SavesWithASuffixOfItsOwn(RecordingAgent):
