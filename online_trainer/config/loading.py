@@ -156,8 +156,17 @@ def _check_override_path(path: tuple[str, ...]) -> None:
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of the raw config ``data`` with the dotted ``key=value`` overrides applied in order."""
     data = copy.deepcopy(data)
+    given: dict[tuple[str, ...], tuple[str, Any]] = {}
     for text in overrides:
         path, value = parse_override(text)
+        for earlier, (earlier_text, earlier_value) in given.items():
+            # a later override that replaces an earlier one (the same key, or the section holding it) loses it
+            if earlier[: len(path)] == path and (earlier != path or earlier_value != value):
+                raise ConfigError(
+                    f"overrides {earlier_text!r} and {text!r} both set {'.'.join(earlier)}: give it once "
+                    "(the second would silently replace the first)."
+                )
+        given[path] = (text, value)
         if len(path) == 1 and path[0] in LEGACY_NAMES:
             data = legacy_keys({**data, path[0]: value}, f"override {text!r}", override=True)
             continue

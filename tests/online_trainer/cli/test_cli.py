@@ -101,12 +101,18 @@ def test_overrides_are_applied_and_recorded(tmp_path, capsys):
         f"exp_dir={exp_dir}",
         "seed_offset=7",
     ]
+    overrides += [
+        "num_runs=3",
+        "evaluation={freq: 3}",
+        "evaluation.episodes=2",
+    ]  # the same value again; a key of a section set before
     assert run(str(write_config(tmp_path)), *overrides) == 0
     text = (exp_dir / "config.yaml").read_text()
     assert "# with overrides: num_runs=3 env.num_envs=1" in text
     resolved = yaml.safe_load(text)
     assert resolved["num_runs"] == 3 and resolved["env"]["num_envs"] == 1 and resolved["seed_offset"] == 7
     assert resolved["agent"]["hyperparameters"] == {"lr": 0.25, "epsilon_decay": 0.5}
+    assert resolved["evaluation"]["freq"] == 3 and resolved["evaluation"]["episodes"] == 2
     manifest = json.loads((exp_dir / "manifest.json").read_text())
     assert manifest["num_runs"] == 3 and manifest["num_envs"] == 1 and manifest["seeds"][0] == 7
     assert "across runs" in capsys.readouterr().out.lower()
@@ -561,6 +567,14 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
         ),
         (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
+        (
+            ["num_runs=3", "num_runs=4"],
+            "overrides 'num_runs=3' and 'num_runs=4' both set num_runs: give it once (the second would silently",
+        ),
+        (
+            ["evaluation.freq=3", "evaluation={episodes: 2}"],
+            "overrides 'evaluation.freq=3' and 'evaluation={episodes: 2}' both set evaluation.freq: give it once",
+        ),
     ],
 )
 def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, message):
