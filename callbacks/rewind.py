@@ -27,6 +27,7 @@ told apart.)
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from online_trainer.callbacks.files import write_atomic
 Entries = Callable[[bytes], Iterator[tuple[int, int, str | None, float | None]]]
 """Splits a file's bytes into ``(start, end, tag, wall_time)`` entries (tag None: not a run's; wall_time None:
 unknown)."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,15 @@ def cut_file(
             kept.append(data[start:end])
     if last_end < len(data) and drop_torn:  # a torn last entry
         changed = True
+    short = {tag: (seen.get(tag, 0), count) for tag, count in (keep_first or {}).items() if seen.get(tag, 0) < count}
+    if short:  # lines the checkpoint counted are gone (the file cut short or edited since): said, not refused
+        logger.warning(
+            "%s holds fewer entries of the resumed run than its checkpoint counted (%s): they were lost since "
+            "(the file cut short or edited), and the run logs on after them, so the file lacks them. Put back a "
+            "copy of the file before resuming to keep them.",
+            os.fspath(path),
+            ", ".join(f"{tag}: {found} of {count}" for tag, (found, count) in sorted(short.items())),
+        )
     if changed:
         write_atomic(path, b"".join(kept))
     return changed

@@ -273,7 +273,7 @@ def _aggregates(
             gaps.append((np.nan, np.nan, np.nan))
             continue
         parts = [a[None] for a in arrays[candidate]]
-        rng = streams({"candidate": candidate, "statistic": "optimality_gap"})
+        rng = streams.of_values(arrays[candidate])  # the same runs, the same interval, whatever their name (C13)
         gaps.append(tuple(estimate(parts, cs.gap_at(threshold), options.ci, options.n_resamples, rng)[:, 0]))
     table["optimality_gap"], table["optimality_gap_lo"], table["optimality_gap_hi"] = map(list, zip(*gaps))
     order = [
@@ -368,7 +368,7 @@ def _profiles(
     taus = np.linspace(pooled.min(), pooled.max(), options.num_taus)
     frames = []
     for candidate in candidates:
-        rng = streams({"candidate": candidate, "statistic": "profile"})
+        rng = streams.of_values(arrays[candidate])
         low, high = cs.profile_band(arrays[candidate], taus, options.ci, options.n_resamples, rng)
         frames.append(
             pd.DataFrame(

@@ -360,6 +360,13 @@ def _read_experiment(exp_dir: Path) -> tuple[dict[str, list[Any]], list[dict[str
     legacy = not (exp_dir / storage.MANIFEST_FILE).is_file()
     on_disk = set(storage.run_indices(exp_dir))
     unlisted = sorted(on_disk - set(manifest)) if not legacy else []
+    if legacy and on_disk:
+        logger.warning(
+            "%s has no %s: the statuses of its runs are unknown, so every run counts in the statistics, one cut off "
+            "or failed included (with the episodes it has). If it was lost, put back a copy of it.",
+            exp_dir,
+            storage.MANIFEST_FILE,
+        )
     if unlisted:
         logger.warning(
             "%s: metrics_run{%s}.pkl have no manifest entry: their status is %r.",

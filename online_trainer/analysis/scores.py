@@ -76,6 +76,7 @@ def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
             "pass score='return'."
         )
     table = df.copy()
+    table.attrs[SCORE_ATTR] = "raw"  # its ep_return is raw_return: what messages about it call it
     table["ep_return"] = df["raw_return"]
     if "raw_length" in df.columns:
         table["ep_length"] = df["raw_length"]

@@ -290,12 +290,17 @@ def drop_nonfinite(df: pd.DataFrame, column: str = "ep_return") -> pd.DataFrame:
         f"{describe_runs(pd.DataFrame([row])[ident])}: {row['n']}" for row in counts.head(_MAX_NAMED).to_dict("records")
     )
     more = f" and {len(counts) - _MAX_NAMED} more run(s)" if len(counts) > _MAX_NAMED else ""
+    raw = column == "ep_return" and df.attrs.get("score") == "raw"  # a score_table of raw scores
     logger.warning(
-        "Leaving out %d episode(s) whose %s is NaN or infinite (%s%s); their runs keep their other episodes.",
+        "Leaving out %d episode(s) whose %s is NaN or infinite (%s%s); their runs keep their other episodes.%s",
         int(bad.sum()),
-        column,
+        "raw score (raw_return)" if raw else column,
         named,
         more,
+        " A raw score is NaN for an episode its RecordEpisodeStatistics did not see end (cut by a wrapper outside "
+        "it, such as a TimeLimit listed after it)."
+        if raw
+        else "",
     )
     out = df[~bad].copy()
     out.attrs.pop(RUNS_ATTR, None)

@@ -106,7 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     # optional here so that, without it, argparse does not also call the overrides required; main() requires it
     run.add_argument("config", metavar="CONFIG", nargs="?", help="YAML experiment config (see configs/)")
-    run.add_argument("overrides", metavar="KEY=VALUE", nargs="*", help="config overrides, applied in order")
+    run.add_argument(
+        "overrides",
+        metavar="KEY=VALUE",
+        nargs="*",
+        help="config overrides, applied in order (a section, then its keys); one key set twice to different "
+        "values is refused",
+    )
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     run.set_defaults(handler=run_command, usage_error=run.error)
 

@@ -55,6 +55,9 @@ class Experiment:
     def __init__(self, exp_dir: Path | None, manifest: dict[str, Any], specs: list[RunSpec]) -> None:
         self.exp_dir, self.manifest, self.specs = exp_dir, manifest, specs
         self.results: dict[int, RunResult] = {}
+        self._kept_under_way: set[int] = set()
+        self.setup_failed: int | None = None
+        """The run of this experiment that failed before its first env step, stopping every run (None: none)."""
         self._earlier = (
             set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
         )
@@ -149,6 +152,8 @@ class Experiment:
         Raises:
             RunSetupError: the run failed before its first env step; every run must stop.
         """
+        if result.status == "setup_failed":
+            self.setup_failed = result.run_idx
         result.raise_if_setup_failed()
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
@@ -215,6 +220,10 @@ class Experiment:
             return []
         return sorted(run for run, result in self.results.items() if result.status in COMPLETED)
 
+    def interrupted_runs(self) -> list[int]:
+        """After :meth:`discard`: the runs it kept as ``interrupted`` (they were under way), in order."""
+        return sorted(self._kept_under_way)
+
     def first_exception(self) -> BaseException | None:
         """The exception object of the first failed run, when it ran in this process."""
         return next((r.extra.get("exception_object") for r in self.results.values() if r.status == "failed"), None)
@@ -268,13 +277,29 @@ class Experiment:
         is put back as this call found it, with the runs that ended in this call (a resumed
         experiment's, run one after the other) recorded as they ended. Those runs keep what they
         wrote in this call (their checkpoints, and the sinks' files they share with the others).
+
+        When some run ended in this call (or the experiment was resumed), the runs that were under way as the
+        failing one started (a later seed's own error) were stopped as Ctrl-C stops them: they keep what they
+        flushed and are recorded ``interrupted``, so that a resume goes on from their full checkpoints and cuts the
+        sinks' files back to them (F13: their records were removed and their points left in the shared sinks'
+        files, which the resume then held twice).
         """
         if self.exp_dir is None:
             return
         ended = {run for run, result in self.results.items() if result.status in COMPLETED}
+        under_way = {
+            spec.run_idx
+            for spec in self.specs
+            if spec.run_idx not in self.results
+            and spec.run_idx != self.setup_failed
+            and self.manifest["runs"][spec.run_idx - 1]["status"] == ownership.RUNNING
+        }
+        if not ended and self._found is None:  # a new experiment of which nothing ended: nothing is kept
+            under_way = set()
+        self._kept_under_way = under_way
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             run = _run_of(path.name)
-            if ended and (run is None or run in ended):  # a run that ended here: its files, and the sinks' it shares
+            if run in under_way or ended and (run is None or run in ended):  # its files, and the sinks' it shares
                 continue
             if path.is_dir():  # this call's own: MLflow's artifacts, W&B's files, its Slurm jobs' scripts and logs
                 shutil.rmtree(path, ignore_errors=True)
@@ -287,11 +312,18 @@ class Experiment:
             for result in self.results.values():
                 if result.status in COMPLETED:
                     apply_result(found, result)
+            for run in under_way:  # one that was pending and wrote now: it goes on from what it wrote
+                if found["runs"][run - 1]["status"] == "pending" and self._left_anything(run):
+                    found["runs"][run - 1]["status"] = ownership.INTERRUPTED
+                    progress_from_disk(self.exp_dir, found["runs"][run - 1])
             storage.write_manifest(self.exp_dir, found)
         elif ended and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # a new experiment that keeps those runs:
             manifest = storage.read_manifest(self.exp_dir)  # the others, stopped before their first step, are to do
             for entry in manifest["runs"]:
-                if entry["run"] not in ended and entry["status"] == "running":
+                if entry["run"] in under_way:
+                    entry["status"] = ownership.INTERRUPTED
+                    progress_from_disk(self.exp_dir, entry)
+                elif entry["run"] not in ended and entry["status"] == "running":
                     entry["status"] = "pending"
             storage.write_manifest(self.exp_dir, manifest)
 

@@ -249,6 +249,15 @@ def read_manifest(exp_dir: Path) -> dict[str, Any]:
         FileNotFoundError: there is none: nothing to resume.
     """
     if not (exp_dir / storage.MANIFEST_FILE).is_file():
+        left = [path.name for path in storage.existing_experiment_files(exp_dir)]
+        if left:  # an experiment's files without the record of its runs: a new call would be refused for them
+            shown = ", ".join(left[:3]) + (", ..." if len(left) > 3 else "")
+            raise FileNotFoundError(
+                f"resume=True, but exp_dir={os.fspath(exp_dir)!r} holds files of an experiment ({shown}) without its "
+                f"{storage.MANIFEST_FILE}, which records its runs and how each ended: put back a copy of it to "
+                "resume; or pass overwrite=True (without resume) to replace the experiment (its files are deleted), "
+                "or choose another exp_dir."
+            )
         raise FileNotFoundError(
             f"resume=True, but exp_dir={os.fspath(exp_dir)!r} holds no experiment (no "
             f"{storage.MANIFEST_FILE}): run it without resume first."

@@ -9,21 +9,21 @@ eval env ever shares a seed with a training env (training seeds are below 2**31)
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.wrappers.utils import RunningMeanStd
 
 from online_trainer.loop import raw_scores
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.factories import autoreset_mode, explain_step_error
+from online_trainer.loop.normalization import evaluation_statistics, frozen_reward_statistics
 
 logger = logging.getLogger(__name__)
 
@@ -33,87 +33,6 @@ MAX_EPISODE_STEPS = 10_000
 """An evaluation episode still running after this many steps, in an env without a time limit of
 its own, is cut (counted as it stands, with a warning): a greedy policy can loop forever there.
 An env with a time limit (``max_episode_steps``) ends its episodes itself and is never cut."""
-
-FROZEN = "update_running_mean"
-"""The switch of gymnasium's running statistics: an evaluation turns it off in the eval env's ``NormalizeReward``
-wrappers, as gymnasium's docs advise for evaluation."""
-_RETURN_STATISTICS = "return_rms"  # what NormalizeReward keeps, single and vector
-_OBS_STATISTICS = "obs_rms"  # what NormalizeObservation keeps
-
-
-def _chain(env: Any, base: type) -> Iterator[Any]:
-    """``env`` and the envs it wraps, outermost first, down to (not including) an env that is no ``base``."""
-    while isinstance(env, base):
-        yield env
-        env = getattr(env, "env", None)
-
-
-def _scales_rewards(wrapper: Any) -> bool:
-    return isinstance(getattr(type(wrapper), FROZEN, None), property) and hasattr(wrapper, _RETURN_STATISTICS)
-
-
-def reward_statistics(env: VectorEnv) -> tuple[list[Any], bool]:
-    """The ``NormalizeReward`` wrappers of ``env`` (its vector wrappers, and the sub-envs' of a
-    :class:`SyncVectorEnv`), and whether an :class:`AsyncVectorEnv`'s sub-envs have one that ``set_attr``
-    reaches (they are in other processes)."""
-    found = [w for w in _chain(env, VectorWrapper) if _scales_rewards(w)]
-    base = env.unwrapped
-    if isinstance(base, SyncVectorEnv):
-        for sub in base.envs:
-            found += [w for w in _chain(sub, gym.Wrapper) if _scales_rewards(w)]
-        return found, False
-    remote = False
-    if isinstance(base, AsyncVectorEnv) and all(base.call("has_wrapper_attr", _RETURN_STATISTICS)):
-        # get_attr of an attribute a sub-env lacks would end its process: asked first. set_attr reaches the
-        # outermost wrapper with the switch, which is NormalizeObservation's when the sub-envs also have one
-        remote = not any(base.call("has_wrapper_attr", _OBS_STATISTICS))
-        if not remote:
-            _warn_once(
-                "The async eval env's sub-envs have both NormalizeReward and NormalizeObservation: their reward "
-                "statistics cannot be reached to freeze them, so each evaluation's returns are scaled by statistics "
-                "the evaluations before it changed. Wrap the vector env instead, "
-                "gymnasium.wrappers.vector.NormalizeReward(gym.make_vec(...)), or evaluate on an env without it "
-                "(EvaluationOptions(env=...))."
-            )
-    return found, remote
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _warned:
-        _warned.add(message)
-        logger.warning(message)
-
-
-@contextlib.contextmanager
-def frozen_reward_statistics(env: VectorEnv) -> Iterator[None]:
-    """Freeze, while the block runs, the running statistics of ``env``'s ``NormalizeReward`` wrappers.
-
-    ``NormalizeReward`` divides each reward by a running estimate it updates as it steps: updated by the
-    evaluations, it would scale each evaluation's returns otherwise (a frozen agent's evaluations scored 207.0,
-    then 3.97), so an evaluation leaves it as the eval env was built. ``NormalizeObservation`` goes on updating:
-    its statistics are the agent's input, which a frozen estimate from a new env would change.
-    """
-    wrappers, remote = reward_statistics(env)
-    if not wrappers and not remote:
-        yield
-        return
-    base: Any = env.unwrapped  # an AsyncVectorEnv when remote
-    before = [getattr(w, FROZEN) for w in wrappers]
-    remote_before = list(base.get_attr(FROZEN)) if remote else []
-    for wrapper in wrappers:
-        setattr(wrapper, FROZEN, False)
-    if remote:
-        base.set_attr(FROZEN, False)
-    try:
-        yield
-    finally:
-        for wrapper, flag in zip(wrappers, before):
-            setattr(wrapper, FROZEN, flag)
-        if remote:
-            base.set_attr(FROZEN, remote_before)
 
 
 def episode_step_limit(env: VectorEnv) -> int:
@@ -271,6 +190,9 @@ class Evaluator:
         training: switch the agent back to ``train()`` after each evaluation.
         score: ``"raw"`` reports the raw scores of a ``RecordEpisodeStatistics`` inside the eval
             env's wrappers (ValueError when it has none); ``"return"`` the sums of the rewards.
+        observation_statistics: gives, at each evaluation, the observation statistics its ``NormalizeObservation``
+            wrappers standardise with (the training env's now, or a checkpoint's); None, or a None it gives: the
+            eval env's own (see :mod:`online_trainer.loop.normalization`).
     """
 
     def __init__(
@@ -284,8 +206,10 @@ class Evaluator:
         video_every: int | None = None,
         score: str = "return",
         train_envs: int | None = None,
+        observation_statistics: Callable[[], RunningMeanStd | None] | None = None,
     ) -> None:
         self.raw = raw_scores.check_score(score) == "raw"
+        self.observation_statistics = observation_statistics
         self.where = "In an evaluation"
         if train_envs is not None and train_envs != env.num_envs:  # an agent sized by set_num_env fails here
             self.where += (
@@ -327,7 +251,8 @@ class Evaluator:
         film = self.video_every is not None and self.count % self.video_every == 0
         frames: list[np.ndarray] | None = [] if film else None
         try:
-            with frozen_reward_statistics(self.env):
+            statistics = None if self.observation_statistics is None else self.observation_statistics()
+            with frozen_reward_statistics(self.env), evaluation_statistics(self.env, statistics):
                 returns, lengths = play_episodes(
                     self.env, self.agent, self.num_episodes, self.seed, frames=frames, raw=self.raw, where=self.where
                 )

@@ -24,7 +24,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.wrappers import RecordEpisodeStatistics
+from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
 SCORES: tuple[str, ...] = ("return", "raw")
 """Accepted values of the ``score`` option: the sum of the rewards the agent learns from, or the raw score."""
@@ -68,8 +68,33 @@ def has_episode_statistics(env: VectorEnv) -> bool:
     return False
 
 
+def _time_limit_outside(env: Any) -> TimeLimit | None:
+    """The ``TimeLimit`` that wraps the ``RecordEpisodeStatistics`` of the sub-env ``env``, if one does."""
+    limit = None
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, RecordEpisodeStatistics):
+            return limit
+        if limit is None and isinstance(env, TimeLimit):
+            limit = env
+        env = env.env
+    return None
+
+
 def require_episode_statistics(env: VectorEnv, what: str) -> None:
-    """Raise ValueError for ``score='raw'`` when ``env`` (``what``: which env) has no ``RecordEpisodeStatistics``."""
+    """Raise ValueError for ``score='raw'`` when ``env`` (``what``: which env) has no ``RecordEpisodeStatistics``,
+    or a ``TimeLimit`` outside it (the episodes it cuts would end without statistics: NaN raw scores)."""
+    base = env.unwrapped if isinstance(env, gym.vector.VectorWrapper) else env
+    limits = [_time_limit_outside(sub) for sub in getattr(base, "envs", ())]
+    limit = next((limit for limit in limits if limit is not None), None)
+    if limit is not None:
+        raise ValueError(
+            f"score='raw' reports the episode statistics of a gymnasium.wrappers.RecordEpisodeStatistics wrapper, "
+            f"but in the {what}'s sub-envs a TimeLimit(max_episode_steps={limit._max_episode_steps}) wraps it: the "
+            "episodes it cuts end without statistics (a NaN raw score, left out of every statistic). Put the time "
+            "limit inside: gym.make(..., max_episode_steps=...), or TimeLimit before RecordEpisodeStatistics in the "
+            "wrappers. In a config: env.kwargs: {max_episode_steps: N}, or list gymnasium.wrappers:TimeLimit before "
+            "gymnasium.wrappers:RecordEpisodeStatistics in env.wrappers."
+        )
     if not has_episode_statistics(env):
         vector_level = ""
         layer = env

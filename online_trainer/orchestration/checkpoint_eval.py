@@ -22,6 +22,7 @@ from online_trainer.experiment.lock import hold_lock
 from online_trainer.experiment.resuming import CALL_KEY
 from online_trainer.loop.evaluation import eval_seed
 from online_trainer.loop.factories import AgentFactory, EnvFactory
+from online_trainer.loop.normalization import read_statistics
 from online_trainer.loop.protocol import Agent, AgentMaker, EnvLike
 from online_trainer.options import validation
 from online_trainer.options.groups import EvaluationOptions, RecordOptions, RunPlan
@@ -105,6 +106,7 @@ def evaluate_checkpoints(
                     task_id=len(specs),
                     label=f"run {entry['run']} {label}",
                     checkpoint=label,
+                    observation_statistics=read_statistics(path),
                 )
             )
     group = CheckpointEvaluations(exp_dir, specs)

@@ -391,6 +391,15 @@ def execute_experiments(
                 e.exp_dir is not None and (e.exp_dir / storage.SET_ASIDE_DIR).is_dir() for e in experiments
             )
             ended = sorted(run for experiment in experiments for run in experiment.kept_runs())
+            under_way = sorted(
+                run for experiment in experiments for run in getattr(experiment, "interrupted_runs", list)()
+            )
+            kept_too = (
+                f", and run(s) {', '.join(map(str, under_way))}, under way, stopped as Ctrl-C stops them "
+                "(interrupted, with what they flushed)"
+                if under_way
+                else ""
+            )
             when = "at" if failed_at(error.cause) is not None else "before"  # the loop marks what its steps raise
             error.cause.add_note(
                 f"(raised by run {error.run_idx}, seed {error.seed}, {when} its first env step; every run was stopped, "
@@ -398,9 +407,9 @@ def execute_experiments(
                     "and the manifest is as this call found it but for runs that ended in this call: the others go "
                     "on from their last full checkpoint when the experiment is resumed with the right inputs)"
                     if resumed
-                    else f"and what the run(s) {', '.join(map(str, ended))} that ended in this call wrote is kept: "
-                    "once it is fixed, make the same call with resume=True to do the others, or with overwrite=True "
-                    "to start again)"
+                    else f"and what the run(s) {', '.join(map(str, ended))} that ended in this call wrote is kept"
+                    f"{kept_too}: once it is fixed, make the same call with resume=True to do the others, or with "
+                    "overwrite=True to start again)"
                     if ended and not replacing
                     else "and nothing of this call was kept on disk: the earlier experiment it would have replaced "
                     "is put back as it was)"
@@ -424,7 +433,14 @@ def execute_experiments(
                 for spec in e.specs
             )
             kept = "their flushed records and full checkpoints are" if checkpointed else "their flushed records are"
-            then = "" if checkpointed else " (runs without a full checkpoint start again; checkpoint_freq writes them)"
+            periodic = any(spec.options.checkpoint_freq for e in experiments for spec in e.specs)
+            then = (
+                ""
+                if checkpointed
+                else " (runs start again: none had reached its first full checkpoint yet)"
+                if periodic
+                else " (runs without a full checkpoint start again; checkpoint_freq writes them)"
+            )
             error.add_note(  # a bare KeyboardInterrupt said nothing of what is on disk or how to go on
                 f"online_trainer: the runs were stopped; {kept} on disk. To go on, make the same call with "
                 f"resume=True{then}."

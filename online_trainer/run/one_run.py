@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -27,6 +28,7 @@ from online_trainer.loop.factories import (
     check_actions,
     check_agent,
 )
+from online_trainer.loop.normalization import observation_statistics
 from online_trainer.loop.steps import failed_at, mark_failed_at, run_loop
 from online_trainer.options.groups import RunPlan
 from online_trainer.progress.display import NoProgress, Progress
@@ -67,6 +69,10 @@ class RunSpec:
     """Only evaluate the agent as built (a saved checkpoint): ``options.evaluation.episodes`` episodes, seeded with ``seed``."""
     checkpoint: str = ""
     """The checkpoint an ``eval_only`` spec evaluates (``last``, ``best``, ``S5000``...)."""
+    observation_statistics: Any = None
+    """The training env's observation statistics kept with that checkpoint (a ``RunningMeanStd``), which the eval
+    env's ``NormalizeObservation`` wrappers standardise with; None: their own (see
+    :mod:`online_trainer.loop.normalization`)."""
     task_id: int = -1
     """Unique among the runs submitted together (a sweep submits several experiments); -1: run_idx."""
     label: str = ""
@@ -133,6 +139,44 @@ class RunResult:
                 if frames and frames not in getattr(cause, "__notes__", ()):
                     cause.add_note(frames)
             raise RunSetupError(self.run_idx, self.seed, cause)
+
+
+def check_eval_spaces(eval_env: Any, env: Any) -> None:
+    """Raise ValueError when the eval env's observations or actions are not of the training env's form.
+
+    The agent was built on the training env: on other spaces it fails at the first evaluation, after training went
+    on (a HalfCheetah eval env for an InvertedPendulum run), or acts on another scale without a word (actions
+    rescaled to [-1, 1] for an agent built on [-3, 3]; N13). Observations must have the same form (kind, shape,
+    number of values, keys); what they bound and their dtype may differ. Actions must also have the same bounds.
+    """
+    for kind in ("observation", "action"):
+        ours, theirs = getattr(eval_env, f"single_{kind}_space"), getattr(env, f"single_{kind}_space")
+        if not _same_form(ours, theirs, bounds=kind == "action"):
+            raise ValueError(
+                f"The eval env's {kind} space is {ours}, the training env's {theirs}: the agent was built on the "
+                f"training env's. Give evaluation=EvaluationOptions(env=...) an env with the same {kind} space (the "
+                "same wrappers but the ones that change only what is recorded, such as a time limit)."
+            )
+
+
+def _same_form(a: Any, b: Any, bounds: bool) -> bool:
+    """Whether spaces ``a`` and ``b`` are of one kind and shape (and, with ``bounds``, a ``Box``'s bounds)."""
+    from gymnasium import spaces
+
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, spaces.Dict):
+        return list(a.spaces) == list(b.spaces) and all(_same_form(a[k], b[k], bounds) for k in a.spaces)
+    if isinstance(a, spaces.Tuple):
+        return len(a) == len(b) and all(_same_form(x, y, bounds) for x, y in zip(a, b))
+    if isinstance(a, spaces.Box):
+        return a.shape == b.shape and (
+            not bounds
+            or bool(np.allclose(a.low, b.low, equal_nan=True) and np.allclose(a.high, b.high, equal_nan=True))
+        )
+    if isinstance(a, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return a == b
+    return True  # Text, Graph, Sequence and custom spaces: the agent judges
 
 
 def worker_frames(formatted: str) -> str:
@@ -334,6 +378,8 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             check_actions(first_actions, env, agent)
             if spec.options.evaluation is not None and spec.options.num_eval_episodes:
                 eval_env = (spec.eval_env_factory or spec.env_factory).fresh()
+                if spec.eval_env_factory is not None:
+                    check_eval_spaces(eval_env, env)
                 video_dir = None if spec.exp_dir is None else str(storage.video_dir(spec.exp_dir, spec.run_idx))
                 evaluator = Evaluator(
                     eval_env,
@@ -345,6 +391,7 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                     spec.options.evaluation.record_video,
                     score=spec.options.records.score,
                     train_envs=env.num_envs,
+                    observation_statistics=functools.partial(observation_statistics, env),
                 )
                 if (
                     eval_env.num_envs != env.num_envs
@@ -514,8 +561,15 @@ def evaluate_only(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             agent = prepare_agent(spec, env)
         except Exception as exc:
             raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
+        statistics = spec.observation_statistics
         evaluator = Evaluator(
-            env, agent, spec.seed, spec.options.num_eval_episodes, training=False, score=spec.options.records.score
+            env,
+            agent,
+            spec.seed,
+            spec.options.num_eval_episodes,
+            training=False,
+            score=spec.options.records.score,
+            observation_statistics=lambda: statistics,
         )
         record = evaluator.evaluate(0, 0)
         bar.advance(spec.options.num_eval_episodes)

@@ -41,6 +41,23 @@ def test_a_jsonl_position_is_plain_data_that_rewind_cuts_the_run_back_to(tmp_pat
     assert logged(path) == [("ep_return/run_1", 1)]
 
 
+def test_a_line_file_that_lost_lines_the_checkpoint_counted_is_said_when_it_is_cut_back(tmp_path, caplog):
+    """F13: a callback.jsonl cut to a tenth of its size resumed without a word, its runs' lines missing."""
+    path = tmp_path / "log.jsonl"
+    callback = JsonlCallback(path)
+    for step in (1, 2, 3):
+        callback({"ep_return": float(step)}, "ep_return/run_1", step)
+    position = callback.checkpoint("run_1")
+    callback.close()
+    path.write_text(path.read_text().splitlines(keepends=True)[0])  # cut short after the checkpoint was written
+    with caplog.at_level("WARNING"):
+        callback.rewind("run_1", position)
+    assert f"{path} holds fewer entries of the resumed run than its checkpoint counted (ep_return/run_1: 1 of 3)" in (
+        caplog.text
+    )
+    assert logged(path) == [("ep_return/run_1", 1)]
+
+
 def test_a_position_of_another_sink_is_refused_and_the_file_kept(tmp_path):
     path = tmp_path / "log.jsonl"
     callback = JsonlCallback(path)

@@ -10,6 +10,9 @@ checkpoints of the run (``Last`` and ``Best`` are never deleted). Checkpoints ho
 buffer as the agent's own ``save`` decides (``save_buffer=True`` for DQN and SAC; the run's
 full checkpoint takes it with ``checkpoint_buffers=True``, see :mod:`online_trainer.run.full_checkpoint`);
 the best state never holds one (``save(buffers=False)`` for agents whose ``save`` takes ``buffers``).
+When the training env has ``NormalizeObservation`` wrappers, each checkpoint has their statistics beside it, as they
+were when it was written (``Run{i}_S{n}_obs_statistics.npz``, ``Run{i}_Best_obs_statistics.npz``...): evaluating it
+later plays as an evaluation during training did (see :mod:`online_trainer.loop.normalization`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from online_trainer.loop.budget import INFINITY
 from online_trainer.loop.factories import accepts_keyword
 from online_trainer.loop.hook_protocol import Hook, RunContext
+from online_trainer.loop.normalization import observation_statistics, statistics_bytes, statistics_path
 from online_trainer.records import storage
 from online_trainer.run.builtin.scheduled_evaluation import RunEvaluations
 
@@ -86,6 +90,7 @@ class RunCheckpoints(Hook):
         self.best_return = -INFINITY
         """The best training return, or the best evaluation mean when the run evaluates."""
         self.best_state: bytes | None = None  # torch-serialised, see _keep_best
+        self.best_statistics: bytes | None = None  # the training env's observation statistics then, as .npz bytes
         self.saved: list[str] = []  # labels of the periodic checkpoints on disk, oldest first
         self.every_steps = None if by_episode else freq
         # episodes: the best training return (without evaluations) and checkpoints every freq-th episode
@@ -97,7 +102,7 @@ class RunCheckpoints(Hook):
         if self.evaluations is None:
             best = max((r for r in returns if r > self.best_return), default=None)
             if best is not None:
-                self._keep_best(float(best))
+                self._keep_best(ctx, float(best))
         if self.by_episode:
             freq = self.freq
             index = -(-first_index // freq) * freq  # the first multiple of freq among the batch's indices
@@ -114,28 +119,39 @@ class RunCheckpoints(Hook):
         assert self.evaluations is not None  # on_eval is handled only for a run that evaluates
         records = self.evaluations.records
         if records and result is records[-1] and result["mean"] > self.best_return:
-            self._keep_best(result["mean"])
+            self._keep_best(ctx, result["mean"])
 
-    def _keep_best(self, value: float) -> None:
+    def _keep_best(self, ctx: RunContext, value: float) -> None:
         """``agent.save()`` now, torch-serialised: a new best costs one serialisation, not a deep copy now and
         a serialisation at the end. An agent whose ``save()`` returns no state (it saves to files only, as
         Stable-Baselines3's models do) saves its best to ``Run{i}_Best`` now, with ``save(path)``: a None
         state was kept as the best, and the best agent lost."""
         self.best_return = value
         state = self.agent.save(**self.best_kwargs)
+        statistics = observation_statistics(ctx.env)
+        self.best_statistics = None if statistics is None else statistics_bytes(statistics)
         if state is None:
             prefix = storage.best_agent_prefix(self.exp_dir, self.run_idx)
             remove_checkpoint(prefix)  # the earlier best's files: a new save may name its files otherwise
             self.agent.save(os.fspath(prefix))
+            self._write_statistics(prefix, self.best_statistics)
             self.best_state = None
             return
         self.best_state = serialised(state)
 
+    @staticmethod
+    def _write_statistics(prefix: Path, statistics: bytes | None) -> None:
+        if statistics is not None:
+            storage.write_atomic(statistics_path(prefix), statistics)
+
     def _save(self, ctx: RunContext, label: str, periodic: bool = False) -> None:
         """``agent.save`` to ``Run{i}_{label}``, announced to every hook (and, for a periodic one, a full checkpoint
         of the run at the end of the step); the oldest periodic checkpoints beyond ``keep`` are then deleted."""
-        path = os.fspath(storage.checkpoint_path(self.exp_dir, self.run_idx, label))
+        prefix = storage.checkpoint_path(self.exp_dir, self.run_idx, label)
+        path = os.fspath(prefix)
         self.agent.save(path)
+        statistics = observation_statistics(ctx.env)
+        self._write_statistics(prefix, None if statistics is None else statistics_bytes(statistics))
         if periodic:
             self.saved.append(label)
         ctx.checkpointed(path)
@@ -147,17 +163,21 @@ class RunCheckpoints(Hook):
         self._save(ctx, "Last")
         if self.best_state is not None:
             storage.write_atomic(storage.best_agent_path(self.exp_dir, self.run_idx), self.best_state)
+            self._write_statistics(storage.best_agent_prefix(self.exp_dir, self.run_idx), self.best_statistics)
 
     def state_dict(self) -> dict[str, Any]:
         """``next_step``: the env step of the next periodic checkpoint (step budget); ``best_return`` and
-        ``best_state`` (bytes, or None); ``saved``: the labels of the periodic checkpoints kept on disk."""
+        ``best_state`` (bytes, or None) and ``best_statistics`` (the observation statistics then: ``.npz`` bytes, or
+        None); ``saved``: the labels of the periodic checkpoints kept on disk."""
         return {
             "next_step": self.next_step,
             "best_return": self.best_return,
             "best_state": self.best_state,
+            "best_statistics": self.best_statistics,
             "saved": list(self.saved),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.next_step, self.best_return = state["next_step"], float(state["best_return"])
         self.best_state, self.saved = state["best_state"], list(state["saved"])
+        self.best_statistics = state.get("best_statistics")  # a checkpoint of a release that kept none

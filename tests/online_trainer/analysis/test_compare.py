@@ -67,6 +67,14 @@ def test_identical_candidates_cannot_be_told_apart():
     assert row["probability_of_improvement_lo"] < 0.5 < row["probability_of_improvement_hi"]
     assert not row["distinguishable"] and row["intervals_overlap"]
     assert row["seeds_needed"] == np.inf  # a difference of exactly zero: no number of seeds separates them
+    # C13: every interval of the same runs is the same, whatever the candidate is called (the optimality gap's and
+    # the profiles' were drawn from streams named after the candidate)
+    values = list(rng.uniform(size=10))
+    out = compare_scores(table({"A": {"t": values}, "B": {"t": values}}), CompareOptions(optimality_threshold=0.8))
+    first, second = out.aggregates.set_index("candidate").loc[["A", "B"]].to_dict("records")
+    assert first == second
+    profiles = out.profiles.set_index("candidate")
+    assert profiles.loc["A"].to_numpy().tolist() == profiles.loc["B"].to_numpy().tolist()
 
 
 def test_a_clearly_better_candidate_has_an_interval_above_one_half():

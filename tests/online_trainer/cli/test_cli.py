@@ -1356,32 +1356,34 @@ def test_a_config_evaluates_on_its_evaluation_env_section(tmp_path, capsys):
     from online_trainer import load_evaluations
 
     exp_dir = tmp_path / "exp"
-    # the eval corridor is 3 cells long: its episodes take 2 steps where the training one's take 9 or more
-    eval_env = "evaluation={freq: 3, episodes: 2, env: {id: Corridor-v0, kwargs: {length: 3}}}"
+    # the eval corridor ends its episodes at 5 steps, where the training one's take 9 or more
+    eval_env = "evaluation={freq: 3, episodes: 2, env: {id: Corridor-v0, kwargs: {max_episode_steps: 5}}}"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", eval_env, "checkpoint_freq=3") == 0
     resolved = yaml.safe_load((exp_dir / "config.yaml").read_text())
     assert resolved["evaluation"]["env"] == {
         "id": "Corridor-v0",
         "num_envs": 1,
         "vectorization": "sync",
-        "kwargs": {"length": 3},
+        "kwargs": {"max_episode_steps": 5},
         "wrappers": [],
         "vector_kwargs": {},
     }
     evaluations = load_evaluations(exp_dir)
     assert len(evaluations) == 2 * 2  # 2 runs, evaluated at 3 and 6 episodes
-    assert evaluations["eval_return"].max() == -2  # 9 steps at least in the training env's 10 cells
+    assert (evaluations["eval_return"] == -5).all()  # 9 steps at least in the training env's 10 cells
     capsys.readouterr()
     assert cli.main(["eval", str(exp_dir), "--episodes", "2", "--no-progress"]) == 0  # on the same eval env
     lengths = pd.read_csv(exp_dir / "evaluation_last.csv")["ep_length"]
-    assert len(lengths) == 4 and lengths.min() == 2
+    assert len(lengths) == 4 and (lengths == 5).all()
     # a resume of the config edited there is refused, as an edited env section is
     text = (exp_dir / "config.yaml").read_text()
-    (exp_dir / "config.yaml").write_text(text.replace("kwargs: {length: 3}", "kwargs: {length: 4}"))
+    (exp_dir / "config.yaml").write_text(
+        text.replace("kwargs: {max_episode_steps: 5}", "kwargs: {max_episode_steps: 6}")
+    )
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
     assert (
-        "was edited since the experiment ran: evaluation.env.kwargs.length is 4 there, but the runs were built with 3"
-        in capsys.readouterr().err
+        "was edited since the experiment ran: evaluation.env.kwargs.max_episode_steps is 6 there, but the runs were "
+        "built with 5" in capsys.readouterr().err
     )
 
 

@@ -932,3 +932,13 @@ def test_videos_of_evaluations_after_the_checkpoint_are_removed_on_resume(tmp_pa
     (tmp_path / storage.MANIFEST_FILE).write_text(json.dumps(manifest))
     trainer.multi_run(1, resume=True, **kw)
     assert sorted(p.name for p in videos.iterdir()) == filmed
+
+
+def test_the_note_of_a_stop_before_the_first_full_checkpoint_does_not_ask_for_checkpoint_freq(tmp_path):
+    """F13: a Ctrl-C before the first of the checkpoint_freq checkpoints was told "checkpoint_freq writes them"."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(KeyboardInterrupt) as cut:
+        trainer.multi_run(1, num_episodes=40, seed_offset=0, checkpoint_freq=30, hooks=[Crash(20)], progress=False)
+    assert cut.value.__notes__[-1].endswith(
+        "make the same call with resume=True (runs start again: none had reached its first full checkpoint yet)."
+    )

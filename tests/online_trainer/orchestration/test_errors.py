@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import re
+import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -862,3 +867,116 @@ def test_a_hook_that_raises_in_on_run_start_stops_every_run_and_keeps_nothing(tm
         3, num_episodes=2, seed_offset=0, progress=False
     )
     assert [len(run) for run in runs] == [2, 2, 2]
+
+
+class FailsOrSlowsBySeed(gym.Wrapper):
+    """CartPole whose first step raises for the seed ``fail`` (while the file ``armed`` exists), and whose every
+    step sleeps 2 ms for the seed ``slow``: a later seed's own error while an earlier seed is under way."""
+
+    def __init__(self, env, fail: int, slow: int, armed: str) -> None:
+        super().__init__(env)
+        self.fail, self.slow, self.armed, self.seed = fail, slow, armed, None
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.seed = seed
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.seed == self.fail and os.path.exists(self.armed):
+            raise ValueError(f"no step for seed {self.fail}")
+        if self.seed == self.slow:
+            time.sleep(0.002)
+        return self.env.step(action)
+
+
+def _failing_by_seed(armed: str):
+    return gym.make_vec(
+        "CartPole-v1",
+        num_envs=1,
+        vectorization_mode="sync",
+        wrappers=[functools.partial(FailsOrSlowsBySeed, fail=20000, slow=10000, armed=armed)],
+    )
+
+
+def test_a_later_seeds_setup_error_keeps_a_run_under_way_as_interrupted_and_its_resume_is_exact(tmp_path):
+    """F13: run 3's error at its first step (run 1 finished, run 2 under way) removed run 2's records and checkpoints,
+    marked it pending and left its points in the shared JSONL and TensorBoard files: the resume held 498 of them
+    twice. Run 2 is now stopped as Ctrl-C stops it, and goes on from its full checkpoint."""
+    from online_trainer.agents import RandomAgent
+    from online_trainer.callbacks import JsonlCallback
+
+    armed = tmp_path / "armed"
+    armed.touch()
+    env = functools.partial(_failing_by_seed, str(armed))
+
+    def trainer(exp_dir):
+        t = OnlineTrainer(env, RandomAgent, exp_dir=exp_dir)
+        t.call_back = JsonlCallback(exp_dir / "log.jsonl")
+        return t
+
+    kw = dict(
+        total_steps=3000, seed_offset=0, checkpoint_freq=300, execution=ExecutionOptions(num_workers=2, progress=False)
+    )
+    with pytest.raises(ValueError, match="no step for seed 20000") as no:
+        trainer(tmp_path / "exp").multi_run(3, **kw)
+    assert (
+        "run(s) 2, under way, stopped as Ctrl-C stops them (interrupted, with what they flushed)"
+        in (no.value.__notes__[-1])
+    )
+    manifest = json.loads((tmp_path / "exp" / "manifest.json").read_text())
+    assert [e["status"] for e in manifest["runs"]] == ["finished", "interrupted", "pending"]
+    armed.unlink()
+    runs = trainer(tmp_path / "exp").multi_run(3, resume=True, **kw)
+    reference = trainer(tmp_path / "ref").multi_run(3, **kw)
+    for run, expected in zip(runs, reference):
+        assert run.column("ep_return").tolist() == expected.column("ep_return").tolist()
+    for exp_dir in ("exp", "ref"):
+        lines = [json.loads(line) for line in (tmp_path / exp_dir / "log.jsonl").read_text().splitlines()]
+        points = [(line["tag"], line["step"]) for line in lines if "ep_return" in line["values"]]
+        assert len(points) == len(set(points)) == sum(len(run) for run in reference)  # none twice, none missing
+
+
+@pytest.mark.parametrize(
+    ("eval_env", "message"),
+    [
+        (
+            lambda: gym.make_vec("Acrobot-v1", num_envs=1),
+            "The eval env's observation space is Box(",
+        ),
+        (
+            lambda: gym.make_vec("CartPole-v1", num_envs=1, vectorization_mode="sync", max_episode_steps=50),
+            None,  # the same spaces: accepted
+        ),
+    ],
+)
+def test_an_eval_env_on_other_spaces_is_refused_before_the_first_step(tmp_path, eval_env, message):
+    """N13: a HalfCheetah eval env for an InvertedPendulum run failed at the first evaluation, after training went
+    on; actions rescaled in the eval env ran silently."""
+    from online_trainer import EvaluationOptions
+    from online_trainer.agents import RandomAgent
+
+    trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RandomAgent, exp_dir=tmp_path / "exp")
+    evaluation = EvaluationOptions(env=eval_env, freq=100, episodes=1)
+    if message is None:
+        trainer.multi_run(1, total_steps=200, evaluation=evaluation, progress=False)
+        return
+    with pytest.raises(ValueError, match=re.escape(message)) as no:
+        trainer.multi_run(1, total_steps=200, evaluation=evaluation, progress=False)
+    assert "the training env's Box(" in str(no.value) and "EvaluationOptions(env=...)" in str(no.value)
+    assert not (tmp_path / "exp").exists()
+    rescaled = OnlineTrainer(
+        lambda: gym.make_vec("Pendulum-v1", num_envs=1), RandomAgent, exp_dir=tmp_path / "pendulum"
+    )
+    with pytest.raises(ValueError, match=r"The eval env's action space is Box\(-1.0, 1.0, \(1,\), float32\)"):
+        rescaled.multi_run(
+            1,
+            total_steps=200,
+            evaluation=EvaluationOptions(
+                env=lambda: gym.wrappers.vector.RescaleAction(
+                    gym.make_vec("Pendulum-v1", num_envs=1), np.float32(-1), np.float32(1)
+                ),
+                freq=100,
+            ),
+            progress=False,
+        )

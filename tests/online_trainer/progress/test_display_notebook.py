@@ -299,3 +299,25 @@ def test_the_overall_widget_shows_what_is_left_and_a_failure(monkeypatch):
     display.close_all()
     widget = display.overall.container.children[1]
     assert (widget.value, widget.max, widget.bar_style) == (14, 14, "success")
+
+
+def test_a_widget_bar_keeps_its_last_state_and_the_mean_rate(monkeypatch):
+    """J13: a saved notebook's hidden bar read "run 3: 93% | 5583/6000" for a run that finished (hidden before its
+    last redraw), and a run's rate after an evaluation that filmed a video was 39.75 steps/s for its 290 (tqdm's
+    moving average of the last redraws)."""
+    pytest.importorskip("ipywidgets")
+    import tqdm.notebook
+
+    shown = []
+    monkeypatch.setattr(tqdm.notebook, "display", lambda widget, **_: shown.append(widget))
+    monkeypatch.setattr(progress, "tqdm", tqdm_notebook)
+    display = progress.ProgressDisplay(1, 100, "steps", slots=1)
+    _, box = shown
+    display.open_run(1, "run 1", 100, "steps")
+    display.advance(1, 50, 1.0)
+    display.advance(1, 50, 1.0)  # within tqdm's mininterval of the last: not drawn by the update
+    assert display.bars[1].smoothing == 0 and display.overall.smoothing == 0
+    display.run_finished(1, "finished")
+    assert box.layout.display == "none" and box.children[1].value == 100
+    assert box.children[0].value.replace("\u2007", " ").endswith("100%") and "100/100" in box.children[2].value
+    display.close_all()
