@@ -139,7 +139,10 @@ def budget_of(exp_dir: str | os.PathLike) -> tuple[str | None, int | None]:
     exp_dir = Path(exp_dir)
     candidates: list[Any] = []
     if (exp_dir / storage.MANIFEST_FILE).is_file():
-        candidates.append(storage.read_manifest(exp_dir).get("budget"))
+        manifest = storage.read_manifest(exp_dir)
+        # "budget" comes with the first run that ends; the record of the call has it from the start (J13: the runs
+        # of an experiment none of whose runs had ended showed no budget)
+        candidates += [manifest.get("budget"), manifest.get("call")]
     sweep_file = exp_dir.parent / "sweep.json"
     if sweep_file.is_file():
         try:

@@ -110,7 +110,7 @@ def test_a_stream_without_manifest_entry_has_status_unknown(tmp_path, caplog):
     assert "have no manifest entry" in caplog.text
 
 
-def test_original_onlinetrainer_directory_without_manifest(tmp_path):
+def test_original_onlinetrainer_directory_without_manifest(tmp_path, caplog):
     """metrics_run{i}.pkl from 1, appended pickled lists of dicts lacking global_step, wall_time, episode_index."""
 
     def legacy(ret, length):
@@ -129,7 +129,10 @@ def test_original_onlinetrainer_directory_without_manifest(tmp_path):
         pickle.dump([legacy(-2.0, 5)], f)  # a second chunk appended later
     with open(tmp_path / "metrics_run2.pkl", "wb") as f:
         pickle.dump([{"ep_return": 1.0, "ep_length": 7, "agent_seed": 43}], f)
-    df = load_episodes(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        df = load_episodes(tmp_path)
+    # F13: a deleted manifest.json counted a failed run's partial episodes without a word
+    assert f"{tmp_path} has no manifest.json: the statuses of its runs are unknown, so every run counts" in caplog.text
     assert df["run"].tolist() == [1, 1, 1, 2]
     assert df["episode_index"].tolist() == [1, 2, 3, 1]
     assert df["global_step"].tolist() == [4, 7, 12, 7]  # running sum of ep_length
@@ -329,3 +332,23 @@ def test_load_evaluations_says_once_that_runs_were_left_running(tmp_path, caplog
         evals = load_evaluations(tmp_path)
     assert evals.attrs["runs"][0]["status"] == "interrupted"
     assert sum("were running when the process" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_the_budget_of_an_experiment_none_of_whose_runs_ended_is_read_from_its_call(tmp_path):
+    """J13: load_runs gave an interrupted experiment's runs no budget (the manifest records it with a first run)."""
+    from online_trainer.hooks import Hook
+
+    class Stop(Hook):
+        every_steps = 10
+
+        def on_step(self, ctx):
+            if ctx.global_step >= 20:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+            1, total_steps=500, seed_offset=0, hooks=[Stop()], progress=False
+        )
+    runs = load_runs(tmp_path)
+    assert runs["status"].tolist() == ["interrupted"]
+    assert runs[["budget_unit", "budget"]].values.tolist() == [["steps", 500]]
