@@ -339,6 +339,8 @@ def evaluation_table(episodes: Any) -> str:
         "",
     ]
     summary = aggregate(per_run, value="ep_return", group_by="checkpoint")
+    order = list(dict.fromkeys(per_run["checkpoint"]))  # the table's, in training order (V13: S1200 before S400)
+    summary = summary.set_index("checkpoint").loc[order].reset_index()
     for row in summary.itertuples(index=False):
         stats = ", ".join(
             f"{stat} {getattr(row, stat):.2f} [{getattr(row, stat + '_lo'):.2f}, {getattr(row, stat + '_hi'):.2f}]"

@@ -153,6 +153,9 @@ def _check_override_path(path: tuple[str, ...]) -> None:
             raise ConfigError(message)
 
 
+_UNSET = object()
+
+
 def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """A copy of the raw config ``data`` with the dotted ``key=value`` overrides applied in order."""
     data = copy.deepcopy(data)
@@ -160,10 +163,18 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     for text in overrides:
         path, value = parse_override(text)
         for earlier, (earlier_text, earlier_value) in given.items():
-            # a later override that replaces an earlier one (the same key, or the section holding it) loses it
-            if earlier[: len(path)] == path and (earlier != path or earlier_value != value):
+            # a later override that replaces an earlier one (the same key, or the section holding it) loses it; one
+            # of a key that an earlier section's value set already sets it twice
+            inside = path[: len(earlier)] == earlier and len(path) > len(earlier)
+            if inside:
+                for part in path[len(earlier) :]:
+                    earlier_value = earlier_value.get(part, _UNSET) if isinstance(earlier_value, dict) else _UNSET
+            if (earlier[: len(path)] == path and (earlier != path or earlier_value != value)) or (
+                inside and earlier_value is not _UNSET and earlier_value != value
+            ):
+                key = ".".join(earlier if len(earlier) > len(path) else path)
                 raise ConfigError(
-                    f"overrides {earlier_text!r} and {text!r} both set {'.'.join(earlier)}: give it once "
+                    f"overrides {earlier_text!r} and {text!r} both set {key}: give it once "
                     "(the second would silently replace the first)."
                 )
         given[path] = (text, value)

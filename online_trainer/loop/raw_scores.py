@@ -83,6 +83,7 @@ def _time_limit_outside(env: Any) -> TimeLimit | None:
 def require_episode_statistics(env: VectorEnv, what: str) -> None:
     """Raise ValueError for ``score='raw'`` when ``env`` (``what``: which env) has no ``RecordEpisodeStatistics``,
     or a ``TimeLimit`` outside it (the episodes it cuts would end without statistics: NaN raw scores)."""
+    section = "evaluation.env" if what == "eval env" else "env"  # the config's section of that env
     base = env.unwrapped if isinstance(env, gym.vector.VectorWrapper) else env
     limits = [_time_limit_outside(sub) for sub in getattr(base, "envs", ())]
     limit = next((limit for limit in limits if limit is not None), None)
@@ -92,8 +93,8 @@ def require_episode_statistics(env: VectorEnv, what: str) -> None:
             f"but in the {what}'s sub-envs a TimeLimit(max_episode_steps={limit._max_episode_steps}) wraps it: the "
             "episodes it cuts end without statistics (a NaN raw score, left out of every statistic). Put the time "
             "limit inside: gym.make(..., max_episode_steps=...), or TimeLimit before RecordEpisodeStatistics in the "
-            "wrappers. In a config: env.kwargs: {max_episode_steps: N}, or list gymnasium.wrappers:TimeLimit before "
-            "gymnasium.wrappers:RecordEpisodeStatistics in env.wrappers."
+            f"wrappers. In a config: {section}.kwargs: {{max_episode_steps: N}}, or list gymnasium.wrappers:TimeLimit "
+            f"before gymnasium.wrappers:RecordEpisodeStatistics in {section}.wrappers."
         )
     if not has_episode_statistics(env):
         vector_level = ""

@@ -575,6 +575,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
             ["evaluation.freq=3", "evaluation={episodes: 2}"],
             "overrides 'evaluation.freq=3' and 'evaluation={episodes: 2}' both set evaluation.freq: give it once",
         ),
+        (  # V13: the section first, then one of its keys set otherwise
+            ["evaluation={freq: 5}", "evaluation.freq=6"],
+            "overrides 'evaluation={freq: 5}' and 'evaluation.freq=6' both set evaluation.freq: give it once",
+        ),
     ],
 )
 def test_config_errors_exit_2_before_anything_runs(tmp_path, capsys, overrides, message):
@@ -1411,3 +1415,37 @@ def test_the_evaluation_env_sections_mistakes_name_its_keys(tmp_path, capsys, ov
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not exp_dir.exists()
+
+
+def test_eval_of_every_checkpoint_lists_their_statistics_in_training_order(tmp_path, capsys):
+    """V13: the summary lines came in text order (S1200, S400, S800, best, last), the table in training order."""
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "num_episodes=12", "checkpoint_freq=3") == 0
+    capsys.readouterr()
+    assert cli.main(["eval", str(exp_dir), "--which", "all", "--episodes", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    summary = [line.split(":")[0] for line in out.splitlines() if "(95% CI over" in line]
+    table = list(dict.fromkeys(line.split()[0] for line in out.split("\n\n")[0].splitlines()[2:]))
+    assert summary == table == ["E3", "E6", "E9", "E12", "last", "best"]
+
+
+def test_a_raw_score_refusal_for_the_eval_env_names_its_section(tmp_path, capsys):
+    """V13: the refusal of a TimeLimit outside RecordEpisodeStatistics in the eval env told to fix env.kwargs."""
+    exp_dir = tmp_path / "exp"
+    config = write_config(
+        tmp_path,
+        TINY
+        + "records: {score: raw}\n"
+        + "evaluation:\n  freq: 3\n  env:\n    id: Corridor-v0\n    wrappers:\n"
+        + "      - gymnasium.wrappers:RecordEpisodeStatistics\n"
+        + "      - gymnasium.wrappers:TimeLimit: {max_episode_steps: 5}\n",
+    )
+    text = config.read_text().replace(
+        "  num_envs: 2\n", "  num_envs: 2\n  wrappers: [gymnasium.wrappers:RecordEpisodeStatistics]\n", 1
+    )
+    config.write_text(text)
+    assert run(str(config), f"exp_dir={exp_dir}") == 2
+    err = capsys.readouterr().err
+    assert "in the eval env's sub-envs a TimeLimit(max_episode_steps=5) wraps it" in err
+    assert "In a config: evaluation.env.kwargs: {max_episode_steps: N}, or list gymnasium.wrappers:TimeLimit" in err
+    assert "in evaluation.env.wrappers." in err
