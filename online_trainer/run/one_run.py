@@ -155,7 +155,8 @@ def check_eval_spaces(eval_env: Any, env: Any) -> None:
             raise ValueError(
                 f"The eval env's {kind} space is {ours}, the training env's {theirs}: the agent was built on the "
                 f"training env's. Give evaluation=EvaluationOptions(env=...) an env with the same {kind} space (the "
-                "same wrappers but the ones that change only what is recorded, such as a time limit)."
+                "same wrappers but the ones that change only what is recorded, such as a time limit); in a config, "
+                "an evaluation.env section with env's num_envs, kwargs and wrappers (it takes nothing from env)."
             )
 
 
