@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import shutil
-import tempfile
 from typing import Any
 
 import numpy as np
@@ -70,8 +70,10 @@ def write_state(path: str | os.PathLike, state: Any) -> str:
     """Write a packed state to ``state_file(path)`` atomically and return that file name."""
     target = state_file(path)
     directory = os.path.dirname(os.path.abspath(target))
+    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=directory)
+        # os.open applies the umask, as for every other file of the experiment (mkstemp's files are 0600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
         raise _not_written(exc, target) from exc
     try:

@@ -47,8 +47,16 @@ class RunsFailedError(RuntimeError):
         results: the records of every run that completed, ``None`` for the failed ones.
     """
 
-    def __init__(self, failures: Sequence[RunFailure], results: list | None = None, on_disk: bool = True) -> None:
-        """``on_disk``: the runs wrote their records into an experiment directory (False: ``exp_dir`` None)."""
+    def __init__(
+        self,
+        failures: Sequence[RunFailure],
+        results: list | None = None,
+        on_disk: bool = True,
+        continuing: str | None = None,
+    ) -> None:
+        """``on_disk``: the runs wrote their records into an experiment directory (False: ``exp_dir`` None).
+        ``continuing``: the call that runs the failed runs again once their cause is fixed (``"the same call with
+        resume=True"``), said after them; None when there is none (the command says its own)."""
         self.failures = list(failures)
         self.results = results
         kept = (
@@ -66,7 +74,15 @@ class RunsFailedError(RuntimeError):
             if more:
                 line += "\n" + "\n".join("    " + text for text in RunFailure(0, 0, "", more).tail().splitlines())
             parts.append(line)
-        super().__init__("\n".join(parts))
+        self.summary = "\n".join(parts)
+        """The message without the call that continues: the failed runs and their errors."""
+        then = ""
+        if on_disk and continuing:
+            then = (
+                f"\nOnce the cause is fixed, {continuing} runs the failed runs again (each from its latest full "
+                "checkpoint, or from its first step) and keeps the runs that ended."
+            )
+        super().__init__(self.summary + then)
 
 
 class SlurmSubmissionError(ValueError):

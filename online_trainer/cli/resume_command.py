@@ -13,6 +13,7 @@ from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
 from online_trainer.errors import RunsFailedError
+from online_trainer.experiment.manifest import ended_runs
 from online_trainer.orchestration.trainer import OnlineTrainer
 from online_trainer.records import storage
 
@@ -51,7 +52,11 @@ def resume_command(args: argparse.Namespace) -> int:
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
     trainer.call_back = CALLBACKS[config.callback](exp_dir)
-    print(f"Resuming {exp_dir}", flush=True)
+    counts = ended_runs(exp_dir)
+    if counts is not None and counts[0] == counts[1]:  # it said "Resuming" and printed the table (tester D14)
+        print(f"Every run of {exp_dir} had ended ({counts[1]} of {counts[1]}): nothing to resume.", flush=True)
+    else:
+        print(f"Resuming {exp_dir}", flush=True)
     status, handle = 0, None
     try:
         handle = trainer.multi_run(

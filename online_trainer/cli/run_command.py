@@ -172,7 +172,7 @@ def interrupted(exp_dir: Path) -> int:
 def failed(error: RunsFailedError, exp_dir: Path) -> int:
     """Print ``error`` (the failed runs) and the command that runs them again once their cause is fixed; return 1."""
     print(
-        f"online-trainer: {error}\nOnce the cause is fixed, run the failed runs again (each from its latest full "
+        f"online-trainer: {error.summary}\nOnce the cause is fixed, run the failed runs again (each from its latest full "
         f"checkpoint, or from its first step) with:\n  {how_to_continue(exp_dir)}",
         file=sys.stderr,
     )

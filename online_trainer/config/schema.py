@@ -73,6 +73,16 @@ CALLBACKS: dict[str, Callable[[Path], CallBack]] = {
     "wandb": lambda exp_dir: WandbCallback(),
 }
 """Callback factories ``factory(exp_dir) -> callback`` by the name the ``callback`` key takes."""
+CALLBACK_ALIASES = {
+    "tensorboard": "tb",
+    "tbcallback": "tb",
+    "json": "jsonl",
+    "json_lines": "jsonl",
+    "none": "empty",
+    "weights_and_biases": "wandb",
+    "basiccallback": "basic",
+}
+"""Other names users give the callbacks (lowercase): a ``callback`` near one of them is answered with its name."""
 
 VECTORIZATIONS = ("sync", "async")
 
@@ -213,7 +223,9 @@ class ExperimentConfig:
     """What the runs keep and log (section): ``stats_window``, ``score``, ..."""
     execution: ExecutionOptions = dataclasses.field(default_factory=ExecutionOptions)
     """How the runs execute (section): ``num_workers``, ``torch_threads``, ``start_method``, ..."""
-    callback: str = dataclasses.field(default="tb", metadata={"check": validation.choice(tuple(CALLBACKS))})
+    callback: str = dataclasses.field(
+        default="tb", metadata={"check": validation.choice(tuple(CALLBACKS), aliases=CALLBACK_ALIASES)}
+    )
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
     ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
     exp_dir: str | None = None

@@ -470,15 +470,21 @@ def check_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | Non
         )
 
 
+def ended_runs(exp_dir: Path) -> tuple[int, int] | None:
+    """``(runs that ended, runs)`` of the experiment in ``exp_dir``; None when none is there or its manifest cannot
+    be read."""
+    try:
+        runs = storage.read_manifest(exp_dir)["runs"]
+        return sum(run["status"] in COMPLETED for run in runs), len(runs)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def unfinished_runs(exp_dir: Path) -> tuple[int, int] | None:
     """``(runs that ended, runs)`` of the experiment in ``exp_dir`` when some did not end (cut off: killed,
     preempted, Ctrl-C); None when none is there, its manifest cannot be read, or every run ended."""
-    try:
-        runs = storage.read_manifest(exp_dir)["runs"]
-        done = sum(run["status"] in COMPLETED for run in runs)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (done, len(runs)) if done < len(runs) else None
+    counts = ended_runs(exp_dir)
+    return counts if counts is not None and counts[0] < counts[1] else None
 
 
 def how_to_continue(exp_dir: str | os.PathLike) -> str:

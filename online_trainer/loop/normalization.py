@@ -218,3 +218,98 @@ def read_statistics(checkpoint: str | os.PathLike) -> RunningMeanStd | None:
     statistics = RunningMeanStd(shape=mean.shape)
     statistics.mean, statistics.var, statistics.count = mean, var, count
     return statistics
+
+
+# ---------------------------------------------------------------- a restarted env's running statistics
+
+_RUNNING = (_OBS_STATISTICS, _RETURN_STATISTICS)
+
+
+def _plain(statistics: RunningMeanStd) -> dict[str, Any]:
+    """A running estimate as plain data (copies)."""
+    return {"mean": np.array(statistics.mean), "var": np.array(statistics.var), "count": float(statistics.count)}
+
+
+def _estimate(state: dict[str, Any]) -> RunningMeanStd:
+    """The running estimate :func:`_plain` described."""
+    mean = np.array(state["mean"])
+    statistics = RunningMeanStd(shape=mean.shape, dtype=mean.dtype)
+    statistics.mean, statistics.var, statistics.count = mean, np.array(state["var"]), float(state["count"])
+    return statistics
+
+
+def _local_states(chain: Iterator[Any]) -> list[dict[str, Any]]:
+    """The running statistics of the normalization wrappers of ``chain`` (outermost first), each with its position
+    in the chain and its class name, so that they go back to the same wrappers of an env built again."""
+    states = []
+    for position, wrapper in enumerate(chain):
+        kept = {name: _plain(getattr(wrapper, name)) for name in _RUNNING if _keeps(wrapper, name)}
+        if kept:
+            states.append({"position": position, "wrapper": type(wrapper).__name__, **kept})
+    return states
+
+
+def running_state(env: VectorEnv) -> dict[str, Any] | None:
+    """The running statistics of every ``NormalizeObservation`` and ``NormalizeReward`` wrapper of ``env``, as plain
+    data; None when it has none.
+
+    What a full checkpoint keeps of an env it cannot keep whole (an :class:`AsyncVectorEnv`; one that does not
+    pickle), so that the env built again when the run resumes standardises as it did (:func:`restore_running_state`):
+    its agent learnt on observations (and rewards) scaled by these statistics. The wrappers are those of the vector
+    env, of a :class:`SyncVectorEnv`'s sub-envs, and of an :class:`AsyncVectorEnv`'s (through ``get_attr``: the
+    outermost of each kind in a sub-env). Their other state (``NormalizeReward``'s discounted sum of the episode in
+    flight) is not kept: the episodes in flight are dropped, and a reset starts it again.
+    """
+    vector = _local_states(_chain(env, VectorWrapper))
+    base: Any = env.unwrapped
+    sync = [_local_states(_chain(sub, gym.Wrapper)) for sub in base.envs] if isinstance(base, SyncVectorEnv) else []
+    remote = {}
+    if isinstance(base, AsyncVectorEnv):
+        for name in _RUNNING:
+            if all(base.call("has_wrapper_attr", name)):
+                remote[name] = [_plain(statistics) for statistics in base.get_attr(name)]
+    if not vector and not any(sync) and not remote:
+        return None
+    return {"vector": vector, "sync": sync, "async": remote}
+
+
+def restore_running_state(env: VectorEnv, state: dict[str, Any]) -> None:
+    """Give the normalization wrappers of ``env`` (built again by the run's factory) the statistics
+    :func:`running_state` took from the env of the run before it was cut off.
+
+    A wrapper that is not where it was (the factory builds another env now) keeps its own statistics, and a warning
+    names it.
+    """
+    missing: list[str] = []
+
+    def put(chain: Iterator[Any], states: list[dict[str, Any]], where: str) -> None:
+        wrappers = list(chain)
+        for entry in states:
+            position, name = entry["position"], entry["wrapper"]
+            wrapper = wrappers[position] if position < len(wrappers) else None
+            if wrapper is None or type(wrapper).__name__ != name:
+                missing.append(f"{name} at position {position} of {where}")
+                continue
+            for attribute in _RUNNING:
+                if attribute in entry and hasattr(wrapper, attribute):
+                    setattr(wrapper, attribute, _estimate(entry[attribute]))
+
+    put(_chain(env, VectorWrapper), state["vector"], "the vector env's wrappers")
+    base: Any = env.unwrapped
+    subs = list(base.envs) if isinstance(base, SyncVectorEnv) else []
+    for i, states in enumerate(state["sync"]):
+        if i < len(subs):
+            put(_chain(subs[i], gym.Wrapper), states, f"sub-env {i}'s wrappers")
+        elif states:
+            missing.append(f"the wrappers of sub-env {i}")
+    for attribute, estimates in state["async"].items():
+        if isinstance(base, AsyncVectorEnv) and all(base.call("has_wrapper_attr", attribute)):
+            base.set_attr(attribute, [_estimate(estimate) for estimate in estimates])
+        else:
+            missing.append(f"the sub-envs' wrappers keeping {attribute}")
+    if missing:
+        logger.warning(
+            "The resumed run's env was built again, but it lacks normalization wrappers the run's env had (%s): "
+            "they keep the statistics they were built with. Resume with the env the experiment ran with.",
+            "; ".join(missing),
+        )

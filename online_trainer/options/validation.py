@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import numpy as np
@@ -51,17 +51,19 @@ def boolean(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def choice(choices: tuple[str, ...], hint: str = "") -> Any:
+def choice(choices: tuple[str, ...], hint: str = "", aliases: Mapping[str, str] | None = None) -> Any:
     """A check ``check(name, value)`` that accepts one of ``choices`` and names the nearest one otherwise
-    (then ``hint``, what the choices mean)."""
+    (then ``hint``, what the choices mean). ``aliases``: other names of the choices (``{"tensorboard": "tb"}``), so
+    that a value near one of them names its choice."""
     meaning = hint
+    names = {**(aliases or {}), **{c: c for c in choices}}
 
     def check(name: str, value: Any) -> str:
         if value not in choices:
             import difflib
 
-            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
-            hint, explained = (f" (did you mean {close[0]!r}?)" if close else ""), meaning
+            close = difflib.get_close_matches(str(value).lower(), list(names), n=1, cutoff=0.6)
+            hint, explained = (f" (did you mean {names[close[0]]!r}?)" if close else ""), meaning
             raise ValueError(
                 f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
                 f"{hint}.{(' ' + explained) if explained else ''}"

@@ -216,7 +216,7 @@ def run_sweep(
         except RuntimeError:
             failures = [f for e in experiments for f in e.failures()]
             if failures:  # no configuration has a score because its runs failed: their errors are the news
-                raise RunsFailedError(failures, None) from None
+                raise RunsFailedError(failures, None, continuing="the same sweep call with resume=True") from None
             raise
         # every configuration of the directory, not only this call's (an Optuna trial's call has one); under the
         # sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
@@ -234,7 +234,7 @@ def run_sweep(
     ranking: pd.DataFrame = outcome.finalized
     failures = [f for e in outcome.experiments for f in e.failures()]
     if failures:
-        raise RunsFailedError(failures, None)
+        raise RunsFailedError(failures, None, continuing="the same sweep call with resume=True")
     return ranking
 
 

@@ -273,7 +273,9 @@ class OnlineTrainer:
         self.agents, self.evaluations = experiment.agents(), experiment.evaluations()
         self._eval_env_factory = parts.eval_env_factory
         if failures:
-            raise RunsFailedError(failures, runs, on_disk=self.exp_dir is not None) from experiment.first_exception()
+            raise RunsFailedError(
+                failures, runs, on_disk=self.exp_dir is not None, continuing="the same call with resume=True"
+            ) from experiment.first_exception()
         return runs
 
     def input_files(self) -> dict[str, str | None]:

@@ -117,7 +117,7 @@ class SlurmRuns:
         for note in self.unfinished_notes():
             logger.warning("%s", note)
         if failures:
-            raise RunsFailedError(failures, runs)
+            raise RunsFailedError(failures, runs, continuing="the same call with resume=True")
         return runs
 
     def unfinished_notes(self) -> list[str]:

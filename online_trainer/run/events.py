@@ -31,6 +31,7 @@ from online_trainer.errors import Preempted
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.evaluation import Evaluator
 from online_trainer.loop.hook_protocol import RunContext
+from online_trainer.loop.normalization import running_state
 from online_trainer.loop.steps import LoopState
 from online_trainer.progress.display import RunProgress
 from online_trainer.records import storage
@@ -133,6 +134,7 @@ class RunEvents:
         checkpoint = getattr(ctx.callback, "checkpoint", None)
         if callable(checkpoint):
             outputs["callback"] = checkpoint(ctx.run_tag)
+        env = full_checkpoint.env_bytes(ctx.env)
         return full_checkpoint.FullCheckpoint(
             run=spec.run_idx,
             seed=spec.seed,
@@ -141,7 +143,8 @@ class RunEvents:
             tracker=self.tracker.to_state(keep_table=metrics.stream is None),
             events=self.hooks.state_dict(),
             agent=full_checkpoint.agent_state(ctx.agent, spec.exp_dir, spec.run_idx, spec.options.checkpoints.buffers),
-            env=full_checkpoint.env_bytes(ctx.env),
+            env=env,
+            normalization=None if env is not None else running_state(ctx.env),
             rng=full_checkpoint.global_rng_state(),
             outputs=outputs,
             elapsed=time.perf_counter() - self.tracker.start_time,

@@ -18,6 +18,9 @@ changed since it was written, before any run starts. It holds:
 - ``agent``: the agent's ``save()`` (with its replay buffer when ``checkpoint_buffers``);
 - ``env``: the env pickled, when it pickles (a ``SyncVectorEnv`` of classic-control, toy-text
   or MuJoCo envs); None otherwise;
+- ``normalization``: when the env is not kept, the running statistics of its ``NormalizeObservation`` and
+  ``NormalizeReward`` wrappers (:func:`~online_trainer.loop.normalization.running_state`), given to the env built
+  again on resume; None when it is kept or has none;
 - ``rng``: the global generators of ``random``, ``numpy`` and ``torch``, for agents that use them;
 - ``outputs``: where the metrics and evaluation streams stood (byte offsets) and what the callback's
   ``checkpoint()`` returned (the built-in sinks: where their files or stores stood, as plain data).
@@ -48,7 +51,7 @@ import cloudpickle
 import crc32c
 import numpy as np
 
-from online_trainer.loop import seeding
+from online_trainer.loop import normalization, seeding
 from online_trainer.loop.accounting import EpisodeTracker
 from online_trainer.loop.factories import accepts_keyword
 from online_trainer.loop.steps import LoopState
@@ -58,9 +61,14 @@ from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, state
 
 logger = logging.getLogger(__name__)
 
-FORMAT = 3
+FORMAT = 4
 """The layout version of :class:`FullCheckpoint` and :class:`CheckpointHeader`: raise it whenever a part's
-``to_state`` changes. (3: the built-in sinks' positions are plain data, the header has every field.)"""
+``to_state`` changes. (3: the built-in sinks' positions are plain data, the header has every field. 4: the
+``normalization`` part.)"""
+
+_EARLIER = {3: {"normalization": None}}
+"""Earlier layout versions still read, with the value of each part they lack: a run checkpointed by the version
+before continues (a restarted env's statistics then start again, as they did)."""
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,8 @@ class FullCheckpoint:
         events: :meth:`HookRunner.state_dict <online_trainer.run.hook_runner.HookRunner.state_dict>`.
         agent: :func:`agent_state`.
         env: the env pickled (:func:`env_bytes`), or None.
+        normalization: when ``env`` is None, :func:`~online_trainer.loop.normalization.running_state` of the env
+            (None when it has no normalization wrapper).
         rng: :func:`global_rng_state`.
         outputs: where the metrics and evaluation streams and the callback's files stood.
         elapsed: the run's wall time so far, in seconds.
@@ -146,6 +156,7 @@ class FullCheckpoint:
     events: dict[str, Any]
     agent: dict[str, Any]
     env: bytes | None
+    normalization: dict[str, Any] | None
     rng: dict[str, Any]
     outputs: dict[str, Any]
     elapsed: float
@@ -180,6 +191,7 @@ class FullCheckpoint:
             ValueError: it is of another layout version, or lacks a part (``source`` names it in the message).
         """
         check_version(state.get("version"), source)
+        state = {**_EARLIER.get(state["version"], {}), **state}
         names = [field.name for field in dataclasses.fields(cls)]
         missing = [name for name in names if name not in state]
         if missing:
@@ -188,12 +200,12 @@ class FullCheckpoint:
 
 
 def check_version(version: Any, source: Any) -> None:
-    """Refuse a full checkpoint of another layout version than :data:`FORMAT`.
+    """Refuse a full checkpoint of another layout version than :data:`FORMAT` (or one of :data:`_EARLIER`).
 
     Raises:
         ValueError: naming ``source`` and both versions.
     """
-    if version != FORMAT:
+    if version != FORMAT and version not in _EARLIER:
         raise ValueError(
             f"{source} was written by another version of online_trainer (format {version!r}, this one "
             f"reads {FORMAT}): the run cannot continue from it; remove it to start the run again."
@@ -517,6 +529,8 @@ def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> Loop
     loop = saved.loop
     if saved.env is not None:
         return loop
+    if saved.normalization is not None:  # before the reset: its observations are standardised as the run's were
+        normalization.restore_running_state(env, saved.normalization)
     restart = restart_seed(seed, loop.global_step)
     logger.info(
         "run %d: its env was not in the checkpoint (it does not pickle, or could not be put back exactly): "

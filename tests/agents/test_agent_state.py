@@ -78,9 +78,26 @@ def test_a_state_that_cannot_be_written_names_its_file_not_a_temporary_one(tmp_p
     with pytest.raises(OSError, match=rf"could not write the agent's state {target}: No space left on device\. Free"):
         _state.write_state(tmp_path / "Run1_S500", {"w": 1})
 
-    def read_only(**kwargs):
-        raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / ".tmp-2xw4xcih.pt"))
+    def read_only(path, flags, mode):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
 
-    monkeypatch.setattr(_state.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(_state.os, "open", read_only)
     with pytest.raises(OSError, match=rf"could not write the agent's state {target}: Permission denied\.$"):
         _state.write_state(tmp_path / "Run1_S500", {"w": 1})
+
+
+def test_a_state_file_takes_the_umask_like_the_experiments_other_files(tmp_path):
+    """The periodic checkpoints were 0600 (mkstemp's mode) where the best state and the records were 0644 (tester
+    D14): a group that reads the experiment could not load them."""
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        target = write_state(tmp_path / "Run1_S500", pack_state(sample_state()))
+        assert os.stat(target).st_mode & 0o777 == 0o644
+        os.umask(0o002)
+        target = write_state(tmp_path / "Run1_S600", pack_state(sample_state()))
+        assert os.stat(target).st_mode & 0o777 == 0o664
+    finally:
+        os.umask(umask)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["Run1_S500.pt", "Run1_S600.pt"]

@@ -565,6 +565,8 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
             "callback must be one of 'tb', 'jsonl', 'basic', 'empty', 'csv', 'mlflow', 'wandb', but "
             "got callback='tbb' (did you mean 'tb'?)",
         ),
+        (["callback=tensorbord"], "but got callback='tensorbord' (did you mean 'tb'?)."),  # C13: no hint
+        (["callback=TensorBoard"], "but got callback='TensorBoard' (did you mean 'tb'?)."),
         (["agent.hyperparameters.lr=-1"], "agent 'q_learning': agent.hyperparameters: lr must be > 0 but got lr=-1.0."),
         (["num_runs"], "override 'num_runs' must look like key=value"),
         (
@@ -1223,8 +1225,17 @@ def test_run_with_a_failed_run_prints_the_command_that_runs_it_again(tmp_path, c
     err = capsys.readouterr().err
     assert "RuntimeError: update broke" in err
     assert "Once the cause is fixed, run the failed runs again" in err and f"online-trainer resume {exp_dir}\n" in err
+    assert "resume=True" not in err  # the Python call's advice is not the command's
     monkeypatch.undo()
+    capsys.readouterr()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # as it says
+    assert capsys.readouterr().out.startswith(f"Resuming {exp_dir}\n")
+    # a resume of an experiment whose runs all ended said "Resuming" and printed the table (tester D14)
+    before = {p.name: p.stat().st_mtime_ns for p in exp_dir.iterdir()}
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"Every run of {exp_dir} had ended (2 of 2): nothing to resume.\n") and "seed" in out
+    assert {p.name: p.stat().st_mtime_ns for p in exp_dir.iterdir()} == before
 
 
 def test_run_on_a_disk_that_fills_says_so_with_the_command_that_continues(tmp_path, capsys, monkeypatch):

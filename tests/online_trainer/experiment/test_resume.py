@@ -332,6 +332,22 @@ def test_a_checkpoint_of_another_format_version_is_refused_before_any_run_starts
     assert files_with_times(tmp_path, lock=True) == before and not started  # refused by the lock's check
 
 
+def test_a_checkpoint_of_the_version_before_is_read_without_the_part_it_lacks(tmp_path):
+    """Format 3 (before the normalization part) continues: a run checkpointed before an upgrade is not lost."""
+    env, agent = AGENTS["q_learning"]
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(env, agent, exp_dir=tmp_path).multi_run(
+            1, total_steps=600, seed_offset=3, checkpoint_freq=300, progress=False, hooks=[Crash(400)]
+        )
+    state = full_checkpoint.read(tmp_path, 1).to_state()
+    del state["normalization"]
+    older = full_checkpoint.FullCheckpoint.from_state({**state, "version": 3})
+    assert older.normalization is None and older.version == 3 and older.loop.global_step == 300
+    full_checkpoint.check_version(3, "a header")  # the header of such a file passes too
+    with pytest.raises(ValueError, match=r"format 2, this one reads"):
+        full_checkpoint.FullCheckpoint.from_state({**state, "version": 2})
+
+
 def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
     """The run's own parts (loop, episodes in progress, records, hooks) are saved as plain data: no object of
     online_trainer is pickled, so an attribute added to one of its classes cannot break a checkpoint."""
@@ -353,7 +369,7 @@ def test_a_full_checkpoint_holds_plain_data_only(tmp_path):
         )
     saved = full_checkpoint.read(tmp_path, 1)
     assert saved.tracker["table"]["returns"] and saved.tracker["actions"]["t"] > 0  # records and actions are kept
-    for part in (saved.loop.to_state(), saved.tracker, saved.events, saved.rng):
+    for part in (saved.loop.to_state(), saved.tracker, saved.events, saved.rng, saved.normalization):
         ops = pickletools.genops(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
         strings = [arg for op, arg, _ in ops if isinstance(arg, str)]
         assert not [s for s in strings if s.startswith("online_trainer")]

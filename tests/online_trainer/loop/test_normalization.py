@@ -7,15 +7,18 @@ import logging
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.wrappers import NormalizeObservation
+from gymnasium.wrappers import NormalizeObservation, NormalizeReward
 from gymnasium.wrappers.utils import RunningMeanStd
 from gymnasium.wrappers.vector import NormalizeObservation as VectorNormalizeObservation
+from gymnasium.wrappers.vector import NormalizeReward as VectorNormalizeReward
 
 from online_trainer import EvaluationOptions, ExecutionOptions, OnlineTrainer
 from online_trainer.loop.normalization import (
     evaluation_statistics,
     observation_statistics,
     read_statistics,
+    restore_running_state,
+    running_state,
     statistics_bytes,
     statistics_path,
 )
@@ -192,3 +195,75 @@ def test_a_resumed_run_evaluates_as_the_uninterrupted_one_on_an_env_with_normali
     for got, expected in zip(resumed.evaluations[0], reference.evaluations[0]):
         assert np.array_equal(got["returns"], expected["returns"]) and got["global_step"] == expected["global_step"]
     assert len({e["mean"] for e in reference.evaluations[0]}) > 1  # the statistics changed what it scored
+
+
+def _both(mode: str):
+    """Observation and reward statistics in every place they can be: per sub-env and around the vector env."""
+    env = gym.make_vec(
+        "CartPole-v1", num_envs=2, vectorization_mode=mode, wrappers=[NormalizeObservation, NormalizeReward]
+    )
+    return VectorNormalizeReward(VectorNormalizeObservation(env))
+
+
+def _estimates(env) -> list[tuple[float, list[float]]]:
+    """(count, mean) of every running estimate of ``env``, in a fixed order."""
+    found = [env.return_rms, env.env.obs_rms]
+    base = env.unwrapped
+    if hasattr(base, "envs"):
+        found += [s for sub in base.envs for s in (sub.return_rms, sub.env.obs_rms)]
+    else:
+        found += [*base.get_attr("return_rms"), *base.get_attr("obs_rms")]
+    return [(float(s.count), np.atleast_1d(s.mean).tolist()) for s in found]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_running_statistics_of_an_env_go_to_the_same_wrappers_of_one_built_again(mode):
+    """N13: an env rebuilt on resume (an async one, or one that does not pickle) started its NormalizeObservation and
+    NormalizeReward statistics again, so the agent met observations standardised otherwise than it learnt on."""
+    env, again = _both(mode), _both(mode)
+    try:
+        _step(env, 40)
+        state = running_state(env)
+        import pickle
+        import pickletools
+
+        strings = [arg for _, arg, _ in pickletools.genops(pickle.dumps(state)) if isinstance(arg, str)]
+        assert not [s for s in strings if s.startswith("gymnasium") or s.startswith("online_trainer")]  # plain data
+        assert _estimates(again) != _estimates(env)
+        restore_running_state(again, state)
+        assert _estimates(again) == _estimates(env)
+        assert running_state(gym.make_vec("CartPole-v1", num_envs=2)) is None
+    finally:
+        env.close()
+        again.close()
+
+
+def test_statistics_of_wrappers_the_env_built_again_lacks_are_named_in_a_warning(caplog):
+    env = _both("sync")
+    _step(env, 5)
+    state = running_state(env)
+    other = _vector_wrapper()  # no NormalizeReward, and no wrapper in the sub-envs
+    before = other.obs_rms.count
+    with caplog.at_level(logging.WARNING):
+        restore_running_state(other, state)
+    assert "lacks normalization wrappers the run's env had (NormalizeReward at position 0 of the vector env" in (
+        caplog.text
+    )
+    assert other.obs_rms.count == before  # NormalizeObservation is not where it was: left as built
+
+
+def test_a_resumed_run_whose_async_env_is_built_again_goes_on_with_its_statistics(tmp_path):
+    from tests.online_trainer.run.test_full_checkpoint import Crash
+
+    kw = dict(total_steps=3000, seed_offset=3, checkpoint_freq=1000, execution=ExecutionOptions(progress=False))
+    make = lambda: _sub_env_wrappers(mode="async")  # noqa: E731
+    OnlineTrainer(make, FrozenLinear, exp_dir=tmp_path / "ref").multi_run(1, **kw)
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(make, FrozenLinear, exp_dir=tmp_path / "cut").multi_run(1, hooks=[Crash(1700)], **kw)
+    OnlineTrainer(make, FrozenLinear, exp_dir=tmp_path / "cut").multi_run(1, resume=True, hooks=[Crash(10**9)], **kw)
+    at_1000 = read_statistics(tmp_path / "cut" / "Run1_S1000").count
+    assert read_statistics(tmp_path / "ref" / "Run1_S1000").count == at_1000
+    reference, resumed = (read_statistics(tmp_path / name / "Run1_S2000").count for name in ("ref", "cut"))
+    # every observation since step 0, not only those since the resume (about reference - at_1000): the steps after
+    # the checkpoint differ (the env restarts from a reset, its episodes in flight dropped), by a few
+    assert abs(resumed - reference) < 0.02 * reference and resumed > at_1000 + 900

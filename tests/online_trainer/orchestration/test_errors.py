@@ -386,8 +386,9 @@ def test_an_env_step_error_that_is_not_the_agents_is_raised_as_it_is():
 
     from online_trainer import RunsFailedError
 
-    with pytest.raises(RunsFailedError, match=r"RuntimeError: the simulator lost its licence"):
+    with pytest.raises(RunsFailedError, match=r"RuntimeError: the simulator lost its licence") as info:
         OnlineTrainer(env_factory, Broken).multi_run(1, total_steps=50)
+    assert "resume=True" not in str(info.value)  # without exp_dir nothing is kept to resume
 
 
 def test_call_back_must_be_a_callback(tmp_path):

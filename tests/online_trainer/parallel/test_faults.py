@@ -229,6 +229,10 @@ def test_a_busy_worker_killed_fails_its_run_and_the_next_call_succeeds(tmp_path)
     assert failure.seed == 10000
     assert failure.exception == "WorkerDied: the worker process was killed by SIGKILL (exit code -9) during this run"
     assert [r is None for r in info.value.results] == [False, True, False, False]
+    assert str(info.value).endswith(  # it said nothing of resume (tester D14)
+        "\nOnce the cause is fixed, the same call with resume=True runs the failed runs again (each from its latest "
+        "full checkpoint, or from its first step) and keeps the runs that ended."
+    )
     assert sorted(load_every_chunk(tmp_path / "a").values())[-3:] == [6, 6, 6]
     with deadline(60):
         runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "b").multi_run(
