@@ -114,17 +114,26 @@ def _symlog_label(value: float, linthresh: float) -> str:
 
 
 class _SymlogTicks(SymmetricalLogLocator):
-    """Decade ticks of a symlog axis plus ``±linthresh / 2`` inside its linear part."""
+    """Decade ticks of a symlog axis plus ``±linthresh / 2`` inside its linear part, and ``2·10^k`` and ``5·10^k``
+    beyond it on a side whose only decade tick is linthresh (returns up to 500 with a linear
+    part within ±100 had no label above 10^2)."""
 
     def __init__(self, linthresh: float) -> None:
         super().__init__(linthresh=linthresh, base=10)
-        self.half = linthresh / 2
+        self.linthresh, self.half = linthresh, linthresh / 2
 
     # matplotlib's stub says Sequence[float]; its own locators return arrays, as this one does
     def tick_values(self, vmin: float, vmax: float) -> np.ndarray:  # type: ignore[override]
-        ticks = np.concatenate([super().tick_values(vmin, vmax), [-self.half, self.half]])
         low, high = min(vmin, vmax), max(vmin, vmax)
-        return np.unique(ticks[(ticks >= low) & (ticks <= high)])
+        ticks = [np.asarray(super().tick_values(vmin, vmax)), np.array([-self.half, self.half])]
+        for sign, reach in ((1.0, high), (-1.0, -low)):
+            if reach <= self.linthresh:
+                continue
+            decades = np.arange(np.floor(np.log10(self.linthresh)), np.floor(np.log10(reach)) + 1)
+            if len(decades) == 1:  # one decade tick on this side: too few to read it by
+                ticks.append(sign * np.outer([2.0, 5.0], 10.0**decades).ravel())
+        every = np.concatenate(ticks)
+        return np.unique(every[(every >= low) & (every <= high)])
 
 
 def set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, yscale: str) -> str | None:

@@ -231,6 +231,17 @@ def test_auto_scale_turns_symlog_when_a_cut_would_hide_most_of_the_curve():
     assert plot_learning_curves(df, ci=None, yscale="linear").axes[0].get_yscale() == "linear"
 
 
+def test_a_symlog_axis_with_one_decade_tick_on_a_side_is_labelled_between_its_decades():
+    """C13: CartPole returns up to 500 on a symlog axis linear within ±100 had no label above 10^2."""
+    df = shaped(early=-5000.0)
+    df["ep_return"] = np.where(df["ep_return"] > 0, df["ep_return"] * 16, df["ep_return"])  # up to 480
+    fig = plot_learning_curves(df, x="episode_index", ci=None, yscale="symlog")
+    fig.draw_without_rendering()
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert {"$10^{2}$", "200"} <= set(labels) and "$-10^{3}$" in labels and "-200" not in labels  # two decades there
+    assert not [label for label in labels if label in ("2000", "5000")]  # beyond the axis: none
+
+
 def test_ordinary_curves_are_not_cut():
     fig = plot_learning_curves(synthetic(), ylim="auto")
     assert fig.axes[0].get_yscale() == "linear" and "y axis" not in notes(fig)
