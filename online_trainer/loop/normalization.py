@@ -148,9 +148,10 @@ def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> 
     """While the block runs, every ``NormalizeObservation`` of the eval env ``env`` standardises with ``statistics``
     (each its own copy), frozen; their switches are put back after. Nothing changes when ``statistics`` is None.
 
-    The sub-envs' wrappers of an :class:`AsyncVectorEnv` get the statistics through ``set_attr``; their switch
-    cannot be told from ``NormalizeReward``'s, so they go on updating from there (by an evaluation's observations,
-    few against the training count, and every evaluation starts again from the statistics given).
+    The sub-envs' wrappers of an :class:`AsyncVectorEnv` get the statistics through ``set_attr``, and are frozen
+    through it too unless the sub-envs also have ``NormalizeReward``, whose switch ``set_attr`` cannot be told from
+    theirs: then they go on updating from there (by an evaluation's observations, few against the training count,
+    and every evaluation starts again from the statistics given).
     """
     if statistics is None:
         yield
@@ -172,14 +173,20 @@ def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> 
     for wrapper in found:
         wrapper.obs_rms = copy.deepcopy(statistics)
         setattr(wrapper, FROZEN, False)
+    remote_before = None
     if remote:
         base.set_attr(_OBS_STATISTICS, statistics)
+        if not any(base.call("has_wrapper_attr", _RETURN_STATISTICS)):  # the only switch set_attr reaches is theirs
+            remote_before = list(base.get_attr(FROZEN))
+            base.set_attr(FROZEN, False)
     try:
         yield
     finally:
         for wrapper, (estimate, flag) in zip(found, before):
             wrapper.obs_rms = estimate
             setattr(wrapper, FROZEN, flag)
+        if remote_before is not None:
+            base.set_attr(FROZEN, remote_before)
 
 
 def statistics_path(checkpoint: str | os.PathLike) -> Path:

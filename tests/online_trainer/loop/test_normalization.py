@@ -98,8 +98,21 @@ def test_an_async_eval_envs_sub_envs_get_the_statistics_through_set_attr():
         given.mean, given.count = np.full(4, 0.5), 777.0
         with evaluation_statistics(env, given):
             assert [s.count for s in env.get_attr("obs_rms")] == [777.0, 777.0]
+            _step(env, 5)  # frozen there too: an evaluation's observations did update them (N13)
+            assert [s.count for s in env.get_attr("obs_rms")] == [777.0, 777.0]
+            assert list(env.get_attr("update_running_mean")) == [False, False]
+        assert list(env.get_attr("update_running_mean")) == [True, True]
     finally:
         env.close()
+    both = gym.make_vec(
+        "CartPole-v1", num_envs=2, vectorization_mode="async", wrappers=[NormalizeObservation, NormalizeReward]
+    )
+    try:  # NormalizeReward's switch is the one set_attr reaches: left alone, the statistics given all the same
+        with evaluation_statistics(both, given):
+            assert [s.count for s in both.get_attr("obs_rms")] == [777.0, 777.0]
+            assert list(both.get_attr("update_running_mean")) == [True, True]
+    finally:
+        both.close()
 
 
 def test_statistics_of_another_shape_are_not_given_and_a_warning_says_why(caplog):
