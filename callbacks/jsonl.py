@@ -107,7 +107,7 @@ class JsonlCallback(LineFileSink):
         directory = os.path.dirname(self.log_path)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         return self._fd
 
     def written_files(self) -> list[str]:

@@ -83,7 +83,7 @@ class LineFileSink(CallBack):
             directory, name = os.path.split(self.log_path)
             if directory:
                 os.makedirs(directory, exist_ok=True)
-            self._lock_fd = os.open(os.path.join(directory, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+            self._lock_fd = os.open(os.path.join(directory, f".{name}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         try:
             yield

@@ -96,7 +96,7 @@ def manifest_lock(exp_dir: Path) -> Iterator[None]:
     except ImportError:  # Windows: no Slurm there either
         yield
         return
-    fd = os.open(exp_dir / MANIFEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(exp_dir / MANIFEST_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

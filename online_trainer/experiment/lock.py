@@ -187,7 +187,7 @@ def _remove_empty(dirs: list[Path]) -> None:
 def _open_lock_file(path: Path) -> tuple[int, bool]:
     """A read-write descriptor of the lock file ``path``, and whether this call created it."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), True
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666), True
     except FileExistsError:
         return os.open(path, os.O_RDWR), False
 

@@ -504,6 +504,23 @@ def settle_rewound(refused: bool) -> None:
             kept.drop()
 
 
+def cut_back_outputs(
+    exp_dir: Path,
+    callback: Any,
+    manifest: Mapping[str, Any],
+    left: Mapping[int, full_checkpoint.CheckpointHeader | None],
+    tag_prefix: str = "",
+) -> None:
+    """Keep the sinks' files as found (:func:`keep_before_rewind`), then cut them back for the runs ``left``
+    (:func:`rewind_outputs`). With no run left nothing is done: a resume of a finished experiment writes nothing
+    (it made and removed a folder in it, tester V14)."""
+    if not left:
+        return
+    kept = keep_before_rewind(exp_dir, callback)
+    rewind_outputs(callback, manifest, left, tag_prefix)
+    kept.mark_cut()
+
+
 def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of the experiment ``multi_run(..., resume=True)`` continues, and the runs left with their seeds.
 
@@ -516,9 +533,7 @@ def resumed_manifest(exp_dir: Path, callback: Any, hooks: Sequence[Any] = ()) ->
     """
     manifest = read_manifest(exp_dir)
     left = runs_left(manifest, exp_dir, hooks=hooks, callback=callback)
-    kept = keep_before_rewind(exp_dir, callback)
-    rewind_outputs(callback, manifest, left)
-    kept.mark_cut()
+    cut_back_outputs(exp_dir, callback, manifest, left)
     done = manifest["num_runs"] - len(left)
     logger.info(
         "resume: %d runs finished earlier, %d continue from a checkpoint, %d start again",

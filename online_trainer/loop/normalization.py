@@ -230,6 +230,7 @@ def read_statistics(checkpoint: str | os.PathLike) -> RunningMeanStd | None:
 # ---------------------------------------------------------------- a restarted env's running statistics
 
 _RUNNING = (_OBS_STATISTICS, _RETURN_STATISTICS)
+_WRAPPER_OF = {_OBS_STATISTICS: "NormalizeObservation", _RETURN_STATISTICS: "NormalizeReward"}
 
 
 def _plain(statistics: RunningMeanStd) -> dict[str, Any]:
@@ -245,6 +246,15 @@ def _estimate(state: dict[str, Any]) -> RunningMeanStd:
     return statistics
 
 
+def _class_path(wrapper: Any) -> str:
+    """``module.Class`` of ``wrapper``: gymnasium's single-env and vector ``NormalizeObservation`` share a name."""
+    return f"{type(wrapper).__module__}.{type(wrapper).__qualname__}"
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
 def _local_states(chain: Iterator[Any]) -> list[dict[str, Any]]:
     """The running statistics of the normalization wrappers of ``chain`` (outermost first), each with its position
     in the chain and its class name, so that they go back to the same wrappers of an env built again."""
@@ -252,7 +262,7 @@ def _local_states(chain: Iterator[Any]) -> list[dict[str, Any]]:
     for position, wrapper in enumerate(chain):
         kept = {name: _plain(getattr(wrapper, name)) for name in _RUNNING if _keeps(wrapper, name)}
         if kept:
-            states.append({"position": position, "wrapper": type(wrapper).__name__, **kept})
+            states.append({"position": position, "wrapper": _class_path(wrapper), **kept})
     return states
 
 
@@ -294,8 +304,8 @@ def restore_running_state(env: VectorEnv, state: dict[str, Any]) -> None:
         for entry in states:
             position, name = entry["position"], entry["wrapper"]
             wrapper = wrappers[position] if position < len(wrappers) else None
-            if wrapper is None or type(wrapper).__name__ != name:
-                missing.append(f"{name} at position {position} of {where}")
+            if wrapper is None or _class_path(wrapper) != name:
+                missing.append(f"{_short(name)} at position {position} of {where}")
                 continue
             for attribute in _RUNNING:
                 if attribute in entry and hasattr(wrapper, attribute):
@@ -308,15 +318,16 @@ def restore_running_state(env: VectorEnv, state: dict[str, Any]) -> None:
         if i < len(subs):
             put(_chain(subs[i], gym.Wrapper), states, f"sub-env {i}'s wrappers")
         elif states:
-            missing.append(f"the wrappers of sub-env {i}")
+            missing.append(f"{', '.join(_short(entry['wrapper']) for entry in states)} of sub-env {i}")
     for attribute, estimates in state["async"].items():
         if isinstance(base, AsyncVectorEnv) and all(base.call("has_wrapper_attr", attribute)):
             base.set_attr(attribute, [_estimate(estimate) for estimate in estimates])
         else:
-            missing.append(f"the sub-envs' wrappers keeping {attribute}")
+            missing.append(f"{_WRAPPER_OF[attribute]} in the async sub-envs")
     if missing:
         logger.warning(
-            "The resumed run's env was built again, but it lacks normalization wrappers the run's env had (%s): "
-            "they keep the statistics they were built with. Resume with the env the experiment ran with.",
+            "The resumed run's env was built again without normalization wrappers the run's env had (%s): their "
+            "statistics in the checkpoint are not used, and the agent now acts on observations or rewards scaled "
+            "otherwise than it learnt on. Resume with the env the experiment ran with.",
             "; ".join(missing),
         )

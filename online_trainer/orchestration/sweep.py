@@ -37,9 +37,8 @@ from online_trainer.experiment.resuming import (
     CALL_KEY,
     check_checkpoints,
     check_same_call,
+    cut_back_outputs,
     env_description,
-    keep_before_rewind,
-    rewind_outputs,
     runs_left,
 )
 from online_trainer.options import validation
@@ -422,9 +421,7 @@ def _resume(
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         manifest = storage.read_manifest(exp_dir)
         left = runs_left(manifest, exp_dir, continue_runs=resume, hooks=hooks, callback=callback, label=name)
-        kept = keep_before_rewind(exp_dir, callback)
-        rewind_outputs(callback, manifest, left, f"{name}/")
-        kept.mark_cut()
+        cut_back_outputs(exp_dir, callback, manifest, left, f"{name}/")
         todo = list(left)
         extra = Experiment.new_manifest(num_runs, seed_offset, seed, {})
         for entry in extra["runs"][len(manifest["runs"]) :]:

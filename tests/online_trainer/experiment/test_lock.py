@@ -323,3 +323,28 @@ def test_a_full_disk_at_the_lock_names_the_lock_file_and_leaves_nothing(tmp_path
             1, num_episodes=1, progress=False
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_file_of_an_experiment_takes_the_umask(tmp_path):
+    """Tester V14: the lock files and the JSONL sink's file were created 0644 whatever the umask, so a group sharing
+    an experiment directory (umask 002) could not take its lock or append to its log."""
+    from online_trainer.callbacks import CSVCallback, JsonlCallback, MultiCallback, TBCallBack
+    from online_trainer.hooks import Hook
+
+    class Holds(Hook):  # the files that exist while the call runs (the lock's, the sinks')
+        def on_run_end(self, ctx) -> None:
+            seen.update({p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")})
+
+    seen: dict[str, int] = {}
+    umask = os.umask(0o002)
+    try:
+        trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+        trainer.call_back = MultiCallback(
+            [JsonlCallback(tmp_path / "log.jsonl"), CSVCallback(tmp_path / "log.csv"), TBCallBack(tmp_path)]
+        )
+        trainer.multi_run(1, num_episodes=3, seed_offset=0, progress=False, hooks=[Holds()])
+    finally:
+        os.umask(umask)
+    seen.update({p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in tmp_path.rglob("*")})
+    assert {".lock", ".log.jsonl.lock", ".log.csv.lock", "log.jsonl", "log.csv", "metrics_run1.pkl"} <= set(seen)
+    assert {name: mode for name, mode in seen.items() if mode not in (0o664, 0o775)} == {}

@@ -392,9 +392,14 @@ def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
     before = files_with_times(tmp_path / "exp")
     before_with_lock = files_with_times(tmp_path / "exp", lock=True)
     assert "all_metrics.pkl" in before and "log.jsonl" in before and all(len(run) > 5 for run in first)
+    folder, log = (tmp_path / "exp").stat().st_mtime_ns, (tmp_path / "exp" / "log.jsonl").stat().st_ctime_ns
     time.sleep(0.01)  # a file written again would get another modification time
     again = trainer(tmp_path, "exp", env, agent).multi_run(2, resume=True, **kw)
     assert files_with_times(tmp_path / "exp") == before
+    # nor a folder made and removed in it, with a link to the sink's file (tester V14)
+    assert (tmp_path / "exp").stat().st_mtime_ns == folder and (
+        tmp_path / "exp" / "log.jsonl"
+    ).stat().st_ctime_ns == log
     # the lock's time too: its owner line came and went, and the time is put back (R11: a refused call changed it)
     assert files_with_times(tmp_path / "exp", lock=True) == before_with_lock
     assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
