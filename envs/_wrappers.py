@@ -53,6 +53,13 @@ class Wrapper:
             return self.fn(env, **self.kwargs)
         except (TypeError, ValueError) as exc:  # a value the signature check could not judge ('ten' steps)
             raise WrapperError(self.name, f"{self.name}: {self!r} failed: {exc}") from exc
+        except Exception as exc:  # a wrapper that does not fit the env (minigrid's ImgObsWrapper on Taxi, X14)
+            raise WrapperError(
+                self.name,
+                f"{self.name}: {self!r} failed: {type(exc).__name__}: {exc}. It wrapped an env of observation space "
+                f"{env.observation_space} and action space {env.action_space}: check that the wrapper is made for "
+                "such an env, and its place in the list (each wraps the env the entries before it made).",
+            ) from exc
 
     def __repr__(self) -> str:
         args = "".join(f", {key}={value!r}" for key, value in self.kwargs.items())

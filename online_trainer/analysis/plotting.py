@@ -244,10 +244,13 @@ def plot_learning_curves(
     if thin > 0.03 * (high - low):
         handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
     legend_title = f"each run: trailing mean of {smooth} episodes" if smooth is not None and smooth > 1 else None
-    _notes(ax, [n for n in under if n])
+    lines_under = _notes(ax, [n for n in under if n])
+    if made and lines_under:  # the figure grows by the notes, so that the axes (and their label) keep their height
+        fig.set_figheight(fig.get_figheight() + lines_under * 7 * 1.25 / 72)
     legend = {"handles": handles, "frameon": False, "fontsize": 9, "title": legend_title, "title_fontsize": 8}
     if made:  # beside the axes, where no curve or end label runs (inside them, "best" sat on a curve's tail)
-        longest = max([len(str(h.get_label())) for h in handles] + [0.8 * len(legend_title or "")])
+        # 8-point title characters are about 0.9 of a 9-point label's (0.8 cut the title's last letter, X14)
+        longest = max([len(str(h.get_label())) for h in handles] + [0.9 * len(legend_title or "")])
         gap = 0.35 if end_labels else 0.0  # inches: the "n=3" labels past the axes' right edge keep their room
         axes_width = ax.get_position().width * fig.get_figwidth()
         fig.set_figwidth(
@@ -329,26 +332,29 @@ def spread_end_labels(ax: Axes, labels: Sequence[Annotation], gap: float = 9.0, 
         label.xyann = (label.xyann[0], label.xyann[1] + shifted - y)
 
 
-def _notes(ax: Axes, notes: list[str], from_figure_edge: bool = False) -> None:
-    """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width.
+def _notes(ax: Axes, notes: list[str], from_figure_edge: bool = False) -> int:
+    """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width;
+    return how many lines.
 
     ``from_figure_edge``: the lines start at the figure's left edge, not the axes' (whose left edge long tick
     labels push right: lines as wide as the figure ran past its right edge).
     """
-    if notes:
-        width = max(40, int((_figure_of(ax).get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
-        text = "\n".join(textwrap.fill(note, width) for note in notes)
-        ax.annotate(
-            text,
-            xy=(0.02, 0) if from_figure_edge else (0, 0),
-            xycoords=("figure fraction", "axes fraction") if from_figure_edge else "axes fraction",
-            xytext=(0, -30),
-            textcoords="offset points",
-            va="top",
-            ha="left",
-            fontsize=7,
-            color="0.3",
-        )
+    if not notes:
+        return 0
+    width = max(40, int((_figure_of(ax).get_figwidth() - 0.9) * 72 / 4.4))  # 7-point characters
+    text = "\n".join(textwrap.fill(note, width) for note in notes)
+    ax.annotate(
+        text,
+        xy=(0.02, 0) if from_figure_edge else (0, 0),
+        xycoords=("figure fraction", "axes fraction") if from_figure_edge else "axes fraction",
+        xytext=(0, -30),
+        textcoords="offset points",
+        va="top",
+        ha="left",
+        fontsize=7,
+        color="0.3",
+    )
+    return text.count("\n") + 1
 
 
 def plot_final_performance(

@@ -311,8 +311,8 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     Raises:
         ValueError: not one action per sub-env, actions of the wrong shape, integer actions outside their space, or
             NaN actions for a Box (Box actions outside its bounds are logged with a warning: envs may clip them).
-        TypeError: float actions for an integer space (Discrete, MultiDiscrete, MultiBinary), or actions that are
-            not real numbers for a Box.
+        TypeError: None (a missing return), float actions for an integer space (Discrete, MultiDiscrete,
+            MultiBinary), or actions that are not real numbers for a Box.
     """
     space, num_envs = env.single_action_space, env.num_envs
     who = f"The agent {type(agent).__name__}'s act(obs)"
@@ -329,6 +329,11 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
                 f"{who} returned {count} actions, but the env has num_envs={num_envs}: return one action per sub-env."
             )
         return
+    if actions is None:  # a missing return: np.asarray(None) is a 0-d object array, "a scalar" (X14)
+        raise TypeError(
+            f"{who} returned None, but {space} with num_envs={num_envs} needs an array of shape "
+            f"{(num_envs, *(space.shape or ()))}: does act end with return?"
+        )
     batch = np.asarray(actions)
     expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:
@@ -378,6 +383,21 @@ def _check_box_actions(batch: np.ndarray, space: spaces.Box, who: str) -> None:
             outside.size,
             batch[outside][0].item(),
         )
+
+
+def note_structured_observations(error: BaseException, env: VectorEnv) -> None:
+    """Add a note to ``error``, raised by the agent's first ``act``, when the env's observations are not arrays
+    (``Dict``, ``Tuple``): an agent written for arrays fails on them with an error of its own that names neither
+    (MiniGrid's dict observations gave "float() argument must be ... not 'dict'", tester X14)."""
+    space = env.single_observation_space
+    if not isinstance(space, (spaces.Dict, spaces.Tuple)):
+        return
+    kind = "a dict of arrays, one per key" if isinstance(space, spaces.Dict) else "a tuple of arrays"
+    error.add_note(
+        f"The env's observations are {kind}, not one array: its single_observation_space is {space}. An agent that "
+        "takes arrays needs the env wrapped, e.g. gymnasium.wrappers.FlattenObservation, FilterObservation to keep "
+        "some keys, or minigrid.wrappers.ImgObsWrapper for MiniGrid (make_env(..., wrappers=[...]))."
+    )
 
 
 def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: Any, where: str) -> None:

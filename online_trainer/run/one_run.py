@@ -27,6 +27,7 @@ from online_trainer.loop.factories import (
     autoreset_mode,
     check_actions,
     check_agent,
+    note_structured_observations,
 )
 from online_trainer.loop.normalization import observation_statistics
 from online_trainer.loop.steps import failed_at, mark_failed_at, run_loop
@@ -373,7 +374,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             _warn_if_nan(obs, spec.run_idx)
             if saved is not None:  # the first act draws what the uninterrupted run drew (agents on np.random, torch)
                 full_checkpoint.set_global_rng_state(saved.rng)
-            first_actions = agent.act(obs)
+            try:
+                first_actions = agent.act(obs)
+            except Exception as error:
+                note_structured_observations(error, env)
+                raise
             # where the generators stood after it: the loop goes on from there, whatever setup and hooks draw meanwhile
             rng_after_act = full_checkpoint.global_rng_state() if saved is not None else None
             check_actions(first_actions, env, agent)

@@ -403,3 +403,21 @@ def test_a_group_has_one_colour_in_the_curves_and_the_final_performance():
     dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
     final_colors = {by_y[round(float(line.get_ydata()[0]), 3)]: to_hex(line.get_color()) for line in dots}
     assert curve_colors == final_colors and len(set(final_colors.values())) == 2
+
+
+def test_the_y_label_and_the_legend_title_stay_inside_a_figure_with_notes():
+    """Tester X14: with three lines of notes under a symlog axis the y label ran past the figure's top, and the
+    legend's title lost its last letter at its right edge."""
+    df = shaped(early=-900.0, early_length=1000, statuses={4: "failed"})
+    fig = plot_learning_curves(df, smooth=10)
+    assert len(notes(fig)) > 200 and "mean of last 10 episodes" in fig.axes[0].get_ylabel()  # 3 lines and more
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    box = fig.bbox
+    for text in (fig.axes[0].yaxis.label, fig.axes[0].get_legend().get_title()):
+        extent = text.get_window_extent(renderer)
+        assert (
+            box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1 and box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1
+        )

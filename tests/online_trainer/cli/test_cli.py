@@ -1309,6 +1309,20 @@ def test_a_wrapper_that_fails_on_its_values_is_named_by_its_place_in_env_wrapper
     assert "env.kwargs" not in err and not exp_dir.exists()
 
 
+def test_a_wrapper_that_does_not_fit_the_env_is_named_by_its_place_with_the_envs_spaces(tmp_path, capsys):
+    """Tester X14: minigrid's ImgObsWrapper on Taxi ended the command in a 50-line traceback (exit 1) ending in
+    AttributeError: 'Discrete' object has no attribute 'spaces', naming neither the entry nor a fix."""
+    exp_dir = tmp_path / "exp"
+    wrappers = "env.wrappers=[minigrid.wrappers:ImgObsWrapper]"  # made for Dict observations
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", wrappers) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "online-trainer: error: env.wrappers[0]: minigrid.wrappers:ImgObsWrapper(env) failed: AttributeError: "
+    )
+    assert "It wrapped an env of observation space Discrete(" in err and "Traceback" not in err
+    assert not exp_dir.exists()
+
+
 def test_resume_says_it_takes_no_overrides_and_where_execution_changes(tmp_path, capsys):
     exp_dir = tmp_path / "exp"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0

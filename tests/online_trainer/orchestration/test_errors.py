@@ -297,6 +297,11 @@ class Acting(RecordingAgent):
         ),
         (lambda obs: np.full(len(obs), 5), ValueError, r"returned \[5, 5, 5\], outside the action space Discrete\(2\)"),
         (lambda obs: 0, ValueError, r"shape \(\) \(a scalar, not a batch of actions\)"),
+        (  # X14: said "a scalar"
+            lambda obs: None,
+            TypeError,
+            r"returned None, but Discrete\(2\) with num_envs=3 needs an array of shape \(3,\): does act end with return",
+        ),
     ],
 )
 def test_first_actions_are_checked_before_the_first_step(tmp_path, make_actions, error, message):
@@ -981,3 +986,40 @@ def test_an_eval_env_on_other_spaces_is_refused_before_the_first_step(tmp_path, 
             ),
             progress=False,
         )
+
+
+def test_an_agent_that_fails_on_dict_observations_is_told_what_the_env_gives(tmp_path):
+    """Tester X14: MiniGrid's dict observations given to an agent written for arrays ended in the agent's own
+    "float() argument must be a string or a real number, not 'dict'", with nothing about the env's space."""
+    import gymnasium as gym
+
+    class WantsArrays:
+        def __init__(self, env):
+            self.num_envs = env.num_envs
+
+        def act(self, obs):
+            return np.asarray(obs, dtype=np.float64).argmax(-1)  # TypeError on a dict
+
+        def update(self, *args, **kwargs):
+            pass
+
+    def env():
+        return gym.make_vec(
+            "CartPole-v1",
+            num_envs=2,
+            vectorization_mode="sync",
+            wrappers=[
+                lambda e: gym.wrappers.TransformObservation(
+                    e, lambda o: {"state": o}, gym.spaces.Dict({"state": e.observation_space})
+                )
+            ],
+        )
+
+    with pytest.raises(TypeError) as info:
+        OnlineTrainer(env, WantsArrays, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, progress=False)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert (
+        "The env's observations are a dict of arrays, one per key, not one array: its single_observation_space "
+        in notes
+    )
+    assert "gymnasium.wrappers.FlattenObservation" in notes and not (tmp_path / "exp").exists()
