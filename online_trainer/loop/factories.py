@@ -390,7 +390,7 @@ def note_structured_observations(error: BaseException, env: VectorEnv) -> None:
     (``Dict``, ``Tuple``): an agent written for arrays fails on them with an error of its own that names neither
     (MiniGrid's dict observations gave "float() argument must be ... not 'dict'", tester X14)."""
     space = env.single_observation_space
-    if not isinstance(space, (spaces.Dict, spaces.Tuple)):
+    if not isinstance(space, (spaces.Dict, spaces.Tuple)) or not hasattr(error, "add_note"):  # notes: Python 3.11+
         return
     kind = "a dict of arrays, one per key" if isinstance(space, spaces.Dict) else "a tuple of arrays"
     error.add_note(
