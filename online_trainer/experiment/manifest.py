@@ -585,7 +585,12 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
             exp_dir,
             [
                 *storage.existing_experiment_files(exp_dir),
-                *(exp_dir / name for name in inputs if (exp_dir / name).is_file()),
+                # the command's config.yaml too when a Python call replaces its experiment (it stayed, S14)
+                *(
+                    exp_dir / name
+                    for name in dict.fromkeys([*inputs, *storage.INPUT_FILES])
+                    if (exp_dir / name).is_file()
+                ),
             ],
         )
     created: list[Path] = []

@@ -45,6 +45,9 @@ CONFIG_FILE = "config.py"
 MANIFEST_FILE = "manifest.json"
 CONFIG_YAML = "config.yaml"
 """The resolved config of an experiment made by ``online-trainer run`` (overrides applied, defaults filled in)."""
+INPUT_FILES = (CONFIG_FILE, ARGS_FILE, CONFIG_YAML)
+"""The files that say what produced an experiment (a Python call's ``config.py`` and ``args.yaml``, the command's
+``config.yaml``): ``overwrite=True`` sets aside an earlier experiment's, whoever made it."""
 ALL_METRICS_FILE = "all_metrics.pkl"
 HYPERPARAMETERS_FILE = "hyperparameters.yaml"
 SET_ASIDE_DIR = ".replaced"

@@ -128,6 +128,17 @@ def test_an_earlier_experiment_is_kept_unless_overwrite(tmp_path, capsys):
     assert run(str(config), f"exp_dir={exp_dir}", "num_runs=1", "overwrite=true") == 0
     assert not (exp_dir / "metrics_run2.pkl").exists()
     assert yaml.safe_load((exp_dir / "config.yaml").read_text())["num_runs"] == 1
+    # replaced from Python, it kept the command's config.yaml, which `online-trainer resume` then ran (tester S14)
+    from online_trainer import OnlineTrainer
+    from online_trainer.agents import QLearningAgent
+    from online_trainer.envs import make_env
+
+    OnlineTrainer(make_env("Corridor-v0", num_envs=1), QLearningAgent, exp_dir=exp_dir).multi_run(
+        2, num_episodes=3, overwrite=True, progress=False
+    )
+    assert not (exp_dir / "config.yaml").exists() and not (exp_dir / "args.yaml").exists()
+    assert cli.main(["resume", str(exp_dir)]) == 2
+    assert "has no config.yaml: 'online-trainer resume' continues experiments made by" in capsys.readouterr().err
 
 
 def test_the_same_command_after_a_cut_off_run_points_to_resume_first(tmp_path, capsys):
