@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
 import time
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 _requested = threading.Event()
 _received: list[tuple[int, float]] = []  # the first preemption signal since handling() began, and its time.monotonic()
+_handling_pid: list[int] = []  # the process whose handling() installed the handlers
 
 
 def requested() -> bool:
@@ -48,11 +50,13 @@ def request(signum: int = signal.SIGTERM, frame: Any = None, announce: bool = Tr
     """Ask every run of this process to checkpoint and stop (what the signal handler does).
 
     The first signal is logged once, unless ``announce`` is False: a worker process is quiet, as the
-    parent announces the signal it passes on (or that reached the whole process group).
+    parent announces the signal it passes on (or that reached the whole process group). So is a process forked from
+    the one that installed the handlers (an ``AsyncVectorEnv``'s sub-env workers, which inherit them): a Slurm job
+    signals every process of the job, and its log said it five times (tester S14).
     """
     if not _requested.is_set():
         _received.append((signum, time.monotonic()))
-        if announce:
+        if announce and (not _handling_pid or _handling_pid[0] == os.getpid()):
             logger.warning(
                 "%s received: each run writes a full checkpoint (if it can) at its next step and stops; no new run "
                 "starts",
@@ -73,6 +77,7 @@ def handling(forward: Callable[[int], None] | None = None) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _handling_pid[:] = [os.getpid()]
 
     def handler(signum: int, frame: Any) -> None:
         request(signum, frame)
@@ -85,6 +90,7 @@ def handling(forward: Callable[[int], None] | None = None) -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        _handling_pid.clear()
 
 
 class PreemptionWatch(Hook):

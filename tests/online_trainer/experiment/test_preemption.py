@@ -150,3 +150,24 @@ def test_a_call_whose_runs_were_all_preempted_names_every_one():
         str(call.raised(on_disk=True))
     )
     assert str(pickle.loads(pickle.dumps(raised))) == str(raised)
+
+
+def test_the_signal_is_announced_by_the_process_that_handles_it_not_by_the_processes_forked_from_it(
+    caplog, monkeypatch
+):
+    """Tester S14: a Slurm job signals every process of the job, and an AsyncVectorEnv's sub-env workers, forked
+    from the run's process with its handlers, each logged "SIGUSR2 received" (five lines for one signal)."""
+    import logging
+
+    from online_trainer.run.builtin import preemption
+
+    real = os.getpid()
+    with preemption.handling(), caplog.at_level(logging.WARNING):
+        monkeypatch.setattr(preemption.os, "getpid", lambda: real + 1)  # as in a process forked from this one
+        preemption.request(signal.SIGUSR2)
+        assert preemption.requested() and "received" not in caplog.text
+    monkeypatch.setattr(preemption.os, "getpid", lambda: real)
+    with preemption.handling(), caplog.at_level(logging.WARNING):
+        preemption.request(signal.SIGUSR2)
+        preemption.request(signal.SIGUSR2)
+    assert caplog.text.count("SIGUSR2 received: each run writes a full checkpoint") == 1
