@@ -116,10 +116,14 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
         )
 
 
+_NOT_SET = object()
+"""A key a config does not have (``null`` is a value: a key set to None)."""
+
+
 def _at(config: Any, key: str) -> Any:
-    """The value at the dotted ``key`` of a config's mapping; None where a section on the way is not set."""
+    """The value at the dotted ``key`` of a config's mapping; :data:`_NOT_SET` where a key on the way is not there."""
     for name in key.split("."):
-        config = config.get(name) if isinstance(config, dict) else None
+        config = config.get(name, _NOT_SET) if isinstance(config, dict) else _NOT_SET
     return config
 
 
@@ -129,15 +133,21 @@ def _differences(key: str, before: Any, now: Any) -> list[tuple[str, Any, Any]]:
         return [
             difference
             for name in [*before, *(name for name in now if name not in before)]
-            for difference in _differences(f"{key}.{name}", before.get(name), now.get(name))
+            for difference in _differences(f"{key}.{name}", before.get(name, _NOT_SET), now.get(name, _NOT_SET))
         ]
-    return [] if before == now else [(key, before, now)]
+    unset = (None, _NOT_SET)  # null and a key left out are alike (files written before a key existed lack it)
+    return [] if before == now or (before in unset and now in unset) else [(key, before, now)]
 
 
 def _edit(key: str, before: Any, now: Any) -> str:
-    """One edit, in words: a key added or removed is "not set" on one side (its default)."""
-    if before is None:
-        return f"{key} is {now!r} there, but the runs were built without it (its default)"
-    if now is None:
-        return f"{key} is not set there (its default), but the runs were built with {before!r}"
-    return f"{key} is {now!r} there, but the runs were built with {before!r}"
+    """One edit, in words: a key added or removed is "not set" on one side (its default); null is said as null."""
+    if before is _NOT_SET:
+        return f"{key} is {_yaml(now)} there, but the runs were built without it (its default)"
+    if now is _NOT_SET:
+        return f"{key} is not set there (its default), but the runs were built with {_yaml(before)}"
+    return f"{key} is {_yaml(now)} there, but the runs were built with {_yaml(before)}"
+
+
+def _yaml(value: Any) -> str:
+    """A value as the message shows it: its repr, and None as YAML's null (what the file says)."""
+    return "null" if value is None else repr(value)

@@ -152,6 +152,11 @@ def test_resume_makes_the_call_the_config_made_score_and_checkpoint_keys_include
             "kwargs: {length: 4, slip: 0.1}",
             r"env.kwargs.slip is 0.1 there, but the runs were built without it \(its default\)",
         ),
+        (  # S14: a key set to null was said "not set"
+            "kwargs: {length: 4}",
+            "kwargs: {length: null}",
+            r"env.kwargs.length is null there, but the runs were built with 4",
+        ),
         (
             "  - gymnasium.wrappers:RecordEpisodeStatistics\n",
             "  - gymnasium.wrappers:RecordEpisodeStatistics\n  - gymnasium.wrappers:TimeAwareObservation\n",
