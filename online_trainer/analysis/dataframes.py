@@ -320,7 +320,10 @@ def load_evaluations(
         if labelled:
             frame.insert(0, "experiment", name)
         frames.append(frame)
-    out = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    # an experiment without evaluations adds no row, and an empty frame in the concatenation made every column
+    # float (scheduled 1.0: the evaluation curves of several experiments failed on it, tester V15)
+    kept = [frame for frame in frames if len(frame)] or frames[:1]
+    out = pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
     if per_episode:
         return out.astype({"return": "float64", "length": "float64"})
     out = out.astype({"eval_return": "float64", "eval_std": "float64", "wall_time": "float64"})

@@ -173,7 +173,15 @@ def test_evaluations_of_a_real_run(tmp_path):
     assert evals["run"].tolist() == [1, 1, 2, 2] and evals["eval_index"].tolist() == [1, 2, 1, 2]
     assert evals["episodes_trained"].tolist() == [5, 10, 5, 10]
     assert (evals["eval_episodes"] == 3).all() and (evals["status"] == "finished").all()
-    assert load_evaluations(write_experiment(tmp_path / "none", {1: ("finished", 1, [record(1, 1)])})).empty
+    none = write_experiment(tmp_path / "none", {1: ("finished", 1, [record(1, 1)])})
+    assert load_evaluations(none).empty
+    # an experiment without evaluations first made every column float (scheduled 1.0), and the evaluation curves
+    # of the two then failed with a KeyError (tester V15)
+    both = load_evaluations([none, tmp_path])
+    assert both["scheduled"].dtype == bool and both["run"].dtype == "int64" and len(both) == 4
+    from online_trainer import plot_evaluation_curves
+
+    plot_evaluation_curves(both)
 
 
 def test_missing_directory(tmp_path):
