@@ -591,6 +591,7 @@ def prepare_exp_dir(exp_dir: Path, overwrite: bool, inputs: Mapping[str, str | N
                     for name in dict.fromkeys([*inputs, *storage.INPUT_FILES])
                     if (exp_dir / name).is_file()
                 ),
+                *storage.sink_lock_files(exp_dir),  # hidden, and of the earlier experiment's sinks (V15)
             ],
         )
     created: list[Path] = []

@@ -392,11 +392,17 @@ def note_structured_observations(error: BaseException, env: VectorEnv) -> None:
     space = env.single_observation_space
     if not isinstance(space, (spaces.Dict, spaces.Tuple)) or not hasattr(error, "add_note"):  # notes: Python 3.11+
         return
-    kind = "a dict of arrays, one per key" if isinstance(space, spaces.Dict) else "a tuple of arrays"
+    if isinstance(space, spaces.Dict):
+        kind = "a dict of arrays, one per key"
+        wrappers = (
+            "gymnasium.wrappers.FlattenObservation, FilterObservation to keep some keys, or "
+            "minigrid.wrappers.ImgObsWrapper for MiniGrid"
+        )
+    else:
+        kind, wrappers = "a tuple of values", "gymnasium.wrappers.FlattenObservation (one-hot for Discrete parts)"
     error.add_note(
         f"The env's observations are {kind}, not one array: its single_observation_space is {space}. An agent that "
-        "takes arrays needs the env wrapped, e.g. gymnasium.wrappers.FlattenObservation, FilterObservation to keep "
-        "some keys, or minigrid.wrappers.ImgObsWrapper for MiniGrid (make_env(..., wrappers=[...]))."
+        f"takes arrays needs the env wrapped, e.g. {wrappers} (make_env(..., wrappers=[...]))."
     )
 
 

@@ -146,17 +146,28 @@ def observation_statistics(env: VectorEnv) -> RunningMeanStd | None:
 @contextlib.contextmanager
 def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> Iterator[None]:
     """While the block runs, every ``NormalizeObservation`` of the eval env ``env`` standardises with ``statistics``
-    (each its own copy), frozen; their switches are put back after. Nothing changes when ``statistics`` is None.
+    (each its own copy), frozen; their switches are put back after. With ``statistics`` None (the training env has
+    no ``NormalizeObservation``) the eval env's wrappers play with their own as built (a warning says so), frozen:
+    updated by every evaluation, they made a frozen agent's evaluations differ (V15).
 
     The sub-envs' wrappers of an :class:`AsyncVectorEnv` get the statistics through ``set_attr``, and are frozen
     through it too unless the sub-envs also have ``NormalizeReward``, whose switch ``set_attr`` cannot be told from
     theirs: then they go on updating from there (by an evaluation's observations, few against the training count,
     and every evaluation starts again from the statistics given).
     """
-    if statistics is None:
-        yield
-        return
     found, remote = _wrappers(env, _OBS_STATISTICS)
+    if statistics is None:
+        if found or remote:  # the training env has none: the agent learnt on raw observations
+            _warn_once(
+                "The eval env has NormalizeObservation but the training env has none: the agent learnt on raw "
+                "observations. The evaluations standardise with the eval env's own statistics as they were before "
+                "its first evaluation (as built: mean 0, variance 1), frozen, so that they repeat; wrap the training env alike, or evaluate on an env without "
+                "it (EvaluationOptions(env=...))."
+            )
+            statistics = observation_statistics(env)  # its own, merged: the same for every sub-env
+        else:
+            yield
+            return
     base: Any = env.unwrapped  # an AsyncVectorEnv when remote
     shapes = [np.shape(w.obs_rms.mean) for w in found]
     if remote:
@@ -173,8 +184,9 @@ def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> 
     for wrapper in found:
         wrapper.obs_rms = copy.deepcopy(statistics)
         setattr(wrapper, FROZEN, False)
-    remote_before = None
+    remote_before, remote_estimates = None, None
     if remote:
+        remote_estimates = list(base.get_attr(_OBS_STATISTICS))  # the eval env's own, put back after as locally
         base.set_attr(_OBS_STATISTICS, statistics)
         if not any(base.call("has_wrapper_attr", _RETURN_STATISTICS)):  # the only switch set_attr reaches is theirs
             remote_before = list(base.get_attr(FROZEN))
@@ -187,6 +199,8 @@ def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> 
             setattr(wrapper, FROZEN, flag)
         if remote_before is not None:
             base.set_attr(FROZEN, remote_before)
+        if remote_estimates is not None:
+            base.set_attr(_OBS_STATISTICS, remote_estimates)
 
 
 def statistics_path(checkpoint: str | os.PathLike) -> Path:
@@ -294,22 +308,25 @@ def restore_running_state(env: VectorEnv, state: dict[str, Any]) -> None:
     """Give the normalization wrappers of ``env`` (built again by the run's factory) the statistics
     :func:`running_state` took from the env of the run before it was cut off.
 
-    A wrapper that is not where it was (the factory builds another env now) keeps its own statistics, and a warning
-    names it.
+    Each saved wrapper's statistics go to the next wrapper of its class down the same chain (the vector env's, or a
+    sub-env's). A saved wrapper the rebuilt env lacks (the factory builds another env now) is named in a warning.
     """
     missing: list[str] = []
 
     def put(chain: Iterator[Any], states: list[dict[str, Any]], where: str) -> None:
-        wrappers = list(chain)
+        # each saved wrapper goes to the next wrapper of its class down the chain: one the factory no longer builds
+        # is skipped without moving the others (matched by position, dropping an outer one lost them all, V15)
+        wrappers, start = list(chain), 0
         for entry in states:
             position, name = entry["position"], entry["wrapper"]
-            wrapper = wrappers[position] if position < len(wrappers) else None
-            if wrapper is None or _class_path(wrapper) != name:
+            found = next((k for k in range(start, len(wrappers)) if _class_path(wrappers[k]) == name), None)
+            if found is None:
                 missing.append(f"{_short(name)} at position {position} of {where}")
                 continue
+            start = found + 1
             for attribute in _RUNNING:
-                if attribute in entry and hasattr(wrapper, attribute):
-                    setattr(wrapper, attribute, _estimate(entry[attribute]))
+                if attribute in entry and hasattr(wrappers[found], attribute):
+                    setattr(wrappers[found], attribute, _estimate(entry[attribute]))
 
     put(_chain(env, VectorWrapper), state["vector"], "the vector env's wrappers")
     base: Any = env.unwrapped

@@ -148,6 +148,12 @@ def saved_by(prefix: Path) -> list[Path]:
 _EXPERIMENT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in EXPERIMENT_PATTERNS))
 
 
+def sink_lock_files(exp_dir: str | os.PathLike) -> list[Path]:
+    """The lock files the JSONL and CSV sinks keep beside their files in ``exp_dir`` (``.callback.jsonl.lock``)."""
+    root = Path(exp_dir)
+    return sorted(path for pattern in (".*.jsonl.lock", ".*.csv.lock") for path in root.glob(pattern) if path.is_file())
+
+
 def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
     """Files in ``exp_dir`` written by an earlier ``multi_run`` (names that match :data:`EXPERIMENT_PATTERNS`,
     hidden ones aside, as ``glob`` reads them; one listing of the folder)."""

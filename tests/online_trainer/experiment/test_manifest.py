@@ -124,6 +124,20 @@ def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path)
     assert [len(run) for run in storage.load_all_run_metrics(tmp_path)] == [3]
 
 
+def test_overwrite_sets_aside_the_earlier_sinks_lock_files_too(tmp_path):
+    """Tester V15: an overwrite with another sink left the earlier JSONL sink's hidden .callback.jsonl.lock."""
+    from online_trainer.callbacks import JsonlCallback
+
+    first = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    first.call_back = JsonlCallback(tmp_path / "callback.jsonl")
+    first.multi_run(1, num_episodes=3, progress=False)
+    assert (tmp_path / ".callback.jsonl.lock").is_file()
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=3, overwrite=True, progress=False
+    )
+    assert not (tmp_path / ".callback.jsonl.lock").exists() and not (tmp_path / "callback.jsonl").exists()
+
+
 class CtrlCBeforeTheRuns(OnlineTrainer):
     """Ctrl-C once the call holds its directory (input files written), before any run started."""
 
