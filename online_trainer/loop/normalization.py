@@ -156,18 +156,17 @@ def evaluation_statistics(env: VectorEnv, statistics: RunningMeanStd | None) -> 
     and every evaluation starts again from the statistics given).
     """
     found, remote = _wrappers(env, _OBS_STATISTICS)
+    if statistics is None and (found or remote):  # the training env has none: the agent learnt on raw observations
+        _warn_once(
+            "The eval env has NormalizeObservation but the training env has none: the agent learnt on raw "
+            "observations. The evaluations standardise with the eval env's own statistics as they were before its "
+            "first evaluation (as built: mean 0, variance 1), frozen, so that they repeat; wrap the training env "
+            "alike, or evaluate on an env without it (EvaluationOptions(env=...))."
+        )
+        statistics = observation_statistics(env)  # its own, merged: the same for every sub-env
     if statistics is None:
-        if found or remote:  # the training env has none: the agent learnt on raw observations
-            _warn_once(
-                "The eval env has NormalizeObservation but the training env has none: the agent learnt on raw "
-                "observations. The evaluations standardise with the eval env's own statistics as they were before "
-                "its first evaluation (as built: mean 0, variance 1), frozen, so that they repeat; wrap the training env alike, or evaluate on an env without "
-                "it (EvaluationOptions(env=...))."
-            )
-            statistics = observation_statistics(env)  # its own, merged: the same for every sub-env
-        else:
-            yield
-            return
+        yield
+        return
     base: Any = env.unwrapped  # an AsyncVectorEnv when remote
     shapes = [np.shape(w.obs_rms.mean) for w in found]
     if remote:
