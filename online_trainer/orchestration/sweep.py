@@ -556,21 +556,30 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     table["told_apart"] = False
     table["degenerate"] = False
     scored = finals.dropna(subset=["final_return"])
-    if len(table) < 2 or scored.groupby("experiment").size().reindex(table["experiment"]).isna().any():
-        table.attrs["note"] = "A single configuration with scores: nothing to tell apart."
+    have = set(scored["experiment"])
+    # configurations whose runs all failed (or were cut off) have no score to compare: the others are compared
+    # without them (one such configuration left every configuration without a comparison, tester O15)
+    comparable = [name for name in table["experiment"] if name in have]
+    apart = [name for name in table["experiment"] if name not in have]
+    without = f" Not compared: {', '.join(apart)} (no run of it finished; see num_excluded)." if apart else ""
+    if apart and log:
+        logger.warning("sweep:%s", without)
+    if len(comparable) < 2:
+        table.attrs["note"] = f"A single configuration with scores: nothing to tell apart.{without}"
         return table
-    scores = scored.rename(columns={"experiment": "candidate", "final_return": "raw_score"})
-    top = table["experiment"].iloc[0]
-    comparison = compare_scores(
-        scores, CompareOptions(metric=metric), candidates=list(table["experiment"]), against=top
+    scores = scored[scored["experiment"].isin(comparable)].rename(
+        columns={"experiment": "candidate", "final_return": "raw_score"}
     )
+    top = comparable[0]
+    comparison = compare_scores(scores, CompareOptions(metric=metric), candidates=comparable, against=top)
     pairs = comparison.improvement[comparison.improvement["candidate"] == top].set_index("versus")
-    for i, name in enumerate(table["experiment"].iloc[1:], start=1):
+    row = {name: i for i, name in enumerate(table["experiment"])}
+    for name in comparable[1:]:
         for column in columns:
-            table.loc[i, column] = pairs.loc[name, column]
-        table.loc[i, "told_apart"] = bool(pairs.loc[name, "distinguishable"])
-        table.loc[i, "degenerate"] = bool(pairs.loc[name, "degenerate"])
-    second = pairs.loc[table["experiment"].iloc[1]]
+            table.loc[row[name], column] = pairs.loc[name, column]
+        table.loc[row[name], "told_apart"] = bool(pairs.loc[name, "distinguishable"])
+        table.loc[row[name], "degenerate"] = bool(pairs.loc[name, "degenerate"])
+    second = pairs.loc[comparable[1]]
     point = table["degenerate"]  # P's interval is a point: a complete separation, or scores that all tie
     separated = table["experiment"][point & table["probability_of_improvement"].isin([0.0, 1.0])].tolist()
     tied_runs = table["experiment"][point & (table["probability_of_improvement"] == 0.5)].tolist()
@@ -592,10 +601,10 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     )
     if second["distinguishable"]:
         table.attrs["note"] = (
-            f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval}).{caveat}"
+            f"{top} is ahead of the others, and its {metric} lead is beyond noise ({interval}).{caveat}{without}"
         )
         return table
-    tied = [top] + [n for n, t in zip(table["experiment"].iloc[1:], table["told_apart"].iloc[1:]) if not t]
+    tied = [top] + [name for name in comparable[1:] if not table.loc[row[name], "told_apart"]]
     needed = second["seeds_needed"]
     more = (
         f"; about {int(needed)} seeds per configuration would separate them if the difference holds"
@@ -609,7 +618,7 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     )
     table.attrs["note"] = (
         f"The top configurations cannot be told apart: {', '.join(tied)} ({why}; {interval}){more}. The ranking "
-        f"among them is noise.{caveat}"
+        f"among them is noise.{caveat}{without}"
     )
     if log:
         logger.warning("sweep: %s", table.attrs["note"])

@@ -177,6 +177,21 @@ def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, progress=False)  # nothing fails, nothing re-runs
 
 
+def test_a_configuration_whose_runs_failed_is_left_out_of_the_comparisons_of_the_others(tmp_path, caplog):
+    """Tester O15: one configuration whose runs all failed left probability_of_improvement NaN for every
+    configuration of the sweep, without a word."""
+    import pandas as pd
+
+    trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError, match="bad lr"):
+        trainer.sweep({"lr": [0.1, 0.2, 0.3]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
+    table = pd.read_csv(tmp_path / "sweep_results.csv").set_index("experiment")
+    compared = [name for name in ("lr=0.1", "lr=0.3") if name != table.index[0]]
+    assert table.loc[compared, "probability_of_improvement"].notna().all()
+    assert np.isnan(table.loc["lr=0.2", "probability_of_improvement"])
+    assert "Not compared: lr=0.2 (no run of it finished; see num_excluded)." in caplog.text
+
+
 def test_a_run_of_a_sweep_that_starts_again_is_named_with_its_configuration(tmp_path, caplog):
     trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
     kw = {"num_runs": 1, "num_episodes": 4, "seed_offset": 0, "progress": False}
