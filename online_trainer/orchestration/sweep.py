@@ -71,10 +71,12 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
     if isinstance(configurations, Mapping):
         for key, values in configurations.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
-                raise ValueError(
-                    f"Each grid value must be a non-empty list, but got {key}={values!r}: "
-                    f"write {key}=[{values!r}] for a single value."
-                )
+                fix = (
+                    f"give the values to try, e.g. {key}=[0.001, 0.0003], or leave {key} out of the grid (its default)"
+                    if isinstance(values, Sequence) and not isinstance(values, (str, bytes))
+                    else f"write {key}=[{values!r}] for a single value"
+                )  # an empty list was told to be written [[]] (tester O15)
+                raise ValueError(f"Each grid value must be a non-empty list, but got {key}={values!r}: {fix}.")
         keys = list(configurations)
         grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())]
     else:
@@ -221,6 +223,8 @@ def run_sweep(
         # sweep's lock, as every file of the sweep; a call that ran nothing new leaves it alone
         everything = sorted(p.name for p in root.iterdir() if (p / storage.MANIFEST_FILE).is_file())
         whole = ranking if sorted(names) == everything else rank(root, everything, metric, last_k, log=False)
+        if whole is not ranking and (uneven := uneven_seeds(whole)) is not None and uneven_seeds(ranking) is None:
+            logger.warning("sweep: %s: %s", RESULTS_FILE, uneven)
         storage.write_if_changed(root / RESULTS_FILE, whole.to_csv(index=False).encode())
         return ranking
 
@@ -257,6 +261,7 @@ def _plan(
     experiments: list[Experiment] = []
     names = _names(root, grid)
     task_id = 0
+    more: dict[str, int] = {}  # configurations with more runs than this call asks for
     for config, name in zip(grid, names):
         exp_dir = root / name
         if not exp_dir.exists():
@@ -273,6 +278,8 @@ def _plan(
             resume,
             options.hooks,
         )
+        if manifest["num_runs"] > num_runs:
+            more[name] = manifest["num_runs"]
         seeds = {run: manifest["seeds"][run - 1] for run in todo}
         specs = plan_runs(
             parts,
@@ -293,6 +300,13 @@ def _plan(
     logger.info(
         "sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs, task_id, skipped
     )
+    if more:  # it returned the ranking of every seed without a word (tester O15)
+        logger.warning(
+            "sweep: num_runs=%d, but %s ran more seeds earlier; a sweep grows and never drops runs: the ranking "
+            "counts all of them.",
+            num_runs,
+            ", ".join(f"{name} ({count})" for name, count in more.items()),
+        )
     return experiments, names
 
 
@@ -513,6 +527,11 @@ def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool)
     kept, _ = select_runs(episodes, log=False)  # summarize() has named the runs left out
     finals = final_performance(kept, last_k, group_by="experiment", include_unfinished=True)
     table = _against_top(table, finals, metric, log)
+    uneven = uneven_seeds(table)
+    if uneven is not None:
+        table.attrs["note"] = f"{table.attrs['note']} {uneven}"
+        if log:
+            logger.warning("sweep: %s", uneven)
     stopped = stopped_early_note(episodes.assign(candidate=episodes["experiment"]))
     if stopped is not None:  # a stopper's threshold is what such a run scores: the ranking must say so
         table.attrs["note"] = f"{table.attrs['note']} {stopped}"
@@ -525,6 +544,18 @@ def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool)
         table = pd.concat([table, rest.assign(num_runs=0, told_apart=False, degenerate=False)], ignore_index=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
+
+
+def uneven_seeds(table: pd.DataFrame) -> str | None:
+    """What to say of a ranking whose configurations ran different numbers of seeds (configurations of earlier
+    calls keep theirs when a call grows ``num_runs``, tester O15); None when they all ran as many."""
+    runs = table.set_index("experiment")
+    # every run of each (those left out for their status, or without an episode, are said apart)
+    counts = runs["num_runs"] + runs.get("num_missing", 0) + runs.get("num_excluded", 0)
+    if counts.nunique() <= 1:
+        return None
+    listed = ", ".join(f"{name} ({int(count)})" for name, count in counts.items())
+    return f"The configurations ran different numbers of seeds: {listed}; their intervals differ in width."
 
 
 def _unscored_counts(exp_dir: Path) -> dict[str, int]:

@@ -50,8 +50,12 @@ def test_expand_grid_and_names():
     assert expand_grid([{"lr": 0.1}, {"lr": 0.1}, {"lr": 0.3}]) == [{"lr": 0.1}, {"lr": 0.3}]
     assert config_name({"lr": 0.001, "net": [64, 64]}) == "lr=0.001,net=64-64"
     assert len(config_name({f"k{i}": "x" * 20 for i in range(10)})) <= 100
-    with pytest.raises(ValueError, match=r"Each grid value must be a non-empty list, but got lr=0.1"):
+    with pytest.raises(ValueError, match=r"Each grid value must be a non-empty list, but got lr=0.1: write lr=\[0.1\]"):
         expand_grid({"lr": 0.1})
+    with pytest.raises(
+        ValueError, match=r"but got lr=\[\]: give the values to try, e.g. lr=\[0.001, 0.0003\], or leave"
+    ):
+        expand_grid({"lr": [], "gamma": [0.99]})  # O15: told to write lr=[[]]
 
 
 def test_the_known_best_configuration_ranks_first(tmp_path):
@@ -75,7 +79,9 @@ def test_the_known_best_configuration_ranks_first(tmp_path):
     assert set(episodes.groupby("experiment")["seed"].unique().map(tuple)) == {(0, 10000, 20000)}  # same seeds
 
 
-def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path):
+def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path, caplog):
+    import pandas as pd
+
     factory = CountingAgents()
     trainer = corridor_trainer(tmp_path, factory)
     first = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=20, seed_offset=3, progress=False)
@@ -89,6 +95,19 @@ def test_running_again_runs_nothing_new_and_a_bigger_grid_only_the_new(tmp_path)
     trainer.sweep({"lr": [0.1, 0.5, 0.9]}, num_runs=3, num_episodes=20, progress=False)
     assert factory.built == 4 + 2 + 3  # one more seed for the old two, three for the new one
     assert all(p.read_bytes() == data for p, data in streams.items())  # old results untouched
+    trainer.sweep({"lr": [0.9]}, num_runs=4, num_episodes=20, progress=False)  # only lr=0.9 grows
+    assert sorted(pd.read_csv(tmp_path / "sweep_results.csv")["num_runs"]) == [3, 3, 4]
+    # O15: ranked side by side without a word
+    assert "sweep: sweep_results.csv: The configurations ran different numbers of seeds: " in caplog.text
+
+
+def test_a_sweep_called_with_fewer_seeds_than_it_ran_says_it_ranks_them_all(tmp_path, caplog):
+    """Tester O15: num_runs=2 on a sweep of 3 seeds returned the 3-seed ranking without a word."""
+    trainer = corridor_trainer(tmp_path)
+    trainer.sweep({"lr": [0.1, 0.5]}, num_runs=3, num_episodes=5, seed_offset=3, progress=False)
+    ranking = trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=5, progress=False)
+    assert "sweep: num_runs=2, but lr=0.1 (3), lr=0.5 (3) ran more seeds earlier" in caplog.text
+    assert ranking["num_runs"].tolist() == [3, 3]
 
 
 def test_sweep_results_csv_ranks_every_configuration_of_the_directory(tmp_path):
