@@ -143,6 +143,9 @@ class CheckpointEvaluations:
     :func:`~online_trainer.orchestration.planning.run_experiments` executes them: each result is kept
     with its spec; nothing is written to a manifest."""
 
+    evaluates = True
+    """Its runs are evaluations of checkpoints: their seeds are the runs' evaluation seeds (what messages say)."""
+
     def __init__(self, exp_dir: Path, specs: list[RunSpec]) -> None:
         self.exp_dir: Path | None = exp_dir
         self.specs = specs

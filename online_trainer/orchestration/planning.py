@@ -401,8 +401,10 @@ def execute_experiments(
                 else ""
             )
             when = "at" if failed_at(error.cause) is not None else "before"  # the loop marks what its steps raise
+            # a checkpoint's evaluation plays with the evaluation seed of its run, not the run's (tester D15)
+            seed = "evaluation seed" if any(getattr(e, "evaluates", False) for e in experiments) else "seed"
             error.cause.add_note(
-                f"(raised by run {error.run_idx}, seed {error.seed}, {when} its first env step; every run was stopped, "
+                f"(raised by run {error.run_idx}, {seed} {error.seed}, {when} its first env step; every run was stopped, "
                 + (
                     "and the manifest is as this call found it but for runs that ended in this call: the others go "
                     "on from their last full checkpoint when the experiment is resumed with the right inputs)"

@@ -18,6 +18,7 @@ import torch
 from online_trainer import EvaluationOptions, OnlineTrainer
 from online_trainer.agents import PPOAgent, QLearningAgent
 from online_trainer.hooks import Hook
+from online_trainer.loop.evaluation import eval_seed
 
 EVAL_SEED = 12345
 EVAL_EPISODES = 5
@@ -287,6 +288,19 @@ def test_evaluate_says_which_of_the_evaluation_options_given_do_not_apply(tmp_pa
     table = trainer.evaluate("last", evaluation=EvaluationOptions(episodes=2, freq=5, record_video=1), progress=False)
     assert len(table) == 2
     assert "evaluation.freq=5 and evaluation.record_video=1 do not apply" in caplog.text
+
+
+def test_an_evaluation_that_fails_before_its_first_step_names_its_evaluation_seed(tmp_path):
+    """Tester D15: the note said "raised by run 2, seed 4020992879", the run's evaluation seed (its seed + 2**31),
+    which the manifest does not hold."""
+    trainer = cliff_trainer(tmp_path)
+    trainer.multi_run(1, num_episodes=10, seed_offset=0, checkpoint_freq=10, progress=False)
+    for path in tmp_path.glob("Run1_Last*"):
+        path.write_bytes(b"damaged")
+    with pytest.raises(Exception) as info:
+        trainer.evaluate("last", progress=False)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert f"(raised by run 1, evaluation seed {eval_seed(0)}, before its first env step" in notes
 
 
 class StopsRunTwo(Hook):
