@@ -119,11 +119,17 @@ def y_label(stat: str, ci: float | None, smooth: int | None) -> str:
 
 
 def _excluded_note(excluded: Sequence[dict]) -> str | None:
+    """``Left out: 2 runs that did not finish (1 failed, 1 interrupted)``, and which they are when the runs are of
+    several experiments (V15: a two-experiment report did not say whose they were)."""
     if not excluded:
         return None
     statuses = pd.Series([str(r.get("status")) for r in excluded]).value_counts()
     counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
-    return f"Left out: {_runs(len(excluded))} that did not finish ({counts})."
+    named = ""
+    if any("experiment" in r for r in excluded):
+        names = [f"{r.get('experiment')} run {r.get('run')}" for r in excluded[:4]]
+        named = f": {', '.join(names)}{', ...' if len(excluded) > 4 else ''}"
+    return f"Left out: {_runs(len(excluded))} that did not finish ({counts}){named}."
 
 
 def plot_learning_curves(

@@ -195,6 +195,16 @@ def test_a_failed_run_is_left_out_of_the_legend_and_noted(caplog):
     assert "Left out" not in notes(fig)
 
 
+def test_runs_left_out_of_several_experiments_are_named_with_their_experiment():
+    """Tester V15: a report of two experiments said "Left out: 1 run that did not finish (1 failed)", not whose."""
+    df = pd.concat(
+        [shaped().assign(experiment="a"), shaped(short={2: 3}, statuses={2: "failed"}).assign(experiment="b")],
+        ignore_index=True,
+    )
+    fig = plot_learning_curves(df)
+    assert "Left out: 1 run that did not finish (1 failed): b run 2." in notes(fig)
+
+
 def test_runs_without_episodes_are_noted():
     df = shaped(num_runs=2)
     df.attrs["runs"] = [{"run": r, "status": "finished", "num_episodes": 30 if r <= 2 else 0} for r in range(1, 5)]
