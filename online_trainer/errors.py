@@ -44,13 +44,15 @@ class RunsFailedError(RuntimeError):
 
     Attributes:
         failures: one :class:`RunFailure` per failed run.
-        results: the records of every run that completed, ``None`` for the failed ones.
+        results: from ``multi_run``, the records of every run that completed, ``None`` for the failed ones;
+            from ``sweep``, its ranking of the configurations that have a score (as it returns; ``None`` when
+            none has), the failed runs left out of it.
     """
 
     def __init__(
         self,
         failures: Sequence[RunFailure],
-        results: list | None = None,
+        results: Any = None,
         on_disk: bool = True,
         continuing: str | None = None,
     ) -> None:

@@ -39,6 +39,7 @@ from online_trainer.analysis.compare_inputs import (
     shared_seed_note,
     stopped_early_note,
     unfinished_note,
+    unscored_candidates,
 )
 from online_trainer.analysis.stats import aggregate
 
@@ -176,13 +177,16 @@ def compare(
     note, pooled, stopped = budget_note(table), shared_seed_note(table), stopped_early_note(table)
     unfinished = unfinished_note(table, options.include_unfinished)
     seeds = different_seeds_note(table)
-    candidates = table.attrs["candidates"]
     scores = run_scores(table, options)
+    # a candidate without any score (a sweep's configuration whose runs all failed) would refuse the comparison of
+    # the others (tester O15): it is left out, named
+    candidates, unscored = unscored_candidates(scores, table.attrs["candidates"])
+    scores = scores[scores["candidate"].isin(candidates)].reset_index(drop=True)
     bounds = normalization_bounds(scores, options.normalize)
     scale = scale_note(scores, options.normalize)
     comparison = compare_scores(scores, options, candidates, bounds)
     # once the comparison stands: a refused one's error is the news
-    for warning in (note, seeds, pooled, stopped, unfinished, scale):
+    for warning in (unscored, note, seeds, pooled, stopped, unfinished, scale):
         if warning is not None:
             logger.warning("compare: %s", warning)
     curves = sample_efficiency(table, options, candidates, bounds)
@@ -202,6 +206,7 @@ def compare(
             "seeds_note": seeds,
             "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
             "scale_note": scale,
+            "unscored_note": unscored,
         },
     )
 

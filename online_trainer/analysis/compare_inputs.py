@@ -473,6 +473,26 @@ def scale_note(scores: pd.DataFrame, normalize: Normalize) -> str | None:
     )
 
 
+def unscored_candidates(scores: pd.DataFrame, candidates: Sequence[str]) -> tuple[list[str], str | None]:
+    """The candidates that have a scored run on some task, and a note naming the others (None when there is none).
+
+    A candidate none of whose runs has a score (a sweep's configuration whose runs all failed, or were cut off before
+    their first episode, or finished no episode) is left out of the comparison of the others, as the sweep's ranking
+    leaves it out. When fewer than two candidates have a score, all are kept: :func:`check_tasks` then says what is
+    missing.
+    """
+    valid = scores[np.isfinite(scores["raw_score"].to_numpy(float))]
+    have = set(valid["candidate"])
+    scored = [c for c in candidates if c in have]
+    apart = [c for c in candidates if c not in have]
+    if not apart or len(scored) < 2:
+        return list(candidates), None
+    return scored, (
+        f"Not compared: {', '.join(map(str, apart))} (no run of it has a score: its runs failed or were cut off, "
+        "and are left out unless include_unfinished=True, or finished no episode; `online-trainer show` says which)."
+    )
+
+
 def left_out_note(df: pd.DataFrame, include_unfinished: bool) -> str | None:
     """The runs left out of the comparison because they did not finish (None when none is, or with
     ``include_unfinished``)."""

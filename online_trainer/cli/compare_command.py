@@ -128,6 +128,7 @@ def comparison_markdown(comparison: Comparison, figures: list[str]) -> str:
         *([f"**Runs stopped early.** {info['stopped_early_note']}", ""] if info.get("stopped_early_note") else []),
         *([f"**Unfinished runs scored.** {info['unfinished_note']}", ""] if info.get("unfinished_note") else []),
         *([f"**Runs left out.** {info['left_out_note']}", ""] if info.get("left_out_note") else []),
+        *([f"**Candidates left out.** {info['unscored_note']}", ""] if info.get("unscored_note") else []),
         *([f"**Scales differ.** {info['scale_note']}", ""] if info.get("scale_note") else []),
         "## Aggregate metrics",
         "",

@@ -236,8 +236,8 @@ def run_sweep(
     outcome = run_experiments(hold_lock(root, check), execution, len(grid) * num_runs, plan, parts.callback, finalize)
     ranking: pd.DataFrame = outcome.finalized
     failures = [f for e in outcome.experiments for f in e.failures()]
-    if failures:
-        raise RunsFailedError(failures, None, continuing="the same sweep call with resume=True")
+    if failures:  # the ranking of the configurations that have scores goes with the error
+        raise RunsFailedError(failures, ranking, continuing="the same sweep call with resume=True")
     return ranking
 
 

@@ -193,6 +193,12 @@ def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     manifest = json.loads((tmp_path / "lr=0.2" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "failed"]
     assert (tmp_path / "sweep_results.csv").is_file()  # the ranking of what finished
+    # O15: the error's results were None; they are the ranking the call would have returned, of what finished
+    ranking = caught.value.results
+    assert (
+        list(ranking["experiment"]) == ["lr=0.1", "lr=0.2"]
+        and ranking.set_index("experiment").loc["lr=0.2", "num_excluded"] == 2
+    )
     trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, progress=False)  # nothing fails, nothing re-runs
 
 
@@ -209,6 +215,18 @@ def test_a_configuration_whose_runs_failed_is_left_out_of_the_comparisons_of_the
     assert table.loc[compared, "probability_of_improvement"].notna().all()
     assert np.isnan(table.loc["lr=0.2", "probability_of_improvement"])
     assert "Not compared: lr=0.2 (no run of it finished; see num_excluded)." in caplog.text
+    # compare of the sweep refused for want of lr=0.2's scores (O15): the others are compared, lr=0.2 named
+    from online_trainer.analysis.compare import compare
+    from online_trainer.cli import main as cli
+
+    comparison = compare(tmp_path, n_resamples=200)
+    assert comparison.info["candidates"] == ["lr=0.1", "lr=0.3"] and "lr=0.2" not in set(comparison.scores["candidate"])
+    assert comparison.info["unscored_note"].startswith("Not compared: lr=0.2 (no run of it has a score")
+    assert "compare: Not compared: lr=0.2" in caplog.text
+    assert cli.main(["compare", str(tmp_path), "--out", str(tmp_path / "cmp"), "--resamples", "200"]) == 0
+    assert "**Candidates left out.** Not compared: lr=0.2" in (tmp_path / "cmp" / "comparison.md").read_text()
+    with pytest.raises(ValueError, match=r"Every candidate must have scored runs on every task"):
+        compare([tmp_path / "lr=0.1", tmp_path / "lr=0.2"])  # a single one with a score: refused, as before
 
 
 def test_a_run_of_a_sweep_that_starts_again_is_named_with_its_configuration(tmp_path, caplog):
