@@ -105,11 +105,16 @@ def _symlog(ax: Axes, values: np.ndarray, late: np.ndarray) -> float:
 
 
 def _symlog_label(value: float, linthresh: float) -> str:
-    """``-10^3`` for a decade beyond the linear part, the plain number inside it."""
+    """``-10^3`` for a decade beyond the linear part (``2×10^2`` between decades, as the ticks of
+    :class:`_SymlogTicks` are: one notation on the side), the plain number inside it."""
     if abs(value) >= linthresh and value != 0:
-        power = np.log10(abs(value))
-        if np.isclose(power, round(power)):
-            return f"${'-' if value < 0 else ''}10^{{{int(round(power))}}}$"
+        power = int(np.floor(np.log10(abs(value)) + 1e-9))
+        mantissa = abs(value) / 10.0**power
+        sign = "-" if value < 0 else ""
+        if np.isclose(mantissa, 1.0):
+            return f"${sign}10^{{{power}}}$"
+        if np.isclose(mantissa, round(mantissa)):
+            return f"${sign}{int(round(mantissa))}\\times10^{{{power}}}$"
     return f"{value:g}"
 
 
