@@ -184,6 +184,10 @@ class Experiment:
                     if SLURM_JOB_KEY in entry and not self._left_anything(spec.run_idx):
                         entry["status"] = "pending"
                         del entry[SLURM_JOB_KEY]  # its job was cancelled before it began: no job holds it now
+                if entry["status"] == ownership.INTERRUPTED and entry["global_step"] is None:
+                    # it kept nothing (cut off before its first record or checkpoint): a resume starts it at step 0,
+                    # which its counts say (null read as "unknown", tester O15)
+                    entry.update(episodes=0, global_step=0)
         try:
             self._write()
         except OSError as exc:  # called while another exception propagates: that one is the news

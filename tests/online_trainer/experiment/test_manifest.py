@@ -533,3 +533,25 @@ def test_resume_puts_back_what_a_killed_overwrite_set_aside_first(tmp_path, asid
         name: data for name, data in before.items() if name != ".lock"
     }
     assert not (tmp_path / storage.SETTING_ASIDE_DIR).exists() and not (tmp_path / storage.SET_ASIDE_DIR).exists()
+
+
+class InterruptedAtItsSecondAct(RecordingAgent):
+    def act(self, obs):
+        self.acts = getattr(self, "acts", 0) + 1
+        if self.acts == 2:
+            raise KeyboardInterrupt
+        return super().act(obs)
+
+
+def test_a_run_cut_off_before_it_kept_anything_counts_zero_steps_not_null(tmp_path):
+    """O15: a run interrupted at its first step had "global_step": null and "episodes": null in the manifest, as a
+    run not started has; it kept nothing, and a resume starts it at step 0."""
+    with pytest.raises(KeyboardInterrupt):
+        OnlineTrainer(make_counting_vec(1), InterruptedAtItsSecondAct, exp_dir=tmp_path).multi_run(
+            2, num_episodes=3, seed_offset=0, progress=False
+        )
+    runs = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]
+    assert [(r["status"], r["episodes"], r["global_step"]) for r in runs] == [
+        ("interrupted", 0, 0),
+        ("pending", None, None),
+    ]
