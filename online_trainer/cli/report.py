@@ -129,6 +129,13 @@ def final_results(
         steps if pd.isna(entry.get("env_steps")) else entry["env_steps"]
         for steps, entry in zip(runs["env_steps"], entries)
     ]
+    # the experiments in the order they were named (groupby sorted them by name, R16)
+    order = {name: i for i, name in enumerate(dict.fromkeys(r.get("experiment") for r in df.attrs.get("runs") or []))}
+    if order and "experiment" in runs.columns:
+        runs = runs.sort_values("experiment", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+        if summary is not None and "experiment" in summary.columns:
+            summary = summary.sort_values("experiment", key=lambda s: s.map(order), kind="stable")
+            summary = summary.reset_index(drop=True)
     return runs, summary, excluded
 
 

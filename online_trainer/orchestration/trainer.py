@@ -109,7 +109,7 @@ class OnlineTrainer:
         self.exp_dir = None if exp_dir is None else Path(exp_dir)
         if exp_dir is not None and self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
             raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
-        self.train = bool(train)
+        self.train = validation.boolean("train", train)
         self.config = None
         if config is not None:
             validation.needs_exp_dir(exp_dir, config=os.fspath(config))
@@ -226,8 +226,8 @@ class OnlineTrainer:
             num_episodes=num_episodes,
             total_steps=total_steps,
             checkpoint_freq=checkpoint_freq,
-            dump_metrics=self.exp_dir is not None if dump_metrics is None else bool(dump_metrics),
-            dump_transitions=bool(dump_transitions),
+            dump_metrics=self.exp_dir is not None if dump_metrics is None else dump_metrics,
+            dump_transitions=dump_transitions,
             evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
             records=RecordOptions() if records is None else records,
@@ -373,7 +373,7 @@ class OnlineTrainer:
             num_episodes=num_episodes,
             total_steps=total_steps,
             checkpoint_freq=checkpoint_freq,
-            dump_transitions=bool(dump_transitions),
+            dump_transitions=dump_transitions,
             evaluation=evaluation,
             checkpoints=CheckpointOptions() if checkpoints is None else checkpoints,
             records=dataclasses.replace(RecordOptions() if records is None else records, keep_agents=False),

@@ -267,6 +267,14 @@ def test_report_says_when_the_experiments_ran_on_different_budgets(tmp_path, cap
     assert f"**Budgets differ.** {said}" in (tmp_path / "r" / "summary.md").read_text()
     assert said in caplog.text
     caplog.clear()
+    # named one by one, they keep the order given, in both tables (R16: they came out by name)
+    assert cli.main(["report", str(tmp_path / "short"), str(tmp_path / "long"), "--out", str(tmp_path / "r2")]) == 0
+    text = (tmp_path / "r2" / "summary.md").read_text()
+    assert [line.split("|")[1].strip() for line in text.splitlines() if line.startswith(("| long", "| short"))] == [
+        "short",
+        "long",
+    ]
+    caplog.clear()
     assert cli.main(["report", str(tmp_path / "long"), "--out", str(tmp_path / "one")]) == 0
     assert "Budgets differ" not in (tmp_path / "one" / "summary.md").read_text() and not caplog.text
     # show of their folder ranked them side by side without a word (Z11)

@@ -530,6 +530,29 @@ def test_resume_and_overwrite_are_flags_and_exclusive(tmp_path, kwargs, error, m
     assert factory.built == 0 and {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
 
 
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dump_transitions": "no"}, r"dump_transitions must be True or False, but got dump_transitions='no'"),
+        ({"dump_metrics": "no"}, r"dump_metrics must be True or False, but got dump_metrics='no'"),
+        ({"dump_metrics": 1}, r"dump_metrics must be True or False, but got dump_metrics=1"),
+    ],
+)
+def test_dump_options_are_flags(tmp_path, kwargs, message):
+    """R16: the string "no" turned dump_transitions and dump_metrics on, without a word."""
+    factory = CountingFactory()
+    with pytest.raises(ValueError, match=message):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "exp").multi_run(1, 2, **kwargs)
+    if "dump_transitions" in kwargs:  # sweep has no dump_metrics
+        with pytest.raises(ValueError, match=message):
+            OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "sweep").sweep(
+                {"lr": [0.1]}, 1, num_episodes=2, **kwargs
+            )
+    assert factory.built == 0 and not list(tmp_path.iterdir())
+    with pytest.raises(ValueError, match=r"train must be True or False, but got train='no'"):
+        OnlineTrainer(factory, RecordingAgent, train="no")
+
+
 def test_sweep_resume_is_a_flag(tmp_path):
     with pytest.raises(ValueError, match=r"resume must be True or False, but got resume='yes'"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "sweep").sweep(
