@@ -58,6 +58,7 @@ class Experiment:
         self._kept_under_way: set[int] = set()
         self.setup_failed: int | None = None
         """The run of this experiment that failed before its first env step, stopping every run (None: none)."""
+        self._setup_error = ""  # its error, for its entry when the experiment is kept (R16: it said only pending)
         self._earlier = (
             set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
         )
@@ -154,6 +155,9 @@ class Experiment:
         """
         if result.status == "setup_failed":
             self.setup_failed = result.run_idx
+            self._setup_error = (
+                f"before its first env step (the call stopped): {result.extra.get('exception') or result.error}"
+            )
         result.raise_if_setup_failed()
         self.results[result.run_idx] = result
         for name, value in result.env_info.items():
@@ -320,6 +324,8 @@ class Experiment:
                 if found["runs"][run - 1]["status"] == "pending" and self._left_anything(run):
                     found["runs"][run - 1]["status"] = ownership.INTERRUPTED
                     progress_from_disk(self.exp_dir, found["runs"][run - 1])
+            if self.setup_failed is not None:  # its status as found, and why this call stopped
+                found["runs"][self.setup_failed - 1]["error"] = self._setup_error
             storage.write_manifest(self.exp_dir, found)
         elif ended and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # a new experiment that keeps those runs:
             manifest = storage.read_manifest(self.exp_dir)  # the others, stopped before their first step, are to do
@@ -329,6 +335,8 @@ class Experiment:
                     progress_from_disk(self.exp_dir, entry)
                 elif entry["run"] not in ended and entry["status"] == "running":
                     entry["status"] = "pending"
+                if entry["run"] == self.setup_failed:  # pending, and why: `show` lists it with its error
+                    entry["error"] = self._setup_error
             storage.write_manifest(self.exp_dir, manifest)
 
     def evaluations(self) -> list[list[dict[str, Any]] | None]:

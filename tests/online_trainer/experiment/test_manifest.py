@@ -555,3 +555,34 @@ def test_a_run_cut_off_before_it_kept_anything_counts_zero_steps_not_null(tmp_pa
         ("interrupted", 0, 0),
         ("pending", None, None),
     ]
+
+
+class FailsToStartRun2(Hook):
+    def on_run_start(self, ctx):
+        if ctx.run == 2:
+            raise RuntimeError("no curriculum for run 2")
+
+
+def test_a_run_that_stopped_the_call_before_its_first_step_keeps_its_error_in_the_manifest(tmp_path):
+    """R16: run 2's hook raised in on_run_start after run 1 had finished; run 2 was left pending with no error, and
+    `show` listed it "pending, left out" with nothing on disk saying why (report's table of runs left out has it)."""
+    from online_trainer.cli import main as cli
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="no curriculum for run 2"):
+        trainer.multi_run(3, num_episodes=3, seed_offset=0, progress=False, hooks=[FailsToStartRun2()])
+    runs = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]
+    assert [r["status"] for r in runs] == ["finished", "pending", "pending"]
+    assert runs[1]["error"] == (
+        "before its first env step (the call stopped): RuntimeError: no curriculum for run 2 (raised in hook "
+        "FailsToStartRun2#0's on_run_start)"
+    )
+    assert runs[2]["error"] is None
+    assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "report")]) == 0
+    assert (
+        "| 2 | 10000 | pending | 0 | before its first env step (the call stopped): RuntimeError: no curriculum"
+        in (tmp_path / "report" / "summary.md").read_text()
+    )
+    trainer.multi_run(3, num_episodes=3, seed_offset=0, progress=False, resume=True)
+    runs = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]
+    assert [(r["status"], r["error"]) for r in runs] == [("finished", None)] * 3
