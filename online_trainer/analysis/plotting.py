@@ -31,6 +31,7 @@ from matplotlib.ticker import EngFormatter
 
 from online_trainer.analysis.bootstrap import Seed, stat_fn
 from online_trainer.analysis.curves import curves
+from online_trainer.analysis.scores import SCORE_ATTR, score_table, unread_raw_note
 from online_trainer.analysis.selection import GroupBy, group_and_strata, groups, select_runs
 from online_trainer.analysis.stats import aggregate, final_performance
 from online_trainer.analysis.yaxis import YLim, check_axis_options, late_returns, robust_ylim, set_y_axis
@@ -111,11 +112,11 @@ def _stat_text(stat: str, ci: float | None) -> str:
     return STAT_LABELS[stat] if ci is None else f"{STAT_LABELS[stat]}, {ci * 100:g}% CI"
 
 
-def y_label(stat: str, ci: float | None, smooth: int | None) -> str:
+def y_label(stat: str, ci: float | None, smooth: int | None, what: str = "Episode return") -> str:
     """``"Episode return (IQM, 95% CI)"``, with the smoothing window on a first line when there is one."""
     if smooth is not None and smooth > 1:
-        return f"Episode return, mean of last {smooth} episodes\n({_stat_text(stat, ci)} across runs)"
-    return f"Episode return ({_stat_text(stat, ci)})"
+        return f"{what}, mean of last {smooth} episodes\n({_stat_text(stat, ci)} across runs)"
+    return f"{what} ({_stat_text(stat, ci)})"
 
 
 def _excluded_note(excluded: Sequence[dict]) -> str | None:
@@ -151,6 +152,7 @@ def plot_learning_curves(
     n_resamples: int = 2_000,
     seed: Seed = 0,
     notes: Sequence[str] = (),
+    score: str | None = None,
 ) -> Figure:
     """One line per group, the statistic across runs, with a shaded pointwise CI band.
 
@@ -191,6 +193,9 @@ def plot_learning_curves(
         seed: Seed of the bootstrap (the same seed draws the same band).
         notes: More lines for under the axes, after the figure's own (say what the data
             leaves out that the figure cannot know).
+        score: ``"return"`` (the sums of the rewards the agent learned from) or ``"raw"`` (the env's raw
+            scores, recorded by a ``RecordEpisodeStatistics`` in its wrappers); None: ``df.attrs["score"]``, as
+            :func:`~online_trainer.analysis.curves.curves` (see :mod:`online_trainer.analysis.scores`).
 
     Returns:
         The figure (the one holding ``ax`` when given).
@@ -201,7 +206,7 @@ def plot_learning_curves(
     """
     stat_fn(stat)
     check_axis_options(ylim, yscale)
-    df = _load(data)
+    df = score_table(_load(data), score)  # the y axis is fitted to the returns the curves read
     table = curves(
         df,
         x,
@@ -215,6 +220,7 @@ def plot_learning_curves(
         n_resamples=n_resamples,
         seed=seed,
         include_unfinished=include_unfinished,
+        score=df.attrs.get(SCORE_ATTR, "return"),
     )
     group_cols = [c for c in table.columns if c not in (x, "value", "lo", "hi", "num_runs", "total_runs")]
     made = ax is None
@@ -226,7 +232,8 @@ def plot_learning_curves(
         stretch, labelled = _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i, labels)
         thin, end_labels = max(thin, stretch), end_labels or labelled
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
-    ax.set_ylabel(y_label(stat, ci, smooth), fontsize=10)
+    raw = df.attrs.get(SCORE_ATTR) == "raw"
+    ax.set_ylabel(y_label(stat, ci, smooth, "Episode raw score" if raw else "Episode return"), fontsize=10)
     if x == "global_step":
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     low, high = table[x].min(), table[x].max()
@@ -239,6 +246,7 @@ def plot_learning_curves(
         f"Not drawn: {_runs(table.attrs['no_episode'])} without a finished episode."
         if table.attrs.get("no_episode")
         else None,
+        unread_raw_note(df),
         *notes,
     ]
     _style(ax)

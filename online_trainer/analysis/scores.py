@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from online_trainer.records import storage
@@ -81,3 +82,19 @@ def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
     if "raw_length" in df.columns:
         table["ep_length"] = df["raw_length"]
     return table
+
+
+def unread_raw_note(df: pd.DataFrame) -> str | None:
+    """A note when ``df``'s returns are the rewards the agent learned from while its runs also recorded raw scores
+    that differ (a ``NormalizeReward`` or a reward clip around a ``RecordEpisodeStatistics``); None otherwise (raw
+    scores read, none recorded, or equal to the returns)."""
+    if df.attrs.get(SCORE_ATTR) == "raw" or "raw_return" not in df.columns or df.empty:
+        return None
+    returns, raw = df["ep_return"].to_numpy(float), df["raw_return"].to_numpy(float)
+    both = np.isfinite(returns) & np.isfinite(raw)
+    if not both.any() or np.allclose(returns[both], raw[both], rtol=1e-9, atol=1e-9):
+        return None
+    return (
+        "Returns: sums of the rewards the agent learned from; its runs' raw scores (RecordEpisodeStatistics) "
+        "differ: score='raw' (--score raw) reads them."
+    )

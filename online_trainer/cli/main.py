@@ -163,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="include failed, interrupted and pending runs in the statistics (listed, but left out, by default)",
     )
+    _add_score(show)
     show.set_defaults(handler=show_command)
 
     report = commands.add_parser(
@@ -228,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="include failed, interrupted and pending runs in the curves and statistics",
     )
+    _add_score(report)
     report.set_defaults(handler=report_command)
 
     _add_compare(commands)
@@ -252,6 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     evaluate.set_defaults(handler=eval_command)
     return parser
+
+
+def _add_score(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--score",
+        choices=("return", "raw"),
+        default=None,
+        help="what a run's returns are: 'return', the sums of the rewards the agent learned from, or 'raw', the "
+        "env's raw scores its RecordEpisodeStatistics recorded (default: raw for experiments run with "
+        "records.score=raw, else return)",
+    )
 
 
 def _add_compare(commands: argparse._SubParsersAction) -> None:

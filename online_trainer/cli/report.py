@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from online_trainer.analysis.dataframes import experiment_dirs, load_episodes, load_evaluations
 from online_trainer.analysis.evaluation_curves import finite_evaluations, plot_evaluation_curves
 from online_trainer.analysis.plotting import STAT_LABELS, plot_learning_curves
-from online_trainer.analysis.scores import MIXED_ATTR, SCORE_ATTR
+from online_trainer.analysis.scores import MIXED_ATTR, SCORE_ATTR, score_table, unread_raw_note
 from online_trainer.analysis.selection import (
     STATUS_COLUMN,
     describe_runs,
@@ -169,7 +169,7 @@ def _return(df: pd.DataFrame) -> str:
     ``ep_return`` is then each episode's raw score), else ``return``, saying so when some experiments ran with
     ``score="raw"`` (one score for all: their returns as their agents saw them)."""
     if df.attrs.get(SCORE_ATTR) == "raw":
-        return "raw return (records.score=raw)"
+        return "raw return (the env's raw scores, from RecordEpisodeStatistics)"
     mixed = df.attrs.get(MIXED_ATTR)
     if mixed:
         names = ", ".join(mixed)
@@ -313,15 +313,28 @@ def configured_last_k(paths: Sequence[str | os.PathLike]) -> int:
     return distinct[0] if distinct else DEFAULT_LAST_K
 
 
+def _scored(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
+    """``df`` with the returns ``--score`` asks for (see :func:`online_trainer.analysis.scores.score_table`)."""
+    try:
+        return score_table(df, score)
+    except ValueError:
+        raise ConfigError(
+            "--score raw: these runs recorded no raw scores (their envs have no gymnasium.wrappers:"
+            "RecordEpisodeStatistics inside their wrappers): leave --score out, or run them with it."
+        ) from None
+
+
 def show_command(args: argparse.Namespace) -> int:
     """Print the final-performance table of the experiment (or sweep) in ``args.exp_dir``."""
     with _each_message_once():
         last_k = args.last_k or configured_last_k([args.exp_dir])
         ranked = len(experiment_dirs(args.exp_dir)) > 1  # a sweep's configurations
-        df = load_episodes(args.exp_dir)
+        df = _scored(load_episodes(args.exp_dir), args.score)
         print(final_table(df, last_k, args.include_unfinished, ranked=ranked))
         if (budgets := budget_note(df)) is not None:  # as report and compare say it
             logger.warning("show: %s", budgets)
+        if (raw := unread_raw_note(df)) is not None:  # N16: normalised returns under a plain "return"
+            logger.warning("show: %s", raw)
     return 0
 
 
@@ -555,7 +568,7 @@ def report_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--ylim {args.ylim[0]:g} {args.ylim[1]:g}: give two finite numbers, LOW below HIGH.")
     with _each_message_once():
         last_k = args.last_k or configured_last_k(paths)
-        df = load_episodes(paths)
+        df = _scored(load_episodes(paths), args.score)
         if df.empty:
             raise ConfigError(f"{', '.join(map(str, paths))}: no episode has finished yet, there is nothing to report.")
         results = final_results(df, last_k, args.include_unfinished)
@@ -612,6 +625,8 @@ def report_command(args: argparse.Namespace) -> int:
         )
         if (budgets := budget_note(df)) is not None:
             logger.warning("report: %s", budgets)
+        if (raw := unread_raw_note(df)) is not None:
+            logger.warning("report: %s", raw)
     print()
     for path in [*written, out / SUMMARY_FILE]:
         print(f"Wrote {path}")

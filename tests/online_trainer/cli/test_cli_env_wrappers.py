@@ -60,7 +60,8 @@ def test_config_keys_reach_the_env_and_round_trip(tmp_path, capsys):
     # the table says what its returns are (tester C10: "mean return" over raw scores)
     assert cli.main(["show", str(exp_dir)]) == 0
     assert (
-        "Final return of each run: mean raw return (records.score=raw) of all its episodes" in capsys.readouterr().out
+        "Final return of each run: mean raw return (the env's raw scores, from RecordEpisodeStatistics) of all its episodes"
+        in capsys.readouterr().out
     )
 
 
@@ -246,3 +247,47 @@ def test_a_report_of_raw_and_plain_experiments_says_which_score_it_compares(tmp_
         "the others did not; report them alone for their raw scores)"
     )
     assert said in (out / "summary.md").read_text()
+
+
+def test_the_raw_scores_of_runs_scored_by_their_return_are_named_and_read_on_demand(tmp_path, capsys, caplog):
+    """N16: with NormalizeReward (or a reward clip) the tables and curves showed the sums of the rewards the agent
+    learned from under a plain "return", though the records held raw scores; plot_learning_curves had no score=,
+    which the docs promised."""
+    from online_trainer.analysis.plotting import plot_learning_curves
+
+    exp_dir = tmp_path / "exp"
+    config = write(
+        tmp_path, CONFIG.replace("records: {score: raw}\n", "").replace("num_episodes: 6", "num_episodes: 8")
+    )
+    assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 0
+    df = load_episodes(exp_dir)
+    note = "Returns: sums of the rewards the agent learned from; its runs' raw scores (RecordEpisodeStatistics) differ"
+    capsys.readouterr()
+    caplog.clear()
+    assert cli.main(["show", str(exp_dir)]) == 0
+    assert f"show: {note}" in caplog.text
+    clipped = capsys.readouterr().out
+    caplog.clear()
+    assert cli.main(["show", str(exp_dir), "--score", "raw"]) == 0
+    raw = capsys.readouterr().out
+    assert "mean raw return" in raw and "mean raw return" not in clipped and note not in caplog.text
+    final = float(raw[raw.index("final return") :].splitlines()[1].split()[-2])
+    assert final == pytest.approx(df.groupby("run")["raw_return"].apply(lambda r: r.tail(10).mean()).iloc[0], abs=0.01)
+    assert cli.main(["report", str(exp_dir), "--score", "raw", "--out", str(tmp_path / "r")]) == 0
+    figure = plot_learning_curves(df, score="raw", ci=None)
+    assert figure.axes[0].get_ylabel().startswith("Episode raw score")
+    assert figure.axes[0].get_lines()[0].get_ydata().min() < -0.5  # raw: below the clip
+
+    def under(fig):  # the notes under the axes, their lines joined
+        return " ".join(" ".join(t.get_text().split()) for t in fig.axes[0].texts)
+
+    assert note in under(plot_learning_curves(df, ci=None)) and note not in under(figure)
+    # runs without raw scores: --score raw is refused (exit 2), saying how to go on
+    plain = tmp_path / "plain"
+    no_raw = CONFIG.replace("    - gymnasium.wrappers:RecordEpisodeStatistics\n", "").replace(
+        "records: {score: raw}\n", ""
+    )
+    assert cli.main(["run", str(write(tmp_path, no_raw)), f"exp_dir={plain}", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", str(plain), "--score", "raw"]) == 2
+    assert "--score raw: these runs recorded no raw scores" in capsys.readouterr().err
