@@ -58,7 +58,9 @@ class Experiment:
         self._kept_under_way: set[int] = set()
         self.setup_failed: int | None = None
         """The run of this experiment that failed before its first env step, stopping every run (None: none)."""
-        self._setup_error = ""  # its error, for its entry when the experiment is kept (R16: it said only pending)
+        # its error, for its entry in a new experiment that is kept (R16: it said only pending); a resumed experiment's
+        # manifest is put back as this call found it
+        self._setup_error = ""
         self._earlier = (
             set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
         )
@@ -324,8 +326,6 @@ class Experiment:
                 if found["runs"][run - 1]["status"] == "pending" and self._left_anything(run):
                     found["runs"][run - 1]["status"] = ownership.INTERRUPTED
                     progress_from_disk(self.exp_dir, found["runs"][run - 1])
-            if self.setup_failed is not None:  # its status as found, and why this call stopped
-                found["runs"][self.setup_failed - 1]["error"] = self._setup_error
             storage.write_manifest(self.exp_dir, found)
         elif ended and (self.exp_dir / storage.MANIFEST_FILE).is_file():  # a new experiment that keeps those runs:
             manifest = storage.read_manifest(self.exp_dir)  # the others, stopped before their first step, are to do
