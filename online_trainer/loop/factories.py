@@ -386,9 +386,9 @@ def _check_box_actions(batch: np.ndarray, space: spaces.Box, who: str) -> None:
 
 
 def note_structured_observations(error: BaseException, env: VectorEnv) -> None:
-    """Add a note to ``error``, raised by the agent's first ``act``, when the env's observations are not arrays
-    (``Dict``, ``Tuple``): an agent written for arrays fails on them with an error of its own that names neither
-    (MiniGrid's dict observations gave "float() argument must be ... not 'dict'", tester X14)."""
+    """Add a note to ``error``, raised by the agent's first ``act`` (or as it was built), when the env's observations
+    are not arrays (``Dict``, ``Tuple``): an agent written for arrays fails on them with an error of its own that
+    names neither (MiniGrid's dict observations gave "float() argument must be ... not 'dict'", tester X14)."""
     space = env.single_observation_space
     if not isinstance(space, (spaces.Dict, spaces.Tuple)) or not hasattr(error, "add_note"):  # notes: Python 3.11+
         return

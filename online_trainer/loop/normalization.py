@@ -79,11 +79,12 @@ def reward_statistics(env: VectorEnv) -> tuple[list[Any], bool]:
         # set_attr reaches the outermost wrapper with the switch: NormalizeObservation's, when it is outside
         remote = False
         _warn_once(
-            "The async eval env's sub-envs have both NormalizeReward and NormalizeObservation: their reward "
-            "statistics cannot be reached to freeze them, so each evaluation's returns are scaled by statistics "
-            "the evaluations before it changed. Wrap the vector env instead, "
-            "gymnasium.wrappers.vector.NormalizeReward(gym.make_vec(...)), or evaluate on an env without it "
-            "(EvaluationOptions(env=...))."
+            "The async eval env's sub-envs have both NormalizeReward and NormalizeObservation: neither can be "
+            "frozen (set_attr reaches only the outermost wrapper with the switch), so each evaluation updates their "
+            "statistics: its observations, and its returns unless they are raw scores (records.score='raw'), are "
+            "scaled by statistics the evaluations before it changed, and a frozen agent's evaluations do not repeat. "
+            "Wrap the vector env instead, gymnasium.wrappers.vector.NormalizeReward(gym.make_vec(...)), or evaluate "
+            "on an env without them (EvaluationOptions(env=...))."
         )
     return found, remote
 

@@ -89,6 +89,7 @@ class _Call:
         self.interrupted = False  # some run ended interrupted (a preemption signal stopped it)
         self.preempted: Preempted | None = None  # what such a run raised in its worker
         self.stopped: list[Preempted] = []  # what every such run raised
+        self.said: set[tuple[str, int, str]] = set()  # the workers' log records handled: (logger, level, message)
 
     def finish(self, spec: RunSpec, result: RunResult) -> None:
         """Hand ``result`` on (once per run); ``on_result`` raising propagates."""
@@ -390,7 +391,10 @@ class WorkerPool:
             elif kind == "log":  # a worker's record, written by this process's handlers (above the bars)
                 record = message[1]
                 named = logging.getLogger(record.name)
-                if named.isEnabledFor(record.levelno):  # the levels set here, of loggers a worker knows nothing of
+                said = (record.name, record.levelno, record.getMessage())
+                # a warning each worker gives once (of a setting every run shares) is said once in the call (N16)
+                if named.isEnabledFor(record.levelno) and said not in call.said:
+                    call.said.add(said)
                     named.handle(record)
 
     @staticmethod

@@ -363,7 +363,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 if spec.resume:
                     env_identity.check_identity(spec.exp_dir, identity, spec.name, quiet=True)  # the call said it
                 env_identity.record_identity(spec.exp_dir, identity)
-            agent = prepare_agent(spec, env)
+            try:
+                agent = prepare_agent(spec, env)
+            except Exception as error:  # an agent built for arrays may fail on a Dict space as it is built (N16)
+                note_structured_observations(error, env)
+                raise
             mode = autoreset_mode(env)
             with_raw = raw_scores.detect(env, spec.options.records.score, "training env")
             if saved is None:

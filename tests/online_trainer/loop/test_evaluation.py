@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer import EvaluationOptions, OnlineTrainer
+from online_trainer import EvaluationOptions, ExecutionOptions, OnlineTrainer
 from online_trainer.agents import PPOAgent, QLearningAgent
 from online_trainer.hooks import Hook
 from online_trainer.loop.evaluation import eval_seed
@@ -641,3 +641,16 @@ def test_an_async_eval_env_whose_reward_statistics_cannot_be_reached_is_said(tmp
     assert "both NormalizeReward and NormalizeObservation" in caplog.text
     assert "gymnasium.wrappers.vector.NormalizeReward" in caplog.text
     assert len(trainer.evaluations[0]) == 2  # the evaluations still ran
+    # N16: it did not say that the observation statistics are not frozen either, nor that raw scores are not scaled;
+    # and with workers each said it (once per process)
+    assert "its observations, and its returns unless they are raw scores" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        trainer.multi_run(
+            2,
+            total_steps=200,
+            evaluation=EvaluationOptions(freq=100, episodes=2),
+            overwrite=True,
+            execution=ExecutionOptions(num_workers=2, progress=False),
+        )
+    assert caplog.text.count("both NormalizeReward and NormalizeObservation") == 1

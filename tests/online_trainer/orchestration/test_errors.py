@@ -1046,3 +1046,13 @@ def test_an_agent_that_fails_on_dict_observations_is_told_what_the_env_gives(tmp
         in notes
     )
     assert "gymnasium.wrappers.FlattenObservation" in notes and not (tmp_path / "exp").exists()
+
+    # N16: an agent that reads the observation space's shape as it is built failed there, without the note
+    class ShapedByTheSpace(WantsArrays):
+        def __init__(self, env):
+            super().__init__(env)
+            self.obs_dim = int(np.prod(env.single_observation_space.shape))  # a Dict space's shape is None
+
+    with pytest.raises(TypeError) as info:
+        OnlineTrainer(env, ShapedByTheSpace, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, progress=False)
+    assert "The env's observations are a dict of arrays" in "\n".join(getattr(info.value, "__notes__", []))
