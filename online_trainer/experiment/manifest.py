@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from online_trainer.callbacks.csv_file import COLUMNS as CSV_COLUMNS
+from online_trainer.callbacks.tb_layout import LAYOUT_FILE
 from online_trainer.errors import ExperimentExistsError, RunFailure
 from online_trainer.experiment import job_results, ownership
 from online_trainer.experiment.job_results import (
@@ -673,8 +675,18 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
         return
     left = storage.existing_experiment_files(exp_dir)
     if left and not (cut_off and not _left_results(left)):
+        kept = _put_back_foreign(aside, exp_dir)
         shutil.rmtree(aside)
         logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
+        if kept:
+            logger.warning(
+                "overwrite=True: %d file(s) in %s have the names of an experiment's files but were not written by "
+                "the earlier experiment: kept (%s). Move them out of the experiment directory if they are not part "
+                "of it.",
+                len(kept),
+                exp_dir,
+                ", ".join(kept),
+            )
         return
     for path in left:  # the cut-off call's own (its manifest, empty streams): the earlier experiment's are aside
         if path.is_dir():
@@ -685,6 +697,59 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
         os.replace(path, exp_dir / path.name)  # over an input file the call wrote, if any
     aside.rmdir()
     logger.info("overwrite=True: no run started, so the earlier experiment in %s was put back as it was", exp_dir)
+
+
+# TensorBoard's own naming of event files (events.out.tfevents.{unix time}.{host}...): the sink's, an agent's own
+_EVENT_FILE = re.compile(r"events\.out\.tfevents\.\d{9,}\..+")
+
+
+def _put_back_foreign(aside: Path, exp_dir: Path) -> list[str]:
+    """Move back into ``exp_dir`` what ``overwrite=True`` set aside that the earlier experiment did not write (a
+    user's ``notes.jsonl``, ``Run5_S1.pkl`` beside an experiment of 2 runs: they were deleted with it, tester F16);
+    return the names they have now (``NAME.before-overwrite`` where this call wrote a file of that name)."""
+    try:
+        num_runs = json.loads((aside / storage.MANIFEST_FILE).read_text()).get("num_runs")
+    except (OSError, ValueError, AttributeError):  # no manifest (a legacy experiment): its runs are unknown
+        num_runs = None
+    kept = []
+    for path in sorted(aside.iterdir()):
+        if _written_by_experiment(path, num_runs if isinstance(num_runs, int) else None):
+            continue
+        target = exp_dir / path.name
+        if target.exists():
+            target = exp_dir / f"{path.name}.before-overwrite"
+        if not target.exists():
+            os.replace(path, target)
+            kept.append(target.name)
+    return kept
+
+
+def _written_by_experiment(path: Path, num_runs: int | None) -> bool:
+    """Whether ``path``, set aside by ``overwrite=True`` for its name, is an experiment's: a run's file of a run it
+    had (any run when ``num_runs`` is unknown), a sink's file by its first line (a JSONL sink's objects have a
+    ``tag``; a CSV sink's header), an event file by TensorBoard's naming, and every other name of the patterns."""
+    name = path.name
+    run = _run_of(name)
+    if run is not None:
+        return num_runs is None or 1 <= run <= num_runs
+    if name.startswith("events.out.tfevents."):
+        return name == LAYOUT_FILE or _EVENT_FILE.fullmatch(name) is not None
+    if path.suffix in (".jsonl", ".csv") and path.is_file():
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                first = f.readline(1 << 16).strip()
+        except OSError:
+            return True
+        if not first:  # created empty by a sink that had nothing to write yet
+            return True
+        if path.suffix == ".csv":
+            return first.split(",")[:7] == list(CSV_COLUMNS[:7])
+        try:
+            line = json.loads(first)
+        except ValueError:
+            return False
+        return isinstance(line, dict) and "tag" in line and "step" in line
+    return True
 
 
 def _left_results(paths: Sequence[Path]) -> bool:

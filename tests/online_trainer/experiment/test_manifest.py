@@ -124,6 +124,47 @@ def test_overwrite_removes_the_earlier_experiment_once_the_new_one_ran(tmp_path)
     assert [len(run) for run in storage.load_all_run_metrics(tmp_path)] == [3]
 
 
+def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_experiment_did_not_write(
+    tmp_path, caplog
+):
+    """Tester F16: overwrite=True deleted the user's own my_notes.jsonl, events.out.tfevents.from_my_other_tool and
+    Run5_S1.pkl beside an experiment of 1 run, without a word (an INFO line counted the files)."""
+    from online_trainer.callbacks import CSVCallback, JsonlCallback, MultiCallback, TBCallBack
+
+    def sinks():
+        return MultiCallback(
+            [TBCallBack(tmp_path), JsonlCallback(tmp_path / "callback.jsonl"), CSVCallback(tmp_path / "scalars.csv")]
+        )
+
+    first = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    first.call_back = sinks()
+    first.multi_run(2, num_episodes=3, progress=False)
+    earlier = {p.name for p in tmp_path.iterdir()}
+    mine = {
+        "my_notes.jsonl": '{"note": "lr 0.1 looked better"}\n',
+        "table.csv": "lr,score\n0.1,3\n",
+        "events.out.tfevents.from_my_other_tool": "x",
+        "Run5_S1.pkl": "mine",
+        "metrics_run9.pkl": "mine",
+        "callback.jsonl.txt": "not a pattern",
+    }
+    for name, text in mine.items():
+        (tmp_path / name).write_text(text)
+    second = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    second.call_back = sinks()
+    with caplog.at_level("WARNING"):
+        second.multi_run(1, num_episodes=3, overwrite=True, progress=False)
+    assert {name: (tmp_path / name).read_text() for name in mine} == mine  # every one kept, as it was
+    assert "were not written by the earlier experiment: kept (Run5_S1.pkl, events.out.tfevents.from_my_other_tool" in (
+        caplog.text
+    )
+    # the earlier experiment's own files are gone: its run 2, its sinks' lines of run 2
+    assert "metrics_run2.pkl" in earlier and not (tmp_path / "metrics_run2.pkl").exists()
+    assert "run_2" not in (tmp_path / "callback.jsonl").read_text() + (tmp_path / "scalars.csv").read_text()
+    events = [p.name for p in tmp_path.glob("events.out.tfevents.*") if p.name not in mine]
+    assert len([e for e in events if e in earlier]) <= 1  # the layout file, written again; the earlier events gone
+
+
 def test_overwrite_sets_aside_the_earlier_sinks_lock_files_too(tmp_path):
     """Tester V15: an overwrite with another sink left the earlier JSONL sink's hidden .callback.jsonl.lock."""
     from online_trainer.callbacks import JsonlCallback
