@@ -91,16 +91,38 @@ class LineFileSink(CallBack):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def _append(self, payload: bytes) -> None:
-        """Append whole lines to the file at ``log_path`` now (see the class docstring)."""
-        with self._locked(exclusive=False):
-            fd = self._fd
-            if fd is not None and not _same_file(fd, self.log_path):
-                self._fd = None
-                os.close(fd)
-            try:
+        """Append whole lines to the file at ``log_path`` now (see the class docstring).
+
+        A write that fails part way (a full disk takes what fits, in whole pages) leaves no part of a line: the
+        file is cut back to its last whole line (F16: ``pandas.read_json(lines=True)`` failed on the JSONL file).
+        """
+        try:
+            with self._locked(exclusive=False):
+                fd = self._fd
+                if fd is not None and not _same_file(fd, self.log_path):
+                    self._fd = None
+                    os.close(fd)
                 self._write_all(self._open() if self._fd is None else self._fd, payload)
-            except OSError as exc:
-                raise named(exc, self.log_path) from exc
+        except OSError as exc:
+            self._cut_torn_line()
+            raise named(exc, self.log_path) from exc
+
+    def _cut_torn_line(self) -> None:
+        """Cut the file back to the end of its last whole line, holding its lock alone (cutting takes no space)."""
+        with contextlib.suppress(OSError), self._locked(exclusive=True), open(self.log_path, "rb+") as f:
+            end = f.seek(0, os.SEEK_END)
+            keep = end
+            while keep > 0:  # back to the last newline, a block at a time
+                start = max(0, keep - (1 << 16))
+                f.seek(start)
+                block = f.read(keep - start)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    keep = start + newline + 1
+                    break
+                keep = start
+            if keep < end:
+                f.truncate(keep)
 
     @staticmethod
     def _write_all(fd: int, payload: bytes) -> None:

@@ -323,3 +323,39 @@ def test_an_event_file_the_disk_has_no_room_for_is_neither_left_open_nor_left_em
     with pytest.raises(OSError, match=r"could not write .*events\.out\.tfevents\..*: No space left on device"):
         event_file.EventFileWriter(tmp_path)
     assert opened and all(file.closed for file in opened) and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("sink", ["jsonl", "csv"])
+def test_a_line_the_disk_had_room_for_only_in_part_is_cut_off(tmp_path, monkeypatch, sink):
+    """Tester F16: on a full disk the JSONL and CSV files ended in part of a line (the kernel takes what fits), and
+    pandas.read_json(lines=True) failed on the file."""
+    import errno
+    import os
+
+    import pandas as pd
+
+    from online_trainer.callbacks import CSVCallback, JsonlCallback, line_file
+
+    path = tmp_path / f"scalars.{sink}"
+    callback = JsonlCallback(path) if sink == "jsonl" else CSVCallback(path)
+    callback({"ep_return": 1.0}, "ep_return/run_1", 1, force=True)
+    callback.flush()
+    whole = path.read_bytes()
+    real_write = os.write
+
+    def full(fd, data):  # room for 7 bytes more, then none
+        if not getattr(full, "used", False):
+            full.used = True
+            return real_write(fd, bytes(data[:7]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(line_file.os, "write", full)
+    with pytest.raises(OSError, match="No space left on device"):  # as it logs, or at its flush
+        callback({"ep_return": 2.0}, "ep_return/run_1", 2, force=True)
+        callback.flush()
+    monkeypatch.undo()
+    assert path.read_bytes() == whole  # the 7 bytes of the torn line are gone
+    if sink == "jsonl":
+        assert pd.read_json(path, lines=True)["step"].tolist() == [1]
+    else:
+        assert pd.read_csv(path)["step"].tolist() == [1]
