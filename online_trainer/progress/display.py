@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
 import warnings
@@ -47,6 +48,16 @@ def _terminal() -> bool:
     return sys.stderr.isatty()
 
 
+def _sizeless() -> bool:
+    """Whether the terminal says it is 0 columns wide or 0 rows high (a pty nobody sized: ``script``, some CI
+    runners), where tqdm draws nothing (tester F16)."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return size.columns == 0 or size.lines == 0
+
+
 def _bar(**kwargs: Any) -> Any:
     """A tqdm bar; written to a file or a CI log (no terminal), it redraws every 30 s, not 10 times a
     second, each state on a line of its own."""
@@ -54,6 +65,9 @@ def _bar(**kwargs: Any) -> Any:
     # for a run that starts or ends, between them, would show a rate (and an ETA) long out of date, and a run's last
     # rate after an evaluation that filmed a video was a seventh of its own (J13: 39.75 steps/s for 290)
     kwargs.setdefault("smoothing", 0)
+    if _text_bars() and _terminal() and _sizeless():  # tqdm sized its bars to 0 columns and hid them below 0 rows
+        kwargs.update(dynamic_ncols=False, ncols=kwargs.get("ncols") or 100, nrows=kwargs.get("nrows") or 40)
+        return tqdm(**kwargs)
     if _text_bars() and not _terminal():
         in_notebook = _text_in_notebook()
         kwargs.setdefault("mininterval", 1.0 if in_notebook else 30.0)

@@ -130,3 +130,28 @@ def test_a_run_whose_setup_failed_stops_the_display_without_counting_it_as_ended
     last = capsys.readouterr().err.splitlines()[-1]
     assert "0/150000" in last and "stopped: a run failed before its first env step (the error follows)" in last
     assert "runs ended" not in last
+
+
+def test_a_terminal_of_no_size_gets_bars_of_a_fixed_width(monkeypatch):
+    """Tester F16: in a pty nobody sized (`script`, 0 columns and 0 rows) tqdm drew no bar at all, only blank
+    lines."""
+    import os
+    import pty
+    import sys
+
+    master, slave = pty.openpty()  # a new pty is 0 x 0
+    terminal = os.fdopen(slave, "w", encoding="utf-8")
+    try:
+        assert os.get_terminal_size(slave) == (0, 0)
+        monkeypatch.setattr(sys, "stderr", terminal)
+        shown = display.ProgressDisplay(1, 100, "steps")
+        shown.open_run(1, "run 1", 100, "steps")
+        shown.advance(1, 40, 1.0)
+        shown.run_finished(1, "finished")
+        shown.close_all()
+        terminal.flush()
+        err = os.read(master, 1 << 16).decode("utf-8", "replace")
+    finally:
+        terminal.close()
+        os.close(master)
+    assert "run 1:   0%|" in err and "all runs: 100%|" in err and "100/100" in err
