@@ -532,10 +532,11 @@ def continue_run(saved: FullCheckpoint, env: Any, agent: Any, seed: int) -> Loop
     if saved.normalization is not None:  # before the reset: its observations are standardised as the run's were
         normalization.restore_running_state(env, saved.normalization)
     restart = restart_seed(seed, loop.global_step)
-    logger.info(
+    # a warning: the resume is not exact from here, which only the manifest's env_restored said (tester F16)
+    logger.warning(
         "run %d: its env was not in the checkpoint (it does not pickle, or could not be put back exactly): "
         "reset with seed %d at step %d; "
-        "the episodes in progress were dropped",
+        "the episodes in progress were dropped, so its records from here differ from an uninterrupted run's",
         saved.run,
         restart,
         loop.global_step,
