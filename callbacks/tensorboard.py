@@ -31,7 +31,8 @@ class TBCallBack(CallBack):
 
     Args:
         log_dir: directory of the event files (created on the first write).
-        flush_every: number of calls per tag averaged into one point; 1 writes every call.
+        flush_every: number of calls per tag averaged into one point; 1 writes every call. The calls since a
+            tag's last point when its run ends are averaged into one more, at the step of the last of them.
         max_delay: seconds after which a forced write also flushes the file, so TensorBoard
             shows progress while a run goes on.
         layout_metrics: the metrics of TensorBoard's Custom Scalars tab, one chart each with every
@@ -84,7 +85,7 @@ class TBCallBack(CallBack):
                 self._last_flush = now
             return
         if self.flush_every > 1:
-            means = self._average(data, tag)
+            means = self._average(data, tag, step)
             if means is None:
                 return
             data = means
@@ -110,21 +111,31 @@ class TBCallBack(CallBack):
             self._flush()
             self._last_flush = now
 
-    def _average(self, data: Mapping[str, Any], tag: str) -> dict[str, float] | None:
+    def _average(self, data: Mapping[str, Any], tag: str, step: int) -> dict[str, float] | None:
         """Add ``data`` to the sums of ``tag``; on its ``flush_every``-th call return the means."""
         pending = self._pending.get(tag)
         if pending is None:
-            pending = self._pending[tag] = ({}, [0])
+            pending = self._pending[tag] = ({}, [0, step])
         sums, count = pending
         for key, value in data.items():
             sums[key] = sums.get(key, 0.0) + value
         count[0] += 1
+        count[1] = step
         if count[0] < self.flush_every:
             return None
         means = {key: total / count[0] for key, total in sums.items()}
         sums.clear()
         count[0] = 0
         return means
+
+    def _add_partial_means(self) -> None:
+        """Keep the means of the calls of each tag since its last point (fewer than ``flush_every``: a run's last
+        values were never written, tester D16), at the step of the last of them."""
+        for tag, (sums, count) in self._pending.items():
+            if count[0]:
+                self._batch.add({key: total / count[0] for key, total in sums.items()}, tag, count[1])
+                sums.clear()
+                count[0] = 0
 
     def _write_batch(self) -> EventFileWriter:
         """Encode the values kept and write them to the file (opened on the first write); return its writer."""
@@ -163,7 +174,9 @@ class TBCallBack(CallBack):
 
     def end_run(self, run_idx: int, status: str) -> None:
         """Write everything kept: the manifest says a run finished only once its points are in the file (a process
-        killed between two runs kept up to 1023 of them, whose run no resume redoes)."""
+        killed between two runs kept up to 1023 of them, whose run no resume redoes), the means of fewer than
+        ``flush_every`` calls since the last point included."""
+        self._add_partial_means()
         if self._batch.count:
             self._flush()
 
@@ -211,6 +224,7 @@ class TBCallBack(CallBack):
 
     def close(self) -> None:
         try:
+            self._add_partial_means()
             if self._batch.count:
                 self._write_batch()
         finally:

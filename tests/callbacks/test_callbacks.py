@@ -67,10 +67,21 @@ def test_tb_averages_per_tag_and_force_bypasses(tmp_path):
     cb({"ep_return": 1.5}, "run_0", 7, force=True)
     cb.close()
     scalars = read_scalars(tmp_path)
-    # means of 1..4 and 5..8 written at the 4th and 8th call; the 9th is still pending
-    assert scalars["agents/loss/run_0"] == [(4, 2.5), (8, 6.5)]
-    assert scalars["agents/loss/run_1"] == [(4, 100.0), (8, 100.0)]
+    # means of 1..4 and 5..8 written at the 4th and 8th call; the 9th, alone since, at close (tester D16: dropped)
+    assert scalars["agents/loss/run_0"] == [(4, 2.5), (8, 6.5), (9, 9.0)]
+    assert scalars["agents/loss/run_1"] == [(4, 100.0), (8, 100.0), (9, 100.0)]
     assert scalars["ep_return/run_0"] == [(7, 1.5)]
+
+
+def test_tb_averages_a_runs_last_calls_into_one_more_point_as_the_run_ends(tmp_path):
+    """Tester D16: with flush_every=4, a run's last values (10 calls: the 9th and 10th) never reached the file."""
+    cb = TBCallBack(tmp_path, flush_every=4)
+    for step in range(1, 11):
+        cb({"loss": float(step)}, "agents/run_1", step * 100)
+    cb.end_run(1, "finished")
+    assert read_scalars(tmp_path)["agents/loss/run_1"] == [(400, 2.5), (800, 6.5), (1000, 9.5)]  # on disk at once
+    cb.close()
+    assert read_scalars(tmp_path)["agents/loss/run_1"] == [(400, 2.5), (800, 6.5), (1000, 9.5)]  # not twice
 
 
 def test_tb_reset_drops_pending_values(tmp_path):
