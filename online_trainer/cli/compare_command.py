@@ -219,9 +219,14 @@ def _advice(row: dict, metric: str, ci: float, runs: dict[str, int] | None = Non
         )
     if row["distinguishable"]:
         better = a if row["difference"] > 0 else b
+        overlap = (
+            " Their own intervals overlap, which does not make them equal: the interval of their difference tells."
+            if row["intervals_overlap"]
+            else ""
+        )
         return (
             f"`{better}` is better on {metric}: the interval of the {metric} difference excludes zero ({p}) "
-            f"with {seeds}."
+            f"with {seeds}.{overlap}"
         )
     overlap = "their intervals overlap and " if row["intervals_overlap"] else ""
     needed = row["seeds_needed"]

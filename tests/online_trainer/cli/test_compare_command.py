@@ -259,3 +259,25 @@ def test_the_improvement_plot_gives_p_as_the_table_does():
     assert said in comparison_markdown(comparison, [])
     texts = [t.get_text() for t in plot_improvement(comparison).axes[0].texts]
     assert any(text.startswith(said) for text in texts), texts
+
+
+def test_a_verdict_whose_candidates_intervals_overlap_says_that_the_overlap_does_not_make_them_equal():
+    """Tester D16: compare.md promised that comparison.md says when the candidates' intervals overlap; it said so
+    only when they could not be told apart."""
+    a = [float(x) for x in range(1, 11)]
+    scores = pd.DataFrame(
+        {
+            "candidate": ["a"] * 10 + ["b"] * 10,
+            "task": "t",
+            "run": list(range(1, 11)) * 2,
+            "raw_score": a + [x + 4 for x in a],
+        }
+    )
+    comparison = compare_scores(scores.assign(experiment=scores["candidate"]), CompareOptions(n_resamples=1000))
+    row = comparison.improvement.iloc[0]
+    assert row["distinguishable"] and row["intervals_overlap"]
+    text = comparison_markdown(comparison, [])
+    assert "`b` is better on IQM" in text
+    assert (
+        "Their own intervals overlap, which does not make them equal: the interval of their difference tells." in text
+    )
