@@ -71,6 +71,17 @@ def _none_found(exp_dir: Path, run: int, which: str) -> str:
         )
     if status == "pending":  # E12: it was asked whether checkpoint_freq was set, of a run that never started
         return f"Run {run} in {exp_dir} has no {what}: it is pending (it never started). Resume the experiment first."
+    try:
+        freq = storage.read_manifest(exp_dir)["call"]["checkpoint_freq"]
+    except (OSError, ValueError, KeyError, TypeError):
+        freq = None
+    if freq:  # A16: it was asked whether checkpoint_freq was set, of a run whose agent's save(path) wrote nothing
+        return (
+            f"Run {run} in {exp_dir} has no {what}, though it ran with checkpoint_freq={freq}: its agent's "
+            f"save(path) wrote no file or folder named Run{run}_Last, Run{run}_Last.*, Run{run}_Last_* (nor "
+            f"Run{run}_S*/E*, Run{run}_Best*) beside the experiment's files, where the runner finds its checkpoints. "
+            "Make save(path) write under the path it is given."
+        )
     return f"Run {run} in {exp_dir} has no {what}: was it run with checkpoint_freq=...?"
 
 

@@ -311,8 +311,8 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     Raises:
         ValueError: not one action per sub-env, actions of the wrong shape, integer actions outside their space, or
             NaN actions for a Box (Box actions outside its bounds are logged with a warning: envs may clip them).
-        TypeError: None (a missing return), float actions for an integer space (Discrete, MultiDiscrete,
-            MultiBinary), or actions that are not real numbers for a Box.
+        TypeError: None (a missing return), what numpy cannot read (a tensor on a GPU), float actions for an
+            integer space (Discrete, MultiDiscrete, MultiBinary), or actions that are not real numbers for a Box.
     """
     space, num_envs = env.single_action_space, env.num_envs
     who = f"The agent {type(agent).__name__}'s act(obs)"
@@ -334,7 +334,15 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
             f"{who} returned None, but {space} with num_envs={num_envs} needs an array of shape "
             f"{(num_envs, *(space.shape or ()))}: does act end with return?"
         )
-    batch = np.asarray(actions)
+    try:
+        batch = np.asarray(actions)
+    except Exception as exc:  # a torch tensor on a GPU: torch's own "can't convert cuda:0 ..." named no agent (A16)
+        device = getattr(actions, "device", None)
+        on = f" on {device}" if device is not None else ""
+        raise TypeError(
+            f"{who} returned a {type(actions).__name__}{on}, which numpy cannot read ({type(exc).__name__}: {exc}): "
+            "return a numpy array of actions (from a torch tensor: actions.cpu().numpy())."
+        ) from exc
     expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:
         got = (
@@ -427,7 +435,9 @@ def explain_step_error(error: Exception, actions: Any, env: VectorEnv, agent: An
     try:
         check_actions(actions, env, agent)
     except (ValueError, TypeError) as problem:
-        raise type(problem)(f"{where}: {problem}") from error
+        text = str(problem)
+        text = text[:1].lower() + text[1:] if text.startswith("The ") else text  # one sentence after "where: "
+        raise type(problem)(f"{where}: {text}") from error
     except Exception:  # the check itself could not read the actions: the env's own error says more
         return
     array_space = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)

@@ -57,6 +57,7 @@ from online_trainer.loop.factories import accepts_keyword
 from online_trainer.loop.steps import LoopState
 from online_trainer.records import storage
 from online_trainer.run import simulator_state
+from online_trainer.run.builtin.checkpoint_writer import warn_if_nothing_saved
 from online_trainer.run.hook_runner import check_saved_hooks, saved_hooks, stateful_hooks
 
 logger = logging.getLogger(__name__)
@@ -482,6 +483,7 @@ def agent_state(agent: Any, exp_dir: str | os.PathLike, run_idx: int, buffers: b
         return {"state": state}
     path = str(storage.checkpoint_path(exp_dir, run_idx, "Resume_agent"))
     save(path)
+    warn_if_nothing_saved(agent, Path(path))
     return {"path": path}
 
 
@@ -497,6 +499,14 @@ def load_agent(agent: Any, entry: dict[str, Any]) -> None:
             "has no load() to take it back: add load(state_or_path) to continue the run from it, or start the "
             "experiment again (overwrite=True)."
         )
+    if "path" in entry and not storage.saved_by(Path(entry["path"])):  # save(path) wrote nothing (warned then)
+        logger.warning(
+            "the full checkpoint's agent state %s holds no file (the agent's save(path) wrote none): %s goes on as "
+            "built, not as it was when the checkpoint was written.",
+            entry["path"],
+            type(agent).__name__,
+        )
+        return
     agent.load(entry["state"] if "state" in entry else entry["path"])
 
 

@@ -18,8 +18,10 @@ later plays as an evaluation during training did (see :mod:`online_trainer.loop.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import pickle
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +33,8 @@ from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.loop.normalization import observation_statistics, statistics_bytes, statistics_path
 from online_trainer.records import storage
 from online_trainer.run.builtin.scheduled_evaluation import RunEvaluations
+
+logger = logging.getLogger(__name__)
 
 
 def serialised(state: Any) -> bytes:
@@ -55,6 +59,32 @@ def remove_checkpoint(prefix: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+_WARNED_EMPTY: set[str] = set()  # the runs (their directory and number) told that save(path) wrote nothing
+
+
+def warn_if_nothing_saved(agent: Any, prefix: Path) -> None:
+    """Warn, once per run, when ``agent.save(prefix)`` wrote no file or folder by the names the runner finds a
+    checkpoint's files by (:func:`~online_trainer.records.storage.saved_by`): its checkpoints would hold nothing, and
+    a resume nothing to load (tester A16: no word until ``evaluate`` asked whether ``checkpoint_freq`` was set)."""
+    if storage.saved_by(prefix):
+        return
+    run = re.match(r"Run\d+", prefix.name)
+    key = os.fspath(prefix.parent / (run.group(0) if run else prefix.name))
+    if key in _WARNED_EMPTY:
+        return
+    _WARNED_EMPTY.add(key)
+    logger.warning(
+        "%s.save(%r) returned no state and wrote no file or folder named %s, %s.* or %s_*: its checkpoints hold "
+        "nothing the runner can find, evaluate or give back to it on resume. Make save(path) write under the path "
+        "it is given (or return its state).",
+        type(agent).__name__,
+        os.fspath(prefix),
+        prefix.name,
+        prefix.name,
+        prefix.name,
+    )
 
 
 class RunCheckpoints(Hook):
@@ -134,6 +164,7 @@ class RunCheckpoints(Hook):
             prefix = storage.best_agent_prefix(self.exp_dir, self.run_idx)
             remove_checkpoint(prefix)  # the earlier best's files: a new save may name its files otherwise
             self.agent.save(os.fspath(prefix))
+            warn_if_nothing_saved(self.agent, prefix)
             self._write_statistics(prefix, self.best_statistics)
             self.best_state = None
             return
@@ -150,6 +181,7 @@ class RunCheckpoints(Hook):
         prefix = storage.checkpoint_path(self.exp_dir, self.run_idx, label)
         path = os.fspath(prefix)
         self.agent.save(path)
+        warn_if_nothing_saved(self.agent, prefix)
         statistics = observation_statistics(ctx.env)
         self._write_statistics(prefix, None if statistics is None else statistics_bytes(statistics))
         if periodic:

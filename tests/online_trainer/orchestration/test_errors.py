@@ -302,6 +302,13 @@ class Acting(RecordingAgent):
             TypeError,
             r"returned None, but Discrete\(2\) with num_envs=3 needs an array of shape \(3,\): does act end with return",
         ),
+        (  # A16: a tensor on another device gave torch's "can't convert meta device type tensor to numpy"
+            lambda obs: __import__("torch").zeros(len(obs), dtype=__import__("torch").int64, device="meta"),
+            TypeError,
+            r"Acting's act\(obs\) returned a Tensor on meta, which numpy cannot read \(TypeError: can't convert meta "
+            r"device type tensor to numpy.*\): return a numpy array of actions \(from a torch tensor: "
+            r"actions.cpu\(\).numpy\(\)\)",
+        ),
     ],
 )
 def test_first_actions_are_checked_before_the_first_step(tmp_path, make_actions, error, message):
@@ -343,7 +350,7 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
     step = int(re.match(r"ValueError: At env step (\d+) of the run", failure.exception)[1])
     assert 30 <= step < 40  # its 40th act, less the reset steps
     assert failure.exception.endswith(
-        " of the run: The agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
+        " of the run: the agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
     )
     assert "AssertionError" in failure.traceback  # gymnasium's own error is the cause
     assert "with exp_dir=None the records of each up to its failure are in this error's failures[k].records" in str(
@@ -367,7 +374,7 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
     with pytest.raises(RunsFailedError) as raised:
         trainer.multi_run(1, total_steps=500, evaluation=EvaluationOptions(freq=100, episodes=1, env=eval_env))
     (failure,) = raised.value.failures
-    assert failure.exception.startswith("ValueError: In an evaluation: The agent Acting's act(obs) returned [-1]")
+    assert failure.exception.startswith("ValueError: In an evaluation: the agent Acting's act(obs) returned [-1]")
     assert "the records of each up to its failure are on disk" in str(raised.value)
 
 

@@ -271,3 +271,39 @@ def test_an_agent_without_load_gets_no_full_checkpoint_and_a_warning_once(tmp_pa
 def test_a_full_checkpoint_refuses_an_agent_that_lost_its_load():
     with pytest.raises(TypeError, match=r"the agent SaveOnly has no load\(\) to take it back: add load"):
         full_checkpoint.load_agent(SaveOnly(env()), {"state": {}})
+
+
+def test_an_agent_whose_save_writes_nothing_is_told_so_and_its_resume_does_not_claim_its_state(tmp_path, caplog):
+    """Tester A16: a save(path) that wrote nothing went unremarked through training; evaluate("last") then asked
+    whether checkpoint_freq was set (it was), and a resume called load() with a path that held no file."""
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    loads = []
+
+    class SavesNothing(RecordingAgent):
+        def save(self, path=None):
+            return None  # and writes nothing
+
+        def load(self, path):
+            loads.append(path)
+
+    class StopAt(Hook):
+        every_steps = 10
+
+        def on_step(self, ctx):
+            if ctx.global_step >= 25:
+                raise KeyboardInterrupt
+
+    trainer = OnlineTrainer(make_counting_vec(1), SavesNothing, exp_dir=tmp_path)
+    with caplog.at_level("WARNING"), pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(1, total_steps=40, seed_offset=0, checkpoint_freq=10, progress=False, hooks=[StopAt()])
+    said = "SavesNothing.save('" + str(tmp_path / "Run1_") + "Best') returned no state and wrote no file or folder"
+    assert said in caplog.text and caplog.text.count("returned no state and wrote no file") == 1  # once a run
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        trainer.multi_run(1, total_steps=40, seed_offset=0, checkpoint_freq=10, progress=False, resume=True)
+    assert loads == [] and "holds no file (the agent's save(path) wrote none): SavesNothing goes on as built" in (
+        caplog.text
+    )
+    with pytest.raises(FileNotFoundError, match=r"though it ran with checkpoint_freq=10: its agent's save\(path\)"):
+        trainer.evaluate("last")
