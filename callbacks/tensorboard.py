@@ -13,7 +13,14 @@ import numpy as np
 
 from online_trainer.callbacks.base import AgentLogger, CallBack, StepLogger, scalar_name
 from online_trainer.callbacks.event_file import EventFileWriter, ScalarEncoder, image_event
-from online_trainer.callbacks.rewind import as_file_position, check_file_position, event_records, position, rewind_files
+from online_trainer.callbacks.rewind import (
+    as_file_position,
+    belongs,
+    check_file_position,
+    event_records,
+    position,
+    rewind_files,
+)
 from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
 
@@ -68,6 +75,7 @@ class TBCallBack(CallBack):
         self._writer: EventFileWriter | None = None
         self._batch = ScalarBatch()
         self._pending: dict[str, tuple[dict[str, float], list[int]]] = {}
+        self._restored: set[str] = set()  # tags whose pending sums a resumed run's rewind gave back (see reset)
         self._last_flush = 0.0
 
     def start_run(
@@ -128,14 +136,16 @@ class TBCallBack(CallBack):
         count[0] = 0
         return means
 
-    def _add_partial_means(self) -> None:
+    def _add_partial_means(self, run_tag: str | None = None) -> None:
         """Keep the means of the calls of each tag since its last point (fewer than ``flush_every``: a run's last
-        values were never written, tester D16), at the step of the last of them."""
+        values were never written, tester D16), at the step of the last of them: of the tags of ``run_tag``, or of
+        every tag (None)."""
         for tag, (sums, count) in self._pending.items():
-            if count[0]:
+            if count[0] and (run_tag is None or belongs(tag, run_tag)):
                 self._batch.add({key: total / count[0] for key, total in sums.items()}, tag, count[1])
                 sums.clear()
                 count[0] = 0
+                self._restored.discard(tag)
 
     def _write_batch(self) -> EventFileWriter:
         """Encode the values kept and write them to the file (opened on the first write); return its writer."""
@@ -170,13 +180,14 @@ class TBCallBack(CallBack):
         self._write_batch().flush()
 
     def reset(self) -> None:
-        self._pending.clear()
+        """Drop the sums of calls pending from an earlier run, but those a resumed run's :meth:`rewind` gave back."""
+        self._pending = {tag: pending for tag, pending in self._pending.items() if tag in self._restored}
 
     def end_run(self, run_idx: int, status: str) -> None:
         """Write everything kept: the manifest says a run finished only once its points are in the file (a process
         killed between two runs kept up to 1023 of them, whose run no resume redoes), the means of fewer than
         ``flush_every`` calls since the last point included."""
-        self._add_partial_means()
+        self._add_partial_means(self._batch.run_tag)
         if self._batch.count:
             self._flush()
 
@@ -188,6 +199,13 @@ class TBCallBack(CallBack):
         path = None if self._writer is None else self._writer.path
         state = position(path, self._event_files()).to_state()
         state["flush_every"] = self.flush_every  # what the points are: each value, or means of so many
+        # the calls of the run's tags since their last point: a resume averages on from them (tester V16: without
+        # them every later window was shifted, and the resumed run's points differed from an uninterrupted run's)
+        state["pending"] = {
+            tag: [dict(sums), count[0], count[1]]
+            for tag, (sums, count) in self._pending.items()
+            if count[0] and belongs(tag, run_tag)
+        }
         return state
 
     def check_position(self, position: Mapping[str, Any] | None) -> None:
@@ -212,6 +230,12 @@ class TBCallBack(CallBack):
         # record may be on its way, not torn. The run's own files are written by no one any more.
         at = as_file_position(position)
         rewind_files(self._event_files(), run_tag, at, event_records, drop_torn=False, since=since)
+        for tag in [tag for tag in self._pending if belongs(tag, run_tag)]:
+            del self._pending[tag]
+            self._restored.discard(tag)
+        for tag, (sums, count, step) in ((position or {}).get("pending") or {}).items():
+            self._pending[tag] = ({str(k): float(v) for k, v in sums.items()}, [int(count), int(step)])
+            self._restored.add(tag)
 
     def written_files(self) -> list[str]:
         """The event files of ``log_dir`` (see :meth:`online_trainer.callbacks.CallBack.written_files`)."""
@@ -234,6 +258,7 @@ class TBCallBack(CallBack):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_restored", set())  # pickled by a release that kept none
         self._batch = ScalarBatch()  # values kept by the original belong to its own file
 
     def __repr__(self) -> str:

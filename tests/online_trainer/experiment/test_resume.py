@@ -963,3 +963,24 @@ def test_the_note_of_a_stop_before_the_first_full_checkpoint_does_not_ask_for_ch
     assert cut.value.__notes__[-1].endswith(
         "make the same call with resume=True (runs start again: none had reached its first full checkpoint yet)."
     )
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_resume_averages_on_from_the_calls_a_tb_point_was_waiting_for(tmp_path, workers):
+    """Tester V16: with TBCallBack(flush_every=3) the calls waiting for their point at a checkpoint were lost on
+    resume, and every later point of the agent's values was a window shifted from an uninterrupted run's."""
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    def run(name, hooks=(), resume=False):
+        t = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path / name)
+        t.call_back = TBCallBack(tmp_path / name, flush_every=3)
+        t.multi_run(
+            2, total_steps=400, seed_offset=0, checkpoint_freq=100, hooks=list(hooks), resume=resume, progress=False
+        )
+
+    run("whole")
+    with pytest.raises(KeyboardInterrupt):
+        run("cut", [Crash(160)])  # 100 env steps (50 vector steps, 50 updates) at its checkpoint: 2 calls waiting
+    run("cut", resume=True)
+    whole, cut = tb_scalars(tmp_path / "whole"), tb_scalars(tmp_path / "cut")
+    assert len(whole["agents/loss/run_1"]) > 60 and whole == cut
