@@ -708,12 +708,14 @@ def _put_back_foreign(aside: Path, exp_dir: Path) -> list[str]:
     user's ``notes.jsonl``, ``Run5_S1.pkl`` beside an experiment of 2 runs: they were deleted with it, tester F16);
     return the names they have now (``NAME.before-overwrite`` where this call wrote a file of that name)."""
     try:
-        num_runs = json.loads((aside / storage.MANIFEST_FILE).read_text()).get("num_runs")
-    except (OSError, ValueError, AttributeError):  # no manifest (a legacy experiment): its runs are unknown
-        num_runs = None
+        earlier = json.loads((aside / storage.MANIFEST_FILE).read_text())
+        if not isinstance(earlier, dict):
+            raise ValueError
+    except (OSError, ValueError):  # no manifest (a legacy experiment): what it wrote is unknown
+        earlier = None
     kept = []
     for path in sorted(aside.iterdir()):
-        if _written_by_experiment(path, num_runs if isinstance(num_runs, int) else None):
+        if _written_by_experiment(path, earlier):
             continue
         target = exp_dir / path.name
         if target.exists():
@@ -724,14 +726,31 @@ def _put_back_foreign(aside: Path, exp_dir: Path) -> list[str]:
     return kept
 
 
-def _written_by_experiment(path: Path, num_runs: int | None) -> bool:
-    """Whether ``path``, set aside by ``overwrite=True`` for its name, is an experiment's: a run's file of a run it
-    had (any run when ``num_runs`` is unknown), a sink's file by its first line (a JSONL sink's objects have a
-    ``tag``; a CSV sink's header), an event file by TensorBoard's naming, and every other name of the patterns."""
+def _written_by_experiment(path: Path, manifest: dict[str, Any] | None) -> bool:
+    """Whether ``path``, set aside by ``overwrite=True`` for its name, is the experiment's of ``manifest`` (None: a
+    legacy experiment, which may have written any such name).
+
+    A run's file must be of a run it had: a periodic checkpoint (``Run{i}_E{n}``, ``Run{i}_S{n}``) at a multiple of
+    its ``checkpoint_freq``, an ``eval_run{i}.pkl`` of an experiment that evaluated. A sink's file is told by its
+    first line (a JSONL sink's objects have a ``tag`` and a ``step``; a CSV sink's header), an event file by
+    TensorBoard's naming. Every other name of the patterns is the experiment's.
+    """
     name = path.name
     run = _run_of(name)
     if run is not None:
-        return num_runs is None or 1 <= run <= num_runs
+        if manifest is None:
+            return True
+        num_runs, call = manifest.get("num_runs"), manifest.get("call")
+        call = call if isinstance(call, dict) else {}
+        if not isinstance(num_runs, int) or not 1 <= run <= num_runs:
+            return not isinstance(num_runs, int)
+        periodic = re.match(r"Run\d+_[ES](\d+)(?![0-9])", name)
+        freq = call.get("checkpoint_freq", "unknown")
+        if periodic is not None and freq != "unknown":
+            return isinstance(freq, int) and freq > 0 and int(periodic.group(1)) % freq == 0
+        if name.startswith("eval_run") and "evaluation" in call:
+            return bool(call["evaluation"])
+        return True
     if name.startswith("events.out.tfevents."):
         return name == LAYOUT_FILE or _EVENT_FILE.fullmatch(name) is not None
     if path.suffix in (".jsonl", ".csv") and path.is_file():

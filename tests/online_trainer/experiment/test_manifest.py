@@ -146,6 +146,10 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
         "events.out.tfevents.from_my_other_tool": "x",
         "Run5_S1.pkl": "mine",
         "metrics_run9.pkl": "mine",
+        # V16: of a run the earlier experiment had, but no periodic checkpoint of it (no checkpoint_freq) and no
+        # evaluation stream (it did not evaluate)
+        "Run2_E3.pkl": "mine",
+        "eval_run1.pkl": "mine",
         "callback.jsonl.txt": "not a pattern",
     }
     for name, text in mine.items():
@@ -155,7 +159,7 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
     with caplog.at_level("WARNING"):
         second.multi_run(1, num_episodes=3, overwrite=True, progress=False)
     assert {name: (tmp_path / name).read_text() for name in mine} == mine  # every one kept, as it was
-    assert "were not written by the earlier experiment: kept (Run5_S1.pkl, events.out.tfevents.from_my_other_tool" in (
+    assert "were not written by the earlier experiment: kept (Run2_E3.pkl, Run5_S1.pkl, eval_run1.pkl, events.out" in (
         caplog.text
     )
     # the earlier experiment's own files are gone: its run 2, its sinks' lines of run 2
