@@ -56,7 +56,8 @@ def mark_score(df: pd.DataFrame, exp_dirs: Sequence[str | os.PathLike]) -> None:
 
 
 def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
-    """``df`` itself for ``score="return"``; for ``"raw"``, a copy whose ``ep_return`` and ``ep_length`` are raw.
+    """``df`` itself for ``score="return"`` (a shallow copy marked so when ``df`` is marked raw); for ``"raw"``, a copy
+    whose ``ep_return`` and ``ep_length`` are raw.
 
     Args:
         df: an episode table.
@@ -69,7 +70,11 @@ def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
     if chosen not in SCORES:
         raise ValueError(f"score must be one of {', '.join(map(repr, SCORES))} or None but got score={score!r}.")
     if chosen == "return":
-        return df
+        if df.attrs.get(SCORE_ATTR) != "raw":
+            return df
+        table = df.copy(deep=False)  # an experiment scored raw, read by its returns: say so to what reads it next
+        table.attrs[SCORE_ATTR] = "return"  # (V16: show --score return printed raw returns)
+        return table
     if "raw_return" not in df.columns:
         raise ValueError(
             "score='raw' needs the raw_return column, which this table lacks: its runs recorded no raw "

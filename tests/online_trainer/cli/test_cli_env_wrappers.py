@@ -291,3 +291,25 @@ def test_the_raw_scores_of_runs_scored_by_their_return_are_named_and_read_on_dem
     capsys.readouterr()
     assert cli.main(["show", str(plain), "--score", "raw"]) == 2
     assert "--score raw: these runs recorded no raw scores" in capsys.readouterr().err
+
+
+def test_score_return_reads_the_returns_of_an_experiment_scored_raw(tmp_path, capsys):
+    """Tester V16: `show --score return` (and report, and plot_learning_curves(score="return")) of an experiment run
+    with records.score=raw printed and drew its raw scores."""
+    from online_trainer.analysis.plotting import plot_learning_curves
+    from online_trainer.analysis.stats import summarize
+
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(write(tmp_path)), f"exp_dir={exp_dir}", "--no-progress"]) == 0
+    df = load_episodes(exp_dir)
+    capsys.readouterr()
+    assert cli.main(["show", str(exp_dir), "--score", "return"]) == 0
+    out = capsys.readouterr().out
+    assert "mean return of" in out and "raw return" not in out
+    final = float(out[out.index("final return") :].splitlines()[1].split()[-2])
+    assert final == pytest.approx(df["ep_return"].mean(), abs=0.01) != pytest.approx(df["raw_return"].mean(), abs=0.01)
+    figure = plot_learning_curves(df, score="return", ci=None)
+    assert figure.axes[0].get_ylabel().startswith("Episode return")
+    drawn = figure.axes[0].get_lines()[0].get_ydata()
+    assert drawn.min() >= df["ep_return"].min() > df["raw_return"].min()  # the clipped rewards' sums
+    assert summarize(df, score="return")["mean"].iloc[0] == pytest.approx(df["ep_return"].mean())
