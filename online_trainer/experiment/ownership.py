@@ -92,6 +92,8 @@ def settle_running(exp_dir: str | os.PathLike, manifest: dict[str, Any], owned: 
         return []
     for entry in entries:
         entry["status"] = INTERRUPTED
+        if entry.get("global_step") is None:  # as an interrupted run that kept nothing is recorded (V16: null after
+            entry.update(episodes=0, global_step=0)  # kill -9); readers take its records' counts where it kept some
     runs: list[int] = [entry["run"] for entry in entries]  # every manifest entry has its run number
     logger.warning(
         "%s: run(s) %s were running when the process writing the experiment ended without recording how they ended "

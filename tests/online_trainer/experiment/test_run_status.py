@@ -10,6 +10,7 @@ import os
 import threading
 import time
 
+import pandas as pd
 import pytest
 
 from online_trainer import OnlineTrainer
@@ -63,6 +64,10 @@ def test_a_running_run_whose_writer_is_gone_is_reported_interrupted(tmp_path, ca
     caplog.set_level(logging.WARNING, logger="online_trainer")
     assert load_runs(exp_dir)["status"].tolist() == ["finished", "interrupted", "interrupted", "pending"]
     assert "run(s) 2, 3 were running when the process writing the experiment ended" in caplog.text
+    # V16: run 3 kept nothing (killed with -9): 0 and 0, as a run interrupted by Ctrl-C that kept nothing, not null;
+    # run 2's counts are its records'
+    runs = load_runs(exp_dir).set_index("run")
+    assert runs.loc[3, "env_steps"] == 0 and pd.isna(runs.loc[4, "env_steps"])
     episodes = load_episodes(exp_dir)
     assert episodes.groupby("run")["status"].first().to_dict() == {1: "finished", 2: "interrupted"}
     assert [r["status"] for r in episodes.attrs["runs"]] == ["finished", "interrupted", "interrupted", "pending"]
