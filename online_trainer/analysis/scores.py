@@ -91,15 +91,20 @@ def score_table(df: pd.DataFrame, score: str | None) -> pd.DataFrame:
 
 def unread_raw_note(df: pd.DataFrame) -> str | None:
     """A note when ``df``'s returns are the rewards the agent learned from while its runs also recorded raw scores
-    that differ (a ``NormalizeReward`` or a reward clip around a ``RecordEpisodeStatistics``); None otherwise (raw
-    scores read, none recorded, or equal to the returns)."""
+    that differ (a ``NormalizeReward`` or a reward clip around a ``RecordEpisodeStatistics``), naming the experiments
+    whose do when the table holds several; None otherwise (raw scores read, none recorded, or equal to the returns)."""
     if df.attrs.get(SCORE_ATTR) == "raw" or "raw_return" not in df.columns or df.empty:
         return None
     returns, raw = df["ep_return"].to_numpy(float), df["raw_return"].to_numpy(float)
     both = np.isfinite(returns) & np.isfinite(raw)
-    if not both.any() or np.allclose(returns[both], raw[both], rtol=1e-9, atol=1e-9):
+    differ = both & ~np.isclose(returns, raw, rtol=1e-9, atol=1e-9)
+    if not differ.any():
         return None
+    which = ""
+    if "experiment" in df.columns and df["experiment"].nunique() > 1:
+        names = list(dict.fromkeys(df.loc[differ, "experiment"].astype(str)))
+        which = f" ({', '.join(names)})"
     return (
-        "Returns: sums of the rewards the agent learned from; its runs' raw scores (RecordEpisodeStatistics) "
+        f"Returns: sums of the rewards the agent learned from; its runs' raw scores{which} (RecordEpisodeStatistics) "
         "differ: score='raw' (--score raw) reads them."
     )

@@ -391,6 +391,7 @@ def summary_markdown(
         + (" The configurations are ranked by IQM, best first." if ranked else ""),
         "",
         *([f"**Budgets differ.** {budgets}", ""] if (budgets := budget_note(df)) else []),
+        *([f"**Raw scores differ.** {raw}", ""] if (raw := unread_raw_note(df)) else []),
         f"| experiment | runs | no return | left out | {labels} | final return per run |",
         "|---|---:|---:|---:|" + "---:|" * len(STATS) + "---|",
     ]

@@ -403,7 +403,7 @@ def note_structured_observations(error: BaseException, env: VectorEnv) -> None:
     if isinstance(space, spaces.Dict):
         kind = "a dict of arrays, one per key"
         wrappers = (
-            "gymnasium.wrappers.FlattenObservation, FilterObservation to keep some keys, or "
+            "gymnasium.wrappers.FlattenObservation (after FilterObservation to keep some keys), or "
             "minigrid.wrappers.ImgObsWrapper for MiniGrid"
         )
     else:

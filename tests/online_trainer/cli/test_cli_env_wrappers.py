@@ -274,6 +274,8 @@ def test_the_raw_scores_of_runs_scored_by_their_return_are_named_and_read_on_dem
     final = float(raw[raw.index("final return") :].splitlines()[1].split()[-2])
     assert final == pytest.approx(df.groupby("run")["raw_return"].apply(lambda r: r.tail(10).mean()).iloc[0], abs=0.01)
     assert cli.main(["report", str(exp_dir), "--score", "raw", "--out", str(tmp_path / "r")]) == 0
+    assert cli.main(["report", str(exp_dir), "--out", str(tmp_path / "r2")]) == 0  # V16: only logged and on the plot
+    assert f"**Raw scores differ.** {note}" in (tmp_path / "r2" / "summary.md").read_text()
     figure = plot_learning_curves(df, score="raw", ci=None)
     assert figure.axes[0].get_ylabel().startswith("Episode raw score")
     assert figure.axes[0].get_lines()[0].get_ydata().min() < -0.5  # raw: below the clip
