@@ -302,11 +302,14 @@ def _improvement(
     stat = STATISTICS[options.metric]
     bounds = aggregates.set_index("candidate")[[f"{options.metric}_lo", f"{options.metric}_hi"]]
     rows = []
-    for a, b in itertools.combinations(candidates, 2):
-        if against is not None and against not in (a, b):
+    for pair in itertools.combinations(candidates, 2):
+        if against is not None and against not in pair:
             continue
+        # each pair computed in one orientation whatever the candidates' order (a sweep ranks them, compare lists
+        # them as given): its bootstrap draws then give the same figures from both (V16: 1,053 and 1,039 seeds)
+        a, b = sorted(pair, key=str)
         x, y = arrays[a], arrays[b]
-        rng = streams({"pair": sorted([a, b])})
+        rng = streams({"pair": [a, b]})
         p = cs.probability_of_improvement(x, y)
         p_lo, p_hi = cs.improvement_interval(x, y, options.ci, options.n_resamples, rng)
         d, d_lo, d_hi = cs.difference_interval(x, y, stat, options.ci, options.n_resamples, rng)
