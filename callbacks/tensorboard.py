@@ -187,7 +187,7 @@ class TBCallBack(CallBack):
         """Write everything kept: the manifest says a run finished only once its points are in the file (a process
         killed between two runs kept up to 1023 of them, whose run no resume redoes), the means of fewer than
         ``flush_every`` calls since the last point included."""
-        self._add_partial_means(self._batch.run_tag)
+        self._add_partial_means(self._batch.run_tag or None)
         if self._batch.count:
             self._flush()
 

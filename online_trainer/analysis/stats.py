@@ -280,8 +280,8 @@ def summarize(
             f"Every run was left out: {describe_runs(excluded)}. Pass include_unfinished=True to analyse them anyway."
         )
     final = final_performance(
-        kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True, score="return"
-    )  # kept's ep_return is already the score asked for
+        kept, last_k, after_step, group_by=group_cols + strata_cols, include_unfinished=True, score=None
+    )  # kept's ep_return is already the score asked for, and its attrs say which (raw read again is the same)
     table = aggregate(final, group_by=group_cols, strata=strata_cols or None, ci=ci, n_resamples=n_resamples, seed=seed)
     return _count_excluded(table, excluded, group_cols)
 

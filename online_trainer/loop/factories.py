@@ -339,9 +339,15 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
     except Exception as exc:  # a torch tensor on a GPU: torch's own "can't convert cuda:0 ..." named no agent (A16)
         device = getattr(actions, "device", None)
         on = f" on {device}" if device is not None else ""
+        fix = (
+            " (a tensor on the meta device holds no values: compute the actions on the CPU or a GPU, then "
+            "actions.cpu().numpy())"
+            if str(device) == "meta"
+            else " (from a torch tensor: actions.cpu().numpy())"
+        )
         raise TypeError(
             f"{who} returned a {type(actions).__name__}{on}, which numpy cannot read ({type(exc).__name__}: {exc}): "
-            "return a numpy array of actions (from a torch tensor: actions.cpu().numpy())."
+            f"return a numpy array of actions{fix}."
         ) from exc
     expected = (num_envs, *(space.shape or ()))
     if batch.shape != expected:

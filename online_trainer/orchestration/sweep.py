@@ -638,7 +638,7 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     tied = [top] + [name for name in comparable[1:] if not table.loc[row[name], "told_apart"]]
     needed = second["seeds_needed"]
     more = (
-        f"; about {int(needed)} seeds per configuration would separate them if the difference holds"
+        f"; about {int(needed)} seeds per configuration would separate {top} from {second.name} if the difference holds"
         if needed == needed and needed != float("inf")
         else ""
     )

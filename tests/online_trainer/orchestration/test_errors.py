@@ -306,8 +306,8 @@ class Acting(RecordingAgent):
             lambda obs: __import__("torch").zeros(len(obs), dtype=__import__("torch").int64, device="meta"),
             TypeError,
             r"Acting's act\(obs\) returned a Tensor on meta, which numpy cannot read \(TypeError: can't convert meta "
-            r"device type tensor to numpy.*\): return a numpy array of actions \(from a torch tensor: "
-            r"actions.cpu\(\).numpy\(\)\)",
+            r"device type tensor to numpy.*\): return a numpy array of actions \(a tensor on the meta device holds "
+            r"no values: compute the actions on the CPU or a GPU, then actions.cpu\(\).numpy\(\)\)",
         ),
     ],
 )

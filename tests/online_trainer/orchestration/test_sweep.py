@@ -73,6 +73,11 @@ def test_the_known_best_configuration_ranks_first(tmp_path):
     # 3 seeds a side: a separation that complete happens one time in ten between equal configurations
     assert ranking["told_apart"].tolist() == [False, False]
     assert "cannot be told apart: lr=0.5, lr=0.0001 (too few seeds for a verdict at 95%" in ranking.attrs["note"]
+    # the seeds it names are those of the pair it names (V17: "would separate them" after a list of three)
+    assert (
+        "seeds per configuration would separate lr=0.5 from lr=0.0001 if the difference holds"
+        in (ranking.attrs["note"])
+    )
     assert (tmp_path / "sweep_results.csv").is_file()
     episodes = load_episodes(tmp_path)
     assert sorted(episodes["experiment"].unique()) == ["lr=0.0001", "lr=0.5"]
