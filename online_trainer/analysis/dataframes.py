@@ -350,7 +350,8 @@ def _manifest_runs(exp_dir: Path) -> dict[int, dict[str, Any]]:
         return {}
     manifest = storage.read_manifest(exp_dir)
     ownership.settle_running(exp_dir, manifest)
-    slurm_states.settle_ended_jobs(exp_dir, manifest)  # runs whose Slurm jobs ended without saying how
+    # runs whose Slurm jobs ended without saying how, and those whose jobs wait in the queue again (requeued)
+    slurm_states.settle_ended_jobs(exp_dir, manifest, name_requeued=True)
     entries = {}
     for entry in manifest.get("runs", []):
         if isinstance(entry, dict) and isinstance(entry.get("run"), int):

@@ -146,14 +146,20 @@ def unrunnable(job_ids: Iterable[str]) -> dict[str, str]:
     return reasons
 
 
-def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> list[int]:
+REQUEUED = "requeued"
+"""What readers say of a run that started in a Slurm job now waiting in the queue again (``scontrol requeue``, a
+preemption, a time limit): it goes on from its checkpoint when the job starts again. Never written to a manifest."""
+
+
+def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any], name_requeued: bool = False) -> list[int]:
     """Report the ``running`` runs of ``manifest`` whose Slurm jobs ended as they ended (in place; nothing is written).
 
     A run whose job left a result gets that result's status. One whose job runs no more (ended, or
     unknown to ``squeue``) without a result is ``interrupted`` when it had started (it wrote
     progress, records or a checkpoint), else ``pending``; either with a warning. A run that has not
-    started in a job still queued, or running the job's earlier runs (``runs_per_job``), is ``pending`` too. When ``squeue`` cannot be asked, the
-    runs stay ``running``.
+    started in a job still queued, or running the job's earlier runs (``runs_per_job``), is ``pending`` too. With
+    ``name_requeued`` (readers), one that started in a job that waits in the queue again is :data:`REQUEUED`. When
+    ``squeue`` cannot be asked, the runs stay ``running``.
 
     Returns:
         The runs marked ``interrupted`` or ``pending``.
@@ -182,6 +188,8 @@ def settle_ended_jobs(exp_dir: str | os.PathLike, manifest: dict[str, Any]) -> l
             (cut if started else never).append(entry)
         elif not started:  # its job is queued, or runs the job's earlier runs first (runs_per_job)
             queued.append(entry)
+        elif name_requeued and state in QUEUED:  # S14, S17: `show` said running while its job waited again
+            entry["status"] = REQUEUED
     for entry in cut:
         entry["status"] = INTERRUPTED
     for entry in never + queued:

@@ -190,3 +190,24 @@ def test_a_runs_sps_leaves_out_its_set_up(tmp_path):
     (entry,) = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert entry["wall_time"] >= 1.0
     assert entry["sps"] > 2 * entry["global_step"] / entry["wall_time"]
+
+
+def test_a_run_whose_slurm_job_waits_in_the_queue_again_is_read_as_requeued(tmp_path, monkeypatch):
+    """S14, S17: after `scontrol requeue`, `show` called the run `running` while its job waited in the queue (the
+    progress display said `requeued`); readers say `requeued`, and the manifest keeps `running` (resume asks Slurm)."""
+    from online_trainer.cli import main as cli
+    from online_trainer.experiment import slurm_states
+
+    exp_dir = write_experiment(
+        tmp_path,
+        {1: ("running", 0, [record(1, 2.0)]), 2: ("running", 10000, None), 3: ("running", 20000, [record(1, 3.0)])},
+    )
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    for entry, job in zip(manifest["runs"], ["41_0", "41_1", "41_2"]):
+        entry["slurm_job"] = job
+    (exp_dir / "manifest.json").write_text(json.dumps(manifest))
+    states = {"41_0": "PENDING", "41_1": "PENDING", "41_2": "RUNNING"}  # run 2 never started: pending
+    monkeypatch.setattr(slurm_states, "job_states", lambda ids: {i: states[i] for i in ids})
+    assert load_runs(exp_dir)["status"].tolist() == ["requeued", "pending", "running"]
+    assert manifest_statuses(exp_dir) == ["running", "running", "running"]  # readers write nothing
+    assert cli.main(["show", str(exp_dir)]) == 0
