@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import logging
 import os
 import re
@@ -358,6 +359,10 @@ _DEPRECATED = ".* is deprecated and will be removed"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``) and return the exit status."""
+    # Line by line, as stderr: redirected to one file with it (`> log 2>&1`), what is printed to stdout keeps its
+    # place among the messages and logs, instead of coming after them all at the exit (S17).
+    if isinstance(sys.stdout, io.TextIOWrapper):  # not a stream a caller replaced it with
+        sys.stdout.reconfigure(line_buffering=True)
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)

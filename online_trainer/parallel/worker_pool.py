@@ -386,7 +386,7 @@ class WorkerPool:
                 if result.status == "failed":  # as it happens, as in-process runs say it (the summary comes at the end)
                     logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra.get("exception"))
                 call.finish(spec, result)
-            elif kind in ("start", "progress"):
+            elif kind in ("start", "progress", "resumed"):
                 call.display.handle(message)
             elif kind == "log":  # a worker's record, written by this process's handlers (above the bars)
                 record = message[1]

@@ -11,6 +11,7 @@ Worker -> parent, in this order for each run::
     ("took",)                       the payload was received: from now on the run is this worker's
     ("start", key, name)            the run's display opens      } through QueueProgress
     ("progress", key, n, return)    at most every 0.2 s          }
+    ("resumed", key, n)             a resumed run starts n in     }
     ("result", bytes)               the pickled RunResult (a failed one when the run raised)
     ("error", text)                 the payload could not even be unpickled
 
@@ -143,11 +144,16 @@ class ToParent(logging.Handler):
 def log_to_parent(channel: PipeChannel) -> None:
     """Make :class:`ToParent` the root logger's only handler, and every logger there is so far propagate to it with
     none of its own: the parent's loggers, handlers and ``propagate`` write the record (a run's ``log_levels`` set the
-    levels). Handlers copied by ``fork``, or made by the main script's import under ``spawn``, would write it twice."""
+    levels). Handlers copied by ``fork``, or made by the main script's import under ``spawn``, would write it twice.
+
+    Python warnings (``warnings.warn``: gymnasium's, the agent's) become records of the ``py.warnings`` logger, so
+    that one every worker gives is said once in the call, as the parent's pool says a record once, not once per
+    worker process on its stderr."""
     for logger in logging.Logger.manager.loggerDict.values():
         if isinstance(logger, logging.Logger):
             logger.handlers, logger.propagate = [], True
     logging.getLogger().handlers = [ToParent(channel)]
+    logging.captureWarnings(True)
 
 
 def _set_levels(levels: dict[str, int]) -> None:

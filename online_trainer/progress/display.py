@@ -146,6 +146,10 @@ class RunProgress(Protocol):
     def advance(self, amount: int) -> None:
         """Count ``amount`` more episodes (episode budget) or env steps (step budget)."""
 
+    def resume_at(self, amount: int) -> None:
+        """The run resumes where its checkpoint left it, ``amount`` episodes or env steps in: counted as done before
+        its bar started, not in the rates (advanced at once, a resumed run showed thousands of steps a second)."""
+
     def episode_end(self, ep_return: float) -> None:
         """Note the return of the episode that just ended."""
 
@@ -170,6 +174,9 @@ class NoProgress:
         return self
 
     def advance(self, amount: int) -> None:
+        pass
+
+    def resume_at(self, amount: int) -> None:
         pass
 
     def episode_end(self, ep_return: float) -> None:
@@ -385,6 +392,23 @@ class ProgressDisplay:
         if restarting and not self._before:  # drawn now: the count it showed is replaced, not waiting for a tick
             self.overall.refresh()
 
+    def resume_at(self, key: int, amount: int) -> None:
+        """Run ``key`` resumes ``amount`` in (its checkpoint): counted as done before its bar and the overall bar
+        started, so that their rates and times are those of the steps run now."""
+        bar = self.bars.get(key)
+        if bar is None:
+            return
+        restarting = self.restarting.pop(key, 0)
+        if restarting:  # a requeued run resuming: what it showed before comes off as where it resumes goes on
+            _lower(self.overall, restarting)
+        amount = min(amount, bar.total - bar.n)
+        if amount > 0:
+            for shown in (bar, self.overall):
+                _start_from(shown, amount)
+        if not self._before:
+            bar.refresh()
+            self.overall.refresh()
+
     def run_finished(self, key: int, status: str) -> None:
         """Remove run ``key``'s bar and count it on the overall bar by its manifest ``status`` (``"finished"``,
         ``"stopped_early"`` by a hook, ``"failed"``, ``"interrupted"``); ``"setup_failed"`` (before its first env
@@ -466,6 +490,8 @@ class ProgressDisplay:
             self._start(key, *payload)
         elif kind == "progress":
             self.advance(key, *payload)
+        elif kind == "resumed":
+            self.resume_at(key, *payload)
 
     @contextlib.contextmanager
     def done_before(self) -> Iterator[None]:
@@ -505,6 +531,9 @@ class DirectRunProgress:
     def advance(self, amount: int) -> None:
         self.display.advance(self.key, amount, self.last_return, self.last_eval)
 
+    def resume_at(self, amount: int) -> None:
+        self.display.resume_at(self.key, amount)
+
     def episode_end(self, ep_return: float) -> None:
         self.last_return = ep_return
 
@@ -542,6 +571,9 @@ class QueueRunProgress:
         now = time.monotonic()
         if now - self.last_sent >= self.interval:
             self._send(now)
+
+    def resume_at(self, amount: int) -> None:
+        self.queue.put(("resumed", self.key, amount))
 
     def episode_end(self, ep_return: float) -> None:
         self.last_return = ep_return

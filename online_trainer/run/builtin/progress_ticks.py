@@ -95,6 +95,6 @@ class ProgressTicks(Hook):
         return {"shown_steps": self.shown_steps, "episodes": self.shown_episodes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the state and move the (new) bar to where the run stood."""
+        """Restore the state and start the (new) bar where the run stood, not counted in its rate."""
         self.shown_steps, self.shown_episodes = int(state["shown_steps"]), int(state["episodes"])
-        self.progress.advance(self.shown_episodes if self.by_episode else self.shown_steps)
+        self.progress.resume_at(self.shown_episodes if self.by_episode else self.shown_steps)

@@ -375,6 +375,22 @@ def test_wait_after_a_ctrl_c_cancelled_every_job_before_it_began_names_the_runs_
         f"online-trainer: {tmp_path}: runs 1, 2 did not finish and no Slurm job holds them (interrupted, or never "
         "started: the jobs were cancelled). Continue with: the call that made it again, with resume=True"
     ) in captured.err
+    # both streams to one file (`wait DIR > log 2>&1`): its lines in the order they were said (S17: the note to
+    # stderr came before the line printed ahead of it, which sat in stdout's buffer until the exit)
+    done = subprocess.run(
+        [sys.executable, "-m", "online_trainer", "wait", str(tmp_path), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+        env={name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"},  # as users run it
+    )
+    lines = done.stdout.splitlines()
+    said = [
+        next(i for i, line in enumerate(lines) if text in line)
+        for text in ("No run of", "did not finish", "Final return")
+    ]
+    assert done.returncode == 1 and said == sorted(said), done.stdout
 
 
 def test_wait_refuses_a_directory_without_an_experiment_and_a_poll_that_is_not_positive(tmp_path, experiment, capsys):

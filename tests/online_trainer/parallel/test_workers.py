@@ -936,6 +936,29 @@ def test_a_named_loggers_level_and_handler_hold_for_workers_once(tmp_path, monke
         assert sorted(r.getMessage() for r in handler.records if r.levelno == logging.INFO) == expected
 
 
+class WarnsAtStart(Hook):
+    """Gives the Python warning a setting every run shares would give, in each run's process."""
+
+    def on_run_start(self, ctx):
+        with warnings.catch_warnings():  # not pytest's "error" filter, which fork workers inherit
+            warnings.simplefilter("default")
+            warnings.warn("the shared setting is odd (a tester's S17 case)", UserWarning, stacklevel=1)
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_python_warning_every_worker_gives_is_said_once_in_the_call(tmp_path, monkeypatch, capfd, start_method):
+    """``warnings.warn`` in the runs' processes went to each worker's stderr: a warning of a setting every run shares
+    was printed once per worker (S17); it reaches the parent's handlers, once."""
+    root, kept = logging.getLogger(), Kept()
+    monkeypatch.setattr(root, "handlers", [kept])
+    OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
+        2, total_steps=4, seed_offset=0, num_workers=2, start_method=start_method, hooks=[WarnsAtStart()]
+    )
+    said = [r.getMessage() for r in kept.records if "the shared setting is odd" in r.getMessage()]
+    assert len(said) == 1 and "UserWarning" in said[0], said
+    assert "the shared setting is odd" not in capfd.readouterr().err
+
+
 def test_new_workers_after_the_library_itself_changed_say_to_restart(monkeypatch, caplog):
     """A notebook's kernel kept the library it imported, and a git pull changed its files: the new workers ran the
     new code, and the call failed with "AttributeError: 'AgentFactory' object has no attribute '_key'" naming

@@ -65,6 +65,29 @@ def test_progress_made_before_the_display_followed_the_runs_counts_as_done_befor
     assert "42000/200000" in last and "50.00steps/s" in last
 
 
+@pytest.mark.parametrize("through", ["in-process", "worker"])
+def test_a_resumed_run_starts_its_bars_where_its_checkpoint_left_it_not_counted_in_the_rates(clock, capsys, through):
+    """A resumed run moved its bar and the overall bar by its checkpoint's 40,000 steps as if it had just run them:
+    the rates read thousands of steps a second more than the run made, and the times to go were too short (S17)."""
+    shown = display.ProgressDisplay(2, 100_000, "steps")
+    if through == "in-process":
+        run = shown.open_run(1, "run 1", 100_000, "steps")
+        run.resume_at(40_000)
+    else:  # what a worker's QueueRunProgress sends
+        sent = []
+        run = display.QueueProgress(type("Queue", (), {"put": staticmethod(sent.append)})()).open_run(
+            1, "run 1", 100_000, "steps"
+        )
+        run.resume_at(40_000)
+        for message in sent:
+            shown.handle(message)
+    clock[0] += 40
+    shown.advance(1, 2_000, 1.0)
+    shown.run_finished(1, "interrupted")  # redrawn now
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "42000/200000" in last and "50.00steps/s" in last, last
+
+
 def test_a_requeued_run_leaves_the_running_count_and_what_it_redoes_comes_off_once_it_starts_again(clock, capsys):
     """After ``scontrol requeue`` the display counted the run as running while its job waited in the queue ("3
     running" with 2 workers), and kept the steps its restart does again (tester S7); while it waits, its progress
