@@ -369,7 +369,21 @@ def check_actions(actions: Any, env: VectorEnv, agent: Any) -> None:
             f"return integers, e.g. np.asarray(actions, dtype=np.int64)."
         )
     if not env.action_space.contains(batch.astype(env.action_space.dtype, copy=False)):
-        raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}.")
+        raise ValueError(f"{who} returned {batch.tolist()}, outside the action space {space}: {_in_range(space)}.")
+
+
+def _in_range(space: spaces.Space[Any]) -> str:
+    """How to return actions an integer action space holds (E17: the message said only that they were outside)."""
+    if isinstance(space, spaces.Discrete):
+        low = int(space.start)
+        return f"return one integer per sub-env, from {low} to {low + int(space.n) - 1}"
+    if isinstance(space, spaces.MultiDiscrete):
+        low = np.asarray(space.start)
+        high = low + np.asarray(space.nvec) - 1
+        return f"return one array per sub-env, each entry from its low {low.tolist()} to its high {high.tolist()}"
+    if isinstance(space, spaces.MultiBinary):
+        return "return one array of 0s and 1s per sub-env"
+    return "return one action per sub-env that the space contains"
 
 
 _WARNED_OF_BOUNDS: list[bool] = []

@@ -295,7 +295,12 @@ class Acting(RecordingAgent):
             TypeError,
             r"returned actions of dtype float64 for the integer action space Discrete\(2\): return integers",
         ),
-        (lambda obs: np.full(len(obs), 5), ValueError, r"returned \[5, 5, 5\], outside the action space Discrete\(2\)"),
+        (  # E17: said only that they were outside
+            lambda obs: np.full(len(obs), 5),
+            ValueError,
+            r"returned \[5, 5, 5\], outside the action space Discrete\(2\): return one integer per sub-env, from 0 "
+            r"to 1\.\n",
+        ),
         (lambda obs: 0, ValueError, r"shape \(\) \(a scalar, not a batch of actions\)"),
         (  # X14: said "a scalar"
             lambda obs: None,
@@ -350,7 +355,8 @@ def test_an_invalid_action_later_in_a_run_is_named_with_the_agent_and_the_step(t
     step = int(re.match(r"ValueError: At env step (\d+) of the run", failure.exception)[1])
     assert 30 <= step < 40  # its 40th act, less the reset steps
     assert failure.exception.endswith(
-        " of the run: the agent Acting's act(obs) returned [2], outside the action space Discrete(2)."
+        " of the run: the agent Acting's act(obs) returned [2], outside the action space Discrete(2): return one "
+        "integer per sub-env, from 0 to 1."
     )
     assert "AssertionError" in failure.traceback  # gymnasium's own error is the cause
     assert "with exp_dir=None the records of each up to its failure are in this error's failures[k].records" in str(
