@@ -18,7 +18,8 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
 from online_trainer.analysis import compare_stats as cs
-from online_trainer.analysis.plotting import COLORS, STAT_LABELS, spread_end_labels
+from online_trainer.analysis.plotting import COLORS, STAT_LABELS, notes_under_axes, spread_end_labels
+from online_trainer.analysis.yaxis import set_y_axis
 
 if TYPE_CHECKING:  # compare imports this module when its figures are asked for
     from online_trainer.analysis.compare import Comparison
@@ -303,7 +304,19 @@ def plot_sample_efficiency(comparison: Comparison) -> Figure:
     """The metric across runs against env steps, with pointwise bands, on a grid common to all candidates."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    spread_end_labels(ax, _lines(ax, comparison.curves, "global_step", "value", comparison))
+    frame = comparison.curves
+    end_labels = _lines(ax, frame, "global_step", "value", comparison)
+    if not frame.empty:
+        # the y axis plot_learning_curves gives the same runs: cut to the end of training, or symlog, when early
+        # values would flatten it (U17: CliffWalking's -95,000 drew IQMs of -78 and -54 as one line at 0)
+        lo, hi = ("value_lo", "value_hi") if "value_lo" in frame else ("lo", "hi")
+        bands = pd.DataFrame({"value": frame["value"], "lo": frame[lo], "hi": frame[hi]})
+        final = comparison.scores["score"].to_numpy(float)  # what the table reports: the end of training
+        note = set_y_axis(ax, bands, final[np.isfinite(final)], "auto", "auto", options=False)
+        lines_under = notes_under_axes(ax, [note] if note else [])
+        if lines_under:  # the figure grows by the note, so that the axes keep their height
+            fig.set_figheight(fig.get_figheight() + lines_under * 7 * 1.25 / 72)
+    spread_end_labels(ax, end_labels)
     ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     ax.set_xlabel("Environment steps", fontsize=9)
     what = (

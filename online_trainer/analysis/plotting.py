@@ -258,7 +258,7 @@ def plot_learning_curves(
     if thin > 0.03 * (high - low):
         handles.append(Line2D([], [], color="0.35", linewidth=0.9, label="thin: fewer runs have data"))
     legend_title = f"each run: trailing mean of {smooth} episodes" if smooth is not None and smooth > 1 else None
-    lines_under = _notes(ax, [n for n in under if n])
+    lines_under = notes_under_axes(ax, [n for n in under if n])
     if made and lines_under:  # the figure grows by the notes, so that the axes (and their label) keep their height
         fig.set_figheight(fig.get_figheight() + lines_under * 7 * 1.25 / 72)
     legend = {"handles": handles, "frameon": False, "fontsize": 9, "title": legend_title, "title_fontsize": 8}
@@ -346,7 +346,7 @@ def spread_end_labels(ax: Axes, labels: Sequence[Annotation], gap: float = 9.0, 
         label.xyann = (label.xyann[0], label.xyann[1] + shifted - y)
 
 
-def _notes(ax: Axes, notes: list[str], from_figure_edge: bool = False) -> int:
+def notes_under_axes(ax: Axes, notes: list[str], from_figure_edge: bool = False) -> int:
     """Small grey lines of text under the axes (inside the figure's constrained layout), wrapped to its width;
     return how many lines.
 
@@ -459,7 +459,7 @@ def plot_final_performance(
     ax.tick_params(axis="y", length=0)
     key = f"Solid dot: the {STAT_LABELS[stat]} across runs" + ("" if ci is None else f"; bar: its {ci * 100:g}% CI")
     key += "; faint dots: each run's final return." if show_runs else "."
-    _notes(ax, [n for n in [key, _excluded_note(excluded.to_dict("records"))] if n], from_figure_edge=made)
+    notes_under_axes(ax, [n for n in [key, _excluded_note(excluded.to_dict("records"))] if n], from_figure_edge=made)
     if title:
         ax.set_title(title, fontsize=11)
     return fig

@@ -141,8 +141,13 @@ class _SymlogTicks(SymmetricalLogLocator):
         return np.unique(every[(every >= low) & (every <= high)])
 
 
-def set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, yscale: str) -> str | None:
-    """Apply ``ylim`` and ``yscale``; the note to write when the axis hides part of the curves or is symlog by choice."""
+def set_y_axis(
+    ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, yscale: str, options: bool = True
+) -> str | None:
+    """Apply ``ylim`` and ``yscale``; the note to write when the axis hides part of the curves or is symlog by choice.
+
+    ``options``: the note says how ``ylim`` and ``yscale`` choose otherwise (False for a figure that takes none).
+    """
     values = table[["value", "lo", "hi"]].to_numpy(dtype=float)
     if ylim is not None and ylim != "auto":
         if yscale == "symlog":
@@ -164,10 +169,11 @@ def set_y_axis(ax: Axes, table: pd.DataFrame, late: np.ndarray, ylim: YLim, ysca
         return (
             f"y axis symlog (linear within ±{linthresh:g}): the curves span {np.nanmin(values):.4g} to "
             f"{np.nanmax(values):.4g}, and a linear axis fitted to the end of training would hide "
-            f"{hidden:.0%} of their points (set yscale or ylim to choose)."
+            f"{hidden:.0%} of their points" + (" (set yscale or ylim to choose)." if options else ".")
         )
     ax.set_ylim(*limits)
-    return (
-        f"y axis cut to [{limits[0]:.4g}, {limits[1]:.4g}], the range of the end of training: {hidden:.0%} "
+    return f"y axis cut to [{limits[0]:.4g}, {limits[1]:.4g}], the range of the end of training: {hidden:.0%} " + (
         "of the curve points lie outside (set ylim, or yscale='symlog', to see them)."
+        if options
+        else "of the curve points lie outside."
     )

@@ -787,3 +787,27 @@ def test_a_pairs_figures_do_not_depend_on_the_order_of_the_candidates():
     pd.testing.assert_frame_equal(ab.sort_index(), ba.sort_index())
     against = compare_scores(scores, options, candidates=["b", "a"], against="b").improvement
     assert against.set_index(["candidate", "versus"]).sort_index().equals(ab.sort_index())
+
+
+def test_the_sample_efficiency_axis_keeps_the_end_of_training_readable_as_the_learning_curves_do(tmp_path):
+    """U17: CliffWalking's early trailing means near -95,000 drew a linear axis on which IQMs of -78 and -54 were one
+    line at 0, while plot_learning_curves of the same runs turned symlog and said so."""
+    from online_trainer.analysis.compare_plots import plot_sample_efficiency
+    from tests.conftest import record, write_experiment
+
+    def runs(late):
+        made = {}
+        for run in (1, 2, 3):
+            early = [record(i, -90_000 - 1_000 * run, length=9_000, step=9_000 * i) for i in (1, 2, 3)]
+            ends = [record(i, late - run, length=20, step=27_000 + 20 * (i - 3)) for i in range(4, 40)]
+            made[run] = ("finished", run, early + ends)
+        return made
+
+    for name, late in (("slow", -78), ("fast", -54)):
+        write_experiment(tmp_path / name, runs(late))
+    comparison = compare([tmp_path / "slow", tmp_path / "fast"], n_resamples=100)
+    figure = plot_sample_efficiency(comparison)
+    (ax,) = figure.axes
+    assert ax.get_yscale() == "symlog"
+    notes = [text.get_text() for text in ax.texts if text.get_text().startswith("y axis")]
+    assert len(notes) == 1 and "symlog" in notes[0] and "set yscale" not in notes[0]  # the figure takes no option
