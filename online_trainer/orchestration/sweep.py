@@ -297,9 +297,19 @@ def _plan(
         manifest[ownership.LOCK_KEY] = os.path.relpath(root / LOCK_FILE, exp_dir)  # the sweep's lock covers it
         experiments.append(Experiment(exp_dir, manifest, specs))
     skipped = sum(len(e.manifest["runs"]) - len(e.specs) for e in experiments)
-    logger.info(
-        "sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs, task_id, skipped
-    )
+    if task_id == 0:  # a notebook cell run again: said, not a silent return of the ranking (U17)
+        logger.warning(
+            "sweep: every run of its %d configurations x %d seeds ended in an earlier call (%d runs): nothing runs; "
+            "the ranking is read from %s.",
+            len(grid),
+            num_runs,
+            skipped,
+            root,
+        )
+    else:
+        logger.info(
+            "sweep: %d configurations x %d seeds; %d runs to do, %d done earlier", len(grid), num_runs, task_id, skipped
+        )
     if more:  # it returned the ranking of every seed without a word (tester O15)
         logger.warning(
             "sweep: num_runs=%d, but %s ran more seeds earlier; a sweep grows and never drops runs: the ranking "

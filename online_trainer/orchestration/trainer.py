@@ -257,6 +257,12 @@ class OnlineTrainer:
                 self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume
             )
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
+            if resume and not specs:  # a notebook cell run again: said, not a silent return of the records (U17)
+                logger.warning(
+                    "resume: every run of %s ended in an earlier call (%d runs): nothing runs.",
+                    self.exp_dir,
+                    len(manifest["runs"]),
+                )
             return [Experiment(self.exp_dir, manifest, specs)]
 
         def finalize(experiments: list[Experiment]) -> tuple[list[Any], list[Any]]:

@@ -385,7 +385,7 @@ def files_with_times(root, lock=False):
     }
 
 
-def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
+def test_resuming_a_finished_experiment_writes_nothing(tmp_path, caplog):
     env, agent = AGENTS["ppo"]
     kw = dict(total_steps=600, seed_offset=3, checkpoint_freq=300, eval_freq=300, eval_episodes=2, progress=False)
     first = trainer(tmp_path, "exp", env, agent).multi_run(2, **kw)
@@ -403,6 +403,8 @@ def test_resuming_a_finished_experiment_writes_nothing(tmp_path):
     # the lock's time too: its owner line came and went, and the time is put back (R11: a refused call changed it)
     assert files_with_times(tmp_path / "exp", lock=True) == before_with_lock
     assert [[r["ep_return"] for r in run] for run in again] == [[r["ep_return"] for r in run] for run in first]
+    # and says so (U17: a notebook cell run again returned without a word)
+    assert f"resume: every run of {tmp_path / 'exp'} ended in an earlier call (2 runs): nothing runs." in caplog.text
 
 
 def test_resuming_a_finished_experiment_of_dump_metrics_false_runs_nothing_again(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -169,14 +170,22 @@ def test_configurations_that_score_alike_are_not_called_a_complete_separation(tm
     )
 
 
-def test_resuming_a_finished_sweep_writes_nothing(tmp_path):
+@pytest.mark.parametrize("resume", [True, False])
+def test_resuming_a_finished_sweep_writes_nothing(tmp_path, caplog, resume):
     kw = {"num_runs": 2, "num_episodes": 10, "seed_offset": 3, "progress": False}
     first = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, **kw)
     before = {k: v for k, v in files_with_times(tmp_path).items() if k != ".lock"}  # the lock holds the call's owner
     time.sleep(0.01)  # a file written again would get another modification time
-    again = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, resume=True, **kw)
+    caplog.clear()
+    again = corridor_trainer(tmp_path).sweep({"lr": [0.1, 0.5]}, resume=resume, **kw)
     assert {k: v for k, v in files_with_times(tmp_path).items() if k != ".lock"} == before
     assert "sweep_results.csv" in before and again.equals(first)
+    # the cell run again said nothing: no display, no line (U17); said once, not per configuration
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "earlier call" in r.getMessage()]
+    assert said == [
+        "sweep: every run of its 2 configurations x 2 seeds ended in an earlier call (4 runs): nothing runs; the "
+        f"ranking is read from {tmp_path}."
+    ]
 
 
 class FailsForLr(RecordingAgent):
