@@ -25,7 +25,13 @@ from online_trainer.callbacks.rewind import rewind_run
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.experiment.job_results import apply_result, read_job_result
 from online_trainer.experiment.lock import hold_lock
-from online_trainer.experiment.manifest import created_at, refuse_a_sweep, set_aside_here, settle_set_aside
+from online_trainer.experiment.manifest import (
+    created_at,
+    refuse_a_sweep,
+    refuse_a_sweep_configuration,
+    set_aside_here,
+    settle_set_aside,
+)
 from online_trainer.options import validation
 from online_trainer.options.derived import EVAL_ENV_GIVEN, LEGACY_NAMES
 from online_trainer.options.groups import SECTIONS
@@ -213,11 +219,13 @@ def check_resumable(exp_dir: str | os.PathLike | None) -> None:
     Raises:
         ValueError: ``exp_dir`` is None.
         FileNotFoundError: it holds no manifest (or does not exist).
-        ExperimentExistsError: it holds a sweep.
+        ExperimentExistsError: it holds a sweep, or is one of a sweep's configurations.
     """
     validation.needs_exp_dir(exp_dir, resume=True)
     assert exp_dir is not None  # needs_exp_dir raised otherwise
     refuse_a_sweep(Path(exp_dir), "multi_run(resume=True)")
+    # its runs would log under the configuration's own tags, beside the sweep's sinks, and count as the sweep's (F17)
+    refuse_a_sweep_configuration(Path(exp_dir), "multi_run(resume=True)")
     if not set_aside_here(Path(exp_dir)):  # else the lock's check puts the experiment back first, then reads it
         read_manifest(Path(exp_dir))
 

@@ -427,13 +427,18 @@ def test_a_sweep_and_one_experiment_never_share_a_directory(tmp_path):
     configuration = sweep / "lr=0.1"
     on_configuration = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=configuration)
     folder_time = configuration.stat().st_mtime_ns
-    for kwargs in ({}, {"overwrite": True}):
+    # F17: resume=True was taken, its runs logged beside the sweep's sinks and counted as the sweep's
+    for kwargs, what in (
+        ({}, "multi_run"),
+        ({"overwrite": True}, "multi_run"),
+        ({"resume": True}, "multi_run(resume=True)"),
+    ):
         with pytest.raises(ExperimentExistsError) as refused:
             on_configuration.multi_run(1, num_episodes=2, seed_offset=0, progress=False, **kwargs)
         assert str(refused.value) == (
             f"exp_dir={str(configuration)!r} is configuration 'lr=0.1' of the sweep in {str(sweep)!r} (its "
-            "hyperparameters.yaml): multi_run there would put an experiment of other settings among the sweep's "
-            "configurations, under that configuration's hyperparameters. Give multi_run an exp_dir outside the sweep; "
+            f"hyperparameters.yaml): {what} there would put an experiment of other settings among the sweep's "
+            f"configurations, under that configuration's hyperparameters. Give {what} an exp_dir outside the sweep; "
             f"to continue the sweep, call sweep(..., resume=True) on {str(sweep)!r} with its grid (a sweep is redone "
             "in another exp_dir)."
         )
