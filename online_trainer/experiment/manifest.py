@@ -63,6 +63,8 @@ class Experiment:
         # its error, for its entry in a new experiment that is kept (R16: it said only pending); a resumed experiment's
         # manifest is put back as this call found it
         self._setup_error = ""
+        if exp_dir is not None and exp_dir.is_dir():
+            storage.remove_abandoned_temporaries(exp_dir)
         self._earlier = (
             set(storage.existing_experiment_files(exp_dir)) if exp_dir is not None and exp_dir.is_dir() else set()
         )

@@ -259,6 +259,8 @@ def _plan(
     Directories and files made here are appended to ``created``.
     """
     experiments: list[Experiment] = []
+    if root.is_dir():  # sweep_results.csv or sweep.json of a killed call
+        storage.remove_abandoned_temporaries(root)
     names = _names(root, grid)
     task_id = 0
     more: dict[str, int] = {}  # configurations with more runs than this call asks for

@@ -27,6 +27,7 @@ import operator
 import os
 import pickle
 import re
+import time
 import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -198,6 +199,34 @@ def write_atomic(
         if isinstance(exc, OSError):
             raise write_error(exc, path) from exc
         raise
+
+
+ABANDONED_AFTER = 60.0
+"""Seconds after which a temporary file of :func:`write_atomic` is taken for one a killed process left: a write
+takes milliseconds (a younger one may be another process's write under way: a Slurm job recording its run)."""
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.tmp")
+
+
+def remove_abandoned_temporaries(exp_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of :func:`write_atomic` (``.NAME.<pid>.tmp``) older than :data:`ABANDONED_AFTER`
+    in ``exp_dir``: a process killed while it wrote (``manifest.json``, as a run ended) left them, and nothing else
+    would (F17). Called by the holder of the experiment's lock; returns what it removed (logged)."""
+    removed: list[Path] = []
+    now = time.time()
+    for path in Path(exp_dir).glob(".*.tmp"):
+        match = _TEMPORARY.fullmatch(path.name)
+        if match is None or int(match["pid"]) == os.getpid():
+            continue
+        try:
+            if now - path.stat().st_mtime < ABANDONED_AFTER:
+                continue
+            path.unlink()
+        except OSError:  # gone meanwhile, or not ours to remove: left as it is
+            continue
+        removed.append(path)
+    if removed:
+        logger.info("removed what killed writes left: %s", ", ".join(p.name for p in sorted(removed)))
+    return removed
 
 
 def write_error(exc: OSError, path: str | os.PathLike) -> OSError:

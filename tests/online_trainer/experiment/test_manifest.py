@@ -631,3 +631,30 @@ def test_a_run_that_stopped_the_call_before_its_first_step_keeps_its_error_in_th
     trainer.multi_run(3, num_episodes=3, seed_offset=0, progress=False, resume=True)
     runs = json.loads((tmp_path / storage.MANIFEST_FILE).read_text())["runs"]
     assert [(r["status"], r["error"]) for r in runs] == [("finished", None)] * 3
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_the_next_call_removes_what_a_killed_write_left_and_only_that(tmp_path, caplog, sweep):
+    """F17: a SIGKILL as a run ended left `.manifest.json.<pid>.tmp`, which every later call (a resume, a completed
+    sweep, a resume of it) left there. A temporary file younger than a minute may be another process's write under
+    way (a Slurm job recording its run's end), and a name of another pattern is not one of ours: both stay."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    if sweep:
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False)
+        exp_dir = tmp_path / "exp" / "lr=0.1"
+    else:
+        trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False)
+        exp_dir = tmp_path / "exp"
+    old, fresh, mine = exp_dir / ".manifest.json.4242.tmp", exp_dir / ".manifest.json.4243.tmp", exp_dir / ".mine.tmp"
+    for path in (old, fresh, mine):
+        path.write_text("{")
+    long_ago = old.stat().st_mtime - 2 * storage.ABANDONED_AFTER
+    os.utime(old, (long_ago, long_ago))
+    os.utime(mine, (long_ago, long_ago))
+    caplog.set_level("INFO", logger="online_trainer.records.storage")
+    if sweep:
+        trainer.sweep({"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False)
+    else:
+        trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False, resume=True)
+    assert not old.exists() and fresh.exists() and mine.exists()
+    assert "removed what killed writes left: .manifest.json.4242.tmp" in caplog.text
