@@ -36,6 +36,9 @@ from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 
 logger = logging.getLogger(__name__)
 
+SINK_FILES_KEY = "sink_files"
+"""The manifest's list of the files in the experiment directory its JSONL and CSV sinks write (relative paths)."""
+
 
 class Experiment:
     """The runs of one experiment directory (or of none), and how each ended.
@@ -733,9 +736,10 @@ def _written_by_experiment(path: Path, manifest: dict[str, Any] | None) -> bool:
     legacy experiment, which may have written any such name).
 
     A run's file must be of a run it had: a periodic checkpoint (``Run{i}_E{n}``, ``Run{i}_S{n}``) at a multiple of
-    its ``checkpoint_freq``, an ``eval_run{i}.pkl`` of an experiment that evaluated. A sink's file is told by its
-    first line (a JSONL sink's objects have a ``tag`` and a ``step``; a CSV sink's header), an event file by
-    TensorBoard's naming. Every other name of the patterns is the experiment's.
+    its ``checkpoint_freq``, an ``eval_run{i}.pkl`` of an experiment that evaluated. A sink's file is one the
+    manifest names (``sink_files``); in a manifest of a version before it, one whose first line is a sink's (a JSONL
+    sink's objects have a ``tag`` and a ``step``; a CSV sink's header). An event file is told by TensorBoard's
+    naming. Every other name of the patterns is the experiment's.
     """
     name = path.name
     run = _run_of(name)
@@ -755,6 +759,9 @@ def _written_by_experiment(path: Path, manifest: dict[str, Any] | None) -> bool:
         return True
     if name.startswith("events.out.tfevents."):
         return name == LAYOUT_FILE or _EVENT_FILE.fullmatch(name) is not None
+    listed = manifest.get(SINK_FILES_KEY) if manifest is not None else None
+    if path.suffix in (".jsonl", ".csv") and isinstance(listed, list):  # a user's copy of the sink's file is not (F17)
+        return name in listed
     if path.suffix in (".jsonl", ".csv") and path.is_file():
         try:
             with open(path, encoding="utf-8", errors="replace") as f:

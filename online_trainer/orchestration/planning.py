@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from online_trainer.errors import RunSetupError
 from online_trainer.experiment import resuming
-from online_trainer.experiment.manifest import Experiment, remove_created
+from online_trainer.experiment.manifest import SINK_FILES_KEY, Experiment, remove_created
 from online_trainer.loop import seeding
 from online_trainer.loop.factories import AgentFactory, EnvFactory
 from online_trainer.loop.steps import failed_at
@@ -110,20 +110,38 @@ def new_manifest(
     num_runs: int,
     seed_offset: int | None,
     tuning_hp: dict[str, Any] | None,
+    exp_dir: Path | None = None,
 ) -> dict[str, Any]:
     """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
 
     Besides how the runs execute and ``tuning_hp``, it records ``score`` when it is not ``"return"``: the
-    analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`).
+    analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`); and
+    ``sink_files``, the files in ``exp_dir`` its line sinks (JSONL, CSV) write: ``overwrite=True`` takes those for
+    the experiment's, and no other file of theirs (a user's copy, ``backup_log.jsonl``: F17).
     """
     fields = {
         **parts.manifest_fields(execution),
         "tuning_hp": tuning_hp,
         resuming.CALL_KEY: call_record(options, tuning_hp, parts.train),
     }
+    if exp_dir is not None:
+        fields[SINK_FILES_KEY] = sink_files(parts.callback, exp_dir)
     if options.records.score != "return":
         fields["score"] = options.records.score
     return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
+
+
+def sink_files(callback: Any, exp_dir: Path) -> list[str]:
+    """The names, relative to ``exp_dir``, of the files in it that ``callback``'s line sinks (JSONL, CSV: a
+    ``log_path``) write, its own or those of the sinks it holds (``MultiCallBack``)."""
+    names = []
+    for sink in (callback, *getattr(callback, "callbacks", ())):
+        path = getattr(sink, "log_path", None)
+        if isinstance(path, (str, os.PathLike)):
+            resolved, root = Path(path).resolve(), exp_dir.resolve()
+            if resolved.is_relative_to(root):
+                names.append(resolved.relative_to(root).as_posix())
+    return sorted(set(names))
 
 
 def plan_runs(
@@ -195,7 +213,7 @@ def start_manifest(
     if resume:
         assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         return resuming.resumed_manifest(exp_dir, parts.callback, options.hooks)
-    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp)
+    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp, exp_dir)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 
 

@@ -151,6 +151,9 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
         "Run2_E3.pkl": "mine",
         "eval_run1.pkl": "mine",
         "callback.jsonl.txt": "not a pattern",
+        # F17: copies of the sinks' own files, whose first lines are a sink's, deleted without a word
+        "backup_log.jsonl": (tmp_path / "callback.jsonl").read_text(),
+        "scalars_backup.csv": (tmp_path / "scalars.csv").read_text(),
     }
     for name, text in mine.items():
         (tmp_path / name).write_text(text)
@@ -159,8 +162,9 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
     with caplog.at_level("WARNING"):
         second.multi_run(1, num_episodes=3, overwrite=True, progress=False)
     assert {name: (tmp_path / name).read_text() for name in mine} == mine  # every one kept, as it was
-    assert "were not written by the earlier experiment: kept (Run2_E3.pkl, Run5_S1.pkl, eval_run1.pkl, events.out" in (
-        caplog.text
+    assert (
+        "were not written by the earlier experiment: kept (Run2_E3.pkl, Run5_S1.pkl, backup_log.jsonl, eval_run1"
+        in (caplog.text)
     )
     # the earlier experiment's own files are gone: its run 2, its sinks' lines of run 2
     assert "metrics_run2.pkl" in earlier and not (tmp_path / "metrics_run2.pkl").exists()
