@@ -188,12 +188,16 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 f"hooks holds the class {hook.__name__}: pass an instance, e.g. hooks=[{hook.__name__}(...)]."
             )
         if not any(defines(hook, name) for name in HOOK_METHODS):
-            how = (
-                f"define at least one in {type(hook).__name__}"
-                if isinstance(hook, Hook)
-                else "define at least one (subclass online_trainer.hooks.Hook)"
+            if isinstance(hook, Hook):  # it inherits them all, doing nothing (F17: "has none" read as a contradiction)
+                raise TypeError(
+                    f"hook {hook!r} overrides none of the hook methods {', '.join(HOOK_METHODS)}: it would never act "
+                    f"(Hook's own methods do nothing; state_dict and load_state_dict only keep a hook's state). Define at "
+                    f"least one in {type(hook).__name__}, or leave the hook out."
+                )
+            raise TypeError(
+                f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: define at least one "
+                "(subclass online_trainer.hooks.Hook)."
             )
-            raise TypeError(f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: {how}.")
         for name in HOOK_METHODS:
             if defines(hook, name):
                 _check_signature(hook, name)

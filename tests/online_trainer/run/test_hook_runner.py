@@ -238,9 +238,18 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything(), MissesTheRecord()])
 
     class Blank(Hook):  # a subclass already: the message says where to define a method
-        pass
+        def state_dict(self):
+            return {}
 
-    with pytest.raises(TypeError, match=r"has none of the hook methods .*: define at least one in Blank\.$"):
+        def load_state_dict(self, state):
+            pass
+
+    # F17: "has none of the hook methods" of a subclass that inherits them all, which hooks.md says do nothing
+    with pytest.raises(
+        TypeError,
+        match=r"overrides none of the hook methods .*: it would never act \(Hook's own methods do nothing; state_dict "
+        r"and load_state_dict only keep a hook's state\)\. Define at least one in Blank, or leave the hook out\.$",
+    ):
         trainer.multi_run(1, num_episodes=2, hooks=[Blank()])
     assert not (tmp_path / "exp").exists()
     assert len(trainer.multi_run(1, num_episodes=2, hooks=[TakesAnything()], progress=False)[0]) == 2
