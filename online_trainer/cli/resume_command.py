@@ -39,10 +39,12 @@ def resume_command(args: argparse.Namespace) -> int:
     if not exp_dir.is_dir():
         raise ConfigError(f"{exp_dir} does not exist: give the experiment directory 'online-trainer run' wrote.")
     if not (exp_dir / CONFIG_YAML).is_file():
+        # a sweep made from Python is resumed by its own call (F17: it was told to call multi_run)
+        root = next((d for d in (exp_dir, exp_dir.parent) if (d / storage.SWEEP_FILE).is_file()), None)
+        call = "multi_run(..., resume=True)" if root is None else f"sweep(..., resume=True) on {root} with its grid"
         raise ConfigError(
             f"{exp_dir} has no {CONFIG_YAML}: 'online-trainer resume' continues experiments made by "
-            "'online-trainer run'. For one made from Python, call multi_run(..., resume=True) "
-            "as it was called."
+            f"'online-trainer run'. For one made from Python, call {call} as it was called."
         )
     try:
         config = load_experiment_config(exp_dir / CONFIG_YAML, [])

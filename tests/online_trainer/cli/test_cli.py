@@ -139,6 +139,16 @@ def test_an_earlier_experiment_is_kept_unless_overwrite(tmp_path, capsys):
     assert not (exp_dir / "config.yaml").exists() and not (exp_dir / "args.yaml").exists()
     assert cli.main(["resume", str(exp_dir)]) == 2
     assert "has no config.yaml: 'online-trainer resume' continues experiments made by" in capsys.readouterr().err
+    # a sweep made from Python, or one of its configurations: the sweep's own call (F17: it said multi_run)
+    sweep = tmp_path / "sweep"
+    OnlineTrainer(make_env("Corridor-v0", num_envs=1), QLearningAgent, exp_dir=sweep).sweep(
+        {"lr": [0.1]}, num_runs=1, num_episodes=2, seed_offset=0, progress=False
+    )
+    for given in (sweep, sweep / "lr=0.1"):
+        assert cli.main(["resume", str(given)]) == 2
+        assert (
+            f"For one made from Python, call sweep(..., resume=True) on {sweep} with its grid as it was called."
+        ) in capsys.readouterr().err
 
 
 def test_the_same_command_after_a_cut_off_run_points_to_resume_first(tmp_path, capsys):
