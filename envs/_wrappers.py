@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -144,9 +145,11 @@ def import_object(name: str, path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        # C17: a module of the lab's own folder, resumed from another folder, was said to need installing
         raise ValueError(
-            f"{name}={path!r}: cannot import module {module_name!r} ({exc}); install the package "
-            "that provides it or fix the path."
+            f"{name}={path!r}: cannot import module {module_name!r} ({exc}); install the package that provides it, "
+            f"fix the path, or run from the directory that holds it (the current one is {os.getcwd()}: "
+            "'online-trainer run', 'resume' and 'eval' import the modules of the directory they run in)."
         ) from exc
     obj: Any = module
     for part in attribute.split("."):

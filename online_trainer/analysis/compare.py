@@ -313,8 +313,9 @@ def _improvement(
         p = cs.probability_of_improvement(x, y)
         p_lo, p_hi = cs.improvement_interval(x, y, options.ci, options.n_resamples, rng)
         d, d_lo, d_hi = cs.difference_interval(x, y, stat, options.ci, options.n_resamples, rng)
-        runs = min(min(len(t) for t in x), min(len(t) for t in y))
-        needed = cs.seeds_needed(runs, d, d_lo, d_hi)
+        x_runs, y_runs = min(len(t) for t in x), min(len(t) for t in y)
+        runs = min(x_runs, y_runs)
+        needed = cs.seeds_needed(x_runs, d, d_lo, d_hi, other_runs=y_runs)
         # A bootstrap interval of a few seeds excludes zero too easily (2 runs a side give 3 distinct resamples);
         # a verdict also needs seeds with which an exact rank test could reach the level at all.
         too_few = cs.smallest_p_value(x, y) > 1 - options.ci

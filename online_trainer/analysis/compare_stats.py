@@ -101,7 +101,7 @@ def difference_interval(
     return value, float(low), float(high)
 
 
-def seeds_needed(runs: int, difference: float, low: float, high: float) -> float:
+def seeds_needed(runs: int, difference: float, low: float, high: float, other_runs: int | None = None) -> float:
     """Seeds per candidate (and task) for the interval of ``difference`` to exclude zero, as Colas et al. (2018).
 
     The half-width of a bootstrap interval shrinks as ``1 / sqrt(n)``: with ``runs`` seeds it
@@ -110,15 +110,22 @@ def seeds_needed(runs: int, difference: float, low: float, high: float) -> float
     were run: ``runs`` when the interval already excludes zero (fewer seeds were not tried, and
     the estimate is least reliable below what was measured), else at least ``runs + 1``;
     ``inf`` when the observed difference is zero (no number of seeds separates them).
+
+    ``other_runs``: the other candidate's seeds when they differ from ``runs``. The interval's width is then that of
+    ``2 n m / (n + m)`` seeds a side (its variance goes as ``1/n + 1/m``), and the answer is never fewer than the
+    larger of the two (C17: 4 seeds needed, beside a candidate that had run 5).
     """
     if not (math.isfinite(low) and math.isfinite(high)):
         return math.nan
     if difference == 0:
         return math.inf
+    most = runs if other_runs is None else max(runs, other_runs)
+    fewest = runs if other_runs is None else min(runs, other_runs)
+    equivalent = runs if other_runs is None else 2 * runs * other_runs / (runs + other_runs)
     half = (high - low) / 2
-    estimate = math.ceil(runs * (half / abs(difference)) ** 2)
+    estimate = math.ceil(equivalent * (half / abs(difference)) ** 2)
     separated = low > 0 or high < 0
-    return float(runs if separated else max(runs + 1, estimate))
+    return float(most if separated else max(most, fewest + 1, estimate))
 
 
 def separation_bound(p: float, pairs: int, ci: float) -> float:

@@ -36,6 +36,11 @@ def resume_command(args: argparse.Namespace) -> int:
         ConfigError: the directory holds no experiment of ``online-trainer run``, or its config is invalid.
     """
     exp_dir = Path(args.exp_dir)
+    if exp_dir.exists() and not exp_dir.is_dir():  # C17: a config file was said not to exist
+        raise ConfigError(
+            f"{exp_dir} is a file, not an experiment directory: give the directory 'online-trainer run' wrote (its "
+            f"exp_dir); to run a config, use: online-trainer run {exp_dir}"
+        )
     if not exp_dir.is_dir():
         raise ConfigError(f"{exp_dir} does not exist: give the experiment directory 'online-trainer run' wrote.")
     if not (exp_dir / CONFIG_YAML).is_file():

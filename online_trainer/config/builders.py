@@ -57,14 +57,16 @@ class EnvBuilder:
             return self.make_env()
         except WrapperError as exc:
             raise ConfigError(f"{section}.{exc}") from exc
-        except (TypeError, ValueError) as exc:
-            # the env's own keywords, its wrappers' and the vector env's all meet here: the section is what is known
+        except (TypeError, ValueError, LookupError) as exc:
+            # the env's own keywords, its wrappers' and the vector env's all meet here: the section is what is known.
+            # A value the env looks up (FrozenLake's map_name: '9x9') raises KeyError, whose text is the key alone (C17)
+            said = f"{type(exc).__name__}: {exc}" if isinstance(exc, LookupError) else str(exc)
             hint = (
                 f" In a config: {section}.vector_kwargs: {{shared_memory: false}}."
                 if "shared_memory" in str(exc)
                 else f" Check {section}.id, {section}.kwargs and {section}.vector_kwargs."
             )
-            raise ConfigError(f"{section}: could not build the env {self.make_env!r}: {exc}{hint}") from exc
+            raise ConfigError(f"{section}: could not build the env {self.make_env!r}: {said}{hint}") from exc
 
     def __repr__(self) -> str:
         return repr(self.make_env)

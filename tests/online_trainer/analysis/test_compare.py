@@ -133,6 +133,10 @@ def test_seeds_needed_is_never_fewer_than_were_run():
     assert seeds_needed(10, 1.0, -0.05, 1.5) == 11  # not told apart: more than 10, though the formula says 6
     assert seeds_needed(10, 1.0, -1.0, 3.0) == 40
     assert seeds_needed(10, 0.0, -1.0, 1.0) == np.inf
+    # C17: 5 seeds against 2, not told apart: never fewer than the 5 run; the width is that of 2*5*2/7 seeds a side
+    assert seeds_needed(5, 1.0, -0.2, 2.2, other_runs=2) == 5  # ceil(20/7 * 1.44) = 5
+    assert seeds_needed(2, 1.0, -1.0, 3.0, other_runs=5) == 12  # ceil(20/7 * 4) = 12
+    assert seeds_needed(5, 1.0, 0.5, 1.5, other_runs=2) == 5  # told apart: the larger of the seeds run
 
 
 def test_complete_separation_is_a_degenerate_interval_with_a_bound_that_holds_at_five_seeds():

@@ -671,6 +671,12 @@ def test_missing_config_file_and_experiment_exit_2(tmp_path, capsys):
     assert "usage: online-trainer run [-h] [--no-progress] CONFIG [KEY=VALUE ...]" in err
     assert cli.main(["resume", str(tmp_path / "missing")]) == 2
     assert f"{tmp_path / 'missing'} does not exist: give the experiment directory" in capsys.readouterr().err
+    config = write_config(tmp_path)  # C17: a config file given to resume was said not to exist
+    assert cli.main(["resume", str(config)]) == 2
+    assert (
+        f"{config} is a file, not an experiment directory: give the directory 'online-trainer run' wrote (its "
+        f"exp_dir); to run a config, use: online-trainer run {config}"
+    ) in capsys.readouterr().err
     assert cli.main(["run", str(write_config(tmp_path)), "exp_dir="]) == 2  # an unset shell variable, often
     assert (
         "override 'exp_dir=' has no value: give it one, or write exp_dir=null for null (the default)."

@@ -233,6 +233,22 @@ def test_an_env_that_cannot_be_built_is_said_of_the_env_section_with_the_shared_
     assert message.endswith("In a config: env.vector_kwargs: {shared_memory: false}.")
 
 
+def test_an_env_kwargs_value_the_env_looks_up_in_vain_is_a_config_error_naming_the_section(tmp_path, capsys):
+    """C17: FrozenLake's map_name='9x9' raised KeyError: '9x9' inside the run: a traceback of 40 lines and exit 1,
+    where every other bad env.kwargs value gave the one-line error and exit 2."""
+    config = write(
+        tmp_path,
+        "env: {id: FrozenLake-v1, num_envs: 2, kwargs: {map_name: 9x9}}\nagent: {name: random}\nnum_runs: 1\n"
+        "num_episodes: 5\n",
+    )
+    exp_dir = tmp_path / "exp"
+    assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "online-trainer: error: env: could not build the env make_env('FrozenLake-v1'" in err
+    assert "KeyError: '9x9' Check env.id, env.kwargs and env.vector_kwargs." in err and "Traceback" not in err
+    assert not exp_dir.exists()
+
+
 def test_a_report_of_raw_and_plain_experiments_says_which_score_it_compares(tmp_path, capsys):
     """Tester V10: beside an experiment without raw scores, a records.score=raw experiment was scored by its clipped
     return under a header that said nothing of it."""
