@@ -12,7 +12,7 @@ from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli.report import configured_last_k, final_table
 from online_trainer.cli.run_command import failed
 from online_trainer.config.schema import ConfigError
-from online_trainer.errors import RunsFailedError
+from online_trainer.errors import RunFailure, RunsFailedError
 from online_trainer.parallel.slurm_handle import SlurmRuns, unfinished_notes
 from online_trainer.records import storage
 
@@ -40,15 +40,27 @@ def wait_command(args: argparse.Namespace) -> int:
     handle = SlurmRuns.of(exp_dir)
     status = 0
     if not handle.runs:
-        on_slurm = storage.read_manifest(exp_dir).get("backend") == "slurm"
+        manifest = storage.read_manifest(exp_dir)
+        on_slurm = manifest.get("backend") == "slurm"
         left = unfinished_notes([exp_dir]) if on_slurm else []  # runs whose jobs a Ctrl-C cancelled before they began
         print(f"No run of {exp_dir} is in a Slurm job: nothing to wait for.")
         for note in left:
             print(f"online-trainer: {note}", file=sys.stderr)
         status = 1 if left else 0
+        # runs that failed, in any experiment: said and counted as `run` and `resume` say them, so that
+        # `wait DIR && next-step` stops there (V18: exit 0 and no word of an experiment whose runs had all failed)
+        failures = [
+            RunFailure(e["run"], e["seed"], _what_failed(e.get("error") or "failed"), e.get("error") or "failed")
+            for e in manifest["runs"]
+            if e.get("status") == "failed"
+        ]
+        if failures:
+            status = failed(RunsFailedError(failures, [], continuing="the same call with resume=True"), exp_dir)
     else:
-        if not handle.done():
-            jobs = ", ".join(str(job) for job in dict.fromkeys(handle.job_ids))
+        # said before anything is settled: a job cancelled while queued was recorded (its ERROR logged) first, and the
+        # line after it still listed that job (S18); wait() settles it among the runs it counts
+        jobs = ", ".join(str(job) for job in dict.fromkeys(handle.unended_job_ids()))
+        if jobs:
             print(f"Waiting for the Slurm jobs of {exp_dir}: {jobs}", flush=True)
         try:  # also when every job has ended: it raises for the runs that failed
             handle.wait(progress=not args.no_progress, poll_interval=args.poll)
@@ -66,3 +78,9 @@ def wait_command(args: argparse.Namespace) -> int:
     print()
     print(final_table(load_episodes(exp_dir), configured_last_k([exp_dir])))
     return status
+
+
+def _what_failed(error: str) -> str:
+    """The line of a manifest's ``error`` that says what failed: a traceback's last, else its first."""
+    lines = [line for line in error.splitlines() if line.strip()] or ["failed"]
+    return lines[-1].strip() if lines[0].startswith("Traceback") else lines[0]

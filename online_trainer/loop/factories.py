@@ -378,9 +378,9 @@ def _in_range(space: spaces.Space[Any]) -> str:
         low = int(space.start)
         return f"return one integer per sub-env, from {low} to {low + int(space.n) - 1}"
     if isinstance(space, spaces.MultiDiscrete):
-        low = np.asarray(space.start)
-        high = low + np.asarray(space.nvec) - 1
-        return f"return one array per sub-env, each entry from its low {low.tolist()} to its high {high.tolist()}"
+        lows = np.asarray(space.start)
+        highs = lows + np.asarray(space.nvec) - 1
+        return f"return one array per sub-env, each entry from its low {lows.tolist()} to its high {highs.tolist()}"
     if isinstance(space, spaces.MultiBinary):
         return "return one array of 0s and 1s per sub-env"
     return "return one action per sub-env that the space contains"

@@ -81,6 +81,10 @@ class SlurmRuns:
         """The Slurm job of each run, in order (runs sharing a job repeat its id)."""
         return [entry.get(SLURM_JOB_KEY) for entry in self._entries()]
 
+    def unended_job_ids(self) -> list[str]:
+        """The Slurm jobs of the runs the manifest says are pending or running in one, in order (nothing settled)."""
+        return [job for *_, job in self._watch_unended_entries()]
+
     def done(self) -> bool:
         """Whether every run has ended (finished, failed, or its job gone without a result, then recorded as failed)."""
         self._settle(self._watch_unended())
@@ -99,7 +103,13 @@ class SlurmRuns:
             call = storage.read_manifest(self.runs[0][0]).get("call") or {}
             total = call.get("total_steps") or call.get("num_episodes") or 0
             unit = "steps" if call.get("total_steps") else "episodes"
-            display = ProgressDisplay(len(watch.runs), total, unit) if total else NoProgress()
+            if total:  # every run of the handle: those that ended before are counted as such (S18)
+                display = ProgressDisplay(len(self.runs), total, unit)
+                followed = set(watch.runs)  # by key
+                for key, entry in enumerate(self._entries(), start=1):
+                    if key not in followed:
+                        made = entry.get("global_step" if unit == "steps" else "episodes") or 0
+                        display.ended_before(entry["status"], made)
         try:
             follow(watch, display, poll_interval, lambda result: self._record(result), attached=True)
         finally:
@@ -125,12 +135,15 @@ class SlurmRuns:
         handed to one), which runs and how to continue them."""
         return unfinished_notes(dict.fromkeys(d for d, _ in self.runs))
 
-    def _watch_unended(self) -> _Watch:
+    def _watch_unended_entries(self) -> list[tuple[int, str, int, int, str]]:
         followed = []
         for key, ((exp_dir, run), entry) in enumerate(zip(self.runs, self._entries()), start=1):
             if entry["status"] in ("pending", "running") and SLURM_JOB_KEY in entry:
                 followed.append((key, exp_dir, run, entry["seed"], entry[SLURM_JOB_KEY]))
-        return _Watch(followed, self.folder)
+        return followed
+
+    def _watch_unended(self) -> _Watch:
+        return _Watch(self._watch_unended_entries(), self.folder)
 
     def _settle(self, watch: _Watch) -> None:
         """Record the runs whose jobs ended without a result (the jobs record the others themselves)."""

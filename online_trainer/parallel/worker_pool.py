@@ -21,6 +21,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import site
 import sys
@@ -391,7 +392,7 @@ class WorkerPool:
             elif kind == "log":  # a worker's record, written by this process's handlers (above the bars)
                 record = message[1]
                 named = logging.getLogger(record.name)
-                said = (record.name, record.levelno, record.getMessage())
+                said = (record.name, record.levelno, _said(record))
                 # a warning each worker gives once (of a setting every run shares) is said once in the call (N16)
                 if named.isEnabledFor(record.levelno) and said not in call.said:
                     call.said.add(said)
@@ -596,3 +597,16 @@ def _start_hint(start_method: str) -> str:
         f"With start_method='{start_method}' workers import the main script again: put the script's code under "
         "`if __name__ == '__main__':`."
     )
+
+
+_WARNING_LOCATION = re.compile(r"^.*?:\d+: (?=\w+: )")
+
+
+def _said(record: logging.LogRecord) -> str:
+    """What a worker's record says, for saying it once a call: a Python warning (``py.warnings``) by its category and
+    text, without its location and source line, which differ between workers for the same line of a class defined
+    in the main script (V18: its file's name in one, ``<dynamic-code>`` in another)."""
+    text = record.getMessage()
+    if record.name != "py.warnings":
+        return text
+    return _WARNING_LOCATION.sub("", text.split("\n", 1)[0], count=1)

@@ -42,6 +42,7 @@ from typing import NoReturn
 import cloudpickle
 
 from online_trainer.errors import Preempted
+from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import failed_result
 from online_trainer.parallel.lifeline import die_orphaned, guard
 from online_trainer.parallel.threads import limit_threads
@@ -185,15 +186,18 @@ def pack_result(spec: RunSpec, result: RunResult) -> bytes:
     goes without it and says why in ``extra["agent_not_sent"]``; when the result cannot be
     pickled even so, a failed result that says why goes instead.
     """
+    # shipped as specs are, keeping code's file names: unpickled in the parent, a class of the main script takes the
+    # methods the result carries, and with cloudpickle's "<dynamic-code>" names the next runs' warnings and
+    # tracebacks lost their file and line (V18)
     try:
-        return cloudpickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        return shipping.dumps(result)
     except Exception as exc:  # an unpicklable agent or record, or no memory left for a huge one
         error = exc
     if result.agent is not None:
         reason = f"{type(error).__name__}: {error}"
         without_agent = dataclasses.replace(result, agent=None, extra={**result.extra, "agent_not_sent": reason})
         try:
-            return cloudpickle.dumps(without_agent, protocol=pickle.HIGHEST_PROTOCOL)
+            return shipping.dumps(without_agent)
         except Exception as exc:
             error = exc
     logger.error("run %d: its result cannot be sent to the parent: %s: %s", spec.run_idx, type(error).__name__, error)

@@ -194,6 +194,9 @@ class NoProgress:
     def run_requeued(self, key: int) -> None:
         pass
 
+    def ended_before(self, status: str, amount: int) -> None:
+        pass
+
     def handle(self, message: tuple) -> None:
         pass
 
@@ -436,6 +439,22 @@ class ProgressDisplay:
         if status != "finished":
             self.ended_as[status] = self.ended_as.get(status, 0) + 1
         self._refresh_overall()
+
+    def ended_before(self, status: str, amount: int) -> None:
+        """A run that had ended before this display followed its runs (a Slurm handle's ``wait()`` made later) counts
+        as ended by its manifest ``status``, ``amount`` episodes or env steps in: a finished run's budget as done before
+        the bars started; what a run that failed or stopped early left off the total, as :meth:`run_finished` does (S18:
+        a job cancelled while queued was left out of the runs counted, and of the failed)."""
+        done = self.total if status == "finished" else min(max(int(amount), 0), self.total)
+        _start_from(self.overall, done)
+        if status in ("stopped_early", "failed") and done < self.total:
+            self.overall.total -= self.total - done
+            _widget(self.overall, max=self.overall.total)
+        self.done += 1
+        if status != "finished":
+            self.ended_as[status] = self.ended_as.get(status, 0) + 1
+        if not self._before:
+            self._refresh_overall()
 
     def run_requeued(self, key: int) -> None:
         """Run ``key`` started, and its Slurm job is back in the queue (``scontrol requeue``, a preemption, a time

@@ -403,6 +403,27 @@ def test_wait_after_a_ctrl_c_cancelled_every_job_before_it_began_names_the_runs_
     assert done.returncode == 1 and said == sorted(said), done.stdout
 
 
+def test_wait_on_an_experiment_whose_runs_failed_says_them_and_exits_1(tmp_path, capsys):
+    """V18: `wait DIR && next-step` went on past an experiment whose runs had all failed: exit 0, no error said."""
+    from online_trainer import OnlineTrainer, RunsFailedError
+    from tests.conftest import RecordingAgent, make_counting_vec
+
+    class Fails(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            if self.updates == 3:
+                raise RuntimeError("boom at update 3")
+
+    with pytest.raises(RunsFailedError):
+        OnlineTrainer(make_counting_vec(1), Fails, exp_dir=tmp_path).multi_run(
+            2, num_episodes=3, seed_offset=0, progress=False
+        )
+    assert cli.main(["wait", str(tmp_path), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "online-trainer: 2 run(s) failed; the records of each up to its failure are on disk." in err
+    assert "  run 1 (seed 0): RuntimeError: boom at update 3" in err and "with resume=True" in err
+
+
 def test_wait_refuses_a_directory_without_an_experiment_and_a_poll_that_is_not_positive(tmp_path, experiment, capsys):
     assert cli.main(["wait", str(tmp_path)]) == 2
     assert f"online-trainer: error: {tmp_path} holds no experiment (no manifest.json)" in capsys.readouterr().err
@@ -417,8 +438,7 @@ def test_ctrl_c_stops_the_wait_not_the_jobs_and_says_how_to_wait_again(experimen
         raise KeyboardInterrupt
 
     monkeypatch.setattr(SlurmRuns, "of", classmethod(lambda cls, exp_dir: cls([(str(exp_dir), 1)], "slurm")))
-    monkeypatch.setattr(SlurmRuns, "done", lambda self: False)
-    monkeypatch.setattr(SlurmRuns, "job_ids", property(lambda self: ["812_0"]))
+    monkeypatch.setattr(SlurmRuns, "unended_job_ids", lambda self: ["812_0"])
     monkeypatch.setattr(SlurmRuns, "wait", interrupted)
     assert cli.main(["wait", str(experiment), "--no-progress"]) == 130
     captured = capsys.readouterr()

@@ -758,6 +758,39 @@ def test_a_run_refused_before_its_first_step_stops_the_workers_without_traceback
         assert "Traceback" not in done.stderr, done.stderr
 
 
+WARNS_IN_MAIN = """
+import sys, warnings
+sys.path.insert(0, {root!r})
+from online_trainer import ExecutionOptions, OnlineTrainer
+from tests.conftest import RecordingAgent, make_counting_vec
+
+class WarningAgent(RecordingAgent):
+    def reset(self, seed):
+        warnings.warn("every agent says this", UserWarning)
+        return super().reset(seed)
+
+if __name__ == "__main__":
+    OnlineTrainer(make_counting_vec(1), WarningAgent).multi_run(
+        4, num_episodes=2, seed_offset=0,
+        execution=ExecutionOptions(num_workers=2, start_method={start_method!r}, progress=False),
+    )
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+def test_a_warning_of_an_agent_of_the_main_script_is_said_once_with_its_file_and_line(tmp_path, start_method):
+    """V18: said twice with 2 workers, the second time from `<dynamic-code>:9`: a result sent back with
+    cloudpickle's placeholder names gave the parent's class those methods, and the next runs' code lost its file."""
+    script = tmp_path / "warns.py"
+    script.write_text(WARNS_IN_MAIN.format(root=str(Path(__file__).resolve().parents[3]), start_method=start_method))
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONWARNINGS"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.endswith("UserWarning: every agent says this")]
+    assert said == [f"{script}:9: UserWarning: every agent says this"], done.stderr
+
+
 CLOSE_WHILE_STARTING = """
 import logging, time
 import torch  # what a worker imports again while it starts (a script of a torch agent): seconds

@@ -88,6 +88,21 @@ def test_a_resumed_run_starts_its_bars_where_its_checkpoint_left_it_not_counted_
     assert "42000/200000" in last and "50.00steps/s" in last, last
 
 
+def test_runs_that_ended_before_the_display_followed_them_count_as_ended(clock, capsys):
+    """S18: `online-trainer wait` after a queued job was cancelled followed 3 jobs but counted "2/2 runs ended", and
+    never said the failed one."""
+    shown = display.ProgressDisplay(3, 100, "steps")
+    with shown.done_before():
+        shown.ended_before("failed", 40)  # cancelled at step 40: what it left comes off the total
+    for key in (1, 2):
+        shown.open_run(key, f"run {key}", 100, "steps")
+        shown.advance(key, 100, 1.0)
+        shown.run_finished(key, "finished")
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "240/240" in last and "3/3 runs ended, 1 failed" in last, last
+
+
 def test_a_requeued_run_leaves_the_running_count_and_what_it_redoes_comes_off_once_it_starts_again(clock, capsys):
     """After ``scontrol requeue`` the display counted the run as running while its job waited in the queue ("3
     running" with 2 workers), and kept the steps its restart does again (tester S7); while it waits, its progress
