@@ -66,6 +66,7 @@ class EnvBuilder:
                 if "shared_memory" in str(exc)
                 else f" Check {section}.id, {section}.kwargs and {section}.vector_kwargs."
             )
+            said = said if said.rstrip().endswith(".") else f"{said}."  # V18: "KeyError: '9x9' Check env.id"
             raise ConfigError(f"{section}: could not build the env {self.make_env!r}: {said}{hint}") from exc
 
     def __repr__(self) -> str:

@@ -190,7 +190,8 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
         if not any(defines(hook, name) for name in HOOK_METHODS):
             if isinstance(hook, Hook):  # it inherits them all, doing nothing (F17: "has none" read as a contradiction)
                 raise TypeError(
-                    f"hook {hook!r} overrides none of the hook methods {', '.join(HOOK_METHODS)}: it would never act "
+                    f"hooks[{index}], a {type(hook).__name__}, overrides none of the hook methods "
+                    f"{', '.join(HOOK_METHODS)}: it would never act "
                     f"(Hook's own methods do nothing; state_dict and load_state_dict only keep a hook's state). Define at "
                     f"least one in {type(hook).__name__}, or leave the hook out."
                 )

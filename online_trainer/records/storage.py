@@ -225,7 +225,7 @@ def remove_abandoned_temporaries(exp_dir: str | os.PathLike) -> list[Path]:
             continue
         removed.append(path)
     if removed:
-        logger.info("removed what killed writes left: %s", ", ".join(p.name for p in sorted(removed)))
+        logger.info("removed what killed writes left in %s: %s", exp_dir, ", ".join(p.name for p in sorted(removed)))
     return removed
 
 

@@ -245,7 +245,7 @@ def test_an_env_kwargs_value_the_env_looks_up_in_vain_is_a_config_error_naming_t
     assert cli.main(["run", str(config), f"exp_dir={exp_dir}", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "online-trainer: error: env: could not build the env make_env('FrozenLake-v1'" in err
-    assert "KeyError: '9x9' Check env.id, env.kwargs and env.vector_kwargs." in err and "Traceback" not in err
+    assert "KeyError: '9x9'. Check env.id, env.kwargs and env.vector_kwargs." in err and "Traceback" not in err
     assert not exp_dir.exists()
 
 

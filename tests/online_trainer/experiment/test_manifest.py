@@ -661,4 +661,4 @@ def test_the_next_call_removes_what_a_killed_write_left_and_only_that(tmp_path, 
     else:
         trainer.multi_run(1, num_episodes=2, seed_offset=0, progress=False, resume=True)
     assert not old.exists() and fresh.exists() and mine.exists()
-    assert "removed what killed writes left: .manifest.json.4242.tmp" in caplog.text
+    assert f"removed what killed writes left in {exp_dir}: .manifest.json.4242.tmp" in caplog.text

@@ -247,7 +247,7 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
     # F17: "has none of the hook methods" of a subclass that inherits them all, which hooks.md says do nothing
     with pytest.raises(
         TypeError,
-        match=r"overrides none of the hook methods .*: it would never act \(Hook's own methods do nothing; state_dict "
+        match=r"^hooks\[0\], a Blank, overrides none of the hook methods .*: it would never act \(Hook's own methods do nothing; state_dict "
         r"and load_state_dict only keep a hook's state\)\. Define at least one in Blank, or leave the hook out\.$",
     ):
         trainer.multi_run(1, num_episodes=2, hooks=[Blank()])
