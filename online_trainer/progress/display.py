@@ -7,7 +7,7 @@ going at once. ``tqdm.auto`` renders it as widgets in
 Jupyter and as text in a terminal; only the parent writes, so lines never interleave. In
 Jupyter without ipywidgets (``pip install online_trainer[notebook]`` adds it), and in a file
 or a CI log, the display keeps to the overall bar, one line of text, since neither can move
-the cursor; in a file or a log it redraws every 30 s, each state on a line of its own. While
+the cursor; in a file or a log it redraws every 30 s and when a run ends, each state on a line of its own. While
 bars are drawn in a terminal, console log lines are written above them (:class:`_LogsAboveBars`).
 """
 
@@ -305,6 +305,10 @@ class ProgressDisplay:
         # bar: the per-run bars move the cursor with escape codes, which only a terminal understands.
         in_notebook = _text_in_notebook()
         self.one_line = in_notebook or (_text_bars() and not _terminal())
+        # A log (a file, a CI log) gets a line when a run ends or goes back to the queue, and every 30 s: a run's start
+        # and where it resumes show at the next one (drawn each, a requeued run's restart made two lines a second
+        # apart, and a wait() that followed runs under way a line per run: tester S18).
+        self.quiet_starts = self.one_line and not in_notebook
         if in_notebook and not _told_about_widgets:
             _told_about_widgets = True
             logger.warning(
@@ -360,7 +364,10 @@ class ProgressDisplay:
         self.positions[key] = position
         if self.one_line:
             self.bars[key] = _Tally(self.total)
-            self._refresh_overall()
+            if not self.quiet_starts:
+                self._refresh_overall()
+            else:
+                self.overall.set_postfix_str(self._overall_postfix(), refresh=False)
             return
         if self._idle:
             self._slots[key], bar = self._idle.pop(0)
@@ -392,7 +399,9 @@ class ProgressDisplay:
             self.overall.update(amount)
         elif not self._before:
             bar.refresh()
-        if restarting and not self._before:  # drawn now: the count it showed is replaced, not waiting for a tick
+        if (
+            restarting and not self._before and not self.quiet_starts
+        ):  # drawn now: the count it showed is replaced, not waiting for a tick
             self.overall.refresh()
 
     def resume_at(self, key: int, amount: int) -> None:
@@ -408,7 +417,7 @@ class ProgressDisplay:
         if amount > 0:
             for shown in (bar, self.overall):
                 _start_from(shown, amount)
-        if not self._before:
+        if not self._before and not self.quiet_starts:
             bar.refresh()
             self.overall.refresh()
 
@@ -476,7 +485,7 @@ class ProgressDisplay:
 
     def _take_off_overall(self, amount: int) -> None:
         _lower(self.overall, amount)
-        if not self._before:
+        if not self._before and not self.quiet_starts:
             self.overall.refresh()
 
     def _remove_bar(self, key: int) -> None:

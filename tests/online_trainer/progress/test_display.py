@@ -115,13 +115,16 @@ def test_a_requeued_run_leaves_the_running_count_and_what_it_redoes_comes_off_on
     shown.run_requeued(2)  # its job is back in the queue: its checkpoint was at 25,000 steps
     shown.run_requeued(3)  # not started: nothing to take back
     shown.handle(("start", 3, "run 3"))
-    last = capsys.readouterr().err.splitlines()[-1]
-    assert "80000/300000" in last and "0/3 runs ended, 2 running, 1 requeued" in last
-    assert all("80000/300000" in line for line in capsys.readouterr().err.splitlines() if "requeued" in line)
+    shown.overall.refresh()  # a log draws a run's start at its next line (every 30 s, or when a run ends)
+    drawn = capsys.readouterr().err.splitlines()
+    assert "80000/300000" in drawn[-1] and "0/3 runs ended, 2 running, 1 requeued" in drawn[-1]
+    assert all("80000/300000" in line for line in drawn if "requeued" in line)
     shown.handle(("start", 2, "run 2"))  # started again: it reports its checkpoint's steps
+    shown.overall.refresh()
     # what it showed stays until then (taken off at its start, the count fell for a redraw: tester S11)
-    assert not any("40000/300000" in line for line in capsys.readouterr().err.splitlines())
+    assert "80000/300000" in capsys.readouterr().err.splitlines()[-1]
     shown.handle(("progress", 2, 25_000, 1.0, None))
+    shown.overall.refresh()
     drawn = capsys.readouterr().err.splitlines()
     assert "65000/300000" in drawn[-1] and not any("40000/300000" in line for line in drawn)
     shown.run_finished(1, "finished")
@@ -193,3 +196,27 @@ def test_a_terminal_of_no_size_gets_bars_of_a_fixed_width(monkeypatch):
         terminal.close()
         os.close(master)
     assert "run 1:   0%|" in err and "all runs: 100%|" in err and "100/100" in err
+
+
+def test_a_log_draws_no_line_for_a_run_that_starts_or_resumes_only_when_one_ends(clock, capsys):
+    """S18: in a log, a requeued run that started again drew two lines a second apart (its start, then where it
+    resumed), and a wait() that followed runs under way drew a line per run: a log gets a line when a run ends or
+    goes back to the queue, and every 30 s."""
+    shown = display.ProgressDisplay(3, 100_000, "steps")
+    capsys.readouterr()  # the bar's first line
+    with shown.done_before():  # wait() reading the progress of runs under way
+        for key in (1, 2):
+            shown.handle(("start", key, f"run {key}"))
+            shown.handle(("progress", key, 30_000, 1.0, None))
+    assert len(capsys.readouterr().err.splitlines()) == 1  # drawn once, at the end
+    shown.handle(("start", 3, "run 3"))
+    shown.handle(("resumed", 3, 10_000))
+    assert capsys.readouterr().err == ""
+    shown.run_requeued(2)
+    assert "1 requeued" in capsys.readouterr().err.splitlines()[-1]
+    shown.handle(("start", 2, "run 2"))
+    shown.handle(("resumed", 2, 20_000))
+    assert capsys.readouterr().err == ""
+    shown.run_finished(1, "finished")
+    last = capsys.readouterr().err.splitlines()
+    assert len(last) == 1 and "1/3 runs ended, 2 running" in last[0] and "130000/300000" in last[0], last
