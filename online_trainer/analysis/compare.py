@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,21 +90,31 @@ class Comparison:
     ``optimality_threshold``, and the notes ``budget_note``, ``shared_seed_note``, ``stopped_early_note``,
     ``unfinished_note``, ``seeds_note``, ``left_out_note`` and ``scale_note`` (None, or a warning)."""
 
-    def figures(self) -> dict[str, Figure]:
+    def figures(self, colors: Mapping[Any, Any] | None = None) -> dict[str, Figure]:
         """The four figures of the comparison, as ``online-trainer compare`` saves them: ``"aggregates"``,
         ``"improvement"``, ``"profiles"`` and ``"sample_efficiency"`` (left out when there are no curves,
         as with ``source="eval"`` runs never evaluated). In a notebook each displays as it is; save one
-        with ``.savefig(path, dpi=150)``."""
+        with ``.savefig(path, dpi=150)``.
+
+        Args:
+            colors: A colour for some candidates, by name (``{"dqn": "tab:red"}``); the others take the palette's
+                colour of their place in name order, as the learning-curve plots give the same experiments.
+
+        Raises:
+            ValueError: ``colors`` names no candidate, or holds what matplotlib takes for no colour.
+        """
         from online_trainer.analysis import compare_plots  # matplotlib only when figures are asked for
 
-        plots = {
+        plots: dict[str, Callable[..., Figure]] = {
             "aggregates": compare_plots.plot_aggregates,
             "improvement": compare_plots.plot_improvement,
             "profiles": compare_plots.plot_profiles,
             "sample_efficiency": compare_plots.plot_sample_efficiency,
         }
         return {
-            name: plot(self) for name, plot in plots.items() if not (name == "sample_efficiency" and self.curves.empty)
+            name: plot(self, colors=colors)
+            for name, plot in plots.items()
+            if not (name == "sample_efficiency" and self.curves.empty)
         }
 
 

@@ -8,8 +8,8 @@ runs of each candidate and the number of tasks.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,7 @@ from matplotlib.text import Annotation
 from matplotlib.ticker import EngFormatter
 
 from online_trainer.analysis import compare_stats as cs
-from online_trainer.analysis.plotting import COLORS, STAT_LABELS, notes_under_axes, spread_end_labels
+from online_trainer.analysis.plotting import STAT_LABELS, group_colors, notes_under_axes, spread_end_labels
 from online_trainer.analysis.yaxis import set_y_axis
 
 if TYPE_CHECKING:  # compare imports this module when its figures are asked for
@@ -41,10 +41,11 @@ def _p(value: float) -> str:
     return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
 
 
-def _colors(comparison: Comparison) -> dict[str, str]:
-    """Each candidate's colour, by its place in name order: what the learning-curve plots of the same experiments give
-    them (their groups come sorted)."""
-    return {c: COLORS[i % len(COLORS)] for i, c in enumerate(sorted(comparison.info["candidates"], key=str))}
+def _colors(comparison: Comparison, colors: Mapping[Any, Any] | None = None) -> dict[Any, Any]:
+    """Each candidate's colour: ``colors[candidate]`` where given, else the palette's by its place in name order, what
+    the learning-curve plots of the same experiments give them (their groups come sorted)."""
+    names = sorted(comparison.info["candidates"], key=str)
+    return dict(zip(names, group_colors(names, colors, what="candidate")))
 
 
 def _runs(comparison: Comparison) -> dict[str, int]:
@@ -84,12 +85,14 @@ def _score_label(comparison: Comparison) -> str:
 
 
 def plot_aggregates(
-    comparison: Comparison, stats: Sequence[str] = ("iqm", "mean", "median", "optimality_gap")
+    comparison: Comparison,
+    stats: Sequence[str] = ("iqm", "mean", "median", "optimality_gap"),
+    colors: Mapping[Any, Any] | None = None,
 ) -> Figure:
     """One panel per aggregate metric, one row per candidate: point estimate and interval, values written."""
     table = comparison.aggregates
     stats = [s for s in stats if table[s].notna().any()]
-    colors, runs = _colors(comparison), _runs(comparison)
+    colors, runs = _colors(comparison, colors), _runs(comparison)
     fig = Figure(figsize=(2.6 * len(stats) + 1.4, 0.9 + 0.45 * len(table)), layout="constrained")
     axes = fig.subplots(1, len(stats), sharey=True, squeeze=False)[0]
     ys = np.arange(len(table))[::-1]
@@ -125,12 +128,12 @@ def plot_aggregates(
     return fig
 
 
-def plot_improvement(comparison: Comparison) -> Figure:
+def plot_improvement(comparison: Comparison, colors: Mapping[Any, Any] | None = None) -> Figure:
     """P(X > Y) of each pair, X the first of the two in the candidates' order, with its interval."""
     order = {c: i for i, c in enumerate(comparison.info["candidates"])}
     table = comparison.improvement
     table = table[[order[a] < order[b] for a, b in zip(table["candidate"], table["versus"])]]
-    colors, runs = _colors(comparison), _runs(comparison)
+    colors, runs = _colors(comparison, colors), _runs(comparison)
     labels = [_pair_label(r["candidate"], r["versus"], runs) for r in table.to_dict("records")]
     longest = max((len(line) for label in labels for line in label.split("\n")), default=0)
     lines = max((label.count("\n") + 1 for label in labels), default=1)
@@ -206,10 +209,12 @@ def _pair_label(candidate: str, versus: str, runs: dict[str, int]) -> str:
     return f"P({candidate}\n  > {versus})  {counts}"
 
 
-def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> list[Annotation]:
+def _lines(
+    ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison, colors: Mapping[Any, Any] | None
+) -> list[Annotation]:
     """Draw each candidate's curve with its band; return the ``n=`` labels at the ends of curves that end on fewer
     runs (for :func:`~online_trainer.analysis.plotting.spread_end_labels`, once the limits are set)."""
-    colors, runs = _colors(comparison), _runs(comparison)
+    colors, runs = _colors(comparison, colors), _runs(comparison)
     end_labels: list[Annotation] = []
     for candidate in comparison.info["candidates"]:
         rows = frame[frame["candidate"] == candidate]
@@ -247,11 +252,11 @@ def _lines(ax, frame: pd.DataFrame, x: str, y: str, comparison: Comparison) -> l
     return end_labels
 
 
-def plot_profiles(comparison: Comparison) -> Figure:
+def plot_profiles(comparison: Comparison, colors: Mapping[Any, Any] | None = None) -> Figure:
     """Performance profiles: the fraction of runs scoring above ``tau``, with pointwise bands."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
-    colors, runs = _colors(comparison), _runs(comparison)
+    colors, runs = _colors(comparison, colors), _runs(comparison)
     scores = comparison.scores
     grid = comparison.profiles["tau"].to_numpy(float)
     # the axis starts a little left of the lowest score, where every curve is at 1: the candidate holding that
@@ -300,12 +305,12 @@ def plot_profiles(comparison: Comparison) -> Figure:
     return fig
 
 
-def plot_sample_efficiency(comparison: Comparison) -> Figure:
+def plot_sample_efficiency(comparison: Comparison, colors: Mapping[Any, Any] | None = None) -> Figure:
     """The metric across runs against env steps, with pointwise bands, on a grid common to all candidates."""
     fig = Figure(figsize=(5.5, 3.6), layout="constrained")
     ax = fig.add_subplot()
     frame = comparison.curves
-    end_labels = _lines(ax, frame, "global_step", "value", comparison)
+    end_labels = _lines(ax, frame, "global_step", "value", comparison, colors)
     if not frame.empty:
         # the y axis plot_learning_curves gives the same runs: cut to the end of training, or symlog, when early
         # values would flatten it (U17: CliffWalking's -95,000 drew IQMs of -78 and -54 as one line at 0)

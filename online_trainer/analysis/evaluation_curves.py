@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -85,6 +85,7 @@ def plot_evaluation_curves(
     include_unfinished: bool = False,
     title: str | None = None,
     n_resamples: int = 2_000,
+    colors: Mapping[Any, Any] | None = None,
 ) -> Figure:
     """One line per experiment: the statistic across runs of each evaluation's mean return, with a CI band.
 
@@ -106,6 +107,8 @@ def plot_evaluation_curves(
         include_unfinished: Keep failed, interrupted and pending runs (left out by default, with a warning).
         title: The figure's title.
         n_resamples: Bootstrap resamples of the band.
+        colors: A colour for some experiments, by label, as in
+            :func:`~online_trainer.analysis.plotting.plot_learning_curves`.
 
     Returns:
         The figure (``eval_curves.png`` of ``online-trainer report`` is this figure at its defaults).
@@ -173,6 +176,7 @@ def plot_evaluation_curves(
         include_unfinished=include_unfinished,
         n_resamples=n_resamples,
         notes=notes,
+        colors=colors,
     )
     ax = figure.axes[0]
     if len(points) <= MAX_MARKED_POINTS:  # few evaluations: each one a marker, so a reader sees where they are

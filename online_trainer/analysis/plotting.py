@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import textwrap
-from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.colors import is_color_like
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.text import Annotation
@@ -85,6 +86,44 @@ def _style(ax: Axes) -> None:
     ax.grid(True, color="0.85", linewidth=0.6)
     ax.set_axisbelow(True)
     ax.tick_params(labelsize=9, length=3)
+
+
+def group_colors(names: Sequence[Any], colors: Mapping[Any, Any] | None, what: str = "group") -> list[Any]:
+    """The colour of each of ``names`` (in sorted order): ``colors[name]`` where given, else the palette's colour of
+    its place, so that a group keeps its colour from figure to figure only as long as the same groups are drawn.
+
+    Raises:
+        ValueError: ``colors`` is not a mapping, names a group not drawn, or holds what matplotlib takes for no colour.
+    """
+    palette = [COLORS[i % len(COLORS)] for i in range(len(names))]
+    if colors is None:
+        return palette
+    if not isinstance(colors, Mapping):
+        raise ValueError(
+            f"colors={colors!r}: give a dict from each {what} to a matplotlib colour, e.g. "
+            f"colors={{{names[0] if names else 'name'!r}: 'tab:blue'}}."
+        )
+    drawn = list(names)
+    unknown = [key for key in colors if key not in drawn]
+    if unknown:
+        raise ValueError(
+            f"colors names {', '.join(map(repr, unknown))}, not a {what} of the data: its {what}s are "
+            f"{', '.join(map(repr, drawn))} (a group of several columns is a tuple of their values, in their order)."
+        )
+    bad = {key: value for key, value in colors.items() if not is_color_like(value)}
+    if bad:
+        raise ValueError(
+            f"colors has {bad!r}: not a colour matplotlib knows; use a name ('tab:blue'), a hex string ('#0072B2') "
+            "or an RGB tuple of values from 0 to 1."
+        )
+    return [colors.get(name, default) for name, default in zip(drawn, palette)]
+
+
+def group_name(keys: dict) -> Any:
+    """The key of a group in ``colors=``: its value for one group column, the tuple of its values for several, and
+    None for the one group of everything pooled."""
+    values = tuple(keys.values())
+    return values[0] if len(values) == 1 else values if values else None
 
 
 def _runs(n: int) -> str:
@@ -153,6 +192,7 @@ def plot_learning_curves(
     seed: Seed = 0,
     notes: Sequence[str] = (),
     score: str | None = None,
+    colors: Mapping[Any, Any] | None = None,
 ) -> Figure:
     """One line per group, the statistic across runs, with a shaded pointwise CI band.
 
@@ -196,13 +236,17 @@ def plot_learning_curves(
         score: ``"return"`` (the sums of the rewards the agent learned from) or ``"raw"`` (the env's raw
             scores, recorded by a ``RecordEpisodeStatistics`` in its wrappers); None: ``df.attrs["score"]``, as
             :func:`~online_trainer.analysis.curves.curves` (see :mod:`online_trainer.analysis.scores`).
+        colors: A colour for some groups, by the group's name: an experiment's label (a sweep's configuration,
+            ``"lr=0.001"``), the value of a one-column ``group_by``, the tuple of the values of several. The
+            others take the palette's colour of their place in sorted order, which changes with the groups drawn:
+            give every group its colour to keep it from figure to figure.
 
     Returns:
         The figure (the one holding ``ax`` when given).
 
     Raises:
-        ValueError: ``x`` or a ``group_by`` column is not in the data, or an argument is
-            invalid (see :func:`online_trainer.analysis.curves.curves`).
+        ValueError: ``x`` or a ``group_by`` column is not in the data, ``colors`` names a group not drawn or
+            holds no colour, or an argument is invalid (see :func:`online_trainer.analysis.curves.curves`).
     """
     stat_fn(stat)
     check_axis_options(ylim, yscale)
@@ -228,8 +272,10 @@ def plot_learning_curves(
     lines: list[tuple[float, int, Line2D]] = []  # (last value, order, line) of each curve
     thin, end_labels = 0.0, False
     labels: list[Annotation] = []
-    for i, (keys, curve) in enumerate(groups(table, group_cols)):
-        stretch, labelled = _draw_curve(ax, curve, x, keys, COLORS[i % len(COLORS)], ci, lines, i, labels)
+    drawn = list(groups(table, group_cols))
+    palette = group_colors([group_name(keys) for keys, _ in drawn], colors)
+    for i, ((keys, curve), color) in enumerate(zip(drawn, palette)):
+        stretch, labelled = _draw_curve(ax, curve, x, keys, color, ci, lines, i, labels)
         thin, end_labels = max(thin, stretch), end_labels or labelled
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=10)
     raw = df.attrs.get(SCORE_ATTR) == "raw"
@@ -386,6 +432,7 @@ def plot_final_performance(
     title: str | None = None,
     n_resamples: int = 10_000,
     seed: Seed = 0,
+    colors: Mapping[Any, Any] | None = None,
 ) -> Figure:
     """One row per group: the statistic of the runs' final returns with its CI.
 
@@ -412,6 +459,7 @@ def plot_final_performance(
         title: Title of the axes.
         n_resamples: Number of bootstrap resamples.
         seed: Seed of the bootstrap.
+        colors: A colour for some groups, by the group's name, as in :func:`plot_learning_curves`.
 
     Returns:
         The figure (the one holding ``ax`` when given).
@@ -430,11 +478,11 @@ def plot_final_performance(
     labels = []
     rows = list(groups(summary, group_cols))
     # each group's colour is its learning curve's (the groups in sorted order), whatever the order drawn (R11)
-    colors = [COLORS[i % len(COLORS)] for i in range(len(rows))]
+    palette = group_colors([group_name(keys) for keys, _ in rows], colors)
     if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
         order = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(float(rows[i][1][stat].iloc[0]), nan=-np.inf))
-        rows, colors = [rows[i] for i in order], [colors[i] for i in order]
-    for i, ((keys, row), color) in enumerate(zip(rows, colors)):
+        rows, palette = [rows[i] for i in order], [palette[i] for i in order]
+    for i, ((keys, row), color) in enumerate(zip(rows, palette)):
         y = len(summary) - 1 - i
         if show_runs:
             values = _rows_of(finals, keys)["final_return"].dropna()

@@ -337,6 +337,19 @@ def test_the_figures_come_from_python_as_the_command_saves_them(tmp_path):
     assert list(no_curves.figures()) == ["aggregates", "improvement", "profiles"]
 
 
+def test_the_figures_take_a_colour_per_candidate(tmp_path):
+    """U17: a candidate's colour came from its place among the candidates compared; ``colors`` keeps one."""
+    from matplotlib.colors import to_hex
+
+    out = compare([experiment(tmp_path / "a"), experiment(tmp_path / "b")], n_resamples=200)
+    figures = out.figures(colors={"b": "#ff0000"})
+    for name in ("profiles", "sample_efficiency"):
+        drawn = {line.get_label(): to_hex(line.get_color()) for line in figures[name].axes[0].get_lines()}
+        assert drawn["b (n=3)"] == "#ff0000" and drawn["a (n=3)"] == "#0072b2", (name, drawn)
+    with pytest.raises(ValueError, match=r"colors names 'c', not a candidate of the data: its candidates are 'a', 'b'"):
+        out.figures(colors={"c": "red"})
+
+
 def test_a_sweep_compares_its_configurations(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
     ranking = trainer.sweep({"lr": [0.1, 0.2, 0.3]}, num_runs=3, num_episodes=8, seed_offset=0, progress=False)

@@ -433,3 +433,41 @@ def test_the_y_label_and_the_legend_title_stay_inside_a_figure_with_notes():
         assert (
             box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1 and box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1
         )
+
+
+def line_colors(fig: Figure) -> dict[str, str]:
+    """The colour of each legend entry's curve, by its label."""
+    from matplotlib.colors import to_hex
+
+    return {line.get_label(): to_hex(line.get_color()) for line in fig.axes[0].get_legend().legend_handles}
+
+
+def test_colors_keep_a_groups_colour_whatever_other_groups_are_drawn():
+    """U17: a configuration's colour came from its place among the groups drawn: ``b`` was the palette's second colour
+    beside ``a`` and its first alone, so two figures of one paper gave one method two colours."""
+    both = plot_learning_curves(synthetic(), colors={"b": "#ff0000", "a": "#00aa00"})
+    alone = plot_learning_curves(synthetic(groups=("x", "b")).query("experiment == 'b'"), colors={"b": "#ff0000"})
+    assert line_colors(both)["b (4 runs)"] == line_colors(alone)["b (4 runs)"] == "#ff0000"
+    assert line_colors(both)["a (4 runs)"] == "#00aa00"
+    # a group left out of colors keeps the palette's colour of its place
+    partial = plot_learning_curves(synthetic(), colors={"b": "#ff0000"})
+    assert line_colors(partial)["a (4 runs)"] == "#0072b2"
+    # by the value of a group_by column, and in the final-performance figure too
+    by_lr = plot_learning_curves(synthetic(), group_by="lr", colors={0.01: "#ff0000"})
+    assert line_colors(by_lr)["lr=0.01 (4 runs)"] == "#ff0000"
+    finals = plot_final_performance(synthetic(), colors={"b": "#ff0000"})
+    dots = [c for c in finals.axes[0].collections]
+    assert any(np.allclose(c.get_facecolor()[0][:3], (1, 0, 0)) for c in dots)
+
+
+@pytest.mark.parametrize(
+    ("colors", "match"),
+    [
+        ({"c": "red"}, r"colors names 'c', not a group of the data: its groups are 'a', 'b'"),
+        ({"a": "not-a-colour"}, r"colors has \{'a': 'not-a-colour'\}: not a colour matplotlib knows"),
+        (["red", "blue"], r"colors=\['red', 'blue'\]: give a dict from each group to a matplotlib colour"),
+    ],
+)
+def test_colors_that_name_no_group_or_no_colour_are_refused(colors, match):
+    with pytest.raises(ValueError, match=match):
+        plot_learning_curves(synthetic(), colors=colors)
