@@ -243,7 +243,7 @@ class ExperimentConfig:
             if check is not None:
                 _as_config_error(check, spec.name, getattr(self, spec.name))
         _as_config_error(validation.budget, self.num_episodes, self.total_steps)
-        _as_config_error(validation.seed_offset, self.seed_offset)
+        _as_config_error(validation.seed_offset, self.seed_offset, self.num_runs)
         if self.evaluation is not None and self.evaluation.env is not None:
             evaluation = dataclasses.replace(self.evaluation, env=eval_env_config(self.evaluation.env))
             object.__setattr__(self, "evaluation", evaluation)

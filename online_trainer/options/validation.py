@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from online_trainer.loop import seeding
 from online_trainer.loop.budget import Budget
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -142,10 +143,19 @@ def budget(num_episodes: Any, total_steps: Any) -> Budget:
     )
 
 
-def seed_offset(value: Any) -> int | None:
-    """None or a non-negative int."""
+def seed_offset(value: Any, num_runs: int | None = None) -> int | None:
+    """None or a non-negative int; with ``num_runs``, one whose runs' seeds stay below 2**31 (see
+    :data:`online_trainer.loop.seeding.SEED_LIMIT`)."""
     if value is not None and (not _is_int(value) or value < 0):
         raise ValueError(f"seed_offset must be None or a non-negative int, but got seed_offset={value!r}.")
+    if value is not None and num_runs is not None and value > seeding.highest_seed_offset(num_runs):
+        last = seeding.run_seed(int(value), num_runs)
+        raise ValueError(
+            f"seed_offset={value!r} with num_runs={num_runs} gives run {num_runs} the seed {last} (its sub-envs "
+            f"{last} + j), but training seeds must stay below 2**31 = {seeding.SEED_LIMIT}: evaluations add 2**31 "
+            "to them, and np.random.seed takes no seed of 2**32 or more. Use a seed_offset of at most "
+            f"{seeding.highest_seed_offset(num_runs)} (2**31 - 10000 * num_runs)."
+        )
     return None if value is None else int(value)
 
 

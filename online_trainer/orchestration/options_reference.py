@@ -122,7 +122,8 @@ CALL_PARAMETERS = {
         "an int or null",
         "`None`",
         "yes",
-        "Run `i`'s seed is `seed_offset + 10000 * (i - 1)`; None draws the base once (it is in `manifest.json`).",
+        "Run `i`'s seed is `seed_offset + 10000 * (i - 1)`; None draws the base once (it is in `manifest.json`). "
+        "At most `2**31 - 10000 * num_runs`, so that every training seed stays below 2**31.",
     ),
     "num_workers": (
         "an int or null",

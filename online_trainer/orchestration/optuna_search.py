@@ -86,7 +86,9 @@ def optuna_objective(
     check_ranking(num_runs, metric, last_k)  # a trial that raises is recorded in the study, as failed
     if trainer.exp_dir is not None:
         _recorded_seed(
-            Path(trainer.exp_dir), validation.seed_offset(seed_offset), validation.budget(num_episodes, total_steps)
+            Path(trainer.exp_dir),
+            validation.seed_offset(seed_offset, num_runs),
+            validation.budget(num_episodes, total_steps),
         )
 
     def objective(trial: optuna.Trial) -> float:

@@ -128,7 +128,7 @@ def new_manifest(
         fields[SINK_FILES_KEY] = sink_files(parts.callback, exp_dir)
     if options.records.score != "return":
         fields["score"] = options.records.score
-    return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset), fields)
+    return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset, num_runs), fields)
 
 
 def sink_files(callback: Any, exp_dir: Path) -> list[str]:
@@ -292,11 +292,12 @@ def overwrite_check(exp_dir: Path | None, callback: Any = None) -> Callable[[], 
     return check
 
 
-def base_seed(seed_offset: int | None) -> int:
-    """``seed_offset``, or a random base seed (logged, so the experiment can be repeated)."""
+def base_seed(seed_offset: int | None, num_runs: int = 1) -> int:
+    """``seed_offset``, or a random base seed with room for ``num_runs`` runs (logged, so the experiment can be
+    repeated)."""
     if seed_offset is not None:
         return seed_offset
-    drawn = seeding.draw_base_seed()
+    drawn = seeding.draw_base_seed(num_runs)
     logger.info("seed_offset=None: drew base seed %d (pass seed_offset=%d to repeat)", drawn, drawn)
     return drawn
 

@@ -179,7 +179,7 @@ def run_sweep(
         )
     resume = validation.boolean("resume", resume)
     num_runs, last_k = check_ranking(num_runs, metric, last_k)
-    seed_offset = validation.seed_offset(seed_offset)
+    seed_offset = validation.seed_offset(seed_offset, num_runs)
     grid = expand_grid(configurations)
     execution = execution.capped(len(grid) * num_runs)
     parts = trainer.parts
@@ -189,7 +189,7 @@ def run_sweep(
     names: list[str] = []
 
     def plan(created: list[Path]) -> list[Experiment]:
-        seed = _sweep_seed(root, seed_offset, options.budget, created)
+        seed = _sweep_seed(root, seed_offset, options.budget, created, num_runs)
         experiments, planned = _plan(
             parts,
             root,
@@ -416,13 +416,13 @@ def _budget_record(budget: Any) -> dict[str, int | None]:
     return {"num_episodes": budget.num_episodes, "total_steps": budget.total_steps}
 
 
-def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[Path]) -> int:
+def _sweep_seed(root: Path, seed_offset: int | None, budget: Any, created: list[Path], num_runs: int) -> int:
     """The base seed of the sweep at ``root``: recorded there, or ``seed_offset``, or drawn now (and recorded:
     what this writes is appended to ``created``)."""
     recorded = _recorded_seed(root, seed_offset, budget)
     if recorded is not None:
         return recorded
-    seed = base_seed(seed_offset)
+    seed = base_seed(seed_offset, num_runs)
     path = root / SWEEP_FILE
     created.append(path)
     root.mkdir(parents=True, exist_ok=True)

@@ -235,7 +235,7 @@ class OnlineTrainer:
             has_exp_dir=self.exp_dir is not None,
         )
         execution = resolve_execution(execution, num_workers=num_workers).capped(num_runs)
-        seed_offset = validation.seed_offset(seed_offset)
+        seed_offset = validation.seed_offset(seed_offset, num_runs)
         tuning_hp = validation.tuning_hp(tuning_hp)
         eval_env = None if evaluation is None else evaluation.env
         parts = dataclasses.replace(

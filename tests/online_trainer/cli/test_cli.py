@@ -613,6 +613,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
             "module:Env-v0 to import module first.",
         ),
         (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
+        (  # T19: refused by run 2's np.random.seed once run 1 had run
+            ["seed_offset=4294962296"],
+            "seed_offset=4294962296 with num_runs=2 gives run 2 the seed 4294972296",
+        ),
         (["total_steps=1e3", "num_episodes=null"], "total_steps=1000.0 has the wrong type: expected an int or null"),
         (["agent.name=dqm"], "unknown agent agent.name='dqm' (did you mean 'dqn'?); known agents: dqn, ppo, "),
         (

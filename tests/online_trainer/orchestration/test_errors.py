@@ -62,6 +62,35 @@ def test_bad_budget_and_options(tmp_path, kwargs, message):
     assert factory.steps == 0 and not exp.exists()
 
 
+def test_a_seed_offset_whose_runs_seeds_pass_2_to_the_31_is_refused_before_any_run(tmp_path):
+    """T19: seed_offset=2**32-5000 ran run 1, then run 2 failed on its seed 4294972296 in np.random.seed, with a note
+    to resume that could not help; run seeds (and their sub-envs') stay below 2**31 (evaluations add 2**31)."""
+    factory = CountingFactory()
+    exp = tmp_path / "exp"
+    highest = 2**31 - 3 * 10_000
+    with pytest.raises(ValueError) as caught:
+        OnlineTrainer(factory, RecordingAgent, exp_dir=exp).multi_run(3, num_episodes=1, seed_offset=highest + 1)
+    assert str(caught.value) == (
+        f"seed_offset={highest + 1} with num_runs=3 gives run 3 the seed {highest + 20_001} (its sub-envs "
+        f"{highest + 20_001} + j), but training seeds must stay below 2**31 = 2147483648: evaluations add 2**31 to "
+        "them, and np.random.seed takes no seed of 2**32 or more. Use a seed_offset of at most 2147453648 "
+        "(2**31 - 10000 * num_runs)."
+    )
+    assert factory.steps == 0 and not exp.exists()
+    with pytest.raises(ValueError, match=r"seed_offset=4294967296 with num_runs=2 gives run 2 the seed 4294977296"):
+        OnlineTrainer(factory, RecordingAgent, exp_dir=exp).sweep([{}], num_runs=2, num_episodes=1, seed_offset=2**32)
+    assert factory.steps == 0 and not exp.exists()
+    records = OnlineTrainer(factory, RecordingAgent, exp_dir=exp).multi_run(3, num_episodes=1, seed_offset=highest)
+    assert [run[0]["agent_seed"] for run in records] == [highest, highest + 10_000, highest + 20_000]
+
+
+def test_a_drawn_base_seed_leaves_room_for_every_run():
+    from online_trainer.loop import seeding
+
+    draws = [seeding.draw_base_seed(5_000) for _ in range(200)]
+    assert max(draws) + 5_000 * seeding.SEED_STRIDE <= seeding.SEED_LIMIT
+
+
 @pytest.mark.parametrize("num_runs", [0, -2, 1.5, None])
 def test_non_positive_num_runs(num_runs):
     with pytest.raises(ValueError, match=rf"num_runs must be a positive int, but got num_runs={num_runs}"):
