@@ -297,7 +297,13 @@ def _end_sink_run(spec: RunSpec, status: str) -> None:
     try:
         _call_if_present(spec.callback, "end_run", spec.run_idx, status)
     except Exception as exc:
-        logger.error("run %d: the callback's end_run raised after the run ended (%s): %s", spec.run_idx, status, exc)
+        logger.error(
+            "run %d: the callback's end_run raised after the run ended (%s): %s: %s",
+            spec.run_idx,
+            status,
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _check_env(env: Any, frames_trigger: Any = None) -> None:
@@ -497,7 +503,13 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
                 try:
                     events.finish(False, position[0] if position is not None else 0)
                 except Exception as exc:  # the run's own error is the one to report
-                    logger.error("run %d: could not flush its records after it failed: %s", spec.run_idx, exc)
+                    # by its type too: a MemoryError has no text (T19: "...after it failed: " and nothing more)
+                    logger.error(
+                        "run %d: could not flush its records after it failed: %s: %s",
+                        spec.run_idx,
+                        type(exc).__name__,
+                        exc,
+                    )
                 else:
                     tracker = events.tracker
                     if spec.exp_dir is None and spec.options.records.in_memory and tracker.table.first == 0:

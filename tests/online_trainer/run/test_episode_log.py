@@ -190,3 +190,25 @@ def test_a_sink_that_raises_leaves_the_metrics_stream_whole(tmp_path):
         trainer.multi_run(1, total_steps=300, seed_offset=SEED, progress=False)
     records = load_run_metrics(tmp_path, 1)
     assert [r["episode_index"] for r in records] == list(range(1, len(records) + 1)) and records
+
+
+def test_a_flush_that_fails_after_the_run_failed_is_logged_with_its_type(tmp_path, caplog):
+    """T19: a MemoryError in the last flush of a run that had failed was logged as "could not flush its records after
+    it failed: " and nothing more (its text is empty)."""
+
+    class Fails(RecordingAgent):
+        def update(self, *args, **kwargs):
+            super().update(*args, **kwargs)
+            if self.updates == 50:
+                raise RuntimeError("agent broke")
+
+    class OutOfMemory(Series):
+        def series(self, key, tag, values, steps, wall_times=None):
+            raise MemoryError()
+
+    trainer = OnlineTrainer(make_counting_vec(2), Fails, exp_dir=tmp_path)
+    trainer.call_back = OutOfMemory()
+    with pytest.raises(RuntimeError, match="agent broke"):
+        trainer.multi_run(1, total_steps=300, seed_offset=SEED, progress=False)
+    said = [r.getMessage() for r in caplog.records if "could not flush" in r.getMessage()]
+    assert said == ["run 1: could not flush its records after it failed: MemoryError: "], said
