@@ -457,7 +457,15 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
             events.load_state_dict(saved.events)  # the bar too shows where the run stood
         elif render and tracker.wants_frame():
-            tracker.add_frames(env.render())
+            try:
+                tracker.add_frames(env.render())
+            except Exception as exc:  # before the first env step: an env that cannot draw stops every run (D19)
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(
+                        f"(raised by the env's render(), which the run calls to keep frames: render_mode="
+                        f"{render_mode!r}; install what the env draws with, or make it without a render_mode)"
+                    )
+                raise RunSetupError(spec.run_idx, spec.seed, exc) from exc
         try:
             try:
                 events.start()

@@ -1098,3 +1098,32 @@ def test_an_agent_that_fails_on_dict_observations_is_told_what_the_env_gives(tmp
     with pytest.raises(TypeError) as info:
         OnlineTrainer(env, ShapedByTheSpace, exp_dir=tmp_path / "exp").multi_run(1, num_episodes=1, progress=False)
     assert "The env's observations are a dict of arrays" in "\n".join(getattr(info.value, "__notes__", []))
+
+
+class CannotDraw(gym.Wrapper):
+    """An env made with render_mode='rgb_array' whose render() raises: CartPole without pygame."""
+
+    def render(self):
+        raise ModuleNotFoundError("pygame is not installed")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_an_env_whose_first_render_raises_stops_every_run_and_keeps_nothing(tmp_path, num_workers):
+    """D19: the first frame is drawn before the first env step, yet each run failed on its own (RunsFailedError, global
+    step 0), left 0-byte metrics files and an experiment that refused the corrected call."""
+    exp_dir = tmp_path / "exp"
+
+    def make():
+        return gym.vector.SyncVectorEnv([lambda: CannotDraw(gym.make("CartPole-v1", render_mode="rgb_array"))])
+
+    with pytest.raises(ModuleNotFoundError, match="pygame is not installed") as raised:
+        OnlineTrainer(make, RecordingAgent, exp_dir=exp_dir).multi_run(
+            2, num_episodes=2, seed_offset=0, progress=False, num_workers=num_workers
+        )
+    notes = raised.value.__notes__
+    assert any(
+        "raised by the env's render(), which the run calls to keep frames: render_mode='rgb_array'" in note
+        for note in notes
+    ), notes
+    assert any("before its first env step; every run was stopped" in note for note in notes), notes
+    assert not exp_dir.exists()
