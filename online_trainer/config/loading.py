@@ -162,23 +162,27 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     given: dict[tuple[str, ...], tuple[str, Any]] = {}
     for text in overrides:
         path, value = parse_override(text)
+        legacy = len(path) == 1 and path[0] in LEGACY_NAMES
+        # a deprecated flat key sets its section's field: compared as that field (D19: num_workers=2 then
+        # execution.num_workers=1 ran with the later one, without a word)
+        setting = tuple(LEGACY_NAMES[path[0]].split(".")) if legacy else path
         for earlier, (earlier_text, earlier_value) in given.items():
             # a later override that replaces an earlier one (the same key, or the section holding it) loses it; one
             # of a key that an earlier section's value set already sets it twice
-            inside = path[: len(earlier)] == earlier and len(path) > len(earlier)
+            inside = setting[: len(earlier)] == earlier and len(setting) > len(earlier)
             if inside:
-                for part in path[len(earlier) :]:
+                for part in setting[len(earlier) :]:
                     earlier_value = earlier_value.get(part, _UNSET) if isinstance(earlier_value, dict) else _UNSET
-            if (earlier[: len(path)] == path and (earlier != path or earlier_value != value)) or (
+            if (earlier[: len(setting)] == setting and (earlier != setting or earlier_value != value)) or (
                 inside and earlier_value is not _UNSET and earlier_value != value
             ):
-                key = ".".join(earlier if len(earlier) > len(path) else path)
+                key = ".".join(earlier if len(earlier) > len(setting) else setting)
                 raise ConfigError(
                     f"overrides {earlier_text!r} and {text!r} both set {key}: give it once "
                     "(the second would silently replace the first)."
                 )
-        given[path] = (text, value)
-        if len(path) == 1 and path[0] in LEGACY_NAMES:
+        given[setting] = (text, value)
+        if legacy:
             data = legacy_keys({**data, path[0]: value}, f"override {text!r}", override=True)
             continue
         _check_override_path(path)

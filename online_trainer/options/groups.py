@@ -430,6 +430,16 @@ def _workers(name: str, value: Any) -> int:
     return validation.positive_int(name, value, "Use 1 to run in this process.")
 
 
+def _ray_resources(name: str, value: Any) -> Mapping[str, Any] | None:
+    """None, or Ray's task options by name (D19: ``[1]`` raised "cannot convert dictionary update sequence")."""
+    if value is not None and (not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value)):
+        raise ValueError(
+            f"{name} must be a dict of Ray task options by name, e.g. {{'num_cpus': 1, 'num_gpus': 0.25}}, but got "
+            f"{name}={value!r}."
+        )
+    return value
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecutionOptions(OptionGroup):
     """How runs execute; none of it changes what a run records (a resumed call may change any of it).
@@ -456,7 +466,7 @@ class ExecutionOptions(OptionGroup):
     ray_address: str | None = option(None, affects_records=False)
     """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
     be on a filesystem all nodes share."""
-    ray_resources: Mapping[str, Any] | None = option(None, affects_records=False)
+    ray_resources: Mapping[str, Any] | None = option(None, check=_ray_resources, affects_records=False)
     """Ray task options per run, e.g. ``{"num_cpus": 1, "num_gpus": 0.25}``."""
     slurm: SlurmOptions | None = option(None, affects_records=False)
     """The Slurm jobs' parameters with ``backend="slurm"`` (None: ``SlurmOptions()``, the cluster's defaults);

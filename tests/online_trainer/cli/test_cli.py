@@ -923,6 +923,21 @@ def test_flat_config_keys_of_the_previous_release_load_with_a_warning_as_their_d
     agreeing = write_config(tmp_path, TINY + "execution: {num_workers: 2}\nnum_workers: 2\n", "agreeing.yaml")
     with pytest.warns(DeprecationWarning):
         assert load_experiment_config(agreeing).execution.num_workers == 2
+    # the same as two overrides: the later one won without a word, in either order (tester D19)
+    for first, second, key in [
+        ("num_workers=2", "execution.num_workers=1", "execution.num_workers"),
+        ("execution.num_workers=1", "num_workers=2", "execution.num_workers"),
+        ("eval_freq=5", "evaluation.freq=6", "evaluation.freq"),
+        ("evaluation={freq: 6}", "eval_freq=5", "evaluation.freq"),
+    ]:
+        with pytest.raises(ConfigError) as refused:
+            load_experiment_config(dotted, [first, second])
+        assert str(refused.value) == (
+            f"overrides {first!r} and {second!r} both set {key}: give it once (the second would silently replace "
+            "the first)."
+        )
+    with pytest.warns(DeprecationWarning):
+        assert load_experiment_config(dotted, ["num_workers=2", "execution.num_workers=2"]).execution.num_workers == 2
 
 
 def test_a_key_given_twice_in_a_config_file_is_refused(tmp_path):

@@ -82,6 +82,14 @@ def test_ray_options_are_checked():
         r"set backend='ray'.*execution.ray_address=null",
     ):
         ExecutionOptions(backend="local", ray_address="10.0.0.1:6379")
+    # D19: a list raised dict()'s "cannot convert dictionary update sequence element #0 to a sequence"
+    for bad in ([1], {1: 2}):
+        with pytest.raises(ValueError) as refused:
+            ExecutionOptions(backend="ray", ray_resources=bad)
+        assert str(refused.value) == (
+            "execution.ray_resources must be a dict of Ray task options by name, e.g. {'num_cpus': 1, 'num_gpus': "
+            f"0.25}}, but got execution.ray_resources={bad!r}."
+        )
 
 
 def test_a_sweep_on_ray_runs_every_configuration(tmp_path):
