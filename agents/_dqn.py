@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +21,18 @@ from online_trainer.agents._replay import ReplayBuffer
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DQNConfig:
     """Hyperparameters of :class:`DQNAgent`. Step counts are real env transitions, summed over sub-envs."""
+
+    KNOWN_AS: ClassVar[dict[str, str]] = {
+        "learning_rate": "lr",
+        "exploration_final_eps": "epsilon_end",
+        "exploration_initial_eps": "epsilon_start",
+        "end_e": "epsilon_end",
+        "start_e": "epsilon_start",
+        "net_arch": "hidden_sizes",
+        "target_network_frequency": "target_update_interval",
+        "exploration_fraction": "exploration_steps",
+    }
+    """Other libraries' names of these fields (Stable-Baselines3's, CleanRL's), named in the error of an unknown key."""
 
     lr: float = 2.5e-4
     """Adam learning rate (the initial one when ``lr_decay_steps`` > 0)."""

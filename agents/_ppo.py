@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,16 @@ logger = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PPOConfig:
     """Hyperparameters of :class:`PPOAgent`. Step counts are real env transitions, summed over sub-envs."""
+
+    KNOWN_AS: ClassVar[dict[str, str]] = {
+        "learning_rate": "lr",
+        "clip_range": "clip_coef",
+        "batch_size": "minibatch_size",
+        "num_steps": "n_steps",
+        "update_epochs": "n_epochs",
+        "norm_adv": "normalize_advantage",
+    }
+    """Other libraries' names of these fields (Stable-Baselines3's, CleanRL's), named in the error of an unknown key."""
 
     lr: float | str = 3e-4
     """Adam learning rate: a number, or ``"lin_<start>"`` (rl-zoo3's form) for a linear decay from

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +45,14 @@ def parse_ent_coef(value: float | str) -> tuple[bool, float]:
 class SACConfig:
     """Hyperparameters of :class:`SACAgent` (Stable-Baselines3's defaults). Step counts are real env
     transitions, summed over sub-envs."""
+
+    KNOWN_AS: ClassVar[dict[str, str]] = {
+        "learning_rate": "lr",
+        "policy_lr": "lr",
+        "q_lr": "lr",
+        "net_arch": "hidden_sizes",
+    }
+    """Other libraries' names of these fields (Stable-Baselines3's, CleanRL's), named in the error of an unknown key."""
 
     lr: float = 3e-4
     """Adam learning rate of the actor, the critics and the entropy coefficient."""

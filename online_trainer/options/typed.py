@@ -92,14 +92,25 @@ def did_you_mean(word: str, choices: Sequence[str] | Mapping[str, Any], prefix: 
     return f" (did you mean {prefix + close[0]!r}?)" if close else ""
 
 
-def unknown_key_message(prefix: str, key: Any, names: Sequence[str], *, nested_in_owner: bool = False) -> str:
-    """``unknown key 'env.num_env' (did you mean 'env.num_envs'?); valid keys of env: id, num_envs, ...``."""
+def unknown_key_message(
+    prefix: str,
+    key: Any,
+    names: Sequence[str],
+    *,
+    nested_in_owner: bool = False,
+    known_as: Mapping[str, str] | None = None,
+) -> str:
+    """``unknown key 'env.num_env' (did you mean 'env.num_envs'?); valid keys of env: id, num_envs, ...``.
+
+    ``known_as``: other libraries' names of the keys (``{"learning_rate": "lr"}``), said for a key that is one."""
     section = f"of {prefix.rstrip('.')}" if prefix else ("" if nested_in_owner else "at the top level")
     listed = ", ".join(names) if names else "none"
-    return (
-        f"unknown key {prefix + str(key)!r}{did_you_mean(str(key), names, prefix)}; valid keys"
-        f"{' ' + section if section else ''}: {listed}."
-    )
+    ours = (known_as or {}).get(str(key))
+    if ours is not None:  # SB3's or CleanRL's name, which difflib would not match ("learning_rate" for "lr": A19)
+        hint = f" (did you mean {prefix + ours!r}? {str(key)!r} is another library's name for it)"
+    else:
+        hint = did_you_mean(str(key), names, prefix)
+    return f"unknown key {prefix + str(key)!r}{hint}; valid keys{' ' + section if section else ''}: {listed}."
 
 
 _TYPE_NAMES = {
@@ -282,7 +293,13 @@ def _translate(
                 if item["type"] in _UNKNOWN:
                     section = f"{parent.path}." if parent.path else ""
                     unknown.append(
-                        unknown_key_message(section, loc[-1], _init_names(parent.hint), nested_in_owner=bool(owner))
+                        unknown_key_message(
+                            section,
+                            loc[-1],
+                            _init_names(parent.hint),
+                            nested_in_owner=bool(owner),
+                            known_as=getattr(parent.hint, "KNOWN_AS", None),
+                        )
                     )
                 else:
                     missing.append(_missing(parent, str(loc[-1])))

@@ -193,6 +193,28 @@ def test_set_hp_unknown_key_names_it_and_lists_the_valid_ones(cls, corridor):
         cls(corridor(), bogus=1)
 
 
+@pytest.mark.parametrize(
+    ("cls", "theirs", "ours"),
+    [
+        (PPOAgent, "learning_rate", "lr"),
+        (PPOAgent, "clip_range", "clip_coef"),
+        (PPOAgent, "batch_size", "minibatch_size"),
+        (DQNAgent, "exploration_final_eps", "epsilon_end"),
+        (DQNAgent, "net_arch", "hidden_sizes"),
+        (SACAgent, "learning_rate", "lr"),
+    ],
+)
+def test_another_librarys_name_of_a_hyperparameter_is_answered_with_ours(cls, theirs, ours, corridor):
+    """A19: set_hp({"learning_rate": ...}) listed the valid keys without naming lr (agents.md maps SB3's names)."""
+    env = gym.make_vec("Pendulum-v1", num_envs=1) if cls is SACAgent else corridor()
+    with pytest.raises(ValueError) as refused:
+        cls(env, **{theirs: 1})  # set_hp builds the hyperparameters the same way
+    assert f"unknown key {theirs!r} (did you mean {ours!r}? {theirs!r} is another library's name for it)" in str(
+        refused.value
+    )
+    assert all(name in {f.name for f in dataclasses.fields(cls.Config)} for name in cls.Config.KNOWN_AS.values())
+
+
 @pytest.mark.parametrize("cls", LEARNING)
 def test_set_hp_rejects_bad_values(cls, corridor):
     agent = build(cls, corridor())
