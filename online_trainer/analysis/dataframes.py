@@ -70,7 +70,18 @@ EVAL_COLUMNS = [
     "video",
 ]
 #: Columns of :func:`load_evaluations` with ``per_episode=True``: one row per evaluation episode.
-EVAL_EPISODE_COLUMNS = ["run", "seed", STATUS_COLUMN, "global_step", "eval_index", "episode", "return", "length"]
+EVAL_EPISODE_COLUMNS = [
+    "run",
+    "seed",
+    STATUS_COLUMN,
+    "global_step",
+    "episodes_trained",
+    "eval_index",
+    "scheduled",
+    "episode",
+    "return",
+    "length",
+]
 
 
 def experiment_dirs(path: str | os.PathLike) -> list[Path]:
@@ -249,7 +260,9 @@ def _evaluation_rows(
                             "seed": entry.get("seed"),
                             STATUS_COLUMN: status,
                             "global_step": record.get("global_step"),
+                            "episodes_trained": record.get("episodes_trained"),
                             "eval_index": record.get("eval_index"),
+                            "scheduled": bool(record.get("scheduled", True)),
                             "episode": episode,
                             "return": ret,
                             "length": length,
@@ -293,7 +306,7 @@ def load_evaluations(
     hyperparameter. Empty (with those columns) when no run was evaluated.
 
     With ``per_episode=True``, one row per evaluation episode instead: ``experiment``
-    (as above), ``run``, ``seed``, ``status``, ``global_step``, ``eval_index``,
+    (as above), ``run``, ``seed``, ``status``, ``global_step``, ``episodes_trained``, ``eval_index``, ``scheduled``,
     ``episode`` (from 1 within its evaluation), ``return``, ``length`` and the
     hyperparameter columns. The episodes of one evaluation are not independent
     replications: analyse them per run (the seed is the unit), never as runs.

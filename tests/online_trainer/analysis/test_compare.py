@@ -390,9 +390,23 @@ def test_a_sweep_of_one_configuration_has_an_experiment_column(tmp_path):
 def test_evaluations_per_episode(tmp_path):
     experiment(tmp_path, num_runs=2, num_episodes=10, eval_freq=5, eval_episodes=3)
     rows = load_evaluations(tmp_path, per_episode=True)
-    assert list(rows.columns) == ["run", "seed", "status", "global_step", "eval_index", "episode", "return", "length"]
+    assert list(rows.columns) == [
+        "run",
+        "seed",
+        "status",
+        "global_step",
+        "episodes_trained",
+        "eval_index",
+        "scheduled",
+        "episode",
+        "return",
+        "length",
+    ]
     assert len(rows) == 2 * 2 * 3 and rows["episode"].tolist()[:3] == [1, 2, 3]
     per_eval = load_evaluations(tmp_path)
+    # each episode row carries its evaluation's episodes_trained and scheduled, as the per-evaluation rows do
+    joined = rows.merge(per_eval, on=["run", "eval_index"], suffixes=("", "_eval"))
+    assert (joined["episodes_trained"] == joined["episodes_trained_eval"]).all() and joined["scheduled"].all()
     assert rows.groupby(["run", "eval_index"])["return"].mean().tolist() == pytest.approx(
         per_eval["eval_return"].tolist()
     )
