@@ -203,6 +203,24 @@ class Preempted(KeyboardInterrupt):
     def __reduce__(self) -> tuple[Any, ...]:  # its message is not its arguments
         return type(self), self._arguments
 
+    @classmethod
+    def of_runs(cls, stopped: Sequence[Preempted], on_disk: bool) -> Preempted:
+        """What a call raises for a preemption: one ``Preempted`` naming every run the signal stopped (``stopped``,
+        what each raised), a run that could not be checkpointed first, then in the order of the runs (a sweep's
+        configuration, then the run); a plain one when none was stopped (the signal came between runs)."""
+        if not stopped:
+            return cls(on_disk=on_disk)
+
+        def order(p: Preempted) -> tuple[bool, str, int]:
+            return (p.checkpointed, (p.name or "").rpartition("run ")[0], p.run_idx or 0)
+
+        named = [p for p in stopped if p.run_idx is not None]
+        first, *rest = sorted(named, key=order) if named else [min(stopped, key=order)]
+        if not rest:
+            return first
+        others = [(p.run_idx, p.global_step, p.checkpointed, p.name) for p in rest]
+        return cls(first.run_idx, first.global_step, first.checkpointed, first.why, on_disk, others, first.name)
+
 
 class ManifestDamagedError(ValueError):
     """An experiment's ``manifest.json`` does not read as one (cut short, overwritten)."""

@@ -9,6 +9,10 @@ filesystem). The driver checks this before a run starts: it writes a token file 
 otherwise; records are never written where the driver cannot read them. Records also
 come back to the driver with each result (unless ``keep_records=False``), and progress
 reaches the driver's display through a Ray queue.
+
+A preemption signal (SIGTERM, SIGUSR1) reaches the tasks the same way: the driver, whose handlers replace the ones
+``ray.init`` installs, writes the signal into ``exp_dir/.preempt``; each task looks for that file about twice a
+second, and its run writes a full checkpoint at its next step and stops, as in a worker process.
 """
 
 from __future__ import annotations
@@ -28,18 +32,21 @@ from typing import Any
 
 import cloudpickle
 
-from online_trainer.errors import RunSetupError
+from online_trainer.errors import Preempted, RunSetupError
 from online_trainer.experiment import job_results
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
 from online_trainer.progress.display import NoProgress, ProgressDisplay, QueueProgress
 from online_trainer.records import storage
+from online_trainer.run.builtin import preemption
 from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec, execute_run
 
 logger = logging.getLogger(__name__)
 
 TOKEN_FILE = ".ray_shared_fs_check"
+PREEMPT_FILE = ".preempt"
+"""Written into each experiment directory by a driver that got a preemption signal: the signal's number."""
 
 
 def _import_ray() -> Any:
@@ -55,14 +62,19 @@ def _ray_task(payload: bytes, queue: Any, torch_threads: int | None, token: str 
     working directory."""
     limit_threads(torch_threads)  # the libraries the Ray worker loaded before its environment was set
     spec: RunSpec = cloudpickle.loads(payload)
+    preemption.forget_before(time.monotonic())  # a Ray worker runs task after task: an earlier task's signal
     with _in_directory(cwd):  # all of it: the callback's close and the result file write relative paths too
         try:
-            with _interruptible():
+            with _interruptible(), _watching_for_preemption(spec.exp_dir):
                 if token is not None and spec.exp_dir is not None:  # the token went into the specs' directories
                     _check_token(spec.exp_dir, token)
                 if spec.exp_dir is not None:  # an earlier attempt's: this attempt's end is the one to record
                     job_results.result_path(spec.exp_dir, spec.run_idx).unlink(missing_ok=True)
                 result = execute_run(spec, NoProgress() if queue is None else QueueProgress(queue))
+        except Preempted as exc:  # it checkpointed (if it can) and stopped: the driver raises it, saying what was kept
+            result = failed_result(spec, exc, keep_exception=True)
+            result.status = "interrupted"
+            return result
         except Exception as exc:
             return failed_result(spec, exc)
         finally:
@@ -101,6 +113,35 @@ def _interruptible() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _watching_for_preemption(exp_dir: str | os.PathLike | None, every: float = 0.5) -> Iterator[None]:
+    """While the task's run goes, a thread looks for the driver's :data:`PREEMPT_FILE` in ``exp_dir`` every ``every``
+    seconds and, once it is there, asks the run to checkpoint and stop (the run looks at that about every second).
+    A run without an experiment directory cannot be resumed: the driver's cancel stops it."""
+    if exp_dir is None:
+        yield
+        return
+    path, done = Path(exp_dir) / PREEMPT_FILE, threading.Event()
+
+    def watch() -> None:
+        while not done.wait(every):
+            if path.exists():
+                try:
+                    signum = int(path.read_text())
+                except (OSError, ValueError):  # being written: a SIGTERM it is
+                    signum = signal.SIGTERM
+                preemption.request(signum, announce=False)  # the driver said it
+                return
+
+    watcher = threading.Thread(target=watch, name="online-trainer-preemption", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 @contextlib.contextmanager
@@ -262,6 +303,9 @@ class RayExecutor:
         self._check_fits(specs)
         from ray.util.queue import Queue
 
+        exp_dirs = _exp_dirs(specs)
+        for exp_dir in exp_dirs:  # a killed driver's: the tasks of this call would stop at once
+            (exp_dir / PREEMPT_FILE).unlink(missing_ok=True)
         # The queue is an actor: a process of its own, started only when progress is shown.
         queue = None if isinstance(display, NoProgress) else Queue()
         token = self._write_token(specs)
@@ -269,31 +313,56 @@ class RayExecutor:
         task = ray.remote(_ray_task).options(max_retries=0, **task_options(self.resources, self.torch_threads))
         waiting = list(specs)
         in_flight: dict[Any, RunSpec] = {}
+        stopped: list[Preempted] = []  # what the runs a preemption stopped raised in their tasks
+
+        def preempt(signum: int) -> None:
+            """Pass the signal on: to the tasks of runs with an experiment directory through it, to the others as a
+            cancel (they could not be resumed from a checkpoint)."""
+            for exp_dir in exp_dirs:
+                try:
+                    storage.write_atomic(exp_dir / PREEMPT_FILE, str(int(signum)).encode())
+                except OSError as exc:
+                    logger.error("could not pass the preemption signal on to the runs in %s: %s", exp_dir, exc)
+            for ref, spec in list(in_flight.items()):
+                if spec.exp_dir is None:
+                    ray.cancel(ref, force=False)
+
         try:
-            while waiting or in_flight:
-                while waiting and len(in_flight) < self.max_concurrent:
-                    spec = waiting.pop(0)
-                    on_start(spec)
-                    in_flight[task.remote(shipping.dumps(spec), queue, self.torch_threads, token, cwd)] = spec
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
-                self._drain(queue, display)
-                for ref in ready:
-                    spec = in_flight.pop(ref)
-                    try:
-                        result = ray.get(ref)
-                    except Exception as exc:  # the task's worker died, or Ray failed it
-                        result = failed_result(spec, exc)
-                    if result.status == "failed":
-                        logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra.get("exception"))
+            # after ray.init, whose driver handlers (SIGTERM) would end the process without a checkpoint (R19)
+            with preemption.handling(forward=preempt):
+                while waiting or in_flight:
+                    while waiting and len(in_flight) < self.max_concurrent and not preemption.requested():
+                        spec = waiting.pop(0)
+                        on_start(spec)
+                        in_flight[task.remote(shipping.dumps(spec), queue, self.torch_threads, token, cwd)] = spec
+                    if preemption.requested() and not in_flight:
+                        raise Preempted.of_runs(stopped, on_disk=bool(exp_dirs))
+                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.2)
                     self._drain(queue, display)
-                    display.run_finished(spec.key, result.status)
-                    on_result(result)
+                    for ref in ready:
+                        spec = in_flight.pop(ref)
+                        try:
+                            result = ray.get(ref)
+                        except Exception as exc:  # the task's worker died, Ray failed it, or cancelled it
+                            result = failed_result(spec, exc)
+                            if preemption.requested() and isinstance(exc, ray.exceptions.TaskCancelledError):
+                                result.status = "interrupted"
+                        if result.status == "failed":
+                            logger.error("%s (seed %d) failed: %s", spec.name, spec.seed, result.extra.get("exception"))
+                        if isinstance(result.extra.get("exception_object"), Preempted):
+                            stopped.append(result.extra["exception_object"])
+                        self._drain(queue, display)
+                        display.run_finished(spec.key, result.status)
+                        on_result(result)
+                if stopped:  # the signal came as the last runs were ending: those it stopped say where they stand
+                    raise Preempted.of_runs(stopped, on_disk=bool(exp_dirs))
         except BaseException:
             self._cancel(list(in_flight))
             raise
         finally:
-            if token is not None:
-                for exp_dir in _exp_dirs(specs):
+            for exp_dir in exp_dirs:
+                (exp_dir / PREEMPT_FILE).unlink(missing_ok=True)
+                if token is not None:
                     (exp_dir / TOKEN_FILE).unlink(missing_ok=True)
             if queue is not None:
                 ray.kill(queue.actor)

@@ -88,7 +88,6 @@ class _Call:
         self.start_failures: list[int | None] = []  # exit codes of workers that died before they were up
         self.lost: collections.Counter[int] = collections.Counter()  # per run: workers that died before taking it
         self.interrupted = False  # some run ended interrupted (a preemption signal stopped it)
-        self.preempted: Preempted | None = None  # what such a run raised in its worker
         self.stopped: list[Preempted] = []  # what every such run raised
         self.said: set[tuple[str, int, str]] = set()  # the workers' log records handled: (logger, level, message)
 
@@ -101,35 +100,12 @@ class _Call:
         stopped = result.extra.get("exception_object")
         if isinstance(stopped, Preempted):
             self.stopped.append(stopped)
-        if isinstance(stopped, Preempted) and (
-            self.preempted is None or (self.preempted.checkpointed and not stopped.checkpointed)
-        ):
-            self.preempted = stopped  # raised for the call: a run that could not be checkpointed says so first
         self.display.run_finished(spec.key, result.status)
         self.on_result(result)
 
     def raised(self, on_disk: bool) -> Preempted:
-        """What the call raises for the preemption: one ``Preempted`` naming every run the signal stopped, a run
-        that could not be checkpointed first, then in the order of the runs (a sweep's configuration, then the run)."""
-        if self.preempted is None:
-            return Preempted(on_disk=on_disk)
-
-        def order(p: Preempted) -> tuple[bool, str, int]:
-            return (p.checkpointed, (getattr(p, "name", None) or "").rpartition("run ")[0], p.run_idx or 0)
-
-        first, *rest = sorted([p for p in self.stopped if p.run_idx is not None] or [self.preempted], key=order)
-        if not rest:
-            return first
-        others = [(p.run_idx, p.global_step, p.checkpointed, getattr(p, "name", None)) for p in rest]
-        return Preempted(
-            first.run_idx,
-            first.global_step,
-            first.checkpointed,
-            first.why,
-            on_disk,
-            others,
-            getattr(first, "name", None),
-        )
+        """What the call raises for the preemption (see :meth:`Preempted.of_runs`)."""
+        return Preempted.of_runs(self.stopped, on_disk)
 
 
 def _log_levels() -> dict[str, int]:

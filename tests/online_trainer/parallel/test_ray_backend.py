@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import cloudpickle
 import pytest
 
-from online_trainer import ExecutionOptions, OnlineTrainer, RunsFailedError, load_run_metrics
+from online_trainer import ExecutionOptions, OnlineTrainer, RunsFailedError, load_episodes, load_run_metrics
+from online_trainer.errors import Preempted
+from online_trainer.hooks import Hook
+from online_trainer.parallel.ray_backend import PREEMPT_FILE
+from online_trainer.records import storage
 from tests.conftest import (
     FailsOnThirdRun,
     RecordingAgent,
@@ -293,3 +299,48 @@ def test_a_ray_cluster_that_does_not_answer_is_named_at_once_and_nothing_is_kept
     assert "ConnectionError: could not connect to Ray at 127.0.0.1:" in done.stderr
     assert "nothing answers at 127.0.0.1:" in done.stderr and "Nothing was run." in done.stderr
     assert not exp.exists()
+
+
+class SlowRecordingAgent(RecordingAgent):
+    """A RecordingAgent (it saves and loads) taking 0.1 ms an update: a run lasts seconds, past a preemption."""
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        time.sleep(0.0001)
+
+
+class SignalsDriverAtEpisode(Hook):
+    """Sends ``signum`` to the driver at episode 30 of run 1 (the task runs in a Ray worker of this machine)."""
+
+    def __init__(self, driver: int, signum: int):
+        self.driver, self.signum = driver, signum
+
+    def on_episode_end(self, ctx, record):
+        if ctx.run == 1 and ctx.episodes == 30:
+            os.kill(self.driver, self.signum)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_preemption_signal_to_the_driver_checkpoints_every_task_and_the_resume_gives_the_uninterrupted_records(
+    tmp_path, signum
+):
+    """R19: SIGTERM to a Ray driver ended it in Ray's own handler (a C++ stack dump, exit 1 or SIGABRT), and SIGUSR1
+    by its default action: no run checkpointed, and their work since the last periodic checkpoint was lost."""
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        kw = dict(total_steps=20_000, seed_offset=3, progress=False, backend="ray", num_workers=2)
+        trainer = OnlineTrainer(make_counting_vec(1), SlowRecordingAgent, exp_dir=tmp_path / "cut")
+        with pytest.raises(Preempted) as stopped:
+            trainer.multi_run(2, hooks=[SignalsDriverAtEpisode(os.getpid(), signum)], **kw)
+        assert stopped.value.checkpointed and "continue with the same call and resume=True" in str(stopped.value)
+        runs = json.loads((tmp_path / "cut" / "manifest.json").read_text())["runs"]
+        assert [run["status"] for run in runs] == ["interrupted", "interrupted"]
+        assert all(0 < run["global_step"] < 20_000 for run in runs), runs
+        assert all(storage.resume_path(tmp_path / "cut", i).is_file() for i in (1, 2))
+        assert not (tmp_path / "cut" / PREEMPT_FILE).exists()
+        trainer.multi_run(2, resume=True, **kw)
+        OnlineTrainer(make_counting_vec(1), SlowRecordingAgent, exp_dir=tmp_path / "ref").multi_run(2, **kw)
+        columns = ["run", "episode_index", "global_step", "ep_return", "ep_length"]
+        assert load_episodes(tmp_path / "ref")[columns].equals(load_episodes(tmp_path / "cut")[columns])
+    finally:
+        cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
