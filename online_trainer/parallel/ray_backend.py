@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import logging
 import os
 import signal
@@ -34,6 +35,7 @@ import cloudpickle
 
 from online_trainer.errors import Preempted, RunSetupError
 from online_trainer.experiment import job_results
+from online_trainer.options.typed import did_you_mean
 from online_trainer.parallel import shipping
 from online_trainer.parallel.execution import ResultHandler, StartHandler, failed_result, no_start
 from online_trainer.parallel.threads import limit_threads, thread_variables
@@ -190,6 +192,14 @@ def _check_token(exp_dir: str, token: str) -> None:
         )
 
 
+def _task_option_names() -> tuple[str, ...]:
+    """The options Ray's tasks take, where this Ray version says (it moved them between modules); else none."""
+    for module in ("ray._common.ray_option_utils", "ray._private.ray_option_utils"):
+        with contextlib.suppress(ImportError, AttributeError):
+            return tuple(importlib.import_module(module).task_options)
+    return ()
+
+
 def _exp_dirs(specs: Sequence[RunSpec]) -> list[Path]:
     """The distinct experiment directories of ``specs`` (none when records stay in memory)."""
     return [Path(d) for d in dict.fromkeys(spec.exp_dir for spec in specs if spec.exp_dir is not None)]
@@ -303,6 +313,7 @@ class RayExecutor:
         self._check_fits(specs)
         from ray.util.queue import Queue
 
+        task = self._task(specs)
         exp_dirs = _exp_dirs(specs)
         for exp_dir in exp_dirs:  # a killed driver's: the tasks of this call would stop at once
             (exp_dir / PREEMPT_FILE).unlink(missing_ok=True)
@@ -310,7 +321,6 @@ class RayExecutor:
         queue = None if isinstance(display, NoProgress) else Queue()
         token = self._write_token(specs)
         cwd = os.getcwd()
-        task = ray.remote(_ray_task).options(max_retries=0, **task_options(self.resources, self.torch_threads))
         waiting = list(specs)
         in_flight: dict[Any, RunSpec] = {}
         stopped: list[Preempted] = []  # what the runs a preemption stopped raised in their tasks
@@ -366,6 +376,27 @@ class RayExecutor:
                     (exp_dir / TOKEN_FILE).unlink(missing_ok=True)
             if queue is not None:
                 ray.kill(queue.actor)
+
+    def _task(self, specs: Sequence[RunSpec]) -> Any:
+        """The remote function of the runs, with their task options.
+
+        Raises:
+            RunSetupError: Ray refuses ``ray_resources`` (a misspelt option: R19's ``num_cpu`` wrote the experiment's
+                files, and the corrected call found them in its way).
+        """
+        try:
+            return self.ray.remote(_ray_task).options(max_retries=0, **task_options(self.resources, self.torch_threads))
+        except ValueError as exc:
+            valid = _task_option_names()
+            hints = "".join(
+                f" {key!r} is not an option of Ray tasks{did_you_mean(key, valid)}."
+                for key in self.resources
+                if valid and key not in valid
+            )
+            refusal = ValueError(
+                f"execution.ray_resources={self.resources!r} is not what Ray takes:{hints or ''} Ray says: {exc}"
+            )
+            raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
 
     @staticmethod
     def _write_token(specs: Sequence[RunSpec]) -> str | None:

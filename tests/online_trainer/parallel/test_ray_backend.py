@@ -204,6 +204,23 @@ def test_a_cancel_interrupts_a_task_though_the_driver_ignores_sigint(tmp_path):
     assert float(stopped[0].split()[1]) < 30  # interrupted at once, not killed after the 60 s of grace
 
 
+def test_a_misspelt_ray_resource_is_refused_naming_it_and_keeps_nothing(tmp_path):
+    """R19: ray_resources={"num_cpu": 1} raised Ray's own error after the call had written its manifest, and the
+    corrected call was refused: "already holds an experiment whose runs did not all end"."""
+    exp_dir = tmp_path / "exp"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp_dir)
+    kw = dict(num_episodes=2, seed_offset=0, progress=False, backend="ray")
+    with pytest.raises(ValueError) as refused:
+        trainer.multi_run(2, ray_resources={"num_cpu": 1}, **kw)
+    message = str(refused.value)
+    assert message.startswith(
+        "execution.ray_resources={'num_cpu': 1} is not what Ray takes: 'num_cpu' is not an option of Ray tasks "
+        "(did you mean 'num_cpus'?). Ray says: Invalid option keyword num_cpu"
+    ), message
+    assert not exp_dir.exists()
+    assert [len(run) for run in trainer.multi_run(2, ray_resources={"num_cpus": 1}, **kw)] == [2, 2]
+
+
 def test_a_task_no_node_can_hold_is_refused_before_any_run(tmp_path):
     """parallel.md's ray_resources={"num_cpus": 1, "num_gpus": 0.25} on a machine without a GPU waited forever,
     the bar at 0% and Ray's autoscaler's line the only word (an outside tester)."""
