@@ -8,6 +8,7 @@ import itertools
 import logging
 import os
 import re
+import socket
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -196,6 +197,8 @@ class MLflowCallback(CallBack):
                 "exp_dir is None: make the trainer with exp_dir=..., or pass tracking_uri=... "
                 "(e.g. 'sqlite:///mlflow.db' or 'http://localhost:5000')."
             )
+        if self.tracking_uri:  # the experiment directory's own store is made with the directory
+            _check_reachable(uri)
         client = self._client(uri)
         name = self.experiment_name or (Path(exp_dir).resolve().name if exp_dir is not None else DEFAULT_EXPERIMENT)
         experiment = client.get_experiment_by_name(name)
@@ -411,3 +414,33 @@ def _check_scheme(tracking_uri: str) -> None:
         + ": give a path, 'file:/absolute/path', 'sqlite:///mlflow.db' or 'http://host:5000' (MLflow's schemes here: "
         + f"{', '.join(repr(s) for s in schemes if s)})."
     )
+
+
+def _check_reachable(tracking_uri: str, timeout: float = 5.0) -> None:
+    """Refuse, before the first run, a tracking server nothing answers at, and a SQLite file in a directory that does
+    not exist: MLflow retried the first for four minutes and then raised its own error (R19), and made the second's
+    directories wherever the mistyped path led.
+
+    Raises:
+        ConnectionError: nothing answers at an ``http(s)`` ``tracking_uri`` within ``timeout`` seconds.
+        FileNotFoundError: the directory of a ``sqlite:///`` file does not exist.
+    """
+    parsed = urllib.parse.urlparse(tracking_uri)
+    if parsed.scheme in ("http", "https") and parsed.hostname:
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        try:
+            socket.create_connection((parsed.hostname, port), timeout=timeout).close()
+        except OSError as exc:
+            raise ConnectionError(
+                f"MLflowCallback(tracking_uri={tracking_uri!r}): nothing answers at {parsed.hostname}:{port} ({exc}). "
+                "Start the tracking server (`mlflow server --host 0.0.0.0 --port PORT` on its machine) or give a "
+                "tracking_uri that answers; nothing was run."
+            ) from exc
+    elif parsed.scheme == "sqlite" and tracking_uri.startswith("sqlite:///"):
+        path = Path(urllib.parse.unquote(tracking_uri[len("sqlite:///") :]))
+        if str(path) not in ("", ":memory:") and not path.parent.is_dir():
+            raise FileNotFoundError(
+                f"MLflowCallback(tracking_uri={tracking_uri!r}): the directory of the store, {path.parent}, does not "
+                "exist. Make it first, or fix the path ('sqlite:///relative.db' is in the working directory, "
+                "'sqlite:////absolute/path.db' has four slashes)."
+            )

@@ -134,6 +134,7 @@ class WandbCallback(CallBack):
                 f"WandbCallback got mode={mode!r}: it must be one of {', '.join(map(repr, MODES[:3]))} (or None for "
                 f"WANDB_MODE, else online)" + (f"; did you mean {close[0]!r}?" if close else ".")
             )
+        _check_project(project)
         self.project, self.entity, self.group, self.mode = project, entity, group, mode
         self.flush_rows = flush_rows
         self.max_delay = max_delay
@@ -417,4 +418,24 @@ def _check_init_kwargs(init_kwargs: Mapping[str, Any]) -> None:
             f"WandbCallback got {', '.join(hints)}, which wandb.init does not take: its keyword arguments are the "
             f"callback's own (project, entity, group, mode, flush_rows, max_delay) and those of wandb.init "
             f"({', '.join(name for name in parameters if name not in WandbCallback._OWN_ARGS)})."
+        )
+
+
+_PROJECT_CHARACTERS = "/\\#?%:"  # what W&B refuses in a project's name, with names over 128 characters
+
+
+def _check_project(project: Any) -> None:
+    """Refuse a project name W&B would refuse as the first run starts (R19: W&B's own UsageError, not naming the
+    callback's argument)."""
+    if project is None:
+        return
+    if not isinstance(project, str) or not project:
+        raise ValueError(f"WandbCallback got project={project!r}: give the W&B project's name, a non-empty string.")
+    found = sorted({char for char in project if char in _PROJECT_CHARACTERS})
+    if found or len(project) > 128:
+        why = f"it holds {', '.join(map(repr, found))}" if found else f"it is {len(project)} characters long"
+        raise ValueError(
+            f"WandbCallback got project={project!r}: W&B takes no project name with any of "
+            f"{', '.join(map(repr, _PROJECT_CHARACTERS))} or over 128 characters, and {why}. Choose another name "
+            "(a team's project goes in entity=..., not in the project's name)."
         )

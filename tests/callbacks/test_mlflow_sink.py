@@ -199,3 +199,36 @@ def test_a_tracking_uri_of_no_mlflow_store_is_refused_naming_the_argument(tmp_pa
     )
     for fine in (str(tmp_path), f"file:{tmp_path}", "sqlite:///mlflow.db", "postgresql+psycopg2://u@h/db"):
         MLflowCallback(tracking_uri=fine)
+
+
+def test_a_tracking_server_nothing_answers_at_is_refused_at_once_and_nothing_is_kept(tmp_path):
+    """R19: MLflow retried http://127.0.0.1:59999 for four minutes, then raised its own error naming no argument."""
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a port nothing listens at
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.call_back = MLflowCallback(tracking_uri=f"http://127.0.0.1:{port}")
+    start = time.monotonic()
+    with pytest.raises(ConnectionError) as refused:
+        trainer.multi_run(1, num_episodes=2, progress=False)
+    assert time.monotonic() - start < 30
+    assert str(refused.value).startswith(
+        f"MLflowCallback(tracking_uri='http://127.0.0.1:{port}'): nothing answers at 127.0.0.1:{port} ("
+    )
+    assert "Start the tracking server" in str(refused.value) and not (tmp_path / "exp").exists()
+
+
+def test_a_sqlite_store_in_a_directory_that_does_not_exist_is_refused(tmp_path):
+    """R19: sqlite:////nonexistent_dir/sub/mlflow.db made those directories at the filesystem's root, without a word."""
+    uri = f"sqlite:///{tmp_path}/missing/sub/mlflow.db"
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.call_back = MLflowCallback(tracking_uri=uri)
+    with pytest.raises(FileNotFoundError) as refused:
+        trainer.multi_run(1, num_episodes=2, progress=False)
+    assert str(refused.value).startswith(
+        f"MLflowCallback(tracking_uri={uri!r}): the directory of the store, {tmp_path}/missing/sub, does not exist."
+    )
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "exp").exists()

@@ -322,3 +322,15 @@ def test_a_mode_wandb_does_not_take_is_refused_when_the_callback_is_made():
         "else online); did you mean 'offline'?"
     )
     assert WandbCallback(project="tests", mode="disabled").mode == "disabled"
+
+
+@pytest.mark.parametrize(
+    ("project", "why"),
+    [("my/bad#proj?", "it holds '#', '/', '?'"), ("p" * 129, "it is 129 characters long")],
+)
+def test_a_project_name_wandb_refuses_is_refused_when_the_callback_is_made(project, why):
+    """R19: W&B's own UsageError as the first run started, naming no argument of the callback."""
+    with pytest.raises(ValueError) as refused:
+        WandbCallback(project=project, mode="offline")
+    assert str(refused.value).startswith(f"WandbCallback got project={project!r}: W&B takes no project name with any")
+    assert why in str(refused.value)
