@@ -313,6 +313,10 @@ class Experiment:
         }
         if not ended and self._found is None:  # a new experiment of which nothing ended: nothing is kept
             under_way = set()
+        if self._found is not None:  # runs this call added (more seeds than the earlier calls'): the manifest put
+            known = len(json.loads(self._found)["runs"])  # back has no entry for them, and they keep nothing (N19)
+            ended = {run for run in ended if run <= known}
+            under_way = {run for run in under_way if run <= known}
         self._kept_under_way = under_way
         for path in set(storage.existing_experiment_files(self.exp_dir)) - self._earlier:
             run = _run_of(path.name)
@@ -326,9 +330,8 @@ class Experiment:
             (self.exp_dir / job_results.MANIFEST_LOCK_FILE).unlink(missing_ok=True)
         if self._found is not None:  # an earlier manifest (a resumed experiment): as this call found it, but for
             found = json.loads(self._found)  # the runs that ended in this call (their outputs are those of their end)
-            for result in self.results.values():
-                if result.status in COMPLETED:
-                    apply_result(found, result)
+            for run in ended:
+                apply_result(found, self.results[run])
             for run in under_way:  # one that was pending and wrote now: it goes on from what it wrote
                 if found["runs"][run - 1]["status"] == "pending" and self._left_anything(run):
                     found["runs"][run - 1]["status"] = ownership.INTERRUPTED

@@ -155,6 +155,7 @@ def plan_runs(
     tag_prefix: str = "",
     first_task_id: int = -1,
     resume: bool = False,
+    continuing: bool = False,
 ) -> list[RunSpec]:
     """The specs of the runs ``seeds`` (run number -> seed) of one experiment.
 
@@ -169,6 +170,8 @@ def plan_runs(
         tag_prefix: put before ``run_{i}`` in callback tags.
         first_task_id: ids for the executors when several experiments run together (-1: the run number).
         resume: each run continues from its full checkpoint when it has one.
+        continuing: the experiment was made by an earlier call (a sweep called again): each run's agent is compared
+            with the one it trained, as with ``resume``.
     """
     specs = []
     for offset, (run, seed) in enumerate(seeds.items()):
@@ -189,6 +192,7 @@ def plan_runs(
                 label=f"{label} run {run}" if label else "",
                 tag_prefix=tag_prefix,
                 resume=resume,
+                continuing=continuing or resume,
             )
         )
     return specs

@@ -189,6 +189,9 @@ def run_sweep(
     names: list[str] = []
 
     def plan(created: list[Path]) -> list[Experiment]:
+        # a sweep called again: every run's agent is compared with the one its configurations trained, with or
+        # without resume=True (N19: new seeds trained another network, pooled in the ranking without a word)
+        called_again = (root / SWEEP_FILE).is_file()
         seed = _sweep_seed(root, seed_offset, options.budget, created, num_runs)
         experiments, planned = _plan(
             parts,
@@ -202,6 +205,7 @@ def run_sweep(
             copy_agent,
             created,
             resume,
+            called_again,
         )
         names.extend(planned)
         return experiments
@@ -253,10 +257,12 @@ def _plan(
     copy_agent: bool,
     created: list[Path],
     resume: bool = False,
+    called_again: bool = False,
 ) -> tuple[list[Experiment], list[str]]:
     """One experiment per configuration, holding the specs of the runs still to do, and their names.
 
-    Directories and files made here are appended to ``created``.
+    Directories and files made here are appended to ``created``. ``called_again``: the sweep ran before (its runs'
+    agents are checked against the configurations' records).
     """
     experiments: list[Experiment] = []
     if root.is_dir():  # sweep_results.csv or sweep.json of a killed call
@@ -294,6 +300,7 @@ def _plan(
             tag_prefix=f"{name}/",
             first_task_id=task_id,
             resume=resume,
+            continuing=called_again,
         )
         task_id += len(specs)
         manifest[ownership.LOCK_KEY] = os.path.relpath(root / LOCK_FILE, exp_dir)  # the sweep's lock covers it

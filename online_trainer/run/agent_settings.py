@@ -145,8 +145,9 @@ def record_settings(exp_dir: str | os.PathLike, settings: dict[str, Any]) -> Non
         tmp.unlink(missing_ok=True)
 
 
-def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: str) -> None:
-    """Raise unless ``settings`` (run ``run``'s agent in a resumed call) are those of the agent the experiment trained.
+def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: str, how: str = "resume=True") -> None:
+    """Raise unless ``settings`` (run ``run``'s agent in a call that continues the experiment, ``how``: a resumed
+    call, a sweep called again) are those of the agent the experiment trained.
 
     The class is compared, and every setting both sides record (an attribute one of them lacks is not). A
     configuration of a sweep that has no record of its own (it had not started) is compared with the other
@@ -182,7 +183,7 @@ def check_settings(exp_dir: str | os.PathLike, settings: dict[str, Any], run: st
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
         files = " and ".join(repr(os.fspath(agent_path(p))) for p in sources)
         raise ValueError(
-            f"resume=True continues the experiment in {os.fspath(exp_dir)!r} with {whose}, but {run}'s "
+            f"{how} continues the experiment in {os.fspath(exp_dir)!r} with {whose}, but {run}'s "
             f"agent differs: {shown}. Its runs would not all train the same agent. Call it with the agent factory it "
             "was made with (the same arguments, the same code), or start a new experiment in another exp_dir. "
             f"(If a setting named here is not one you chose, such as a time or a "

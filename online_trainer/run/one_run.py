@@ -82,6 +82,9 @@ class RunSpec:
     """Put before ``run_{i}`` in callback tags, so the configurations of a sweep stay apart."""
     resume: bool = False
     """Continue from the run's full checkpoint (``Run{i}_Resume.pkl``) when it has one."""
+    continuing: bool = False
+    """The run adds to an experiment an earlier call made (a resumed call, a sweep called again): its agent is
+    compared with the one the experiment trained (``agent.json``) before its first step."""
     log_levels: dict[str, int] | None = None
     """In a worker process of the local pool: the levels of the parent's loggers that have one (``""``: the root),
     at which the worker logs to the parent's handlers (None: as the process is)."""
@@ -231,9 +234,12 @@ def prepare_agent(spec: RunSpec, env: Any) -> Any:
     check_agent(agent, spec.agent_factory.source, spec.train)
     if spec.train and spec.exp_dir is not None:  # what it says of itself as built, before reset and set_hp
         settings = agent_settings.agent_settings(agent)
-        if spec.resume:
-            agent_settings.check_settings(spec.exp_dir, settings, spec.name)
-        else:  # a resume records nothing: with agent.json removed (see the refusal), its runs go on unchecked
+        if spec.resume or spec.continuing:
+            how = "resume=True" if spec.resume else "A sweep called again"
+            agent_settings.check_settings(spec.exp_dir, settings, spec.name, how)
+        if (
+            not spec.resume
+        ):  # a resume records nothing: with agent.json removed (see the refusal), its runs go unchecked
             agent_settings.record_settings(spec.exp_dir, settings)
     if spec.train:
         spec.agent_factory.check_fresh(agent)

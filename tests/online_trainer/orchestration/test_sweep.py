@@ -709,3 +709,34 @@ def test_a_preempted_sweep_names_each_run_with_its_configuration(tmp_path):
     assert stopped.value.name in ("lr=0.5 run 1", "lr=0.5 run 2")
     statuses = {r["status"] for r in json.loads((tmp_path / "lr=0.5" / "manifest.json").read_text())["runs"]}
     assert "interrupted" in statuses
+
+
+class Wide(RecordingAgent):
+    """A RecordingAgent with a setting of its own, as a network's width."""
+
+    def __init__(self, env, width=64):
+        super().__init__(env)
+        self.width = width
+
+
+@pytest.mark.parametrize("resume", [False, True])
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_sweep_called_again_with_more_seeds_and_another_agent_is_refused_and_keeps_what_it_found(
+    tmp_path, resume, num_workers
+):
+    """N19: called again with more seeds and an agent built otherwise, a sweep trained the new seeds with the other
+    agent and pooled them in its ranking without a word (without resume=True), or, with resume=True and 2 workers,
+    computed the refusal and lost it to an IndexError, leaving a configuration's run 'running' in its manifest."""
+    kw = dict(num_episodes=3, seed_offset=0, execution=ExecutionOptions(num_workers=num_workers, progress=False))
+    grid = {"lr": [0.1, 0.5]}
+    OnlineTrainer(make_counting_vec(1), lambda env: Wide(env), exp_dir=tmp_path).sweep(grid, num_runs=1, **kw)
+    before = {p.name: (p / "manifest.json").read_bytes() for p in tmp_path.iterdir() if p.is_dir()}
+    again = OnlineTrainer(make_counting_vec(1), lambda env: Wide(env, width=16), exp_dir=tmp_path)
+    with pytest.raises(ValueError) as refused:
+        again.sweep(grid, num_runs=2, resume=resume, **kw)
+    how = "resume=True" if resume else "A sweep called again"
+    assert str(refused.value).startswith(f"{how} continues the experiment in ")
+    assert "agent differs: width 16 (it ran with 64)" in str(refused.value)
+    after = {p.name: (p / "manifest.json").read_bytes() for p in tmp_path.iterdir() if p.is_dir()}
+    assert after == before  # as the call found them: no run 2, none left running
+    assert not any(storage.metrics_path(tmp_path / name, 2).exists() for name in before)
