@@ -8,25 +8,71 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from online_trainer.callbacks.base import CallBack, takes_wall_times
+from online_trainer.callbacks.empty import EmptyCallBack
 from online_trainer.callbacks.rewind import held_by, rewind_run
 
 logger = logging.getLogger(__name__)
 
 
 def check_callback(value: Any, name: str) -> None:
-    """Raise TypeError unless ``value`` is a callback object: callable, with ``reset()`` and ``close()``.
+    """Raise TypeError unless ``value`` is a callback object: callable, with ``reset()`` and ``close()``, and with both
+    or neither of ``checkpoint()`` and ``rewind()`` of its own.
 
     Args:
         value: the object to check.
         name: how the user passed it, for the message (``trainer.call_back[1]``).
     """
+    if isinstance(value, type):
+        raise TypeError(
+            f"{name} must be a callback object, but got the class {value.__qualname__}: pass an instance, "
+            f"{value.__qualname__}(...)."
+        )
     missing = [attr for attr in ("__call__", "reset", "close") if not callable(getattr(value, attr, None))]
-    if missing or isinstance(value, type):
+    if len(missing) == 3:  # no sink at all: a name, a path, a list of its own
         raise TypeError(
             f"{name} must be a callback object (callable, with reset() and close()), but got {value!r}: use e.g. "
             "online_trainer.callbacks.TBCallBack(log_dir=exp_dir), online_trainer.callbacks.CSVCallback(path) or "
             "online_trainer.callbacks.EmptyCallBack()."
         )
+    if missing:
+        lacks = " and ".join(
+            f"{attr}()" if attr != "__call__" else "__call__(data, tag, step, force=False)" for attr in missing
+        )
+        raise TypeError(
+            f"{name} must be a callback object (callable, with reset() and close()), but {value!r} lacks {lacks}: "
+            "subclass online_trainer.callbacks.CallBack, which has them all (see docs/how-to/write-a-sink.md), or use "
+            "a shipped sink, e.g. online_trainer.callbacks.TBCallBack(log_dir=exp_dir)."
+        )
+    own = {method: _defines(value, method) for method in ("checkpoint", "rewind")}
+    if own["checkpoint"] != own["rewind"]:
+        has, lacks = ("rewind", "checkpoint") if own["rewind"] else ("checkpoint", "rewind")
+        harm = (
+            "a resumed run would call rewind(run_tag, None), which removes everything the run logged"
+            if has == "rewind"
+            else "a resumed run's points after its checkpoint would never be cut back, and would be held twice"
+        )
+        raise TypeError(
+            f"{name}: {type(value).__qualname__} defines {has}() but not {lacks}(): {harm}. Define {lacks}() too "
+            "(checkpoint(run_tag) returns where the sink's outputs stand; rewind(run_tag, position) cuts them back "
+            "to it: see docs/how-to/write-a-sink.md), or neither."
+        )
+
+
+def _defines(callback: Any, method: str) -> bool:
+    """Whether ``callback`` has ``method`` of its own, not :class:`CallBack`'s, which does nothing."""
+    found = getattr(type(callback), method, None)
+    return callable(found) and found is not getattr(CallBack, method)
+
+
+def sinks_not_cut_back(callback: Any) -> list[str]:
+    """The class names of ``callback``'s sinks (itself, or each of a :class:`MultiCallback`'s) that a resume cannot cut
+    back to a run's checkpoint: without ``checkpoint()`` and ``rewind()`` of their own. EmptyCallBack keeps nothing."""
+    sinks = callback.callbacks if isinstance(callback, MultiCallback) else [callback]
+    return [
+        type(sink).__qualname__
+        for sink in sinks
+        if not isinstance(sink, EmptyCallBack) and not (_defines(sink, "checkpoint") and _defines(sink, "rewind"))
+    ]
 
 
 class MultiCallback(CallBack):

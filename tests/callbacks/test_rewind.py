@@ -283,6 +283,9 @@ def test_a_rewind_given_since_leaves_what_was_logged_before_it_and_a_sink_withou
         def __init__(self) -> None:
             self.calls = []
 
+        def checkpoint(self, run_tag):
+            return {"lines": 0}
+
         def rewind(self, run_tag, position):
             self.calls.append((run_tag, position))
 

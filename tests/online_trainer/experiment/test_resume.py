@@ -986,3 +986,68 @@ def test_a_resume_averages_on_from_the_calls_a_tb_point_was_waiting_for(tmp_path
     run("cut", resume=True)
     whole, cut = tb_scalars(tmp_path / "whole"), tb_scalars(tmp_path / "cut")
     assert len(whole["agents/loss/run_1"]) > 60 and whole == cut
+
+
+class Lines:
+    """A sink of one's own without checkpoint() and rewind(), as write-a-sink.md's first example: it keeps lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple] = []
+
+    def __call__(self, data, tag, step, force=False):
+        self.lines += [(tag, step, key) for key in data]
+
+    def reset(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_resume_with_a_sink_that_cannot_be_cut_back_says_so_naming_it_and_the_runs(tmp_path, caplog):
+    """W19: write-a-sink.md's own TsvCallBack lost 101 episodes of a run after a kill and a resume, and a sink with
+    neither checkpoint() nor rewind() held 34 episodes twice: nothing said so."""
+    import logging
+
+    kw = dict(total_steps=600, seed_offset=0, checkpoint_freq=200, progress=False)
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = [JsonlCallback(tmp_path / "log.jsonl"), Lines()]
+    with pytest.raises(KeyboardInterrupt):
+        trainer.multi_run(2, hooks=[Crash(450)], **kw)
+    caplog.set_level(logging.WARNING, logger="online_trainer")
+    trainer.multi_run(2, resume=True, **kw)
+    said = [r.getMessage() for r in caplog.records if "cannot be cut back" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "Lines cannot be cut back to the runs' checkpoints (it has no checkpoint() and rewind() of its own): what it "
+        "logged of run_1 after its last checkpoint is held twice once it runs again"
+    ), said
+
+
+def test_a_sink_with_rewind_but_no_checkpoint_is_refused_when_it_is_given():
+    """W19: a sink whose checkpoint() was left at the base's (None) had rewind(run_tag, None) called for a run that
+    continued from its checkpoint, which removed every point before it: 1,392 rows gone without a word."""
+    from online_trainer.callbacks import CallBack
+
+    class RewindOnly(CallBack):
+        def rewind(self, run_tag, position, since=None):
+            pass
+
+    class CheckpointOnly(CallBack):
+        def checkpoint(self, run_tag):
+            return {"rows": 0}
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    with pytest.raises(TypeError, match=r"trainer.call_back: .*RewindOnly defines rewind\(\) but not checkpoint\(\): "):
+        trainer.call_back = RewindOnly()
+    with pytest.raises(TypeError, match=r"trainer.call_back\[1\]: .*CheckpointOnly defines checkpoint\(\) but not "):
+        trainer.call_back = [TBCallBack("unused"), CheckpointOnly()]
+
+    class NoClose:
+        def __call__(self, data, tag, step, force=False):
+            pass
+
+        def reset(self):
+            pass
+
+    with pytest.raises(TypeError, match=r"lacks close\(\): subclass online_trainer.callbacks.CallBack"):
+        trainer.call_back = NoClose()
