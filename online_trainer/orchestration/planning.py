@@ -473,7 +473,15 @@ def execute_experiments(
         raise
     resuming.settle_rewound(refused=False)  # the runs went on (or their jobs will): the cut stands
     if callback is not None:
-        callback.close()
+        try:
+            callback.close()
+        except Exception as exc:  # the runs ended as recorded: as a worker's close() after its run (W19)
+            logger.error(
+                "the callback's close() raised after the runs ended: %s: %s (the runs' records are whole; the "
+                "sink's last points may be missing from its files)",
+                type(exc).__name__,
+                exc,
+            )
     return handle
 
 

@@ -519,3 +519,27 @@ def test_the_kernel_kills_a_worker_the_moment_its_lifeline_closes(tmp_path, star
         assert pool.workers[1].process.is_alive()
     finally:
         pool.close()
+
+
+class CloseRaises(CallBack):
+    """A sink whose close() raises every time: what it held was written at each run's end (end_run)."""
+
+    def __call__(self, data, tag, step, force=False):
+        pass
+
+    def close(self):
+        raise OSError("could not release the database")
+
+
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_sink_whose_close_raises_leaves_finished_runs_finished_whatever_the_workers(tmp_path, caplog, num_workers):
+    """W19: with 2 workers each finished run was recorded failed (and a resume did it again from step 0); with 1 the
+    runs finished, the call raised a bare OSError, and all_metrics.pkl was not written."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.call_back = CloseRaises()
+    with deadline(60), caplog.at_level(logging.ERROR):
+        runs = trainer.multi_run(2, num_episodes=5, seed_offset=0, num_workers=num_workers, progress=False)
+    assert [len(run) for run in runs] == [5, 5] and (tmp_path / "all_metrics.pkl").is_file()
+    statuses = [entry["status"] for entry in json.loads((tmp_path / "manifest.json").read_text())["runs"]]
+    assert statuses == ["finished", "finished"]
+    assert "close() raised after the run" in caplog.text and "could not release the database" in caplog.text
