@@ -146,6 +146,9 @@ def check_picklable(objects: Mapping[str, Any], backend: str = "processes") -> N
             fix = (
                 "Create a hook's locks, open files, threads and processes in its on_run_start, not in its __init__"
                 if name.startswith("hooks")
+                else "Open a sink's files and connections on its first write, in the process that writes, and list "
+                "the attributes holding them in its _unpicklable (see docs/how-to/write-a-sink.md)"
+                if name.startswith("trainer.call_back")
                 else "Pass a factory that builds it inside the worker (for envs: online_trainer.envs.make_env(...) "
                 "or a function returning gym.make_vec(...)), keep locks, open files and processes out of it"
             )

@@ -287,8 +287,8 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
 
     def dump(file: Any) -> None:
         counted = _Checksummed(file)
-        pickle.dump(header, counted, protocol=pickle.HIGHEST_PROTOCOL)
-        try:
+        try:  # the header holds the callback's position too (W19: a lock in it failed the run naming no part)
+            pickle.dump(header, counted, protocol=pickle.HIGHEST_PROTOCOL)
             cloudpickle.dump(state, counted, protocol=pickle.HIGHEST_PROTOCOL)
         except (TypeError, AttributeError, pickle.PicklingError) as exc:
             raise TypeError(

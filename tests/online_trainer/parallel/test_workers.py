@@ -1029,3 +1029,28 @@ def test_a_preemption_signal_a_warm_worker_got_between_calls_does_not_stop_its_n
     runs = json.loads((tmp_path / "manifest.json").read_text())["runs"]
     assert [(run["status"], run["global_step"]) for run in runs] == [("finished", 100_000)] * 2
     shutdown_workers()
+
+
+def test_a_sink_that_cannot_travel_is_told_how_a_sink_opens_what_it_holds(tmp_path):
+    """W19: a sink holding an open sqlite3 connection was told to pass a factory "(for envs: ...make_env...)", not what
+    write-a-sink.md teaches (open on the first write, _unpicklable)."""
+    import sqlite3
+
+    from online_trainer.callbacks import CallBack
+
+    class Eager(CallBack):
+        def __init__(self, path):
+            self.db = sqlite3.connect(path)
+
+        def __call__(self, data, tag, step, force=False):
+            pass
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+    trainer.call_back = Eager(tmp_path / "db.sqlite")
+    with pytest.raises(TypeError) as refused:
+        trainer.multi_run(2, num_episodes=1, num_workers=2, progress=False)
+    assert "trainer.call_back=" in str(refused.value) and "cannot be sent to worker processes" in str(refused.value)
+    assert "list the attributes holding them in its _unpicklable (see docs/how-to/write-a-sink.md)" in str(
+        refused.value
+    )
+    assert not (tmp_path / "exp").exists()

@@ -241,6 +241,33 @@ def test_a_checkpoint_part_that_does_not_pickle_is_named_with_the_fix(tmp_path):
     )
 
 
+def test_a_callback_checkpoint_that_does_not_pickle_is_named_with_the_fix(tmp_path):
+    """W19: a sink's checkpoint() returning a lock failed the run with "cannot pickle '_thread.lock' object", from
+    the checkpoint's header, naming neither the sink nor checkpoint()."""
+    import threading
+
+    from online_trainer import RunsFailedError
+    from online_trainer.callbacks import CallBack
+
+    class Locked(CallBack):
+        def __call__(self, data, tag, step, force=False):
+            pass
+
+        def checkpoint(self, run_tag):
+            return {"where": threading.Lock()}
+
+        def rewind(self, run_tag, position, since=None):
+            pass
+
+    t = trainer(tmp_path)
+    t.call_back = Locked()
+    with pytest.raises(RunsFailedError) as failed:
+        t.multi_run(1, **KW)
+    assert "what the callback's checkpoint() returned does not pickle (TypeError: cannot pickle '_thread.lock'" in str(
+        failed.value
+    )
+
+
 class SaveOnly(PPOAgent):
     """An agent with save() and no load() (PPOAgent's load hidden)."""
 
