@@ -217,6 +217,7 @@ def compare(
             "left_out_note": left_out_note(table, options.include_unfinished),  # run_scores logs it
             "scale_note": scale,
             "unscored_note": unscored,
+            "candidate_values": table.attrs.get("candidate_values", {}),
         },
     )
 

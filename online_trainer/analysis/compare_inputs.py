@@ -233,6 +233,11 @@ def load_candidates(data: Data, by: str | Sequence[str] | None, source: str) -> 
     _place_runs(df, (lambda experiment: experiment) if not by_cols else None)
     placed = [r["candidate"] for r in df.attrs.get(RUNS_ATTR) or [] if "candidate" in r]
     df.attrs["candidates"] = list(dict.fromkeys([*df["candidate"], *placed]))
+    if by_cols:  # each candidate's values of the by columns: the key the plots' group_by gives it (colors=)
+        values = df.drop_duplicates("candidate").set_index("candidate")[by_cols]
+        df.attrs["candidate_values"] = {
+            name: row[0] if len(row) == 1 else tuple(row) for name, row in zip(values.index, values.to_numpy().tolist())
+        }
     return _checked(df, source)
 
 

@@ -45,7 +45,8 @@ def _colors(comparison: Comparison, colors: Mapping[Any, Any] | None = None) -> 
     """Each candidate's colour: ``colors[candidate]`` where given, else the palette's by its place in name order, what
     the learning-curve plots of the same experiments give them (their groups come sorted)."""
     names = sorted(comparison.info["candidates"], key=str)
-    return dict(zip(names, group_colors(names, colors, what="candidate")))
+    values = comparison.info.get("candidate_values") or {}  # by="lr": 0.001 names lr=0.001, as in the plots' group_by
+    return dict(zip(names, group_colors(names, colors, what="candidate", aliases=[values.get(n) for n in names])))
 
 
 def _runs(comparison: Comparison) -> dict[str, int]:

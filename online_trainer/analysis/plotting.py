@@ -88,13 +88,21 @@ def _style(ax: Axes) -> None:
     ax.tick_params(labelsize=9, length=3)
 
 
-def group_colors(names: Sequence[Any], colors: Mapping[Any, Any] | None, what: str = "group") -> list[Any]:
-    """The colour of each of ``names`` (in sorted order): ``colors[name]`` where given, else the palette's colour of
-    its place, so that a group keeps its colour from figure to figure only as long as the same groups are drawn.
+def group_colors(
+    names: Sequence[Any],
+    colors: Mapping[Any, Any] | None,
+    what: str = "group",
+    aliases: Sequence[Any] | None = None,
+) -> list[Any]:
+    """The colour of each of ``names`` (in sorted order): ``colors[name]`` (or ``colors[alias]``, its other name: a
+    sweep's ``lr=0.001`` for the group of ``group_by="lr"`` valued 0.001, and the other way round) where given, else
+    the palette's colour of its place, so that a group keeps its colour from figure to figure only as long as the same
+    groups are drawn.
 
     Raises:
         ValueError: ``colors`` is not a mapping, names a group not drawn, or holds what matplotlib takes for no colour.
     """
+    aliases = list(aliases) if aliases is not None else [None] * len(names)
     palette = [COLORS[i % len(COLORS)] for i in range(len(names))]
     if colors is None:
         return palette
@@ -104,11 +112,13 @@ def group_colors(names: Sequence[Any], colors: Mapping[Any, Any] | None, what: s
             f"colors={{{names[0] if names else 'name'!r}: 'tab:blue'}}."
         )
     drawn = list(names)
-    unknown = [key for key in colors if key not in drawn]
+    known = [*drawn, *(alias for alias in aliases if alias is not None)]
+    unknown = [key for key in colors if key not in known]
     if unknown:
         raise ValueError(
             f"colors names {', '.join(map(repr, unknown))}, not a {what} of the data: its {what}s are "
-            f"{', '.join(map(repr, drawn))} (a group of several columns is a tuple of their values, in their order)."
+            f"{', '.join(_with_alias(name, alias) for name, alias in zip(drawn, aliases))} (a group of several columns "
+            "is a tuple of their values, in their order)."
         )
     bad = {key: value for key, value in colors.items() if not is_color_like(value)}
     if bad:
@@ -116,7 +126,19 @@ def group_colors(names: Sequence[Any], colors: Mapping[Any, Any] | None, what: s
             f"colors has {bad!r}: not a colour matplotlib knows; use a name ('tab:blue'), a hex string ('#0072B2') "
             "or an RGB tuple of values from 0 to 1."
         )
-    return [colors.get(name, default) for name, default in zip(drawn, palette)]
+    return [
+        colors.get(name, colors.get(alias, default) if alias is not None else default)
+        for name, alias, default in zip(drawn, aliases, palette)
+    ]
+
+
+def _with_alias(name: Any, alias: Any) -> str:
+    return repr(name) if alias is None or alias == name else f"{name!r} (or {alias!r})"
+
+
+def group_label(keys: dict) -> str | None:
+    """The group's name as its legend writes it (``lr=0.001``, an experiment's label): the other key of ``colors=``."""
+    return _label(keys, 0).rpartition(" (")[0] or None
 
 
 def group_name(keys: dict) -> Any:
@@ -273,7 +295,9 @@ def plot_learning_curves(
     thin, end_labels = 0.0, False
     labels: list[Annotation] = []
     drawn = list(groups(table, group_cols))
-    palette = group_colors([group_name(keys) for keys, _ in drawn], colors)
+    palette = group_colors(
+        [group_name(keys) for keys, _ in drawn], colors, aliases=[group_label(keys) for keys, _ in drawn]
+    )
     for i, ((keys, curve), color) in enumerate(zip(drawn, palette)):
         stretch, labelled = _draw_curve(ax, curve, x, keys, color, ci, lines, i, labels)
         thin, end_labels = max(thin, stretch), end_labels or labelled
@@ -478,7 +502,9 @@ def plot_final_performance(
     labels = []
     rows = list(groups(summary, group_cols))
     # each group's colour is its learning curve's (the groups in sorted order), whatever the order drawn (R11)
-    palette = group_colors([group_name(keys) for keys, _ in rows], colors)
+    palette = group_colors(
+        [group_name(keys) for keys, _ in rows], colors, aliases=[group_label(keys) for keys, _ in rows]
+    )
     if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
         order = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(float(rows[i][1][stat].iloc[0]), nan=-np.inf))
         rows, palette = [rows[i] for i in order], [palette[i] for i in order]

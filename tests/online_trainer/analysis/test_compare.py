@@ -350,6 +350,22 @@ def test_the_figures_take_a_colour_per_candidate(tmp_path):
         out.figures(colors={"c": "red"})
 
 
+def test_a_by_comparison_takes_the_colours_the_plots_group_by_takes(tmp_path):
+    """N19: compare(by="lr").figures(colors={0.001: ...}) was refused (its candidates are named 'lr=0.001'), while
+    the plots' group_by="lr" took only that key."""
+    from matplotlib.colors import to_hex
+
+    trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
+    trainer.sweep({"lr": [0.1, 0.5]}, num_runs=2, num_episodes=12, seed_offset=0, progress=False)
+    out = compare(tmp_path, by="lr", n_resamples=100)
+    for colors in ({0.5: "#ff0000"}, {"lr=0.5": "#ff0000"}):
+        drawn = {
+            line.get_label(): to_hex(line.get_color())
+            for line in out.figures(colors=colors)["profiles"].axes[0].get_lines()
+        }
+        assert drawn["lr=0.5 (n=2)"] == "#ff0000", drawn
+
+
 def test_a_sweep_compares_its_configurations(tmp_path):
     trainer = OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=tmp_path)
     ranking = trainer.sweep({"lr": [0.1, 0.2, 0.3]}, num_runs=3, num_episodes=8, seed_offset=0, progress=False)

@@ -471,3 +471,14 @@ def test_colors_keep_a_groups_colour_whatever_other_groups_are_drawn():
 def test_colors_that_name_no_group_or_no_colour_are_refused(colors, match):
     with pytest.raises(ValueError, match=match):
         plot_learning_curves(synthetic(), colors=colors)
+
+
+def test_one_colors_mapping_serves_a_group_by_its_value_or_its_label():
+    """N19: plot_final_performance(group_by="lr") took {0.001: ...} and compare(by="lr").figures() took
+    {"lr=0.001": ...}, each refusing the other's key: one figure set needed two dictionaries."""
+    by_label = plot_learning_curves(synthetic(), group_by="lr", colors={"lr=0.01": "#ff0000"})
+    assert line_colors(by_label)["lr=0.01 (4 runs)"] == "#ff0000"
+    finals = plot_final_performance(synthetic(), group_by="lr", colors={"lr=0.01": "#ff0000"})
+    assert any(np.allclose(c.get_facecolor()[0][:3], (1, 0, 0)) for c in finals.axes[0].collections)
+    with pytest.raises(ValueError, match=r"its groups are 0.001 \(or 'lr=0.001'\), 0.01 \(or 'lr=0.01'\)"):
+        plot_learning_curves(synthetic(), group_by="lr", colors={"lr=0.1": "red"})
