@@ -181,7 +181,20 @@ class MLflowCallback(CallBack):
     def setup(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> None:
         """Create (or open) the store, the experiment and one MLflow run per run number, here, once."""
         self._owner = True
-        self._experiments[self._key(exp_dir)] = self._prepare(exp_dir, runs)
+        try:
+            prepared = self._prepare(exp_dir, runs)
+        except Exception as exc:
+            # a server that answers, but not as MLflow's (another service on that port: V19 got MLflow's 404 and the
+            # page's HTML, naming no argument)
+            if not self.tracking_uri or type(exc).__name__ != "MlflowException":
+                raise
+            said = (str(exc).strip().splitlines() or [""])[0][:300]
+            raise ConnectionError(
+                f"MLflowCallback(tracking_uri={self.tracking_uri!r}): what answers there is not an MLflow tracking "
+                f"store ({said}). Check the address and port of the tracking server (`mlflow server` prints them); "
+                "nothing was run."
+            ) from exc
+        self._experiments[self._key(exp_dir)] = prepared
 
     def _prepare(self, exp_dir: str | os.PathLike | None, runs: Mapping[int, int]) -> _Experiment:
         if self.tracking_uri:

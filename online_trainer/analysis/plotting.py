@@ -19,6 +19,7 @@ import logging
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
@@ -63,6 +64,12 @@ def _load(data: Data) -> pd.DataFrame:
         "data must be a DataFrame of episodes, an experiment directory or a list of them, "
         f"got {type(data).__name__}: {data!r:.80}."
     )
+
+
+def directory_label(data: Any) -> str | None:
+    """The label one experiment directory has among others (its name: a sweep's ``lr=0.01``), when ``data`` is one
+    directory, whose table then has no ``experiment`` column: the name ``colors=`` may give its runs (V19)."""
+    return Path(data).resolve().name if isinstance(data, (str, os.PathLike)) else None
 
 
 def _figure_of(ax: Axes) -> Figure:
@@ -133,6 +140,8 @@ def group_colors(
 
 
 def _with_alias(name: Any, alias: Any) -> str:
+    if name is None:  # no group column: every run pooled in one
+        return f"{alias!r}" if alias is not None else "None (every run pooled: give colors={None: ...})"
     return repr(name) if alias is None or alias == name else f"{name!r} (or {alias!r})"
 
 
@@ -295,8 +304,11 @@ def plot_learning_curves(
     thin, end_labels = 0.0, False
     labels: list[Annotation] = []
     drawn = list(groups(table, group_cols))
+    pooled = directory_label(data)
     palette = group_colors(
-        [group_name(keys) for keys, _ in drawn], colors, aliases=[group_label(keys) for keys, _ in drawn]
+        [group_name(keys) for keys, _ in drawn],
+        colors,
+        aliases=[group_label(keys) or (pooled if not keys else None) for keys, _ in drawn],
     )
     for i, ((keys, curve), color) in enumerate(zip(drawn, palette)):
         stretch, labelled = _draw_curve(ax, curve, x, keys, color, ci, lines, i, labels)
@@ -502,8 +514,11 @@ def plot_final_performance(
     labels = []
     rows = list(groups(summary, group_cols))
     # each group's colour is its learning curve's (the groups in sorted order), whatever the order drawn (R11)
+    pooled = directory_label(data)
     palette = group_colors(
-        [group_name(keys) for keys, _ in rows], colors, aliases=[group_label(keys) for keys, _ in rows]
+        [group_name(keys) for keys, _ in rows],
+        colors,
+        aliases=[group_label(keys) or (pooled if not keys else None) for keys, _ in rows],
     )
     if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
         order = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(float(rows[i][1][stat].iloc[0]), nan=-np.inf))

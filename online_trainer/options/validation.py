@@ -151,9 +151,10 @@ def seed_offset(value: Any, num_runs: int | None = None) -> int | None:
     if value is not None and num_runs is not None and value > seeding.highest_seed_offset(num_runs):
         last = seeding.run_seed(int(value), num_runs)
         raise ValueError(
-            f"seed_offset={value!r} with num_runs={num_runs} gives run {num_runs} the seed {last} (its sub-envs "
-            f"{last} + j), but training seeds must stay below 2**31 = {seeding.SEED_LIMIT}: evaluations add 2**31 "
-            "to them, and np.random.seed takes no seed of 2**32 or more. Use a seed_offset of at most "
+            f"seed_offset={value!r} with num_runs={num_runs} gives run {num_runs} the seed {last}, and its sub-envs "
+            f"the seeds up to {last + seeding.SEED_STRIDE - 1} (seed + j, j below {seeding.SEED_STRIDE}), but "
+            f"training seeds must stay below 2**31 = {seeding.SEED_LIMIT}: evaluations add 2**31 to them, and "
+            "np.random.seed takes no seed of 2**32 or more. Use a seed_offset of at most "
             f"{seeding.highest_seed_offset(num_runs)} (2**31 - 10000 * num_runs)."
         )
     return None if value is None else int(value)

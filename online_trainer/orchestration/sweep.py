@@ -41,6 +41,7 @@ from online_trainer.experiment.resuming import (
     env_description,
     runs_left,
 )
+from online_trainer.loop import seeding
 from online_trainer.options import validation
 from online_trainer.options.derived import call_record
 from online_trainer.options.groups import RunPlan
@@ -193,6 +194,14 @@ def run_sweep(
         # without resume=True (N19: new seeds trained another network, pooled in the ranking without a word)
         called_again = (root / SWEEP_FILE).is_file()
         seed = _sweep_seed(root, seed_offset, options.budget, created, num_runs)
+        if seed > seeding.highest_seed_offset(num_runs):  # the recorded base, with more seeds than it ran (V19)
+            raise ValueError(
+                f"The sweep in {root} runs from base seed {seed} (recorded in {SWEEP_FILE}), with which "
+                f"num_runs={num_runs} would give run {num_runs} the seed {seeding.run_seed(seed, num_runs)}: training "
+                f"seeds must stay below 2**31 (see docs/explanation/seeds.md). This sweep takes at most "
+                f"num_runs={(seeding.SEED_LIMIT - seed) // seeding.SEED_STRIDE}; for more seeds, sweep into another "
+                "exp_dir with a smaller seed_offset."
+            )
         experiments, planned = _plan(
             parts,
             root,

@@ -462,9 +462,11 @@ def execute_run(spec: RunSpec, progress: Progress | None = None) -> RunResult:
             ctx = events.hooks.ctx
             ctx.global_step, ctx.episodes, ctx.resumed = resumed_from.global_step, resumed_from.episodes, True
             events.load_state_dict(saved.events)  # the bar too shows where the run stood
-        elif render and tracker.wants_frame():
-            try:
-                tracker.add_frames(env.render())
+        elif render:
+            try:  # a trigger that keeps no frame of the first episode: drawn once all the same, as a check (V19)
+                frame = env.render()
+                if tracker.wants_frame():
+                    tracker.add_frames(frame)
             except Exception as exc:  # before the first env step: an env that cannot draw stops every run (D19)
                 if hasattr(exc, "add_note"):  # Python 3.11+
                     exc.add_note(

@@ -232,3 +232,25 @@ def test_a_sqlite_store_in_a_directory_that_does_not_exist_is_refused(tmp_path):
         f"MLflowCallback(tracking_uri={uri!r}): the directory of the store, {tmp_path}/missing/sub, does not exist."
     )
     assert not (tmp_path / "missing").exists() and not (tmp_path / "exp").exists()
+
+
+def test_a_tracking_uri_where_something_else_answers_is_refused_naming_it(tmp_path):
+    """V19: a plain HTTP server at the tracking_uri gave MLflow's "error code 404 != 200" and the page's HTML."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp")
+        trainer.call_back = MLflowCallback(tracking_uri=uri)
+        with pytest.raises(ConnectionError) as refused:
+            trainer.multi_run(1, num_episodes=2, progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(refused.value).startswith(
+        f"MLflowCallback(tracking_uri={uri!r}): what answers there is not an MLflow tracking store ("
+    )
+    assert not (tmp_path / "exp").exists()

@@ -69,3 +69,29 @@ def test_a_curve_of_one_evaluation_draws_its_interval(tmp_path):
     (bar,) = bars
     low, high = sorted(bar.get_ydata())
     assert low < 20.0 < high and bar.get_xdata()[0] == bar.get_xdata()[1]
+
+
+def test_one_directory_drawn_alone_takes_its_colour_by_its_name(tmp_path):
+    """V19: plot_learning_curves("sw/lr=0.01", colors={"lr=0.01": ...}) was refused: "its groups are None"."""
+    from matplotlib.colors import to_hex
+
+    from online_trainer import plot_final_performance, plot_learning_curves
+
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path)
+    trainer.sweep(
+        {"lr": [0.1]},
+        num_runs=2,
+        total_steps=200,
+        seed_offset=0,
+        progress=False,
+        evaluation=EvaluationOptions(freq=100, episodes=2),
+    )
+    alone = tmp_path / "lr=0.1"
+    for plot in (plot_learning_curves, plot_evaluation_curves):
+        figure = plot(alone, colors={"lr=0.1": "#ff0000"})
+        assert {to_hex(line.get_color()) for line in figure.axes[0].get_lines() if line.get_label() == "2 runs"} == {
+            "#ff0000"
+        }
+    plot_final_performance(alone, colors={"lr=0.1": "#ff0000"})
+    with pytest.raises(ValueError, match=r"its groups are 'lr=0.1'"):
+        plot_learning_curves(alone, colors={"lr=0.5": "red"})

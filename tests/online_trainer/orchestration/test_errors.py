@@ -71,10 +71,10 @@ def test_a_seed_offset_whose_runs_seeds_pass_2_to_the_31_is_refused_before_any_r
     with pytest.raises(ValueError) as caught:
         OnlineTrainer(factory, RecordingAgent, exp_dir=exp).multi_run(3, num_episodes=1, seed_offset=highest + 1)
     assert str(caught.value) == (
-        f"seed_offset={highest + 1} with num_runs=3 gives run 3 the seed {highest + 20_001} (its sub-envs "
-        f"{highest + 20_001} + j), but training seeds must stay below 2**31 = 2147483648: evaluations add 2**31 to "
-        "them, and np.random.seed takes no seed of 2**32 or more. Use a seed_offset of at most 2147453648 "
-        "(2**31 - 10000 * num_runs)."
+        f"seed_offset={highest + 1} with num_runs=3 gives run 3 the seed {highest + 20_001}, and its sub-envs the "
+        f"seeds up to {highest + 30_000} (seed + j, j below 10000), but training seeds must stay below 2**31 = "
+        "2147483648: evaluations add 2**31 to them, and np.random.seed takes no seed of 2**32 or more. Use a "
+        "seed_offset of at most 2147453648 (2**31 - 10000 * num_runs)."
     )
     assert factory.steps == 0 and not exp.exists()
     with pytest.raises(ValueError, match=r"seed_offset=4294967296 with num_runs=2 gives run 2 the seed 4294977296"):
@@ -82,6 +82,17 @@ def test_a_seed_offset_whose_runs_seeds_pass_2_to_the_31_is_refused_before_any_r
     assert factory.steps == 0 and not exp.exists()
     records = OnlineTrainer(factory, RecordingAgent, exp_dir=exp).multi_run(3, num_episodes=1, seed_offset=highest)
     assert [run[0]["agent_seed"] for run in records] == [highest, highest + 10_000, highest + 20_000]
+    # V19: a sweep called again without seed_offset ran its recorded base with more seeds, past 2**31
+    sweep = OnlineTrainer(factory, RecordingAgent, exp_dir=tmp_path / "sweep")
+    sweep.sweep([{}], num_runs=2, num_episodes=1, seed_offset=2**31 - 20_000, progress=False)
+    before = (tmp_path / "sweep" / "default" / "manifest.json").read_bytes()
+    with pytest.raises(
+        ValueError,
+        match=r"runs from base seed 2147463648 \(recorded in sweep.json\), with which "
+        r"num_runs=5 would give run 5 the seed 2147503648.*at most num_runs=2",
+    ):
+        sweep.sweep([{}], num_runs=5, num_episodes=1, progress=False)
+    assert (tmp_path / "sweep" / "default" / "manifest.json").read_bytes() == before
 
 
 def test_a_drawn_base_seed_leaves_room_for_every_run():
@@ -1107,8 +1118,8 @@ class CannotDraw(gym.Wrapper):
         raise ModuleNotFoundError("pygame is not installed")
 
 
-@pytest.mark.parametrize("num_workers", [1, 2])
-def test_an_env_whose_first_render_raises_stops_every_run_and_keeps_nothing(tmp_path, num_workers):
+@pytest.mark.parametrize(("num_workers", "trigger"), [(1, None), (2, None), (1, 2)])
+def test_an_env_whose_first_render_raises_stops_every_run_and_keeps_nothing(tmp_path, num_workers, trigger):
     """D19: the first frame is drawn before the first env step, yet each run failed on its own (RunsFailedError, global
     step 0), left 0-byte metrics files and an experiment that refused the corrected call."""
     exp_dir = tmp_path / "exp"
@@ -1117,8 +1128,13 @@ def test_an_env_whose_first_render_raises_stops_every_run_and_keeps_nothing(tmp_
         return gym.vector.SyncVectorEnv([lambda: CannotDraw(gym.make("CartPole-v1", render_mode="rgb_array"))])
 
     with pytest.raises(ModuleNotFoundError, match="pygame is not installed") as raised:
-        OnlineTrainer(make, RecordingAgent, exp_dir=exp_dir).multi_run(
-            2, num_episodes=2, seed_offset=0, progress=False, num_workers=num_workers
+        OnlineTrainer(make, RecordingAgent, exp_dir=exp_dir).multi_run(  # V19: a trigger keeping no first frame
+            2,
+            num_episodes=2,
+            seed_offset=0,
+            progress=False,
+            num_workers=num_workers,
+            records=RecordOptions(frames_trigger=trigger),
         )
     notes = raised.value.__notes__
     assert any(
