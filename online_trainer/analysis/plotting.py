@@ -145,6 +145,17 @@ def _with_alias(name: Any, alias: Any) -> str:
     return repr(name) if alias is None or alias == name else f"{name!r} (or {alias!r})"
 
 
+def _palette(groups_drawn: Sequence[dict], colors: Mapping[Any, Any] | None, data: Any) -> list[Any]:
+    """The colours of the groups of a figure (their keys, in sorted order), as :func:`group_colors` gives them; the one
+    group of a single directory's runs is named by the directory too."""
+    pooled = directory_label(data)
+    return group_colors(
+        [group_name(keys) for keys in groups_drawn],
+        colors,
+        aliases=[group_label(keys) or (pooled if not keys else None) for keys in groups_drawn],
+    )
+
+
 def group_label(keys: dict) -> str | None:
     """The group's name as its legend writes it (``lr=0.001``, an experiment's label): the other key of ``colors=``."""
     return _label(keys, 0).rpartition(" (")[0] or None
@@ -304,12 +315,7 @@ def plot_learning_curves(
     thin, end_labels = 0.0, False
     labels: list[Annotation] = []
     drawn = list(groups(table, group_cols))
-    pooled = directory_label(data)
-    palette = group_colors(
-        [group_name(keys) for keys, _ in drawn],
-        colors,
-        aliases=[group_label(keys) or (pooled if not keys else None) for keys, _ in drawn],
-    )
+    palette = _palette([keys for keys, _ in drawn], colors, data)
     for i, ((keys, curve), color) in enumerate(zip(drawn, palette)):
         stretch, labelled = _draw_curve(ax, curve, x, keys, color, ci, lines, i, labels)
         thin, end_labels = max(thin, stretch), end_labels or labelled
@@ -514,12 +520,7 @@ def plot_final_performance(
     labels = []
     rows = list(groups(summary, group_cols))
     # each group's colour is its learning curve's (the groups in sorted order), whatever the order drawn (R11)
-    pooled = directory_label(data)
-    palette = group_colors(
-        [group_name(keys) for keys, _ in rows],
-        colors,
-        aliases=[group_label(keys) or (pooled if not keys else None) for keys, _ in rows],
-    )
+    palette = _palette([keys for keys, _ in rows], colors, data)
     if group_by is None:  # experiments, or a sweep's configurations: best first, as a sweep ranks them
         order = sorted(range(len(rows)), key=lambda i: -np.nan_to_num(float(rows[i][1][stat].iloc[0]), nan=-np.inf))
         rows, palette = [rows[i] for i in order], [palette[i] for i in order]
