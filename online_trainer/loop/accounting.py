@@ -54,7 +54,8 @@ class EpisodeTracker:
         frames_trigger: which episodes keep their frames: ``k`` (episodes ``k, 2k, ...``), a
             callable ``episode_index -> bool`` (asked once per episode), or None (every one).
             The others' records hold no frames. With one sub-env the frames an episode will
-            not keep are not even rendered (see :meth:`wants_frame`), unless ``render_each_step``.
+            not keep are not rendered (see :meth:`wants_frame`), unless ``render_each_step`` (the run draws the first
+            frame once whatever the trigger, as its check that the env draws).
         render_each_step: call ``env.render()`` at every step whatever the trigger: the env's
             ``render()`` hands over the frames drawn since its last call (``rgb_array_list``).
         agent_seed: the run's seed, in every record.
