@@ -327,7 +327,7 @@ def _check_env(env: Any, frames_trigger: Any = None) -> None:
         )
     if frames_trigger is not None and render_mode not in FRAME_RENDER_MODES:
         raise ValueError(
-            f"frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
+            f"records.frames_trigger={frames_trigger!r} picks the training episodes that keep their frames, but "
             f"the env's render_mode is {render_mode!r}: make the env with render_mode='rgb_array' "
             f"(or one of {list(FRAME_RENDER_MODES)}), or drop frames_trigger."
         )

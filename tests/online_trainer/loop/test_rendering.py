@@ -102,7 +102,7 @@ def test_frames_trigger_needs_an_env_that_renders_frames(tmp_path):
     for render_mode in (None, "human"):
         with pytest.raises(
             ValueError,
-            match=rf"frames_trigger=2 picks the training episodes that keep their frames, "
+            match=rf"records.frames_trigger=2 picks the training episodes that keep their frames, "
             rf"but the env's render_mode is {render_mode!r}",
         ):
             OnlineTrainer(
