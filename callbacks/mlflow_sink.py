@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import io
 import itertools
 import logging
 import os
@@ -328,7 +330,13 @@ class MLflowCallback(CallBack):
             uri, run_id, _ = self._active
             self._active, self._resumption = None, None
             self._names.clear()
-            self._client(uri).set_terminated(run_id, mlflow_status)
+            # MLflow writes "View run ... at: URL" to stdout for a tracking server, two lines a run (V20): logged
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                self._client(uri).set_terminated(run_id, mlflow_status)
+            for line in printed.getvalue().splitlines():
+                if line.strip():
+                    logger.info("MLflow: %s", line.strip())
 
     def __call__(self, data: Mapping[str, Any], tag: str, step: int, force: bool = False) -> None:
         now = time.time()

@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from online_trainer.analysis.dataframes import load_evaluations
-from online_trainer.analysis.plotting import STAT_LABELS, directory_label, plot_learning_curves
+from online_trainer.analysis.plotting import STAT_LABELS, directory_label, group_colors, plot_learning_curves
 from online_trainer.analysis.selection import describe_runs, ident_columns, select_runs
 from online_trainer.analysis.yaxis import YLim
 
@@ -164,7 +164,8 @@ def plot_evaluation_curves(
         else []
     )
     label = directory_label(data)  # one directory: its runs pooled, which colors may name by it
-    if colors is not None and label is not None and "experiment" not in table.columns and label in colors:
+    if colors is not None and label is not None and "experiment" not in table.columns:
+        group_colors([None], colors, aliases=[label])  # refused naming the directory, as the other plots do (V20)
         colors = {None if key == label else key: value for key, value in colors.items()}
     figure = plot_learning_curves(
         table,

@@ -79,15 +79,17 @@ def optuna_objective(
     except ImportError as exc:
         raise ImportError("optuna_objective needs Optuna: pip install -e '.[optuna]' (or pip install optuna).") from exc
     from online_trainer.orchestration.sweep import (  # as OnlineTrainer.sweep: not at import
+        SWEEP_FILE,
         _recorded_seed,
         check_ranking,
     )
 
     check_ranking(num_runs, metric, last_k)  # a trial that raises is recorded in the study, as failed
     if trainer.exp_dir is not None:
+        root = Path(trainer.exp_dir)  # a study that ran before: its trials' sweep checks the recorded base seed
         _recorded_seed(
-            Path(trainer.exp_dir),
-            validation.seed_offset(seed_offset, num_runs),
+            root,
+            validation.seed_offset(seed_offset, None if (root / SWEEP_FILE).is_file() else num_runs),
             validation.budget(num_episodes, total_steps),
         )
 

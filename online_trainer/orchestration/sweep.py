@@ -180,7 +180,10 @@ def run_sweep(
         )
     resume = validation.boolean("resume", resume)
     num_runs, last_k = check_ranking(num_runs, metric, last_k)
-    seed_offset = validation.seed_offset(seed_offset, num_runs)
+    # a sweep that ran before checks its recorded base with the runs asked for once it has read it, saying what this
+    # sweep takes (V20: the multi_run advice, a smaller seed_offset, was then refused as not the sweep's own)
+    ran_before = (Path(trainer.exp_dir) / SWEEP_FILE).is_file()
+    seed_offset = validation.seed_offset(seed_offset, None if ran_before else num_runs)
     grid = expand_grid(configurations)
     execution = execution.capped(len(grid) * num_runs)
     parts = trainer.parts

@@ -254,3 +254,22 @@ def test_a_tracking_uri_where_something_else_answers_is_refused_naming_it(tmp_pa
         f"MLflowCallback(tracking_uri={uri!r}): what answers there is not an MLflow tracking store ("
     )
     assert not (tmp_path / "exp").exists()
+
+
+def test_what_mlflow_prints_as_a_run_ends_is_logged_not_printed(tmp_path, capsys, caplog, monkeypatch):
+    """V20: with a tracking server, MLflow wrote "View run run_1 at: URL" and "View experiment at: URL" to stdout as each
+    run ended, two lines a run, where the library prints nothing but progress."""
+    import sys
+
+    callback = MLflowCallback(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+
+    class Client:  # what MLflow's client does for a tracking server, where a file store prints nothing
+        def set_terminated(self, run_id, status):
+            sys.stdout.write(f"View run {run_id} at: http://host/#/runs/{run_id}\n")
+
+    monkeypatch.setattr(callback, "_client", lambda uri: Client())
+    callback._active = ("uri", "abc", None)
+    with caplog.at_level(logging.INFO, logger="online_trainer"):
+        callback._end_active("FINISHED")
+    assert capsys.readouterr().out == ""
+    assert "MLflow: View run abc at: http://host/#/runs/abc" in caplog.text

@@ -92,6 +92,9 @@ def test_a_seed_offset_whose_runs_seeds_pass_2_to_the_31_is_refused_before_any_r
         r"num_runs=5 would give run 5 the seed 2147503648.*at most num_runs=2",
     ):
         sweep.sweep([{}], num_runs=5, num_episodes=1, progress=False)
+    # V20: with its own seed_offset given, it was told to use a smaller one, which the sweep then refused as not its own
+    with pytest.raises(ValueError, match=r"runs from base seed 2147463648 .*This sweep takes at most num_runs=2"):
+        sweep.sweep([{}], num_runs=3, num_episodes=1, seed_offset=2**31 - 20_000, progress=False)
     assert (tmp_path / "sweep" / "default" / "manifest.json").read_bytes() == before
 
 
