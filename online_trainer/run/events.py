@@ -116,7 +116,7 @@ class RunEvents:
         why = _no_full_checkpoint(spec, agent)
         if why is None:
             assert spec.exp_dir is not None  # _no_full_checkpoint says so without one
-            full_checkpoint.write(spec.exp_dir, spec.run_idx, self._full_state(loop))
+            full_checkpoint.write(spec.exp_dir, spec.run_idx, self._full_state(loop), callback=spec.callback)
         if self.preempted:
             raise Preempted(
                 spec.run_idx, loop.global_step, why is None, why or "", spec.exp_dir is not None, name=spec.name

@@ -275,8 +275,10 @@ class _Checksummed:
         return self.file.write(data)
 
 
-def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
+def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint, callback: Any = None) -> None:
     """Write run ``run_idx``'s full checkpoint atomically (a kill while writing leaves the previous one).
+
+    ``callback``: the run's, named when what its ``checkpoint()`` returned does not pickle.
 
     The file is two pickles of plain data: a small header (:meth:`CheckpointHeader.to_state`), which
     the parent reads to check the version and cut outputs back, then :meth:`FullCheckpoint.to_state`.
@@ -292,15 +294,17 @@ def write(exp_dir: str, run_idx: int, checkpoint: FullCheckpoint) -> None:
             cloudpickle.dump(state, counted, protocol=pickle.HIGHEST_PROTOCOL)
         except (TypeError, AttributeError, pickle.PicklingError) as exc:
             raise TypeError(
-                f"the full checkpoint of run {run_idx} cannot be written: {_unpicklable_part(state)}"
+                f"the full checkpoint of run {run_idx} cannot be written: {_unpicklable_part(state, callback)}"
             ) from exc
         file.write(_TRAILER.pack(_TRAILER_MARK, counted.length, counted.crc))
 
     storage.write_atomic(storage.resume_path(exp_dir, run_idx), dump)
 
 
-def _unpicklable_part(state: dict[str, Any]) -> str:
-    """Which part of a checkpoint does not pickle (a hook's ``state_dict()``, the agent's ``save()``, ...), and the fix."""
+def _unpicklable_part(state: dict[str, Any], callback: Any = None) -> str:
+    """Which part of a checkpoint does not pickle (a hook's ``state_dict()``, the agent's ``save()``, ...), and the fix;
+    the callback by its class (V19: "the callback's checkpoint()" named no sink)."""
+    sink = "" if callback is None else f" ({type(callback).__qualname__})"
     parts: list[tuple[str, Any, str]] = [
         (
             f"hook {key}'s state_dict()",
@@ -311,7 +315,7 @@ def _unpicklable_part(state: dict[str, Any]) -> str:
     ]
     parts += [
         ("the agent's save()", state["agent"], "return what pickles (tensors, arrays, dicts of them) from it"),
-        ("the callback's checkpoint()", state["outputs"], "return plain data from it"),
+        (f"the callback's checkpoint(){sink}", state["outputs"], "return plain data from it"),
     ]
     for name, value, fix in parts:
         try:

@@ -263,8 +263,9 @@ def test_a_callback_checkpoint_that_does_not_pickle_is_named_with_the_fix(tmp_pa
     t.call_back = Locked()
     with pytest.raises(RunsFailedError) as failed:
         t.multi_run(1, **KW)
-    assert "what the callback's checkpoint() returned does not pickle (TypeError: cannot pickle '_thread.lock'" in str(
-        failed.value
+    assert (
+        "what the callback's checkpoint() (test_a_callback_checkpoint_that_does_not_pickle_is_named_with_the_fix."
+        "<locals>.Locked) returned does not pickle (TypeError: cannot pickle '_thread.lock'" in str(failed.value)
     )
 
 
