@@ -358,6 +358,8 @@ class DQNAgent(AgentBase):
         self.gradient_steps_done = int(state["gradient_steps"])
         if "report" in state:
             loss_sum, q_sum, n_logged = state["report"]
-            self._loss_sum, self._q_sum = torch.tensor(loss_sum), torch.tensor(q_sum)
+            # on the agent's device: the next update adds its CUDA losses to them (a checkpoint loads on the CPU)
+            self._loss_sum = torch.tensor(loss_sum, device=self.device)
+            self._q_sum = torch.tensor(q_sum, device=self.device)
             self._n_logged = int(n_logged)
         self._set_lr()

@@ -378,4 +378,6 @@ class SACAgent(AgentBase):
         self.gradient_steps_done = int(state["gradient_steps"])
         if "report" in state:
             stats, n_logged = state["report"]
-            self._stats, self._n_logged = {key: torch.tensor(value) for key, value in stats.items()}, int(n_logged)
+            # on the agent's device: the next update adds its CUDA statistics to them (a checkpoint loads on the CPU)
+            self._stats = {key: torch.tensor(value, device=self.device) for key, value in stats.items()}
+            self._n_logged = int(n_logged)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from online_trainer.agents import DQNAgent, PPOAgent
+from online_trainer.agents import DQNAgent, PPOAgent, SACAgent
 from online_trainer.agents._networks import flush_denormals, resolve_device
 from online_trainer.agents._schedules import parse_schedule, progress_remaining
 from tests.agents.conftest import run_loop
+from tests.agents.toys import TargetEnv, vector
 
 
 def test_linear_schedule_as_rl_zoo_writes_it():
@@ -88,6 +89,23 @@ def test_agents_accept_device_auto(cls, corridor):
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     net = agent.q_net if cls is DQNAgent else agent.policy
     assert agent.device.type == expected and next(net.parameters()).device.type == expected
+
+
+@pytest.mark.filterwarnings("ignore:.*meta parameter")  # the networks on the stand-in device load nothing
+@pytest.mark.parametrize("cls", [DQNAgent, SACAgent])
+def test_a_loaded_report_in_progress_is_on_the_agents_device(cls, corridor):
+    """A checkpoint loads on the CPU; the sums of a report in progress must go to the agent's device, where its
+    next update adds its losses (a resumed DQN on CUDA failed with 'Expected all tensors to be on the same device')."""
+    env = corridor(1) if cls is DQNAgent else vector(TargetEnv, 1)
+    small = {"learning_starts": 10, "batch_size": 8, "hidden_sizes": (8,), "log_interval": 1000}
+    agent = cls(env, seed=0, **small)
+    run_loop(env, agent, 40, call_back=lambda report: None)  # the sums are kept for a call_back
+    state = agent.save()
+    other = cls(env, seed=0, **small)
+    other.device = torch.device("meta")  # stands in for a CUDA device: not the CPU the state was loaded on
+    other.load(state)
+    sums = [other._loss_sum, other._q_sum] if cls is DQNAgent else list(other._stats.values())
+    assert sums and all(total.device.type == "meta" for total in sums)
 
 
 def test_dqn_checkpoint_holds_the_buffer_only_when_asked(corridor, tmp_path):
