@@ -39,6 +39,7 @@ def wait_command(args: argparse.Namespace) -> int:
         )
     handle = SlurmRuns.of(exp_dir)
     status = 0
+    said = True  # a line on stdout before the table, which a blank line then sets apart
     if not handle.runs:
         manifest = storage.read_manifest(exp_dir)
         on_slurm = manifest.get("backend") == "slurm"
@@ -60,7 +61,8 @@ def wait_command(args: argparse.Namespace) -> int:
         # said before anything is settled: a job cancelled while queued was recorded (its ERROR logged) first, and the
         # line after it still listed that job (S18); wait() settles it among the runs it counts
         jobs = ", ".join(str(job) for job in dict.fromkeys(handle.unended_job_ids()))
-        if jobs:
+        said = bool(jobs)
+        if said:
             print(f"Waiting for the Slurm jobs of {exp_dir}: {jobs}", flush=True)
         try:  # also when every job has ended: it raises for the runs that failed
             handle.wait(progress=not args.no_progress, poll_interval=args.poll)
@@ -75,7 +77,8 @@ def wait_command(args: argparse.Namespace) -> int:
             return 130
         if handle.unfinished_notes():  # wait() logged them: runs a resume continues, not failed ones
             status = 1
-    print()
+    if said:
+        print()
     print(final_table(load_episodes(exp_dir), configured_last_k([exp_dir])))
     return status
 

@@ -71,6 +71,9 @@ def _bar(**kwargs: Any) -> Any:
     if _text_bars() and not _terminal():
         in_notebook = _text_in_notebook()
         kwargs.setdefault("mininterval", 1.0 if in_notebook else 30.0)
+        # tqdm's monitor thread redraws a bar not drawn for maxinterval (10 s by default): in a log, a line every
+        # 10-20 s with nothing new (S21)
+        kwargs.setdefault("maxinterval", max(kwargs["mininterval"], 10.0))
         if not in_notebook:  # a notebook's output redraws a line after "\r"; a log file does not
             kwargs.setdefault("file", _LogLines(sys.stderr))
     return tqdm(dynamic_ncols=True, **kwargs)
@@ -439,6 +442,10 @@ class ProgressDisplay:
                 self.overall.total -= bar.total - bar.n
                 _widget(self.overall, max=self.overall.total)
             self._remove_bar(key)
+        elif status in ("stopped_early", "failed"):  # it never started (a Slurm job cancelled while queued), or was
+            # requeued and then cancelled: what it did not do is not to come (S21: the bar ended at 67%)
+            self.overall.total -= self.total - self.requeued.get(key, 0)
+            _widget(self.overall, max=self.overall.total)
         self.requeued.pop(key, None)
         if status == "setup_failed":  # the call stops here: no run ended, none will
             self.stopped = True

@@ -446,6 +446,20 @@ def test_ctrl_c_stops_the_wait_not_the_jobs_and_says_how_to_wait_again(experimen
     assert f"stopped waiting; the jobs go on. Wait again with:\n  online-trainer wait {experiment}" in captured.err
 
 
+def test_wait_on_slurm_jobs_that_have_all_ended_prints_the_table_alone(experiment, capsys, monkeypatch):
+    """S21: `online-trainer wait` after the jobs ended printed an empty line before the table, setting it apart from
+    nothing."""
+    from online_trainer.parallel.slurm_handle import SlurmRuns
+
+    monkeypatch.setattr(SlurmRuns, "of", classmethod(lambda cls, exp_dir: cls([(str(exp_dir), 1)], "slurm")))
+    monkeypatch.setattr(SlurmRuns, "unended_job_ids", lambda self: [])
+    monkeypatch.setattr(SlurmRuns, "wait", lambda self, progress=True, poll_interval=2.0: None)
+    monkeypatch.setattr(SlurmRuns, "unfinished_notes", lambda self: [])
+    assert cli.main(["wait", str(experiment), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Final return of each run"), out[:80]
+
+
 def test_show_marks_left_out_runs_and_runs_without_episodes(mixed, capsys, caplog):
     with caplog.at_level("WARNING"):
         assert cli.main(["show", str(mixed), "--last-k", "2"]) == 0

@@ -103,6 +103,27 @@ def test_runs_that_ended_before_the_display_followed_them_count_as_ended(clock, 
     assert "240/240" in last and "3/3 runs ended, 1 failed" in last, last
 
 
+def test_runs_that_fail_without_a_bar_take_what_they_left_off_the_total(clock, capsys):
+    """S21: a job cancelled while queued under `online-trainer wait` kept its budget in the total: the bar ended at
+    "80000/120000 ... 3/3 runs ended, 1 failed" with a time still to go. A run requeued and then cancelled keeps
+    what it had done."""
+    shown = display.ProgressDisplay(4, 100, "steps")
+    for key in (1, 2):
+        shown.open_run(key, f"run {key}", 100, "steps")
+        shown.advance(key, 60, 1.0)
+    shown.run_requeued(2)  # back in the queue at 60 steps, then cancelled there
+    shown.run_finished(2, "failed")
+    shown.run_finished(3, "failed")  # cancelled before it started
+    shown.advance(1, 40, 1.0)
+    shown.run_finished(1, "finished")
+    shown.open_run(4, "run 4", 100, "steps")
+    shown.advance(4, 100, 1.0)
+    shown.run_finished(4, "finished")
+    shown.close_all()
+    last = capsys.readouterr().err.splitlines()[-1]
+    assert "260/260" in last and "4/4 runs ended, 2 failed" in last, last
+
+
 def test_a_requeued_run_leaves_the_running_count_and_what_it_redoes_comes_off_once_it_starts_again(clock, capsys):
     """After ``scontrol requeue`` the display counted the run as running while its job waited in the queue ("3
     running" with 2 workers), and kept the steps its restart does again (tester S7); while it waits, its progress
@@ -235,3 +256,11 @@ def _read_all(fd: int) -> bytes:
             break
         data += chunk
     return data
+
+
+def test_a_logs_bars_are_not_redrawn_by_tqdms_monitor_between_their_30_s_lines(clock):
+    """S21: piped, the display wrote "0/3 runs ended, 2 running" at 0:30, 0:50, 1:00 and 1:20: tqdm's monitor thread
+    redraws a bar not drawn for its maxinterval (10 s by default), under the log's 30 s interval."""
+    shown = display.ProgressDisplay(2, 100, "steps")
+    shown.open_run(1, "run 1", 100, "steps")
+    assert shown.overall.mininterval == 30.0 and shown.overall.maxinterval >= 30.0
