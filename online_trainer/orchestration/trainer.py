@@ -405,7 +405,8 @@ class OnlineTrainer:
         Each run's agent is rebuilt with this trainer's agent factory and its checkpoint
         loaded (``agent.load``), switched to ``eval()``, and plays ``evaluation.episodes`` complete
         episodes on an env seeded with the run's eval seed, exactly as evaluations during
-        training do: evaluating ``"last"`` repeats the run's final evaluation.
+        training do: evaluating ``"last"`` with the experiment's ``evaluation.episodes`` repeats the run's final
+        evaluation, episode for episode (another number of episodes spreads them over the sub-envs otherwise).
 
         Args:
             which: ``"last"`` (``Run{i}_Last``), ``"best"`` (``Run{i}_Best_agent.t``) or ``"all"``
