@@ -677,7 +677,10 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
         for path in moving.iterdir():
             os.replace(path, exp_dir / path.name)
         moving.rmdir()
-        logger.info("overwrite=True: a call killed as it set the earlier experiment in %s aside: put back", exp_dir)
+        logger.warning(
+            "exp_dir %s: a call with overwrite=True was killed as it set the earlier experiment aside: put back",
+            exp_dir,
+        )
     aside = exp_dir / storage.SET_ASIDE_DIR
     if not aside.is_dir():
         return
@@ -685,7 +688,12 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     if left and not (cut_off and not _left_results(left)):
         kept = _put_back_foreign(aside, exp_dir)
         shutil.rmtree(aside)
-        logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
+        # the end of a call with overwrite=True (info), or a later call finishing what a killed one began: said (F21)
+        (logger.warning if cut_off else logger.info)(
+            "overwrite=True: removed the earlier experiment in %s%s",
+            exp_dir,
+            " (set aside by a call with overwrite=True that was killed after its runs started)" if cut_off else "",
+        )
         if kept:
             logger.warning(
                 "overwrite=True: %d file(s) in %s have the names of an experiment's files but were not written by "
@@ -704,7 +712,14 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     for path in aside.iterdir():
         os.replace(path, exp_dir / path.name)  # over an input file the call wrote, if any
     aside.rmdir()
-    logger.info("overwrite=True: no run started, so the earlier experiment in %s was put back as it was", exp_dir)
+    if cut_off:  # a later call puts back what a killed one had set aside: said, not only logged at info (F21)
+        logger.warning(
+            "exp_dir %s: a call with overwrite=True was killed before any of its runs started: the earlier "
+            "experiment it had set aside is put back as it was",
+            exp_dir,
+        )
+    else:
+        logger.info("overwrite=True: no run started, so the earlier experiment in %s was put back as it was", exp_dir)
 
 
 # TensorBoard's own naming of event files (events.out.tfevents.{unix time}.{host}...): the sink's, an agent's own

@@ -219,22 +219,27 @@ def test_an_earlier_experiment_is_refused_with_the_public_error_that_lists_it(tm
     assert snapshot(tmp_path) == before
 
 
-def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path):
-    """A call killed while its runs were being set up leaves the earlier experiment aside: the next call puts it back."""
+def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path, caplog):
+    """A call killed while its runs were being set up leaves the earlier experiment aside: the next call puts it back,
+    and says so (F21: logged at info only, the experiment came back without a word)."""
     before = earlier_experiment(tmp_path)
     aside = tmp_path / storage.SET_ASIDE_DIR
     aside.mkdir()
     for path in storage.existing_experiment_files(tmp_path):
         path.rename(aside / path.name)
-    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+    with caplog.at_level("WARNING"), pytest.raises(FileExistsError, match="already holds an earlier experiment"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
         )
     assert snapshot(tmp_path) == before
+    assert (
+        f"exp_dir {tmp_path}: a call with overwrite=True was killed before any of its runs started: the earlier "
+        "experiment it had set aside is put back as it was" in caplog.text
+    )
     assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
 
 
-def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_is_put_back(tmp_path):
+def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_is_put_back(tmp_path, caplog):
     """An overwrite=True call killed as its runs started leaves its own manifest (and empty streams) beside the
     earlier experiment it set aside. The next call, refused, deleted the earlier experiment: the manifest made it
     look as if the killed call's runs had begun."""
@@ -260,10 +265,14 @@ def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_
         path.rename(aside / path.name)
     (tmp_path / "manifest.json").write_text(json.dumps(killed))
     (tmp_path / "metrics_run1.pkl").write_bytes((aside / "metrics_run1.pkl").read_bytes())
-    with pytest.raises(FileExistsError, match=r"whose runs did not all end \(0 of 2 did.*resume=True to continue"):
+    caplog.clear()
+    with caplog.at_level("WARNING"), pytest.raises(
+        FileExistsError, match=r"whose runs did not all end \(0 of 2 did.*resume=True to continue"
+    ):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
         )
+    assert "removed the earlier experiment in" in caplog.text and "killed after its runs started" in caplog.text
     assert not aside.exists() and sorted(p.name for p in storage.existing_experiment_files(tmp_path)) == [
         "manifest.json",
         "metrics_run1.pkl",
@@ -526,7 +535,7 @@ def test_a_failed_run_whose_end_cannot_be_recorded_is_named_on_the_disk_error(tm
 
 
 @pytest.mark.parametrize("moved", [2, -3])
-def test_an_experiment_a_killed_overwrite_was_moving_aside_is_put_back_whole(tmp_path, moved):
+def test_an_experiment_a_killed_overwrite_was_moving_aside_is_put_back_whole(tmp_path, moved, caplog):
     """overwrite=True moved the earlier experiment into .replaced/ one file at a time: killed part way, the next
     call took the files still in place for the killed call's own and deleted them, or deleted .replaced/ whole:
     the final agents, or the CSV, JSONL and W&B files, were lost (tester J3)."""
@@ -535,11 +544,12 @@ def test_an_experiment_a_killed_overwrite_was_moving_aside_is_put_back_whole(tmp
     moving.mkdir()
     for path in storage.existing_experiment_files(tmp_path)[:moved]:
         path.rename(moving / path.name)
-    with pytest.raises(FileExistsError, match="already holds an earlier experiment"):
+    with caplog.at_level("WARNING"), pytest.raises(FileExistsError, match="already holds an earlier experiment"):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
         )
     assert snapshot(tmp_path) == before and not moving.exists()
+    assert "was killed as it set the earlier experiment aside: put back" in caplog.text
 
 
 def test_overwrite_moves_the_earlier_experiment_aside_whole_before_it_writes(tmp_path, monkeypatch):
