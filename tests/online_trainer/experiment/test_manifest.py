@@ -266,8 +266,9 @@ def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_
     (tmp_path / "manifest.json").write_text(json.dumps(killed))
     (tmp_path / "metrics_run1.pkl").write_bytes((aside / "metrics_run1.pkl").read_bytes())
     caplog.clear()
-    with caplog.at_level("WARNING"), pytest.raises(
-        FileExistsError, match=r"whose runs did not all end \(0 of 2 did.*resume=True to continue"
+    with (
+        caplog.at_level("WARNING"),
+        pytest.raises(FileExistsError, match=r"whose runs did not all end \(0 of 2 did.*resume=True to continue"),
     ):
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
