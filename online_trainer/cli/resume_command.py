@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from online_trainer.cli.run_command import PATH_ERRORS, disk_error, failed, interrupted, multi_run_kwargs, print_outcome
+from online_trainer.cli.run_command import (
+    PATH_ERRORS,
+    disk_error,
+    failed,
+    interrupted,
+    multi_run_kwargs,
+    print_outcome,
+    runs_ended,
+)
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
@@ -55,6 +65,12 @@ def resume_command(args: argparse.Namespace) -> int:
         config = load_experiment_config(exp_dir / CONFIG_YAML, [])
     except ConfigError as exc:  # the file was edited (its execution section may be): say which file holds the mistake
         raise ConfigError(f"{exp_dir / CONFIG_YAML}: {exc}") from exc
+    if not (exp_dir / storage.MANIFEST_FILE).is_file():  # a config.yaml alone: refused by multi_run in Python's words
+        raise ConfigError(
+            f"{exp_dir} holds {CONFIG_YAML} but no experiment (no {storage.MANIFEST_FILE}): nothing was run there to "
+            f"resume. Run it with: online-trainer run {shlex.quote(os.fspath(exp_dir / CONFIG_YAML))} "
+            f"exp_dir={shlex.quote(os.fspath(exp_dir))}"
+        )
     refuse_edits(exp_dir, config)
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
@@ -64,13 +80,13 @@ def resume_command(args: argparse.Namespace) -> int:
         print(f"Every run of {exp_dir} had ended ({counts[1]} of {counts[1]}): nothing to resume.", flush=True)
     else:
         print(f"Resuming {exp_dir}", flush=True)
-    status, handle = 0, None
+    handle, failure = None, None
     try:
         handle = trainer.multi_run(
             config.num_runs, resume=True, **multi_run_kwargs(config, progress=not args.no_progress)
         )
     except RunsFailedError as exc:
-        status = failed(exc, exp_dir)
+        failure = exc
     except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted): resumed again by the same command
         return interrupted(exp_dir)
     except (TypeError, ValueError, FileNotFoundError) as exc:
@@ -82,8 +98,9 @@ def resume_command(args: argparse.Namespace) -> int:
                     f"{exc} Here the agent is the one {exp_dir / CONFIG_YAML}'s agent section builds, which is as the "
                     "experiment ran: if the agent's code changed since, put it back."
                 ) from exc
+            said = str(exc).replace("overwrite=True", "overwrite=true")  # the command's spelling (C21)
             raise ConfigError(
-                f"{exc} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
+                f"{said} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
                 "experiment ran, put the value back there."
             ) from exc
         raise ConfigError(str(exc)) from exc
@@ -91,7 +108,9 @@ def resume_command(args: argparse.Namespace) -> int:
         if isinstance(exc, PATH_ERRORS):
             raise
         return disk_error(exc, exp_dir)
-    print_outcome(handle, exp_dir, config.last_k)
+    with runs_ended():
+        status = 0 if failure is None else failed(failure, exp_dir)
+        print_outcome(handle, exp_dir, config.last_k)
     return status
 
 

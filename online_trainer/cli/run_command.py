@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,11 @@ def refusal(config: ExperimentConfig, exc: ExperimentExistsError) -> ConfigError
             "or add overwrite=true to replace it (its records and checkpoints are deleted), or exp_dir=<another path>."
         )
         return ConfigError("\n".join(lines))
+    if not exc.earlier:  # input files alone (a config.yaml put there by hand): no experiment (C21)
+        return ConfigError(
+            f"exp_dir={config.exp_dir!r} holds no experiment but input files of another config ({names}): move them "
+            "out, add overwrite=true to replace them, or exp_dir=<another path>."
+        )
     return ConfigError(
         f"exp_dir={config.exp_dir!r} already holds an experiment ({names}): add overwrite=true "
         "to replace it, or exp_dir=<another path>."
@@ -244,13 +251,13 @@ def run_command(args: argparse.Namespace) -> int:
         trainer = CommandTrainer(config, _resolved_text(config, os.fspath(args.config), list(args.overrides)))
     except (TypeError, ValueError) as exc:
         raise ConfigError(str(exc)) from exc
-    status, handle = 0, None
+    handle, failure = None, None
     try:
         handle = trainer.multi_run(
             config.num_runs, overwrite=config.overwrite, **multi_run_kwargs(config, progress=not args.no_progress)
         )
     except RunsFailedError as exc:
-        status = failed(exc, exp_dir)
+        failure = exc
     except ExperimentExistsError as exc:
         raise refusal(config, exc) from exc
     except KeyboardInterrupt:  # Ctrl-C, or a preemption signal (Preempted)
@@ -261,8 +268,24 @@ def run_command(args: argparse.Namespace) -> int:
         if isinstance(exc, PATH_ERRORS):  # a path of the config: its usage error
             raise
         return disk_error(exc, exp_dir)
-    print_outcome(handle, exp_dir, config.last_k)
+    with runs_ended():
+        status = 0 if failure is None else failed(failure, exp_dir)
+        print_outcome(handle, exp_dir, config.last_k)
     return status
+
+
+@contextlib.contextmanager
+def runs_ended() -> Iterator[None]:
+    """Every run has ended (or been handed to Slurm): what is left is printing. A preemption signal now has nothing to
+    stop (resume.md: a signal that comes as the last runs end stops none), so SIGTERM and SIGUSR1 are ignored until
+    the command has said its outcome: by their default action they ended it with status 143, the preempted one, after
+    every run had finished (C21)."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def print_outcome(handle: Any, exp_dir: Path, last_k: int) -> None:

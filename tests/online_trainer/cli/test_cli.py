@@ -1578,3 +1578,81 @@ def test_a_raw_score_refusal_for_the_eval_env_names_its_section(tmp_path, capsys
     assert "in the eval env's sub-envs a TimeLimit(max_episode_steps=5) wraps it" in err
     assert "In a config: evaluation.env.kwargs: {max_episode_steps: N}, or list gymnasium.wrappers:TimeLimit" in err
     assert "in evaluation.env.wrappers." in err
+
+
+def test_resume_of_a_folder_holding_a_config_alone_says_to_run_it(tmp_path, capsys):
+    """C21: it printed "Resuming", then multi_run's words: "resume=True, but exp_dir=... holds no experiment", an
+    option the command has not."""
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    (folder / "config.yaml").write_text(TINY)
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir())
+    assert cli.main(["resume", str(folder), "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    assert "Resuming" not in captured.out and "resume=True" not in captured.err
+    assert (
+        f"{folder} holds config.yaml but no experiment (no manifest.json): nothing was run there to resume. Run it "
+        f"with: online-trainer run {folder / 'config.yaml'} exp_dir={folder}" in captured.err
+    )
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in folder.iterdir()) == before
+
+
+def test_resume_of_an_edited_budget_gives_the_commands_spelling(tmp_path, capsys):
+    """C21: the refusal of an edited total budget advised `overwrite=True`, Python's spelling."""
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
+    config = exp_dir / "config.yaml"
+    config.write_text(config.read_text().replace("num_episodes: 6", "num_episodes: 7"))
+    capsys.readouterr()
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "num_episodes" in err and "overwrite=true" in err and "overwrite=True" not in err
+
+
+def test_a_run_into_a_folder_with_another_configs_input_files_alone_is_not_told_it_holds_an_experiment(
+    tmp_path, capsys
+):
+    """C21: a folder holding the user's own notes.txt, config.yaml and args.yaml "already holds an experiment"."""
+    exp_dir = tmp_path / "mine"
+    exp_dir.mkdir()
+    for name in ("notes.txt", "config.yaml", "args.yaml"):
+        (exp_dir / name).write_text("mine\n")
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 2
+    err = capsys.readouterr().err
+    assert f"exp_dir={str(exp_dir)!r} holds no experiment but input files of another config (" in err
+    assert "move them out, add overwrite=true to replace them, or exp_dir=<another path>." in err
+    assert {p.name: p.read_text() for p in exp_dir.iterdir()} == dict.fromkeys(
+        ("notes.txt", "config.yaml", "args.yaml"), "mine\n"
+    )
+
+
+TERMINATED_AS_IT_PRINTS = """\
+import os, signal, sys
+from online_trainer.cli import main, resume_command, run_command
+
+def outcome(*args, _print=run_command.print_outcome):
+    os.kill(os.getpid(), signal.SIGTERM)  # as a cluster stops the job, once every run has ended
+    _print(*args)
+
+run_command.print_outcome = resume_command.print_outcome = outcome
+sys.exit(main.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_a_sigterm_once_every_run_ended_leaves_the_command_its_own_exit_status(tmp_path, command):
+    """C21: SIGTERM after the last run finished ended `run` (and `resume`) by its default action, status 143, the
+    preempted one, without a word: a wrapper that requeues on 143 requeued a finished experiment."""
+    config, exp_dir = write_config(tmp_path), tmp_path / "exp"
+    if command == "resume":
+        assert run(str(config), f"exp_dir={exp_dir}") == 0
+    script = tmp_path / "terminated.py"
+    script.write_text(TERMINATED_AS_IT_PRINTS)
+    argv = [command, str(config), f"exp_dir={exp_dir}"] if command == "run" else [command, str(exp_dir)]
+    done = subprocess.run([sys.executable, str(script), *argv, "--no-progress"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "Final return of each run" in done.stdout
+    assert [entry["status"] for entry in json.loads((exp_dir / "manifest.json").read_text())["runs"]] == [
+        "finished",
+        "finished",
+    ]
