@@ -21,7 +21,7 @@ from online_trainer.cli.run_command import (
 )
 from online_trainer.config.builders import CONFIG_YAML, factories_from_config
 from online_trainer.config.loading import dump_yaml, load_experiment_config
-from online_trainer.config.schema import CALLBACKS, ConfigError, ExperimentConfig
+from online_trainer.config.schema import ConfigError, ExperimentConfig, make_callback
 from online_trainer.errors import RunsFailedError
 from online_trainer.experiment.manifest import ended_runs
 from online_trainer.orchestration.trainer import OnlineTrainer
@@ -74,7 +74,7 @@ def resume_command(args: argparse.Namespace) -> int:
     refuse_edits(exp_dir, config)
     make_env, make_agent = factories_from_config(exp_dir)
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
-    trainer.call_back = CALLBACKS[config.callback](exp_dir)
+    trainer.call_back = make_callback(config.callback, exp_dir)
     counts = ended_runs(exp_dir)
     if counts is not None and counts[0] == counts[1]:  # it said "Resuming" and printed the table (tester D14)
         print(f"Every run of {exp_dir} had ended ({counts[1]} of {counts[1]}): nothing to resume.", flush=True)

@@ -27,9 +27,9 @@ from online_trainer.config.builders import (
 )
 from online_trainer.config.loading import dump_yaml, load_experiment_config
 from online_trainer.config.schema import (
-    CALLBACKS,
     ConfigError,
     ExperimentConfig,
+    make_callback,
 )
 from online_trainer.errors import ExperimentExistsError, RunsFailedError
 from online_trainer.experiment.manifest import how_to_continue, unfinished_runs
@@ -62,7 +62,7 @@ class CommandTrainer(OnlineTrainer):
             train=config.train,
             args=config.to_dict(),
         )
-        self.call_back = CALLBACKS[config.callback](Path(config.exp_dir))
+        self.call_back = make_callback(config.callback, Path(config.exp_dir))
         self.config_yaml, self.description = config_yaml, _describe(config)
 
     def input_files(self) -> dict[str, str | None]:

@@ -40,6 +40,7 @@ from online_trainer.callbacks import (
     EmptyCallBack,
     JsonlCallback,
     MLflowCallback,
+    MultiCallback,
     TBCallBack,
     WandbCallback,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "EnvConfig",
     "ExperimentConfig",
     "eval_env_config",
+    "make_callback",
 ]
 
 JSONL_FILE = "callback.jsonl"
@@ -83,6 +85,33 @@ CALLBACK_ALIASES = {
     "basiccallback": "basic",
 }
 """Other names users give the callbacks (lowercase): a ``callback`` near one of them is answered with its name."""
+
+_one_sink = validation.choice(tuple(CALLBACKS), aliases=CALLBACK_ALIASES)
+
+
+def _check_sinks(name: str, value: str | list[str]) -> str | list[str]:
+    """One sink's name, or a list of them (each once): ``callback: [tb, jsonl]`` logs to both."""
+    if isinstance(value, str):
+        return _one_sink(name, value)
+    if not value:
+        raise ValueError(
+            f"{name}=[] names no sink: give one ({', '.join(CALLBACKS)}) or a list of them ('empty' logs nothing)."
+        )
+    for index, item in enumerate(value):
+        _one_sink(f"{name}[{index}]", item)
+    twice = sorted({item for item in value if value.count(item) > 1})
+    if twice:
+        raise ValueError(f"{name}={value!r} names {', '.join(twice)} more than once: list each sink once.")
+    return value
+
+
+def make_callback(names: str | Sequence[str], exp_dir: Path) -> CallBack:
+    """The sink a config's ``callback`` names, writing into ``exp_dir``: one, or a :class:`MultiCallback` of several."""
+    if isinstance(names, str):
+        return CALLBACKS[names](exp_dir)
+    sinks = [CALLBACKS[name](exp_dir) for name in names]
+    return sinks[0] if len(sinks) == 1 else MultiCallback(sinks)
+
 
 VECTORIZATIONS = ("sync", "async")
 
@@ -223,11 +252,10 @@ class ExperimentConfig:
     """What the runs keep and log (section): ``stats_window``, ``score``, ..."""
     execution: ExecutionOptions = dataclasses.field(default_factory=ExecutionOptions)
     """How the runs execute (section): ``num_workers``, ``torch_threads``, ``start_method``, ..."""
-    callback: str = dataclasses.field(
-        default="tb", metadata={"check": validation.choice(tuple(CALLBACKS), aliases=CALLBACK_ALIASES)}
-    )
+    callback: str | list[str] = dataclasses.field(default="tb", metadata={"check": _check_sinks})
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
-    ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies)."""
+    ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies); or a
+    list of them, each logging every value (``[tb, jsonl]``)."""
     exp_dir: str | None = None
     """Experiment directory (relative to the working directory); null: ``runs/<config file stem>``."""
     train: bool = True

@@ -1656,3 +1656,32 @@ def test_a_sigterm_once_every_run_ended_leaves_the_command_its_own_exit_status(t
         "finished",
         "finished",
     ]
+
+
+def test_a_config_logs_to_every_sink_its_callback_lists(tmp_path, capsys):
+    """C21: a config took one sink (`callback=[jsonl, csv]` had the wrong type); Python's trainer takes a list."""
+    exp_dir = tmp_path / "exp"
+    config = write_config(tmp_path, TINY.replace("callback: empty", "callback: [jsonl, csv]"))
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    lines = [json.loads(line) for line in (exp_dir / "callback.jsonl").read_text().splitlines()]
+    jsonl = sorted(
+        (line["tag"], line["step"], line["values"]["ep_return"]) for line in lines if "ep_return" in line["values"]
+    )
+    rows = pd.read_csv(exp_dir / "scalars.csv")
+    rows = rows[rows["key"] == "ep_return"]
+    assert len(jsonl) == 12 and len(rows) == 12  # 2 runs of 6 episodes in each sink
+    assert sorted(zip(rows["tag"], rows["step"], rows["value"])) == jsonl
+    episodes = pickle.loads((exp_dir / "all_metrics.pkl").read_bytes())
+    assert sorted(round(value, 9) for *_, value in jsonl) == sorted(
+        round(float(r["ep_return"]), 9) for run in episodes for r in run
+    )
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # the same two sinks again: nothing to do
+    for wrong, said in [
+        ("callback=[jsonl, jsonl]", "callback=['jsonl', 'jsonl'] names jsonl more than once: list each sink once."),
+        ("callback=[jsnl]", "callback[0]='jsnl' (did you mean 'jsonl'?)"),
+        ("callback=[]", "callback=[] names no sink"),
+    ]:
+        capsys.readouterr()
+        assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
