@@ -30,6 +30,7 @@ from online_trainer.config.schema import (
     ConfigError,
     ExperimentConfig,
     make_callback,
+    make_hooks,
 )
 from online_trainer.errors import ExperimentExistsError, RunsFailedError
 from online_trainer.experiment.manifest import how_to_continue, unfinished_runs
@@ -149,6 +150,7 @@ def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[st
         checkpoints=config.checkpoints,
         records=config.records,
         execution=execution,
+        hooks=make_hooks(config.hooks) or None,
     )
 
 

@@ -55,9 +55,11 @@ __all__ = [
     "AgentConfig",
     "ConfigError",
     "EnvConfig",
+    "HookConfig",
     "ExperimentConfig",
     "eval_env_config",
     "make_callback",
+    "make_hooks",
 ]
 
 JSONL_FILE = "callback.jsonl"
@@ -187,6 +189,68 @@ class AgentConfig:
             ) from exc
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HookConfig:
+    """A hook of every run: ``hook_class(name)(**kwargs)``, made afresh by each call (docs/how-to/hooks.md)."""
+
+    name: str
+    """A hook of ``online_trainer.hooks`` (``StopOnReturn``, ``StopOnNoImprovement``, ``StopOnPlateau``), or the
+    import path of your own hook class, ``package.module:Name``."""
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Keyword arguments of its constructor."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kwargs", dict(self.kwargs))
+
+
+def hook_class(key: str, name: str) -> Callable[..., Any]:
+    """The hook class ``name`` (the config key ``key``) names: a hook of ``online_trainer.hooks`` by its class name,
+    or ``package.module:Name``.
+
+    Raises:
+        ConfigError: naming ``key``: an unknown name, a module that does not import, a missing name, or an object that
+            cannot be called.
+    """
+    from online_trainer.hooks.stoppers import StopOnNoImprovement, StopOnPlateau, StopOnReturn
+
+    shipped = {cls.__name__: cls for cls in (StopOnNoImprovement, StopOnPlateau, StopOnReturn)}
+    if name in shipped:
+        return shipped[name]
+    if ":" not in name:
+        raise ConfigError(
+            f"unknown hook {key}={name!r}{did_you_mean(name, shipped)}; the hooks of online_trainer.hooks: "
+            f"{', '.join(shipped)}, or your own as 'package.module:ClassName' (its module importable: installed, or "
+            "under the directory the command runs in)."
+        )
+    from online_trainer.envs._wrappers import import_object
+
+    try:
+        cls = import_object(key, name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if not callable(cls):
+        raise ConfigError(f"{key}={name!r} is a {type(cls).__name__}, not a hook class: name a class.")
+    return cls
+
+
+def make_hooks(configs: Sequence[HookConfig]) -> list[Any]:
+    """The hooks of a config's ``hooks`` section, in order, each made from its ``name`` and ``kwargs``.
+
+    Raises:
+        ConfigError: naming ``hooks[i]``: a class that does not take its ``kwargs``, or refuses them.
+    """
+    made = []
+    for index, config in enumerate(configs):
+        cls = hook_class(f"hooks[{index}].name", config.name)
+        try:
+            made.append(cls(**config.kwargs))
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"could not make hooks[{index}] ({config.name}) with hooks[{index}].kwargs={config.kwargs!r}: {exc}"
+            ) from exc
+    return made
+
+
 def agent_factory(name: str) -> Callable[..., Any]:
     """The agent class (or factory) ``agent.name`` names: a reference agent's key, or ``package.module:Name``.
 
@@ -256,6 +320,9 @@ class ExperimentConfig:
     """Logging sink: ``tb`` (TensorBoard, buffered), ``jsonl``, ``basic`` (TensorBoard, unbuffered), ``empty``,
     ``csv`` (``scalars.csv``), ``mlflow`` (SQLite store in the experiment) or ``wandb`` (``WANDB_MODE`` applies); or a
     list of them, each logging every value (``[tb, jsonl]``)."""
+    hooks: list[HookConfig] = dataclasses.field(default_factory=list)
+    """Hooks of every run, in order, each ``{name: ..., kwargs: {...}}``: a hook of ``online_trainer.hooks``
+    (``{name: StopOnReturn, kwargs: {threshold: 475}}``) or your own, ``package.module:Name``."""
     exp_dir: str | None = None
     """Experiment directory (relative to the working directory); null: ``runs/<config file stem>``."""
     train: bool = True
@@ -280,6 +347,8 @@ class ExperimentConfig:
                 f"checkpoints.keep={self.checkpoints.keep!r} applies to periodic checkpoints, but "
                 "checkpoint_freq is null: set checkpoint_freq too, or drop checkpoints.keep."
             )
+        object.__setattr__(self, "hooks", list(self.hooks))
+        make_hooks(self.hooks)  # every hook made once, so that a name or a keyword is refused before anything runs
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 

@@ -1685,3 +1685,70 @@ def test_a_config_logs_to_every_sink_its_callback_lists(tmp_path, capsys):
         assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2
         assert said in capsys.readouterr().err
     assert not (tmp_path / "other").exists()
+
+
+COUNTING_HOOK = """\
+import json, os
+from online_trainer.hooks import Hook
+
+
+class Count(Hook):
+    def __init__(self, out):
+        self.out, self.episodes = out, 0
+
+    def on_episode_end(self, ctx, record):
+        self.episodes += 1
+
+    def state_dict(self):
+        return {"episodes": self.episodes}
+
+    def load_state_dict(self, state):
+        self.episodes = state["episodes"]
+
+    def on_run_end(self, ctx):
+        with open(os.path.join(self.out, f"count_{ctx.run}.json"), "w") as f:
+            json.dump(self.episodes, f)
+"""
+
+
+def test_a_config_gives_hooks_by_name_with_their_keyword_arguments(tmp_path, capsys, monkeypatch):
+    """C21: hooks could not be given in a config (`unknown key 'hooks'`): a lab running everything from YAML could
+    not stop early or count."""
+    (tmp_path / "labhooks.py").write_text(COUNTING_HOOK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exp_dir, out = tmp_path / "exp", tmp_path / "out"
+    out.mkdir()
+    hooks = (
+        "hooks:\n"
+        "  - {name: StopOnReturn, kwargs: {threshold: -1000, window: 2}}\n"
+        f"  - {{name: 'labhooks:Count', kwargs: {{out: {str(out)!r}}}}}\n"
+    )
+    config = write_config(tmp_path, TINY.replace("num_episodes: 6", "num_episodes: 50") + hooks)
+    assert run(str(config), f"exp_dir={exp_dir}") == 0
+    manifest = json.loads((exp_dir / "manifest.json").read_text())
+    episodes = pickle.loads((exp_dir / "all_metrics.pkl").read_bytes())
+    assert [entry["status"] for entry in manifest["runs"]] == ["stopped_early", "stopped_early"]
+    assert all(
+        entry["stop_reason"].startswith("StopOnReturn: mean return of the last 2 episodes")
+        for entry in manifest["runs"]
+    )
+    assert [json.loads((out / f"count_{i}.json").read_text()) for i in (1, 2)] == [len(run) for run in episodes]
+    assert all(len(run) < 50 for run in episodes)
+    assert yaml.safe_load((exp_dir / "config.yaml").read_text())["hooks"][0] == {
+        "name": "StopOnReturn",
+        "kwargs": {"threshold": -1000, "window": 2},
+    }
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 0  # the same hooks again: nothing to do
+    for wrong, said in [
+        ("hooks=[{name: StopOnRetrun}]", "unknown hook hooks[0].name='StopOnRetrun' (did you mean 'StopOnReturn'?)"),
+        (
+            "hooks=[{name: StopOnReturn, kwargs: {thresh: 3}}]",
+            "could not make hooks[0] (StopOnReturn) with hooks[0].kwargs={'thresh': 3}: ",
+        ),
+        ("hooks=[{name: 'labhooks:Nope'}]", "hooks[0].name='labhooks:Nope': 'labhooks' has no attribute 'Nope'."),
+        ("hooks=[{nme: StopOnReturn}]", "unknown key 'hooks[0].nme' (did you mean 'hooks[0].name'?)"),
+    ]:
+        capsys.readouterr()
+        assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2
+        assert said in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
