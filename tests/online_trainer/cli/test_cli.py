@@ -1639,6 +1639,7 @@ sys.exit(main.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # a subprocess of the command
 @pytest.mark.parametrize("command", ["run", "resume"])
 def test_a_sigterm_once_every_run_ended_leaves_the_command_its_own_exit_status(tmp_path, command):
     """C21: SIGTERM after the last run finished ended `run` (and `resume`) by its default action, status 143, the
