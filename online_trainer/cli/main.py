@@ -366,6 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, extra = parser.parse_known_args(argv)
+        args.standalone = argv is None  # the process's own command line, not a call from Python (tests)
         if args.command == "run" and args.config is None:
             args.usage_error("the following arguments are required: CONFIG")
         if extra:  # argparse ends a positional list at the first option: `run C --no-progress k=v` leaves k=v over

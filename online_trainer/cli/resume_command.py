@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,8 @@ def resume_command(args: argparse.Namespace) -> int:
     trainer = OnlineTrainer(make_env, make_agent, exp_dir=exp_dir, train=config.train)
     trainer.call_back = make_callback(config.callback, exp_dir)
     counts = ended_runs(exp_dir)
-    if counts is not None and counts[0] == counts[1]:  # it said "Resuming" and printed the table (tester D14)
-        print(f"Every run of {exp_dir} had ended ({counts[1]} of {counts[1]}): nothing to resume.", flush=True)
-    else:
+    ended = counts is not None and counts[0] == counts[1]
+    if not ended:  # with every run ended it said "Resuming" and printed the table (tester D14): said once checked
         print(f"Resuming {exp_dir}", flush=True)
     handle, failure = None, None
     try:
@@ -98,6 +98,13 @@ def resume_command(args: argparse.Namespace) -> int:
                     f"{exc} Here the agent is the one {exp_dir / CONFIG_YAML}'s agent section builds, which is as the "
                     "experiment ran: if the agent's code changed since, put it back."
                 ) from exc
+            edited = re.search(r"which ran with (.+?), but this call has (.+?): call it as it was called", str(exc))
+            if edited:  # in the command's words (V21: `resume=True`, `call it as it was called`, `overwrite=True`)
+                raise ConfigError(
+                    f"{exp_dir / CONFIG_YAML} was edited since the experiment ran: it ran with {edited[1]}, the file "
+                    f"now says {edited[2]}. Put the value back to resume, or run the edited config as a new "
+                    f"experiment: online-trainer run {exp_dir / CONFIG_YAML} exp_dir=<another path>."
+                ) from exc
             said = str(exc).replace("overwrite=True", "overwrite=true")  # the command's spelling (C21)
             raise ConfigError(
                 f"{said} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
@@ -108,7 +115,9 @@ def resume_command(args: argparse.Namespace) -> int:
         if isinstance(exc, PATH_ERRORS):
             raise
         return disk_error(exc, exp_dir)
-    with runs_ended():
+    with runs_ended(args):
+        if ended and counts is not None:
+            print(f"Every run of {exp_dir} had ended ({counts[1]} of {counts[1]}): nothing to resume.", flush=True)
         status = 0 if failure is None else failed(failure, exp_dir)
         print_outcome(handle, exp_dir, config.last_k)
     return status

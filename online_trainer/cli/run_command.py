@@ -9,7 +9,6 @@ import os
 import shlex
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +149,7 @@ def multi_run_kwargs(config: ExperimentConfig, progress: bool = True) -> dict[st
         checkpoints=config.checkpoints,
         records=config.records,
         execution=execution,
-        hooks=make_hooks(config.hooks) or None,
+        hooks=make_hooks(config.hooks, None if config.evaluation is None else config.evaluation.freq) or None,
     )
 
 
@@ -270,24 +269,19 @@ def run_command(args: argparse.Namespace) -> int:
         if isinstance(exc, PATH_ERRORS):  # a path of the config: its usage error
             raise
         return disk_error(exc, exp_dir)
-    with runs_ended():
+    with runs_ended(args):
         status = 0 if failure is None else failed(failure, exp_dir)
         print_outcome(handle, exp_dir, config.last_k)
     return status
 
 
-@contextlib.contextmanager
-def runs_ended() -> Iterator[None]:
-    """Every run has ended (or been handed to Slurm): what is left is printing. A preemption signal now has nothing to
-    stop (resume.md: a signal that comes as the last runs end stops none), so SIGTERM and SIGUSR1 are ignored until
-    the command has said its outcome: by their default action they ended it with status 143, the preempted one, after
-    every run had finished (C21)."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def runs_ended(args: argparse.Namespace) -> contextlib.AbstractContextManager[None]:
+    """Every run has ended (or been handed to Slurm): what is left is printing, and the interpreter's exit. A preemption
+    signal now has nothing to stop (resume.md), so SIGTERM and SIGUSR1 are logged and the command exits with its own
+    status: by their default action they ended it with 143, the preempted status, after every run had finished (C21).
+    Run as the process (``args.standalone``), the command keeps that to its exit (its interpreter's shutdown outlasts
+    its last line, V21)."""
+    return preemption.after_the_runs(restore=not getattr(args, "standalone", False))
 
 
 def print_outcome(handle: Any, exp_dir: Path, last_k: int) -> None:

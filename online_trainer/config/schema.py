@@ -44,6 +44,7 @@ from online_trainer.callbacks import (
     TBCallBack,
     WandbCallback,
 )
+from online_trainer.loop.hook_protocol import check_hooks
 from online_trainer.options import validation
 from online_trainer.options.groups import CheckpointOptions, EvaluationOptions, ExecutionOptions, RecordOptions
 from online_trainer.options.typed import build, did_you_mean
@@ -104,6 +105,11 @@ def _check_sinks(name: str, value: str | list[str]) -> str | list[str]:
     twice = sorted({item for item in value if value.count(item) > 1})
     if twice:
         raise ValueError(f"{name}={value!r} names {', '.join(twice)} more than once: list each sink once.")
+    if {"tb", "basic"} <= set(value):  # V21: both write TensorBoard files into the experiment: every point twice
+        raise ValueError(
+            f"{name}={value!r} names tb and basic, which both write TensorBoard files into the experiment directory "
+            "(each point would be there twice): keep one."
+        )
     return value
 
 
@@ -233,22 +239,42 @@ def hook_class(key: str, name: str) -> Callable[..., Any]:
     return cls
 
 
-def make_hooks(configs: Sequence[HookConfig]) -> list[Any]:
-    """The hooks of a config's ``hooks`` section, in order, each made from its ``name`` and ``kwargs``.
+def make_hooks(configs: Sequence[HookConfig], eval_freq: int | None = None) -> list[Any]:
+    """The hooks of a config's ``hooks`` section, in order, each made from its ``name`` and ``kwargs`` and checked as
+    ``multi_run`` checks hooks (``eval_freq``: the config's ``evaluation.freq``).
 
     Raises:
-        ConfigError: naming ``hooks[i]``: a class that does not take its ``kwargs``, or refuses them.
+        ConfigError: naming ``hooks[i]``: not a class, a class that does not take its ``kwargs`` or refuses them, or
+            a hook ``multi_run`` would refuse.
     """
     made = []
     for index, config in enumerate(configs):
         cls = hook_class(f"hooks[{index}].name", config.name)
+        if not isinstance(cls, type):  # V21: a function was called with the kwargs, and its error said nothing of hooks
+            raise ConfigError(
+                f"hooks[{index}].name={config.name!r} is a {type(cls).__name__}, not a hook class: name a class (a "
+                "subclass of online_trainer.hooks.Hook)."
+            )
         try:
             made.append(cls(**config.kwargs))
         except (TypeError, ValueError) as exc:
             raise ConfigError(
                 f"could not make hooks[{index}] ({config.name}) with hooks[{index}].kwargs={config.kwargs!r}: {exc}"
             ) from exc
+    try:
+        check_hooks(made, eval_freq)
+    except (TypeError, ValueError) as exc:  # in the config's words: its keys, not Python's call
+        said = re.sub(r"^hook (.+?) has none", lambda m: f"{_which_hook(made, configs, m[1])} has none", str(exc))
+        raise ConfigError(said.replace("Pass evaluation=EvaluationOptions(freq=...)", "Set evaluation.freq")) from exc
     return made
+
+
+def _which_hook(made: list[Any], configs: Sequence[HookConfig], shown: str) -> str:
+    """``hooks[i] (name)`` for the hook a message shows as ``shown`` (its repr)."""
+    for index, (hook, config) in enumerate(zip(made, configs)):
+        if repr(hook) == shown:
+            return f"hooks[{index}] ({config.name})"
+    return f"hook {shown}"
 
 
 def agent_factory(name: str) -> Callable[..., Any]:
@@ -348,7 +374,8 @@ class ExperimentConfig:
                 "checkpoint_freq is null: set checkpoint_freq too, or drop checkpoints.keep."
             )
         object.__setattr__(self, "hooks", list(self.hooks))
-        make_hooks(self.hooks)  # every hook made once, so that a name or a keyword is refused before anything runs
+        # every hook made once, so that a name or a keyword is refused before anything runs
+        make_hooks(self.hooks, None if self.evaluation is None else self.evaluation.freq)
         if self.exp_dir is not None and not self.exp_dir.strip():
             raise ConfigError("exp_dir must be a path or null, but got an empty string.")
 

@@ -678,7 +678,7 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
             os.replace(path, exp_dir / path.name)
         moving.rmdir()
         logger.warning(
-            "exp_dir %s: a call with overwrite=True was killed as it set the earlier experiment aside: put back",
+            "exp_dir %s: a call that was to replace the experiment (overwrite) was killed as it set it aside: put back",
             exp_dir,
         )
     aside = exp_dir / storage.SET_ASIDE_DIR
@@ -688,12 +688,14 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     if left and not (cut_off and not _left_results(left)):
         kept = _put_back_foreign(aside, exp_dir)
         shutil.rmtree(aside)
-        # the end of a call with overwrite=True (info), or a later call finishing what a killed one began: said (F21)
-        (logger.warning if cut_off else logger.info)(
-            "overwrite=True: removed the earlier experiment in %s%s",
-            exp_dir,
-            " (set aside by a call with overwrite=True that was killed after its runs started)" if cut_off else "",
-        )
+        if cut_off:  # a later call finishing what a killed one began: said (F21)
+            logger.warning(
+                "exp_dir %s: removed the earlier experiment, set aside by a call with overwrite that was killed after "
+                "its runs started",
+                exp_dir,
+            )
+        else:  # the end of a call with overwrite=True
+            logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
         if kept:
             logger.warning(
                 "overwrite=True: %d file(s) in %s have the names of an experiment's files but were not written by "
@@ -714,8 +716,8 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
     aside.rmdir()
     if cut_off:  # a later call puts back what a killed one had set aside: said, not only logged at info (F21)
         logger.warning(
-            "exp_dir %s: a call with overwrite=True was killed before any of its runs started: the earlier "
-            "experiment it had set aside is put back as it was",
+            "exp_dir %s: a call with overwrite was killed before any of its runs started: the earlier experiment it "
+            "had set aside is put back as it was",
             exp_dir,
         )
     else:

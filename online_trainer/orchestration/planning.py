@@ -45,6 +45,7 @@ from online_trainer.parallel import execution as base
 from online_trainer.parallel import executors
 from online_trainer.parallel.execution import ExecutionOptions
 from online_trainer.records import storage
+from online_trainer.run.builtin import preemption
 from online_trainer.run.interrupts import finishing_the_stop, one_stop_per_press
 from online_trainer.run.one_run import RunSpec
 
@@ -363,7 +364,10 @@ def run_experiments(
     with one_stop_per_press(), hold as created, executors.early_workers(execution, max_runs) as pool:
         experiments = list(plan(created))
         handle = execute_experiments(experiments, execution, callback, pool, created)
-        finalized = finalize(experiments) if finalize is not None and handle is None else None
+        finalized = None
+        if finalize is not None and handle is None:
+            with preemption.after_the_runs():  # a SIGTERM now ended the call by its default action (V21)
+                finalized = finalize(experiments)
     return Outcome(experiments, handle, finalized)
 
 

@@ -93,6 +93,32 @@ def handling(forward: Callable[[int], None] | None = None) -> Iterator[None]:
         _handling_pid.clear()
 
 
+@contextlib.contextmanager
+def after_the_runs(restore: bool = True) -> Iterator[None]:
+    """Every run has ended: while the block runs (what a call writes at its end, what the command prints), SIGTERM and
+    SIGUSR1 have nothing left to stop. Each is logged and the block goes on: a signal that comes as the last runs end
+    stops none (resume.md). From the main thread only; elsewhere nothing changes.
+
+    Args:
+        restore: put the earlier handlers back at the end of the block; False ignores both signals from then to the
+            process's exit (the command, whose interpreter takes a while to shut down after its last line: V21).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        logger.warning("%s received after every run had ended: nothing to stop", signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, handler) for sig in SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            # ignored to the exit: the interpreter's shutdown resets a Python handler to the default action, not SIG_IGN
+            signal.signal(sig, old if restore else signal.SIG_IGN)
+
+
 class PreemptionWatch(Hook):
     """Looks at the preemption flag about every second; once it is set, asks the run for a full checkpoint and a stop."""
 

@@ -1605,8 +1605,15 @@ def test_resume_of_an_edited_budget_gives_the_commands_spelling(tmp_path, capsys
     config.write_text(config.read_text().replace("num_episodes: 6", "num_episodes: 7"))
     capsys.readouterr()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
-    err = capsys.readouterr().err
-    assert "num_episodes" in err and "overwrite=true" in err and "overwrite=True" not in err
+    captured = capsys.readouterr()
+    assert (
+        f"{config} was edited since the experiment ran: it ran with num_episodes=6, the file now says num_episodes=7. "
+        f"Put the value back to resume, or run the edited config as a new experiment: online-trainer run {config} "
+        "exp_dir=<another path>." in captured.err
+    )
+    # V21: no Python words, and no "nothing to resume" before the refusal
+    assert "resume=True" not in captured.err and "as it was called" not in captured.err
+    assert "nothing to resume" not in captured.out
 
 
 def test_a_run_into_a_folder_with_another_configs_input_files_alone_is_not_told_it_holds_an_experiment(
@@ -1635,7 +1642,9 @@ def outcome(*args, _print=run_command.print_outcome):
     _print(*args)
 
 run_command.print_outcome = resume_command.print_outcome = outcome
-sys.exit(main.main(sys.argv[1:]))
+status = main.main()  # the process's own command line, as the console script calls it
+os.kill(os.getpid(), signal.SIGTERM)  # and again as the interpreter shuts down (V21: 143, the runs all finished)
+sys.exit(status)
 """
 
 
@@ -1653,6 +1662,7 @@ def test_a_sigterm_once_every_run_ended_leaves_the_command_its_own_exit_status(t
     done = subprocess.run([sys.executable, str(script), *argv, "--no-progress"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "Final return of each run" in done.stdout
+    assert "SIGTERM received after every run had ended: nothing to stop" in done.stderr
     assert [entry["status"] for entry in json.loads((exp_dir / "manifest.json").read_text())["runs"]] == [
         "finished",
         "finished",
@@ -1681,6 +1691,10 @@ def test_a_config_logs_to_every_sink_its_callback_lists(tmp_path, capsys):
         ("callback=[jsonl, jsonl]", "callback=['jsonl', 'jsonl'] names jsonl more than once: list each sink once."),
         ("callback=[jsnl]", "callback[0]='jsnl' (did you mean 'jsonl'?)"),
         ("callback=[]", "callback=[] names no sink"),
+        (
+            "callback=[tb, basic]",
+            "names tb and basic, which both write TensorBoard files into the experiment directory",
+        ),
     ]:
         capsys.readouterr()
         assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2
@@ -1748,6 +1762,13 @@ def test_a_config_gives_hooks_by_name_with_their_keyword_arguments(tmp_path, cap
         ),
         ("hooks=[{name: 'labhooks:Nope'}]", "hooks[0].name='labhooks:Nope': 'labhooks' has no attribute 'Nope'."),
         ("hooks=[{nme: StopOnReturn}]", "unknown key 'hooks[0].nme' (did you mean 'hooks[0].name'?)"),
+        # V21: a function, or a class that is no hook, is named by its key; a hook that needs evaluations says the key
+        ("hooks=[{name: 'json:dumps'}]", "hooks[0].name='json:dumps' is a function, not a hook class"),
+        (
+            "hooks=[{name: 'collections:OrderedDict'}]",
+            "hooks[0] (collections:OrderedDict) has none of the hook methods",
+        ),
+        ("hooks=[{name: StopOnNoImprovement, kwargs: {patience: 2}}]", "Set evaluation.freq"),
     ]:
         capsys.readouterr()
         assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2

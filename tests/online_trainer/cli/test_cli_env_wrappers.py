@@ -210,11 +210,11 @@ def test_resume_refuses_an_edited_budget_in_the_words_of_the_command(tmp_path, c
     capsys.readouterr()
     assert cli.main(["resume", "--no-progress", str(exp_dir)]) == 2
     err = capsys.readouterr().err
-    assert "which ran with num_episodes=6, but this call has num_episodes=8" in err
     assert (
-        f"Here the call is the one {config} describes: if it was edited since the experiment ran, put the value "
-        "back there." in err
+        f"{config} was edited since the experiment ran: it ran with num_episodes=6, the file now says num_episodes=8. "
+        "Put the value back to resume" in err
     )
+    assert "call it as it was called" not in err and "resume=True" not in err  # V21: the command's words only
 
 
 def test_an_env_that_cannot_be_built_is_said_of_the_env_section_with_the_shared_memory_fix():

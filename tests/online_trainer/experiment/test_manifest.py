@@ -233,7 +233,7 @@ def test_an_experiment_set_aside_by_a_killed_call_is_put_back(tmp_path, caplog):
         )
     assert snapshot(tmp_path) == before
     assert (
-        f"exp_dir {tmp_path}: a call with overwrite=True was killed before any of its runs started: the earlier "
+        f"exp_dir {tmp_path}: a call with overwrite was killed before any of its runs started: the earlier "
         "experiment it had set aside is put back as it was" in caplog.text
     )
     assert json.loads((tmp_path / "manifest.json").read_text())["num_runs"] == 2
@@ -273,7 +273,10 @@ def test_an_experiment_set_aside_by_a_call_killed_before_its_runs_left_a_result_
         OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path).multi_run(
             1, num_episodes=3, progress=False
         )
-    assert "removed the earlier experiment in" in caplog.text and "killed after its runs started" in caplog.text
+    assert (
+        f"exp_dir {tmp_path}: removed the earlier experiment, set aside by a call with overwrite that was killed after its runs started"
+        in caplog.text
+    )
     assert not aside.exists() and sorted(p.name for p in storage.existing_experiment_files(tmp_path)) == [
         "manifest.json",
         "metrics_run1.pkl",
@@ -550,7 +553,7 @@ def test_an_experiment_a_killed_overwrite_was_moving_aside_is_put_back_whole(tmp
             1, num_episodes=3, progress=False
         )
     assert snapshot(tmp_path) == before and not moving.exists()
-    assert "was killed as it set the earlier experiment aside: put back" in caplog.text
+    assert "was killed as it set it aside: put back" in caplog.text
 
 
 def test_overwrite_moves_the_earlier_experiment_aside_whole_before_it_writes(tmp_path, monkeypatch):

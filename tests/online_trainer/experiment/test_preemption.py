@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -171,3 +173,36 @@ def test_the_signal_is_announced_by_the_process_that_handles_it_not_by_the_proce
         preemption.request(signal.SIGUSR2)
         preemption.request(signal.SIGUSR2)
     assert caplog.text.count("SIGUSR2 received: each run writes a full checkpoint") == 1
+
+
+TERMINATED_AS_THE_CALL_ENDS = """\
+import os, signal, sys
+from online_trainer import OnlineTrainer
+from online_trainer.experiment.manifest import Experiment
+from tests.conftest import RecordingAgent, make_counting_vec
+
+write = Experiment.write_all_metrics
+
+def terminated_first(self, runs):
+    os.kill(os.getpid(), signal.SIGTERM)  # every run has ended: the call writes what it writes at its end
+    write(self, runs)
+
+Experiment.write_all_metrics = terminated_first
+runs = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sys.argv[1]).multi_run(
+    2, num_episodes=5, seed_offset=0, progress=False
+)
+print([len(run) for run in runs])
+"""
+
+
+@pytest.mark.slow  # a subprocess
+def test_a_preemption_while_the_call_writes_its_end_stops_nothing(tmp_path):
+    """V21: once the runs had ended, a SIGTERM while the call wrote all_metrics.pkl ended the process by its default
+    action (the call's handlers were gone): all_metrics.pkl was missing and the exit status said preempted."""
+    script = tmp_path / "terminated.py"
+    script.write_text(TERMINATED_AS_THE_CALL_ENDS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "exp")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[5, 5]" and (tmp_path / "exp" / "all_metrics.pkl").is_file()
+    assert "SIGTERM received after every run had ended: nothing to stop" in done.stderr
