@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -1437,14 +1438,21 @@ def test_resume_says_it_takes_no_overrides_and_where_execution_changes(tmp_path,
     assert "edit it in that file, then resume" in err
 
 
-def test_resume_of_an_edited_config_with_a_typo_names_the_file(tmp_path, capsys):
+def refused_resume_after_editing(tmp_path: Path, capsys: Any, old: str, new: str) -> tuple[Path, Any]:
+    """Run the tiny config, replace ``old`` by ``new`` in the experiment's config.yaml, and resume: refused (exit 2).
+    Returns the config's path and what the resume printed."""
     exp_dir = tmp_path / "exp"
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
     config = exp_dir / "config.yaml"
-    config.write_text(config.read_text().replace("num_workers:", "num_worker:"))
+    config.write_text(config.read_text().replace(old, new))
     capsys.readouterr()
     assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
-    assert f"online-trainer: error: {config}: unknown key 'execution.num_worker'" in capsys.readouterr().err
+    return config, capsys.readouterr()
+
+
+def test_resume_of_an_edited_config_with_a_typo_names_the_file(tmp_path, capsys):
+    config, captured = refused_resume_after_editing(tmp_path, capsys, "num_workers:", "num_worker:")
+    assert f"online-trainer: error: {config}: unknown key 'execution.num_worker'" in captured.err
 
 
 def test_the_report_says_each_number_of_evaluation_episodes_of_the_experiments_it_compares(tmp_path):
@@ -1599,13 +1607,7 @@ def test_resume_of_a_folder_holding_a_config_alone_says_to_run_it(tmp_path, caps
 
 def test_resume_of_an_edited_budget_gives_the_commands_spelling(tmp_path, capsys):
     """C21: the refusal of an edited total budget advised `overwrite=True`, Python's spelling."""
-    exp_dir = tmp_path / "exp"
-    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}") == 0
-    config = exp_dir / "config.yaml"
-    config.write_text(config.read_text().replace("num_episodes: 6", "num_episodes: 7"))
-    capsys.readouterr()
-    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
-    captured = capsys.readouterr()
+    config, captured = refused_resume_after_editing(tmp_path, capsys, "num_episodes: 6", "num_episodes: 7")
     assert (
         f"{config} was edited since the experiment ran: it ran with num_episodes=6, the file now says num_episodes=7. "
         f"Put the value back to resume, or run the edited config as a new experiment: online-trainer run {config} "
