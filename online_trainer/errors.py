@@ -140,8 +140,9 @@ class Preempted(KeyboardInterrupt):
     and resuming continues it from there.
 
     ``multi_run`` raises it once the other runs have stopped too (their own checkpoints written). It is a
-    ``KeyboardInterrupt``, so a script that does not catch it ends as one stopped by the signal would;
-    catch it to leave in order::
+    ``KeyboardInterrupt``, so ``except Exception`` blocks let it through; a script that does not catch it ends
+    with its traceback and exit status 1 (Python gives 130 to a bare ``KeyboardInterrupt`` only). Catch it to
+    leave with the status a scheduler's wrapper expects::
 
         try:
             trainer.multi_run(5, total_steps=1_000_000, checkpoint_freq=50_000)

@@ -206,3 +206,43 @@ def test_a_preemption_while_the_call_writes_its_end_stops_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[5, 5]" and (tmp_path / "exp" / "all_metrics.pkl").is_file()
     assert "SIGTERM received after every run had ended: nothing to stop" in done.stderr
+
+
+PREEMPTED_SCRIPT = """\
+import os, signal, sys
+from online_trainer import ExecutionOptions, OnlineTrainer
+from online_trainer.errors import Preempted
+from online_trainer.hooks import Hook
+from tests.conftest import RecordingAgent, make_counting_vec
+
+class Terminates(Hook):
+    def on_episode_end(self, ctx, record):
+        if record["episode_index"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=sys.argv[1])
+quiet = ExecutionOptions(progress=False)
+call = lambda: trainer.multi_run(1, num_episodes=10**7, seed_offset=0, execution=quiet, hooks=[Terminates()])
+if sys.argv[2] == "caught":
+    try:
+        call()
+    except Preempted:
+        sys.exit(143)
+call()
+"""
+
+
+@pytest.mark.slow  # subprocesses
+def test_a_script_stopped_by_sigterm_exits_as_resume_md_says(tmp_path):
+    """Preempted's docstring said an uncaught one ends a script "as one stopped by the signal would": Python gives
+    130 to a bare KeyboardInterrupt only, and a subclass ends it with status 1, as resume.md now says; caught, the
+    script chooses the status a wrapper expects."""
+    script = tmp_path / "preempted.py"
+    script.write_text(PREEMPTED_SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    for how, status in (("uncaught", 1), ("caught", 143)):
+        exp_dir = tmp_path / how
+        done = subprocess.run([sys.executable, str(script), str(exp_dir), how], capture_output=True, text=True, env=env)
+        assert done.returncode == status, done.stderr
+        assert [r["status"] for r in json.loads((exp_dir / "manifest.json").read_text())["runs"]] == ["interrupted"]
+        assert ("online_trainer.errors.Preempted: preempted (SIGTERM or SIGUSR1)" in done.stderr) is (how == "uncaught")
