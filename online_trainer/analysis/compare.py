@@ -42,6 +42,7 @@ from online_trainer.analysis.compare_inputs import (
     unscored_candidates,
 )
 from online_trainer.analysis.stats import aggregate
+from online_trainer.options.validation import suggests_keywords
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -118,6 +119,7 @@ class Comparison:
         }
 
 
+@suggests_keywords
 def compare(
     data: Data,
     *,

@@ -31,6 +31,7 @@ from online_trainer.analysis.selection import (
     runs_without_episodes,
     select_runs,
 )
+from online_trainer.options.validation import suggests_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ def _check_grid(grid: ArrayLike | str | None, num_points: int, span: str) -> np.
     return grid
 
 
+@suggests_keywords
 def curves(
     df: pd.DataFrame,
     x: str = "global_step",

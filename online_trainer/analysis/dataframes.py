@@ -86,9 +86,7 @@ EVAL_EPISODE_COLUMNS = [
 
 def experiment_dirs(path: str | os.PathLike) -> list[Path]:
     """``path`` itself when it is an experiment, else the experiments directly under it (a sweep)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise FileNotFoundError(f"Experiment directory {path} does not exist.")
+    path = storage.require_dir(path)
     if _is_experiment(path):
         return [path]
     children = sorted(p for p in path.iterdir() if p.is_dir())
@@ -116,7 +114,13 @@ def _expand(exp_dirs: str | os.PathLike | Sequence[str | os.PathLike]) -> tuple[
     They do when there are several, or when a directory given holds experiments (a sweep,
     even of one configuration): the column then names each configuration.
     """
-    given: Iterable[str | os.PathLike] = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    given = [exp_dirs] if isinstance(exp_dirs, (str, os.PathLike)) else exp_dirs
+    given = list(given) if isinstance(given, Iterable) else None
+    if given is None or not all(isinstance(path, (str, os.PathLike)) for path in given):
+        raise TypeError(  # M22: load_episodes(42) raised "'int' object is not iterable"
+            "Give an experiment directory (a str or a pathlib.Path) or a list of them, but got "
+            f"{exp_dirs!r}: e.g. 'runs/cartpole_dqn', or ['runs/dqn', 'runs/ppo']."
+        )
     dirs, nested = [], False
     for path in given:
         found = experiment_dirs(path)

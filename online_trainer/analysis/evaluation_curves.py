@@ -20,6 +20,7 @@ from online_trainer.analysis.dataframes import load_evaluations
 from online_trainer.analysis.plotting import STAT_LABELS, directory_label, group_colors, plot_learning_curves
 from online_trainer.analysis.selection import describe_runs, ident_columns, select_runs
 from online_trainer.analysis.yaxis import YLim
+from online_trainer.options.validation import suggests_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ def aligned_evaluations(evals: pd.DataFrame, x: str) -> pd.DataFrame:
     return aligned
 
 
+@suggests_keywords
 def plot_evaluation_curves(
     data: pd.DataFrame | str | os.PathLike | Sequence[str | os.PathLike],
     x: Literal["global_step", "episodes_trained"] = "global_step",

@@ -37,6 +37,7 @@ from online_trainer.analysis.scores import SCORE_ATTR, score_table, unread_raw_n
 from online_trainer.analysis.selection import GroupBy, group_and_strata, groups, select_runs
 from online_trainer.analysis.stats import aggregate, final_performance
 from online_trainer.analysis.yaxis import YLim, check_axis_options, late_returns, robust_ylim, set_y_axis
+from online_trainer.options.validation import suggests_keywords
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,11 @@ def directory_label(data: Any) -> str | None:
 
 def _figure_of(ax: Axes) -> Figure:
     """The figure ``ax`` is drawn in (the top-level one when ``ax`` is in a subfigure)."""
+    if not isinstance(ax, Axes):  # M22: ax="ax" raised "'str' object has no attribute 'get_figure'"
+        raise TypeError(
+            f"ax must be a matplotlib Axes to draw in (fig, ax = plt.subplots()), or None for a new figure, but got "
+            f"ax={ax!r}."
+        )
     fig = ax.get_figure(root=True)
     if fig is None:
         raise ValueError(f"ax must belong to a figure (e.g. made by fig.add_subplot()), but ax={ax!r} has none.")
@@ -214,6 +220,7 @@ def _excluded_note(excluded: Sequence[dict]) -> str | None:
     return f"Left out: {_runs(len(excluded))} that did not finish ({counts}){named}."
 
 
+@suggests_keywords
 def plot_learning_curves(
     data: Data,
     x: str = "global_step",
@@ -232,7 +239,7 @@ def plot_learning_curves(
     title: str | None = None,
     n_resamples: int = 2_000,
     seed: Seed = 0,
-    notes: Sequence[str] = (),
+    notes: str | Sequence[str] = (),
     score: str | None = None,
     colors: Mapping[Any, Any] | None = None,
 ) -> Figure:
@@ -274,7 +281,7 @@ def plot_learning_curves(
         n_resamples: Number of bootstrap resamples.
         seed: Seed of the bootstrap (the same seed draws the same band).
         notes: More lines for under the axes, after the figure's own (say what the data
-            leaves out that the figure cannot know).
+            leaves out that the figure cannot know); a str is one line.
         score: ``"return"`` (the sums of the rewards the agent learned from) or ``"raw"`` (the env's raw
             scores, recorded by a ``RecordEpisodeStatistics`` in its wrappers); None: ``df.attrs["score"]``, as
             :func:`~online_trainer.analysis.curves.curves` (see :mod:`online_trainer.analysis.scores`).
@@ -335,7 +342,7 @@ def plot_learning_curves(
         if table.attrs.get("no_episode")
         else None,
         unread_raw_note(df),
-        *notes,
+        *([notes] if isinstance(notes, str) else notes),  # M22: a str was drawn a character a line
     ]
     _style(ax)
     spread_end_labels(ax, labels)
@@ -459,6 +466,7 @@ def notes_under_axes(ax: Axes, notes: list[str], from_figure_edge: bool = False)
     return text.count("\n") + 1
 
 
+@suggests_keywords
 def plot_final_performance(
     data: Data,
     *,

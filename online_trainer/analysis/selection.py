@@ -22,6 +22,7 @@ vanishing.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeAlias
 
@@ -59,7 +60,11 @@ def check_positive_int(name: str, value: object, minimum: int = 1) -> None:
 def require_columns(df: pd.DataFrame, columns: Sequence[str], hint: str = "") -> None:
     """Refuse anything but a non-empty DataFrame holding ``columns``."""
     if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"Expected a pandas DataFrame of episodes, got {type(df).__name__}.")
+        shown = repr(df) if len(repr(df)) <= 80 else type(df).__name__
+        fix = f": pass load_episodes({os.fspath(df)!r}) instead" if isinstance(df, (str, os.PathLike)) else ""
+        raise TypeError(  # M22: a path, as the plotting functions take, was told only "got str"
+            f"Expected a pandas DataFrame of episodes, as load_episodes(exp_dir) returns, but got {shown}{fix}."
+        )
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise ValueError(f"The data has no column(s) {missing}; available columns: {list(df.columns)}.{hint}")

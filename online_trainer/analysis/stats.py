@@ -69,12 +69,14 @@ from online_trainer.analysis.selection import (
     runs_without_episodes,
     select_runs,
 )
+from online_trainer.options.validation import suggests_keywords
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["STATISTICS", "GroupBy", "Seed", "aggregate", "curves", "final_performance", "iqm", "summarize"]
 
 
+@suggests_keywords
 def final_performance(
     df: pd.DataFrame,
     last_k: int | None = None,
@@ -162,6 +164,7 @@ def final_performance(
     return out[order]
 
 
+@suggests_keywords
 def aggregate(
     final: pd.DataFrame | Mapping[str, ArrayLike],
     *,
@@ -241,6 +244,7 @@ def aggregate(
     return pd.DataFrame(rows)
 
 
+@suggests_keywords
 def summarize(
     df: pd.DataFrame,
     last_k: int | None = None,

@@ -90,7 +90,8 @@ def _num(value: float) -> str:
     score: ``0.550 [0.175, 0.950]``)."""
     if value is None or math.isnan(value):
         return "n/a"
-    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+    digits = 2 if abs(value) >= 1 else 3
+    return f"{round(value, digits) + 0.0:.{digits}f}"  # + 0.0: what rounds to -0 is written 0.000 (A22)
 
 
 def _ci(row: dict, name: str) -> str:

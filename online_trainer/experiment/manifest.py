@@ -37,6 +37,8 @@ from online_trainer.run.one_run import COMPLETED, RunResult, RunSpec
 logger = logging.getLogger(__name__)
 
 SINK_FILES_KEY = "sink_files"
+#: Manifest key: the input files (``config.py``, ``args.yaml``, the command's ``config.yaml``) the experiment wrote.
+INPUT_FILES_KEY = "input_files"
 """The manifest's list of the files in the experiment directory its JSONL and CSV sinks write (relative paths)."""
 
 
@@ -698,9 +700,9 @@ def settle_set_aside(exp_dir: Path, cut_off: bool = False) -> None:
             logger.info("overwrite=True: removed the earlier experiment in %s", exp_dir)
         if kept:
             logger.warning(
-                "overwrite=True: %d file(s) in %s have the names of an experiment's files but were not written by "
-                "the earlier experiment: kept (%s). Move them out of the experiment directory if they are not part "
-                "of it.",
+                "overwrite=True: %d file(s) in %s have the names of an experiment's files but the earlier "
+                "experiment's manifest does not show it wrote them: kept (%s). Move them out of the experiment "
+                "directory if they are not part of it.",
                 len(kept),
                 exp_dir,
                 ", ".join(kept),
@@ -758,8 +760,10 @@ def _written_by_experiment(path: Path, manifest: dict[str, Any] | None) -> bool:
     A run's file must be of a run it had: a periodic checkpoint (``Run{i}_E{n}``, ``Run{i}_S{n}``) at a multiple of
     its ``checkpoint_freq``, an ``eval_run{i}.pkl`` of an experiment that evaluated. A sink's file is one the
     manifest names (``sink_files``); in a manifest of a version before it, one whose first line is a sink's (a JSONL
-    sink's objects have a ``tag`` and a ``step``; a CSV sink's header). An event file is told by TensorBoard's
-    naming. Every other name of the patterns is the experiment's.
+    sink's objects have a ``tag`` and a ``step``; a CSV sink's header). ``Run{i}_Last*`` and ``Run{i}_Best*`` are
+    written with a ``checkpoint_freq`` only. An input file (``config.py``) is one the manifest names
+    (``input_files``; kept when there is no manifest). An event file is told by TensorBoard's naming. Every other
+    name is the experiment's.
     """
     name = path.name
     run = _run_of(name)
@@ -774,9 +778,14 @@ def _written_by_experiment(path: Path, manifest: dict[str, Any] | None) -> bool:
         freq = call.get("checkpoint_freq", "unknown")
         if periodic is not None and freq != "unknown":
             return isinstance(freq, int) and freq > 0 and int(periodic.group(1)) % freq == 0
+        if freq is None and re.match(r"Run\d+_(?:Last|Best)", name):  # written with checkpoint_freq only (M22)
+            return False
         if name.startswith("eval_run") and "evaluation" in call:
             return bool(call["evaluation"])
         return True
+    if name in storage.INPUT_FILES and (manifest is None or isinstance(manifest.get(INPUT_FILES_KEY), list)):
+        # a user's own config.py beside a call without config= (M22); with no manifest, nothing says it is not theirs
+        return manifest is not None and name in manifest[INPUT_FILES_KEY]
     if name.startswith("events.out.tfevents."):
         return name == LAYOUT_FILE or _EVENT_FILE.fullmatch(name) is not None
     listed = manifest.get(SINK_FILES_KEY) if manifest is not None else None

@@ -181,7 +181,15 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
     if hooks is None:
         return ()
     if not isinstance(hooks, (list, tuple)):
-        raise TypeError(f"hooks must be a list of hook objects, but got hooks={hooks!r}.")
+        one = any(defines(hooks, name) for name in HOOK_METHODS)  # M22: a single hook was given no fix
+        raise TypeError(
+            f"hooks must be a list of hook objects, but got hooks={hooks!r}: "
+            + (
+                f"pass a list of one, hooks=[{type(hooks).__name__}(...)]."
+                if one
+                else "pass e.g. hooks=[StopOnReturn(475)]."
+            )
+        )
     for index, hook in enumerate(hooks):
         if isinstance(hook, type):
             raise TypeError(

@@ -143,13 +143,20 @@ def fold_legacy(call: str, legacy: Mapping[str, Any], given: Mapping[str, Any]) 
         if current is None:
             result[section] = SECTIONS[section](**values)
             continue
+        fills = {}
         for name, value in values.items():
-            if getattr(current, name) != value:
-                old = next(k for k, v in LEGACY_NAMES.items() if v == f"{section}.{name}" and k in legacy)
-                raise ValueError(
-                    f"{old}={value!r} disagrees with {section}.{name}={getattr(current, name)!r}: give it "
-                    f"once, as {section}={type(current).__name__}({name}=...)."
-                )
+            if getattr(current, name) == value:
+                continue
+            if not current.given(name) and getattr(current, name) == _default(SECTIONS[section], name):
+                fills[name] = value  # a field the group was built without (M22: sweep refused num_workers=2 then)
+                continue
+            old = next(k for k, v in LEGACY_NAMES.items() if v == f"{section}.{name}" and k in legacy)
+            raise ValueError(
+                f"{old}={value!r} disagrees with {section}.{name}={getattr(current, name)!r}: give it "
+                f"once, as {section}={type(current).__name__}({name}=...)."
+            )
+        if fills:
+            result[section] = dataclasses.replace(current, **fills)
     return result
 
 

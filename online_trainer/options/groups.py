@@ -89,7 +89,7 @@ class OptionGroup:
     section: ClassVar[str] = ""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        validation.keywords(cls.__name__, kwargs, [spec.name for spec in dataclasses.fields(cls)])
+        validation.keywords_only(cls, args, kwargs)
         self = super().__new__(cls)
         object.__setattr__(self, "_given", frozenset(kwargs))  # not a field: equality and repr leave it out
         return self
@@ -354,7 +354,7 @@ class SlurmOptions:
     """Seconds between two looks at the jobs' states (``squeue``) while waiting."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        validation.keywords(cls.__name__, kwargs, [spec.name for spec in dataclasses.fields(cls)])
+        validation.keywords_only(cls, args, kwargs)
         return super().__new__(cls)
 
     def _check_signal_delay(self, time: int) -> None:

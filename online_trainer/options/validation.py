@@ -89,6 +89,20 @@ def keywords(call: str, given: Iterable[str], accepted: Iterable[str]) -> None:
             )
 
 
+def keywords_only(cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    """Refuse positional arguments to the keyword-only dataclass ``cls`` naming its fields (M22: Python's "takes 1
+    positional argument but 2 were given" for ``EvaluationOptions(10)``), then unknown keywords (:func:`keywords`)."""
+    import dataclasses
+
+    fields = [spec.name for spec in dataclasses.fields(cls)]
+    if args:
+        raise TypeError(
+            f"{cls.__name__} takes keyword arguments only, but got {len(args)} positional: {', '.join(map(repr, args))}. "
+            f"Name each by its field, e.g. {cls.__name__}({fields[0]}=...); its fields: {', '.join(fields)}."
+        )
+    keywords(cls.__name__, kwargs, fields)
+
+
 def suggests_keywords(function: F) -> F:
     """``function``, refusing an unknown keyword argument as Python does but naming the nearest one it takes (see
     :func:`keywords`); ``OnlineTrainer(exp_dri=...)`` said only "unexpected keyword argument"."""

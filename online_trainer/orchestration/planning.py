@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from online_trainer.errors import RunSetupError
 from online_trainer.experiment import resuming
-from online_trainer.experiment.manifest import SINK_FILES_KEY, Experiment, remove_created
+from online_trainer.experiment.manifest import INPUT_FILES_KEY, SINK_FILES_KEY, Experiment, remove_created
 from online_trainer.loop import seeding
 from online_trainer.loop.factories import AgentFactory, EnvFactory
 from online_trainer.loop.steps import failed_at
@@ -112,13 +112,16 @@ def new_manifest(
     seed_offset: int | None,
     tuning_hp: dict[str, Any] | None,
     exp_dir: Path | None = None,
+    input_files: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The manifest of a new experiment of ``num_runs`` runs (see :meth:`Experiment.new_manifest`).
 
     Besides how the runs execute and ``tuning_hp``, it records ``score`` when it is not ``"return"``: the
     analysis of the experiment then reads the raw scores (see :mod:`online_trainer.analysis.scores`); and
     ``sink_files``, the files in ``exp_dir`` its line sinks (JSONL, CSV) write: ``overwrite=True`` takes those for
-    the experiment's, and no other file of theirs (a user's copy, ``backup_log.jsonl``: F17).
+    the experiment's, and no other file of theirs (a user's copy, ``backup_log.jsonl``: F17); and ``input_files``,
+    the names of the files in ``input_files`` the call writes (``config.py``, ``args.yaml``): ``overwrite=True``
+    keeps a user's own file of such a name beside an experiment that wrote none (M22).
     """
     fields = {
         **parts.manifest_fields(execution),
@@ -127,6 +130,7 @@ def new_manifest(
     }
     if exp_dir is not None:
         fields[SINK_FILES_KEY] = sink_files(parts.callback, exp_dir)
+        fields[INPUT_FILES_KEY] = sorted(input_files)
     if options.records.score != "return":
         fields["score"] = options.records.score
     return Experiment.new_manifest(num_runs, seed_offset, base_seed(seed_offset, num_runs), fields)
@@ -208,17 +212,18 @@ def start_manifest(
     parts: RunnerParts,
     execution: ExecutionOptions,
     resume: bool = False,
+    input_files: Sequence[str] = (),
 ) -> tuple[dict[str, Any], dict[int, int]]:
     """The manifest of a ``multi_run`` and the runs to do (number -> seed), the caller holding the lock.
 
     A new experiment has every run pending; with ``resume``, the experiment's own manifest and the
     runs left (see :mod:`online_trainer.experiment.resuming`); the lock's check, :func:`resume_check`, has
-    compared the call with it.
+    compared the call with it. ``input_files``: the names of the input files a new experiment's call wrote.
     """
     if resume:
         assert exp_dir is not None  # resume needs an exp_dir (hold_resumable checked it)
         return resuming.resumed_manifest(exp_dir, parts.callback, options.hooks)
-    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp, exp_dir)
+    manifest = new_manifest(parts, options, execution, num_runs, seed_offset, tuning_hp, exp_dir, input_files)
     return manifest, dict(enumerate(manifest["seeds"], start=1))
 
 

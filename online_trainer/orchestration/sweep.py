@@ -79,11 +79,27 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
                 )  # an empty list was told to be written [[]] (tester O15)
                 raise ValueError(f"Each grid value must be a non-empty list, but got {key}={values!r}: {fix}.")
         keys = list(configurations)
-        grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())]
+        grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())] if keys else []
+    elif isinstance(configurations, (str, bytes)) or not isinstance(configurations, Sequence):
+        raise ValueError(
+            "configurations must be a grid (a dict of hyperparameter name to the values to try, e.g. "
+            f"{{'lr': [0.001, 0.0003]}}) or a list of dicts of hyperparameters, but got configurations={configurations!r}."
+        )
     else:
-        grid = [dict(validation.tuning_hp(config) or {}) for config in configurations]
+        grid = []
+        for i, config in enumerate(configurations):
+            if not isinstance(config, Mapping) or not all(isinstance(key, str) for key in config):
+                raise ValueError(  # M22: named tuning_hp, which the user never passed
+                    f"configurations[{i}] must be a dict of hyperparameter name to value, but got "
+                    f"configurations[{i}]={config!r}: pass e.g. [{{'lr': 0.001}}, {{'lr': 0.0003}}], or a grid "
+                    "{'lr': [0.001, 0.0003]}."
+                )
+            grid.append(dict(config))
     if not grid:
-        raise ValueError(f"The sweep has no configuration: got configurations={configurations!r}.")
+        raise ValueError(  # a grid {} made one configuration of no hyperparameter, a list [] was refused (M22)
+            f"The sweep has no configuration: got configurations={configurations!r}. Give the values to try, e.g. "
+            "{'lr': [0.001, 0.0003]}; to run the agent's defaults alone, use multi_run, or [{}] as one configuration."
+        )
     unique: list[dict[str, Any]] = []
     for config in grid:
         if config not in unique:

@@ -106,6 +106,11 @@ class OnlineTrainer:
     ) -> None:
         self.env_factory = EnvFactory(env)
         self.agent_factory = AgentFactory(agent)
+        if exp_dir is not None and not isinstance(exp_dir, (str, os.PathLike)):  # M22: pathlib's TypeError
+            raise TypeError(
+                f"exp_dir must be a path (a str or a pathlib.Path), but got exp_dir={exp_dir!r}: pass e.g. "
+                "exp_dir='runs/my_experiment', or None to keep nothing on disk."
+            )
         self.exp_dir = None if exp_dir is None else Path(exp_dir)
         if exp_dir is not None and self.exp_dir is not None and self.exp_dir.exists() and not self.exp_dir.is_dir():
             raise ValueError(f"exp_dir={os.fspath(exp_dir)!r} exists and is not a directory: choose another path.")
@@ -115,6 +120,12 @@ class OnlineTrainer:
             validation.needs_exp_dir(exp_dir, config=os.fspath(config))
             if not Path(config).is_file():
                 raise FileNotFoundError(f"config={os.fspath(config)!r} does not exist: give the path of a .py file.")
+            if Path(config).suffix != ".py":  # M22: a YAML file became exp_dir/config.py without a word
+                raise ValueError(
+                    f"config={os.fspath(config)!r} is not a .py file: config= copies a Python config file into exp_dir "
+                    "as config.py. Keep other settings with args= (written as args.yaml), or run a YAML config with "
+                    "online-trainer run."
+                )
             self.config = Path(config)
         self.args_yaml = None
         if args is not None:
@@ -253,8 +264,9 @@ class OnlineTrainer:
 
         def plan(created: list[Path]) -> list[Experiment]:
             self._on_exp_dir_held()
+            written = [name for name, text in self.input_files().items() if text is not None]
             manifest, seeds = start_manifest(
-                self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume
+                self.exp_dir, num_runs, seed_offset, tuning_hp, options, parts, execution, resume, written
             )
             specs = plan_runs(parts, options, seeds, self.exp_dir, tuning_hp, copy_agent, resume=resume)
             if resume and not specs:  # a notebook cell run again: said, not a silent return of the records (U17)

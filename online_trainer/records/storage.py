@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import fnmatch
 import functools
 import glob
 import importlib.util
@@ -62,31 +61,33 @@ here or in place, and the next call puts them all back."""
 SWEEP_FILE = "sweep.json"
 """What marks a sweep's directory (its base seed and budget; its configurations are experiments in sub-directories)."""
 
-EXPERIMENT_PATTERNS = (
-    MANIFEST_FILE,
-    ALL_METRICS_FILE,
-    "env.json",  # the env the experiment ran on (online_trainer.run.env_identity)
-    "agent.json",  # the agent it trained (online_trainer.run.agent_settings)
-    "metrics_run*.pkl",
-    "eval_run*.pkl",
+_SAVED = r"(?:[._-].*)?"  # what agent.save(prefix) may add to the prefix (see saved_by)
+EXPERIMENT_NAMES = (
+    re.escape(MANIFEST_FILE),
+    re.escape(ALL_METRICS_FILE),
+    r"env\.json",  # the env the experiment ran on (online_trainer.run.env_identity)
+    r"agent\.json",  # the agent it trained (online_trainer.run.agent_settings)
+    r"metrics_run\d+\.pkl",
+    r"eval_run\d+\.pkl",
     "videos",
-    "Run*_E*",
-    "Run*_S*",
-    "Run*_Last*",
-    "Run*_Best*",  # Run{i}_Best_agent.t, or what save(Run{i}_Best) wrote
-    "Run*_Resume.pkl",
-    "Run*_Resume_agent*",
-    "events.out.tfevents.*",
-    "*.jsonl",
+    rf"Run\d+_[ES]\d+{_SAVED}",  # periodic checkpoints: what agent.save(Run{i}_E{n}) wrote
+    rf"Run\d+_Last{_SAVED}",
+    rf"Run\d+_Best{_SAVED}",  # Run{i}_Best_agent.t, or what save(Run{i}_Best) wrote
+    r"Run\d+_Resume\.pkl",
+    rf"Run\d+_Resume_agent{_SAVED}",
+    r"events\.out\.tfevents\..*",
+    r".*\.jsonl",
     # the sinks of online_trainer.callbacks: CSV files, the MLflow store and run ids, W&B's files and run ids
-    "*.csv",
-    "mlflow.db",
-    "mlflow_runs.json",
+    r".*\.csv",
+    r"mlflow\.db",
+    r"mlflow_runs\.json",
     "mlartifacts",
     "wandb",
-    "wandb_runs.json",
+    r"wandb_runs\.json",
     "slurm",  # the Slurm backend's results, progress and job logs
 )
+"""The names of an experiment's files and folders, as regular expressions matched against a whole name: a run's
+are its number and nothing else (``metrics_run1.pkl``, not a user's ``metrics_run1_old.pkl``: M22)."""
 
 
 class TruncatedMetricsWarning(RuntimeWarning):
@@ -146,7 +147,7 @@ def saved_by(prefix: Path) -> list[Path]:
     )
 
 
-_EXPERIMENT_NAME = re.compile("|".join(fnmatch.translate(pattern) for pattern in EXPERIMENT_PATTERNS))
+_EXPERIMENT_NAME = re.compile("|".join(f"(?:{name})" for name in EXPERIMENT_NAMES), re.DOTALL)
 
 
 def sink_lock_files(exp_dir: str | os.PathLike) -> list[Path]:
@@ -156,14 +157,14 @@ def sink_lock_files(exp_dir: str | os.PathLike) -> list[Path]:
 
 
 def existing_experiment_files(exp_dir: str | os.PathLike) -> list[Path]:
-    """Files in ``exp_dir`` written by an earlier ``multi_run`` (names that match :data:`EXPERIMENT_PATTERNS`,
-    hidden ones aside, as ``glob`` reads them; one listing of the folder)."""
+    """Files in ``exp_dir`` written by an earlier ``multi_run`` (whole names that match :data:`EXPERIMENT_NAMES`,
+    hidden ones aside; one listing of the folder)."""
     try:
         names = os.listdir(exp_dir)
     except OSError:  # no such folder, or not one: nothing of an experiment there
         return []
     root = Path(exp_dir)
-    return sorted(root / name for name in names if name[:1] != "." and _EXPERIMENT_NAME.match(name))
+    return sorted(root / name for name in names if name[:1] != "." and _EXPERIMENT_NAME.fullmatch(name))
 
 
 def write_atomic(
@@ -525,16 +526,26 @@ def load_config(exp_dir: str | os.PathLike) -> types.ModuleType:
 # ---------------------------------------------------------------- loaders
 
 
-def _require_dir(exp_dir: str | os.PathLike) -> Path:
+def require_dir(exp_dir: str | os.PathLike) -> Path:
+    """``exp_dir`` as a path, once checked to be a directory.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        NotADirectoryError: it is a file (M22: said "does not exist").
+    """
     path = Path(exp_dir)
     if not path.is_dir():
+        if path.exists():
+            raise NotADirectoryError(
+                f"{path} is a file, not an experiment directory: give the folder multi_run wrote into (its exp_dir)."
+            )
         raise FileNotFoundError(f"Experiment directory {path} does not exist.")
     return path
 
 
 def run_indices(exp_dir: str | os.PathLike) -> list[int]:
     """Indices of the runs of ``exp_dir`` that have a metrics stream, in order."""
-    path = _require_dir(exp_dir)
+    path = require_dir(exp_dir)
     indices = []
     for stream in path.glob("metrics_run*.pkl"):
         suffix = stream.stem[len("metrics_run") :]
@@ -551,7 +562,7 @@ def load_run_metrics(exp_dir: str | os.PathLike, run_idx: int) -> list[dict[str,
         ValueError: ``run_idx`` is below 1.
         FileNotFoundError: the experiment has no such run, or the run no metrics stream.
     """
-    path = _require_dir(exp_dir)
+    path = require_dir(exp_dir)
     try:
         if isinstance(run_idx, bool):
             raise TypeError

@@ -360,3 +360,21 @@ def test_the_budget_of_an_experiment_none_of_whose_runs_ended_is_read_from_its_c
     runs = load_runs(tmp_path)
     assert runs["status"].tolist() == ["interrupted"]
     assert runs[["budget_unit", "budget"]].values.tolist() == [["steps", 500]]
+
+
+def test_what_is_not_an_experiment_directory_is_refused_naming_it(tmp_path):
+    """M22: load_episodes(42) raised "'int' object is not iterable", a file was said not to exist, and summarize of a
+    path was told only "got str"."""
+    from online_trainer import summarize
+
+    (tmp_path / "c.yaml").write_text("x: 1\n")
+    with pytest.raises(
+        TypeError, match=r"Give an experiment directory \(a str or a pathlib.Path\) or a list of them, "
+    ):
+        load_episodes(42)
+    with pytest.raises(NotADirectoryError, match=r"c.yaml is a file, not an experiment directory: give the folder"):
+        load_episodes(tmp_path / "c.yaml")
+    with pytest.raises(TypeError, match=r"but got 'runs/exp': pass load_episodes\('runs/exp'\) instead"):
+        summarize("runs/exp")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'lastk' \(did you mean 'last_k'\?\)"):
+        summarize(None, lastk=3)

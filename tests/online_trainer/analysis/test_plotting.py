@@ -482,3 +482,14 @@ def test_one_colors_mapping_serves_a_group_by_its_value_or_its_label():
     assert any(np.allclose(c.get_facecolor()[0][:3], (1, 0, 0)) for c in finals.axes[0].collections)
     with pytest.raises(ValueError, match=r"its groups are 0.001 \(or 'lr=0.001'\), 0.01 \(or 'lr=0.01'\)"):
         plot_learning_curves(synthetic(), group_by="lr", colors={"lr=0.1": "red"})
+
+
+def test_a_str_of_notes_is_one_line_and_an_ax_that_is_not_one_is_refused_naming_it():
+    """M22: notes="hi there" was drawn a character a line; ax="ax" raised "'str' object has no attribute"."""
+    assert "hi there" in notes(plot_learning_curves(synthetic(), notes="hi there"))
+    with pytest.raises(TypeError, match=r"ax must be a matplotlib Axes to draw in .* but got ax='ax'"):
+        plot_learning_curves(synthetic(), ax="ax")
+    with pytest.raises(
+        TypeError, match=r"plot_learning_curves\(\) got an unexpected keyword argument 'smoth' \(did you"
+    ):
+        plot_learning_curves(synthetic(), smoth=3)

@@ -10,7 +10,7 @@ from online_trainer.analysis.compare import compare_scores
 from online_trainer.analysis.compare_inputs import CompareOptions
 from online_trainer.analysis.dataframes import load_episodes
 from online_trainer.cli import main as cli
-from online_trainer.cli.compare_command import command_words, comparison_markdown, parse_normalize
+from online_trainer.cli.compare_command import _num, command_words, comparison_markdown, parse_normalize
 from online_trainer.cli.report import default_x
 from tests.conftest import RecordingAgent, make_counting_vec
 
@@ -281,3 +281,10 @@ def test_a_verdict_whose_candidates_intervals_overlap_says_that_the_overlap_does
     assert (
         "Their own intervals overlap, which does not make them equal: the interval of their difference tells." in text
     )
+
+
+def test_a_bound_that_rounds_to_zero_is_written_without_a_sign():
+    """A22: a tie's difference interval read [-0.000, 31.60] in comparison.md."""
+    assert [_num(v) for v in (-0.0, -0.0001, 0.0004, -0.5, 20.554, -0.004, float("nan"))] == [
+        "0.000", "0.000", "0.000", "-0.500", "20.55", "-0.004", "n/a",
+    ]  # fmt: skip

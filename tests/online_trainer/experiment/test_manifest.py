@@ -154,6 +154,12 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
         # F17: copies of the sinks' own files, whose first lines are a sink's, deleted without a word
         "backup_log.jsonl": (tmp_path / "callback.jsonl").read_text(),
         "scalars_backup.csv": (tmp_path / "scalars.csv").read_text(),
+        # M22: names an experiment's only begin with, a checkpoint's name without a checkpoint_freq, and the user's
+        # own config.py beside calls without config=
+        "metrics_run1_old.pkl": "mine",
+        "metrics_run2-copy.pkl": "mine",
+        "Run1_Last_notes.txt": "mine",
+        "config.py": "MY_SETTINGS = 1\n",
     }
     for name, text in mine.items():
         (tmp_path / name).write_text(text)
@@ -163,8 +169,9 @@ def test_overwrite_keeps_the_files_with_an_experiments_names_that_the_earlier_ex
         second.multi_run(1, num_episodes=3, overwrite=True, progress=False)
     assert {name: (tmp_path / name).read_text() for name in mine} == mine  # every one kept, as it was
     assert (
-        "were not written by the earlier experiment: kept (Run2_E3.pkl, Run5_S1.pkl, backup_log.jsonl, eval_run1"
-        in (caplog.text)
+        "does not show it wrote them: kept (Run1_Last_notes.txt, Run2_E3.pkl, Run5_S1.pkl, backup_log.jsonl, "
+        "config.py, eval_run1.pkl, events.out.tfevents.from_my_other_tool, metrics_run9.pkl, my_notes.jsonl, "
+        "scalars_backup.csv, table.csv)" in caplog.text
     )
     # the earlier experiment's own files are gone: its run 2, its sinks' lines of run 2
     assert "metrics_run2.pkl" in earlier and not (tmp_path / "metrics_run2.pkl").exists()

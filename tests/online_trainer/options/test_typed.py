@@ -256,3 +256,13 @@ def test_helpers():
     assert type_name(tuple[int, ...]) == "a list of ints"
     assert type_name(Env) == "a mapping with keys id, num_envs, wrappers, vector_kwargs"
     assert re.fullmatch(r"an int or a string", type_name(int | str))
+
+
+def test_an_option_group_given_positional_arguments_names_its_fields():
+    """M22: EvaluationOptions(10) got Python's "takes 1 positional argument but 2 were given"."""
+    from online_trainer import EvaluationOptions, SlurmOptions
+
+    with pytest.raises(TypeError, match=r"EvaluationOptions takes keyword arguments only, but got 1 positional: 10\. "):
+        EvaluationOptions(10)
+    with pytest.raises(TypeError, match=r"SlurmOptions takes keyword arguments only, .* its fields: partition, time, "):
+        SlurmOptions("gpu", 30)

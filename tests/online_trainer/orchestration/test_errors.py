@@ -126,6 +126,16 @@ def test_missing_config_path(tmp_path):
     assert not (tmp_path / "exp").exists()
 
 
+def test_a_config_that_is_not_python_and_an_exp_dir_that_is_not_a_path_are_refused_naming_them(tmp_path):
+    """M22: a YAML config became exp_dir/config.py without a word; exp_dir=123 raised pathlib's TypeError."""
+    (tmp_path / "c.yaml").write_text("lr: 0.1\n")
+    with pytest.raises(ValueError, match=r"config='.*c.yaml' is not a .py file: config= copies a Python config file"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "exp", config=tmp_path / "c.yaml")
+    with pytest.raises(TypeError, match=r"exp_dir must be a path \(a str or a pathlib.Path\), but got exp_dir=123: "):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=123)
+    assert not (tmp_path / "exp").exists()
+
+
 def test_agent_missing_methods_listed(tmp_path):
     class NoUpdate:
         def act(self, obs):

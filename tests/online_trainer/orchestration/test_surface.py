@@ -261,3 +261,17 @@ def test_run_options_of_the_previous_release_still_build_and_warn():
     with pytest.warns(DeprecationWarning, match="RunOptions is deprecated"):
         plan = online_trainer.RunOptions(total_steps=10, eval_freq=5, keep_records=False)
     assert plan.evaluation.freq == 5 and plan.records.in_memory is False and plan.total_steps == 10
+
+
+def test_a_flat_keyword_fills_a_field_its_group_was_built_without(tmp_path):
+    """M22: sweep(num_workers=2, execution=ExecutionOptions(progress=False)) was refused as num_workers=2 disagreeing
+    with execution.num_workers=1, a field the user never gave (multi_run took the same pair)."""
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=tmp_path / "sweep")
+    with pytest.warns(DeprecationWarning, match=r"sweep\(num_workers=2\) is deprecated"):
+        trainer.sweep({"lr": [0.1]}, 2, num_episodes=2, num_workers=2, execution=ExecutionOptions(progress=False))
+    manifest = json.loads(next((tmp_path / "sweep").glob("*/manifest.json")).read_text())
+    assert manifest["num_workers"] == 2
+    trainer = OnlineTrainer(make_counting_vec(1), RecordingAgent)
+    with pytest.warns(DeprecationWarning):
+        trainer.multi_run(1, num_episodes=4, eval_freq=2, evaluation=EvaluationOptions(episodes=3), progress=False)
+    assert [(e["episodes_trained"], len(e["returns"])) for e in trainer.evaluations[0]] == [(2, 3), (4, 3)]

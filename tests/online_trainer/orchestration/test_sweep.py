@@ -57,6 +57,17 @@ def test_expand_grid_and_names():
         ValueError, match=r"but got lr=\[\]: give the values to try, e.g. lr=\[0.001, 0.0003\], or leave"
     ):
         expand_grid({"lr": [], "gamma": [0.99]})  # O15: told to write lr=[[]]
+    # M22: a list of non-dicts named tuning_hp, which the user never passed; {} ran one configuration, [] was refused
+    with pytest.raises(
+        ValueError, match=r"configurations\[0\] must be a dict of hyperparameter name to value, but got "
+    ):
+        expand_grid([1, 2])
+    for empty in ({}, []):
+        with pytest.raises(ValueError, match=r"The sweep has no configuration: .* use multi_run, or \[\{\}\]"):
+            expand_grid(empty)
+    with pytest.raises(ValueError, match=r"configurations must be a grid .* but got configurations='lr'"):
+        expand_grid("lr")
+    assert expand_grid([{}]) == [{}]  # the agent's defaults, as one configuration
 
 
 def test_the_known_best_configuration_ranks_first(tmp_path):

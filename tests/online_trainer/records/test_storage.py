@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -179,22 +178,20 @@ def test_write_atomic_leaves_the_file_as_it_was_when_the_writer_fails(tmp_path):
     assert path.read_bytes() == b"before" and sorted(p.name for p in tmp_path.iterdir()) == ["file.bin"]
 
 
-def test_existing_experiment_files_are_those_the_patterns_glob(tmp_path):
-    import glob
-    import os
-
-    names = [
+def test_existing_experiment_files_are_the_experiments_names_and_no_others(tmp_path):
+    """M22: ``metrics_run*.pkl`` globbed a user's ``metrics_run1_old.pkl``, which overwrite=True then deleted."""
+    ours = [
         "manifest.json", "all_metrics.pkl", "metrics_run3.pkl", "eval_run1.pkl", "Run2_E30", "Run1_S500.t",
-        "Run1_Last_agent.t", "Run1_Best_agent.t", "Run4_Resume.pkl", "events.out.tfevents.1.host.2.000000",
-        "log.jsonl", "scores.csv", "mlflow.db", "wandb", "slurm", ".lock", ".hidden.csv", "notes.txt",
-        "config.yaml", "run1.pkl", "videos",
+        "Run1_Last_agent.t", "Run1_Last", "Run1_Best_agent.t", "Run4_Resume.pkl", "Run4_Resume_agent.pt",
+        "events.out.tfevents.1.host.2.000000", "log.jsonl", "scores.csv", "mlflow.db", "wandb", "slurm", "videos",
     ]  # fmt: skip
-    for name in names:
+    theirs = [
+        ".lock", ".hidden.csv", "notes.txt", "config.yaml", "run1.pkl", "metrics_run1_old.pkl", "metrics_run2-copy.pkl",
+        "metrics_run1.pkl.orig", "all_metrics_old.pkl", "eval_runs.pkl", "Run1_Evaluation.txt", "Run1_Lastly",
+        "Run1_Resume.pkl.bak", "RunA_Last", "manifest.json.bak",
+    ]  # fmt: skip
+    for name in ours + theirs:
         (tmp_path / name).write_text("x")
-    globbed = set()
-    for pattern in storage.EXPERIMENT_PATTERNS:
-        globbed.update(glob.glob(os.path.join(glob.escape(str(tmp_path)), pattern)))
-    found = storage.existing_experiment_files(tmp_path)
-    assert found == sorted(Path(p) for p in globbed) and len(found) == 16
+    assert storage.existing_experiment_files(tmp_path) == sorted(tmp_path / name for name in ours)
     assert storage.existing_experiment_files(tmp_path / "missing") == []
     assert storage.existing_experiment_files(tmp_path / "notes.txt") == []

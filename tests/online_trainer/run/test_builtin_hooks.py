@@ -637,3 +637,15 @@ def test_an_evaluation_a_hook_announces_does_not_choose_the_best_agent(tmp_path)
         OnlineTrainer(make_counting_vec(2), RecordingAgent, exp_dir=None).multi_run(
             1, hooks=[AnnouncesNoMean()], **{**kw, "checkpoint_freq": None}
         )
+
+
+def test_one_hook_given_without_its_list_is_told_how_to_pass_it():
+    """M22: hooks=StopOnReturn(100) was told "hooks must be a list of hook objects" without a fix."""
+    from online_trainer.hooks import StopOnReturn
+
+    with pytest.raises(
+        TypeError, match=r"hooks must be a list .*: pass a list of one, hooks=\[StopOnReturn\(\.\.\.\)\]"
+    ):
+        check_hooks(StopOnReturn(100))
+    with pytest.raises(TypeError, match=r"but got hooks='x': pass e.g. hooks=\[StopOnReturn\(475\)\]"):
+        check_hooks("x")
