@@ -204,7 +204,7 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                     f"least one in {type(hook).__name__}, or leave the hook out."
                 )
             raise TypeError(
-                f"hook {hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: define at least one "
+                f"hooks[{index}]={hook!r} has none of the hook methods {', '.join(HOOK_METHODS)}: define at least one "
                 "(subclass online_trainer.hooks.Hook)."
             )
         for name in HOOK_METHODS:
@@ -212,13 +212,16 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
                 _check_signature(hook, name)
         if defines(hook, "on_step"):
             steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
-            valid_steps = isinstance(steps, int) and not isinstance(steps, bool) and steps > 0
-            valid_seconds = isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
+            # numpy's integers and floats too (H22: every_steps=np.int64(500) was refused as not "a positive int")
+            valid_steps = isinstance(steps, numbers.Integral) and not isinstance(steps, (bool, np.bool_)) and steps > 0
+            valid_seconds = (
+                isinstance(seconds, numbers.Real) and not isinstance(seconds, (bool, np.bool_)) and seconds > 0
+            )
             if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
-                raise ValueError(
-                    f"hook {hook!r} has on_step, so it must declare one of every_steps (a positive int) "
-                    f"or every_seconds (a positive number), but got every_steps={steps!r}, "
-                    f"every_seconds={seconds!r}."
+                raise ValueError(  # H22: named the hook by its repr alone, two of one class could not be told apart
+                    f"hooks[{index}], a {type(hook).__name__}, has on_step, so it must declare one of every_steps (a "
+                    f"positive int) or every_seconds (a positive number), but got every_steps={steps!r}, "
+                    f"every_seconds={seconds!r}: set one of them in the hook (every_steps = 1000)."
                 )
         if getattr(hook, "needs_eval_freq", False) is True and eval_freq is None:
             raise ValueError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
+import numpy as np
 import pytest
 
 from online_trainer import OnlineTrainer, RunsFailedError, load_runs
@@ -218,6 +219,19 @@ def test_hooks_are_checked_before_anything_runs(tmp_path):
         r"every_seconds=None",
     ):
         trainer.multi_run(1, num_episodes=2, hooks=[NoCadence()])
+
+    class Every(Hook):
+        def __init__(self, every):
+            self.every_steps = every
+
+        def on_step(self, ctx):
+            pass
+
+    # H22: which of two hooks of one class was wrong went unsaid, and numpy's integers were refused
+    with pytest.raises(ValueError, match=r"hooks\[1\], a Every, has on_step, so it must declare .* every_steps=0, "):
+        trainer.multi_run(1, num_episodes=2, hooks=[Every(np.int64(500)), Every(0)])
+    with pytest.raises(TypeError, match=r"hooks\[1\]=42 has none of the hook methods"):
+        trainer.multi_run(1, num_episodes=2, hooks=[Every(5), 42])
 
     class MissesTheRecord(Hook):  # failed at the first episode's end, after env steps, so the experiment stayed
         def on_episode_end(self, ctx):
