@@ -13,6 +13,7 @@ from typing import Any
 from online_trainer.callbacks.base import metric_name
 from online_trainer.callbacks.files import create_with, file_path
 from online_trainer.callbacks.line_file import LineFileSink
+from online_trainer.options import validation
 
 COLUMNS = ("run", "metric", "step", "value", "tag", "key", "wall_time", "experiment")
 _EARLIER_HEADER = ",".join(COLUMNS[:-1])  # files written before the experiment column, appended to as they are
@@ -55,8 +56,7 @@ class CSVCallback(LineFileSink):
     FILE_NAME = "scalars.csv"
 
     def __init__(self, log_path: str | os.PathLike, flush_rows: int = 4096, max_delay: float = 2.0) -> None:
-        if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
-            raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
+        flush_rows = validation.positive_int("flush_rows", flush_rows)
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
         self.log_path = file_path("log_path", log_path, "scalars.csv")

@@ -14,6 +14,7 @@ import numpy as np
 
 from online_trainer.callbacks.files import file_path
 from online_trainer.callbacks.line_file import LineFileSink
+from online_trainer.options import validation
 
 
 def _jsonable(value: Any) -> Any:
@@ -61,8 +62,7 @@ class JsonlCallback(LineFileSink):
     FILE_NAME = "scalars.jsonl"
 
     def __init__(self, log_path: str | os.PathLike, flush_every: int = 100) -> None:
-        if not isinstance(flush_every, int) or flush_every < 1:
-            raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
+        flush_every = validation.positive_int("flush_every", flush_every)
         self.log_path = file_path("log_path", log_path, "scalars.jsonl")
         self.flush_every = flush_every
         self._fd: int | None = None

@@ -26,6 +26,7 @@ from online_trainer.callbacks.store_points import (
     as_position,
     check_store_position,
 )
+from online_trainer.options import validation
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +155,7 @@ class MLflowCallback(CallBack):
         flush_values: int = MAX_BATCH,
         max_delay: float = 5.0,
     ) -> None:
-        if not isinstance(flush_values, int) or isinstance(flush_values, bool) or flush_values < 1:
-            raise ValueError(f"flush_values must be a positive int, but got flush_values={flush_values!r}.")
+        flush_values = validation.positive_int("flush_values", flush_values)
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
         if tracking_uri is not None:

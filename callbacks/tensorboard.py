@@ -23,6 +23,7 @@ from online_trainer.callbacks.rewind import (
 )
 from online_trainer.callbacks.scalar_batch import ScalarBatch
 from online_trainer.callbacks.tb_layout import LAYOUT_FILE, LAYOUT_METRICS, write_layout
+from online_trainer.options import validation
 
 
 class TBCallBack(CallBack):
@@ -61,8 +62,7 @@ class TBCallBack(CallBack):
         max_delay: float = 2.0,
         layout_metrics: Sequence[str] = LAYOUT_METRICS,
     ) -> None:
-        if not isinstance(flush_every, int) or flush_every < 1:
-            raise ValueError(f"flush_every must be a positive int, but got flush_every={flush_every!r}.")
+        flush_every = validation.positive_int("flush_every", flush_every)
         if isinstance(layout_metrics, str) or not all(isinstance(m, str) and m for m in layout_metrics):
             raise ValueError(
                 f"layout_metrics must be a list of metric names, but got layout_metrics={layout_metrics!r}:"

@@ -24,6 +24,7 @@ from online_trainer.callbacks.store_points import (
     check_store_position,
 )
 from online_trainer.callbacks.wandb_history import RUN_IDS_FILE, has_exit_record, history_rows, run_files
+from online_trainer.options import validation
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ class WandbCallback(CallBack):
         max_delay: float = 5.0,
         **init_kwargs: Any,
     ) -> None:
-        if not isinstance(flush_rows, int) or isinstance(flush_rows, bool) or flush_rows < 1:
-            raise ValueError(f"flush_rows must be a positive int, but got flush_rows={flush_rows!r}.")
+        flush_rows = validation.positive_int("flush_rows", flush_rows)
         if not isinstance(max_delay, (int, float)) or max_delay < 0:
             raise ValueError(f"max_delay must be a number of seconds >= 0, but got max_delay={max_delay!r}.")
         taken = sorted(set(init_kwargs) & set(self._OWN_ARGS))

@@ -7,6 +7,12 @@ from pathlib import Path
 from typing import Any
 
 
+class ValueTypeError(TypeError, ValueError):
+    """A value of the wrong type for its argument (``num_runs="3"``, ``resume="yes"``): a ``TypeError``, as Python's
+    convention has it, and a ``ValueError``, as the first releases raised for every bad value, so that code catching
+    either keeps working. A value of the right type out of its range (``num_runs=0``) raises a plain ``ValueError``."""
+
+
 class RunFailure:
     """How one run failed: its index, seed, exception and the end of its traceback.
 

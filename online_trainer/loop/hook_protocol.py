@@ -213,9 +213,11 @@ def check_hooks(hooks: Sequence[Any] | None, eval_freq: int | None = None) -> tu
         if defines(hook, "on_step"):
             steps, seconds = getattr(hook, "every_steps", None), getattr(hook, "every_seconds", None)
             # numpy's integers and floats too (H22: every_steps=np.int64(500) was refused as not "a positive int")
-            valid_steps = isinstance(steps, numbers.Integral) and not isinstance(steps, (bool, np.bool_)) and steps > 0
+            valid_steps = (
+                isinstance(steps, numbers.Integral) and not isinstance(steps, (bool, np.bool_)) and int(steps) > 0
+            )
             valid_seconds = (
-                isinstance(seconds, numbers.Real) and not isinstance(seconds, (bool, np.bool_)) and seconds > 0
+                isinstance(seconds, numbers.Real) and not isinstance(seconds, (bool, np.bool_)) and float(seconds) > 0
             )
             if not (valid_steps or valid_seconds) or (steps is not None and seconds is not None):
                 raise ValueError(  # H22: named the hook by its repr alone, two of one class could not be told apart

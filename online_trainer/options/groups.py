@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from online_trainer.errors import ValueTypeError
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import check_hooks
 from online_trainer.loop.raw_scores import SCORES
@@ -391,13 +392,18 @@ class SlurmOptions:
         if self.time is not None:
             self._check_signal_delay(self.time)
         if not isinstance(self.max_requeues, int) or isinstance(self.max_requeues, bool) or self.max_requeues < 0:
-            raise ValueError(f"max_requeues must be a non-negative int, but got max_requeues={self.max_requeues!r}.")
+            typed = isinstance(self.max_requeues, int) and not isinstance(self.max_requeues, bool)
+            raise (ValueError if typed else ValueTypeError)(
+                f"max_requeues must be a non-negative int, but got max_requeues={self.max_requeues!r}."
+            )
         for name in ("partition", "mem", "gres", "account", "qos", "folder"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValueError(f"{name} must be a non-empty string or None, but got {name}={value!r}.")
+                raise (ValueError if isinstance(value, str) else ValueTypeError)(
+                    f"{name} must be a non-empty string or None, but got {name}={value!r}."
+                )
         if self.additional_parameters is not None and not isinstance(self.additional_parameters, Mapping):
-            raise ValueError(
+            raise ValueTypeError(
                 "additional_parameters must be a dict of sbatch options, but got "
                 f"additional_parameters={self.additional_parameters!r}."
             )
@@ -414,7 +420,7 @@ class SlurmOptions:
                     f"sets itself ({_RUNNER_SBATCH[name]}): leave it out."
                 )
         if not isinstance(self.poll_interval, (int, float)) or not self.poll_interval > 0:
-            raise ValueError(
+            raise (ValueError if isinstance(self.poll_interval, (int, float)) else ValueTypeError)(
                 f"poll_interval must be a positive number of seconds, but got poll_interval={self.poll_interval!r}."
             )
 
@@ -433,7 +439,7 @@ def _workers(name: str, value: Any) -> int:
 def _ray_resources(name: str, value: Any) -> Mapping[str, Any] | None:
     """None, or Ray's task options by name (D19: ``[1]`` raised "cannot convert dictionary update sequence")."""
     if value is not None and (not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value)):
-        raise ValueError(
+        raise ValueTypeError(
             f"{name} must be a dict of Ray task options by name, e.g. {{'num_cpus': 1, 'num_gpus': 0.25}}, but got "
             f"{name}={value!r}."
         )
@@ -496,7 +502,7 @@ class ExecutionOptions(OptionGroup):
                 "command line: execution.slurm=null)."
             )
         if self.slurm is not None and not isinstance(self.slurm, SlurmOptions):
-            raise ValueError(
+            raise ValueTypeError(
                 f"execution.slurm must be a SlurmOptions, but got execution.slurm={self.slurm!r}: use "
                 "slurm=SlurmOptions(partition=..., time=...) from online_trainer."
             )

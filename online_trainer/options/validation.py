@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from online_trainer.errors import ValueTypeError
 from online_trainer.loop import seeding
 from online_trainer.loop.budget import Budget
 
@@ -21,9 +22,11 @@ def _is_int(value: Any) -> bool:
 
 
 def positive_int(name: str, value: Any, hint: str = "") -> int:
-    """Return ``value`` as an int; raise ValueError naming ``name`` unless it is a positive int."""
+    """Return ``value`` as an int; raise ValueError naming ``name`` unless it is a positive int (:class:`ValueTypeError`
+    when it is no int at all)."""
     if not _is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive int, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
+        error = ValueError if _is_int(value) else ValueTypeError
+        raise error(f"{name} must be a positive int, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
     return int(value)
 
 
@@ -38,7 +41,9 @@ def finite_number(name: str, value: Any, hint: str = "", positive: bool = False)
     real = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
     if not real or not np.isfinite(value) or (positive and not value > 0):
         what = "a positive finite number" if positive else "a finite number"
-        raise ValueError(f"{name} must be {what}, but got {name}={value!r}.{(' ' + hint) if hint else ''}")
+        raise (ValueError if real else ValueTypeError)(
+            f"{name} must be {what}, but got {name}={value!r}.{(' ' + hint) if hint else ''}"
+        )
     return float(value)
 
 
@@ -48,7 +53,9 @@ def boolean(name: str, value: Any) -> bool:
     A truthy string or number is more likely a mistake than a choice (``resume="yes"``, ``resume=1``).
     """
     if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False.")
+        raise ValueTypeError(
+            f"{name} must be True or False, but got {name}={value!r}: pass {name}=True or {name}=False."
+        )
     return bool(value)
 
 
@@ -126,7 +133,7 @@ def episode_trigger(name: str, value: Any) -> Any:
     if value is None or (_is_int(value) and value >= 1):
         return None if value is None else int(value)
     if not callable(value):
-        raise ValueError(
+        raise (ValueError if _is_int(value) else ValueTypeError)(
             f"{name} must be a positive int k (every k-th episode: k, 2k, ...) or a callable "
             f"episode_index -> bool, but got {name}={value!r}: pass e.g. {name}=10 or "
             f"{name}=lambda i: i in (1, 100)."
@@ -147,7 +154,8 @@ def budget(num_episodes: Any, total_steps: Any) -> Budget:
     """The run budget; exactly one of ``num_episodes`` and ``total_steps``, a positive int."""
     given = [value is not None for value in (num_episodes, total_steps)]
     if given.count(True) != 1 or not all(_is_int(v) and v > 0 for v in (num_episodes, total_steps) if v is not None):
-        raise ValueError(
+        typed = all(_is_int(v) for v in (num_episodes, total_steps) if v is not None)
+        raise (ValueError if typed else ValueTypeError)(
             "Give exactly one of num_episodes and total_steps, as a positive int, but got "
             f"num_episodes={num_episodes!r}, total_steps={total_steps!r}."
         )
@@ -161,7 +169,9 @@ def seed_offset(value: Any, num_runs: int | None = None) -> int | None:
     """None or a non-negative int; with ``num_runs``, one whose runs' seeds stay below 2**31 (see
     :data:`online_trainer.loop.seeding.SEED_LIMIT`)."""
     if value is not None and (not _is_int(value) or value < 0):
-        raise ValueError(f"seed_offset must be None or a non-negative int, but got seed_offset={value!r}.")
+        raise (ValueError if _is_int(value) else ValueTypeError)(
+            f"seed_offset must be None or a non-negative int, but got seed_offset={value!r}."
+        )
     if value is not None and num_runs is not None and value > seeding.highest_seed_offset(num_runs):
         last = seeding.run_seed(int(value), num_runs)
         raise ValueError(
@@ -179,7 +189,7 @@ def tuning_hp(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"tuning_hp must be a dict of hyperparameter name to value, but got tuning_hp={value!r}.")
+        raise ValueTypeError(f"tuning_hp must be a dict of hyperparameter name to value, but got tuning_hp={value!r}.")
     return dict(value)
 
 

@@ -111,6 +111,32 @@ def test_non_positive_num_runs(num_runs):
         OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(num_runs, num_episodes=1)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "wrong_type"),
+    [
+        ({"num_runs": "3"}, True),
+        ({"num_runs": 0}, False),
+        ({"num_episodes": "5"}, True),
+        ({"num_episodes": -1}, False),
+        ({"seed_offset": "1"}, True),
+        ({"seed_offset": -1}, False),
+        ({"resume": "yes"}, True),
+        ({"tuning_hp": ["lr", 0.1]}, True),
+        ({"num_workers": 2.0}, True),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_a_type_error_and_still_a_value_error(kwargs, wrong_type):
+    """A carry-over of several testers: num_runs="3" raised a ValueError, where Python raises a TypeError. A wrong type
+    raises ValueTypeError, both; a value out of its range stays a plain ValueError."""
+    from online_trainer.errors import ValueTypeError
+
+    call = {"num_runs": 1, "num_episodes": 2, **kwargs}
+    with pytest.raises(ValueError) as caught:
+        OnlineTrainer(make_counting_vec(1), RecordingAgent).multi_run(**call)
+    assert isinstance(caught.value, TypeError) is wrong_type
+    assert isinstance(caught.value, ValueTypeError) is wrong_type
+
+
 @pytest.mark.parametrize("option", [{"dump_metrics": True}, {"checkpoint_freq": 5}])
 def test_disk_options_without_exp_dir(option):
     factory = CountingFactory()
