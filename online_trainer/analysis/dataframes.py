@@ -31,6 +31,7 @@ from online_trainer.analysis.selection import (
 from online_trainer.experiment import ownership, slurm_states
 from online_trainer.records import storage
 from online_trainer.run import full_checkpoint
+from online_trainer.run.env_identity import env_path, recorded_identity
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +179,18 @@ def budget_of(exp_dir: str | os.PathLike) -> tuple[str | None, int | None]:
 
 
 def env_id_of(exp_dir: str | os.PathLike) -> str | None:
-    """The gymnasium id of an experiment's env: from ``manifest.json``, else ``config.yaml``, else (a configuration of a
-    sweep, written by a version that did not record it) that of the sweep's other configurations; None if unknown."""
+    """The gymnasium id of an experiment's env: from ``manifest.json`` (written when a run ends), else ``env.json``
+    (written by its first run to build its env: an experiment whose runs were all cut off, V22), else ``config.yaml``,
+    else (a configuration of a sweep, written by a version that did not record it) that of the sweep's other
+    configurations; None if unknown."""
     exp_dir = Path(exp_dir)
     if (exp_dir / storage.MANIFEST_FILE).is_file():
         env_id = storage.read_manifest(exp_dir).get("env_id")
         if isinstance(env_id, str):
             return env_id
+    recorded = recorded_identity(exp_dir, quiet=True) if env_path(exp_dir).is_file() else None
+    if recorded is not None and isinstance(recorded.get("env_id"), str):
+        return recorded["env_id"]
     if (exp_dir / storage.CONFIG_YAML).is_file():
         try:
             config = yaml.safe_load((exp_dir / storage.CONFIG_YAML).read_text())

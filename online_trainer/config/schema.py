@@ -264,17 +264,14 @@ def make_hooks(configs: Sequence[HookConfig], eval_freq: int | None = None) -> l
     try:
         check_hooks(made, eval_freq)
     except (TypeError, ValueError) as exc:  # in the config's words: its keys, not Python's call
-        said = re.sub(r"^hook (.+?) has none", lambda m: f"{_which_hook(made, configs, m[1])} has none", str(exc))
+        said = str(exc)
+        # multi_run's words name hooks[i] by its repr or class (hooks[0]=OrderedDict() has none..., hooks[1], a
+        # Every, has...): the config names it by its name
+        shown = re.match(r"hooks\[(\d+)\](?:=.*? (?=has none)|, an? \w+, )", said)
+        if shown is not None and int(shown[1]) < len(configs):
+            said = f"hooks[{shown[1]}] ({configs[int(shown[1])].name}) {said[shown.end() :]}"
         raise ConfigError(said.replace("Pass evaluation=EvaluationOptions(freq=...)", "Set evaluation.freq")) from exc
     return made
-
-
-def _which_hook(made: list[Any], configs: Sequence[HookConfig], shown: str) -> str:
-    """``hooks[i] (name)`` for the hook a message shows as ``shown`` (its repr)."""
-    for index, (hook, config) in enumerate(zip(made, configs)):
-        if repr(hook) == shown:
-            return f"hooks[{index}] ({config.name})"
-    return f"hook {shown}"
 
 
 def agent_factory(name: str) -> Callable[..., Any]:

@@ -115,10 +115,17 @@ class CheckpointAgent:
             else:
                 agent.load(self.path)
         except Exception as exc:  # a damaged file or another agent's: the agent's own error does not say which file
+            unbuilt = (
+                # V22: an agent that builds its networks in reset(seed) has none yet: load() is called without reset()
+                " Or the agent builds what load() fills in only in reset(seed), which is not called before load(): "
+                "build it in __init__ too (reset may build it again)."
+                if isinstance(exc, AttributeError)
+                else ""
+            )
             raise ValueError(
                 f"Could not load the checkpoint {self._named()} into a {type(agent).__name__}: "
                 f"{type(exc).__name__}: {str(exc).rstrip('.')}. The file may be damaged (put back a copy) or saved by "
-                "another agent or with other hyperparameters (build the agent as the experiment did)."
+                f"another agent or with other hyperparameters (build the agent as the experiment did).{unbuilt}"
             ) from exc
         return agent
 

@@ -105,7 +105,7 @@ def keywords_only(cls: type, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -
     if args:
         raise TypeError(
             f"{cls.__name__} takes keyword arguments only, but got {len(args)} positional: {', '.join(map(repr, args))}. "
-            f"Name each by its field, e.g. {cls.__name__}({fields[0]}=...); its fields: {', '.join(fields)}."
+            f"Name each by its field ({cls.__name__}(name=value, ...)); its fields: {', '.join(fields)}."
         )
     keywords(cls.__name__, kwargs, fields)
 

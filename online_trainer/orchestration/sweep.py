@@ -79,7 +79,7 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
                 )  # an empty list was told to be written [[]] (tester O15)
                 raise ValueError(f"Each grid value must be a non-empty list, but got {key}={values!r}: {fix}.")
         keys = list(configurations)
-        grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())] if keys else []
+        grid = [dict(zip(keys, values)) for values in itertools.product(*configurations.values())]  # {}: [{}]
     elif isinstance(configurations, (str, bytes)) or not isinstance(configurations, Sequence):
         raise ValueError(
             "configurations must be a grid (a dict of hyperparameter name to the values to try, e.g. "
@@ -96,9 +96,9 @@ def expand_grid(configurations: Mapping[str, Sequence[Any]] | Sequence[Mapping[s
                 )
             grid.append(dict(config))
     if not grid:
-        raise ValueError(  # a grid {} made one configuration of no hyperparameter, a list [] was refused (M22)
+        raise ValueError(  # a grid {} is one configuration, the defaults (first-sweep.md); a list [] has none
             f"The sweep has no configuration: got configurations={configurations!r}. Give the values to try, e.g. "
-            "{'lr': [0.001, 0.0003]}; to run the agent's defaults alone, use multi_run, or [{}] as one configuration."
+            "{'lr': [0.001, 0.0003]}; to run the agent's defaults as one configuration, pass {} or [{}]."
         )
     unique: list[dict[str, Any]] = []
     for config in grid:

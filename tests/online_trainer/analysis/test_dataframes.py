@@ -378,3 +378,21 @@ def test_what_is_not_an_experiment_directory_is_refused_naming_it(tmp_path):
         summarize("runs/exp")
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'lastk' \(did you mean 'last_k'\?\)"):
         summarize(None, lastk=3)
+
+
+def test_an_experiment_whose_runs_were_all_cut_off_has_the_env_id_its_env_json_records(tmp_path):
+    """V22: compare --include-unfinished said an experiment killed before any run ended had "no env id on record",
+    though its env.json named CartPole-v1 (the manifest records it when a run ends)."""
+    import gymnasium as gym
+
+    from online_trainer.agents import RandomAgent
+    from online_trainer.analysis.dataframes import env_id_of
+
+    OnlineTrainer(lambda: gym.make_vec("CartPole-v1", 2), RandomAgent, exp_dir=tmp_path).multi_run(
+        1, num_episodes=2, seed_offset=0, progress=False
+    )
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    del manifest["env_id"]  # as a manifest no run's end has written to
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert env_id_of(tmp_path) == "CartPole-v1"
+    assert set(load_runs(tmp_path)["env_id"]) == {"CartPole-v1"}

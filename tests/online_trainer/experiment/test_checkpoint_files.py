@@ -43,3 +43,26 @@ def test_an_agent_without_load_is_told_what_a_best_checkpoint_needs(tmp_path):
         CheckpointAgent(lambda env: object(), tmp_path / "Run1_Best_agent.t")(None)
     with pytest.raises(TypeError, match=re.escape("needs agent.load(path), which the agent")):
         CheckpointAgent(lambda env: object(), tmp_path / "Run1_S10")(None)
+
+
+class BuildsInReset:
+    """An agent whose weights exist only once reset(seed) made them, as seeds.md once advised."""
+
+    def __init__(self, env):
+        pass
+
+    def reset(self, seed):
+        self.weights = [0.0]
+
+    def load(self, path):
+        self.weights[:] = [1.0]
+
+
+def test_a_checkpoint_an_agent_cannot_load_before_reset_is_told_so_not_only_damaged(tmp_path):
+    """V22: evaluate() builds the agent and calls load without reset(); an agent following seeds.md's old advice had
+    nothing to load into, and was told the file may be damaged."""
+    from online_trainer.experiment.checkpoint_files import CheckpointAgent
+
+    (tmp_path / "Run1_Last").write_text("x")
+    with pytest.raises(ValueError, match=r"Or the agent builds what load\(\) fills in only in reset\(seed\), which is"):
+        CheckpointAgent(BuildsInReset, tmp_path / "Run1_Last")(None)

@@ -62,12 +62,13 @@ def test_expand_grid_and_names():
         ValueError, match=r"configurations\[0\] must be a dict of hyperparameter name to value, but got "
     ):
         expand_grid([1, 2])
-    for empty in ({}, []):
-        with pytest.raises(ValueError, match=r"The sweep has no configuration: .* use multi_run, or \[\{\}\]"):
-            expand_grid(empty)
+    with pytest.raises(
+        ValueError, match=r"The sweep has no configuration: .* as one configuration, pass \{\} or \[\{\}\]"
+    ):
+        expand_grid([])
     with pytest.raises(ValueError, match=r"configurations must be a grid .* but got configurations='lr'"):
         expand_grid("lr")
-    assert expand_grid([{}]) == [{}]  # the agent's defaults, as one configuration
+    assert expand_grid([{}]) == expand_grid({}) == [{}]  # the agent's defaults, as one configuration (first-sweep.md)
 
 
 def test_the_known_best_configuration_ranks_first(tmp_path):
