@@ -13,6 +13,14 @@ class ValueTypeError(TypeError, ValueError):
     either keeps working. A value of the right type out of its range (``num_runs=0``) raises a plain ``ValueError``."""
 
 
+def value_error(value: Any, expected: type | tuple[type, ...]) -> type[ValueError]:
+    """The error to raise for a refused ``value``: :class:`ValueTypeError` when it is not an ``expected`` type (a
+    bool never counts as an int), else ``ValueError`` (the right type, out of range or not among the choices)."""
+    if isinstance(value, bool) and bool not in (expected if isinstance(expected, tuple) else (expected,)):
+        return ValueTypeError
+    return ValueError if isinstance(value, expected) else ValueTypeError
+
+
 class RunFailure:
     """How one run failed: its index, seed, exception and the end of its traceback.
 

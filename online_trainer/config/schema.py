@@ -255,6 +255,7 @@ def make_hooks(configs: Sequence[HookConfig], eval_freq: int | None = None) -> l
                 f"hooks[{index}].name={config.name!r} is a {type(cls).__name__}, not a hook class: name a class (a "
                 "subclass of online_trainer.hooks.Hook)."
             )
+        _check_hook_keywords(index, config, cls)
         try:
             made.append(cls(**config.kwargs))
         except (TypeError, ValueError) as exc:
@@ -272,6 +273,24 @@ def make_hooks(configs: Sequence[HookConfig], eval_freq: int | None = None) -> l
             said = f"hooks[{shown[1]}] ({configs[int(shown[1])].name}) {said[shown.end() :]}"
         raise ConfigError(said.replace("Pass evaluation=EvaluationOptions(freq=...)", "Set evaluation.freq")) from exc
     return made
+
+
+def _check_hook_keywords(index: int, config: HookConfig, cls: type) -> None:
+    """Refuse a key of ``hooks[index].kwargs`` that ``cls`` does not take, with the nearest it takes (V23: Python's
+    "unexpected keyword argument 'thresh'" named neither ``threshold`` nor what the class takes)."""
+    try:
+        parameters = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):  # nothing to inspect: the class's own call judges them
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    takes = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in config.kwargs:
+        if key not in takes:
+            raise ConfigError(
+                f"hooks[{index}].kwargs has {key!r}, which {config.name} does not take{did_you_mean(key, takes)}; "
+                f"it takes: {', '.join(takes) or 'no keyword'}."
+            )
 
 
 def agent_factory(name: str) -> Callable[..., Any]:

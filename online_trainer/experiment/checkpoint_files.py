@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from online_trainer.errors import value_error
 from online_trainer.loop.factories import agent_name
 from online_trainer.records import storage
 
@@ -31,7 +32,7 @@ def checkpoints(exp_dir: str | os.PathLike, run: int, which: str = "last") -> li
         FileNotFoundError: the run has no such checkpoint (it ran without ``checkpoint_freq``).
     """
     if which not in WHICH:
-        raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
+        raise value_error(which, str)(f"which must be one of {WHICH}, but got which={which!r}.")
     exp_dir = Path(exp_dir)
     found: list[tuple[str, Path]] = []
     if which == "all":

@@ -10,6 +10,7 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
+from online_trainer.errors import value_error
 from online_trainer.loop.hook_protocol import Hook, RunContext
 from online_trainer.options import validation
 
@@ -33,7 +34,7 @@ class StopOnReturn(Hook):
         self.threshold = validation.finite_number("threshold", threshold, "Pass the return to reach, e.g. 475.0.")
         self.window = validation.positive_int("window", window)
         if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, but got source={source!r}.")
+            raise value_error(source, str)(f"source must be one of {SOURCES}, but got source={source!r}.")
         self.source = source
         self.patience = validation.positive_int("patience", patience)
         self.returns: collections.deque[float] = collections.deque(maxlen=self.window)

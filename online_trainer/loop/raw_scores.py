@@ -26,6 +26,8 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.wrappers import RecordEpisodeStatistics, TimeLimit
 
+from online_trainer.errors import value_error
+
 SCORES: tuple[str, ...] = ("return", "raw")
 """Accepted values of the ``score`` option: the sum of the rewards the agent learns from, or the raw score."""
 
@@ -36,7 +38,7 @@ RAW_KEYS: tuple[str, ...] = ("raw_return", "raw_length")
 def check_score(score: Any) -> str:
     """Return ``score`` when it is one of :data:`SCORES`; raise ValueError naming it otherwise."""
     if score not in SCORES:
-        raise ValueError(
+        raise value_error(score, str)(
             f"score must be one of {', '.join(map(repr, SCORES))} but got score={score!r}: 'return' "
             "sums the rewards the agent learns from, 'raw' uses the episode statistics of a "
             "RecordEpisodeStatistics wrapper inside the env's wrappers."

@@ -386,6 +386,7 @@ class SlurmOptions:
             validation.positive_int("cpus_per_task", self.cpus_per_task, "Use None for the cluster's default.")
         validation.positive_int("runs_per_job", self.runs_per_job)
         validation.positive_int("signal_delay_s", self.signal_delay_s)
+        validation.boolean("wait", self.wait)  # V23: wait="no" was kept, and a non-empty string is true
         # Signalled at its start (or before it has loaded its checkpoint), a job requeues without running, or dies of
         # the signal. Slurm sends it up to 60 s earlier than asked (sbatch --signal), so the latest delay that still
         # leaves half of the time to run is 60 s short of half.

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from online_trainer.errors import ValueTypeError
+from online_trainer.errors import ValueTypeError, value_error
 from online_trainer.loop import seeding
 from online_trainer.loop.budget import Budget
 
@@ -72,7 +72,7 @@ def choice(choices: tuple[str, ...], hint: str = "", aliases: Mapping[str, str] 
 
             close = difflib.get_close_matches(str(value).lower(), list(names), n=1, cutoff=0.6)
             hint, explained = (f" (did you mean {names[close[0]]!r}?)" if close else ""), meaning
-            raise ValueError(
+            raise value_error(value, str)(
                 f"{name} must be one of {', '.join(map(repr, choices))}, but got {name}={value!r}"
                 f"{hint}.{(' ' + explained) if explained else ''}"
             )

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from online_trainer.config.builders import factories_from_config
-from online_trainer.errors import RunsFailedError
+from online_trainer.errors import RunsFailedError, value_error
 from online_trainer.experiment import ownership
 from online_trainer.experiment.checkpoint_files import WHICH, CheckpointAgent, checkpoints
 from online_trainer.experiment.lock import hold_lock
@@ -60,7 +60,7 @@ def evaluate_checkpoints(
     num_episodes = validation.positive_int("num_episodes", num_episodes)
     overwrite = validation.boolean("overwrite", overwrite)
     if which not in WHICH:
-        raise ValueError(f"which must be one of {WHICH}, but got which={which!r}.")
+        raise value_error(which, str)(f"which must be one of {WHICH}, but got which={which!r}.")
     out = evaluation_path(exp_dir, which)
     if out.exists() and not overwrite:
         raise FileExistsError(f"{out} holds an earlier evaluation: pass overwrite=True to replace it.")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from online_trainer.errors import ExperimentExistsError, RunsFailedError
+from online_trainer.errors import ExperimentExistsError, RunsFailedError, value_error
 from online_trainer.experiment import ownership
 from online_trainer.experiment.lock import LOCK_FILE, hold_lock
 from online_trainer.experiment.manifest import Experiment
@@ -169,7 +169,7 @@ def check_ranking(num_runs: int, metric: str, last_k: int) -> tuple[int, int]:
     num_runs = validation.positive_int("num_runs", num_runs)
     last_k = validation.positive_int("last_k", last_k)
     if metric not in METRICS:
-        raise ValueError(
+        raise value_error(metric, str)(
             f"metric must be one of {METRICS}, but got metric={metric!r}{did_you_mean(str(metric), METRICS)}."
         )
     return num_runs, last_k

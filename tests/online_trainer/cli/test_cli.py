@@ -1760,7 +1760,7 @@ def test_a_config_gives_hooks_by_name_with_their_keyword_arguments(tmp_path, cap
         ("hooks=[{name: StopOnRetrun}]", "unknown hook hooks[0].name='StopOnRetrun' (did you mean 'StopOnReturn'?)"),
         (
             "hooks=[{name: StopOnReturn, kwargs: {thresh: 3}}]",
-            "could not make hooks[0] (StopOnReturn) with hooks[0].kwargs={'thresh': 3}: ",
+            "hooks[0].kwargs has 'thresh', which StopOnReturn does not take (did you mean 'threshold'?); it takes: ",
         ),
         ("hooks=[{name: 'labhooks:Nope'}]", "hooks[0].name='labhooks:Nope': 'labhooks' has no attribute 'Nope'."),
         ("hooks=[{nme: StopOnReturn}]", "unknown key 'hooks[0].nme' (did you mean 'hooks[0].name'?)"),

@@ -266,3 +266,23 @@ def test_an_option_group_given_positional_arguments_names_its_fields():
         EvaluationOptions(10)
     with pytest.raises(TypeError, match=r"SlurmOptions takes keyword arguments only, .* its fields: partition, time, "):
         SlurmOptions("gpu", 30)
+
+
+def test_a_choice_or_flag_of_the_wrong_type_is_a_value_type_error():
+    """V23: a choice given a number raised a plain ValueError (missed by except TypeError), and SlurmOptions(wait="no")
+    was kept, a non-empty string that reads as true."""
+    from online_trainer import ExecutionOptions, RecordOptions, SlurmOptions
+    from online_trainer.errors import ValueTypeError
+    from online_trainer.hooks import StopOnReturn
+
+    for make in (
+        lambda: ExecutionOptions(backend=1),
+        lambda: RecordOptions(score=1),
+        lambda: SlurmOptions(wait="no"),
+        lambda: StopOnReturn(100, source=1),
+    ):
+        with pytest.raises(ValueTypeError):
+            make()
+    with pytest.raises(ValueError, match=r"but got execution.backend='rya' \(did you mean 'ray'\?\)") as caught:
+        ExecutionOptions(backend="rya")
+    assert not isinstance(caught.value, TypeError)
