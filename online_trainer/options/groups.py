@@ -28,11 +28,12 @@ import dataclasses
 import importlib.util
 import logging
 import multiprocessing
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from online_trainer.errors import ValueTypeError
+from online_trainer.errors import ValueTypeError, value_error
 from online_trainer.loop.budget import Budget
 from online_trainer.loop.hook_protocol import check_hooks
 from online_trainer.loop.raw_scores import SCORES
@@ -444,6 +445,31 @@ def _ray_resources(name: str, value: Any) -> Mapping[str, Any] | None:
             f"{name} must be a dict of Ray task options by name, e.g. {{'num_cpus': 1, 'num_gpus': 0.25}}, but got "
             f"{name}={value!r}."
         )
+    amounts = {key: value[key] for key in ("num_cpus", "num_gpus", "memory") if value is not None and key in value}
+    custom = (value or {}).get("resources")
+    if custom is not None and (not isinstance(custom, Mapping) or not all(isinstance(key, str) for key in custom)):
+        raise ValueTypeError(
+            f"{name}['resources'] must be a dict of custom resource name to amount, e.g. {{'tpu': 1}}, but got "
+            f"{name}['resources']={custom!r}."
+        )
+    amounts.update({f"resources']['{key}": amount for key, amount in (custom or {}).items()})
+    for key, amount in amounts.items():  # R23: {'num_cpus': 'one'} failed after the experiment was made
+        if not isinstance(amount, numbers.Real) or isinstance(amount, bool) or not amount >= 0:
+            raise value_error(amount, numbers.Real)(
+                f"{name}['{key}'] must be a non-negative number, but got {name}['{key}']={amount!r}: e.g. "
+                f"{name}={{'num_cpus': 1, 'num_gpus': 0.25}}."
+            )
+    return value
+
+
+def _ray_address(name: str, value: Any) -> str | None:
+    """None (``RAY_ADDRESS``, or a local Ray), or a non-empty address (R23: 6379 failed in Ray, "" started a local
+    Ray without a word)."""
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise value_error(value, str)(
+            f"{name} must be a Ray address such as 'auto', '10.0.0.1:6379' or 'ray://head:10001', or None for "
+            f"RAY_ADDRESS or a local Ray, but got {name}={value!r}."
+        )
     return value
 
 
@@ -470,7 +496,7 @@ class ExecutionOptions(OptionGroup):
     cores: each worker process and Ray task, and this process while its runs go (its own settings are given
     back after them). It replaces the ``OMP_NUM_THREADS``-like variables a worker would inherit. None leaves
     the pools as the environment and the libraries set them (one thread per core, by default)."""
-    ray_address: str | None = option(None, affects_records=False)
+    ray_address: str | None = option(None, check=_ray_address, affects_records=False)
     """Ray cluster address (None: ``RAY_ADDRESS`` or a local Ray). With Ray the experiment directory must
     be on a filesystem all nodes share."""
     ray_resources: Mapping[str, Any] | None = option(None, check=_ray_resources, affects_records=False)

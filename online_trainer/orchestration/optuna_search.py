@@ -18,11 +18,14 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from online_trainer.errors import ValueTypeError
 from online_trainer.options import validation
+from online_trainer.options.derived import LEGACY_NAMES
 
 if TYPE_CHECKING:
     import optuna
@@ -85,6 +88,21 @@ def optuna_objective(
     )
 
     check_ranking(num_runs, metric, last_k)  # a trial that raises is recorded in the study, as failed
+    # what would fail every trial, refused before the first (R23: each trial failed, some without naming the argument)
+    if not callable(search_space):
+        raise ValueTypeError(
+            f"search_space must be a function of an Optuna trial that returns its hyperparameters, but got "
+            f"search_space={search_space!r}: pass e.g. lambda trial: {{'lr': trial.suggest_float('lr', 1e-5, 1e-2, "
+            "log=True)} (for a fixed grid, use trainer.sweep)."
+        )
+    if trainer.exp_dir is None:
+        raise ValueError(
+            "optuna_objective needs a trainer with an exp_dir, the study's sweep directory (each trial is a "
+            "configuration in it): make it with OnlineTrainer(..., exp_dir='runs/my_study')."
+        )
+    own = {"configurations", "num_runs", "num_episodes", "total_steps", "seed_offset", "metric", "last_k"}
+    takes = [name for name in inspect.signature(trainer.sweep).parameters if name not in own]
+    validation.keywords("optuna_objective", [k for k in sweep_options if k not in LEGACY_NAMES], takes)
     if trainer.exp_dir is not None:
         root = Path(trainer.exp_dir)  # a study that ran before: its trials' sweep checks the recorded base seed
         _recorded_seed(
@@ -95,6 +113,11 @@ def optuna_objective(
 
     def objective(trial: optuna.Trial) -> float:
         hp = search_space(trial)
+        if not isinstance(hp, dict) or not all(isinstance(key, str) for key in hp):
+            raise ValueTypeError(  # R23: named configurations[0], a sweep's argument the study never passed
+                f"search_space(trial) must return a dict of hyperparameter name to value, but it returned {hp!r}: "
+                "return e.g. {'lr': trial.suggest_float('lr', 1e-5, 1e-2, log=True)}."
+            )
         ranking = trainer.sweep(
             [hp],
             num_runs,

@@ -246,7 +246,7 @@ def run_sweep(
                     experiment.write_all_metrics(experiment.runs(keep_records=True))
         try:
             ranking = rank(root, names, metric, last_k)
-        except RuntimeError:
+        except (RuntimeError, ValueError):  # R23: every run failed said "Every run was left out" (a ValueError)
             failures = [f for e in experiments for f in e.failures()]
             if failures:  # no configuration has a score because its runs failed: their errors are the news
                 raise RunsFailedError(failures, None, continuing="the same sweep call with resume=True") from None

@@ -255,6 +255,7 @@ class RayExecutor:
                 own), or ``ray.init`` failed (a refused token, versions that differ): the call keeps nothing.
         """
         if self.ray.is_initialized():
+            self._check_connected_address(specs)
             return
         where = self.address or "a new local instance"
         logger.info("connecting to Ray at %s", where)
@@ -270,6 +271,27 @@ class RayExecutor:
                 "and that the cluster is up (`ray status` on its head node prints both). Nothing was run."
             )
             raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal) from exc
+
+    def _check_connected_address(self, specs: Sequence[RunSpec]) -> None:
+        """Refuse an ``execution.ray_address`` other than the cluster this process is connected to already (R23: a
+        notebook with a local Ray up ran there, the address given ignored without a word).
+
+        Raises:
+            RunSetupError: the address differs from the connected cluster's (its GCS address).
+        """
+        if self.address is None or self.address_from_env or self.address == "auto" or "://" in self.address:
+            return
+        try:
+            connected = self.ray.get_runtime_context().gcs_address
+        except Exception:  # a Ray without it: nothing to compare with
+            return
+        if connected and connected != self.address:
+            refusal = ValueError(
+                f"execution.ray_address={self.address!r}, but this process is connected to the Ray cluster at "
+                f"{connected} already (ray.init was called), and a process connects to one cluster: call "
+                "ray.shutdown() first to run on the address given, or drop ray_address to run where it is connected."
+            )
+            raise RunSetupError(specs[0].run_idx, specs[0].seed, refusal)
 
     def _check_fits(self, specs: Sequence[RunSpec]) -> None:
         """Refuse (Ray on this machine alone) or warn of (a cluster, which may grow) a task no node can hold: Ray

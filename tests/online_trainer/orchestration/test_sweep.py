@@ -228,6 +228,15 @@ def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     trainer.sweep({"lr": [0.1]}, num_runs=2, num_episodes=4, progress=False)  # nothing fails, nothing re-runs
 
 
+def test_a_sweep_whose_every_run_failed_raises_their_errors(tmp_path):
+    """R23: a sweep (and so an Optuna trial) whose every run failed raised "Every run was left out: ... Pass
+    include_unfinished=True", which sweep does not take, instead of the runs' errors."""
+    trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
+    with pytest.raises(RunsFailedError, match="bad lr") as caught:
+        trainer.sweep({"lr": [0.2]}, num_runs=2, num_episodes=4, seed_offset=0, progress=False)
+    assert [f.name for f in caught.value.failures] == ["lr=0.2 run 1", "lr=0.2 run 2"]
+
+
 def test_a_configuration_whose_runs_failed_is_left_out_of_the_comparisons_of_the_others(tmp_path, caplog):
     """Tester O15: one configuration whose runs all failed left probability_of_improvement NaN for every
     configuration of the sweep, without a word."""
@@ -445,6 +454,25 @@ def test_an_optuna_objective_of_a_bad_ranking_is_refused_before_any_trial(tmp_pa
     with pytest.raises(ValueError, match=message):
         optuna_objective(corridor_trainer(tmp_path), lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)}, **arguments)
     assert not list(tmp_path.iterdir())
+
+
+def test_an_optuna_objective_every_trial_of_which_would_fail_is_refused_before_the_first(tmp_path):
+    """R23: a search_space given as a grid, a trainer without exp_dir and a keyword sweep does not take were each
+    accepted, then failed every trial (the first without naming search_space)."""
+    pytest.importorskip("optuna")
+    import optuna
+
+    space = lambda t: {"lr": t.suggest_float("lr", 0.05, 0.9)}  # noqa: E731
+    with pytest.raises(TypeError, match=r"search_space must be a function of an Optuna trial .* got search_space="):
+        optuna_objective(corridor_trainer(tmp_path), {"lr": [0.1]}, num_runs=1, num_episodes=2)
+    with pytest.raises(ValueError, match=r"optuna_objective needs a trainer with an exp_dir"):
+        optuna_objective(OnlineTrainer(make_env("Corridor-v0", num_envs=1), CountingAgents()), space, 1, 2)
+    with pytest.raises(TypeError, match=r"optuna_objective\(\) got an unexpected keyword argument 'overwrite'"):
+        optuna_objective(corridor_trainer(tmp_path), space, num_runs=1, num_episodes=2, overwrite=True)
+    assert not list(tmp_path.iterdir())
+    objective = optuna_objective(corridor_trainer(tmp_path), lambda t: [t.suggest_float("lr", 0.05, 0.9)], 1, 2)
+    with pytest.raises(TypeError, match=r"search_space\(trial\) must return a dict of hyperparameter name to value"):
+        objective(optuna.create_study(direction="maximize").ask())
 
 
 @pytest.mark.parametrize("metric", ["mean", "median", "iqm"])

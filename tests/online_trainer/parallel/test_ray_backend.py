@@ -361,3 +361,37 @@ def test_a_preemption_signal_to_the_driver_checkpoints_every_task_and_the_resume
         assert load_episodes(tmp_path / "ref")[columns].equals(load_episodes(tmp_path / "cut")[columns])
     finally:
         cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_an_address_other_than_the_connected_clusters_is_refused_and_nothing_is_kept(tmp_path):
+    """R23: with Ray initialised in the process (a notebook's ray.init), ray_address was ignored without a word and
+    the runs went to the connected cluster."""
+    exp = tmp_path / "exp"
+    with pytest.raises(ValueError, match=r"execution.ray_address='127.0.0.1:1', but this process is connected to"):
+        OnlineTrainer(make_counting_vec(1), RecordingAgent, exp_dir=exp).multi_run(
+            2, num_episodes=4, seed_offset=0,
+            execution=ExecutionOptions(backend="ray", ray_address="127.0.0.1:1", progress=False),
+        )  # fmt: skip
+    assert not exp.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"ray_resources": {"num_cpus": "one"}}, r"ray_resources\['num_cpus'\] must be a non-negative number, but got"),
+        (
+            {"ray_resources": {"resources": {"tpu": -1}}},
+            r"ray_resources\['resources'\]\['tpu'\] must be a non-negative",
+        ),
+        (
+            {"ray_address": 6379},
+            r"ray_address must be a Ray address such as 'auto', .* but got execution.ray_address=6379",
+        ),
+        ({"ray_address": ""}, r"but got execution.ray_address=''"),
+    ],
+)
+def test_ray_options_of_the_wrong_kind_are_refused_when_made(given, said):
+    """R23: {'num_cpus': 'one'} failed in the first run, leaving a manifest that refused the corrected call; 6379 and
+    "" reached Ray."""
+    with pytest.raises(ValueError, match=said):
+        ExecutionOptions(backend="ray", **given)
