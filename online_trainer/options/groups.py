@@ -454,7 +454,7 @@ def _ray_resources(name: str, value: Any) -> Mapping[str, Any] | None:
         )
     amounts.update({f"resources']['{key}": amount for key, amount in (custom or {}).items()})
     for key, amount in amounts.items():  # R23: {'num_cpus': 'one'} failed after the experiment was made
-        if not isinstance(amount, numbers.Real) or isinstance(amount, bool) or not amount >= 0:
+        if not isinstance(amount, numbers.Real) or isinstance(amount, bool) or not float(amount) >= 0:
             raise value_error(amount, numbers.Real)(
                 f"{name}['{key}'] must be a non-negative number, but got {name}['{key}']={amount!r}: e.g. "
                 f"{name}={{'num_cpus': 1, 'num_gpus': 0.25}}."
