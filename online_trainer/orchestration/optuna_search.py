@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from online_trainer.errors import ValueTypeError
+from online_trainer.errors import RunsFailedError, ValueTypeError
 from online_trainer.options import validation
 from online_trainer.options.derived import LEGACY_NAMES
 
@@ -118,16 +118,24 @@ def optuna_objective(
                 f"search_space(trial) must return a dict of hyperparameter name to value, but it returned {hp!r}: "
                 "return e.g. {'lr': trial.suggest_float('lr', 1e-5, 1e-2, log=True)}."
             )
-        ranking = trainer.sweep(
-            [hp],
-            num_runs,
-            num_episodes=num_episodes,
-            total_steps=total_steps,
-            seed_offset=seed_offset,
-            metric=metric,
-            last_k=last_k,
-            **sweep_options,
-        )
+        try:
+            ranking = trainer.sweep(
+                [hp],
+                num_runs,
+                num_episodes=num_episodes,
+                total_steps=total_steps,
+                seed_offset=seed_offset,
+                metric=metric,
+                last_k=last_k,
+                **sweep_options,
+            )
+        except RunsFailedError as failed:  # V24: said "the same sweep call", which a study's user never made
+            raise RunsFailedError(
+                failed.failures,
+                failed.results,
+                continuing="the objective made again with resume=True and this trial's parameters enqueued "
+                "(study.enqueue_trial(trial.params), first-sweep.md: An interrupted study)",
+            ) from None
         row = ranking.iloc[0]
         trial.set_user_attr("experiment", str(row["experiment"]))
         trial.set_user_attr("ci_low", float(row[f"{metric}_lo"]))

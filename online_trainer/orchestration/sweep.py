@@ -541,16 +541,47 @@ def _quiet_analysis() -> Iterator[None]:
         analysis.setLevel(level)
 
 
+class _Unsaid(logging.Filter):
+    """Drops the analysis's advice on runs left out, which names ``include_unfinished`` and ``df.attrs`` (V24)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not (
+            message.startswith("Leaving out %d run(s) that did not finish") or "have no episode on disk" in message
+        )
+
+
+@contextlib.contextmanager
+def _analysis_advice_unsaid() -> Iterator[None]:
+    loggers = [logging.getLogger(f"online_trainer.analysis.{name}") for name in ("selection", "dataframes")]
+    unsaid = _Unsaid()
+    for each in loggers:
+        each.addFilter(unsaid)
+    try:
+        yield
+    finally:
+        for each in loggers:
+            each.removeFilter(unsaid)
+
+
 def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool) -> pd.DataFrame:
     import pandas as pd
 
     from online_trainer.analysis.compare_inputs import stopped_early_note
     from online_trainer.analysis.dataframes import hyperparameters, load_episodes
-    from online_trainer.analysis.selection import select_runs
+    from online_trainer.analysis.selection import (
+        KEPT_STATUSES,
+        RUNS_ATTR,
+        STATUS_COLUMN,
+        describe_runs,
+        normalize_status,
+        select_runs,
+    )
     from online_trainer.analysis.stats import final_performance, summarize
 
     dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
-    episodes = load_episodes(dirs) if dirs else pd.DataFrame()
+    with _analysis_advice_unsaid():  # said below in the sweep's words (V24: "Pass include_unfinished=True")
+        episodes = load_episodes(dirs) if dirs else pd.DataFrame()
     if dirs and "experiment" not in episodes:
         episodes.insert(0, "experiment", dirs[0].name)
     scored = list(dict.fromkeys(episodes["experiment"])) if len(episodes) else []
@@ -567,7 +598,18 @@ def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool)
             len(unscored),
             ", ".join(unscored),
         )
-    summary = summarize(episodes, last_k=last_k, group_by="experiment")
+    with _analysis_advice_unsaid():
+        summary = summarize(episodes, last_k=last_k, group_by="experiment")
+    left = [
+        r for r in episodes.attrs.get(RUNS_ATTR) or [] if normalize_status(r.get(STATUS_COLUMN)) not in KEPT_STATUSES
+    ]
+    if left and log:
+        logger.warning(
+            "sweep: %d run(s) that did not finish are left out of the ranking: %s. Once their cause is fixed, the "
+            "same sweep call (or Optuna objective) with resume=True runs them again.",
+            len(left),
+            describe_runs(pd.DataFrame(left)),
+        )
     hp_rows = [{"experiment": name, **hyperparameters(root / name)} for name in scored]
     table = pd.DataFrame(hp_rows).merge(summary, on="experiment")
     table = table.sort_values(metric, ascending=False, kind="stable").reset_index(drop=True)

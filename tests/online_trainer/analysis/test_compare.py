@@ -536,6 +536,7 @@ def test_an_experiment_without_an_env_id_on_record_is_matched_in_a_sweep_and_nam
         manifest = json.loads((exp_dir / "manifest.json").read_text())
         del manifest["env_id"]
         (exp_dir / "manifest.json").write_text(json.dumps(manifest))
+        (exp_dir / "env.json").unlink()  # which says it too, since V22
 
     trainer = OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), RecordingAgent, exp_dir=tmp_path / "sweep")
     trainer.sweep({"lr": [0.1, 0.2]}, num_runs=2, total_steps=100, seed_offset=0, progress=False)

@@ -215,7 +215,10 @@ def test_failed_runs_are_reported_and_run_again(tmp_path, caplog):
     assert [f.name for f in caught.value.failures] == ["lr=0.2 run 1", "lr=0.2 run 2"]
     assert "\n  lr=0.2 run 1 (seed 0): " in str(caught.value) and "\n  lr=0.2 run 2 (seed 10000): " in str(caught.value)
     assert "lr=0.2 run 1 (seed 0) failed: " in caplog.text
-    assert caplog.text.count("Leaving out 2 run(s) that did not finish") == 1  # the ranking said it twice
+    assert caplog.text.count("left out of the ranking") == 1  # the ranking said it twice
+    # V24: in the analysis's words, "Pass include_unfinished=True", which sweep does not take
+    assert "sweep: 2 run(s) that did not finish are left out of the ranking: lr=0.2/run 1 (failed)" in caplog.text
+    assert "include_unfinished" not in caplog.text and "df.attrs" not in caplog.text
     manifest = json.loads((tmp_path / "lr=0.2" / "manifest.json").read_text())
     assert [r["status"] for r in manifest["runs"]] == ["failed", "failed"]
     assert (tmp_path / "sweep_results.csv").is_file()  # the ranking of what finished
@@ -780,3 +783,16 @@ def test_a_sweep_called_again_with_more_seeds_and_another_agent_is_refused_and_k
     after = {p.name: (p / "manifest.json").read_bytes() for p in tmp_path.iterdir() if p.is_dir()}
     assert after == before  # as the call found them: no run 2, none left running
     assert not any(storage.metrics_path(tmp_path / name, 2).exists() for name in before)
+
+
+def test_an_optuna_trial_whose_runs_fail_says_how_a_study_runs_them_again(tmp_path):
+    """V24: a trial's RunsFailedError said "the same sweep call with resume=True", a call the study's user never made."""
+    pytest.importorskip("optuna")
+    import optuna
+
+    trainer = OnlineTrainer(make_counting_vec(1), FailsForLr, exp_dir=tmp_path)
+    objective = optuna_objective(trainer, lambda t: {"lr": 0.2}, 1, 4, execution=ExecutionOptions(progress=False))
+    with pytest.raises(RunsFailedError, match="bad lr") as caught:
+        objective(optuna.create_study(direction="maximize").ask())
+    assert "the objective made again with resume=True and this trial's parameters enqueued" in str(caught.value)
+    assert "sweep call" not in str(caught.value)
