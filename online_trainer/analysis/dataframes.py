@@ -93,7 +93,9 @@ def experiment_dirs(path: str | os.PathLike) -> list[Path]:
     children = sorted(p for p in path.iterdir() if p.is_dir())
     found = [p for p in children if _is_experiment(p)]
     if not found:
-        raise FileNotFoundError(f"{path} holds no experiment (no manifest.json or metrics_run*.pkl in it or below it).")
+        raise FileNotFoundError(
+            f"{path} holds no experiment (no manifest.json or metrics_run{{i}}.pkl in it or below it)."
+        )
     deeper = [p for p in children if p not in found and any(_is_experiment(q) for q in p.iterdir() if q.is_dir())]
     if deeper:  # a sweep beside experiments: its configurations are one level too deep to be read with them
         logger.warning(
@@ -213,7 +215,7 @@ def env_id_of(exp_dir: str | os.PathLike) -> str | None:
 
 
 def _is_experiment(path: Path) -> bool:
-    return (path / storage.MANIFEST_FILE).is_file() or any(path.glob("metrics_run*.pkl"))
+    return (path / storage.MANIFEST_FILE).is_file() or bool(storage.run_indices(path))  # metrics_run{i}.pkl exactly
 
 
 def hyperparameters(exp_dir: str | os.PathLike) -> dict[str, Any]:

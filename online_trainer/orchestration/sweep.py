@@ -579,7 +579,7 @@ def _rank(root: Path, names: Sequence[str], metric: str, last_k: int, log: bool)
     )
     from online_trainer.analysis.stats import final_performance, summarize
 
-    dirs = [root / name for name in names if any((root / name).glob("metrics_run*.pkl"))]
+    dirs = [root / name for name in names if (root / name).is_dir() and storage.run_indices(root / name)]
     with _analysis_advice_unsaid():  # said below in the sweep's words (V24: "Pass include_unfinished=True")
         episodes = load_episodes(dirs) if dirs else pd.DataFrame()
     if dirs and "experiment" not in episodes:

@@ -374,6 +374,10 @@ def test_what_is_not_an_experiment_directory_is_refused_naming_it(tmp_path):
         load_episodes(42)
     with pytest.raises(NotADirectoryError, match=r"c.yaml is a file, not an experiment directory: give the folder"):
         load_episodes(tmp_path / "c.yaml")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "metrics_run1_old.pkl").write_text("a user's copy")  # not an experiment's name (M22)
+    with pytest.raises(FileNotFoundError, match=r"mine holds no experiment \(no manifest.json or metrics_run\{i\}"):
+        load_episodes(tmp_path / "mine")
     with pytest.raises(TypeError, match=r"but got 'runs/exp': pass load_episodes\('runs/exp'\) instead"):
         summarize("runs/exp")
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'lastk' \(did you mean 'last_k'\?\)"):
