@@ -704,9 +704,10 @@ def _against_top(table: pd.DataFrame, finals: pd.DataFrame, metric: str, log: bo
     separated = table["experiment"][point & table["probability_of_improvement"].isin([0.0, 1.0])].tolist()
     tied_runs = table["experiment"][point & (table["probability_of_improvement"] == 0.5)].tolist()
     caveat = (
-        f" Every run of {top} beats every run of {', '.join(separated)} (complete separation), which is no verdict "
-        "either: their P = 1 with a point interval is what few seeds give, not a certainty; separation_bound is the "
-        "bound on P that holds."
+        # N24: "which is no verdict either" read as taking back told_apart
+        f" Every run of {top} beats every run of {', '.join(separated)} (complete separation): P = 1 with a point "
+        "interval says these seeds never overlapped, not that every run would beat every run; separation_bound is "
+        "the bound on P that holds."
         if separated
         else ""
     )
