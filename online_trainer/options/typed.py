@@ -5,7 +5,7 @@ The command's YAML config (:mod:`online_trainer.config.schema`) and every agent'
 checked one way wherever it is written::
 
     build(DQNConfig, {"lr": "0.001"}, owner="DQNAgent hyperparameters")
-    # ValueError: DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a number, got str.
+    # ValueError: DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a number, got str (write 0.001, without quotes).
 
 Plain data (what YAML or JSON gives: mappings, lists, strings, numbers, bools, null; numpy scalars
 and arrays count as their Python values) is validated strictly: ``true`` is not an int, ``1.0`` and
@@ -251,10 +251,22 @@ def _wrong_type(place: _Place) -> str:
     if isinstance(value, float) and value.is_integer() and _accepts_int(place.hint) and not _accepts_float(place.hint):
         written = f"{int(value)} or {int(value):_}" if abs(value) >= 10_000 else f"{int(value)}"
         hint_text = f" (write {written}, without a decimal point or exponent)"
+    elif isinstance(value, str) and _accepts_int(place.hint):  # C24: "num_runs: '3'" was given no fix
+        number = _number(value)
+        whole = number is not None and (_accepts_float(place.hint) or float(number).is_integer())
+        kind = "a number" if _accepts_float(place.hint) else "a whole number"
+        hint_text = f" (write {value.strip()}, without quotes)" if whole else f" (write {kind}, without quotes)"
     where = f"{place.path}=" if place.path else ""
     return (
         f"{where}{value!r} has the wrong type: expected {type_name(place.hint)}, got {type(value).__name__}{hint_text}."
     )
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _accepts_float(hint: Any) -> bool:
@@ -276,6 +288,11 @@ def _missing(parent: _Place, name: str) -> str:
         return f"missing section {full!r}{where}: {type_name(hint)} (required: {', '.join(required) or 'none'})."
     doc = _field_doc(parent.hint, name)
     return f"missing key {full!r}{where}: {doc or type_name(hint)}"
+
+
+def _missing_key(message: str) -> str:
+    """The key a :func:`_missing` message names (``missing key 'hooks[0].name' in ...``)."""
+    return message.split("'", 2)[1] if message.count("'") >= 2 else ""
 
 
 def _translate(
@@ -310,6 +327,8 @@ def _translate(
             continue
         place = _locate(cls, data, loc, prefix)
         wrong.append(_wrong_type(place))
+    # a misspelt key is also a missing one: said once, as the misspelling (C24: two lines for hooks[0].nam)
+    missing = [m for m in missing if not any(f"(did you mean {_missing_key(m)!r}?)" in u for u in unknown)]
     messages = list(dict.fromkeys(unknown + missing + wrong))
     if messages:
         return error(lead + "\n".join(messages))

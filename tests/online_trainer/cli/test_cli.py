@@ -614,7 +614,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
             "evaluation: env, freq, episodes, record_video.",
         ),
         (["evaluation.freq=0"], "evaluation.freq must be a positive int, but got evaluation.freq=0."),
-        (["execution.num_workers=two"], "execution.num_workers='two' has the wrong type: expected an int, got str."),
+        (
+            ["execution.num_workers=two"],
+            "execution.num_workers='two' has the wrong type: expected an int, got str (write a whole number, without quotes).",
+        ),
         (["evaluation={freq: 1e4}"], "evaluation.freq=10000.0 has the wrong type: expected an int or null, got float"),
         (
             ["env=3"],
@@ -627,7 +630,10 @@ def test_report_refuses_a_bad_ylim_and_an_experiment_whose_every_run_failed(mixe
             "missing key 'env.id' in env: A registered gymnasium id (CartPole-v1), or "
             "module:Env-v0 to import module first.",
         ),
-        (["num_runs=three"], "num_runs='three' has the wrong type: expected an int, got str."),
+        (
+            ["num_runs=three"],
+            "num_runs='three' has the wrong type: expected an int, got str (write a whole number, without quotes).",
+        ),
         (  # T19: refused by run 2's np.random.seed once run 1 had run
             ["seed_offset=4294962296"],
             "seed_offset=4294962296 with num_runs=2 gives run 2 the seed 4294972296",
@@ -793,7 +799,7 @@ def test_a_hyperparameter_of_the_wrong_type_is_a_config_error_before_anything_ru
     assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "agent.hyperparameters.lr=abc") == 2
     captured = capsys.readouterr()
     assert (
-        "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str."
+        "agent 'q_learning': agent.hyperparameters.lr='abc' has the wrong type: expected a number, got str (write a number, without quotes)."
         in captured.err
     )
     assert "Running" not in captured.out and not exp_dir.exists()
@@ -1774,5 +1780,6 @@ def test_a_config_gives_hooks_by_name_with_their_keyword_arguments(tmp_path, cap
     ]:
         capsys.readouterr()
         assert run(str(config), f"exp_dir={tmp_path / 'other'}", wrong) == 2
-        assert said in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err  # C24: a misspelt key was also said missing, on a second line
     assert not (tmp_path / "other").exists()

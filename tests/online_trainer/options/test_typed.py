@@ -144,13 +144,16 @@ def test_data_json_cannot_carry_is_validated_as_python_objects():
             "250_000, without a decimal point or exponent).",
         ),
         ({"steps": 2.5}, "steps=2.5 has the wrong type: expected an int, got float."),
-        ({"steps": "1"}, "steps='1' has the wrong type: expected an int, got str."),
+        ({"steps": "1"}, "steps='1' has the wrong type: expected an int, got str (write 1, without quotes)."),
         ({"steps": None}, "steps=None has the wrong type: expected an int, got NoneType."),
-        ({"lr": "1e-3"}, "lr='1e-3' has the wrong type: expected a number, got str."),
+        ({"lr": "1e-3"}, "lr='1e-3' has the wrong type: expected a number, got str (write 1e-3, without quotes)."),
         ({"flag": 1}, "flag=1 has the wrong type: expected a bool (true or false), got int."),
-        ({"sizes": [32, "a"]}, "sizes[1]='a' has the wrong type: expected an int, got str."),
+        (
+            {"sizes": [32, "a"]},
+            "sizes[1]='a' has the wrong type: expected an int, got str (write a whole number, without quotes).",
+        ),
         ({"sizes": {"a": 1}}, "sizes={'a': 1} has the wrong type: expected a list of ints, got dict."),
-        ({"limit": "3"}, "limit='3' has the wrong type: expected an int or null, got str."),
+        ({"limit": "3"}, "limit='3' has the wrong type: expected an int or null, got str (write 3, without quotes)."),
         (
             {"limit": 3.0},
             "limit=3.0 has the wrong type: expected an int or null, got float (write 3, without a "
@@ -160,7 +163,10 @@ def test_data_json_cannot_carry_is_validated_as_python_objects():
             {"env": 3},
             "env=3 has the wrong type: expected a mapping with keys id, num_envs, wrappers, vector_kwargs, got int.",
         ),
-        ({"env": {"id": "x", "num_envs": "2"}}, "env.num_envs='2' has the wrong type: expected an int, got str."),
+        (
+            {"env": {"id": "x", "num_envs": "2"}},
+            "env.num_envs='2' has the wrong type: expected an int, got str (write 2, without quotes).",
+        ),
         (
             {"env": {"id": "x", "wrappers": ["TimeLimit", 3]}},
             "env.wrappers[1]=3 has the wrong type: expected a string or a mapping with string keys, got int.",
@@ -223,8 +229,8 @@ def test_every_problem_is_reported_unknown_keys_first():
         "unknown key 'stepz' (did you mean 'steps'?); valid keys at the top level: env, steps, lr, sizes, limit, "
         "flag, eval_env, extra.",
         "missing key 'env.id' in env: A registered gymnasium id, e.g. CartPole-v1.",
-        "env.num_envs='2' has the wrong type: expected an int, got str.",
-        "lr='x' has the wrong type: expected a number, got str.",
+        "env.num_envs='2' has the wrong type: expected an int, got str (write 2, without quotes).",
+        "lr='x' has the wrong type: expected a number, got str (write a number, without quotes).",
     ]
 
 
