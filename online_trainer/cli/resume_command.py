@@ -105,7 +105,11 @@ def resume_command(args: argparse.Namespace) -> int:
                     f"now says {edited[2]}. Put the value back to resume, or run the edited config as a new "
                     f"experiment: online-trainer run {exp_dir / CONFIG_YAML} exp_dir=<another path>."
                 ) from exc
-            said = str(exc).replace("overwrite=True", "overwrite=true")  # the command's spelling (C21)
+            said = (  # the command's spelling (C21, C24)
+                str(exc)
+                .replace("overwrite=True", "overwrite=true")
+                .replace("resume=True continues", "online-trainer resume continues")
+            )
             raise ConfigError(
                 f"{said} Here the call is the one {exp_dir / CONFIG_YAML} describes: if it was edited since the "
                 "experiment ran, put the value back there."
@@ -141,6 +145,10 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
         for section in BUILT_FROM
         for key, before, now in _differences(section, _at(recorded, section), _at(current, section))
     ]
+    # the sinks, which multi_run checks against the checkpoints' positions in Python's words (C24): said as an edit
+    sinks_before, sinks_now = (_sinks(_at(config_, "callback")) for config_ in (recorded, current))
+    if sinks_before is not None and sinks_now != sinks_before:
+        edits.append(("callback", _at(recorded, "callback"), _at(current, "callback")))
     if edits:
         listed = "; ".join(_edit(key, before, now) for key, before, now in edits)
         raise ConfigError(
@@ -149,6 +157,13 @@ def refuse_edits(exp_dir: Path, config: ExperimentConfig) -> None:
             "values back to resume, or run the edited config as a new experiment: online-trainer run "
             f"{exp_dir / CONFIG_YAML} exp_dir=<another path>."
         )
+
+
+def _sinks(value: Any) -> list[Any] | None:
+    """A config's ``callback`` as a list of sinks (``tb`` and ``[tb]`` are one sink); None when it is not set."""
+    if value is _NOT_SET or value is None:
+        return None
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 _NOT_SET = object()

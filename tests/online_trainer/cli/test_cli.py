@@ -1783,3 +1783,24 @@ def test_a_config_gives_hooks_by_name_with_their_keyword_arguments(tmp_path, cap
         err = capsys.readouterr().err
         assert said in err and err.count("\n") == 1, err  # C24: a misspelt key was also said missing, on a second line
     assert not (tmp_path / "other").exists()
+
+
+def test_a_resume_of_a_config_whose_sinks_were_edited_is_refused_in_the_configs_words(tmp_path, capsys):
+    """C24: `callback: [tb, jsonl, csv]` edited to `callback: tb` was refused in Python's words (the saved state does
+    not fit the callback TBCallBack(...), resume with the callbacks ... a MultiCallback), naming neither the key nor
+    config.yaml; a list of one sink is that sink."""
+    exp_dir = tmp_path / "exp"
+    assert run(str(write_config(tmp_path)), f"exp_dir={exp_dir}", "callback=[tb, jsonl]") == 0
+    text = (exp_dir / "config.yaml").read_text()
+    assert "callback: [tb, jsonl]\n" in text
+    (exp_dir / "config.yaml").write_text(text.replace("callback: [tb, jsonl]\n", "callback: [tb]\n"))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in exp_dir.iterdir())
+    capsys.readouterr()
+    assert cli.main(["resume", str(exp_dir), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "config.yaml was edited since the experiment ran: callback is ['tb'] there, but the runs were built with "
+        in err
+    )
+    assert "['tb', 'jsonl']" in err and "MultiCallback" not in err
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in exp_dir.iterdir()) == before
