@@ -539,7 +539,7 @@ def test_a_hyperparameter_of_the_wrong_type_is_named(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"DQNAgent hyperparameters: lr='0.001' has the wrong type: expected a "
-        r"number, got str\.",
+        r"number, got str \(write 0.001, without quotes\)\.",
     ):
         OnlineTrainer(lambda: gym.make_vec("CartPole-v1", num_envs=1), DQNAgent).multi_run(
             1, num_episodes=1, tuning_hp={"lr": "0.001"}, progress=False
